@@ -1,0 +1,139 @@
+//! Configuration from `CLRPROF_*` environment variables, read once at `Initialize`. An invalid
+//! value is reported (log file and a `Message` record) and replaced by its default: the app runs.
+
+use std::collections::BTreeMap;
+
+/// The agent's settings. Each field documents its variable and default.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Config {
+    /// `CLRPROF_OUTPUT`: trace path; `{pid}` is replaced by the process id. Default
+    /// `clrprof-{pid}.clrprof` in the working directory.
+    pub output: String,
+    /// `CLRPROF_LOG`: diagnostics file. Default: none.
+    pub log: Option<String>,
+    /// `CLRPROF_FLUSH_MS`: writer flush interval, 1..=1000 ms. Default 50.
+    pub flush_ms: u64,
+    /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
+    pub classes: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { output: "clrprof-{pid}.clrprof".into(), log: None, flush_ms: 50, classes: true }
+    }
+}
+
+/// A value that was rejected, with the reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigProblem {
+    pub variable: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={:?} ignored: {}", self.variable, self.value, self.reason)
+    }
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in the agent).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<ConfigProblem>) {
+        let mut c = Config::default();
+        let mut problems = Vec::new();
+        let mut bad = |variable: &'static str, value: &str, reason: &str| {
+            problems.push(ConfigProblem { variable, value: value.to_string(), reason: reason.to_string() })
+        };
+        if let Some(v) = get("CLRPROF_OUTPUT") {
+            if v.trim().is_empty() {
+                bad("CLRPROF_OUTPUT", &v, "empty path; using the default");
+            } else {
+                c.output = v;
+            }
+        }
+        c.log = get("CLRPROF_LOG").filter(|v| !v.trim().is_empty());
+        if let Some(v) = get("CLRPROF_FLUSH_MS") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if (1..=1000).contains(&n) => c.flush_ms = n,
+                _ => bad("CLRPROF_FLUSH_MS", &v, "expected milliseconds in 1..=1000; using 50"),
+            }
+        }
+        if let Some(v) = get("CLRPROF_CLASSES") {
+            match parse_bool(&v) {
+                Some(b) => c.classes = b,
+                None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
+            }
+        }
+        (c, problems)
+    }
+
+    /// The output path with `{pid}` expanded.
+    pub fn output_path(&self, pid: u32) -> String {
+        self.output.replace("{pid}", &pid.to_string())
+    }
+
+    /// `key=value` lines for the trace's `ProcessStart.config`.
+    pub fn describe(&self) -> String {
+        let mut m = BTreeMap::new();
+        m.insert("output", self.output.clone());
+        m.insert("flush_ms", self.flush_ms.to_string());
+        m.insert("classes", self.classes.to_string());
+        m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let (c, p) = Config::from_lookup(env(&[]));
+        assert_eq!(c, Config::default());
+        assert!(p.is_empty());
+        assert_eq!(c.output_path(12), "clrprof-12.clrprof");
+    }
+
+    #[test]
+    fn valid_values_are_taken() {
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_OUTPUT", "/tmp/x-{pid}.clrprof"),
+            ("CLRPROF_FLUSH_MS", "20"),
+            ("CLRPROF_CLASSES", "off"),
+            ("CLRPROF_LOG", "/tmp/log"),
+        ]));
+        assert!(p.is_empty());
+        assert_eq!(c.output_path(7), "/tmp/x-7.clrprof");
+        assert_eq!(c.flush_ms, 20);
+        assert!(!c.classes);
+        assert_eq!(c.log.as_deref(), Some("/tmp/log"));
+    }
+
+    #[test]
+    fn invalid_values_fall_back_with_a_reason() {
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_FLUSH_MS", "fast"),
+            ("CLRPROF_CLASSES", "maybe"),
+            ("CLRPROF_OUTPUT", " "),
+        ]));
+        assert_eq!(c, Config::default());
+        assert_eq!(p.len(), 3);
+        assert!(p[0].to_string().contains("CLRPROF_OUTPUT"));
+        assert!(p.iter().any(|x| x.variable == "CLRPROF_FLUSH_MS" && x.to_string().contains("1..=1000")));
+    }
+}

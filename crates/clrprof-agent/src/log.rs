@@ -1,0 +1,38 @@
+//! The agent's own diagnostics: a file named by `CLRPROF_LOG`, never the app's stdout/stderr.
+//! Off hot paths only (it formats and takes a lock).
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+static LOG: OnceLock<Mutex<File>> = OnceLock::new();
+
+/// Opens the log file (appending). Errors are ignored: logging must never stop the app.
+pub fn init(path: &str) {
+    if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = LOG.set(Mutex::new(f));
+    }
+}
+
+pub fn enabled() -> bool {
+    LOG.get().is_some()
+}
+
+pub fn write(level: &str, args: std::fmt::Arguments<'_>) {
+    if let Some(m) = LOG.get() {
+        if let Ok(mut f) = m.lock() {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            let _ = writeln!(f, "{ts:.6} [{}] {level}: {args}", std::process::id());
+        }
+    }
+}
+
+#[macro_export]
+macro_rules! log_info { ($($t:tt)*) => { $crate::log::write("info", format_args!($($t)*)) } }
+#[macro_export]
+macro_rules! log_warn { ($($t:tt)*) => { $crate::log::write("warning", format_args!($($t)*)) } }
+#[macro_export]
+macro_rules! log_error { ($($t:tt)*) => { $crate::log::write("error", format_args!($($t)*)) } }

@@ -1,0 +1,254 @@
+//! Names of classes and functions, resolved through the Profiling API and metadata once per id
+//! and cached. Never called from hot paths or signal handlers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use clrprof_sys::{ClassID, FunctionID, MetaDataImport, ModuleID, ProfilerInfo};
+
+use crate::sig::{self, alias, strip_arity, TypeNames};
+
+/// What a function is called and where it lives.
+#[derive(Clone, Debug, Default)]
+pub struct FunctionNames {
+    pub class: ClassID,
+    pub module: ModuleID,
+    pub token: u32,
+    pub name: String,
+    pub class_name: String,
+    pub signature: String,
+}
+
+pub struct Names {
+    info: ProfilerInfo,
+    importers: RwLock<HashMap<ModuleID, Arc<MetaDataImport>>>,
+    classes: RwLock<HashMap<ClassID, Arc<str>>>,
+}
+
+const ELEMENT_NAMES: &[(u32, &str)] = &[
+    (0x02, "bool"),
+    (0x03, "char"),
+    (0x04, "sbyte"),
+    (0x05, "byte"),
+    (0x06, "short"),
+    (0x07, "ushort"),
+    (0x08, "int"),
+    (0x09, "uint"),
+    (0x0a, "long"),
+    (0x0b, "ulong"),
+    (0x0c, "float"),
+    (0x0d, "double"),
+    (0x0e, "string"),
+    (0x18, "nint"),
+    (0x19, "nuint"),
+    (0x1c, "object"),
+];
+
+impl Names {
+    pub fn new(info: ProfilerInfo) -> Names {
+        Names { info, importers: RwLock::new(HashMap::new()), classes: RwLock::new(HashMap::new()) }
+    }
+
+    /// The cached metadata importer of a module.
+    pub fn importer(&self, module: ModuleID) -> Option<Arc<MetaDataImport>> {
+        if let Some(m) = self.importers.read().ok()?.get(&module) {
+            return Some(Arc::clone(m));
+        }
+        let md = Arc::new(self.info.get_module_metadata(module).ok()??);
+        let mut w = self.importers.write().ok()?;
+        Some(Arc::clone(w.entry(module).or_insert(md)))
+    }
+
+    /// Releases the module's importer and forgets its classes (module unload).
+    pub fn forget_module(&self, module: ModuleID) {
+        if let Ok(mut w) = self.importers.write() {
+            w.remove(&module);
+        }
+    }
+
+    pub fn forget_class(&self, class: ClassID) {
+        if let Ok(mut w) = self.classes.write() {
+            w.remove(&class);
+        }
+    }
+
+    /// `Namespace.Outer+Inner` of a TypeDef (arity suffixes kept; callers strip them).
+    pub fn typedef_name(md: &MetaDataImport, td: u32) -> String {
+        let mut parts = Vec::new();
+        let mut cur = td;
+        for _ in 0..16 {
+            let name = md.get_type_def_props(cur).map(|p| p.0).unwrap_or_else(|_| format!("<typedef 0x{cur:08x}>"));
+            parts.push(name);
+            match md.get_nested_class_props(cur) {
+                Some(enc) => cur = enc,
+                None => break,
+            }
+        }
+        parts.reverse();
+        parts.join("+")
+    }
+
+    /// `Namespace.Outer+Inner` of a TypeRef (nested refs resolved through their scope).
+    fn typeref_name(md: &MetaDataImport, tr: u32) -> String {
+        let mut parts = Vec::new();
+        let mut cur = tr;
+        for _ in 0..16 {
+            match md.get_type_ref_props(cur) {
+                Ok((name, scope)) => {
+                    parts.push(name);
+                    if scope >> 24 == 0x01 {
+                        cur = scope;
+                        continue;
+                    }
+                }
+                Err(_) => parts.push(format!("<typeref 0x{cur:08x}>")),
+            }
+            break;
+        }
+        parts.reverse();
+        parts.join("+")
+    }
+
+    /// Display name of a loaded class: `Ns.Type<int, string>`, `int[]`, `Ns.Outer+Inner`.
+    pub fn class_name(&self, class: ClassID) -> Arc<str> {
+        if let Some(n) = self.classes.read().ok().and_then(|m| m.get(&class).cloned()) {
+            return n;
+        }
+        let name: Arc<str> = self.compute_class_name(class, 0).into();
+        if let Ok(mut w) = self.classes.write() {
+            w.insert(class, Arc::clone(&name));
+        }
+        name
+    }
+
+    fn compute_class_name(&self, class: ClassID, depth: u32) -> String {
+        if class == 0 {
+            return "<unknown class>".into();
+        }
+        if depth > 8 {
+            return "...".into();
+        }
+        match self.info.get_class_id_info2(class) {
+            Ok((module, td, _parent, args)) => {
+                let base = match self.importer(module) {
+                    Some(md) => strip_arity(&Self::typedef_name(&md, td)),
+                    None => format!("<class 0x{td:08x}>"),
+                };
+                if args.is_empty() {
+                    base
+                } else {
+                    let a: Vec<String> = args.iter().map(|&c| self.type_arg_name(c, depth + 1)).collect();
+                    format!("{base}<{}>", a.join(", "))
+                }
+            }
+            Err(_) => match self.info.is_array_class(class) {
+                Ok(Some((elem, base, rank))) => {
+                    let e = if base != 0 {
+                        self.type_arg_name(base, depth + 1)
+                    } else {
+                        ELEMENT_NAMES
+                            .iter()
+                            .find(|(c, _)| *c == elem)
+                            .map(|(_, n)| n.to_string())
+                            .unwrap_or_else(|| "?".into())
+                    };
+                    format!("{e}[{}]", ",".repeat(rank.saturating_sub(1) as usize))
+                }
+                _ => "<composite class>".into(),
+            },
+        }
+    }
+
+    fn type_arg_name(&self, class: ClassID, depth: u32) -> String {
+        let n = self.compute_class_name(class, depth);
+        match n.as_str() {
+            "System.__Canon" => "__Canon".into(),
+            other => alias(other).to_string(),
+        }
+    }
+
+    /// Names of a function: `Ns.Type<args>.Method<margs>`, its class, and its signature.
+    pub fn function(&self, id: FunctionID) -> FunctionNames {
+        let mut f = FunctionNames::default();
+        let (class, module, token, margs) = match self.info.get_function_info2(id) {
+            Ok(v) => v,
+            Err(_) => {
+                f.name = format!("<function 0x{id:x}>");
+                return f;
+            }
+        };
+        f.class = class;
+        f.module = module;
+        f.token = token;
+        let Some(md) = self.importer(module) else {
+            f.name = format!("<method 0x{token:08x}>");
+            return f;
+        };
+        let props = md.get_method_props(token).ok();
+        let method_name = props.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| format!("<method 0x{token:08x}>"));
+        let typedef = props.as_ref().map(|p| p.class).unwrap_or(0);
+        let class_params = if typedef != 0 { md.generic_param_names(typedef) } else { Vec::new() };
+        let method_params = md.generic_param_names(token);
+        f.class_name = if class != 0 {
+            self.class_name(class).to_string()
+        } else if typedef != 0 && (typedef & 0x00ff_ffff) != 1 {
+            let base = strip_arity(&Self::typedef_name(&md, typedef));
+            if class_params.is_empty() {
+                base
+            } else {
+                format!("{base}<{}>", class_params.join(", "))
+            }
+        } else {
+            String::new()
+        };
+        let margs_s = if !margs.is_empty() {
+            let a: Vec<String> = margs.iter().map(|&c| self.type_arg_name(c, 0)).collect();
+            format!("<{}>", a.join(", "))
+        } else if !method_params.is_empty() {
+            format!("<{}>", method_params.join(", "))
+        } else {
+            String::new()
+        };
+        f.name = if f.class_name.is_empty() {
+            format!("{method_name}{margs_s}")
+        } else {
+            format!("{}.{method_name}{margs_s}", f.class_name)
+        };
+        if let Some(p) = props {
+            let resolver = SigNames { md: &md, class_params: &class_params, method_params: &method_params };
+            f.signature =
+                sig::format_method_sig(&p.signature, &resolver).unwrap_or_else(|| "<unreadable signature>".into());
+        }
+        f
+    }
+}
+
+struct SigNames<'a> {
+    md: &'a MetaDataImport,
+    class_params: &'a [String],
+    method_params: &'a [String],
+}
+
+impl TypeNames for SigNames<'_> {
+    fn token_name(&self, token: u32) -> String {
+        match token >> 24 {
+            0x02 => strip_arity(&Names::typedef_name(self.md, token)),
+            0x01 => strip_arity(&Names::typeref_name(self.md, token)),
+            0x1b => self
+                .md
+                .get_type_spec_from_token(token)
+                .ok()
+                .and_then(|b| sig::format_type_spec(&b, self))
+                .unwrap_or_else(|| format!("<typespec 0x{token:08x}>")),
+            _ => format!("<token 0x{token:08x}>"),
+        }
+    }
+
+    fn type_param(&self, index: u32) -> String {
+        self.class_params.get(index as usize).cloned().unwrap_or_else(|| format!("!{index}"))
+    }
+
+    fn method_param(&self, index: u32) -> String {
+        self.method_params.get(index as usize).cloned().unwrap_or_else(|| format!("!!{index}"))
+    }
+}

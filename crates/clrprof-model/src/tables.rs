@@ -1,0 +1,417 @@
+//! The General Code Profiler's tables: process, threads, app domains, assemblies, modules,
+//! classes and functions, merged from the trace records.
+
+use std::collections::HashMap;
+
+use clrprof_trace::{code_kind, Record};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub command_line: String,
+    pub runtime_version: String,
+    pub runtime_major: u16,
+    pub info_version: u32,
+    pub agent_version: String,
+    pub config: String,
+    pub event_mask_low: u32,
+    pub event_mask_high: u32,
+    /// Wall-clock start, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Exit code from `clrprof record`, when it saw the exit.
+    pub exit_code: Option<i32>,
+    /// Terminating signal, when the process was killed.
+    pub signal: Option<i32>,
+    /// From the agent's start to the exit (or to the last record when the exit was not seen).
+    pub duration_ns: u64,
+    /// True when the agent's `Shutdown` ran (no crash, no kill).
+    pub clean_shutdown: bool,
+    pub records_dropped: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Thread {
+    /// The runtime's ThreadID.
+    pub id: u64,
+    pub os_tid: Option<u32>,
+    /// Last name given (empty when never named).
+    pub name: String,
+    /// Every name the thread had, with the time it was given.
+    pub names: Vec<(u64, String)>,
+    pub created_ns: Option<u64>,
+    pub destroyed_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AppDomain {
+    pub id: u64,
+    pub name: String,
+    pub created_ns: u64,
+    pub unloaded_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Assembly {
+    pub id: u64,
+    pub name: String,
+    pub appdomain: u64,
+    pub module: u64,
+    pub loaded_ns: u64,
+    pub load_ns: u64,
+    pub unloaded_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Module {
+    pub id: u64,
+    pub path: String,
+    pub assembly: u64,
+    pub base_address: u64,
+    pub loaded_ns: u64,
+    pub load_ns: u64,
+    pub unloaded_ns: Option<u64>,
+}
+
+impl Module {
+    /// File name of the module (`System.Private.CoreLib.dll`).
+    pub fn file_name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or(&self.path)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Class {
+    pub id: u64,
+    pub name: String,
+    pub token: u32,
+    pub module: u64,
+    pub loaded_ns: u64,
+    pub unloaded_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Function {
+    pub id: u64,
+    pub name: String,
+    pub class_name: String,
+    pub signature: String,
+    pub token: u32,
+    pub class: u64,
+    pub module: u64,
+    /// Latest code version's start and size.
+    pub code_start: u64,
+    pub code_size: u64,
+    /// Sum of JIT time over all compilations of this function.
+    pub jit_ns: u64,
+    /// How the first code version came to be (see `clrprof_trace::code_kind`).
+    pub kind: u8,
+    /// Number of code versions (tiered compilation recompiles hot methods).
+    pub compilations: u32,
+    pub first_compiled_ns: u64,
+    /// Every code version's (start, size).
+    pub code: Vec<(u64, u64)>,
+    pub unloaded_ns: Option<u64>,
+}
+
+impl Function {
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            code_kind::JIT => "jit",
+            code_kind::PRECOMPILED => "precompiled",
+            code_kind::DYNAMIC => "dynamic",
+            _ => "other",
+        }
+    }
+}
+
+/// Everything a trace says, in deterministic order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Profile {
+    pub process: Process,
+    pub threads: Vec<Thread>,
+    pub appdomains: Vec<AppDomain>,
+    pub assemblies: Vec<Assembly>,
+    pub modules: Vec<Module>,
+    pub classes: Vec<Class>,
+    pub functions: Vec<Function>,
+    /// Agent diagnostics and reader warnings, in order.
+    pub messages: Vec<String>,
+}
+
+impl Profile {
+    pub fn module(&self, id: u64) -> Option<&Module> {
+        self.modules.iter().find(|m| m.id == id)
+    }
+
+    pub fn appdomain(&self, id: u64) -> Option<&AppDomain> {
+        self.appdomains.iter().find(|a| a.id == id)
+    }
+
+    pub fn thread_by_os_tid(&self, tid: u32) -> Option<&Thread> {
+        self.threads.iter().find(|t| t.os_tid == Some(tid))
+    }
+}
+
+/// Folds records into a [`Profile`].
+#[derive(Default)]
+pub struct ProfileBuilder {
+    p: Profile,
+    threads: HashMap<u64, Thread>,
+    appdomains: HashMap<u64, AppDomain>,
+    assemblies: HashMap<u64, Assembly>,
+    modules: HashMap<u64, Module>,
+    classes: HashMap<u64, Class>,
+    functions: HashMap<u64, Function>,
+    last_ts: u64,
+    end_unix_ns: Option<u64>,
+    started: bool,
+}
+
+impl ProfileBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn thread(&mut self, id: u64) -> &mut Thread {
+        self.threads.entry(id).or_insert_with(|| Thread { id, ..Default::default() })
+    }
+
+    pub fn add(&mut self, r: &Record) {
+        use Record as R;
+        match r {
+            R::ProcessStart(s) => {
+                if self.started {
+                    self.p.messages.push("the trace holds a second ProcessStart record; kept the first".into());
+                    return;
+                }
+                self.started = true;
+                let p = &mut self.p.process;
+                p.pid = s.pid;
+                p.command_line = s.command_line.clone();
+                p.runtime_version = s.runtime_version.clone();
+                p.runtime_major = s.runtime_major;
+                p.info_version = s.info_version;
+                p.agent_version = s.agent_version.clone();
+                p.config = s.config.clone();
+                p.event_mask_low = s.event_mask_low;
+                p.event_mask_high = s.event_mask_high;
+                p.start_unix_ns = s.start_unix_ns;
+            }
+            R::AgentStop(s) => {
+                self.p.process.clean_shutdown = true;
+                self.p.process.records_dropped = s.records_dropped;
+                self.last_ts = self.last_ts.max(s.ts);
+                if s.records_dropped > 0 {
+                    self.p.messages.push(format!(
+                        "the agent dropped {} records ({} bytes): the trace sink failed or fell behind",
+                        s.records_dropped, s.bytes_dropped
+                    ));
+                }
+            }
+            R::ProcessExit(e) => {
+                self.p.process.exit_code = e.exit_code;
+                self.p.process.signal = e.signal;
+                self.end_unix_ns = Some(e.end_unix_ns);
+            }
+            R::Message(m) => {
+                let level = match m.level {
+                    0 => "info",
+                    1 => "warning",
+                    _ => "error",
+                };
+                self.p.messages.push(format!("agent {level}: {}", m.text));
+            }
+            R::AppDomainCreated(a) => {
+                self.last_ts = self.last_ts.max(a.ts);
+                let e = self.appdomains.entry(a.id).or_default();
+                e.id = a.id;
+                e.name = a.name.clone();
+                e.created_ns = a.ts;
+            }
+            R::AppDomainUnloaded(a) => {
+                if let Some(e) = self.appdomains.get_mut(&a.id) {
+                    e.unloaded_ns = Some(a.ts);
+                }
+            }
+            R::AssemblyLoaded(a) => {
+                self.last_ts = self.last_ts.max(a.ts);
+                self.assemblies.insert(
+                    a.id,
+                    Assembly {
+                        id: a.id,
+                        name: a.name.clone(),
+                        appdomain: a.appdomain,
+                        module: a.module,
+                        loaded_ns: a.ts,
+                        load_ns: a.load_ns,
+                        unloaded_ns: None,
+                    },
+                );
+            }
+            R::AssemblyUnloaded(a) => {
+                if let Some(e) = self.assemblies.get_mut(&a.id) {
+                    e.unloaded_ns = Some(a.ts);
+                }
+            }
+            R::ModuleLoaded(m) => {
+                self.last_ts = self.last_ts.max(m.ts);
+                let e = self.modules.entry(m.id).or_insert_with(|| Module {
+                    id: m.id,
+                    loaded_ns: m.ts,
+                    ..Default::default()
+                });
+                e.path = m.path.clone();
+                e.base_address = m.base_address;
+                if m.assembly != 0 {
+                    e.assembly = m.assembly;
+                }
+                if m.load_ns != 0 {
+                    e.load_ns = m.load_ns;
+                }
+            }
+            R::ModuleUnloaded(m) => {
+                if let Some(e) = self.modules.get_mut(&m.id) {
+                    e.unloaded_ns = Some(m.ts);
+                }
+            }
+            R::ClassLoaded(c) => {
+                self.last_ts = self.last_ts.max(c.ts);
+                self.classes.insert(
+                    c.id,
+                    Class {
+                        id: c.id,
+                        name: c.name.clone(),
+                        token: c.token,
+                        module: c.module,
+                        loaded_ns: c.ts,
+                        unloaded_ns: None,
+                    },
+                );
+            }
+            R::ClassUnloaded(c) => {
+                if let Some(e) = self.classes.get_mut(&c.id) {
+                    e.unloaded_ns = Some(c.ts);
+                }
+            }
+            R::FunctionCompiled(f) => {
+                self.last_ts = self.last_ts.max(f.ts);
+                let e = self.functions.entry(f.id).or_insert_with(|| Function {
+                    id: f.id,
+                    name: f.name.clone(),
+                    class_name: f.class_name.clone(),
+                    signature: f.signature.clone(),
+                    token: f.token,
+                    class: f.class,
+                    module: f.module,
+                    kind: f.kind,
+                    first_compiled_ns: f.ts,
+                    ..Default::default()
+                });
+                e.code_start = f.code_start;
+                e.code_size = f.code_size;
+                e.jit_ns += f.jit_ns;
+                e.compilations += 1;
+                e.code.push((f.code_start, f.code_size));
+            }
+            R::FunctionUnloaded(f) => {
+                if let Some(e) = self.functions.get_mut(&f.id) {
+                    e.unloaded_ns = Some(f.ts);
+                }
+            }
+            R::ThreadCreated(t) => {
+                self.last_ts = self.last_ts.max(t.ts);
+                self.thread(t.id).created_ns = Some(t.ts);
+            }
+            R::ThreadDestroyed(t) => {
+                self.last_ts = self.last_ts.max(t.ts);
+                self.thread(t.id).destroyed_ns = Some(t.ts);
+            }
+            R::ThreadOsId(t) => {
+                self.thread(t.id).os_tid = Some(t.os_tid);
+            }
+            R::ThreadNamed(t) => {
+                let th = self.thread(t.id);
+                th.name = t.name.clone();
+                th.names.push((t.ts, t.name.clone()));
+            }
+            R::Unknown { .. } => {}
+        }
+    }
+
+    /// A reader warning to keep with the profile (e.g. truncation).
+    pub fn warn(&mut self, message: String) {
+        self.p.messages.push(message);
+    }
+
+    pub fn finish(mut self) -> Profile {
+        let p = &mut self.p;
+        p.process.duration_ns = match self.end_unix_ns {
+            Some(end) if end >= p.process.start_unix_ns && p.process.start_unix_ns != 0 => {
+                end - p.process.start_unix_ns
+            }
+            _ => self.last_ts,
+        };
+        p.threads = self.threads.into_values().collect();
+        p.threads.sort_by_key(|t| (t.created_ns.unwrap_or(u64::MAX), t.id));
+        p.appdomains = self.appdomains.into_values().collect();
+        p.appdomains.sort_by_key(|a| (a.created_ns, a.id));
+        p.assemblies = self.assemblies.into_values().collect();
+        p.assemblies.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+        p.modules = self.modules.into_values().collect();
+        p.modules.sort_by(|a, b| a.path.cmp(&b.path).then(a.id.cmp(&b.id)));
+        p.classes = self.classes.into_values().collect();
+        p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+        p.functions = self.functions.into_values().collect();
+        p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
+        self.p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_trace::*;
+
+    #[test]
+    fn merges_records_into_sorted_tables() {
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 5, start_unix_ns: 1_000, runtime_version: "10.0.1".into(), ..Default::default() }
+                .into(),
+            ThreadCreated { ts: 10, id: 2 }.into(),
+            ThreadCreated { ts: 5, id: 1 }.into(),
+            ThreadOsId { ts: 11, id: 2, os_tid: 77 }.into(),
+            ThreadNamed { ts: 12, id: 2, name: "a".into() }.into(),
+            ThreadNamed { ts: 13, id: 2, name: "b".into() }.into(),
+            ModuleLoaded { ts: 1, id: 9, assembly: 0, path: "/x/App.dll".into(), base_address: 0x1000, load_ns: 50 }
+                .into(),
+            ModuleLoaded { ts: 2, id: 9, assembly: 8, path: "/x/App.dll".into(), base_address: 0x1000, load_ns: 0 }
+                .into(),
+            FunctionCompiled { ts: 20, id: 3, name: "B.M".into(), code_size: 10, jit_ns: 7, ..Default::default() }
+                .into(),
+            FunctionCompiled { ts: 30, id: 3, name: "B.M".into(), code_size: 12, jit_ns: 3, ..Default::default() }
+                .into(),
+            FunctionCompiled { ts: 25, id: 4, name: "A.M".into(), code_size: 5, ..Default::default() }.into(),
+            AgentStop { ts: 40, ..Default::default() }.into(),
+            ProcessExit { end_unix_ns: 2_000, exit_code: Some(3), signal: None }.into(),
+        ];
+        let mut b = ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.finish();
+        assert_eq!(p.threads.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(p.threads[1].name, "b");
+        assert_eq!(p.threads[1].names.len(), 2);
+        assert_eq!(p.threads[1].os_tid, Some(77));
+        assert_eq!(p.modules[0].assembly, 8);
+        assert_eq!(p.modules[0].load_ns, 50);
+        assert_eq!(p.modules[0].file_name(), "App.dll");
+        assert_eq!(p.functions.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), vec!["A.M", "B.M"]);
+        assert_eq!(p.functions[1].compilations, 2);
+        assert_eq!(p.functions[1].jit_ns, 10);
+        assert_eq!(p.functions[1].code_size, 12);
+        assert_eq!(p.process.exit_code, Some(3));
+        assert_eq!(p.process.duration_ns, 1_000);
+        assert!(p.process.clean_shutdown);
+    }
+}

@@ -1,0 +1,477 @@
+//! Safe wrappers over `ICorProfilerInfo1..15`. Each wrapper checks that the runtime's interface
+//! version has the slot, checks the HRESULT before reading out-parameters, and sizes string
+//! buffers from the runtime's answer.
+
+use std::ffi::c_void;
+use std::mem::transmute;
+
+use crate::consts::*;
+use crate::types::*;
+
+/// A failed call: the method's name and its HRESULT (or `E_NOTIMPL` when the runtime's
+/// interface version lacks the method).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HrError {
+    pub method: &'static str,
+    pub hr: HRESULT,
+}
+
+impl std::fmt::Display for HrError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed with HRESULT 0x{:08X}", self.method, self.hr as u32)
+    }
+}
+
+impl std::error::Error for HrError {}
+
+pub type HrResult<T> = Result<T, HrError>;
+
+fn check(method: &'static str, hr: HRESULT) -> HrResult<()> {
+    if hr >= 0 {
+        Ok(())
+    } else {
+        Err(HrError { method, hr })
+    }
+}
+
+/// Converts a runtime UTF-16 buffer whose reported length may include the terminating NUL.
+pub fn utf16_to_string(buf: &[u16]) -> String {
+    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
+    String::from_utf16_lossy(&buf[..end])
+}
+
+/// UTF-16, NUL-terminated, for passing strings to the runtime.
+pub fn to_utf16z(s: &str) -> Vec<u16> {
+    s.encode_utf16().chain(std::iter::once(0)).collect()
+}
+
+/// Reads a runtime-owned UTF-16 string of `len` units.
+///
+/// # Safety
+/// `ptr` must point to `len` readable `u16`s (or be null, giving an empty string).
+pub unsafe fn utf16_from_raw(ptr: *const u16, len: usize) -> String {
+    if ptr.is_null() || len == 0 {
+        return String::new();
+    }
+    // Safety: guaranteed by the caller.
+    utf16_to_string(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// Views a runtime-owned array as a slice for the duration of a callback.
+///
+/// # Safety
+/// `ptr` must point to `len` valid `T`s that outlive the returned slice (or be null).
+pub unsafe fn slice_from_raw<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    // Safety: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(ptr, len) }
+}
+
+/// Calls a "two-call" string API: first with a stack-sized buffer, again with the exact size when
+/// the name did not fit.
+fn read_string(mut call: impl FnMut(u32, *mut u32, *mut u16) -> HRESULT, method: &'static str) -> HrResult<String> {
+    let mut buf = vec![0u16; 512];
+    let mut needed: u32 = 0;
+    check(method, call(buf.len() as u32, &mut needed, buf.as_mut_ptr()))?;
+    if needed as usize > buf.len() {
+        buf = vec![0u16; needed as usize];
+        check(method, call(buf.len() as u32, &mut needed, buf.as_mut_ptr()))?;
+    }
+    let n = (needed as usize).min(buf.len());
+    Ok(utf16_to_string(&buf[..n]))
+}
+
+/// Runtime version as reported by `GetRuntimeInformation`.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeInfo {
+    pub runtime_type: u32,
+    pub major: u16,
+    pub minor: u16,
+    pub build: u16,
+    pub qfe: u16,
+    pub version_string: String,
+}
+
+/// `ICorProfilerInfoN`, N being the newest version the runtime answered.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfilerInfo {
+    ptr: *mut c_void,
+    version: u32,
+}
+
+// Safety: ICorProfilerInfo is free-threaded; the runtime documents it as callable from any thread.
+unsafe impl Send for ProfilerInfo {}
+// Safety: as above.
+unsafe impl Sync for ProfilerInfo {}
+
+/// `StackSnapshotCallback`.
+pub type StackSnapshotCallback =
+    unsafe extern "system" fn(FunctionID, usize, usize, u32, *const u8, *mut c_void) -> HRESULT;
+/// `FunctionIDMapper2`.
+pub type FunctionIdMapper2 = unsafe extern "system" fn(FunctionID, *mut c_void, *mut BOOL) -> usize;
+
+macro_rules! slot {
+    ($self:ident, $idx:expr, $name:literal, fn($($t:ty),* $(,)?)) => {{
+        let raw = $self.slot_checked($idx, $name)?;
+        // Safety: the vtable has slot $idx (checked) and it has this signature in corprof.idl.
+        let f: unsafe extern "system" fn(*mut c_void $(, $t)*) -> HRESULT = unsafe { transmute(raw) };
+        f
+    }};
+}
+
+impl ProfilerInfo {
+    /// QIs the runtime's `IUnknown` for the newest `ICorProfilerInfoN` it implements.
+    ///
+    /// # Safety
+    /// `unknown` must be the `IUnknown*` given to `Initialize`/`InitializeForAttach`.
+    pub unsafe fn from_unknown(unknown: *const c_void) -> Option<ProfilerInfo> {
+        if unknown.is_null() {
+            return None;
+        }
+        type Qi = unsafe extern "system" fn(*mut c_void, *const GUID, *mut *mut c_void) -> HRESULT;
+        // Safety: a COM object's first word is its vtable; slot 0 is QueryInterface.
+        let qi: Qi = unsafe { transmute(**(unknown as *const *const usize)) };
+        for v in (1..=IID_ICORPROFILERINFO.len()).rev() {
+            let mut out: *mut c_void = std::ptr::null_mut();
+            // Safety: a valid QI call; `out` receives an AddRef'd pointer kept for the process lifetime.
+            let hr = unsafe { qi(unknown as *mut c_void, &IID_ICORPROFILERINFO[v - 1], &mut out) };
+            if hr >= 0 && !out.is_null() {
+                return Some(ProfilerInfo { ptr: out, version: v as u32 });
+            }
+        }
+        None
+    }
+
+    /// The interface version obtained (1..=15).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn slot_checked(&self, idx: usize, method: &'static str) -> HrResult<usize> {
+        if idx >= INFO_VTABLE_LEN[self.version as usize - 1] {
+            return Err(HrError { method, hr: E_NOTIMPL });
+        }
+        // Safety: `ptr` is a live COM object whose vtable has INFO_VTABLE_LEN[version-1] slots.
+        Ok(unsafe { *(*(self.ptr as *const *const usize)).add(idx) })
+    }
+
+    pub fn set_event_mask2(&self, low: u32, high: u32) -> HrResult<()> {
+        if self.version < 5 {
+            if high != 0 {
+                return Err(HrError { method: "SetEventMask2", hr: E_NOTIMPL });
+            }
+            let f = slot!(self, 16, "SetEventMask", fn(u32));
+            // Safety: valid call on a live interface.
+            return check("SetEventMask", unsafe { f(self.ptr, low) });
+        }
+        let f = slot!(self, 82, "SetEventMask2", fn(u32, u32));
+        // Safety: valid call on a live interface.
+        check("SetEventMask2", unsafe { f(self.ptr, low, high) })
+    }
+
+    pub fn get_event_mask2(&self) -> HrResult<(u32, u32)> {
+        let f = slot!(self, 81, "GetEventMask2", fn(*mut u32, *mut u32));
+        let (mut lo, mut hi) = (0u32, 0u32);
+        // Safety: valid call with writable out-params.
+        check("GetEventMask2", unsafe { f(self.ptr, &mut lo, &mut hi) })?;
+        Ok((lo, hi))
+    }
+
+    pub fn get_runtime_information(&self) -> HrResult<RuntimeInfo> {
+        let f = slot!(
+            self,
+            67,
+            "GetRuntimeInformation",
+            fn(*mut u16, *mut u32, *mut u16, *mut u16, *mut u16, *mut u16, u32, *mut u32, *mut u16)
+        );
+        let mut r = RuntimeInfo::default();
+        let mut clr_id = 0u16;
+        let (mut rt, mut ma, mut mi, mut bu, mut qf) = (0u32, 0u16, 0u16, 0u16, 0u16);
+        r.version_string = read_string(
+            // Safety: valid call; buffers sized by `read_string`.
+            |cch, pcch, buf| unsafe {
+                f(self.ptr, &mut clr_id, &mut rt, &mut ma, &mut mi, &mut bu, &mut qf, cch, pcch, buf)
+            },
+            "GetRuntimeInformation",
+        )?;
+        r.runtime_type = rt;
+        r.major = ma;
+        r.minor = mi;
+        r.build = bu;
+        r.qfe = qf;
+        Ok(r)
+    }
+
+    /// The current thread's `ThreadID` (`CORPROF_E_NOT_MANAGED_THREAD` on runtime-internal threads).
+    pub fn get_current_thread_id(&self) -> HrResult<ThreadID> {
+        let f = slot!(self, 13, "GetCurrentThreadID", fn(*mut ThreadID));
+        let mut id = 0;
+        // Safety: valid call with writable out-param.
+        check("GetCurrentThreadID", unsafe { f(self.ptr, &mut id) })?;
+        Ok(id)
+    }
+
+    /// The OS thread id (kernel tid on Linux) of a managed thread.
+    pub fn get_thread_info(&self, thread: ThreadID) -> HrResult<u32> {
+        let f = slot!(self, 12, "GetThreadInfo", fn(ThreadID, *mut u32));
+        let mut tid = 0u32;
+        // Safety: valid call with writable out-param.
+        check("GetThreadInfo", unsafe { f(self.ptr, thread, &mut tid) })?;
+        Ok(tid)
+    }
+
+    pub fn get_app_domain_info(&self, id: AppDomainID) -> HrResult<String> {
+        let f = slot!(self, 25, "GetAppDomainInfo", fn(AppDomainID, u32, *mut u32, *mut u16, *mut usize));
+        let mut pid = 0usize;
+        // Safety: valid call; buffers sized by `read_string`.
+        read_string(|cch, pcch, buf| unsafe { f(self.ptr, id, cch, pcch, buf, &mut pid) }, "GetAppDomainInfo")
+    }
+
+    /// (name, app domain, manifest module).
+    pub fn get_assembly_info(&self, id: AssemblyID) -> HrResult<(String, AppDomainID, ModuleID)> {
+        let f = slot!(
+            self,
+            26,
+            "GetAssemblyInfo",
+            fn(AssemblyID, u32, *mut u32, *mut u16, *mut AppDomainID, *mut ModuleID)
+        );
+        let (mut ad, mut m) = (0usize, 0usize);
+        // Safety: valid call; buffers sized by `read_string`.
+        let name = read_string(
+            |cch, pcch, buf| unsafe { f(self.ptr, id, cch, pcch, buf, &mut ad, &mut m) },
+            "GetAssemblyInfo",
+        )?;
+        Ok((name, ad, m))
+    }
+
+    /// (path, base load address, assembly).
+    pub fn get_module_info(&self, id: ModuleID) -> HrResult<(String, usize, AssemblyID)> {
+        let f = slot!(self, 20, "GetModuleInfo", fn(ModuleID, *mut usize, u32, *mut u32, *mut u16, *mut AssemblyID));
+        let (mut base, mut asm) = (0usize, 0usize);
+        // Safety: valid call; buffers sized by `read_string`.
+        let name = read_string(
+            |cch, pcch, buf| unsafe { f(self.ptr, id, &mut base, cch, pcch, buf, &mut asm) },
+            "GetModuleInfo",
+        )?;
+        Ok((name, base, asm))
+    }
+
+    /// The module's metadata importer (`IMetaDataImport2`, else `IMetaDataImport`), or `None` for
+    /// modules without metadata (resource modules).
+    pub fn get_module_metadata(&self, id: ModuleID) -> HrResult<Option<crate::metadata::MetaDataImport>> {
+        let f = slot!(self, 21, "GetModuleMetaData", fn(ModuleID, u32, *const GUID, *mut *mut c_void));
+        for (iid, v2) in [(&IID_IMETADATAIMPORT2, true), (&IID_IMETADATAIMPORT, false)] {
+            let mut out: *mut c_void = std::ptr::null_mut();
+            // Safety: valid call (ofRead = 0) with writable out-param.
+            let hr = unsafe { f(self.ptr, id, 0, iid, &mut out) };
+            if hr >= 0 && !out.is_null() {
+                // Safety: `out` is an AddRef'd IMetaDataImport(2) pointer whose ownership we take.
+                return Ok(Some(unsafe { crate::metadata::MetaDataImport::from_raw(out, v2) }));
+            }
+            if hr < 0 && hr != E_NOINTERFACE {
+                return Err(HrError { method: "GetModuleMetaData", hr });
+            }
+        }
+        Ok(None)
+    }
+
+    /// (class, module, token, type arguments). `class` is 0 for code shared between
+    /// reference-type instantiations.
+    pub fn get_function_info2(&self, id: FunctionID) -> HrResult<(ClassID, ModuleID, mdToken, Vec<ClassID>)> {
+        let f = slot!(
+            self,
+            38,
+            "GetFunctionInfo2",
+            fn(FunctionID, usize, *mut ClassID, *mut ModuleID, *mut mdToken, u32, *mut u32, *mut ClassID)
+        );
+        let (mut c, mut m, mut t, mut n) = (0usize, 0usize, 0u32, 0u32);
+        let mut args = [0usize; 16];
+        // Safety: valid call; the array holds 16 entries as announced.
+        check("GetFunctionInfo2", unsafe {
+            f(self.ptr, id, 0, &mut c, &mut m, &mut t, 16, &mut n, args.as_mut_ptr())
+        })?;
+        let mut v = args[..(n as usize).min(16)].to_vec();
+        if n as usize > 16 {
+            v = vec![0usize; n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetFunctionInfo2", unsafe {
+                f(self.ptr, id, 0, &mut c, &mut m, &mut t, n, &mut n, v.as_mut_ptr())
+            })?;
+            v.truncate(n as usize);
+        }
+        Ok((c, m, t, v))
+    }
+
+    /// (module, typedef token, parent class, type arguments). Arrays and other composite
+    /// classes fail with `CORPROF_E_CLASSID_IS_ARRAY`/`_COMPOSITE`.
+    pub fn get_class_id_info2(&self, id: ClassID) -> HrResult<(ModuleID, mdTypeDef, ClassID, Vec<ClassID>)> {
+        let f = slot!(
+            self,
+            41,
+            "GetClassIDInfo2",
+            fn(ClassID, *mut ModuleID, *mut mdTypeDef, *mut ClassID, u32, *mut u32, *mut ClassID)
+        );
+        let (mut m, mut t, mut p, mut n) = (0usize, 0u32, 0usize, 0u32);
+        let mut args = [0usize; 16];
+        // Safety: valid call; the array holds 16 entries as announced.
+        check("GetClassIDInfo2", unsafe { f(self.ptr, id, &mut m, &mut t, &mut p, 16, &mut n, args.as_mut_ptr()) })?;
+        let mut v = args[..(n as usize).min(16)].to_vec();
+        if n as usize > 16 {
+            v = vec![0usize; n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetClassIDInfo2", unsafe { f(self.ptr, id, &mut m, &mut t, &mut p, n, &mut n, v.as_mut_ptr()) })?;
+            v.truncate(n as usize);
+        }
+        Ok((m, t, p, v))
+    }
+
+    /// (element type, element class, rank) when `id` is an array class, `None` otherwise.
+    pub fn is_array_class(&self, id: ClassID) -> HrResult<Option<(u32, ClassID, u32)>> {
+        let f = slot!(self, 11, "IsArrayClass", fn(ClassID, *mut u32, *mut ClassID, *mut u32));
+        let (mut et, mut base, mut rank) = (0u32, 0usize, 0u32);
+        // Safety: valid call with writable out-params.
+        let hr = unsafe { f(self.ptr, id, &mut et, &mut base, &mut rank) };
+        check("IsArrayClass", hr)?;
+        Ok((hr == S_OK).then_some((et, base, rank)))
+    }
+
+    /// Native code regions of a compiled function.
+    pub fn get_code_info2(&self, id: FunctionID) -> HrResult<Vec<CodeInfo>> {
+        let f = slot!(self, 42, "GetCodeInfo2", fn(FunctionID, u32, *mut u32, *mut CodeInfo));
+        let mut infos = [CodeInfo::default(); 4];
+        let mut n = 0u32;
+        // Safety: valid call; the array holds 4 entries as announced.
+        check("GetCodeInfo2", unsafe { f(self.ptr, id, 4, &mut n, infos.as_mut_ptr()) })?;
+        let mut v = infos[..(n as usize).min(4)].to_vec();
+        if n as usize > 4 {
+            v = vec![CodeInfo::default(); n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetCodeInfo2", unsafe { f(self.ptr, id, n, &mut n, v.as_mut_ptr()) })?;
+            v.truncate(n as usize);
+        }
+        Ok(v)
+    }
+
+    pub fn get_class_from_object(&self, object: ObjectID) -> HrResult<ClassID> {
+        let f = slot!(self, 3, "GetClassFromObject", fn(ObjectID, *mut ClassID));
+        let mut c = 0usize;
+        // Safety: valid call with writable out-param.
+        check("GetClassFromObject", unsafe { f(self.ptr, object, &mut c) })?;
+        Ok(c)
+    }
+
+    /// The managed function whose code contains `ip` (not signal-safe).
+    pub fn get_function_from_ip(&self, ip: usize) -> HrResult<FunctionID> {
+        let f = slot!(self, 7, "GetFunctionFromIP", fn(usize, *mut FunctionID));
+        let mut id = 0usize;
+        // Safety: valid call with writable out-param.
+        check("GetFunctionFromIP", unsafe { f(self.ptr, ip, &mut id) })?;
+        Ok(id)
+    }
+
+    /// Registers the function-id mapper called as methods are JIT-compiled.
+    ///
+    /// # Safety
+    /// `mapper` must accept `data` for the rest of the process lifetime.
+    pub unsafe fn set_function_id_mapper2(&self, mapper: FunctionIdMapper2, data: *mut c_void) -> HrResult<()> {
+        let f = slot!(self, 59, "SetFunctionIDMapper2", fn(FunctionIdMapper2, *mut c_void));
+        // Safety: valid call; `mapper` lives for the process lifetime.
+        check("SetFunctionIDMapper2", unsafe { f(self.ptr, mapper, data) })
+    }
+
+    /// Installs fast-path ELT hooks (raw code addresses of naked stubs).
+    pub fn set_enter_leave_function_hooks3(&self, enter: usize, leave: usize, tailcall: usize) -> HrResult<()> {
+        let f = slot!(self, 61, "SetEnterLeaveFunctionHooks3", fn(usize, usize, usize));
+        // Safety: valid call; the hooks live for the process lifetime.
+        check("SetEnterLeaveFunctionHooks3", unsafe { f(self.ptr, enter, leave, tailcall) })
+    }
+
+    /// Must be called once on a native thread before it suspends the runtime.
+    pub fn initialize_current_thread(&self) -> HrResult<()> {
+        let f = slot!(self, 72, "InitializeCurrentThread", fn());
+        // Safety: valid call.
+        check("InitializeCurrentThread", unsafe { f(self.ptr) })
+    }
+
+    pub fn suspend_runtime(&self) -> HrResult<()> {
+        let f = slot!(self, 97, "SuspendRuntime", fn());
+        // Safety: valid call.
+        check("SuspendRuntime", unsafe { f(self.ptr) })
+    }
+
+    pub fn resume_runtime(&self) -> HrResult<()> {
+        let f = slot!(self, 98, "ResumeRuntime", fn());
+        // Safety: valid call.
+        check("ResumeRuntime", unsafe { f(self.ptr) })
+    }
+
+    /// Walks `thread`'s managed stack, calling `callback(function, ip, frame_info, ctx_len, ctx, data)`.
+    ///
+    /// # Safety
+    /// `callback` must treat `data` as the type the caller passes.
+    pub unsafe fn do_stack_snapshot(
+        &self,
+        thread: ThreadID,
+        callback: StackSnapshotCallback,
+        flags: u32,
+        data: *mut c_void,
+    ) -> HrResult<()> {
+        let f =
+            slot!(self, 36, "DoStackSnapshot", fn(ThreadID, StackSnapshotCallback, u32, *mut c_void, *const u8, u32));
+        // Safety: valid call; no seed context.
+        check("DoStackSnapshot", unsafe { f(self.ptr, thread, callback, flags, data, std::ptr::null(), 0) })
+    }
+
+    /// Every managed thread the runtime knows (`ICorProfilerInfo4::EnumThreads`).
+    pub fn enum_threads(&self) -> HrResult<Vec<ThreadID>> {
+        let f = slot!(self, 71, "EnumThreads", fn(*mut *mut c_void));
+        let mut e: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with writable out-param.
+        check("EnumThreads", unsafe { f(self.ptr, &mut e) })?;
+        if e.is_null() {
+            return Ok(Vec::new());
+        }
+        // Safety: `e` is an ICorProfilerThreadEnum (IUnknown + Skip, Reset, Clone, GetCount, Next).
+        unsafe {
+            let vt = *(e as *const *const usize);
+            let next: unsafe extern "system" fn(*mut c_void, u32, *mut ThreadID, *mut u32) -> HRESULT =
+                transmute(*vt.add(7));
+            let release: unsafe extern "system" fn(*mut c_void) -> u32 = transmute(*vt.add(2));
+            let mut out = Vec::new();
+            let mut buf = [0usize; 64];
+            loop {
+                let mut got = 0u32;
+                let hr = next(e, buf.len() as u32, buf.as_mut_ptr(), &mut got);
+                out.extend_from_slice(&buf[..(got as usize).min(buf.len())]);
+                if hr != S_OK || got == 0 {
+                    break;
+                }
+            }
+            release(e);
+            Ok(out)
+        }
+    }
+
+    pub fn get_token_and_metadata_from_function(
+        &self,
+        id: FunctionID,
+    ) -> HrResult<(crate::metadata::MetaDataImport, mdToken)> {
+        let f = slot!(
+            self,
+            19,
+            "GetTokenAndMetaDataFromFunction",
+            fn(FunctionID, *const GUID, *mut *mut c_void, *mut mdToken)
+        );
+        let mut out: *mut c_void = std::ptr::null_mut();
+        let mut tok = 0u32;
+        // Safety: valid call with writable out-params.
+        check("GetTokenAndMetaDataFromFunction", unsafe { f(self.ptr, id, &IID_IMETADATAIMPORT, &mut out, &mut tok) })?;
+        if out.is_null() {
+            return Err(HrError { method: "GetTokenAndMetaDataFromFunction", hr: E_POINTER });
+        }
+        // Safety: `out` is an AddRef'd IMetaDataImport whose ownership we take.
+        Ok((unsafe { crate::metadata::MetaDataImport::from_raw(out, false) }, tok))
+    }
+}

@@ -1,0 +1,147 @@
+//! Record types of trace format v1. Each record is `u16 tag, u32 body length, body`; the body's
+//! fields are listed here in order (see docs/trace-format.md). Timestamps (`ts`) are nanoseconds
+//! since the agent started (CLOCK_MONOTONIC); ids are the runtime's (pointers) unless noted.
+
+use crate::codec::{Field, Reader};
+use crate::DecodeError;
+
+macro_rules! records {
+    ( $( $(#[$doc:meta])* $tag:literal $name:ident { $( $(#[$fdoc:meta])* $field:ident : $ty:ty ),* $(,)? } )* ) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone, Debug, PartialEq, Default)]
+            pub struct $name { $( $(#[$fdoc])* pub $field: $ty, )* }
+
+            impl $name {
+                pub const TAG: u16 = $tag;
+            }
+
+            impl From<$name> for Record {
+                fn from(r: $name) -> Record { Record::$name(r) }
+            }
+        )*
+
+        /// Every record of the format. `Unknown` keeps records of tags this version does not know
+        /// (written by a newer agent of the same major version); readers skip them.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Record {
+            $( $name($name), )*
+            Unknown { tag: u16, len: u32 },
+        }
+
+        impl Record {
+            /// The record's tag.
+            pub fn tag(&self) -> u16 {
+                match self { $( Record::$name(_) => $tag, )* Record::Unknown { tag, .. } => *tag }
+            }
+
+            /// The record's name, as in docs/trace-format.md.
+            pub fn name(&self) -> &'static str {
+                match self { $( Record::$name(_) => stringify!($name), )* Record::Unknown { .. } => "Unknown" }
+            }
+
+            /// Appends the record (tag, length, body) to `out`.
+            pub fn encode(&self, out: &mut Vec<u8>) {
+                let start = out.len();
+                out.extend_from_slice(&self.tag().to_le_bytes());
+                out.extend_from_slice(&[0u8; 4]);
+                match self {
+                    $( Record::$name(r) => { $( r.$field.put(out); )* } )*
+                    Record::Unknown { .. } => {}
+                }
+                let len = (out.len() - start - 6) as u32;
+                out[start + 2..start + 6].copy_from_slice(&len.to_le_bytes());
+            }
+
+            /// Decodes one record body of the given tag.
+            pub fn decode(tag: u16, body: &[u8]) -> Result<Record, DecodeError> {
+                let mut r = Reader::new(body);
+                let _ = &mut r;
+                Ok(match tag {
+                    $( $tag => Record::$name($name { $( $field: <$ty as Field>::get(&mut r)?, )* }), )*
+                    _ => Record::Unknown { tag, len: body.len() as u32 },
+                })
+            }
+        }
+    };
+}
+
+/// How a function's code came to be.
+pub mod code_kind {
+    /// JIT-compiled (`JITCompilationFinished`).
+    pub const JIT: u8 = 0;
+    /// Precompiled ReadyToRun code found in an image (`JITCachedFunctionSearchFinished`).
+    pub const PRECOMPILED: u8 = 1;
+    /// A dynamic method (`DynamicMethodJITCompilationFinished`): LCG, IL stubs.
+    pub const DYNAMIC: u8 = 2;
+}
+
+records! {
+    /// First record of every trace: who was profiled and how.
+    1 ProcessStart {
+        pid: u32,
+        /// Wall-clock time (ns since the Unix epoch) at `ts` = 0.
+        start_unix_ns: u64,
+        command_line: String,
+        /// e.g. "10.0.12".
+        runtime_version: String,
+        runtime_major: u16,
+        /// Newest ICorProfilerInfo version the runtime offered.
+        info_version: u32,
+        event_mask_low: u32,
+        event_mask_high: u32,
+        agent_version: String,
+        /// The agent's effective configuration, `key=value` lines.
+        config: String,
+    }
+    /// The agent stopped cleanly (`Shutdown`); absent after a crash or `kill -9`.
+    2 AgentStop { ts: u64, records_written: u64, records_dropped: u64, bytes_dropped: u64 }
+    /// Appended by `clrprof record` after the child exited.
+    3 ProcessExit {
+        /// Wall-clock time (ns since the Unix epoch) of the exit.
+        end_unix_ns: u64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    }
+    /// A diagnostic from the agent worth keeping with the data (level: 0 info, 1 warning, 2 error).
+    4 Message { ts: u64, level: u8, text: String }
+
+    10 AppDomainCreated { ts: u64, id: u64, name: String }
+    11 AppDomainUnloaded { ts: u64, id: u64 }
+    12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
+    13 AssemblyUnloaded { ts: u64, id: u64 }
+    14 ModuleLoaded { ts: u64, id: u64, assembly: u64, path: String, base_address: u64, load_ns: u64 }
+    15 ModuleUnloaded { ts: u64, id: u64 }
+    16 ClassLoaded { ts: u64, id: u64, module: u64, token: u32, name: String }
+    17 ClassUnloaded { ts: u64, id: u64 }
+    /// A function got native code. A function recompiled by tiering gets one record per version.
+    18 FunctionCompiled {
+        ts: u64,
+        id: u64,
+        /// OS thread id of the compiling thread.
+        os_tid: u32,
+        /// 0 for code shared between reference-type instantiations.
+        class: u64,
+        module: u64,
+        token: u32,
+        /// `Namespace.Type.Method`, nested types joined with `+`, generic arguments in `<>`.
+        name: String,
+        /// The declaring type's name (as in `name`).
+        class_name: String,
+        /// `ReturnType (ParamType, ...)`.
+        signature: String,
+        code_start: u64,
+        code_size: u64,
+        /// Time from JITCompilationStarted to Finished (0 for precompiled code).
+        jit_ns: u64,
+        /// See [`code_kind`].
+        kind: u8,
+        /// IL size in bytes, 0 when unknown.
+        il_size: u32,
+    }
+    19 FunctionUnloaded { ts: u64, id: u64 }
+    20 ThreadCreated { ts: u64, id: u64 }
+    21 ThreadDestroyed { ts: u64, id: u64 }
+    22 ThreadOsId { ts: u64, id: u64, os_tid: u32 }
+    23 ThreadNamed { ts: u64, id: u64, name: String }
+}

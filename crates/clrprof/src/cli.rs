@@ -1,0 +1,132 @@
+//! Command-line parsing (clap stays here) and conversion to the engine's plain option structs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::record::RecordOptions;
+use crate::report::{Format, ReportOptions, View};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "clrprof",
+    version,
+    about = "A profiler for .NET applications on Linux",
+    after_help = "Examples:\n  clrprof record -- dotnet app.dll arg1\n  clrprof record -o run.clrprof -- ./MyApp\n  clrprof report run.clrprof\n  clrprof report run.clrprof --format json -o run.json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command under the profiler and save its trace.
+    #[command(
+        after_help = "Examples:\n  clrprof record -- dotnet app.dll\n  clrprof record -o app.clrprof --log agent.log -- dotnet app.dll --port 8080"
+    )]
+    Record(RecordArgs),
+    /// Print a report from a trace.
+    #[command(
+        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view tables --format json"
+    )]
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// Trace file to write [default: <program>-<pid>.clrprof in the current directory]
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
+    #[arg(long, value_name = "PATH")]
+    agent: Option<PathBuf>,
+    /// Write the agent's diagnostics to this file
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Do not record class loads (smaller traces for large apps)
+    #[arg(long)]
+    no_classes: bool,
+    /// The command to profile, after `--`
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct ReportArgs {
+    /// The trace file
+    #[arg(value_name = "FILE")]
+    trace: PathBuf,
+    /// What to show
+    #[arg(long, value_enum, default_value_t = ViewArg::Tables)]
+    view: ViewArg,
+    /// Output format
+    #[arg(short, long, value_enum, default_value_t = FormatArg::Text)]
+    format: FormatArg,
+    /// Write the report to FILE instead of standard output
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ViewArg {
+    /// The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions
+    Tables,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FormatArg {
+    Text,
+    Json,
+}
+
+pub fn run() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Record(a) => {
+            let opts = RecordOptions {
+                output: a.output,
+                agent: a.agent,
+                log: a.log,
+                classes: !a.no_classes,
+                command: a.command,
+            };
+            crate::record::record(&opts)
+        }
+        Command::Report(a) => {
+            let opts = ReportOptions {
+                trace: a.trace,
+                view: match a.view {
+                    ViewArg::Tables => View::Tables,
+                },
+                format: match a.format {
+                    FormatArg::Text => Format::Text,
+                    FormatArg::Json => Format::Json,
+                },
+                output: a.output,
+            };
+            crate::report::report(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A fix for errors users commonly hit.
+pub fn hint_for(e: &anyhow::Error) -> Option<&'static str> {
+    for cause in e.chain() {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::NotFound {
+                let text = format!("{e:#}");
+                if text.contains("dotnet") {
+                    return Some("install the .NET SDK or runtime (8 or newer) and make sure `dotnet` is on PATH");
+                }
+            }
+        }
+        if let Some(crate::record::AgentMissing(_)) = cause.downcast_ref() {
+            return Some("build the agent with `cargo build --release -p clrprof-agent`, or pass --agent /path/to/libclrprof_agent.so");
+        }
+    }
+    None
+}

@@ -1,0 +1,21 @@
+//! `clrprof`: launch a .NET program under the profiler and turn its trace into reports.
+
+mod cli;
+mod load;
+mod record;
+mod report;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("clrprof: error: {e:#}");
+            if let Some(hint) = cli::hint_for(&e) {
+                eprintln!("clrprof: hint: {hint}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! `clrprof record`: the classic launcher. Sets the profiling environment for one child only,
+//! passes stdin/stdout/stderr and the exit code through, survives Ctrl-C so the trace is kept,
+//! then appends the exit status to the trace and says where it is.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::{bail, Context, Result};
+use clrprof_trace::{encode_records, ProcessExit, Record, AGENT_CLSID};
+
+/// Options of `clrprof record`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RecordOptions {
+    /// Trace path; `None` = `<program>-<pid>.clrprof`.
+    pub output: Option<PathBuf>,
+    /// Agent library; `None` = found next to the executable.
+    pub agent: Option<PathBuf>,
+    /// Agent diagnostics file.
+    pub log: Option<PathBuf>,
+    /// Record class loads.
+    pub classes: bool,
+    /// Program and arguments.
+    pub command: Vec<String>,
+}
+
+/// The agent library could not be found.
+#[derive(Debug)]
+pub struct AgentMissing(pub String);
+
+impl std::fmt::Display for AgentMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "agent library not found: {}", self.0)
+    }
+}
+
+impl std::error::Error for AgentMissing {}
+
+pub const AGENT_FILE: &str = "libclrprof_agent.so";
+
+/// Finds the agent: `--agent`, `$CLRPROF_AGENT_PATH`, next to the executable, `../lib/clrprof/`.
+pub fn find_agent(explicit: Option<&Path>) -> Result<PathBuf> {
+    let check = |p: PathBuf| -> Result<PathBuf> {
+        if p.is_file() {
+            Ok(std::fs::canonicalize(&p).with_context(|| format!("cannot resolve {}", p.display()))?)
+        } else {
+            Err(AgentMissing(format!("{} does not exist", p.display())).into())
+        }
+    };
+    if let Some(p) = explicit {
+        return check(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("CLRPROF_AGENT_PATH").filter(|v| !v.is_empty()) {
+        return check(PathBuf::from(p)).context("$CLRPROF_AGENT_PATH");
+    }
+    let exe = std::env::current_exe().context("cannot locate the clrprof executable")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join(AGENT_FILE), dir.join("../lib/clrprof").join(AGENT_FILE)];
+    for c in &candidates {
+        if c.is_file() {
+            return check(c.clone());
+        }
+    }
+    Err(AgentMissing(format!("looked for {} next to {}", AGENT_FILE, exe.display())).into())
+}
+
+/// The program's name for default trace names: `app` for `dotnet app.dll`, else the file name.
+pub fn program_name(command: &[String]) -> String {
+    let base =
+        |s: &str| Path::new(s).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| s.to_string());
+    let first = command.first().map(|s| base(s)).unwrap_or_else(|| "app".into());
+    let name = if first == "dotnet" {
+        command
+            .iter()
+            .skip(1)
+            .find(|a| a.ends_with(".dll"))
+            .map(|a| base(a).trim_end_matches(".dll").to_string())
+            .unwrap_or(first)
+    } else {
+        first
+    };
+    let clean: String = name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    if clean.is_empty() {
+        "app".into()
+    } else {
+        clean
+    }
+}
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // Terminal-generated signals (Ctrl-C) already reach the child through the process group;
+    // signals sent to clrprof by a process (kill, systemd) are forwarded to the child.
+    // Safety: `info` is valid in an SA_SIGINFO handler; kill is async-signal-safe.
+    unsafe {
+        let code = if info.is_null() { 0 } else { (*info).si_code };
+        let child = CHILD.load(Ordering::SeqCst);
+        if code <= 0 && child > 0 {
+            libc::kill(child, sig);
+        }
+    }
+}
+
+fn install_forwarding() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        // Safety: installs a handler that only calls async-signal-safe functions.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
+    if opts.command.is_empty() {
+        bail!("no command given: use `clrprof record -- dotnet app.dll`");
+    }
+    let agent = find_agent(opts.agent.as_deref())?;
+    let template = match &opts.output {
+        Some(p) => {
+            if p.exists() {
+                std::fs::remove_file(p).with_context(|| format!("cannot replace {}", p.display()))?;
+            }
+            p.to_string_lossy().into_owned()
+        }
+        None => format!("{}-{{pid}}.clrprof", program_name(&opts.command)),
+    };
+    if std::env::var("DOTNET_EnableDiagnostics").as_deref() == Ok("0") {
+        eprintln!("clrprof: warning: DOTNET_EnableDiagnostics=0 may stop the runtime from loading the profiler");
+    }
+
+    let mut cmd = Command::new(&opts.command[0]);
+    cmd.args(&opts.command[1..])
+        .env("CORECLR_ENABLE_PROFILING", "1")
+        .env("CORECLR_PROFILER", AGENT_CLSID)
+        .env("CORECLR_PROFILER_PATH", &agent)
+        .env_remove("CORECLR_PROFILER_PATH_64")
+        .env("CLRPROF_OUTPUT", &template)
+        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+    if let Some(l) = &opts.log {
+        cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
+    }
+    let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", opts.command[0]))?;
+    CHILD.store(child.id() as i32, Ordering::SeqCst);
+    install_forwarding();
+    let status = child.wait().context("waiting for the profiled process")?;
+    let end_unix_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+
+    use std::os::unix::process::ExitStatusExt;
+    let exit = ProcessExit { end_unix_ns, exit_code: status.code(), signal: status.signal() };
+    let trace = PathBuf::from(template.replace("{pid}", &child.id().to_string()));
+    if trace.is_file() {
+        append_exit(&trace, &exit)?;
+        let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
+        eprintln!("clrprof: trace written to {} ({})", trace.display(), human_size(size));
+        report_sibling_traces(&trace);
+    } else {
+        eprintln!(
+            "clrprof: warning: no trace was written to {}: the profiler did not load (is `{}` a .NET program?{})",
+            trace.display(),
+            opts.command[0],
+            if opts.log.is_some() {
+                " see the agent log"
+            } else {
+                " re-run with --log FILE for the agent's diagnostics"
+            }
+        );
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
+        _ => ExitCode::FAILURE,
+    })
+}
+
+fn append_exit(trace: &Path, exit: &ProcessExit) -> Result<()> {
+    use std::io::Write;
+    let block = encode_records([&Record::ProcessExit(exit.clone())]);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(trace)
+        .with_context(|| format!("cannot append to {}", trace.display()))?;
+    f.write_all(&block).with_context(|| format!("cannot append to {}", trace.display()))?;
+    Ok(())
+}
+
+/// Child .NET processes of the profiled program write `<trace>.<pid>` next to it.
+fn report_sibling_traces(trace: &Path) {
+    let (Some(dir), Some(name)) = (trace.parent(), trace.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!("{}.", name.to_string_lossy());
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        let mut others: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix) && n[prefix.len()..].bytes().all(|b| b.is_ascii_digit()))
+            .collect();
+        others.sort();
+        for o in others {
+            eprintln!("clrprof: a child .NET process wrote {}", dir.join(o).display());
+        }
+    }
+}
+
+pub fn human_size(n: u64) -> String {
+    if n >= 10 << 20 {
+        format!("{} MB", n >> 20)
+    } else if n >= 10 << 10 {
+        format!("{} KB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_names() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(program_name(&v(&["dotnet", "bin/Release/App.dll", "x"])), "App");
+        assert_eq!(program_name(&v(&["dotnet", "run"])), "dotnet");
+        assert_eq!(program_name(&v(&["./bin/My App"])), "My_App");
+        assert_eq!(program_name(&v(&["/usr/bin/dotnet", "--roll-forward", "Major", "a.dll"])), "a");
+    }
+
+    #[test]
+    fn missing_agent_is_a_typed_error() {
+        let e = find_agent(Some(Path::new("/nonexistent/libclrprof_agent.so"))).unwrap_err();
+        assert!(e.downcast_ref::<AgentMissing>().is_some());
+    }
+}
