@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use clrprof_sys::{ClassID, FunctionID, MetaDataImport, ModuleID, ProfilerInfo};
 
-use crate::sig::{self, alias, strip_arity, TypeNames};
+use crate::sig::{self, alias, apply_type_args, TypeNames};
 
 /// What a function is called and where it lives.
 #[derive(Clone, Debug, Default)]
@@ -131,15 +131,11 @@ impl Names {
         match self.info.get_class_id_info2(class) {
             Ok((module, td, _parent, args)) => {
                 let base = match self.importer(module) {
-                    Some(md) => strip_arity(&Self::typedef_name(&md, td)),
+                    Some(md) => Self::typedef_name(&md, td),
                     None => format!("<class 0x{td:08x}>"),
                 };
-                if args.is_empty() {
-                    base
-                } else {
-                    let a: Vec<String> = args.iter().map(|&c| self.type_arg_name(c, depth + 1)).collect();
-                    format!("{base}<{}>", a.join(", "))
-                }
+                let a: Vec<String> = args.iter().map(|&c| self.type_arg_name(c, depth + 1)).collect();
+                apply_type_args(&base, &a)
             }
             Err(_) => match self.info.is_array_class(class) {
                 Ok(Some((elem, base, rank))) => {
@@ -192,12 +188,7 @@ impl Names {
         f.class_name = if class != 0 {
             self.class_name(class).to_string()
         } else if typedef != 0 && (typedef & 0x00ff_ffff) != 1 {
-            let base = strip_arity(&Self::typedef_name(&md, typedef));
-            if class_params.is_empty() {
-                base
-            } else {
-                format!("{base}<{}>", class_params.join(", "))
-            }
+            apply_type_args(&Self::typedef_name(&md, typedef), &class_params)
         } else {
             String::new()
         };
@@ -232,8 +223,8 @@ struct SigNames<'a> {
 impl TypeNames for SigNames<'_> {
     fn token_name(&self, token: u32) -> String {
         match token >> 24 {
-            0x02 => strip_arity(&Names::typedef_name(self.md, token)),
-            0x01 => strip_arity(&Names::typeref_name(self.md, token)),
+            0x02 => Names::typedef_name(self.md, token),
+            0x01 => Names::typeref_name(self.md, token),
             0x1b => self
                 .md
                 .get_type_spec_from_token(token)

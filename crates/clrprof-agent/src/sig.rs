@@ -103,7 +103,7 @@ fn ty(c: &mut Cursor<'_>, names: &dyn TypeNames, depth: u32) -> Option<String> {
         0x0e => "string".into(),
         0x0f => format!("{}*", ty(c, names, depth + 1)?),
         0x10 => format!("{}&", ty(c, names, depth + 1)?),
-        0x11 | 0x12 => alias(&names.token_name(c.type_token()?)).to_string(),
+        0x11 | 0x12 => strip_arity(alias(&names.token_name(c.type_token()?))),
         0x13 => names.type_param(c.uint()?),
         0x1e => names.method_param(c.uint()?),
         0x14 => {
@@ -132,7 +132,7 @@ fn ty(c: &mut Cursor<'_>, names: &dyn TypeNames, depth: u32) -> Option<String> {
             for _ in 0..n {
                 args.push(ty(c, names, depth + 1)?);
             }
-            format!("{}<{}>", strip_arity(&base), args.join(", "))
+            apply_type_args(&base, &args)
         }
         0x16 => "System.TypedReference".into(),
         0x18 => "nint".into(),
@@ -179,6 +179,32 @@ pub fn format_method_sig(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
 /// Formats a TypeSpec blob (a single type); `None` when malformed.
 pub fn format_type_spec(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
     ty(&mut Cursor { b: blob, pos: 0 }, names, 0)
+}
+
+/// Places generic arguments on the nesting segments that declare them:
+/// ``("Ns.Pair`2+Node", [int, string])`` → `Ns.Pair<int, string>+Node`. Arguments left over (when
+/// arities are unknown) go on the last segment.
+pub fn apply_type_args(name_with_arity: &str, args: &[String]) -> String {
+    let mut rest = args;
+    let segs: Vec<&str> = name_with_arity.split('+').collect();
+    let mut out = Vec::with_capacity(segs.len());
+    for (i, seg) in segs.iter().enumerate() {
+        let (base, arity) = match seg.rfind('`') {
+            Some(p) => match seg[p + 1..].parse::<usize>() {
+                Ok(n) => (&seg[..p], n),
+                Err(_) => (*seg, 0),
+            },
+            None => (*seg, 0),
+        };
+        let take = if i + 1 == segs.len() { rest.len() } else { arity.min(rest.len()) };
+        if take == 0 {
+            out.push(base.to_string());
+        } else {
+            out.push(format!("{base}<{}>", rest[..take].join(", ")));
+            rest = &rest[take..];
+        }
+    }
+    out.join("+")
 }
 
 /// Removes the generic arity suffix: ``List`1`` → `List` (in every nesting segment).
@@ -265,6 +291,16 @@ mod tests {
                 .collect();
             let _ = format_method_sig(&blob, &N);
         }
+    }
+
+    #[test]
+    fn applies_type_args_per_segment() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(apply_type_args("Ns.Pair`2+Node", &a(&["int", "string"])), "Ns.Pair<int, string>+Node");
+        assert_eq!(apply_type_args("Ns.Outer`1+Inner`1", &a(&["int", "bool"])), "Ns.Outer<int>+Inner<bool>");
+        assert_eq!(apply_type_args("Ns.List`1", &a(&["int"])), "Ns.List<int>");
+        assert_eq!(apply_type_args("Ns.Plain", &[]), "Ns.Plain");
+        assert_eq!(apply_type_args("Ns.Odd", &a(&["int"])), "Ns.Odd<int>");
     }
 
     #[test]

@@ -1,0 +1,55 @@
+// Profiling target for process-lifecycle tests: stdin/stdout pass-through, waiting to be
+// interrupted or killed, crashing, failing fast and exiting early.
+using System.Runtime.CompilerServices;
+
+public static class Program
+{
+    public static int Main(string[] args)
+    {
+        string mode = args.Length > 0 ? args[0] : "echo";
+        switch (mode)
+        {
+            case "echo":
+                // Copies stdin to stdout upper-cased, then reports what it read on stderr.
+                string input = Console.In.ReadToEnd();
+                Console.Out.Write(input.ToUpperInvariant());
+                Console.Error.WriteLine($"read {input.Length} chars");
+                return input.Length % 100;
+            case "wait":
+                // Prints its pid, then works until interrupted (Ctrl-C, SIGTERM) or 60 s pass.
+                Console.CancelKeyPress += (_, e) => { Console.WriteLine("interrupted"); };
+                Console.WriteLine($"pid={Environment.ProcessId}");
+                Console.Out.Flush();
+                var until = DateTime.UtcNow.AddSeconds(60);
+                long acc = 0;
+                while (DateTime.UtcNow < until) { acc += Work.Chunk(acc); Thread.Sleep(5); }
+                return (int)(acc % 2);
+            case "crash":
+                // Dies after the agent's first flushes: the trace keeps what was flushed.
+                Work.Chunk(1);
+                Thread.Sleep(300);
+                throw new InvalidOperationException("deliberate crash");
+            case "failfast":
+                Work.Chunk(1);
+                Thread.Sleep(300);
+                Environment.FailFast("deliberate failfast");
+                return 1;
+            case "quick":
+                return 3;
+            default:
+                Console.Error.WriteLine($"unknown mode {mode}");
+                return 64;
+        }
+    }
+}
+
+public static class Work
+{
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static long Chunk(long seed)
+    {
+        long x = seed;
+        for (int i = 0; i < 10_000; i++) x = (x * 31 + i) % 1_000_003;
+        return x;
+    }
+}

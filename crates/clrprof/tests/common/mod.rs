@@ -1,0 +1,119 @@
+//! Shared harness for end-to-end tests: builds the C# apps in `apps/` once, runs them under
+//! `clrprof record` and reads reports back as JSON.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+pub fn clrprof_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_clrprof"))
+}
+
+/// The agent built next to the clrprof binary (`cargo build --workspace`).
+pub fn agent_path() -> PathBuf {
+    let p = clrprof_exe().parent().unwrap().join("libclrprof_agent.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// Builds `apps/<name>` (once per test binary) and returns the path of its dll.
+pub fn app_dll(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let m = BUILT.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut built = m.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(name) {
+        return p.clone();
+    }
+    let dir = repo_root().join("apps").join(name);
+    let out = Command::new("dotnet")
+        .args(["build", "-nologo", "-v", "q", "-c", "Release"])
+        .arg(&dir)
+        .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+        .env("DOTNET_NOLOGO", "1")
+        .output()
+        .expect("`dotnet` is required for the end-to-end tests (install the .NET SDK)");
+    assert!(
+        out.status.success(),
+        "dotnet build {} failed:\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dll = dir.join("bin/Release/net10.0").join(format!("{name}.dll"));
+    assert!(dll.is_file(), "{} missing after build", dll.display());
+    built.insert(name.to_string(), dll.clone());
+    dll
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("clrprof-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `clrprof record -o <trace> [extra] -- dotnet <app.dll> args`.
+pub fn record(app: &str, args: &[&str], trace: &Path, extra: &[&str]) -> Output {
+    let dll = app_dll(app);
+    let mut c = Command::new(clrprof_exe());
+    c.arg("record").arg("-o").arg(trace);
+    if !extra.contains(&"--agent") {
+        c.arg("--agent").arg(agent_path());
+    }
+    c.args(extra).arg("--").arg("dotnet").arg(&dll);
+    c.args(args).stdin(Stdio::null());
+    c.output().expect("run clrprof record")
+}
+
+/// Runs the app without any profiler.
+pub fn run_plain(app: &str, args: &[&str]) -> Output {
+    Command::new("dotnet").arg(app_dll(app)).args(args).stdin(Stdio::null()).output().expect("run dotnet")
+}
+
+pub fn report(trace: &Path, extra: &[&str]) -> Output {
+    Command::new(clrprof_exe()).arg("report").arg(trace).args(extra).output().expect("run clrprof report")
+}
+
+pub fn report_json(trace: &Path) -> serde_json::Value {
+    let out = report(trace, &["--format", "json"]);
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report JSON parses")
+}
+
+pub fn names(v: &serde_json::Value, table: &str, field: &str) -> Vec<String> {
+    v[table].as_array().unwrap().iter().filter_map(|x| x[field].as_str().map(String::from)).collect()
+}
+
+pub fn find<'a>(v: &'a serde_json::Value, table: &str, name: &str) -> &'a serde_json::Value {
+    v[table]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == name)
+        .unwrap_or_else(|| panic!("no {table} entry named {name:?}; have: {:?}", names(v, table, "name")))
+}
+
+pub fn text(o: &[u8]) -> String {
+    String::from_utf8_lossy(o).into_owned()
+}
+
+/// Kills a child process when dropped (tests never leave strays).
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

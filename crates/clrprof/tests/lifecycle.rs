@@ -1,0 +1,181 @@
+//! End to end: the profiled process is never harmed — stdin/stdout/stderr and exit codes pass
+//! through, Ctrl-C reaches it, and a crash, FailFast or SIGKILL still leaves a readable trace.
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn stdin_stdout_stderr_and_exit_code_pass_through() {
+    let dir = scratch("echo");
+    let trace = dir.join("echo.clrprof");
+    let input = "hello profiler\nsecond line ünïcödé\n";
+    let run = |profiled: bool| {
+        let mut c = if profiled {
+            let mut c = Command::new(clrprof_exe());
+            c.arg("record").arg("-o").arg(&trace).arg("--agent").arg(agent_path()).arg("--");
+            c.arg("dotnet");
+            c
+        } else {
+            Command::new("dotnet")
+        };
+        c.arg(app_dll("Lifecycle")).arg("echo");
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let plain = run(false);
+    let prof = run(true);
+    assert_eq!(prof.stdout, plain.stdout);
+    assert_eq!(text(&prof.stdout), input.to_uppercase());
+    assert_eq!(prof.status.code(), plain.status.code());
+    assert_eq!(prof.status.code(), Some((input.chars().count() % 100) as i32));
+    // The app's own stderr comes first and unchanged; clrprof's note follows on its own line.
+    let err = text(&prof.stderr);
+    assert!(err.starts_with(&text(&plain.stderr)), "{err}");
+    assert!(err.contains("clrprof: trace written to"), "{err}");
+    let v = report_json(&trace);
+    assert_eq!(v["process"]["exit_code"], prof.status.code().unwrap());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn wait_for_line(child: &mut std::process::Child, prefix: &str) -> String {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut r = BufReader::new(stdout);
+    let mut line = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        line.clear();
+        if r.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        if line.starts_with(prefix) {
+            return line.trim().to_string();
+        }
+    }
+    panic!("no line starting with {prefix:?}");
+}
+
+#[test]
+fn sigkill_leaves_a_readable_trace() {
+    let dir = scratch("sigkill");
+    let trace = dir.join("killed.clrprof");
+    let mut c = Command::new(clrprof_exe());
+    c.arg("record").arg("-o").arg(&trace).arg("--agent").arg(agent_path());
+    c.args(["--", "dotnet"]).arg(app_dll("Lifecycle")).arg("wait");
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = KillOnDrop(c.spawn().unwrap());
+    let line = wait_for_line(&mut child.0, "pid=");
+    let pid: i32 = line["pid=".len()..].parse().unwrap();
+    // Let the writer flush at least once after Main started (flush interval 50 ms).
+    std::thread::sleep(Duration::from_millis(400));
+    // Safety: sending a signal to the child we started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 9), "clrprof exits like the child");
+    let v = report_json(&trace);
+    assert_eq!(v["process"]["signal"], 9);
+    assert_eq!(v["process"]["clean_shutdown"], false);
+    find(&v, "functions", "Program.Main");
+    find(&v, "functions", "Work.Chunk");
+    let t = text(&report(&trace, &[]).stdout);
+    assert!(t.contains("killed by signal 9"));
+    assert!(t.contains("did not shut down cleanly"));
+
+    // Without the exit record (clrprof itself killed) and cut mid-block, the trace still reads.
+    let bytes = std::fs::read(&trace).unwrap();
+    let cut = dir.join("cut.clrprof");
+    std::fs::write(&cut, &bytes[..bytes.len() - 7]).unwrap();
+    let out = report(&cut, &["--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("truncated"), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    find(&v, "functions", "Program.Main");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ctrl_c_reaches_the_child_and_the_trace_is_saved() {
+    let dir = scratch("ctrlc");
+    let trace = dir.join("int.clrprof");
+    let mut c = Command::new(clrprof_exe());
+    c.arg("record").arg("-o").arg(&trace).arg("--agent").arg(agent_path());
+    c.args(["--", "dotnet"]).arg(app_dll("Lifecycle")).arg("wait");
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Its own process group, as a shell job: Ctrl-C = SIGINT to the whole group.
+    use std::os::unix::process::CommandExt;
+    c.process_group(0);
+    let mut child = KillOnDrop(c.spawn().unwrap());
+    let pgid = child.0.id() as i32;
+    wait_for_line(&mut child.0, "pid=");
+    std::thread::sleep(Duration::from_millis(200));
+    // Safety: signalling the process group we created.
+    unsafe { libc::kill(-pgid, libc::SIGINT) };
+    let out = std::mem::replace(&mut child.0, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+    // .NET ends on SIGINT after running its handler; clrprof survives and reports the trace.
+    assert!(text(&out.stdout).contains("interrupted"), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("trace written to"), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    find(&v, "functions", "Work.Chunk");
+    let code = out.status.code().unwrap();
+    assert_eq!(code, 130, "status of a process ended by SIGINT");
+    assert!(v["process"]["signal"] == 2 || v["process"]["exit_code"] == 130, "{}", v["process"]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn crash_and_failfast_pass_their_status_through_and_keep_the_trace() {
+    for mode in ["crash", "failfast"] {
+        let dir = scratch(mode);
+        let trace = dir.join("t.clrprof");
+        let plain = run_plain("Lifecycle", &[mode]);
+        let out = record("Lifecycle", &[mode], &trace, &[]);
+        assert_eq!(out.status.code(), plain.status.code().or(Some(128 + 6)), "{mode}: {}", text(&out.stderr));
+        let v = report_json(&trace);
+        find(&v, "functions", "Work.Chunk");
+        assert_eq!(v["process"]["signal"], 6, "{mode} aborts");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn a_target_that_exits_at_once_gives_a_trace() {
+    let dir = scratch("quick");
+    let trace = dir.join("q.clrprof");
+    let out = record("Lifecycle", &["quick"], &trace, &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let v = report_json(&trace);
+    assert_eq!(v["process"]["exit_code"], 3);
+    find(&v, "functions", "Program.Main");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn default_trace_name_comes_from_the_program_and_pid() {
+    let dir = scratch("default-name");
+    let out = Command::new(clrprof_exe())
+        .current_dir(&dir)
+        .arg("record")
+        .arg("--agent")
+        .arg(agent_path())
+        .args(["--", "dotnet"])
+        .arg(app_dll("Lifecycle"))
+        .arg("quick")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let files: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let f = &files[0];
+    assert!(f.starts_with("Lifecycle-") && f.ends_with(".clrprof"), "{f}");
+    let pid: u64 = f["Lifecycle-".len()..f.len() - ".clrprof".len()].parse().unwrap();
+    let v = report_json(&dir.join(f));
+    assert_eq!(v["process"]["pid"], pid);
+    assert!(text(&out.stderr).contains(f.as_str()));
+    let _ = std::fs::remove_dir_all(dir);
+}
