@@ -125,7 +125,7 @@ impl Function {
 }
 
 /// Everything a trace says, in deterministic order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Profile {
     pub process: Process,
     pub threads: Vec<Thread>,
@@ -136,6 +136,8 @@ pub struct Profile {
     pub functions: Vec<Function>,
     /// Agent diagnostics and reader warnings, in order.
     pub messages: Vec<String>,
+    /// The canonical aggregate of stacks and their costs (instrumentation, samples, allocations).
+    pub costs: crate::stacks::CostTree,
 }
 
 impl Profile {
@@ -363,6 +365,7 @@ impl ProfileBuilder {
         p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
         p.functions = self.functions.into_values().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
+        name_frames(p);
         self.p
     }
 }
@@ -413,5 +416,22 @@ mod tests {
         assert_eq!(p.process.exit_code, Some(3));
         assert_eq!(p.process.duration_ns, 1_000);
         assert!(p.process.clean_shutdown);
+    }
+}
+
+/// Gives managed frames the names, modules and signatures of their functions.
+fn name_frames(p: &mut Profile) {
+    use crate::stacks::FrameKey;
+    let by_id: HashMap<u64, usize> = p.functions.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let modules: HashMap<u64, String> = p.modules.iter().map(|m| (m.id, m.file_name().to_string())).collect();
+    for fr in &mut p.costs.stacks.frames {
+        if let FrameKey::Function(id) = fr.key {
+            if let Some(&i) = by_id.get(&id) {
+                let f = &p.functions[i];
+                fr.name = f.name.clone();
+                fr.signature = f.signature.clone();
+                fr.module = modules.get(&f.module).cloned().unwrap_or_default();
+            }
+        }
     }
 }
