@@ -370,6 +370,23 @@ impl ProfileBuilder {
     }
 }
 
+/// Gives managed frames the names, modules and signatures of their functions.
+fn name_frames(p: &mut Profile) {
+    use crate::stacks::FrameKey;
+    let by_id: HashMap<u64, usize> = p.functions.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let modules: HashMap<u64, String> = p.modules.iter().map(|m| (m.id, m.file_name().to_string())).collect();
+    for fr in &mut p.costs.stacks.frames {
+        if let FrameKey::Function(id) = fr.key {
+            if let Some(&i) = by_id.get(&id) {
+                let f = &p.functions[i];
+                fr.name = f.name.clone();
+                fr.signature = f.signature.clone();
+                fr.module = modules.get(&f.module).cloned().unwrap_or_default();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,22 +433,5 @@ mod tests {
         assert_eq!(p.process.exit_code, Some(3));
         assert_eq!(p.process.duration_ns, 1_000);
         assert!(p.process.clean_shutdown);
-    }
-}
-
-/// Gives managed frames the names, modules and signatures of their functions.
-fn name_frames(p: &mut Profile) {
-    use crate::stacks::FrameKey;
-    let by_id: HashMap<u64, usize> = p.functions.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
-    let modules: HashMap<u64, String> = p.modules.iter().map(|m| (m.id, m.file_name().to_string())).collect();
-    for fr in &mut p.costs.stacks.frames {
-        if let FrameKey::Function(id) = fr.key {
-            if let Some(&i) = by_id.get(&id) {
-                let f = &p.functions[i];
-                fr.name = f.name.clone();
-                fr.signature = f.signature.clone();
-                fr.module = modules.get(&f.module).cloned().unwrap_or_default();
-            }
-        }
     }
 }
