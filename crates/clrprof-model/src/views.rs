@@ -269,14 +269,6 @@ mod tests {
         assert_eq!(bm.callers.len(), 1);
         assert_eq!(bm.callers[0].frame, None, "main is an entry point");
         assert_eq!(bm.callees.iter().find(|e| e.frame == Some(work)).unwrap().calls, 3);
-        assert_eq!(
-            entry_points(&t, None),
-            vec![(main, {
-                let mut c = Cost::default();
-                c.calls = 11;
-                c.time_ns = 59;
-                c
-            })]
-        );
+        assert_eq!(entry_points(&t, None), vec![(main, Cost { calls: 11, time_ns: 59, ..Default::default() })]);
     }
 }
