@@ -106,6 +106,9 @@ records! {
     /// A diagnostic from the agent worth keeping with the data (level: 0 info, 1 warning, 2 error).
     4 Message { ts: u64, level: u8, text: String }
 
+    // Tag ranges: 1–29 process, loads, JIT and threads (this list); 30–49 instrumentation
+    // (enter/leave hooks); 50–69 sampling; 70–99 runtime events (exceptions, GC, allocations,
+    // contention, event log, counters).
     10 AppDomainCreated { ts: u64, id: u64, name: String }
     11 AppDomainUnloaded { ts: u64, id: u64 }
     12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
