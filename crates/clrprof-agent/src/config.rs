@@ -16,11 +16,24 @@ pub struct Config {
     pub flush_ms: u64,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
+    /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
+    pub sampling: bool,
+    /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
+    /// timers deliver at most one signal per kernel tick (250/s at CONFIG_HZ=250), and wall-clock
+    /// ticks are capped at 1000/s; the trace records what was delivered.
+    pub sample_rate: u32,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { output: "clrprof-{pid}.clrprof".into(), log: None, flush_ms: 50, classes: true }
+        Config {
+            output: "clrprof-{pid}.clrprof".into(),
+            log: None,
+            flush_ms: 50,
+            classes: true,
+            sampling: true,
+            sample_rate: 100,
+        }
     }
 }
 
@@ -74,6 +87,18 @@ impl Config {
                 None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
             }
         }
+        if let Some(v) = get("CLRPROF_SAMPLING") {
+            match parse_bool(&v) {
+                Some(b) => c.sampling = b,
+                None => bad("CLRPROF_SAMPLING", &v, "expected 1 or 0; using 1"),
+            }
+        }
+        if let Some(v) = get("CLRPROF_SAMPLE_RATE") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=10_000).contains(&n) => c.sample_rate = n,
+                _ => bad("CLRPROF_SAMPLE_RATE", &v, "expected samples per second in 1..=10000; using 100"),
+            }
+        }
         (c, problems)
     }
 
@@ -88,6 +113,8 @@ impl Config {
         m.insert("output", self.output.clone());
         m.insert("flush_ms", self.flush_ms.to_string());
         m.insert("classes", self.classes.to_string());
+        m.insert("sampling", self.sampling.to_string());
+        m.insert("sample_rate", self.sample_rate.to_string());
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }
@@ -135,5 +162,13 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert!(p[0].to_string().contains("CLRPROF_OUTPUT"));
         assert!(p.iter().any(|x| x.variable == "CLRPROF_FLUSH_MS" && x.to_string().contains("1..=1000")));
+        for bad in ["0", "100000", "fast", "-5"] {
+            let (c, p) = Config::from_lookup(env(&[("CLRPROF_SAMPLE_RATE", bad)]));
+            assert_eq!(c.sample_rate, 100, "{bad}");
+            assert!(p[0].to_string().contains("1..=10000"), "{bad}");
+        }
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_SAMPLE_RATE", "1000"), ("CLRPROF_SAMPLING", "0")]));
+        assert!(p.is_empty());
+        assert_eq!((c.sample_rate, c.sampling), (1000, false));
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod log;
 pub mod names;
 pub mod profiler;
+pub mod sampler;
 pub mod sig;
 pub mod writer;
 

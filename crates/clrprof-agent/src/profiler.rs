@@ -38,6 +38,8 @@ pub struct State {
     functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
     pending_code: Arc<PendingCode>,
     stopped: AtomicBool,
+    /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
+    pub sampler: Option<Arc<crate::sampler::Sampler>>,
 }
 
 /// Functions whose native code was not yet published when they were reported (precompiled code
@@ -237,6 +239,9 @@ impl Profiler {
         if config.classes {
             low |= monitor::CLASS_LOADS;
         }
+        if config.sampling {
+            low |= monitor::ENABLE_STACK_SNAPSHOT;
+        }
         let high = 0;
         info.set_event_mask2(low, high)?;
         let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
@@ -270,6 +275,18 @@ impl Profiler {
         let pc = Arc::clone(&pending_code);
         writer.set_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
         writer.start()?;
+        let sampler = if config.sampling {
+            let s = crate::sampler::Sampler::new(info, Arc::clone(&writer), start, config.sample_rate);
+            match s.start() {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    log_error!("sampler not started: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let state = State {
             names: Names::new(info),
             info,
@@ -280,6 +297,7 @@ impl Profiler {
             functions: Mutex::new(HashMap::new()),
             pending_code,
             stopped: AtomicBool::new(false),
+            sampler,
         };
         self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
         log_info!("initialized in {} µs", start.elapsed().as_micros());
@@ -298,6 +316,10 @@ impl ProfilerCallback for Profiler {
 
     fn shutdown(&self) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        // The sampler stops first: it calls the runtime and writes through the writer.
+        if let Some(sm) = &s.sampler {
+            sm.stop();
+        }
         let ts = s.now();
         s.stopped.store(true, Ordering::Release);
         s.writer.stop(|w| {
@@ -484,12 +506,18 @@ impl ProfilerCallback for Profiler {
     fn thread_destroyed(&self, id: ThreadID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
         s.emit(ThreadDestroyed { ts: s.now(), id: id as u64 });
+        if let Some(sm) = &s.sampler {
+            sm.thread_destroyed(id);
+        }
         Ok(())
     }
 
     fn thread_assigned_to_os_thread(&self, id: ThreadID, os_tid: u32) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
         s.emit(ThreadOsId { ts: s.now(), id: id as u64, os_tid });
+        if let Some(sm) = &s.sampler {
+            sm.thread_assigned(id, os_tid);
+        }
         Ok(())
     }
 

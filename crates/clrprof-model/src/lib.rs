@@ -2,9 +2,12 @@
 //! [`Profile`]; every report, export and view is derived from it. No unsafe, no I/O.
 #![forbid(unsafe_code)]
 
+pub mod codemap;
+pub mod samples;
 pub mod stacks;
 mod tables;
 pub mod views;
 
+pub use samples::{NativeSymbols, NoSymbols, Sampling};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
 pub use tables::*;

@@ -138,6 +138,8 @@ pub struct Profile {
     pub messages: Vec<String>,
     /// The canonical aggregate of stacks and their costs (instrumentation, samples, allocations).
     pub costs: crate::stacks::CostTree,
+    /// The sampler's settings and totals (sampled costs are in `costs`).
+    pub sampling: crate::samples::Sampling,
 }
 
 impl Profile {
@@ -167,6 +169,7 @@ pub struct ProfileBuilder {
     last_ts: u64,
     end_unix_ns: Option<u64>,
     started: bool,
+    samples: crate::samples::SampleData,
 }
 
 impl ProfileBuilder {
@@ -336,6 +339,17 @@ impl ProfileBuilder {
                 th.name = t.name.clone();
                 th.names.push((t.ts, t.name.clone()));
             }
+            R::SamplingStart(_)
+            | R::NativeMapping(_)
+            | R::SampleStack(_)
+            | R::CpuSample(_)
+            | R::WallSample(_)
+            | R::SamplerStats(_) => {
+                if let R::CpuSample(c) = r {
+                    self.last_ts = self.last_ts.max(c.ts);
+                }
+                self.samples.add(r)
+            }
             R::Unknown { .. } => {}
         }
     }
@@ -345,7 +359,12 @@ impl ProfileBuilder {
         self.p.messages.push(message);
     }
 
-    pub fn finish(mut self) -> Profile {
+    pub fn finish(self) -> Profile {
+        self.finish_with(&mut crate::samples::NoSymbols)
+    }
+
+    /// Finishes the profile, naming native frames through `symbols`.
+    pub fn finish_with(mut self, symbols: &mut dyn crate::samples::NativeSymbols) -> Profile {
         let p = &mut self.p;
         p.process.duration_ns = match self.end_unix_ns {
             Some(end) if end >= p.process.start_unix_ns && p.process.start_unix_ns != 0 => {
@@ -365,6 +384,7 @@ impl ProfileBuilder {
         p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
         p.functions = self.functions.into_values().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
+        std::mem::take(&mut self.samples).resolve(p, symbols);
         name_frames(p);
         self.p
     }

@@ -147,4 +147,47 @@ records! {
     21 ThreadDestroyed { ts: u64, id: u64 }
     22 ThreadOsId { ts: u64, id: u64, os_tid: u32 }
     23 ThreadNamed { ts: u64, id: u64, name: String }
+    // 50–69: sampling (docs/trace-format.md, "Sampling").
+    /// Sampling settings, written once when the sampler starts.
+    50 SamplingStart {
+        ts: u64,
+        /// Requested CPU sampling rate (per thread, per CPU-second), 0 when CPU sampling is off.
+        cpu_rate_hz: u32,
+        /// Wall-clock sampling rate (ticks per second), 0 when wall sampling is off.
+        wall_rate_hz: u32,
+        /// Deepest stack recorded (frames).
+        max_frames: u32,
+    }
+    /// An executable file mapping of the process (`/proc/self/maps`), for naming native IPs.
+    51 NativeMapping { ts: u64, start: u64, end: u64, file_offset: u64, path: String }
+    /// A sampled stack, leaf first, interned by `id` (a later definition of the same id replaces
+    /// the earlier one). `functions` is empty (resolve `ips` through code ranges and mappings) or
+    /// has one FunctionID per frame, 0 where the walker had none.
+    52 SampleStack { id: u32, ips: Vec<u64>, functions: Vec<u64> }
+    /// `count` CPU-time samples of one thread with one stack, standing for `cpu_ns` of the
+    /// thread's CPU time (measured from its CPU clock, spread over its samples).
+    53 CpuSample { ts: u64, os_tid: u32, stack: u32, count: u32, cpu_ns: u64 }
+    /// `count` wall-clock samples of one thread with one stack, standing for `wall_ns` of elapsed
+    /// time (running or blocked).
+    54 WallSample { ts: u64, os_tid: u32, stack: u32, count: u32, wall_ns: u64 }
+    /// Sampler counters so far (the last one wins).
+    55 SamplerStats {
+        ts: u64,
+        cpu_samples: u64,
+        /// CPU samples lost because a thread's buffer was full.
+        cpu_dropped: u64,
+        wall_ticks: u64,
+        /// Thread stacks walked with DoStackSnapshot.
+        walks: u64,
+        /// Ticks skipped because SuspendRuntime failed.
+        suspend_failures: u64,
+        /// DoStackSnapshot calls that failed.
+        walk_failures: u64,
+        /// Threads whose CPU timer could not be created.
+        timer_failures: u64,
+        /// Threads registered with the sampler.
+        threads: u64,
+        /// Time the runtime was suspended by the sampler.
+        suspended_ns: u64,
+    }
 }

@@ -49,6 +49,14 @@ struct RecordArgs {
     /// Do not record class loads (smaller traces for large apps)
     #[arg(long)]
     no_classes: bool,
+    /// Sampling rate per thread, in samples per second (CPU time and wall time). CPU-time timers
+    /// fire at most once per kernel tick (250/s at CONFIG_HZ=250); reports show the rate delivered
+    #[arg(short = 'r', long, value_name = "HZ", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rate: u32,
+    /// Do not sample (no CPU or wall-time profile)
+    #[arg(long)]
+    no_sample: bool,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -92,6 +100,8 @@ pub fn run() -> Result<ExitCode> {
                 log: a.log,
                 classes: !a.no_classes,
                 command: a.command,
+                sample_rate: a.rate,
+                sampling: !a.no_sample,
             };
             crate::record::record(&opts)
         }

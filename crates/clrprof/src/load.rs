@@ -35,5 +35,5 @@ pub fn load(path: &Path) -> Result<Profile> {
             path.display()
         );
     }
-    Ok(b.finish())
+    Ok(b.finish_with(&mut crate::symbols::ElfSymbols::default()))
 }

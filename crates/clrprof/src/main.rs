@@ -4,6 +4,7 @@ mod cli;
 mod load;
 mod record;
 mod report;
+mod symbols;
 
 use std::process::ExitCode;
 

@@ -23,6 +23,10 @@ pub struct RecordOptions {
     pub classes: bool,
     /// Program and arguments.
     pub command: Vec<String>,
+    /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
+    pub sample_rate: u32,
+    /// Run the sampler (`CLRPROF_SAMPLING`).
+    pub sampling: bool,
 }
 
 /// The agent library could not be found.
@@ -141,7 +145,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
-        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
+        .env("CLRPROF_SAMPLING", if opts.sampling { "1" } else { "0" })
+        .env("CLRPROF_SAMPLE_RATE", opts.sample_rate.to_string());
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }

@@ -1,6 +1,7 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
 mod json;
+mod sampling_json;
 mod table;
 mod tables;
 

@@ -1,0 +1,175 @@
+// Profiling target for the sampler: workloads with known CPU and wall-time shapes.
+//   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of CPU in total)
+//   sleep         Sleeper sleeps 500 ms, Spinner spins 800 ms, on the same thread
+//   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
+//   threads N ms  N threads, each spinning for ms then blocking until the end
+//   quick         returns at once
+using System.Diagnostics;
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace Sampling;
+
+public static class Program
+{
+    public static int Main(string[] args)
+    {
+        string mode = args.Length > 0 ? args[0] : "ratio";
+        switch (mode)
+        {
+            case "ratio":
+                Ratio.Run(args.Length > 1 ? int.Parse(args[1]) : 2000);
+                break;
+            case "sleep":
+                Sleepy.Run();
+                break;
+            case "pinvoke":
+                Console.WriteLine($"adler={NativeWork.Run(args.Length > 1 ? int.Parse(args[1]) : 1500)}");
+                break;
+            case "threads":
+                Many.Run(int.Parse(args[1]), int.Parse(args[2]));
+                break;
+            case "quick":
+                break;
+            default:
+                Console.Error.WriteLine($"unknown mode {mode}");
+                return 1;
+        }
+        Console.WriteLine($"done {mode}");
+        return 0;
+    }
+}
+
+public static class Ratio
+{
+    static long sink;
+
+    // Each round gives Heavy three units of work and Light one; the units are identical loops.
+    public static void Run(int totalMs)
+    {
+        // Calibrate a unit to about 2 ms.
+        long iters = 1 << 16;
+        var sw = Stopwatch.StartNew();
+        while (true)
+        {
+            sw.Restart();
+            Unit(iters);
+            if (sw.Elapsed.TotalMilliseconds >= 2) break;
+            iters *= 2;
+        }
+        var total = Stopwatch.StartNew();
+        while (total.ElapsedMilliseconds < totalMs)
+        {
+            Heavy(iters);
+            Light(iters);
+        }
+        Console.WriteLine($"sink={sink & 1}");
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Heavy(long iters)
+    {
+        // The `sink++` after each call keeps the JIT from turning the last call into a tail call
+        // (which would drop this frame from the stack).
+        Unit(iters);
+        sink++;
+        Unit(iters);
+        sink++;
+        Unit(iters);
+        sink++;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Light(long iters)
+    {
+        Unit(iters);
+        sink++;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Unit(long iters)
+    {
+        long x = sink;
+        for (long i = 0; i < iters; i++) x = x * 6364136223846793005L + 1442695040888963407L;
+        sink = x;
+    }
+}
+
+public static class Sleepy
+{
+    public static void Run()
+    {
+        Spinner(800);
+        Sleeper(500);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Sleeper(int ms) => Thread.Sleep(ms);
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Spinner(int ms)
+    {
+        var sw = Stopwatch.StartNew();
+        long x = 1;
+        while (sw.ElapsedMilliseconds < ms)
+            for (int i = 0; i < 10000; i++) x = x * 31 + i;
+        if (x == 42) Console.WriteLine("unlikely");
+    }
+}
+
+public static unsafe class NativeWork
+{
+    [DllImport("libz.so.1", EntryPoint = "adler32")]
+    static extern nuint Adler32(nuint adler, byte* buf, uint len);
+
+    public static nuint Run(int ms)
+    {
+        var data = new byte[1 << 20];
+        new Random(7).NextBytes(data);
+        nuint a = 1;
+        var sw = Stopwatch.StartNew();
+        while (sw.ElapsedMilliseconds < ms) a = Checksum(data, a);
+        return a;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static nuint Checksum(byte[] data, nuint a)
+    {
+        fixed (byte* p = data) return Adler32(a, p, (uint)data.Length);
+    }
+}
+
+public static class Many
+{
+    public static void Run(int n, int spinMs)
+    {
+        using var done = new ManualResetEventSlim(false);
+        var threads = new Thread[n];
+        int ready = 0;
+        for (int i = 0; i < n; i++)
+        {
+            threads[i] = new Thread(() =>
+            {
+                Spin(spinMs);
+                Interlocked.Increment(ref ready);
+                done.Wait();
+            }) { Name = $"many-{i}" };
+            threads[i].Start();
+        }
+        while (Volatile.Read(ref ready) < n) Thread.Sleep(10);
+        Thread.Sleep(200);
+        done.Set();
+        foreach (var t in threads) t.Join();
+        Console.WriteLine($"threads={n}");
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Spin(int ms)
+    {
+        var sw = Stopwatch.StartNew();
+        long x = 1;
+        while (sw.ElapsedMilliseconds < ms)
+            for (int i = 0; i < 1000; i++) x = x * 31 + i;
+        if (x == 42) Console.WriteLine("unlikely");
+    }
+}

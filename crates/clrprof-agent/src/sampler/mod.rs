@@ -1,0 +1,568 @@
+//! The sampling profiler (Monte Carlo): CPU time from per-thread CPU-time timers ([`cpu`]), wall
+//! time with exact managed stacks from suspended `DoStackSnapshot` walks ([`wall`]), native module
+//! mappings for naming native IPs later ([`native`]).
+//!
+//! One native sampler thread drains the per-thread sample rings, weighs CPU samples with the
+//! thread's measured CPU time, takes wall-clock samples, interns stacks and emits the sampling
+//! records (trace tags 50–69). Every record of the sampler comes from that one thread, so readers
+//! see them in order.
+//!
+//! Wall time: at each tick, a thread whose CPU clock did not move since its last wall sample is
+//! still blocked where it was, so its last stack is reused without a walk. A thread that was
+//! mostly running or runnable (CPU time plus run-queue delay, from `/proc/self/task/<tid>/schedstat`)
+//! takes its latest CPU-sample stack. Only the others — threads that ran a little and then blocked —
+//! are walked, all in one `SuspendRuntime` … `ResumeRuntime`.
+
+pub mod cpu;
+pub mod native;
+pub mod wall;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use clrprof_sys::{ProfilerInfo, ThreadID};
+use clrprof_trace::{CpuSample, NativeMapping, Record, SampleStack, SamplerStats, SamplingStart, WallSample};
+
+use crate::writer::Writer;
+use crate::{log_info, log_warn};
+
+/// Highest wall-clock tick rate (each tick reads every thread's CPU clock).
+pub const MAX_WALL_HZ: u32 = 250;
+/// Stacks interned before the table is reset (ids are then redefined).
+const MAX_INTERNED: usize = 200_000;
+/// Shortest time between two runtime suspensions of the wall sampler.
+const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(40);
+/// Pending wall samples are written at least this often.
+const WALL_FLUSH: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Stats {
+    cpu_samples: AtomicU64,
+    wall_ticks: AtomicU64,
+    walks: AtomicU64,
+    suspend_failures: AtomicU64,
+    walk_failures: AtomicU64,
+    timer_failures: AtomicU64,
+    threads: AtomicU64,
+    suspended_ns: AtomicU64,
+}
+
+/// The sampler: started at `Initialize`, stopped at `Shutdown` before the writer.
+pub struct Sampler {
+    info: ProfilerInfo,
+    writer: Arc<Writer>,
+    start: Instant,
+    rate_hz: u32,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Held from SuspendRuntime to ResumeRuntime; `ThreadDestroyed` waits on it so a thread is
+    /// never walked after the runtime forgot it.
+    walk_lock: Mutex<()>,
+    stats: Stats,
+}
+
+impl Sampler {
+    pub fn new(info: ProfilerInfo, writer: Arc<Writer>, start: Instant, rate_hz: u32) -> Arc<Sampler> {
+        Arc::new(Sampler {
+            info,
+            writer,
+            start,
+            rate_hz: rate_hz.clamp(1, 10_000),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            walk_lock: Mutex::new(()),
+            stats: Stats::default(),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn period_ns(&self) -> u64 {
+        1_000_000_000 / self.rate_hz as u64
+    }
+
+    fn wall_hz(&self) -> u32 {
+        self.rate_hz.min(MAX_WALL_HZ)
+    }
+
+    /// Installs the signal handler and starts the sampler thread.
+    pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
+        cpu::install_handler()?;
+        let me = Arc::clone(self);
+        let h = std::thread::Builder::new().name("clrprof-sampler".into()).spawn(move || me.run())?;
+        if let Ok(mut t) = self.thread.lock() {
+            *t = Some(h);
+        }
+        Ok(())
+    }
+
+    /// Stops the sampler thread after a last drain (before the writer stops). Timers are deleted
+    /// so no signal arrives after Shutdown.
+    pub fn stop(&self) {
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let h = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
+    /// `ThreadAssignedToOSThread`, on the thread itself.
+    pub fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let (slot, err) = cpu::register_current(os_tid, id, Some(self.period_ns()));
+        if slot.is_some() {
+            self.stats.threads.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(e) = err {
+            self.stats.timer_failures.fetch_add(1, Ordering::Relaxed);
+            log_warn!("sampler: {e}");
+        }
+    }
+
+    /// `ThreadDestroyed`: waits for an in-flight walk, then retires the thread's slot.
+    pub fn thread_destroyed(&self, id: ThreadID) {
+        let _g = self.walk_lock.lock();
+        if let Some(s) = cpu::slot_of_thread(id) {
+            cpu::unregister(s);
+        }
+    }
+
+    fn emit(&self, r: impl Into<Record>) {
+        self.writer.emit(&r.into());
+    }
+
+    fn run(&self) {
+        let wall = match self.info.initialize_current_thread() {
+            Ok(()) => true,
+            Err(e) => {
+                log_warn!("sampler: {e}; wall-clock sampling is off");
+                false
+            }
+        };
+        self.emit(SamplingStart {
+            ts: self.now(),
+            cpu_rate_hz: self.rate_hz,
+            wall_rate_hz: if wall { self.wall_hz() } else { 0 },
+            max_frames: cpu::MAX_FRAMES as u32,
+        });
+        log_info!("sampler: {} Hz CPU, {} Hz wall", self.rate_hz, if wall { self.wall_hz() } else { 0 });
+        let mut st = LoopState::default();
+        let tick = 1_000_000_000 / self.wall_hz() as u64;
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ self.start.elapsed().as_nanos() as u64;
+        let mut last_maps = None::<Instant>;
+        let mut last_flush = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            // Randomized interval (±25 %) so ticks do not alias with periodic work.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let d = tick - tick / 4 + rng % (tick / 2 + 1);
+            std::thread::sleep(Duration::from_nanos(d));
+            if last_maps.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                self.emit_mappings(&mut st);
+                last_maps = Some(Instant::now());
+            }
+            self.drain_cpu(&mut st);
+            if wall {
+                self.wall_tick(&mut st);
+            }
+            if last_flush.elapsed() >= WALL_FLUSH {
+                self.flush_wall(&mut st);
+                self.emit_stats();
+                last_flush = Instant::now();
+            }
+        }
+        // Last round: stop the timers, drain what they recorded, write everything pending.
+        for s in cpu::slots() {
+            if s.state.load(Ordering::Acquire) == cpu::ACTIVE {
+                cpu::unregister(s);
+            }
+        }
+        self.emit_mappings(&mut st);
+        self.drain_cpu(&mut st);
+        self.flush_wall(&mut st);
+        self.emit_stats();
+    }
+
+    fn emit_mappings(&self, st: &mut LoopState) {
+        let ts = self.now();
+        for m in st.maps.new_mappings() {
+            self.emit(NativeMapping { ts, start: m.start, end: m.end, file_offset: m.file_offset, path: m.path });
+        }
+    }
+
+    fn emit_stats(&self) {
+        let s = &self.stats;
+        let cpu_dropped = cpu::slots().map(|s| s.dropped.load(Ordering::Relaxed)).sum();
+        self.emit(SamplerStats {
+            ts: self.now(),
+            cpu_samples: s.cpu_samples.load(Ordering::Relaxed),
+            cpu_dropped,
+            wall_ticks: s.wall_ticks.load(Ordering::Relaxed),
+            walks: s.walks.load(Ordering::Relaxed),
+            suspend_failures: s.suspend_failures.load(Ordering::Relaxed),
+            walk_failures: s.walk_failures.load(Ordering::Relaxed),
+            timer_failures: s.timer_failures.load(Ordering::Relaxed),
+            threads: s.threads.load(Ordering::Relaxed),
+            suspended_ns: s.suspended_ns.load(Ordering::Relaxed),
+        });
+    }
+
+    /// Interned id of a stack, writing its definition the first time.
+    fn intern(&self, st: &mut LoopState, ips: &[u64], functions: &[u64]) -> u32 {
+        if let Some(&id) = st.stacks.get(&(ips.to_vec(), functions.to_vec())) {
+            return id;
+        }
+        if st.stacks.len() >= MAX_INTERNED {
+            st.stacks.clear();
+        }
+        let id = st.next_stack;
+        st.next_stack = st.next_stack.wrapping_add(1);
+        st.stacks.insert((ips.to_vec(), functions.to_vec()), id);
+        self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec() });
+        id
+    }
+
+    fn drain_cpu(&self, st: &mut LoopState) {
+        let ts = self.now();
+        let mut batch: Vec<(Vec<u64>, u64)> = Vec::new();
+        for slot in cpu::slots() {
+            let state = slot.state.load(Ordering::Acquire);
+            if state == cpu::FREE {
+                continue;
+            }
+            let key = SlotKey::of(slot);
+            batch.clear();
+            slot.drain(|ips, sp_top| batch.push((ips.to_vec(), sp_top)));
+            let cpu_now =
+                if state == cpu::DEAD { slot.final_cpu_ns.load(Ordering::Relaxed) } else { slot.cpu_ns().unwrap_or(0) };
+            let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
+            if !batch.is_empty() {
+                let delta = cpu_now.saturating_sub(ths.cpu_accounted);
+                ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
+                let mut counts: Vec<(u32, u32)> = Vec::new();
+                for (ips, sp_top) in &mut batch {
+                    let mut fns = self.managed_functions(st, ips);
+                    self.add_frameless_caller(st, ips, &mut fns, *sp_top);
+                    let id = self.intern(st, ips, &fns);
+                    match counts.iter_mut().find(|(s, _)| *s == id) {
+                        Some(c) => c.1 += 1,
+                        None => counts.push((id, 1)),
+                    }
+                }
+                let n = batch.len() as u64;
+                self.stats.cpu_samples.fetch_add(n, Ordering::Relaxed);
+                let mut left = delta;
+                let k = counts.len();
+                for (i, (stack, count)) in counts.iter().enumerate() {
+                    let w = if i + 1 == k { left } else { delta * *count as u64 / n };
+                    left -= w;
+                    self.emit(CpuSample { ts, os_tid: key.os_tid, stack: *stack, count: *count, cpu_ns: w });
+                }
+                if let Some(ths) = st.threads.get_mut(&key) {
+                    ths.last_cpu_stack = counts.last().map(|c| c.0);
+                    ths.fresh_cpu_stack = true;
+                }
+            }
+            if state == cpu::DEAD {
+                self.flush_thread(st, key);
+                st.threads.remove(&key);
+                cpu::release(slot);
+            }
+        }
+    }
+
+    /// FunctionIDs of the managed frames of a CPU sample (`GetFunctionFromIP`, here on the sampler
+    /// thread, never in the signal handler; cached per IP). Empty when no frame is managed.
+    fn managed_functions(&self, st: &mut LoopState, ips: &[u64]) -> Vec<u64> {
+        if st.ip_functions.len() > MAX_INTERNED * 4 {
+            st.ip_functions.clear();
+        }
+        let mut out = Vec::with_capacity(ips.len());
+        let mut any = false;
+        for (i, &ip) in ips.iter().enumerate() {
+            // Return addresses point after the call: look up the call instruction.
+            let at = if i > 0 { ip.saturating_sub(1) } else { ip };
+            let f = if at == 0 || st.maps.is_native(at) {
+                0
+            } else {
+                let info = &self.info;
+                *st.ip_functions.entry(at).or_insert_with(|| info.get_function_from_ip(at as usize).unwrap_or(0) as u64)
+            };
+            any |= f != 0;
+            out.push(f);
+        }
+        if !any {
+            out.clear();
+        }
+        out
+    }
+
+    /// A leaf without a frame (tier-1 leaf methods, native leaves, prologues) leaves the frame
+    /// pointer at its caller's frame, so the walk misses the caller; the return address is then
+    /// the word at SP. It is inserted when it is a call site in managed code other than the next
+    /// frame.
+    fn add_frameless_caller(&self, st: &mut LoopState, ips: &mut Vec<u64>, fns: &mut Vec<u64>, sp_top: u64) {
+        if sp_top < 4096 || ips.is_empty() || st.maps.is_native(sp_top - 1) {
+            return;
+        }
+        let info = &self.info;
+        let f = *st
+            .ip_functions
+            .entry(sp_top - 1)
+            .or_insert_with(|| info.get_function_from_ip((sp_top - 1) as usize).unwrap_or(0) as u64);
+        if f == 0 || fns.first() == Some(&f) || fns.get(1) == Some(&f) {
+            return;
+        }
+        if fns.is_empty() {
+            fns.resize(ips.len(), 0);
+        }
+        ips.insert(1, sp_top);
+        fns.insert(1, f);
+    }
+
+    fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let ns = ns + std::mem::take(&mut t.carry_ns);
+        match &mut t.pending {
+            Some(p) if p.0 == stack => {
+                p.1 += 1;
+                p.2 += ns;
+                return;
+            }
+            _ => {}
+        }
+        let old = t.pending.replace((stack, 1, ns));
+        if let Some((s, c, w)) = old {
+            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
+        }
+    }
+
+    fn flush_thread(&self, st: &mut LoopState, key: SlotKey) {
+        if let Some((s, c, w)) = st.threads.get_mut(&key).and_then(|t| t.pending.take()) {
+            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
+        }
+    }
+
+    fn flush_wall(&self, st: &mut LoopState) {
+        let keys: Vec<SlotKey> = st.threads.keys().copied().collect();
+        for k in keys {
+            self.flush_thread(st, k);
+        }
+    }
+
+    fn wall_tick(&self, st: &mut LoopState) {
+        self.stats.wall_ticks.fetch_add(1, Ordering::Relaxed);
+        let now = self.now();
+        let mut to_walk: Vec<(SlotKey, ThreadID, u64)> = Vec::new();
+        for slot in cpu::slots() {
+            if slot.state.load(Ordering::Acquire) != cpu::ACTIVE {
+                continue;
+            }
+            let key = SlotKey::of(slot);
+            let Some(cpu) = slot.cpu_ns() else { continue };
+            let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
+            let Some(last_ts) = t.wall_ts.replace(now) else {
+                t.wall_cpu = cpu;
+                continue;
+            };
+            let elapsed = now.saturating_sub(last_ts);
+            let dcpu = cpu.saturating_sub(t.wall_cpu);
+            t.wall_cpu = cpu;
+            if dcpu == 0 {
+                if let Some(s) = t.wall_stack {
+                    self.add_wall(st, key, s, elapsed);
+                    continue;
+                }
+            } else {
+                let delay = schedstat_delay(key.os_tid).unwrap_or(t.wall_delay);
+                let d_delay = delay.saturating_sub(t.wall_delay);
+                t.wall_delay = delay;
+                // Running or waiting for a CPU most of the interval: the latest CPU sample is
+                // where it was.
+                if (dcpu + d_delay) * 2 >= elapsed {
+                    t.fresh_cpu_stack = false;
+                    t.wall_stack = None; // it ran: a blocked stack from before is stale
+                    match t.last_cpu_stack {
+                        Some(s) => self.add_wall(st, key, s, elapsed),
+                        // No CPU sample yet: the time goes with the first stack known.
+                        None => t.carry_ns += elapsed,
+                    }
+                    continue;
+                }
+            }
+            let tid = slot.thread_id.load(Ordering::Relaxed);
+            to_walk.push((key, tid, elapsed));
+        }
+        if to_walk.is_empty() {
+            return;
+        }
+        // Suspensions stop every thread: at most one per MIN_SUSPEND_INTERVAL. Until the next
+        // one, threads keep their last known stack.
+        if st.last_suspend.is_some_and(|t| t.elapsed() < MIN_SUSPEND_INTERVAL) {
+            for (key, _, elapsed) in to_walk {
+                let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
+                match known {
+                    Some(s) => self.add_wall(st, key, s, elapsed),
+                    None => {
+                        if let Some(t) = st.threads.get_mut(&key) {
+                            t.carry_ns += elapsed;
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        st.last_suspend = Some(Instant::now());
+        let result = {
+            let _g = self.walk_lock.lock();
+            // Only threads still alive (ThreadDestroyed retires slots under the same lock).
+            let alive: Vec<bool> = to_walk
+                .iter()
+                .map(|(k, tid, _)| {
+                    cpu::slots().any(|s| {
+                        SlotKey::of(s) == *k
+                            && s.state.load(Ordering::Acquire) == cpu::ACTIVE
+                            && s.thread_id.load(Ordering::Relaxed) == *tid
+                    })
+                })
+                .collect();
+            let ids: Vec<ThreadID> = to_walk.iter().zip(&alive).filter(|(_, a)| **a).map(|((_, t, _), _)| *t).collect();
+            let r = wall::walk_suspended(&self.info, &ids);
+            r.map(|r| (r, alive))
+        };
+        match result {
+            Ok((r, alive)) => {
+                self.stats.suspended_ns.fetch_add(r.suspended_ns, Ordering::Relaxed);
+                if let Some(e) = r.first_error {
+                    if self.stats.walk_failures.load(Ordering::Relaxed) == 0 {
+                        log_warn!("sampler: {e} (walk failures are counted in SamplerStats)");
+                    }
+                }
+                let mut stacks = r.stacks.into_iter();
+                for ((key, _, elapsed), a) in to_walk.into_iter().zip(alive) {
+                    if !a {
+                        continue;
+                    }
+                    self.stats.walks.fetch_add(1, Ordering::Relaxed);
+                    match stacks.next().flatten() {
+                        Some(frames) => {
+                            let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
+                            let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
+                            let id = self.intern(st, &ips, &fns);
+                            if let Some(t) = st.threads.get_mut(&key) {
+                                t.wall_stack = Some(id);
+                            }
+                            self.add_wall(st, key, id, elapsed);
+                        }
+                        None => {
+                            self.stats.walk_failures.fetch_add(1, Ordering::Relaxed);
+                            self.wall_fallback(st, key, elapsed);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let n = self.stats.suspend_failures.fetch_add(1, Ordering::Relaxed);
+                if n == 0 {
+                    log_warn!("sampler: {e}; tick skipped (counted in SamplerStats)");
+                }
+                for (key, _, elapsed) in to_walk {
+                    self.wall_fallback(st, key, elapsed);
+                }
+            }
+        }
+    }
+
+    /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
+    /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
+    fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, elapsed: u64) {
+        let s = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
+        let s = match s {
+            Some(s) => s,
+            None => self.intern(st, &[], &[]),
+        };
+        if let Some(t) = st.threads.get_mut(&key) {
+            t.wall_stack = Some(s);
+        }
+        self.add_wall(st, key, s, elapsed);
+    }
+}
+
+/// Run-queue delay (ns) of a thread from `/proc/self/task/<tid>/schedstat`.
+fn schedstat_delay(tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// Identifies one registration of a thread (slots are reused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SlotKey {
+    slot: usize,
+    os_tid: u32,
+    thread_id: usize,
+}
+
+impl SlotKey {
+    fn of(s: &cpu::Slot) -> SlotKey {
+        SlotKey {
+            slot: s as *const cpu::Slot as usize,
+            os_tid: s.os_tid.load(Ordering::Relaxed),
+            thread_id: s.thread_id.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The sampler thread's view of one thread.
+struct ThreadState {
+    /// CPU time already given to samples.
+    cpu_accounted: u64,
+    last_cpu_stack: Option<u32>,
+    /// A CPU sample was drained since the last wall tick.
+    fresh_cpu_stack: bool,
+    wall_ts: Option<u64>,
+    wall_cpu: u64,
+    wall_delay: u64,
+    /// Where the thread was blocked at its last walk.
+    wall_stack: Option<u32>,
+    /// Wall samples not yet written: (stack, count, ns).
+    pending: Option<(u32, u32, u64)>,
+    /// Wall time not yet given to a stack (no stack known yet).
+    carry_ns: u64,
+}
+
+impl ThreadState {
+    fn new(slot: &cpu::Slot) -> ThreadState {
+        ThreadState {
+            cpu_accounted: slot.start_cpu_ns.load(Ordering::Relaxed),
+            last_cpu_stack: None,
+            fresh_cpu_stack: false,
+            wall_ts: None,
+            wall_cpu: 0,
+            wall_delay: schedstat_delay(slot.os_tid.load(Ordering::Relaxed)).unwrap_or(0),
+            wall_stack: None,
+            pending: None,
+            carry_ns: 0,
+        }
+    }
+}
+
+#[derive(Default)]
+struct LoopState {
+    stacks: HashMap<(Vec<u64>, Vec<u64>), u32>,
+    next_stack: u32,
+    maps: native::MapTracker,
+    threads: HashMap<SlotKey, ThreadState>,
+    /// GetFunctionFromIP answers, by IP (0 = not managed).
+    ip_functions: HashMap<u64, u64>,
+    last_suspend: Option<Instant>,
+}

@@ -1,0 +1,385 @@
+//! Sampled stacks (CPU and wall time) folded into the canonical [`CostTree`]. Identification is
+//! deferred to here, off the profiled process: managed IPs through the code ranges of
+//! `FunctionCompiled` records ([`CodeMap`]), native IPs through the process's executable mappings
+//! and the ELF symbols a [`NativeSymbols`] provider reads, and the rest into an `UNKNOWN` bucket.
+
+use std::collections::HashMap;
+
+use clrprof_trace::Record;
+
+use crate::codemap::CodeMap;
+use crate::stacks::{Cost, FrameId, FrameKey};
+use crate::tables::Profile;
+
+/// The label of frames nothing could name.
+pub const UNKNOWN: &str = "UNKNOWN";
+/// The label of wall samples of threads whose stack could not be walked.
+pub const NOT_WALKABLE: &str = "[thread not walkable]";
+
+/// Names native code: `path` is a mapped file, `file_offset` an offset into it. Returns the
+/// symbol and the file offset where it starts.
+pub trait NativeSymbols {
+    fn symbol(&mut self, path: &str, file_offset: u64) -> Option<(String, u64)>;
+}
+
+/// A provider that knows no symbols (frames become `module!<unknown>`).
+pub struct NoSymbols;
+
+impl NativeSymbols for NoSymbols {
+    fn symbol(&mut self, _path: &str, _file_offset: u64) -> Option<(String, u64)> {
+        None
+    }
+}
+
+/// What the sampler recorded, in summary. Sampled figures are estimates: counts say how many.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sampling {
+    /// Requested CPU sampling rate (0 = no sampling in this trace).
+    pub cpu_rate_hz: u32,
+    pub wall_rate_hz: u32,
+    pub cpu_samples: u64,
+    pub cpu_ns: u64,
+    pub wall_samples: u64,
+    pub wall_ns: u64,
+    /// Sampler counters (last `SamplerStats`).
+    pub cpu_dropped: u64,
+    pub walks: u64,
+    pub suspend_failures: u64,
+    pub walk_failures: u64,
+    pub timer_failures: u64,
+    pub suspended_ns: u64,
+    /// Start address of native and managed routines that samples hit (for the modules view).
+    pub addresses: HashMap<FrameId, u64>,
+}
+
+impl Sampling {
+    pub fn enabled(&self) -> bool {
+        self.cpu_rate_hz > 0 || self.cpu_samples > 0 || self.wall_samples > 0
+    }
+
+    /// CPU samples per CPU-second actually delivered (timers fire at most once per kernel tick).
+    pub fn effective_cpu_rate(&self) -> f64 {
+        if self.cpu_ns == 0 {
+            0.0
+        } else {
+            self.cpu_samples as f64 * 1e9 / self.cpu_ns as f64
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    path: String,
+}
+
+/// Sampling records collected while reading a trace (resolved when the profile is finished).
+#[derive(Clone, Debug, Default)]
+pub struct SampleData {
+    summary: Sampling,
+    mappings: Vec<Mapping>,
+    defs: Vec<(Vec<u64>, Vec<u64>)>,
+    ids: HashMap<u32, usize>,
+    /// (os_tid, def) → cost.
+    costs: HashMap<(u32, usize), Cost>,
+}
+
+impl SampleData {
+    pub fn add(&mut self, r: &Record) {
+        match r {
+            Record::SamplingStart(s) => {
+                self.summary.cpu_rate_hz = s.cpu_rate_hz;
+                self.summary.wall_rate_hz = s.wall_rate_hz;
+            }
+            Record::NativeMapping(m) => self.mappings.push(Mapping {
+                start: m.start,
+                end: m.end,
+                file_offset: m.file_offset,
+                path: m.path.clone(),
+            }),
+            Record::SampleStack(s) => {
+                self.ids.insert(s.id, self.defs.len());
+                self.defs.push((s.ips.clone(), s.functions.clone()));
+            }
+            Record::CpuSample(s) => {
+                let def = self.def(s.stack);
+                let c = self.costs.entry((s.os_tid, def)).or_default();
+                c.cpu_samples += s.count as u64;
+                c.cpu_ns += s.cpu_ns;
+                self.summary.cpu_samples += s.count as u64;
+                self.summary.cpu_ns += s.cpu_ns;
+            }
+            Record::WallSample(s) => {
+                let def = self.def(s.stack);
+                let c = self.costs.entry((s.os_tid, def)).or_default();
+                c.wall_samples += s.count as u64;
+                c.wall_ns += s.wall_ns;
+                self.summary.wall_samples += s.count as u64;
+                self.summary.wall_ns += s.wall_ns;
+            }
+            Record::SamplerStats(s) => {
+                let m = &mut self.summary;
+                m.cpu_dropped = s.cpu_dropped;
+                m.walks = s.walks;
+                m.suspend_failures = s.suspend_failures;
+                m.walk_failures = s.walk_failures;
+                m.timer_failures = s.timer_failures;
+                m.suspended_ns = s.suspended_ns;
+            }
+            _ => {}
+        }
+    }
+
+    /// The definition a stack id refers to now; an undefined id (damaged trace) is an empty stack.
+    fn def(&mut self, id: u32) -> usize {
+        if let Some(&d) = self.ids.get(&id) {
+            return d;
+        }
+        self.ids.insert(id, self.defs.len());
+        self.defs.push((Vec::new(), Vec::new()));
+        self.defs.len() - 1
+    }
+
+    /// Adds the samples to `p.costs` and fills `p.sampling`.
+    pub fn resolve(mut self, p: &mut Profile, symbols: &mut dyn NativeSymbols) {
+        let code = CodeMap::from_functions(&p.functions);
+        self.mappings.sort_by_key(|m| (m.start, m.end));
+        let mut resolver = Resolver { code: &code, mappings: &self.mappings, symbols, cache: HashMap::new() };
+        let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
+        let mut entries: Vec<((u32, usize), Cost)> = self.costs.into_iter().collect();
+        entries.sort_by_key(|(k, _)| *k);
+        let mut addresses = HashMap::new();
+        for ((tid, def), cost) in entries {
+            let s = *stack_of.entry(def).or_insert_with(|| {
+                let (ips, fns) = &self.defs[def];
+                let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len().max(1));
+                for (i, &ip) in ips.iter().enumerate() {
+                    let function = fns.get(i).copied().unwrap_or(0);
+                    let (key, addr) = resolver.frame(ip, i > 0, function);
+                    let f = p.costs.stacks.frame(key);
+                    if let Some(a) = addr {
+                        addresses.entry(f).or_insert(a);
+                    }
+                    frames.push(f);
+                }
+                if frames.is_empty() {
+                    // A wall sample of a thread the runtime could not walk (no managed frames yet,
+                    // or a failed walk).
+                    frames.push(p.costs.stacks.frame(FrameKey::Label(NOT_WALKABLE.into())));
+                }
+                frames.reverse();
+                p.costs.stacks.stack(&frames)
+            });
+            if let Some(s) = s {
+                p.costs.add(tid, s, &cost);
+            }
+        }
+        for f in p.functions.iter() {
+            if let Some(id) = p.costs.stacks.find_frame(&FrameKey::Function(f.id)) {
+                addresses.insert(id, f.code_start);
+            }
+        }
+        self.summary.addresses = addresses;
+        p.sampling = self.summary;
+    }
+}
+
+struct Resolver<'a> {
+    code: &'a CodeMap,
+    mappings: &'a [Mapping],
+    symbols: &'a mut dyn NativeSymbols,
+    cache: HashMap<(usize, u64), Option<(String, u64)>>,
+}
+
+impl Resolver<'_> {
+    /// The frame of one IP (`is_return`: a return address, looked up one byte earlier so the call
+    /// site's routine is named), with the routine's start address when known.
+    fn frame(&mut self, ip: u64, is_return: bool, function: u64) -> (FrameKey, Option<u64>) {
+        if function != 0 {
+            return (FrameKey::Function(function), None);
+        }
+        if ip == 0 {
+            return (FrameKey::Label(UNKNOWN.into()), None);
+        }
+        let at = if is_return { ip - 1 } else { ip };
+        if let Some(id) = self.code.lookup(at) {
+            return (FrameKey::Function(id), None);
+        }
+        let i = self.mappings.partition_point(|m| m.start <= at);
+        if i > 0 {
+            let mi = i - 1;
+            let m = &self.mappings[mi];
+            if at < m.end {
+                let off = at - m.start + m.file_offset;
+                let module = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
+                let sym = self.cache.entry((mi, off)).or_insert_with(|| self.symbols.symbol(&m.path, off)).clone();
+                return match sym {
+                    Some((name, sym_off)) => {
+                        let addr = at - (off - sym_off.min(off));
+                        (FrameKey::Native { module, symbol: name }, Some(addr))
+                    }
+                    None => (FrameKey::Native { module, symbol: String::new() }, None),
+                };
+            }
+        }
+        (FrameKey::Label(UNKNOWN.into()), None)
+    }
+}
+
+/// Sampled hits of one module (the Monte Carlo module table): samples whose leaf frame was in it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModuleHits {
+    pub module: String,
+    pub samples: u64,
+    pub ns: u64,
+}
+
+/// Sampled hits of one routine (leaf frame).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoutineHits {
+    pub frame: FrameId,
+    pub module: String,
+    pub samples: u64,
+    pub ns: u64,
+    /// Start address of the routine, when known.
+    pub address: Option<u64>,
+}
+
+/// Module of a frame for hit tables: the file name, or `UNKNOWN`.
+pub fn frame_module(p: &Profile, f: FrameId) -> String {
+    let fr = &p.costs.stacks.frames[f.0 as usize];
+    if fr.name == NOT_WALKABLE {
+        NOT_WALKABLE.to_string()
+    } else if fr.module.is_empty() {
+        UNKNOWN.to_string()
+    } else {
+        fr.module.clone()
+    }
+}
+
+/// The Monte Carlo tables: hits (self samples) per module and per routine for the CPU or wall
+/// metric, most hits first (ties by name, so output is deterministic).
+pub fn hits(
+    p: &Profile,
+    metric: crate::stacks::Metric,
+    filter: crate::views::ThreadFilter<'_>,
+) -> (Vec<ModuleHits>, Vec<RoutineHits>) {
+    use crate::stacks::Metric;
+    let pick = |c: &Cost| match metric {
+        Metric::Wall => (c.wall_samples, c.wall_ns),
+        _ => (c.cpu_samples, c.cpu_ns),
+    };
+    let mut routines = Vec::new();
+    let mut modules: HashMap<String, ModuleHits> = HashMap::new();
+    for r in crate::views::function_rows(&p.costs, filter) {
+        let (samples, ns) = pick(&r.self_cost);
+        if samples == 0 {
+            continue;
+        }
+        let module = frame_module(p, r.frame);
+        let m =
+            modules.entry(module.clone()).or_insert_with(|| ModuleHits { module: module.clone(), samples: 0, ns: 0 });
+        m.samples += samples;
+        m.ns += ns;
+        routines.push(RoutineHits {
+            frame: r.frame,
+            module,
+            samples,
+            ns,
+            address: p.sampling.addresses.get(&r.frame).copied(),
+        });
+    }
+    let name = |f: FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
+    routines.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| name(a.frame).cmp(name(b.frame))));
+    let mut modules: Vec<ModuleHits> = modules.into_values().collect();
+    modules.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.module.cmp(&b.module)));
+    (modules, routines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::ProfileBuilder;
+    use clrprof_trace::*;
+
+    struct Fake;
+    impl NativeSymbols for Fake {
+        fn symbol(&mut self, path: &str, off: u64) -> Option<(String, u64)> {
+            (path.ends_with("libz.so.1") && (0x3400..0x3500).contains(&off)).then(|| ("adler32_z".into(), 0x3400))
+        }
+    }
+
+    #[test]
+    fn samples_resolve_to_managed_native_and_unknown_frames() {
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128 }.into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 10,
+                name: "App.Main".into(),
+                code_start: 0x1000,
+                code_size: 0x100,
+                ..Default::default()
+            }
+            .into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 11,
+                name: "App.Work".into(),
+                code_start: 0x2000,
+                code_size: 0x100,
+                ..Default::default()
+            }
+            .into(),
+            NativeMapping {
+                ts: 0,
+                start: 0x7000_0000,
+                end: 0x7001_0000,
+                file_offset: 0x3000,
+                path: "/lib/libz.so.1".into(),
+            }
+            .into(),
+            // leaf adler32_z ← App.Work ← App.Main (return addresses point after the calls)
+            SampleStack { id: 1, ips: vec![0x7000_0410, 0x2010, 0x1020], functions: vec![] }.into(),
+            SampleStack { id: 2, ips: vec![0x2050, 0x1020], functions: vec![] }.into(),
+            SampleStack { id: 3, ips: vec![0xdead_0000, 0x1001], functions: vec![] }.into(),
+            // a walked stack: FunctionIDs given
+            SampleStack { id: 4, ips: vec![0, 0x1030], functions: vec![0, 10] }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 5, os_tid: 8, stack: 3, count: 2, cpu_ns: 20 }.into(),
+            WallSample { ts: 6, os_tid: 8, stack: 4, count: 5, wall_ns: 50 }.into(),
+        ];
+        let mut b = ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.finish_with(&mut Fake);
+        assert_eq!(p.sampling.cpu_samples, 6);
+        assert_eq!(p.sampling.cpu_ns, 60);
+        assert_eq!(p.sampling.wall_samples, 5);
+        let rows = crate::views::function_rows(&p.costs, None);
+        let by_name = |n: &str| {
+            rows.iter().find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == n).unwrap_or_else(|| panic!("{n}"))
+        };
+        assert_eq!(by_name("libz.so.1!adler32_z").self_cost.cpu_samples, 3);
+        assert_eq!(by_name("App.Work").self_cost.cpu_samples, 1);
+        assert_eq!(by_name("App.Work").inclusive.cpu_samples, 4);
+        assert_eq!(by_name("App.Main").inclusive.cpu_ns, 60);
+        assert_eq!(by_name("UNKNOWN").self_cost.cpu_samples, 2, "an IP in no code range or mapping");
+        assert_eq!(by_name("UNKNOWN").self_cost.wall_samples, 5, "the native run of a walk");
+        assert_eq!(by_name("App.Main").inclusive.wall_ns, 50);
+        let f = rows.iter().find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == "libz.so.1!adler32_z").unwrap();
+        assert_eq!(p.sampling.addresses.get(&f.frame), Some(&0x7000_0400));
+        // Without symbols the module is still named.
+        let mut b = ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.finish();
+        assert!(p.costs.stacks.frames.iter().any(|f| f.name == "libz.so.1!<unknown>"));
+    }
+}
