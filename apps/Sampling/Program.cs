@@ -35,8 +35,19 @@ public static class Program
                 Console.Error.WriteLine($"unknown mode {mode}");
                 return 1;
         }
+        // The kernel's CPU time of the main thread (its tid is the pid), for tests to compare.
+        Console.WriteLine($"main_tid={Environment.ProcessId} main_cpu_ms={MainThreadCpuMs()}");
         Console.WriteLine($"done {mode}");
         return 0;
+    }
+
+    // utime + stime from /proc/self/task/<tid>/stat, in milliseconds.
+    static long MainThreadCpuMs()
+    {
+        string stat = File.ReadAllText($"/proc/self/task/{Environment.ProcessId}/stat");
+        string[] f = stat[(stat.LastIndexOf(')') + 2)..].Split(' ');
+        long ticks = long.Parse(f[11]) + long.Parse(f[12]);
+        return ticks * 1000 / 100; // USER_HZ is 100 on Linux
     }
 }
 

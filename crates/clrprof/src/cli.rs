@@ -76,12 +76,37 @@ struct ReportArgs {
     /// Write the report to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Sampled cost to count: CPU time (on-CPU only) or wall time (running or blocked)
+    #[arg(short, long, value_enum)]
+    weight: Option<WeightArg>,
+    /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
+    #[arg(long, value_name = "ID|NAME")]
+    thread: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum WeightArg {
+    /// Sampled on-CPU time
+    Cpu,
+    /// Sampled wall time (running or blocked)
+    Wall,
+}
+
+impl WeightArg {
+    fn metric(self) -> clrprof_model::Metric {
+        match self {
+            WeightArg::Cpu => clrprof_model::Metric::Cpu,
+            WeightArg::Wall => clrprof_model::Metric::Wall,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ViewArg {
     /// The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions
     Tables,
+    /// The Monte Carlo tables: sampled hits per module (assemblies and native libraries) and per routine
+    Modules,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -110,12 +135,15 @@ pub fn run() -> Result<ExitCode> {
                 trace: a.trace,
                 view: match a.view {
                     ViewArg::Tables => View::Tables,
+                    ViewArg::Modules => View::Modules,
                 },
                 format: match a.format {
                     FormatArg::Text => Format::Text,
                     FormatArg::Json => Format::Json,
                 },
                 output: a.output,
+                weight: a.weight.map(WeightArg::metric),
+                thread: a.thread,
             };
             crate::report::report(&opts)?;
             Ok(ExitCode::SUCCESS)

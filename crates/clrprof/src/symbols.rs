@@ -28,7 +28,7 @@ impl FileSymbols {
             .symbols()
             .chain(file.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
             .filter(|s| !s.2.is_empty())
             .collect();
         symbols.sort();
@@ -47,6 +47,21 @@ impl FileSymbols {
         }
         Some((name.clone(), addr - vaddr + off))
     }
+}
+
+/// Readable names for Rust and C++ symbols; others unchanged.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    name.to_string()
 }
 
 /// ELF symbol tables by file path, each read once.
@@ -81,5 +96,8 @@ mod tests {
         let mut e = ElfSymbols::default();
         assert_eq!(e.symbol(path, file_off).map(|s| s.0), Some("adler32_z".to_string()));
         assert_eq!(e.symbol("/nonexistent/lib.so", 0x1000), None);
+        assert_eq!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"), "core::ptr::drop_in_place");
+        assert_eq!(demangle("_ZN10MethodDesc7GetNameEv"), "MethodDesc::GetName()");
+        assert_eq!(demangle("memcpy"), "memcpy");
     }
 }

@@ -1,9 +1,11 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
 mod json;
+mod modules;
 mod sampling_json;
 mod table;
 mod tables;
+pub mod threads;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use clrprof_model::Profile;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     Tables,
+    Modules,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +34,10 @@ pub struct ReportOptions {
     pub format: Format,
     /// `None` = standard output.
     pub output: Option<PathBuf>,
+    /// Sampled weight (`None` = CPU).
+    pub weight: Option<clrprof_model::Metric>,
+    /// `--thread`: OS tid, ThreadID or name.
+    pub thread: Option<String>,
 }
 
 pub fn report(opts: &ReportOptions) -> Result<()> {
@@ -50,7 +57,8 @@ pub fn report(opts: &ReportOptions) -> Result<()> {
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     Ok(match (opts.view, opts.format) {
         (View::Tables, Format::Text) => tables::render(p),
-        (View::Tables, Format::Json) => {
+        (View::Modules, Format::Text) => modules::render(p, opts)?,
+        (_, Format::Json) => {
             let mut s = serde_json::to_string_pretty(&json::document(p))?;
             s.push('\n');
             s

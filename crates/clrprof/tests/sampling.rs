@@ -1,0 +1,173 @@
+//! End to end: the sampler on real .NET programs (apps/Sampling) — CPU shares, blocked time,
+//! native frames, per-thread CPU time against the kernel's, and bad input.
+
+mod common;
+use common::*;
+
+use serde_json::Value;
+
+fn function<'a>(v: &'a Value, name: &str) -> &'a Value {
+    find(v, "functions", name)
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// `key=value` from the app's stdout.
+fn printed(stdout: &str, key: &str) -> u64 {
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key}= not printed in {stdout:?}"))
+}
+
+fn record_ok(dir: &std::path::Path, name: &str, args: &[&str], extra: &[&str]) -> (std::path::PathBuf, String) {
+    let trace = dir.join(format!("{name}.clrprof"));
+    let out = record("Sampling", args, &trace, extra);
+    assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
+    (trace, text(&out.stdout))
+}
+
+#[test]
+fn cpu_shares_follow_a_known_ratio_and_match_the_kernel() {
+    let dir = scratch("sampling-ratio");
+    let (trace, stdout) = record_ok(&dir, "ratio", &["ratio", "3000"], &[]);
+    let v = report_json(&trace);
+    let heavy = function(&v, "Sampling.Ratio.Heavy");
+    let light = function(&v, "Sampling.Ratio.Light");
+    let (h, l) = (u(heavy, "cpu_total_ns") as f64, u(light, "cpu_total_ns") as f64);
+    let samples = u(heavy, "samples_total") + u(light, "samples_total");
+    assert!(samples >= 150, "enough samples for a share: {samples}");
+    let share = h / (h + l);
+    assert!((0.65..=0.85).contains(&share), "Heavy has {share:.3} of Heavy+Light CPU, expected 0.75 ± 0.10");
+    // Unit does all the work, as self time.
+    let unit = function(&v, "Sampling.Ratio.Unit");
+    assert!(u(unit, "samples_self") * 10 >= samples * 9, "Unit is the leaf of the work: {unit}");
+
+    // Sample count ≈ rate × CPU seconds (CPU weight), and the CPU time the profiler measured
+    // for the main thread matches the kernel's (`/proc/self/task/<tid>/stat`, printed by the app).
+    let s = &v["sampling"];
+    assert_eq!(u(s, "rate_hz"), 100);
+    let expected = u(s, "cpu_ns") as f64 / 1e9 * 100.0;
+    let got = u(s, "total_samples") as f64;
+    assert!((got - expected).abs() <= expected * 0.15, "{got} samples for {expected:.0} expected at 100 Hz");
+    let tid = printed(&stdout, "main_tid");
+    let kernel_ms = printed(&stdout, "main_cpu_ms") as f64;
+    let main = s["threads"].as_array().unwrap().iter().find(|t| t["os_tid"] == tid).expect("main thread sampled");
+    let measured_ms = u(main, "cpu_ns") as f64 / 1e6;
+    assert!(
+        (measured_ms - kernel_ms).abs() <= kernel_ms * 0.10,
+        "main thread CPU: profiler {measured_ms:.0} ms, kernel {kernel_ms:.0} ms"
+    );
+}
+
+#[test]
+fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
+    let dir = scratch("sampling-sleep");
+    let (trace, _) = record_ok(&dir, "sleep", &["sleep"], &[]);
+    let v = report_json(&trace);
+    let sleeper = function(&v, "Sampling.Sleepy.Sleeper");
+    let spinner = function(&v, "Sampling.Sleepy.Spinner");
+    let (sleep_cpu, spin_cpu) = (u(sleeper, "cpu_total_ns"), u(spinner, "cpu_total_ns"));
+    assert!(u(spinner, "samples_total") >= 40, "spinner sampled: {spinner}");
+    assert!(sleep_cpu * 10 < spin_cpu, "sleeper CPU {sleep_cpu} ns vs spinner {spin_cpu} ns");
+    let sleep_wall = u(sleeper, "wall_total_ns");
+    assert!(u(sleeper, "wall_samples_total") >= 10, "sleeper has wall samples: {sleeper}");
+    assert!((300_000_000..=800_000_000).contains(&sleep_wall), "sleeper wall time {sleep_wall} ns for a 500 ms sleep");
+    let spin_wall = u(spinner, "wall_total_ns");
+    assert!((600_000_000..=1_200_000_000).contains(&spin_wall), "spinner wall time {spin_wall} ns for 800 ms");
+
+    // The reports say which weight they show.
+    let out = report(&trace, &["--view", "modules", "--weight", "wall"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("weight: wall time"), "{}", text(&out.stdout));
+    let out = report(&trace, &["--view", "modules"]);
+    assert!(text(&out.stdout).contains("weight: CPU time"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn native_time_is_attributed_to_library_and_symbol() {
+    let dir = scratch("sampling-pinvoke");
+    let (trace, _) = record_ok(&dir, "pinvoke", &["pinvoke", "1500"], &[]);
+    let out = report(&trace, &["--view", "modules"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(t.contains("Total samples recorded: "), "{t}");
+    assert!(t.contains("Module") && t.contains("Hits") && t.contains("Percent") && t.contains("Routine"), "{t}");
+    let zline = t.lines().find(|l| l.trim_start().starts_with("libz.so.1")).unwrap_or_else(|| panic!("{t}"));
+    let pct: f64 = zline.split_whitespace().nth(2).unwrap().trim_end_matches('%').parse().unwrap();
+    assert!(pct >= 50.0, "libz has most of the CPU: {zline}");
+    assert!(t.lines().any(|l| l.contains("libz.so.1") && l.trim_end().ends_with("adler32_z")), "{t}");
+
+    let v = report_json(&trace);
+    let top = &v["sampling"]["routines"][0];
+    let name = top["name"].as_str().unwrap();
+    assert!(name.starts_with("libz.so.1") && name.ends_with("!adler32_z"), "hottest routine: {top}");
+    assert!(top["address"].as_u64().is_some(), "named routines have an address: {top}");
+    let module =
+        v["sampling"]["modules"].as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("libz"));
+    assert!(u(module.unwrap(), "samples") > 0);
+}
+
+#[test]
+fn one_kilohertz_reports_the_rate_delivered() {
+    let dir = scratch("sampling-1khz");
+    let (trace, _) = record_ok(&dir, "fast", &["ratio", "1000"], &["--rate", "1000"]);
+    let v = report_json(&trace);
+    let s = &v["sampling"];
+    assert_eq!(u(s, "rate_hz"), 1000);
+    let eff = s["effective_cpu_rate_hz"].as_f64().unwrap();
+    // Per-thread CPU timers fire at most once per kernel tick (CONFIG_HZ, 100–1000).
+    assert!((90.0..=1050.0).contains(&eff), "effective rate {eff}");
+    let out = report(&trace, &["--view", "modules"]);
+    assert!(text(&out.stdout).contains("1000 Hz requested"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("Hz delivered"));
+}
+
+#[test]
+fn hundreds_of_threads_are_sampled_without_harm() {
+    let dir = scratch("sampling-threads");
+    let (trace, stdout) = record_ok(&dir, "threads", &["threads", "300", "30"], &[]);
+    assert!(stdout.contains("threads=300"), "{stdout}");
+    let v = report_json(&trace);
+    let s = &v["sampling"];
+    let with_wall = s["threads"].as_array().unwrap().iter().filter(|t| u(t, "wall_samples") > 0).count();
+    assert!(with_wall >= 300, "{with_wall} threads with wall samples");
+    assert_eq!(u(s, "timer_failures"), 0);
+    let spin = function(&v, "Sampling.Many.Spin");
+    assert!(u(spin, "wall_samples_total") > 0);
+}
+
+#[test]
+fn sampling_can_be_turned_off_and_short_runs_are_fine() {
+    let dir = scratch("sampling-off");
+    let (trace, _) = record_ok(&dir, "off", &["ratio", "300"], &["--no-sample"]);
+    let v = report_json(&trace);
+    assert_eq!(v["sampling"]["enabled"], false);
+    assert_eq!(u(&v["sampling"], "total_samples"), 0);
+    let out = report(&trace, &["--view", "modules"]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("no samples"), "{}", text(&out.stdout));
+
+    // A target that exits at once, at a high rate: a readable trace and report.
+    let (trace, stdout) = record_ok(&dir, "quick", &["quick"], &["--rate", "1000"]);
+    assert!(stdout.contains("done quick"));
+    let v = report_json(&trace);
+    assert_eq!(u(&v["sampling"], "rate_hz"), 1000);
+    let out = report(&trace, &["--view", "modules"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn absurd_rates_are_refused_with_a_clear_message() {
+    let dir = scratch("sampling-bad");
+    for rate in ["0", "20000", "-5", "fast"] {
+        let out = record("Sampling", &["quick"], &dir.join("bad.clrprof"), &["--rate", rate]);
+        assert_eq!(out.status.code(), Some(2), "--rate {rate}");
+        let err = text(&out.stderr);
+        assert!(err.contains("--rate"), "--rate {rate}: {err}");
+        assert!(!dir.join("bad.clrprof").exists(), "nothing ran for --rate {rate}");
+    }
+}
