@@ -158,9 +158,15 @@ impl SampleData {
                 for (i, &ip) in ips.iter().enumerate() {
                     let function = fns.get(i).copied().unwrap_or(0);
                     let (key, addr) = resolver.frame(ip, i > 0, function);
+                    // Runs of unnamed code of one module (stripped libraries) collapse into one
+                    // frame: they cannot be told apart anyway.
+                    let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
                     let f = p.costs.stacks.frame(key);
                     if let Some(a) = addr {
                         addresses.entry(f).or_insert(a);
+                    }
+                    if unnamed && frames.last() == Some(&f) {
+                        continue;
                     }
                     frames.push(f);
                 }

@@ -33,6 +33,42 @@ enum Command {
         after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view tables --format json"
     )]
     Report(ReportArgs),
+    /// Write the profile's stacks for other tools: folded stacks, flame graphs, speedscope.
+    #[command(
+        after_help = "Examples:\n  clrprof export app.clrprof -f svg\n  clrprof export app.clrprof -f collapsed -o - | inferno-flamegraph > cpu.svg\n  clrprof export app.clrprof -f speedscope --weight wall -o app.speedscope.json\n  clrprof export app.clrprof -f html --thread worker-1"
+    )]
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ExportArgs {
+    /// The trace file
+    #[arg(value_name = "FILE")]
+    trace: PathBuf,
+    /// Output format
+    #[arg(short, long, value_enum)]
+    format: ExportFormatArg,
+    /// Output file, `-` for standard output [default: FILE's name with the weight and format, e.g. app.cpu.svg]
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// Sampled cost: CPU time (on-CPU only) or wall time (running or blocked)
+    #[arg(short, long, value_enum, default_value_t = WeightArg::Cpu)]
+    weight: WeightArg,
+    /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
+    #[arg(long, value_name = "ID|NAME")]
+    thread: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ExportFormatArg {
+    /// Folded stacks (`a;b;c count`), the input of flame-graph tools
+    Collapsed,
+    /// A self-contained SVG flame graph
+    Svg,
+    /// A self-contained HTML flame graph (click to zoom, search)
+    Html,
+    /// speedscope JSON: all threads merged, then one profile per thread
+    Speedscope,
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +182,23 @@ pub fn run() -> Result<ExitCode> {
                 thread: a.thread,
             };
             crate::report::report(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export(a) => {
+            use crate::export::ExportFormat as F;
+            let opts = crate::export::ExportOptions {
+                trace: a.trace,
+                format: match a.format {
+                    ExportFormatArg::Collapsed => F::Collapsed,
+                    ExportFormatArg::Svg => F::Svg,
+                    ExportFormatArg::Html => F::Html,
+                    ExportFormatArg::Speedscope => F::Speedscope,
+                },
+                output: a.output,
+                weight: Some(a.weight.metric()),
+                thread: a.thread,
+            };
+            crate::export::export(&opts)?;
             Ok(ExitCode::SUCCESS)
         }
     }

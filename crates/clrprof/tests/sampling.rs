@@ -171,3 +171,109 @@ fn absurd_rates_are_refused_with_a_clear_message() {
         assert!(!dir.join("bad.clrprof").exists(), "nothing ran for --rate {rate}");
     }
 }
+
+fn export(trace: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(clrprof_exe()).arg("export").arg(trace).args(args).output().expect("run clrprof export")
+}
+
+/// Checks a speedscope document against the rules of speedscope's file-format schema
+/// (`FileFormat.File` with sampled profiles), plus the consistency the schema cannot express.
+fn check_speedscope(v: &Value) {
+    assert_eq!(v["$schema"], "https://www.speedscope.app/file-format-schema.json");
+    let frames = v["shared"]["frames"].as_array().expect("shared.frames is an array");
+    for f in frames {
+        assert!(f["name"].is_string(), "frame needs a name: {f}");
+        for k in ["file"] {
+            assert!(f.get(k).is_none_or(|x| x.is_string()), "{k} is a string: {f}");
+        }
+        for k in ["line", "col"] {
+            assert!(f.get(k).is_none_or(|x| x.is_number()), "{k} is a number: {f}");
+        }
+    }
+    assert!(v.get("name").is_none_or(|x| x.is_string()));
+    assert!(v.get("activeProfileIndex").is_none_or(|x| x.is_number()));
+    assert!(v.get("exporter").is_none_or(|x| x.is_string()));
+    let profiles = v["profiles"].as_array().expect("profiles is an array");
+    assert!(!profiles.is_empty());
+    for p in profiles {
+        assert_eq!(p["type"], "sampled");
+        assert!(p["name"].is_string());
+        let unit = p["unit"].as_str().unwrap();
+        assert!(["bytes", "microseconds", "milliseconds", "nanoseconds", "none", "seconds"].contains(&unit));
+        assert!(p["startValue"].is_number() && p["endValue"].is_number());
+        let samples = p["samples"].as_array().unwrap();
+        let weights = p["weights"].as_array().unwrap();
+        assert_eq!(samples.len(), weights.len());
+        for s in samples {
+            for i in s.as_array().unwrap() {
+                assert!((i.as_u64().unwrap() as usize) < frames.len(), "frame index in range");
+            }
+        }
+        let total: u64 = weights.iter().map(|w| w.as_u64().unwrap()).sum();
+        assert_eq!(p["endValue"].as_u64().unwrap() - p["startValue"].as_u64().unwrap(), total);
+    }
+}
+
+#[test]
+fn exports_parse_and_agree_with_the_report() {
+    let dir = scratch("sampling-export");
+    let (trace, _) = record_ok(&dir, "ratio", &["ratio", "800"], &[]);
+    let v = report_json(&trace);
+    let total = u(&v["sampling"], "total_samples");
+    let heavy = u(function(&v, "Sampling.Ratio.Heavy"), "samples_total");
+    assert!(heavy > 0);
+
+    // Folded stacks: every sample once; a function's lines add up to its inclusive samples; the
+    // text round-trips through a parse.
+    let folded = dir.join("cpu.folded");
+    let out = export(&trace, &["-f", "collapsed", "-o", folded.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = std::fs::read_to_string(&folded).unwrap();
+    let mut parsed: Vec<(Vec<String>, u64)> = Vec::new();
+    for line in t.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
+        parsed.push((stack.split(';').map(String::from).collect(), n.parse().unwrap()));
+    }
+    assert_eq!(parsed.iter().map(|p| p.1).sum::<u64>(), total);
+    let with_heavy: u64 = parsed.iter().filter(|p| p.0.iter().any(|f| f == "Sampling.Ratio.Heavy")).map(|p| p.1).sum();
+    assert_eq!(with_heavy, heavy);
+    let again: String = parsed.iter().map(|(s, n)| format!("{} {n}\n", s.join(";"))).collect();
+    assert_eq!(again, t);
+    // Standard output works too.
+    let out = export(&trace, &["-f", "collapsed", "-o", "-"]);
+    assert_eq!(text(&out.stdout), t);
+
+    // speedscope: schema rules; the merged profile holds all CPU time; one profile per thread.
+    let ss = dir.join("cpu.speedscope.json");
+    let out = export(&trace, &["-f", "speedscope", "-o", ss.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&ss).unwrap()).unwrap();
+    check_speedscope(&doc);
+    assert_eq!(doc["profiles"][0]["endValue"].as_u64().unwrap(), u(&v["sampling"], "cpu_ns"));
+    let sampled_threads =
+        v["sampling"]["threads"].as_array().unwrap().iter().filter(|t| u(t, "cpu_samples") > 0).count();
+    assert_eq!(doc["profiles"].as_array().unwrap().len(), 1 + sampled_threads);
+    let out = export(&trace, &["-f", "speedscope", "--weight", "wall", "-o", "-"]);
+    let wall: Value = serde_json::from_slice(&out.stdout).unwrap();
+    check_speedscope(&wall);
+    assert!(wall["name"].as_str().unwrap().contains("wall time"));
+
+    // Flame graphs: well-formed enough to open, with the app's frames.
+    for (fmt, head) in [("svg", "<?xml"), ("html", "<!DOCTYPE html>")] {
+        let f = dir.join(format!("cpu.{fmt}"));
+        let out = export(&trace, &["-f", fmt, "-o", f.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let s = std::fs::read_to_string(&f).unwrap();
+        assert!(s.starts_with(head), "{fmt}");
+        assert!(s.contains("Sampling.Ratio.Heavy"), "{fmt}");
+        assert_eq!(s.matches("<g ").count(), s.matches("</g>").count(), "{fmt}");
+        assert_eq!(s.matches("<svg").count(), 1);
+        assert!(s.contains("</svg>"));
+    }
+
+    // Nothing to export is an error, not an empty file.
+    let (off, _) = record_ok(&dir, "off", &["quick"], &["--no-sample"]);
+    let out = export(&off, &["-f", "svg", "-o", dir.join("none.svg").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no CPU time"), "{}", text(&out.stderr));
+}

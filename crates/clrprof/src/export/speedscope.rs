@@ -1,0 +1,73 @@
+//! speedscope JSON (https://www.speedscope.app/file-format-schema.json): shared frames, one
+//! sampled profile merged over the selected threads, then one profile per thread.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::Result;
+use clrprof_model::FrameId;
+use serde_json::{json, Value};
+
+use super::{ExportInput, Exporter, Sample};
+
+pub struct Speedscope;
+
+impl Exporter for Speedscope {
+    fn extension(&self) -> &'static str {
+        "speedscope.json"
+    }
+
+    fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
+        let mut index: HashMap<FrameId, usize> = HashMap::new();
+        let mut frames: Vec<Value> = Vec::new();
+        let mut profile = |name: String, samples: &[Sample]| -> Value {
+            let mut stacks = Vec::with_capacity(samples.len());
+            let mut weights = Vec::with_capacity(samples.len());
+            for s in samples {
+                let stack: Vec<usize> = s
+                    .frames
+                    .iter()
+                    .map(|&f| {
+                        *index.entry(f).or_insert_with(|| {
+                            let fr = &inp.profile.costs.stacks.frames[f.0 as usize];
+                            let mut v = json!({ "name": fr.name });
+                            if !fr.module.is_empty() {
+                                v["file"] = json!(fr.module);
+                            }
+                            frames.push(v);
+                            frames.len() - 1
+                        })
+                    })
+                    .collect();
+                stacks.push(stack);
+                weights.push(s.value);
+            }
+            let total: u64 = weights.iter().sum();
+            json!({
+                "type": "sampled",
+                "name": name,
+                "unit": inp.value_unit,
+                "startValue": 0,
+                "endValue": total,
+                "samples": stacks,
+                "weights": weights,
+            })
+        };
+        let mut profiles = vec![profile(format!("all threads — {}", inp.weight_name), &inp.merged)];
+        for (tid, name, samples) in &inp.threads {
+            let label = if name.is_empty() { format!("thread {tid}") } else { format!("thread {tid} ({name})") };
+            profiles.push(profile(format!("{label} — {}", inp.weight_name), samples));
+        }
+        let doc = json!({
+            "$schema": "https://www.speedscope.app/file-format-schema.json",
+            "shared": { "frames": frames },
+            "profiles": profiles,
+            "name": inp.title(),
+            "activeProfileIndex": 0,
+            "exporter": format!("clrprof {}", env!("CARGO_PKG_VERSION")),
+        });
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        Ok(())
+    }
+}
