@@ -48,6 +48,8 @@ pub struct Sampling {
     pub walk_failures: u64,
     pub timer_failures: u64,
     pub suspended_ns: u64,
+    /// CPU time the sampler thread used.
+    pub sampler_cpu_ns: u64,
     /// Start address of native and managed routines that samples hit (for the modules view).
     pub addresses: HashMap<FrameId, u64>,
 }
@@ -127,6 +129,7 @@ impl SampleData {
                 m.walk_failures = s.walk_failures;
                 m.timer_failures = s.timer_failures;
                 m.suspended_ns = s.suspended_ns;
+                m.sampler_cpu_ns = s.sampler_cpu_ns;
             }
             _ => {}
         }

@@ -189,5 +189,7 @@ records! {
         threads: u64,
         /// Time the runtime was suspended by the sampler.
         suspended_ns: u64,
+        /// CPU time of the sampler thread itself.
+        sampler_cpu_ns: u64,
     }
 }

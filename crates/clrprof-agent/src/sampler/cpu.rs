@@ -374,12 +374,15 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let lo = slot.stack_lo.load(Ordering::Relaxed);
     let hi = slot.stack_hi.load(Ordering::Relaxed);
     e.ips[0] = ip;
-    e.sp_top = if hi != 0 && sp >= lo && sp <= hi - 8 && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
+    // Only the part of the stack between the interrupted SP and the top is known to be mapped
+    // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
+    // stack), only the IP is recorded.
+    let on_stack = hi != 0 && sp >= lo && sp <= hi - 8;
+    e.sp_top = if on_stack && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
     let mut n = 1;
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
     // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
-    let lowest = sp.max(lo);
-    while n < MAX_FRAMES && hi != 0 && fp >= lowest && fp <= hi - 16 && fp.is_multiple_of(8) {
+    while on_stack && n < MAX_FRAMES && fp >= sp && fp <= hi - 16 && fp.is_multiple_of(8) {
         let ret = *((fp + 8) as *const u64);
         let next = *(fp as *const u64);
         if ret < 4096 {

@@ -35,6 +35,8 @@ pub const MAX_WALL_HZ: u32 = 250;
 const MAX_INTERNED: usize = 200_000;
 /// Shortest time between two runtime suspensions of the wall sampler.
 const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(40);
+/// Most threads walked in one suspension (the suspension lasts as long as the walks).
+const MAX_WALKS_PER_SUSPEND: usize = 8;
 /// Pending wall samples are written at least this often.
 const WALL_FLUSH: Duration = Duration::from_secs(1);
 
@@ -214,6 +216,7 @@ impl Sampler {
             timer_failures: s.timer_failures.load(Ordering::Relaxed),
             threads: s.threads.load(Ordering::Relaxed),
             suspended_ns: s.suspended_ns.load(Ordering::Relaxed),
+            sampler_cpu_ns: own_cpu_ns(),
         });
     }
 
@@ -383,9 +386,11 @@ impl Sampler {
                     self.add_wall(st, key, s, elapsed);
                     continue;
                 }
-            } else {
+            } else if dcpu * 50 >= elapsed {
+                // It ran for 2 % of the interval or more: running, waiting for a CPU, or blocked
+                // again? The run-queue delay tells (a file read, so only for these threads).
                 let delay = schedstat_delay(key.os_tid).unwrap_or(t.wall_delay);
-                let d_delay = delay.saturating_sub(t.wall_delay);
+                let d_delay = delay.saturating_sub(t.wall_delay).min(elapsed);
                 t.wall_delay = delay;
                 // Running or waiting for a CPU most of the interval: the latest CPU sample is
                 // where it was.
@@ -423,6 +428,27 @@ impl Sampler {
             return;
         }
         st.last_suspend = Some(Instant::now());
+        // Walk at most MAX_WALKS_PER_SUSPEND threads, those whose stack is oldest (never walked
+        // first); the others keep their last known stack until their turn.
+        if to_walk.len() > MAX_WALKS_PER_SUSPEND {
+            to_walk.sort_by_key(|(k, _, _)| st.threads.get(k).map(|t| t.walked_at.unwrap_or(0)).unwrap_or(0));
+            for (key, _, elapsed) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
+                let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
+                match known {
+                    Some(s) => self.add_wall(st, key, s, elapsed),
+                    None => {
+                        if let Some(t) = st.threads.get_mut(&key) {
+                            t.carry_ns += elapsed;
+                        }
+                    }
+                }
+            }
+        }
+        for (key, _, _) in &to_walk {
+            if let Some(t) = st.threads.get_mut(key) {
+                t.walked_at = Some(now);
+            }
+        }
         let result = {
             let _g = self.walk_lock.lock();
             // Only threads still alive (ThreadDestroyed retires slots under the same lock).
@@ -498,6 +524,16 @@ impl Sampler {
     }
 }
 
+/// CPU time of the calling thread.
+fn own_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // Safety: clock_gettime writes `ts`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Run-queue delay (ns) of a thread from `/proc/self/task/<tid>/schedstat`.
 fn schedstat_delay(tid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
@@ -538,6 +574,8 @@ struct ThreadState {
     pending: Option<(u32, u32, u64)>,
     /// Wall time not yet given to a stack (no stack known yet).
     carry_ns: u64,
+    /// When the thread was last walked.
+    walked_at: Option<u64>,
 }
 
 impl ThreadState {
@@ -552,6 +590,7 @@ impl ThreadState {
             wall_stack: None,
             pending: None,
             carry_ns: 0,
+            walked_at: None,
         }
     }
 }

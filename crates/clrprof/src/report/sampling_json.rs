@@ -85,6 +85,7 @@ pub fn extend(p: &Profile, doc: &mut Value) {
         "walk_failures": s.walk_failures,
         "timer_failures": s.timer_failures,
         "suspended_ns": s.suspended_ns,
+        "sampler_cpu_ns": s.sampler_cpu_ns,
         "threads": threads,
         "modules": all_modules.iter().map(|m| {
             let c = cpu_by_module.get(m);
