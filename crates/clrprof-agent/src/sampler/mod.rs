@@ -246,10 +246,13 @@ impl Sampler {
             let key = SlotKey::of(slot);
             batch.clear();
             slot.drain(|ips, sp_top| batch.push((ips.to_vec(), sp_top)));
-            let cpu_now =
-                if state == cpu::DEAD { slot.final_cpu_ns.load(Ordering::Relaxed) } else { slot.cpu_ns().unwrap_or(0) };
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
+                let cpu_now = if state == cpu::DEAD {
+                    slot.final_cpu_ns.load(Ordering::Relaxed)
+                } else {
+                    slot.cpu_ns().unwrap_or(0)
+                };
                 let delta = cpu_now.saturating_sub(ths.cpu_accounted);
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 let mut counts: Vec<(u32, u32)> = Vec::new();
