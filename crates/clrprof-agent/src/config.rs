@@ -16,11 +16,21 @@ pub struct Config {
     pub flush_ms: u64,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
+    /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
+    /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
+    /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
+    pub instrument: crate::elt::EltConfig,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { output: "clrprof-{pid}.clrprof".into(), log: None, flush_ms: 50, classes: true }
+        Config {
+            output: "clrprof-{pid}.clrprof".into(),
+            log: None,
+            flush_ms: 50,
+            classes: true,
+            instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
+        }
     }
 }
 
@@ -68,12 +78,31 @@ impl Config {
                 _ => bad("CLRPROF_FLUSH_MS", &v, "expected milliseconds in 1..=1000; using 50"),
             }
         }
-        if let Some(v) = get("CLRPROF_CLASSES") {
-            match parse_bool(&v) {
-                Some(b) => c.classes = b,
-                None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
+        let flag = |name: &'static str, slot: &mut bool, problems: &mut Vec<ConfigProblem>| {
+            if let Some(v) = get(name) {
+                match parse_bool(&v) {
+                    Some(b) => *slot = b,
+                    None => problems.push(ConfigProblem {
+                        variable: name,
+                        value: v.clone(),
+                        reason: format!("expected 1 or 0; using {}", *slot as u8),
+                    }),
+                }
             }
-        }
+        };
+        let mut more = Vec::new();
+        flag("CLRPROF_CLASSES", &mut c.classes, &mut more);
+        flag("CLRPROF_INSTRUMENT", &mut c.instrument.enabled, &mut more);
+        flag("CLRPROF_TIMING", &mut c.instrument.timing, &mut more);
+        flag("CLRPROF_FLOW", &mut c.instrument.flow, &mut more);
+        flag("CLRPROF_INLINING", &mut c.instrument.keep_inlining, &mut more);
+        let list = |v: Option<String>| -> Vec<String> {
+            v.map(|s| s.split(';').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+                .unwrap_or_default()
+        };
+        c.instrument.include = list(get("CLRPROF_INCLUDE"));
+        c.instrument.exclude = list(get("CLRPROF_EXCLUDE"));
+        problems.extend(more);
         (c, problems)
     }
 
@@ -88,6 +117,14 @@ impl Config {
         m.insert("output", self.output.clone());
         m.insert("flush_ms", self.flush_ms.to_string());
         m.insert("classes", self.classes.to_string());
+        m.insert("instrument", self.instrument.enabled.to_string());
+        if self.instrument.enabled {
+            m.insert("timing", self.instrument.timing.to_string());
+            m.insert("flow", self.instrument.flow.to_string());
+            m.insert("inlining", self.instrument.keep_inlining.to_string());
+            m.insert("include", self.instrument.include.join(";"));
+            m.insert("exclude", self.instrument.exclude.join(";"));
+        }
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }

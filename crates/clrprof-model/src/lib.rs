@@ -2,9 +2,11 @@
 //! [`Profile`]; every report, export and view is derived from it. No unsafe, no I/O.
 #![forbid(unsafe_code)]
 
+pub mod instrumented;
 pub mod stacks;
 mod tables;
 pub mod views;
 
+pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
 pub use tables::*;

@@ -21,8 +21,25 @@ pub struct RecordOptions {
     pub log: Option<PathBuf>,
     /// Record class loads.
     pub classes: bool,
+    /// Enter/leave instrumentation.
+    pub instrument: InstrumentOptions,
     /// Program and arguments.
     pub command: Vec<String>,
+}
+
+/// Enter/leave instrumentation settings of `clrprof record`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct InstrumentOptions {
+    pub enabled: bool,
+    /// No timing, call counts only.
+    pub counts_only: bool,
+    /// Keep ordered enter/leave events.
+    pub flow: bool,
+    /// Leave JIT inlining on.
+    pub keep_inlining: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 /// The agent library could not be found.
@@ -142,6 +159,16 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
         .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+    let i = &opts.instrument;
+    let b = |v: bool| if v { "1" } else { "0" };
+    cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
+    if i.enabled {
+        cmd.env("CLRPROF_TIMING", b(!i.counts_only))
+            .env("CLRPROF_FLOW", b(i.flow))
+            .env("CLRPROF_INLINING", b(i.keep_inlining))
+            .env("CLRPROF_INCLUDE", i.include.join(";"))
+            .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
+    }
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }
