@@ -7,7 +7,6 @@ pub mod filter;
 mod stubs;
 pub mod thread;
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -44,16 +43,12 @@ static FLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(
 static OVERHEAD_TICKS: AtomicU64 = AtomicU64::new(0);
 static SUSPEND_START: AtomicU64 = AtomicU64::new(0);
 
-thread_local! {
-    static CURRENT: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
-}
-
-/// The calling thread's state, created on its first hook (the one allocation per thread).
+/// The calling thread's state given what the stub read from the TLS slot; created on the
+/// thread's first hook (the one allocation per thread).
 #[inline(always)]
-fn current() -> *mut ThreadState {
-    let p = CURRENT.try_with(|c| c.get()).unwrap_or(std::ptr::null_mut());
-    if !p.is_null() {
-        return p;
+fn current(ts: *mut ThreadState) -> *mut ThreadState {
+    if !ts.is_null() {
+        return ts;
     }
     register_thread()
 }
@@ -72,28 +67,28 @@ fn register_thread() -> *mut ThreadState {
         FLOW.load(Ordering::Relaxed),
     )));
     THREADS[slot].store(ts, Ordering::Release);
-    let _ = CURRENT.try_with(|c| c.set(ts));
+    stubs::set_current(ts);
     ts
 }
 
-pub(crate) extern "C" fn hook_enter(func: *const FuncInfo, sp: usize) {
-    let ts = current();
+pub(crate) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: `ts` is this thread's own state (only this thread takes `&mut`).
         unsafe { (*ts).enter(func, sp) };
     }
 }
 
-pub(crate) extern "C" fn hook_leave(func: *const FuncInfo, sp: usize) {
-    let ts = current();
+pub(crate) extern "C" fn hook_leave(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: as in `hook_enter`.
         unsafe { (*ts).leave(func, sp, thread::FLOW_LEAVE) };
     }
 }
 
-pub(crate) extern "C" fn hook_tailcall(func: *const FuncInfo, sp: usize) {
-    let ts = current();
+pub(crate) extern "C" fn hook_tailcall(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: as in `hook_enter`.
         unsafe { (*ts).leave(func, sp, thread::FLOW_TAILCALL) };
@@ -150,7 +145,10 @@ impl Instrumentation {
         if !config.keep_inlining {
             low |= monitor::DISABLE_INLINING;
         }
-        (low, clrprof_sys::high::DISABLE_TIERED_COMPILATION)
+        // Tiered compilation stays on: tier-0 code compiles several times faster, which matters
+        // because enter/leave hooks make the runtime JIT-compile everything (ReadyToRun images
+        // are ignored). Recompiled tiers go through the mapper again (it is idempotent).
+        (low, 0)
     }
 
     pub fn new(config: EltConfig, now_ns: u64) -> (Instrumentation, InstrumentationInfo) {
@@ -163,7 +161,7 @@ impl Instrumentation {
         crate::log_info!("instrumentation: clock {source}, calibrated hook cost {hook_cost_ns:.1} ns per event");
         let info = InstrumentationInfo {
             inlining_disabled: !config.keep_inlining,
-            tiering_disabled: true,
+            tiering_disabled: false,
             ready_to_run_ignored: true,
             profiler_time_subtracted: config.timing,
             counts_only: !config.timing,

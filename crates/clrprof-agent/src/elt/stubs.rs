@@ -6,6 +6,37 @@
 //! width); Leave/Tailcall get the id in rdi and the SP in rsi and must preserve the return
 //! registers rax, rdx, xmm0, xmm1. Each stub saves those, realigns the stack, calls a plain
 //! Rust function, restores and returns.
+//!
+//! The calling thread's state pointer lives in one initial-exec TLS slot read with a single
+//! `fs:`-relative load (no `__tls_get_addr` call on the hot path); the stubs pass it to the Rust
+//! hook, which creates the state on the thread's first call.
+
+// One 8-byte initial-exec TLS slot: the current thread's `ThreadState` (null until its first hook).
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".local clrprof_elt_current",
+    ".type clrprof_elt_current, @object",
+    ".size clrprof_elt_current, 8",
+    "clrprof_elt_current:",
+    ".zero 8",
+    ".text",
+);
+
+/// Stores the calling thread's state pointer in the TLS slot.
+#[inline(never)]
+pub fn set_current(p: *mut super::thread::ThreadState) {
+    // Safety: writes our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {tmp}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+            "mov qword ptr fs:[{tmp}], {val}",
+            tmp = out(reg) _,
+            val = in(reg) p,
+            options(nostack),
+        );
+    }
+}
 
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_stub() {
@@ -28,8 +59,10 @@ pub unsafe extern "C" fn enter_stub() {
         "movdqu [rsp + 128], xmm5",
         "movdqu [rsp + 144], xmm6",
         "movdqu [rsp + 160], xmm7",
-        "mov rdi, r14",
-        "mov rsi, r15",
+        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+        "mov rdi, qword ptr fs:[rax]",
+        "mov rsi, r14",
+        "mov rdx, r15",
         "call {enter}",
         "mov rdi, [rsp + 0]",
         "mov rsi, [rsp + 8]",
@@ -63,6 +96,10 @@ pub unsafe extern "C" fn leave_stub() {
         "mov [rsp + 8], rdx",
         "movdqu [rsp + 16], xmm0",
         "movdqu [rsp + 32], xmm1",
+        "mov rdx, rsi",
+        "mov rsi, rdi",
+        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+        "mov rdi, qword ptr fs:[rax]",
         "call {leave}",
         "mov rax, [rsp + 0]",
         "mov rdx, [rsp + 8]",
@@ -86,6 +123,10 @@ pub unsafe extern "C" fn tailcall_stub() {
         "mov [rsp + 8], rdx",
         "movdqu [rsp + 16], xmm0",
         "movdqu [rsp + 32], xmm1",
+        "mov rdx, rsi",
+        "mov rsi, rdi",
+        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+        "mov rdi, qword ptr fs:[rax]",
         "call {tailcall}",
         "mov rax, [rsp + 0]",
         "mov rdx, [rsp + 8]",
