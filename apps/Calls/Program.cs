@@ -19,6 +19,7 @@ public static class Program
         if (mode is "all" or "async") Console.WriteLine($"async: {await AsyncWork.Run(10)}");
         if (mode is "all" or "spin") Console.WriteLine($"spin: {Spin.For(300) > 0}");
         if (mode is "all" or "args") Console.WriteLine($"args: {Args.Run()}");
+        if (mode is "all" or "gc") Console.WriteLine($"gc: {Collector.Run(3)}");
         if (mode == "many")
         {
             // Call-heavy benchmark: prints the loop's own time so start-up is left out.
@@ -52,6 +53,23 @@ public static class Counted
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static int Tiny(int i) => i ^ (i >> 3);
+}
+
+public static class Collector
+{
+    // Induced collections suspend the runtime: their time is suspended time.
+    public static int Run(int times)
+    {
+        int live = 0;
+        for (int i = 0; i < times; i++)
+        {
+            var junk = new List<byte[]>();
+            for (int k = 0; k < 2000; k++) junk.Add(new byte[512]);
+            live += junk.Count;
+            GC.Collect(2, GCCollectionMode.Forced, blocking: true);
+        }
+        return live;
+    }
 }
 
 public static class Recursion

@@ -84,6 +84,11 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
     assert_eq!(spin["calls"], 1);
     assert!(spin["inclusive_ns"].as_u64().unwrap() >= 280_000_000, "{spin}");
 
+    // Induced GCs suspend the runtime: that time is suspended time, not exclusive time.
+    let gc = func(&v, "Calls.Collector.Run");
+    assert_eq!(gc["calls"], 1);
+    assert!(gc["suspended_ns"].as_u64().unwrap() > 0, "{gc}");
+
     for f in v["functions"].as_array().unwrap() {
         if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
             assert!(i >= e, "{}: inclusive {i} < exclusive {e}", f["name"]);
