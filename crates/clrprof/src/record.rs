@@ -137,6 +137,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
     }
+    if opts.instrument.enabled && !cfg!(target_arch = "x86_64") {
+        bail!("--instrument is supported on x86_64 only (the enter/leave hook stubs follow the x86_64 System V contract); use sampling instead");
+    }
     let agent = find_agent(opts.agent.as_deref())?;
     let template = match &opts.output {
         Some(p) => {

@@ -18,12 +18,12 @@ fn monotonic_ns() -> u64 {
 /// Current time in ticks (TSC cycles, or ns).
 #[inline(always)]
 pub fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
     if USE_TSC.load(Ordering::Relaxed) {
         // Safety: rdtsc is available on every x86_64 CPU.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    } else {
-        monotonic_ns()
+        return unsafe { core::arch::x86_64::_rdtsc() };
     }
+    monotonic_ns()
 }
 
 /// Chooses the source (`/proc/cpuinfo` flags) and takes the base reading.

@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod filter;
+#[cfg(target_arch = "x86_64")]
 mod stubs;
 pub mod thread;
 
@@ -67,6 +68,7 @@ fn register_thread() -> *mut ThreadState {
         FLOW.load(Ordering::Relaxed),
     )));
     THREADS[slot].store(ts, Ordering::Release);
+    #[cfg(target_arch = "x86_64")]
     stubs::set_current(ts);
     ts
 }
@@ -187,11 +189,15 @@ impl Instrumentation {
     pub fn install(info: &ProfilerInfo, state: &'static State) -> HrResult<()> {
         // Safety: the mapper treats its client data as `&'static State`, which `state` is.
         unsafe { info.set_function_id_mapper2(mapper, state as *const State as *mut c_void)? };
-        info.set_enter_leave_function_hooks3(
+        #[cfg(target_arch = "x86_64")]
+        return info.set_enter_leave_function_hooks3(
             stubs::enter_stub as *const () as usize,
             stubs::leave_stub as *const () as usize,
             stubs::tailcall_stub as *const () as usize,
-        )
+        );
+        // The hook stubs exist for x86_64 System V only.
+        #[cfg(not(target_arch = "x86_64"))]
+        return Err(clrprof_sys::HrError { method: "enter/leave hooks (x86_64 only)", hr: clrprof_sys::E_NOTIMPL });
     }
 
     fn assembly_of(&self, s: &State, module: ModuleID) -> String {
