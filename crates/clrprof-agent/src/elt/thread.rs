@@ -328,6 +328,9 @@ impl ThreadState {
             // Deeper frames were unwound by an exception without leave hooks.
             if e.sp < sp {
                 self.stack.pop();
+                if self.flow.is_some() {
+                    self.flow_unwound(e, now);
+                }
                 continue;
             }
             // Safety: entries hold nodes of this state.
