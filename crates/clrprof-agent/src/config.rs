@@ -16,6 +16,10 @@ pub struct Config {
     pub flush_ms: u64,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
+    /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
+    /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
+    /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
+    pub instrument: crate::elt::EltConfig,
     /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
     pub sampling: bool,
     /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
@@ -31,6 +35,7 @@ impl Default for Config {
             log: None,
             flush_ms: 50,
             classes: true,
+            instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
             sampling: true,
             sample_rate: 100,
         }
@@ -81,24 +86,42 @@ impl Config {
                 _ => bad("CLRPROF_FLUSH_MS", &v, "expected milliseconds in 1..=1000; using 50"),
             }
         }
-        if let Some(v) = get("CLRPROF_CLASSES") {
-            match parse_bool(&v) {
-                Some(b) => c.classes = b,
-                None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
+        let flag = |name: &'static str, slot: &mut bool, problems: &mut Vec<ConfigProblem>| {
+            if let Some(v) = get(name) {
+                match parse_bool(&v) {
+                    Some(b) => *slot = b,
+                    None => problems.push(ConfigProblem {
+                        variable: name,
+                        value: v.clone(),
+                        reason: format!("expected 1 or 0; using {}", *slot as u8),
+                    }),
+                }
             }
-        }
-        if let Some(v) = get("CLRPROF_SAMPLING") {
-            match parse_bool(&v) {
-                Some(b) => c.sampling = b,
-                None => bad("CLRPROF_SAMPLING", &v, "expected 1 or 0; using 1"),
-            }
-        }
+        };
+        let mut more = Vec::new();
+        flag("CLRPROF_CLASSES", &mut c.classes, &mut more);
+        flag("CLRPROF_INSTRUMENT", &mut c.instrument.enabled, &mut more);
+        flag("CLRPROF_TIMING", &mut c.instrument.timing, &mut more);
+        flag("CLRPROF_FLOW", &mut c.instrument.flow, &mut more);
+        flag("CLRPROF_INLINING", &mut c.instrument.keep_inlining, &mut more);
+        let list = |v: Option<String>| -> Vec<String> {
+            v.map(|s| s.split(';').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+                .unwrap_or_default()
+        };
+        c.instrument.include = list(get("CLRPROF_INCLUDE"));
+        c.instrument.exclude = list(get("CLRPROF_EXCLUDE"));
+        flag("CLRPROF_SAMPLING", &mut c.sampling, &mut more);
         if let Some(v) = get("CLRPROF_SAMPLE_RATE") {
             match v.trim().parse::<u32>() {
                 Ok(n) if (1..=10_000).contains(&n) => c.sample_rate = n,
-                _ => bad("CLRPROF_SAMPLE_RATE", &v, "expected samples per second in 1..=10000; using 100"),
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_SAMPLE_RATE",
+                    value: v.clone(),
+                    reason: "expected samples per second in 1..=10000; using 100".into(),
+                }),
             }
         }
+        problems.extend(more);
         (c, problems)
     }
 
@@ -115,6 +138,14 @@ impl Config {
         m.insert("classes", self.classes.to_string());
         m.insert("sampling", self.sampling.to_string());
         m.insert("sample_rate", self.sample_rate.to_string());
+        m.insert("instrument", self.instrument.enabled.to_string());
+        if self.instrument.enabled {
+            m.insert("timing", self.instrument.timing.to_string());
+            m.insert("flow", self.instrument.flow.to_string());
+            m.insert("inlining", self.instrument.keep_inlining.to_string());
+            m.insert("include", self.instrument.include.join(";"));
+            m.insert("exclude", self.instrument.exclude.join(";"));
+        }
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }

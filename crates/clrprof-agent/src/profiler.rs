@@ -40,6 +40,8 @@ pub struct State {
     stopped: AtomicBool,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
+    /// Enter/leave instrumentation, when enabled.
+    pub instrumentation: Option<crate::elt::Instrumentation>,
 }
 
 /// Functions whose native code was not yet published when they were reported (precompiled code
@@ -242,7 +244,10 @@ impl Profiler {
         if config.sampling {
             low |= monitor::ENABLE_STACK_SNAPSHOT;
         }
-        let high = 0;
+        let mut high = 0;
+        let (elt_low, elt_high) = crate::elt::Instrumentation::mask(&config.instrument);
+        low |= elt_low;
+        high |= elt_high;
         info.set_event_mask2(low, high)?;
         let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
         log_info!("event mask requested 0x{low:08x}/0x{high:08x}, granted 0x{glow:08x}/0x{ghigh:08x}");
@@ -270,10 +275,18 @@ impl Profiler {
         for p in &problems {
             first.push(Message { ts: 0, level: 1, text: p.to_string() }.into());
         }
+        let instrumentation = if config.instrument.enabled {
+            let (i, rec) =
+                crate::elt::Instrumentation::new(config.instrument.clone(), start.elapsed().as_nanos() as u64);
+            first.push(rec.into());
+            Some(i)
+        } else {
+            None
+        };
         writer.write_now(&first);
         let pending_code = Arc::new(PendingCode::default());
         let pc = Arc::clone(&pending_code);
-        writer.set_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
+        writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
         writer.start()?;
         let sampler = if config.sampling {
             let s = crate::sampler::Sampler::new(info, Arc::clone(&writer), start, config.sample_rate);
@@ -298,8 +311,23 @@ impl Profiler {
             pending_code,
             stopped: AtomicBool::new(false),
             sampler,
+            instrumentation,
         };
         self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
+        if let Some(s) = self.state.get() {
+            // Safety: the profiler object is never freed (see `ComObject::create`), so its state
+            // lives for the rest of the process.
+            let st: &'static State = unsafe { &*(s as *const State) };
+            if st.instrumentation.is_some() {
+                crate::elt::Instrumentation::install(&st.info, st)?;
+                st.writer.add_tick(Box::new(move |w| {
+                    if let Some(i) = &st.instrumentation {
+                        i.publish(w, st.now());
+                    }
+                }));
+                log_info!("enter/leave hooks installed");
+            }
+        }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())
     }
@@ -488,6 +516,20 @@ impl ProfilerCallback for Profiler {
         // COR_PRF_CACHED_FUNCTION_FOUND = 0
         if result == 0 {
             s.function_compiled(id, 0, code_kind::PRECOMPILED);
+        }
+        Ok(())
+    }
+
+    fn runtime_suspend_started(&self, _reason: u32) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::suspend_started();
+        }
+        Ok(())
+    }
+
+    fn runtime_resume_finished(&self) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::resume_finished();
         }
         Ok(())
     }

@@ -3,11 +3,13 @@
 #![forbid(unsafe_code)]
 
 pub mod codemap;
+pub mod instrumented;
 pub mod samples;
 pub mod stacks;
 mod tables;
 pub mod views;
 
+pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
 pub use tables::*;

@@ -140,6 +140,10 @@ pub struct Profile {
     pub costs: crate::stacks::CostTree,
     /// The sampler's settings and totals (sampled costs are in `costs`).
     pub sampling: crate::samples::Sampling,
+    /// Set when the trace has enter/leave instrumentation.
+    pub instrumentation: Option<crate::instrumented::Instrumentation>,
+    /// Ordered enter/leave events per thread (`record --flow`), sorted by OS tid.
+    pub flow: Vec<crate::instrumented::FlowThread>,
 }
 
 impl Profile {
@@ -170,6 +174,7 @@ pub struct ProfileBuilder {
     end_unix_ns: Option<u64>,
     started: bool,
     samples: crate::samples::SampleData,
+    cct: crate::instrumented::CctIngest,
 }
 
 impl ProfileBuilder {
@@ -339,6 +344,24 @@ impl ProfileBuilder {
                 th.name = t.name.clone();
                 th.names.push((t.ts, t.name.clone()));
             }
+            R::InstrumentationInfo(i) => {
+                self.p.instrumentation = Some(crate::instrumented::Instrumentation::from_record(i));
+            }
+            R::CallTreeNodes(n) => self.cct.nodes(&mut self.p.costs, n),
+            R::CallTreeDelta(d) => {
+                self.last_ts = self.last_ts.max(d.ts);
+                self.cct.delta(&mut self.p.costs, d);
+            }
+            R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
+            R::FunctionHooked(h) => {
+                if let Some(i) = self.p.instrumentation.as_mut() {
+                    if h.hooked {
+                        i.hooked_functions += 1;
+                    } else {
+                        i.filtered_functions += 1;
+                    }
+                }
+            }
             R::SamplingStart(_)
             | R::NativeMapping(_)
             | R::SampleStack(_)
@@ -365,7 +388,14 @@ impl ProfileBuilder {
 
     /// Finishes the profile, naming native frames through `symbols`.
     pub fn finish_with(mut self, symbols: &mut dyn crate::samples::NativeSymbols) -> Profile {
+        if self.cct.problems > 0 {
+            self.p.messages.push(format!(
+                "{} call-tree records could not be placed (records were lost); call counts may be low",
+                self.cct.problems
+            ));
+        }
         let p = &mut self.p;
+        p.flow.sort_by_key(|t| t.os_tid);
         p.process.duration_ns = match self.end_unix_ns {
             Some(end) if end >= p.process.start_unix_ns && p.process.start_unix_ns != 0 => {
                 end - p.process.start_unix_ns

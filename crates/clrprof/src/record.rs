@@ -21,12 +21,29 @@ pub struct RecordOptions {
     pub log: Option<PathBuf>,
     /// Record class loads.
     pub classes: bool,
+    /// Enter/leave instrumentation.
+    pub instrument: InstrumentOptions,
     /// Program and arguments.
     pub command: Vec<String>,
     /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
     pub sample_rate: u32,
     /// Run the sampler (`CLRPROF_SAMPLING`).
     pub sampling: bool,
+}
+
+/// Enter/leave instrumentation settings of `clrprof record`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct InstrumentOptions {
+    pub enabled: bool,
+    /// No timing, call counts only.
+    pub counts_only: bool,
+    /// Keep ordered enter/leave events.
+    pub flow: bool,
+    /// Leave JIT inlining on.
+    pub keep_inlining: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 /// The agent library could not be found.
@@ -124,6 +141,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
     }
+    if opts.instrument.enabled && !cfg!(target_arch = "x86_64") {
+        bail!("--instrument is supported on x86_64 only (the enter/leave hook stubs follow the x86_64 System V contract); use sampling instead");
+    }
     let agent = find_agent(opts.agent.as_deref())?;
     let template = match &opts.output {
         Some(p) => {
@@ -145,9 +165,18 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
-        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
-        .env("CLRPROF_SAMPLING", if opts.sampling { "1" } else { "0" })
-        .env("CLRPROF_SAMPLE_RATE", opts.sample_rate.to_string());
+        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+    let i = &opts.instrument;
+    let b = |v: bool| if v { "1" } else { "0" };
+    cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
+    if i.enabled {
+        cmd.env("CLRPROF_TIMING", b(!i.counts_only))
+            .env("CLRPROF_FLOW", b(i.flow))
+            .env("CLRPROF_INLINING", b(i.keep_inlining))
+            .env("CLRPROF_INCLUDE", i.include.join(";"))
+            .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
+    }
+    cmd.env("CLRPROF_SAMPLING", b(opts.sampling)).env("CLRPROF_SAMPLE_RATE", opts.sample_rate.to_string());
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }

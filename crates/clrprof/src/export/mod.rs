@@ -37,7 +37,7 @@ pub struct ExportOptions {
     pub format: ExportFormat,
     /// `None` = next to the trace, `-` = standard output.
     pub output: Option<PathBuf>,
-    /// `None` = CPU time.
+    /// `None` = the profile's natural weight (CPU time for sampled traces).
     pub weight: Option<Metric>,
     pub thread: Option<String>,
 }
@@ -159,8 +159,8 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 
 pub fn export(opts: &ExportOptions) -> Result<()> {
     let p = crate::load::load(&opts.trace)?;
-    let metric = opts.weight.unwrap_or(Metric::Cpu);
-    let tids = crate::report::threads::select(&p, opts.thread.as_deref())?;
+    let metric = crate::report::select::metric(&p, opts.weight);
+    let tids = crate::report::select::threads(&p, opts.thread.as_deref())?;
     let inp = input(&p, metric, tids.as_deref());
     if inp.merged.is_empty() {
         bail!("{} has no {} to export (was it recorded with --no-sample?)", opts.trace.display(), inp.weight_name);

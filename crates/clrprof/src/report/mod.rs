@@ -1,21 +1,33 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
+mod callers;
+mod calltree;
+mod flow;
+mod hotspots;
 mod json;
 mod modules;
 mod sampling_json;
+pub mod select;
+mod summary;
 mod table;
 mod tables;
-pub mod threads;
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use clrprof_model::Profile;
+use anyhow::{bail, Context, Result};
+use clrprof_model::{Metric, Profile};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
+    /// Hot spots when the trace has costs, else the tables.
+    Auto,
     Tables,
+    Hotspots,
+    Calltree,
+    Callers,
+    Summary,
+    Flow,
     Modules,
 }
 
@@ -23,6 +35,7 @@ pub enum View {
 pub enum Format {
     Text,
     Json,
+    Csv,
 }
 
 /// Options of `clrprof report`.
@@ -34,10 +47,15 @@ pub struct ReportOptions {
     pub format: Format,
     /// `None` = standard output.
     pub output: Option<PathBuf>,
-    /// Sampled weight (`None` = CPU).
-    pub weight: Option<clrprof_model::Metric>,
+    /// `None` = the profile's natural weight (see `select::metric`).
+    pub weight: Option<Metric>,
     /// `--thread`: OS tid, ThreadID or name.
     pub thread: Option<String>,
+    pub by_thread: bool,
+    pub top: Option<usize>,
+    pub depth: Option<usize>,
+    pub min_percent: f64,
+    pub function: Option<String>,
 }
 
 pub fn report(opts: &ReportOptions) -> Result<()> {
@@ -55,14 +73,28 @@ pub fn report(opts: &ReportOptions) -> Result<()> {
 }
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
-    Ok(match (opts.view, opts.format) {
-        (View::Tables, Format::Text) => tables::render(p),
-        (View::Modules, Format::Text) => modules::render(p, opts)?,
-        (_, Format::Json) => {
-            let mut s = serde_json::to_string_pretty(&json::document(p))?;
-            s.push('\n');
-            s
-        }
+    let view = match opts.view {
+        View::Auto if p.costs.is_empty() => View::Tables,
+        View::Auto => View::Hotspots,
+        v => v,
+    };
+    if opts.format == Format::Json {
+        let mut s = serde_json::to_string_pretty(&json::document(p, opts)?)?;
+        s.push('\n');
+        return Ok(s);
+    }
+    if opts.format == Format::Csv && view != View::Hotspots {
+        bail!("--format csv is available for --view hotspots only");
+    }
+    Ok(match view {
+        View::Auto | View::Tables => tables::render(p),
+        View::Hotspots if opts.format == Format::Csv => hotspots::csv(p, opts)?,
+        View::Hotspots => hotspots::render(p, opts)?,
+        View::Calltree => calltree::render(p, opts)?,
+        View::Callers => callers::render(p, opts)?,
+        View::Summary => summary::render(p, opts)?,
+        View::Flow => flow::render(p, opts)?,
+        View::Modules => modules::render(p, opts)?,
     })
 }
 

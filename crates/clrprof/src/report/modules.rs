@@ -44,7 +44,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     if !matches!(metric, Metric::Cpu | Metric::Wall) {
         bail!("--view modules counts samples: use --weight cpu or --weight wall");
     }
-    let tids = super::threads::select(p, opts.thread.as_deref())?;
+    let tids = super::select::threads(p, opts.thread.as_deref())?;
     let filter = |t: u32| tids.as_ref().is_none_or(|v| v.contains(&t));
     let (modules, routines) = hits(p, metric, Some(&filter));
     let total: u64 = modules.iter().map(|m| m.samples).sum();
