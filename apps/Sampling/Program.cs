@@ -1,6 +1,6 @@
 // Profiling target for the sampler: workloads with known CPU and wall-time shapes.
 //   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of CPU in total)
-//   sleep         Sleeper sleeps 500 ms, Spinner spins 800 ms, on the same thread
+//   sleep         Spinner spins 800 ms of CPU, then Sleeper sleeps 500 ms, on the same thread
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
 //   threads N ms  N threads, each spinning for ms then blocking until the end
 //   quick         returns at once
@@ -117,13 +117,18 @@ public static class Sleepy
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Sleeper(int ms) => Thread.Sleep(ms);
 
+    // Spins for `ms` of CPU time (not wall time: on a busy machine it takes longer).
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Spinner(int ms)
     {
-        var sw = Stopwatch.StartNew();
+        var p = Process.GetCurrentProcess();
+        var end = p.TotalProcessorTime + TimeSpan.FromMilliseconds(ms);
         long x = 1;
-        while (sw.ElapsedMilliseconds < ms)
-            for (int i = 0; i < 10000; i++) x = x * 31 + i;
+        do
+        {
+            for (int i = 0; i < 100000; i++) x = x * 31 + i;
+            p.Refresh();
+        } while (p.TotalProcessorTime < end);
         if (x == 42) Console.WriteLine("unlikely");
     }
 }

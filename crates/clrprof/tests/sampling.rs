@@ -76,8 +76,10 @@ fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
     let sleep_wall = u(sleeper, "wall_total_ns");
     assert!(u(sleeper, "wall_samples_total") >= 10, "sleeper has wall samples: {sleeper}");
     assert!((300_000_000..=800_000_000).contains(&sleep_wall), "sleeper wall time {sleep_wall} ns for a 500 ms sleep");
+    // 800 ms of CPU: at least that long in wall time (longer when the machine is busy).
     let spin_wall = u(spinner, "wall_total_ns");
-    assert!((600_000_000..=1_200_000_000).contains(&spin_wall), "spinner wall time {spin_wall} ns for 800 ms");
+    assert!(spin_wall >= 700_000_000, "spinner wall time {spin_wall} ns for 800 ms of CPU");
+    assert!(spin_cpu >= 650_000_000, "spinner CPU time {spin_cpu} ns for 800 ms");
 
     // The reports say which weight they show.
     let out = report(&trace, &["--view", "modules", "--weight", "wall"]);
@@ -273,5 +275,5 @@ fn exports_parse_and_agree_with_the_report() {
     let (off, _) = record_ok(&dir, "off", &["quick"], &["--no-sample"]);
     let out = export(&off, &["-f", "svg", "-o", dir.join("none.svg").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("no CPU time"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("to export"), "{}", text(&out.stderr));
 }
