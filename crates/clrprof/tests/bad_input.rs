@@ -55,7 +55,7 @@ fn broken_traces_give_one_line_errors() {
     for cut in [bytes.len() - 1, bytes.len() - 20, bytes.len() * 2 / 3] {
         let p = dir.join("cut.clrprof");
         std::fs::write(&p, &bytes[..cut]).unwrap();
-        let out = report(&p, &[]);
+        let out = report(&p, &["--view", "tables"]);
         assert!(out.status.success(), "cut at {cut}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains("warning: ") && text(&out.stderr).contains("truncated"));
         assert!(text(&out.stdout).contains("FUNCTIONS ("));
