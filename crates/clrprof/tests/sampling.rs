@@ -92,7 +92,7 @@ fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
 #[test]
 fn native_time_is_attributed_to_library_and_symbol() {
     let dir = scratch("sampling-pinvoke");
-    let (trace, _) = record_ok(&dir, "pinvoke", &["pinvoke", "1500"], &[]);
+    let (trace, stdout) = record_ok(&dir, "pinvoke", &["pinvoke", "1500"], &[]);
     let out = report(&trace, &["--view", "modules"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = text(&out.stdout);
@@ -111,6 +111,14 @@ fn native_time_is_attributed_to_library_and_symbol() {
     let module =
         v["sampling"]["modules"].as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("libz"));
     assert!(u(module.unwrap(), "samples") > 0);
+
+    // One thread: the main thread holds the native work; an unknown thread is an error.
+    let tid = printed(&stdout, "main_tid").to_string();
+    let out = report(&trace, &["--view", "modules", "--thread", &tid]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("adler32_z"));
+    let out = report(&trace, &["--view", "modules", "--thread", "no-such-thread"]);
+    assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]

@@ -8,10 +8,10 @@
 //! see them in order.
 //!
 //! Wall time: at each tick, a thread whose CPU clock did not move since its last wall sample is
-//! still blocked where it was, so its last stack is reused without a walk. A thread that was
-//! mostly running or runnable (CPU time plus run-queue delay, from `/proc/self/task/<tid>/schedstat`)
-//! takes its latest CPU-sample stack. Only the others — threads that ran a little and then blocked —
-//! are walked, all in one `SuspendRuntime` … `ResumeRuntime`.
+//! still blocked where it was, so its last stack is reused without a walk. A thread that is running
+//! //! or runnable (state `R` in `/proc/self/task/<tid>/stat`) takes its latest CPU-sample stack. Only
+//! the others — threads that ran a little and then blocked — are walked, a few per
+//! `SuspendRuntime` … `ResumeRuntime`.
 
 pub mod cpu;
 pub mod native;
@@ -276,12 +276,12 @@ impl Sampler {
                 }
                 if let Some(ths) = st.threads.get_mut(&key) {
                     ths.last_cpu_stack = counts.last().map(|c| c.0);
-                    ths.fresh_cpu_stack = true;
                 }
             }
             if state == cpu::DEAD {
                 self.flush_thread(st, key);
                 st.threads.remove(&key);
+                st.stat_files.forget(key.os_tid);
                 cpu::release(slot);
             }
         }
@@ -389,24 +389,21 @@ impl Sampler {
                     self.add_wall(st, key, s, elapsed);
                     continue;
                 }
-            } else if dcpu * 50 >= elapsed {
-                // It ran for 2 % of the interval or more: running, waiting for a CPU, or blocked
-                // again? The run-queue delay tells (a file read, so only for these threads).
-                let delay = schedstat_delay(key.os_tid).unwrap_or(t.wall_delay);
-                let d_delay = delay.saturating_sub(t.wall_delay).min(elapsed);
-                t.wall_delay = delay;
-                // Running or waiting for a CPU most of the interval: the latest CPU sample is
-                // where it was.
-                if (dcpu + d_delay) * 2 >= elapsed {
-                    t.fresh_cpu_stack = false;
-                    t.wall_stack = None; // it ran: a blocked stack from before is stale
-                    match t.last_cpu_stack {
-                        Some(s) => self.add_wall(st, key, s, elapsed),
-                        // No CPU sample yet: the time goes with the first stack known.
-                        None => t.carry_ns += elapsed,
-                    }
-                    continue;
+            }
+            // Running (or waiting for a CPU), or blocked again? The thread's scheduler state
+            // tells (a file read, so only for threads that ran for 2 % of the interval or more,
+            // or whose blocked stack is not known: a runnable thread may not have run at all
+            // this interval).
+            if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
+                && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
+            {
+                t.wall_stack = None; // it runs: a blocked stack from before is stale
+                match t.last_cpu_stack {
+                    Some(s) => self.add_wall(st, key, s, elapsed),
+                    // No CPU sample yet: the time goes with the first stack known.
+                    None => t.carry_ns += elapsed,
                 }
+                continue;
             }
             let tid = slot.thread_id.load(Ordering::Relaxed);
             to_walk.push((key, tid, elapsed));
@@ -537,10 +534,36 @@ fn own_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Run-queue delay (ns) of a thread from `/proc/self/task/<tid>/schedstat`.
-fn schedstat_delay(tid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    text.split_ascii_whitespace().nth(1)?.parse().ok()
+/// Open `/proc/self/task/<tid>/stat` files, re-read with `pread` (cheaper than opening each time).
+#[derive(Default)]
+struct StatFiles {
+    files: HashMap<u32, std::fs::File>,
+}
+
+/// Most stat files kept open.
+const MAX_STAT_FILES: usize = 256;
+
+impl StatFiles {
+    /// Whether a thread is running or waiting for a CPU (state `R`).
+    fn runnable(&mut self, tid: u32) -> Option<bool> {
+        use std::os::unix::fs::FileExt;
+        if !self.files.contains_key(&tid) {
+            if self.files.len() >= MAX_STAT_FILES {
+                self.files.clear();
+            }
+            let f = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()?;
+            self.files.insert(tid, f);
+        }
+        let mut buf = [0u8; 512];
+        let n = self.files.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        let text = &buf[..n];
+        let close = text.iter().rposition(|&b| b == b')')?;
+        Some(text.get(close + 2) == Some(&b'R'))
+    }
+
+    fn forget(&mut self, tid: u32) {
+        self.files.remove(&tid);
+    }
 }
 
 /// Identifies one registration of a thread (slots are reused).
@@ -566,11 +589,8 @@ struct ThreadState {
     /// CPU time already given to samples.
     cpu_accounted: u64,
     last_cpu_stack: Option<u32>,
-    /// A CPU sample was drained since the last wall tick.
-    fresh_cpu_stack: bool,
     wall_ts: Option<u64>,
     wall_cpu: u64,
-    wall_delay: u64,
     /// Where the thread was blocked at its last walk.
     wall_stack: Option<u32>,
     /// Wall samples not yet written: (stack, count, ns).
@@ -586,10 +606,8 @@ impl ThreadState {
         ThreadState {
             cpu_accounted: slot.start_cpu_ns.load(Ordering::Relaxed),
             last_cpu_stack: None,
-            fresh_cpu_stack: false,
             wall_ts: None,
             wall_cpu: 0,
-            wall_delay: schedstat_delay(slot.os_tid.load(Ordering::Relaxed)).unwrap_or(0),
             wall_stack: None,
             pending: None,
             carry_ns: 0,
@@ -607,4 +625,5 @@ struct LoopState {
     /// GetFunctionFromIP answers, by IP (0 = not managed).
     ip_functions: HashMap<u64, u64>,
     last_suspend: Option<Instant>,
+    stat_files: StatFiles,
 }
