@@ -502,6 +502,9 @@ impl ProfilerCallback for Profiler {
         let jit_ns = s.since_start(id);
         if hr >= 0 {
             s.function_compiled(id, jit_ns, code_kind::JIT);
+            if let Some(sm) = &s.sampler {
+                sm.code_compiled(id);
+            }
         }
         Ok(())
     }
@@ -516,6 +519,9 @@ impl ProfilerCallback for Profiler {
         // COR_PRF_CACHED_FUNCTION_FOUND = 0
         if result == 0 {
             s.function_compiled(id, 0, code_kind::PRECOMPILED);
+            if let Some(sm) = &s.sampler {
+                sm.code_compiled(id);
+            }
         }
         Ok(())
     }

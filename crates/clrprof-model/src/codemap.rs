@@ -11,11 +11,17 @@ pub struct CodeMap {
 
 impl CodeMap {
     pub fn from_functions(functions: &[Function]) -> CodeMap {
+        Self::from_functions_and(functions, &[])
+    }
+
+    /// The functions' code plus more ranges `(start, size, FunctionID)` (`CodeRange` records).
+    pub fn from_functions_and(functions: &[Function], more: &[(u64, u64, u64)]) -> CodeMap {
         let mut ranges: Vec<(u64, u64, u64)> = functions
             .iter()
             .flat_map(|f| {
                 f.code.iter().filter(|c| c.0 != 0 && c.1 != 0).map(move |&(s, n)| (s, s.saturating_add(n), f.id))
             })
+            .chain(more.iter().filter(|r| r.0 != 0 && r.1 != 0).map(|&(s, n, id)| (s, s.saturating_add(n), id)))
             .collect();
         ranges.sort_unstable();
         ranges.dedup();

@@ -86,6 +86,8 @@ pub struct SampleData {
     ids: HashMap<u32, usize>,
     /// (os_tid, def) → cost.
     costs: HashMap<(u32, usize), Cost>,
+    /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
+    code: Vec<(u64, u64, u64)>,
 }
 
 impl SampleData {
@@ -101,6 +103,7 @@ impl SampleData {
                 file_offset: m.file_offset,
                 path: m.path.clone(),
             }),
+            Record::CodeRange(c) => self.code.push((c.start, c.size, c.id)),
             Record::SampleStack(s) => {
                 self.ids.insert(s.id, self.defs.len());
                 self.defs.push((s.ips.clone(), s.functions.clone()));
@@ -147,7 +150,7 @@ impl SampleData {
 
     /// Adds the samples to `p.costs` and fills `p.sampling`.
     pub fn resolve(mut self, p: &mut Profile, symbols: &mut dyn NativeSymbols) {
-        let code = CodeMap::from_functions(&p.functions);
+        let code = CodeMap::from_functions_and(&p.functions, &self.code);
         self.mappings.sort_by_key(|m| (m.start, m.end));
         let mut resolver = Resolver { code: &code, mappings: &self.mappings, symbols, cache: HashMap::new() };
         let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();

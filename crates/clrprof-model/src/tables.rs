@@ -363,6 +363,7 @@ impl ProfileBuilder {
                 }
             }
             R::SamplingStart(_)
+            | R::CodeRange(_)
             | R::NativeMapping(_)
             | R::SampleStack(_)
             | R::CpuSample(_)

@@ -354,6 +354,41 @@ impl ProfilerInfo {
         Ok(v)
     }
 
+    /// Start addresses of every native code version of a function (ICorProfilerInfo9): each
+    /// tier of tiered compilation has its own.
+    pub fn get_native_code_start_addresses(&self, id: FunctionID) -> HrResult<Vec<usize>> {
+        let f = slot!(self, 90, "GetNativeCodeStartAddresses", fn(FunctionID, ReJITID, u32, *mut u32, *mut usize));
+        let mut buf = [0usize; 8];
+        let mut n = 0u32;
+        // Safety: valid call; the array holds 8 entries as announced.
+        check("GetNativeCodeStartAddresses", unsafe { f(self.ptr, id, 0, 8, &mut n, buf.as_mut_ptr()) })?;
+        let mut v = buf[..(n as usize).min(8)].to_vec();
+        if n as usize > 8 {
+            v = vec![0usize; n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetNativeCodeStartAddresses", unsafe { f(self.ptr, id, 0, n, &mut n, v.as_mut_ptr()) })?;
+            v.truncate(n as usize);
+        }
+        Ok(v)
+    }
+
+    /// Native code regions of one code version, by its start address (ICorProfilerInfo9).
+    pub fn get_code_info4(&self, start: usize) -> HrResult<Vec<CodeInfo>> {
+        let f = slot!(self, 92, "GetCodeInfo4", fn(usize, u32, *mut u32, *mut CodeInfo));
+        let mut infos = [CodeInfo::default(); 4];
+        let mut n = 0u32;
+        // Safety: valid call; the array holds 4 entries as announced.
+        check("GetCodeInfo4", unsafe { f(self.ptr, start, 4, &mut n, infos.as_mut_ptr()) })?;
+        let mut v = infos[..(n as usize).min(4)].to_vec();
+        if n as usize > 4 {
+            v = vec![CodeInfo::default(); n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetCodeInfo4", unsafe { f(self.ptr, start, n, &mut n, v.as_mut_ptr()) })?;
+            v.truncate(n as usize);
+        }
+        Ok(v)
+    }
+
     pub fn get_class_from_object(&self, object: ObjectID) -> HrResult<ClassID> {
         let f = slot!(self, 3, "GetClassFromObject", fn(ObjectID, *mut ClassID));
         let mut c = 0usize;

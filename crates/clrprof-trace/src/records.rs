@@ -231,4 +231,7 @@ records! {
         /// CPU time of the sampler thread itself.
         sampler_cpu_ns: u64,
     }
+    /// Native code of one code version of a managed function (every tier, from
+    /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.
+    56 CodeRange { id: u64, start: u64, size: u64 }
 }

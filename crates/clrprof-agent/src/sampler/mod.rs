@@ -23,8 +23,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use clrprof_sys::{ProfilerInfo, ThreadID};
-use clrprof_trace::{CpuSample, NativeMapping, Record, SampleStack, SamplerStats, SamplingStart, WallSample};
+use clrprof_sys::{FunctionID, ProfilerInfo, ThreadID};
+use clrprof_trace::{
+    CodeRange, CpuSample, NativeMapping, Record, SampleStack, SamplerStats, SamplingStart, WallSample,
+};
 
 use crate::writer::Writer;
 use crate::{log_info, log_warn};
@@ -64,6 +66,8 @@ pub struct Sampler {
     /// never walked after the runtime forgot it.
     walk_lock: Mutex<()>,
     stats: Stats,
+    /// Functions that got native code since the sampler last looked (JIT or ReadyToRun).
+    new_code: Mutex<Vec<FunctionID>>,
 }
 
 impl Sampler {
@@ -77,6 +81,7 @@ impl Sampler {
             thread: Mutex::new(None),
             walk_lock: Mutex::new(()),
             stats: Stats::default(),
+            new_code: Mutex::new(Vec::new()),
         })
     }
 
@@ -130,6 +135,46 @@ impl Sampler {
         }
     }
 
+    /// A function got native code (`JITCompilationFinished`, `JITCachedFunctionSearchFinished`):
+    /// its code versions are looked up later, on the sampler thread.
+    pub fn code_compiled(&self, id: FunctionID) {
+        if let Ok(mut v) = self.new_code.lock() {
+            if v.len() < 1 << 20 {
+                v.push(id);
+            }
+        }
+    }
+
+    /// Looks up the code versions of recently compiled functions (again a few times, as a new
+    /// version is published a little after its compilation) and adds their ranges to the map of
+    /// managed code. The map, not `GetFunctionFromIP`, names managed IPs: arbitrary addresses
+    /// from stack words are never handed to the runtime.
+    fn update_code(&self, st: &mut LoopState) {
+        let fresh = self.new_code.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+        st.code_pending.extend(fresh.into_iter().map(|id| (id, 0u32)));
+        let mut pending = std::mem::take(&mut st.code_pending);
+        pending.retain_mut(|(id, tries)| {
+            *tries += 1;
+            if matches!(*tries, 1 | 3 | 10 | 30 | 100) {
+                for start in self.info.get_native_code_start_addresses(*id).unwrap_or_default() {
+                    if start == 0 || !st.code_starts.insert(start as u64) {
+                        continue;
+                    }
+                    for r in self.info.get_code_info4(start).unwrap_or_default() {
+                        if r.start_address == 0 || r.size == 0 {
+                            continue;
+                        }
+                        let (a, n) = (r.start_address as u64, r.size as u64);
+                        st.code.insert(a, (a + n, *id as u64));
+                        self.emit(CodeRange { id: *id as u64, start: a, size: n });
+                    }
+                }
+            }
+            *tries < 100
+        });
+        st.code_pending = pending;
+    }
+
     /// `ThreadDestroyed`: waits for an in-flight walk, then retires the thread's slot.
     pub fn thread_destroyed(&self, id: ThreadID) {
         let _g = self.walk_lock.lock();
@@ -173,6 +218,7 @@ impl Sampler {
                 self.emit_mappings(&mut st);
                 last_maps = Some(Instant::now());
             }
+            self.update_code(&mut st);
             self.drain_cpu(&mut st);
             if wall {
                 self.wall_tick(&mut st);
@@ -287,23 +333,14 @@ impl Sampler {
         }
     }
 
-    /// FunctionIDs of the managed frames of a CPU sample (`GetFunctionFromIP`, here on the sampler
-    /// thread, never in the signal handler; cached per IP). Empty when no frame is managed.
-    fn managed_functions(&self, st: &mut LoopState, ips: &[u64]) -> Vec<u64> {
-        if st.ip_functions.len() > MAX_INTERNED * 4 {
-            st.ip_functions.clear();
-        }
+    /// FunctionIDs of the managed frames of a CPU sample, from the map of managed code (return
+    /// addresses are looked up one byte earlier, at the call). Empty when no frame is managed.
+    fn managed_functions(&self, st: &LoopState, ips: &[u64]) -> Vec<u64> {
         let mut out = Vec::with_capacity(ips.len());
         let mut any = false;
         for (i, &ip) in ips.iter().enumerate() {
-            // Return addresses point after the call: look up the call instruction.
             let at = if i > 0 { ip.saturating_sub(1) } else { ip };
-            let f = if at == 0 || st.maps.is_native(at) {
-                0
-            } else {
-                let info = &self.info;
-                *st.ip_functions.entry(at).or_insert_with(|| info.get_function_from_ip(at as usize).unwrap_or(0) as u64)
-            };
+            let f = st.function_at(at).unwrap_or(0);
             any |= f != 0;
             out.push(f);
         }
@@ -317,16 +354,12 @@ impl Sampler {
     /// pointer at its caller's frame, so the walk misses the caller; the return address is then
     /// the word at SP. It is inserted when it is a call site in managed code other than the next
     /// frame.
-    fn add_frameless_caller(&self, st: &mut LoopState, ips: &mut Vec<u64>, fns: &mut Vec<u64>, sp_top: u64) {
-        if sp_top < 4096 || ips.is_empty() || st.maps.is_native(sp_top - 1) {
+    fn add_frameless_caller(&self, st: &LoopState, ips: &mut Vec<u64>, fns: &mut Vec<u64>, sp_top: u64) {
+        if sp_top < 4096 || ips.is_empty() {
             return;
         }
-        let info = &self.info;
-        let f = *st
-            .ip_functions
-            .entry(sp_top - 1)
-            .or_insert_with(|| info.get_function_from_ip((sp_top - 1) as usize).unwrap_or(0) as u64);
-        if f == 0 || fns.first() == Some(&f) || fns.get(1) == Some(&f) {
+        let Some(f) = st.function_at(sp_top - 1) else { return };
+        if fns.first() == Some(&f) || fns.get(1) == Some(&f) {
             return;
         }
         if fns.is_empty() {
@@ -616,14 +649,25 @@ impl ThreadState {
     }
 }
 
+impl LoopState {
+    /// The managed function whose code contains `ip`.
+    fn function_at(&self, ip: u64) -> Option<u64> {
+        let (_, &(end, id)) = self.code.range(..=ip).next_back()?;
+        (ip < end).then_some(id)
+    }
+}
+
 #[derive(Default)]
 struct LoopState {
     stacks: HashMap<(Vec<u64>, Vec<u64>), u32>,
     next_stack: u32,
     maps: native::MapTracker,
     threads: HashMap<SlotKey, ThreadState>,
-    /// GetFunctionFromIP answers, by IP (0 = not managed).
-    ip_functions: HashMap<u64, u64>,
+    /// Managed code: start → (end, FunctionID), every code version.
+    code: std::collections::BTreeMap<u64, (u64, u64)>,
+    code_starts: std::collections::HashSet<u64>,
+    /// Functions whose code versions are still looked up: (id, lookups so far).
+    code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
     stat_files: StatFiles,
 }
