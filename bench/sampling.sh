@@ -33,6 +33,9 @@ run() { # config workload rep -> "ops cpu_ms seconds trace_bytes"
         dotnet-trace-1000) line=$("$DT" collect --providers 'Microsoft-DotNETCore-SampleProfiler:0:5:SampleProfilerIntervalMS=1' --show-child-io -o "$f.nettrace" -- dotnet "$DLL" "$wl" "$SECONDS_PER_RUN" 2>/dev/null | grep '^ops=')
                    size=$(stat -c %s "$f.nettrace") ;;
     esac
+    if ! grep -q '^ops=' <<<"$line"; then
+        echo "run failed: $cfg $wl $rep (no result line; trace $size bytes)" >&2
+    fi
     local ops cpu secs
     ops=$(sed -n 's/.*ops=\([0-9]*\).*/\1/p' <<<"$line")
     cpu=$(sed -n 's/.*cpu_ms=\([0-9]*\).*/\1/p' <<<"$line")

@@ -36,7 +36,9 @@ pub const MAX_WALL_HZ: u32 = 250;
 /// Stacks interned before the table is reset (ids are then redefined).
 const MAX_INTERNED: usize = 200_000;
 /// Shortest time between two runtime suspensions of the wall sampler.
-const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(40);
+const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(100);
+/// Most threads a wall tick looks at (each costs a read of the thread's CPU clock).
+const MAX_THREADS_PER_TICK: usize = 64;
 /// Most threads walked in one suspension (the suspension lasts as long as the walks).
 const MAX_WALKS_PER_SUSPEND: usize = 8;
 /// Pending wall samples are written at least this often.
@@ -403,10 +405,14 @@ impl Sampler {
         self.stats.wall_ticks.fetch_add(1, Ordering::Relaxed);
         let now = self.now();
         let mut to_walk: Vec<(SlotKey, ThreadID, u64)> = Vec::new();
-        for slot in cpu::slots() {
-            if slot.state.load(Ordering::Acquire) != cpu::ACTIVE {
-                continue;
-            }
+        // At most MAX_THREADS_PER_TICK threads per tick, round robin: with many threads each is
+        // looked at every few ticks, and its sample stands for the time since it was last seen.
+        let all: Vec<&cpu::Slot> = cpu::slots().filter(|s| s.state.load(Ordering::Acquire) == cpu::ACTIVE).collect();
+        let n = all.len();
+        let take = n.min(MAX_THREADS_PER_TICK);
+        let first = if n == 0 { 0 } else { st.wall_cursor % n };
+        st.wall_cursor = first + take;
+        for slot in (0..take).map(|i| all[(first + i) % n]) {
             let key = SlotKey::of(slot);
             let Some(cpu) = slot.cpu_ns() else { continue };
             let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
@@ -670,4 +676,6 @@ struct LoopState {
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
     stat_files: StatFiles,
+    /// Where the next wall tick starts in the thread list.
+    wall_cursor: usize,
 }
