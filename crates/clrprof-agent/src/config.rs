@@ -16,11 +16,48 @@ pub struct Config {
     pub flush_ms: u64,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
+    /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`). Default on.
+    pub exceptions: bool,
+    /// `CLRPROF_GC`: record garbage collections and runtime suspensions (`1`/`0`). Default on.
+    pub gc: bool,
+    /// `CLRPROF_ALLOC`: `sampled`, `exact` or `off`. Default `sampled`.
+    pub alloc: AllocMode,
+    /// `CLRPROF_EVENTS`: keep every runtime event for the event log (`1`/`0`). Default off.
+    pub events: bool,
+}
+
+/// How allocations are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocMode {
+    Off,
+    /// The runtime's allocation sampling events through an in-process EventPipe session.
+    Sampled,
+    /// Every object (`ObjectAllocated`); slows every allocation.
+    Exact,
+}
+
+impl AllocMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocMode::Off => "off",
+            AllocMode::Sampled => "sampled",
+            AllocMode::Exact => "exact",
+        }
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { output: "clrprof-{pid}.clrprof".into(), log: None, flush_ms: 50, classes: true }
+        Config {
+            output: "clrprof-{pid}.clrprof".into(),
+            log: None,
+            flush_ms: 50,
+            classes: true,
+            exceptions: true,
+            gc: true,
+            alloc: AllocMode::Sampled,
+            events: false,
+        }
     }
 }
 
@@ -74,6 +111,24 @@ impl Config {
                 None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
             }
         }
+        for (var, field) in
+            [("CLRPROF_EXCEPTIONS", &mut c.exceptions), ("CLRPROF_GC", &mut c.gc), ("CLRPROF_EVENTS", &mut c.events)]
+        {
+            if let Some(v) = get(var) {
+                match parse_bool(&v) {
+                    Some(b) => *field = b,
+                    None => bad(var, &v, if *field { "expected 1 or 0; using 1" } else { "expected 1 or 0; using 0" }),
+                }
+            }
+        }
+        if let Some(v) = get("CLRPROF_ALLOC") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "sampled" => c.alloc = AllocMode::Sampled,
+                "exact" => c.alloc = AllocMode::Exact,
+                "off" | "0" | "none" => c.alloc = AllocMode::Off,
+                _ => bad("CLRPROF_ALLOC", &v, "expected sampled, exact or off; using sampled"),
+            }
+        }
         (c, problems)
     }
 
@@ -88,6 +143,10 @@ impl Config {
         m.insert("output", self.output.clone());
         m.insert("flush_ms", self.flush_ms.to_string());
         m.insert("classes", self.classes.to_string());
+        m.insert("exceptions", self.exceptions.to_string());
+        m.insert("gc", self.gc.to_string());
+        m.insert("alloc", self.alloc.name().to_string());
+        m.insert("events", self.events.to_string());
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }
@@ -135,5 +194,22 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert!(p[0].to_string().contains("CLRPROF_OUTPUT"));
         assert!(p.iter().any(|x| x.variable == "CLRPROF_FLUSH_MS" && x.to_string().contains("1..=1000")));
+    }
+
+    #[test]
+    fn runtime_event_switches() {
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_ALLOC", "exact"),
+            ("CLRPROF_EXCEPTIONS", "0"),
+            ("CLRPROF_EVENTS", "1"),
+        ]));
+        assert!(p.is_empty());
+        assert_eq!(c.alloc, AllocMode::Exact);
+        assert!(!c.exceptions && c.gc && c.events);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_ALLOC", "all"), ("CLRPROF_GC", "maybe")]));
+        assert_eq!(c.alloc, AllocMode::Sampled);
+        assert!(c.gc);
+        assert_eq!(p.len(), 2);
+        assert!(p[1].to_string().contains("sampled, exact or off"), "{}", p[1]);
     }
 }

@@ -2,6 +2,7 @@
 //! [`Profile`]; every report, export and view is derived from it. No unsafe, no I/O.
 #![forbid(unsafe_code)]
 
+pub mod events;
 pub mod stacks;
 mod tables;
 pub mod views;

@@ -138,6 +138,8 @@ pub struct Profile {
     pub messages: Vec<String>,
     /// The canonical aggregate of stacks and their costs (instrumentation, samples, allocations).
     pub costs: crate::stacks::CostTree,
+    /// Runtime events: exceptions, GCs, allocations, event log, counters.
+    pub events: crate::events::RuntimeEvents,
 }
 
 impl Profile {
@@ -167,6 +169,7 @@ pub struct ProfileBuilder {
     last_ts: u64,
     end_unix_ns: Option<u64>,
     started: bool,
+    events: crate::events::EventsBuilder,
 }
 
 impl ProfileBuilder {
@@ -180,6 +183,7 @@ impl ProfileBuilder {
 
     pub fn add(&mut self, r: &Record) {
         use Record as R;
+        self.events.log(r);
         match r {
             R::ProcessStart(s) => {
                 if self.started {
@@ -198,6 +202,7 @@ impl ProfileBuilder {
                 p.event_mask_low = s.event_mask_low;
                 p.event_mask_high = s.event_mask_high;
                 p.start_unix_ns = s.start_unix_ns;
+                self.events.set_log_enabled(s.config.lines().any(|l| l == "events=true"));
             }
             R::AgentStop(s) => {
                 self.p.process.clean_shutdown = true;
@@ -336,6 +341,20 @@ impl ProfileBuilder {
                 th.name = t.name.clone();
                 th.names.push((t.ts, t.name.clone()));
             }
+            R::ExceptionThrown(_)
+            | R::ExceptionPhase(_)
+            | R::GcStarted(_)
+            | R::GcFinished(_)
+            | R::RuntimeSuspended(_)
+            | R::RuntimeResumed(_)
+            | R::GcInfo(_)
+            | R::AllocationCounts(_)
+            | R::AllocationSample(_) => {
+                if let Some(ts) = event_ts(r) {
+                    self.last_ts = self.last_ts.max(ts);
+                }
+                self.events.add(r)
+            }
             R::Unknown { .. } => {}
         }
     }
@@ -365,9 +384,23 @@ impl ProfileBuilder {
         p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
         p.functions = self.functions.into_values().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
+        let events = std::mem::take(&mut self.events);
+        events.finish(p);
         name_frames(p);
         self.p
     }
+}
+
+fn event_ts(r: &Record) -> Option<u64> {
+    use Record as R;
+    Some(match r {
+        R::ExceptionThrown(x) => x.ts,
+        R::ExceptionPhase(x) => x.ts,
+        R::GcStarted(x) => x.ts,
+        R::GcFinished(x) => x.ts,
+        R::AllocationSample(x) => x.ts,
+        _ => return None,
+    })
 }
 
 /// Gives managed frames the names, modules and signatures of their functions.

@@ -30,7 +30,7 @@ enum Command {
     Record(RecordArgs),
     /// Print a report from a trace.
     #[command(
-        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view tables --format json"
+        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view tables --format json\n  clrprof report app.clrprof --view exceptions\n  clrprof report app.clrprof --view gc"
     )]
     Report(ReportArgs),
 }
@@ -49,6 +49,18 @@ struct RecordArgs {
     /// Do not record class loads (smaller traces for large apps)
     #[arg(long)]
     no_classes: bool,
+    /// Do not record exceptions
+    #[arg(long)]
+    no_exceptions: bool,
+    /// Do not record garbage collections and GC suspensions
+    #[arg(long)]
+    no_gc: bool,
+    /// Allocations: sampled (runtime's allocation sampling, cheap), exact (every object; slows the app) or off
+    #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
+    alloc: AllocArg,
+    /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
+    #[arg(long)]
+    events: bool,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -74,6 +86,25 @@ struct ReportArgs {
 enum ViewArg {
     /// The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions
     Tables,
+    /// Exceptions by type and throw site: thrown, caught, uncaught, catch sites, passes, stacks
+    Exceptions,
+    /// Every garbage collection (generation, reason, background, duration, pause, heap sizes) and totals
+    Gc,
+    /// Allocations by type and by allocation site (sampled estimates or exact counts)
+    Allocations,
+    /// JIT time and native size per method; assembly and module load times
+    Jit,
+    /// The runtime event log indented by per-thread nesting (record with --events)
+    Events,
+    /// Runtime counters over time: GCs, heap, % time in GC, allocation rate, exceptions/s, JIT, loads, threads
+    Counters,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AllocArg {
+    Sampled,
+    Exact,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -92,6 +123,16 @@ pub fn run() -> Result<ExitCode> {
                 log: a.log,
                 classes: !a.no_classes,
                 command: a.command,
+                events: crate::record::EventOptions {
+                    exceptions: !a.no_exceptions,
+                    gc: !a.no_gc,
+                    alloc: match a.alloc {
+                        AllocArg::Sampled => "sampled",
+                        AllocArg::Exact => "exact",
+                        AllocArg::Off => "off",
+                    },
+                    log: a.events,
+                },
             };
             crate::record::record(&opts)
         }
@@ -100,6 +141,12 @@ pub fn run() -> Result<ExitCode> {
                 trace: a.trace,
                 view: match a.view {
                     ViewArg::Tables => View::Tables,
+                    ViewArg::Exceptions => View::Exceptions,
+                    ViewArg::Gc => View::Gc,
+                    ViewArg::Allocations => View::Allocations,
+                    ViewArg::Jit => View::Jit,
+                    ViewArg::Events => View::Events,
+                    ViewArg::Counters => View::Counters,
                 },
                 format: match a.format {
                     FormatArg::Text => Format::Text,

@@ -23,6 +23,8 @@ pub struct RecordOptions {
     pub classes: bool,
     /// Program and arguments.
     pub command: Vec<String>,
+    /// Runtime events: `CLRPROF_*` variables for the child (exceptions, GC, allocations, event log).
+    pub events: EventOptions,
 }
 
 /// The agent library could not be found.
@@ -116,6 +118,23 @@ fn install_forwarding() {
     }
 }
 
+/// Which runtime events the agent records (issue 5).
+#[derive(Clone, Debug)]
+pub struct EventOptions {
+    pub exceptions: bool,
+    pub gc: bool,
+    /// `sampled`, `exact` or `off`.
+    pub alloc: &'static str,
+    /// The full event log (`--events`).
+    pub log: bool,
+}
+
+impl Default for EventOptions {
+    fn default() -> Self {
+        EventOptions { exceptions: true, gc: true, alloc: "sampled", log: false }
+    }
+}
+
 pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
@@ -141,7 +160,14 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
-        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
+        .env("CLRPROF_EXCEPTIONS", if opts.events.exceptions { "1" } else { "0" })
+        .env("CLRPROF_GC", if opts.events.gc { "1" } else { "0" })
+        .env("CLRPROF_ALLOC", opts.events.alloc)
+        .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" });
+    if opts.events.alloc == "exact" {
+        eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
+    }
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }

@@ -30,7 +30,7 @@ pub fn document(p: &Profile) -> Value {
     let module_path = |id: u64| p.module(id).map(|m| m.path.clone());
     let module_file = |id: u64| p.module(id).map(|m| m.file_name().to_string());
     let assembly_name = |id: u64| p.assemblies.iter().find(|a| a.id == id).map(|a| a.name.clone());
-    json!({
+    let mut doc = json!({
         "schema_version": SCHEMA_VERSION,
         "process": {
             "pid": pr.pid,
@@ -103,7 +103,9 @@ pub fn document(p: &Profile) -> Value {
             "compilations": f.compilations,
         })).collect::<Vec<_>>(),
         "messages": p.messages,
-    })
+    });
+    super::events_json::extend(&mut doc, p);
+    doc
 }
 
 #[cfg(test)]

@@ -1,5 +1,12 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
+mod allocations;
+mod counters;
+mod events;
+mod events_json;
+mod exceptions;
+mod gc;
+mod jit;
 mod json;
 mod table;
 mod tables;
@@ -13,6 +20,12 @@ use clrprof_model::Profile;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     Tables,
+    Exceptions,
+    Gc,
+    Allocations,
+    Jit,
+    Events,
+    Counters,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +62,14 @@ pub fn report(opts: &ReportOptions) -> Result<()> {
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     Ok(match (opts.view, opts.format) {
         (View::Tables, Format::Text) => tables::render(p),
-        (View::Tables, Format::Json) => {
+        (View::Exceptions, Format::Text) => exceptions::render(p),
+        (View::Gc, Format::Text) => gc::render(p),
+        (View::Allocations, Format::Text) => allocations::render(p),
+        (View::Jit, Format::Text) => jit::render(p),
+        (View::Events, Format::Text) => events::render(p),
+        (View::Counters, Format::Text) => counters::render(p),
+        // One JSON document holds every view.
+        (_, Format::Json) => {
             let mut s = serde_json::to_string_pretty(&json::document(p))?;
             s.push('\n');
             s
