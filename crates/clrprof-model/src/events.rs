@@ -134,6 +134,8 @@ pub struct RuntimeEvents {
     /// Present when the trace was recorded with `--events`.
     pub log: Vec<LogEvent>,
     pub log_enabled: bool,
+    /// Finishes in the log that matched no start (shown, not indented).
+    pub log_unpaired: u64,
     pub counters: Vec<CounterRow>,
     pub counter_interval_ns: u64,
 }
@@ -560,22 +562,62 @@ impl EventsBuilder {
 
         // Event log: stable order by time, indentation per thread.
         self.log.sort_by_key(|e| e.ts);
-        let mut depth: HashMap<u32, u32> = HashMap::new();
-        for e in &mut self.log {
-            let d = depth.entry(e.os_tid).or_default();
-            if e.nest < 0 {
-                *d = d.saturating_sub(1);
-            }
-            e.depth = *d;
-            if e.nest > 0 {
-                *d += 1;
-            }
-        }
+        p.events.log_unpaired = nest_log(&mut self.log);
         p.events.log = std::mem::take(&mut self.log);
         p.events.log_enabled = self.log_enabled;
 
         counters(p, &self.throw_ts, &self.alloc_ts);
     }
+}
+
+/// Indents the log by per-thread nesting. A finish closes the innermost open start of the same
+/// name (closing any left open inside it). The runtime reports no `ExceptionUnwindFunctionLeave`
+/// for the frame whose `catch` runs, so the unwind of that frame is closed, marked as implied,
+/// after its catch. Returns the finishes that matched no start.
+fn nest_log(log: &mut Vec<LogEvent>) -> u64 {
+    let mut open: HashMap<u32, Vec<String>> = HashMap::new();
+    let mut out = Vec::with_capacity(log.len());
+    let mut unpaired = 0;
+    for mut e in std::mem::take(log) {
+        let st = open.entry(e.os_tid).or_default();
+        match e.nest {
+            1 => {
+                e.depth = st.len() as u32;
+                st.push(e.what.clone());
+                out.push(e);
+            }
+            -1 => {
+                if let Some(pos) = st.iter().rposition(|w| *w == e.what) {
+                    st.truncate(pos);
+                    e.depth = st.len() as u32;
+                } else {
+                    e.depth = st.len() as u32;
+                    e.what += " (no matching start)";
+                    e.nest = 0;
+                    unpaired += 1;
+                }
+                let implied = e.what == "exception catch" && st.last().is_some_and(|w| w == "exception unwind");
+                let (ts, tid) = (e.ts, e.os_tid);
+                out.push(e);
+                if implied {
+                    st.pop();
+                    out.push(LogEvent {
+                        ts,
+                        os_tid: tid,
+                        what: "exception unwind".into(),
+                        nest: -1,
+                        depth: st.len() as u32,
+                    });
+                }
+            }
+            _ => {
+                e.depth = st.len() as u32;
+                out.push(e);
+            }
+        }
+    }
+    *log = out;
+    unpaired
 }
 
 fn suspend_reason(r: u32) -> &'static str {
