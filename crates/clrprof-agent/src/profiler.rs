@@ -571,8 +571,12 @@ impl ProfilerCallback for Profiler {
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_LEAVE, 0))
     }
 
+    // The pointer comes from the runtime with its length; it is only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     fn garbage_collection_started(&self, generations: i32, collected: *const BOOL, reason: u32) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| gc::started(s, generations, collected, reason))
+        // Safety: the runtime passes `generations` BOOLs valid for the callback.
+        let collected = unsafe { clrprof_sys::info::slice_from_raw(collected, generations.max(0) as usize) };
+        self.state().map_or(Ok(()), |s| gc::started(s, collected, reason))
     }
 
     fn garbage_collection_finished(&self) -> CallbackResult {

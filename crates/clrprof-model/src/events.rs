@@ -173,6 +173,9 @@ struct GcInfoRec {
     kind: u32,
 }
 
+/// (type, OS tid, stack innermost first) of allocation samples.
+type SampleKey = (String, u32, Vec<u64>);
+
 /// Collects runtime-event records while the trace is read.
 #[derive(Default)]
 pub struct EventsBuilder {
@@ -188,7 +191,7 @@ pub struct EventsBuilder {
     alloc_ts: Vec<(u64, u64)>,
     samples: BTreeMap<String, (f64, f64, u64)>,
     /// (type, function, os_tid, stack innermost first) -> (count estimate, bytes estimate, samples)
-    sample_stacks: HashMap<(String, u32, Vec<u64>), (f64, f64, u64)>,
+    sample_stacks: HashMap<SampleKey, (f64, f64, u64)>,
     log: Vec<LogEvent>,
     log_enabled: bool,
 }

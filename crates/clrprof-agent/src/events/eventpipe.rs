@@ -20,7 +20,7 @@ use crate::{log_info, log_warn};
 
 const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 const KEYWORD_GC: u64 = 0x1;
-const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x8000_0000_000;
+const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x0800_0000_0000;
 const LEVEL_INFORMATIONAL: u32 = 4;
 const LEVEL_VERBOSE: u32 = 5;
 

@@ -32,10 +32,9 @@ fn heap_sizes(s: &State) -> Vec<u64> {
     sizes
 }
 
-pub fn started(s: &State, generations: i32, collected: *const BOOL, reason: u32) -> CallbackResult {
-    let n = generations.clamp(0, 3) as usize;
-    // Safety: the runtime passes `generations` BOOLs valid for the callback.
-    let flags = unsafe { clrprof_sys::info::slice_from_raw(collected, n) };
+/// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
+pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
+    let flags = &collected[..collected.len().min(3)];
     let generation = flags.iter().rposition(|&c| c != 0).unwrap_or(0) as u8;
     s.emit(GcStarted { ts: s.now(), os_tid: os_tid(), generation, reason, sizes: heap_sizes(s) });
     Ok(())
