@@ -35,7 +35,8 @@ pub struct ExceptionGroup {
     pub finallies: u64,
     /// `catch` blocks entered (`ExceptionCatcherEnter`).
     pub catches: u64,
-    /// Distinct throw stacks with their counts, most frequent first.
+    /// Distinct throw stacks with their counts, most frequent first. The agent walks the first
+    /// throws of each type and then a sample, so these counts may sum to less than `thrown`.
     pub stacks: Vec<(StackId, u64)>,
     /// OS thread ids with an uncaught exception of this group.
     pub uncaught_threads: Vec<u32>,
@@ -142,7 +143,9 @@ pub struct RuntimeEvents {
 
 #[derive(Default)]
 struct Pending {
-    group: (String, u64),
+    type_name: String,
+    /// The throwing function: first frame searched by the first pass, or the stack's innermost.
+    site: u64,
     stack: Vec<u64>,
     search: u64,
     filters: u64,
@@ -274,11 +277,9 @@ impl EventsBuilder {
         match r {
             R::ExceptionThrown(e) => {
                 self.throw_ts.push(e.ts);
-                let site = e.stack.first().copied().unwrap_or(0);
-                let key = (e.type_name.clone(), site);
-                self.groups.entry(key.clone()).or_default().thrown += 1;
                 self.active.entry(e.os_tid).or_default().push(Pending {
-                    group: key,
+                    type_name: e.type_name.clone(),
+                    site: e.stack.first().copied().unwrap_or(0),
                     stack: e.stack.clone(),
                     ..Default::default()
                 });
@@ -290,7 +291,12 @@ impl EventsBuilder {
                 let Some(stack) = self.active.get_mut(&x.os_tid) else { return };
                 let Some(top) = stack.last_mut() else { return };
                 match x.phase {
-                    ph::SEARCH_ENTER => top.search += 1,
+                    ph::SEARCH_ENTER => {
+                        if top.search == 0 && top.site == 0 {
+                            top.site = x.function;
+                        }
+                        top.search += 1
+                    }
                     ph::FILTER_ENTER => top.filters += 1,
                     ph::UNWIND_ENTER => top.unwind += 1,
                     ph::FINALLY_ENTER => top.finallies += 1,
@@ -302,7 +308,19 @@ impl EventsBuilder {
                     _ => {}
                 }
             }
-            R::ThreadDestroyed(_) => {}
+            R::ExceptionCaught(x) => {
+                let Some(stack) = self.active.get_mut(&x.os_tid) else { return };
+                if let Some(mut top) = stack.pop() {
+                    if top.site == 0 {
+                        top.site = x.site;
+                    }
+                    top.search += x.search_frames as u64;
+                    top.filters += x.filters as u64;
+                    top.unwind += x.unwind_frames as u64;
+                    top.finallies += x.finallies as u64;
+                    self.close(top, Some(x.function), x.os_tid);
+                }
+            }
             R::GcStarted(g) => {
                 // A GC that starts while another runs: the running one is a background GC.
                 for &i in &self.open_gcs {
@@ -388,12 +406,15 @@ impl EventsBuilder {
     }
 
     fn close(&mut self, p: Pending, catcher: Option<u64>, os_tid: u32) {
-        let g = self.groups.entry(p.group).or_default();
+        let g = self.groups.entry((p.type_name, p.site)).or_default();
+        g.thrown += 1;
         g.search += p.search;
         g.filters += p.filters;
         g.unwind += p.unwind;
         g.finallies += p.finallies;
-        *g.stacks.entry(p.stack).or_default() += 1;
+        if !p.stack.is_empty() {
+            *g.stacks.entry(p.stack).or_default() += 1;
+        }
         match catcher {
             Some(f) => {
                 g.caught += 1;

@@ -343,6 +343,7 @@ impl ProfileBuilder {
             }
             R::ExceptionThrown(_)
             | R::ExceptionPhase(_)
+            | R::ExceptionCaught(_)
             | R::GcStarted(_)
             | R::GcFinished(_)
             | R::RuntimeSuspended(_)

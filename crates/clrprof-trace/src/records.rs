@@ -190,7 +190,9 @@ records! {
         thread: u64,
         class: u64,
         type_name: String,
-        /// FunctionIDs, innermost (the throw) first; runs of native frames are left out.
+        /// FunctionIDs, innermost (the throw) first; runs of native frames are left out. Empty when
+        /// the agent did not walk this throw (it walks the first 32 throws of each type, then every
+        /// 100th, to bound the cost of exception-heavy code).
         stack: Vec<u64>,
     }
     /// One step of exception handling on a thread; see [`exception_phase`].
@@ -248,5 +250,22 @@ records! {
         ips: Vec<u64>,
         /// FunctionIDs walked by the agent on the allocating thread, innermost first.
         stack: Vec<u64>,
+    }
+    /// A `catch` was entered (`ExceptionCatcherEnter`) for the innermost exception in flight on the
+    /// thread, with the handling steps it went through. Written instead of the `ExceptionPhase`
+    /// records when the event log is off (one record per exception instead of one per step).
+    79 ExceptionCaught {
+        ts: u64,
+        os_tid: u32,
+        /// The function whose `catch` runs.
+        function: u64,
+        /// The throwing function (the first frame the first pass searched), 0 when unknown.
+        site: u64,
+        /// Frames visited by the first pass (`ExceptionSearchFunctionEnter`).
+        search_frames: u32,
+        filters: u32,
+        /// Frames unwound by the second pass (`ExceptionUnwindFunctionEnter`).
+        unwind_frames: u32,
+        finallies: u32,
     }
 }

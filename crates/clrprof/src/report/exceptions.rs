@@ -49,6 +49,7 @@ pub fn render(p: &Profile) -> String {
     out += "\n";
     out += &t.render();
     out += "\nSEARCHED/UNWOUND: frames visited by the first (search) and second (unwind) pass.\n";
+    out += "Counts are exact. Stacks are walked for the first 32 throws of each type, then every 100th.\n";
     for e in ex {
         out += &format!("\n{} thrown by {}\n", e.type_name, if e.throw_site.is_empty() { "?" } else { &e.throw_site });
         if e.uncaught > 0 {
@@ -59,7 +60,8 @@ pub fn render(p: &Profile) -> String {
             out += &format!("  caught {n} × in {site}\n");
         }
         if let Some((s, n)) = e.stacks.first() {
-            out += &format!("  stack at the throw ({n} of {}):\n", e.thrown);
+            let walked: u64 = e.stacks.iter().map(|(_, n)| n).sum();
+            out += &format!("  stack at the throw (seen {n} times in {walked} walked stacks, {} throws):\n", e.thrown);
             for f in stack_names(p, *s) {
                 out += &format!("    {f}\n");
             }
