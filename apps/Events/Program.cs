@@ -70,8 +70,10 @@ public static class Program
                 return BenchAlloc(n);
             case "bench-exceptions":
                 return BenchExceptions(n);
+            case "bench-exc-mixed":
+                return BenchExceptionsMixed(n);
             default:
-                Console.Error.WriteLine("modes: exceptions N | uncaught N | gc K | alloc M | mix N | bench-alloc N | bench-exceptions N");
+                Console.Error.WriteLine("modes: exceptions N | uncaught N | gc K | alloc M | mix N | bench-alloc N | bench-exceptions N | bench-exc-mixed N");
                 return 2;
         }
     }
@@ -165,6 +167,30 @@ public static class Program
         }
         sink = total;
         Console.WriteLine($"bench-alloc {n} {sw.Elapsed.TotalMilliseconds:F1} ms");
+        return 0;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Work(int i)
+    {
+        long h = i;
+        for (int k = 0; k < 4000; k++) h = h * 31 + k;
+        return h;
+    }
+
+    // A busier app that throws often: about 10 µs of work per iteration, one exception every 10th
+    // iteration (on the order of 10 000 exceptions a second). Prints elapsed ms.
+    static int BenchExceptionsMixed(int n)
+    {
+        var sw = System.Diagnostics.Stopwatch.StartNew();
+        long total = 0;
+        for (int i = 0; i < n; i++)
+        {
+            total += Work(i);
+            if (i % 10 == 0) Catcher(i);
+        }
+        sink = total;
+        Console.WriteLine($"bench-exc-mixed {n} {sw.Elapsed.TotalMilliseconds:F1} ms caught {caught}");
         return 0;
     }
 

@@ -549,11 +549,26 @@ impl EventsBuilder {
         }
         allocs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.type_name.cmp(&b.type_name)));
         p.events.allocations = allocs;
+        // Stacks are walked for part of the samples: scale each type's sites to its total.
+        let mut walked: HashMap<String, (f64, f64)> = HashMap::new();
+        for ((t, _, stack), (c, b, _)) in &self.sample_stacks {
+            if !stack.is_empty() {
+                let w = walked.entry(t.clone()).or_default();
+                w.0 += c;
+                w.1 += b;
+            }
+        }
         let mut sites: HashMap<(String, String), (f64, f64, u64)> = HashMap::new();
-        let mut keys: Vec<_> = self.sample_stacks.keys().cloned().collect();
+        let mut keys: Vec<_> = self.sample_stacks.keys().filter(|k| !k.2.is_empty()).cloned().collect();
         keys.sort();
         for key in keys {
-            let (count, bytes, samples) = self.sample_stacks[&key];
+            let (mut count, mut bytes, samples) = self.sample_stacks[&key];
+            if let (Some(w), Some(total)) = (walked.get(&key.0), self.samples.get(&key.0)) {
+                if w.0 > 0.0 && w.1 > 0.0 {
+                    count *= total.0 / w.0;
+                    bytes *= total.1 / w.1;
+                }
+            }
             let (type_name, os_tid, stack) = key;
             let mut frames: Vec<_> = stack.iter().rev().map(|&f| p.costs.stacks.frame(FrameKey::Function(f))).collect();
             frames.push(p.costs.stacks.frame(FrameKey::Label(format!("new {type_name}"))));

@@ -25,6 +25,8 @@ pub struct Events {
     pub gc: gc::GcState,
     /// Throws seen per exception type (to sample throw stacks).
     pub throws: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
+    /// Allocation samples seen per type (to sample their stack walks).
+    pub alloc_walks: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

@@ -51,7 +51,11 @@ pub fn render(p: &Profile) -> String {
                 s.function.clone(),
             ]);
         }
-        out += &format!("\nby allocation site, sampled ({})\n", t.len());
+        out += &format!(
+            "\nby allocation site ({}): the agent walks the stack of the first 64 samples of each type, then one in 8; \
+             estimates are scaled to the type's total, SAMPLES counts walked samples\n",
+            t.len()
+        );
         out += &t.render();
     } else if ev.alloc_exact {
         out += "\n(exact mode counts types only; allocation sites come from `--alloc sampled`)\n";
