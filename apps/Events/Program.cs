@@ -66,6 +66,10 @@ public static class Program
                 Mix(n);
                 Console.WriteLine($"mix {n}");
                 return 0;
+            case "contention":
+                Contention(n);
+                Console.WriteLine($"contention {n}");
+                return 0;
             case "bench-alloc":
                 return BenchAlloc(n);
             case "bench-exceptions":
@@ -73,7 +77,7 @@ public static class Program
             case "bench-exc-mixed":
                 return BenchExceptionsMixed(n);
             default:
-                Console.Error.WriteLine("modes: exceptions N | uncaught N | gc K | alloc M | mix N | bench-alloc N | bench-exceptions N | bench-exc-mixed N");
+                Console.Error.WriteLine("modes: exceptions N | uncaught N | gc K | alloc M | mix N | contention N | bench-alloc N | bench-exceptions N | bench-exc-mixed N");
                 return 2;
         }
     }
@@ -151,6 +155,32 @@ public static class Program
             AllocHeavy(6250);   // 900 000 bytes
             AllocLight(4167);   // ~100 000 bytes
         }
+    }
+
+    static readonly object gate = new object();
+
+    // n rounds: the main thread holds `gate` for 30 ms while a worker blocks on it once.
+    static void Contention(int n)
+    {
+        for (int i = 0; i < n; i++)
+        {
+            var holding = new ManualResetEventSlim();
+            Thread worker;
+            lock (gate)
+            {
+                worker = new Thread(() => { holding.Wait(); WaitForGate(); }) { Name = "waiter" };
+                worker.Start();
+                holding.Set();
+                Thread.Sleep(30);
+            }
+            worker.Join();
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void WaitForGate()
+    {
+        lock (gate) { sink = gate; }
     }
 
     // Allocation-heavy benchmark: prints elapsed ms.

@@ -24,6 +24,8 @@ pub struct Config {
     pub alloc: AllocMode,
     /// `CLRPROF_EVENTS`: keep every runtime event for the event log (`1`/`0`). Default off.
     pub events: bool,
+    /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
+    pub locks: bool,
 }
 
 /// How allocations are recorded.
@@ -57,6 +59,7 @@ impl Default for Config {
             gc: true,
             alloc: AllocMode::Sampled,
             events: false,
+            locks: true,
         }
     }
 }
@@ -147,6 +150,7 @@ impl Config {
         m.insert("gc", self.gc.to_string());
         m.insert("alloc", self.alloc.name().to_string());
         m.insert("events", self.events.to_string());
+        m.insert("locks", self.locks.to_string());
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }

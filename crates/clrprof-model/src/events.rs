@@ -87,6 +87,18 @@ pub struct AllocSite {
     pub samples: u64,
 }
 
+/// Monitor lock contention at one waiting site (the innermost frame outside `System.Threading`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContentionSite {
+    pub site: String,
+    pub count: u64,
+    /// Total and longest wait (the runtime's duration when it gives one, else end minus start).
+    pub wait_ns: u64,
+    pub max_wait_ns: u64,
+    /// Distinct waiting stacks with counts, most frequent first.
+    pub stacks: Vec<(StackId, u64)>,
+}
+
 /// One line of the event log.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LogEvent {
@@ -120,6 +132,8 @@ pub struct CounterRow {
     pub assemblies_loaded: u64,
     /// Managed threads alive at the end of the interval.
     pub threads: u64,
+    /// Monitor lock contentions that started in the interval.
+    pub lock_contentions: u64,
 }
 
 /// Runtime-event results attached to [`Profile`].
@@ -132,6 +146,7 @@ pub struct RuntimeEvents {
     /// Allocation figures are exact (`--alloc exact`) rather than sampled.
     pub alloc_exact: bool,
     pub alloc_samples: u64,
+    pub contentions: Vec<ContentionSite>,
     /// Present when the trace was recorded with `--events`.
     pub log: Vec<LogEvent>,
     pub log_enabled: bool,
@@ -197,6 +212,10 @@ pub struct EventsBuilder {
     sample_stacks: HashMap<SampleKey, (f64, f64, u64)>,
     log: Vec<LogEvent>,
     log_enabled: bool,
+    open_contention: HashMap<u32, (u64, Vec<u64>)>,
+    /// stack -> (count, total wait, longest wait)
+    contention: HashMap<Vec<u64>, (u64, u64, u64)>,
+    contention_ts: Vec<u64>,
 }
 
 fn exception_log(phase: u8) -> (&'static str, i8) {
@@ -375,6 +394,21 @@ impl EventsBuilder {
                     self.suspensions.push((a, s.ts));
                 }
                 self.push_log(s.ts, s.os_tid, "runtime suspended".into(), -1);
+            }
+            R::ContentionStarted(c) => {
+                self.contention_ts.push(c.ts);
+                self.open_contention.insert(c.os_tid, (c.ts, c.stack.clone()));
+                self.push_log(c.ts, c.os_tid, "lock contention".into(), 1);
+            }
+            R::ContentionEnded(c) => {
+                if let Some((start, stack)) = self.open_contention.remove(&c.os_tid) {
+                    let wait = if c.duration_ns > 0 { c.duration_ns } else { c.ts.saturating_sub(start) };
+                    let e = self.contention.entry(stack).or_default();
+                    e.0 += 1;
+                    e.1 += wait;
+                    e.2 = e.2.max(wait);
+                }
+                self.push_log(c.ts, c.os_tid, "lock contention".into(), -1);
             }
             R::AllocationCounts(a) => {
                 let e = self.exact.entry(a.type_name.clone()).or_default();
@@ -605,7 +639,33 @@ impl EventsBuilder {
         p.events.log = std::mem::take(&mut self.log);
         p.events.log_enabled = self.log_enabled;
 
-        counters(p, &self.throw_ts, &self.alloc_ts);
+        // Contention by waiting site.
+        let mut by_site: HashMap<String, ContentionSite> = HashMap::new();
+        let mut stacks: Vec<_> = self.contention.iter().collect();
+        stacks.sort();
+        for (stack, (n, wait, max)) in stacks {
+            let site = stack
+                .iter()
+                .map(|&f| name(f))
+                .find(|n| !n.starts_with("System.Threading."))
+                .unwrap_or_else(|| stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into()));
+            let e = by_site.entry(site.clone()).or_insert_with(|| ContentionSite { site, ..Default::default() });
+            e.count += n;
+            e.wait_ns += wait;
+            e.max_wait_ns = e.max_wait_ns.max(*max);
+            let ids: Vec<_> = stack.iter().rev().map(|&f| p.costs.stacks.frame(FrameKey::Function(f))).collect();
+            if let Some(sid) = p.costs.stacks.stack(&ids) {
+                e.stacks.push((sid, *n));
+            }
+        }
+        let mut sites: Vec<ContentionSite> = by_site.into_values().collect();
+        for s in &mut sites {
+            s.stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
+        p.events.contentions = sites;
+
+        counters(p, &self.throw_ts, &self.alloc_ts, &self.contention_ts);
     }
 }
 
@@ -695,7 +755,7 @@ pub fn gc_reason(r: u32) -> &'static str {
 }
 
 /// The counter time series, one row per interval (1 s, or a tenth of short runs).
-fn counters(p: &mut Profile, throws: &[u64], allocs: &[(u64, u64)]) {
+fn counters(p: &mut Profile, throws: &[u64], allocs: &[(u64, u64)], contentions: &[u64]) {
     let dur = p.process.duration_ns.max(1);
     let interval = if dur >= 10_000_000_000 { 1_000_000_000 } else { 100_000_000 };
     let n = dur.div_ceil(interval) as usize;
@@ -742,6 +802,9 @@ fn counters(p: &mut Profile, throws: &[u64], allocs: &[(u64, u64)]) {
     }
     for &t in throws {
         rows[bucket(t)].exceptions_per_sec += 1.0;
+    }
+    for &t in contentions {
+        rows[bucket(t)].lock_contentions += 1;
     }
     for &(t, b) in allocs {
         rows[bucket(t)].alloc_rate += b as f64;

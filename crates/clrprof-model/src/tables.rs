@@ -350,7 +350,9 @@ impl ProfileBuilder {
             | R::RuntimeResumed(_)
             | R::GcInfo(_)
             | R::AllocationCounts(_)
-            | R::AllocationSample(_) => {
+            | R::AllocationSample(_)
+            | R::ContentionStarted(_)
+            | R::ContentionEnded(_) => {
                 if let Some(ts) = event_ts(r) {
                     self.last_ts = self.last_ts.max(ts);
                 }

@@ -268,4 +268,10 @@ records! {
         unwind_frames: u32,
         finallies: u32,
     }
+    /// A thread started waiting for a contended Monitor lock (EventPipe `ContentionStart`), with the
+    /// waiting thread's managed stack (FunctionIDs, innermost first).
+    80 ContentionStarted { ts: u64, os_tid: u32, stack: Vec<u64> }
+    /// The wait ended (EventPipe `ContentionStop_V1`); `duration_ns` is the runtime's measure (0 when
+    /// the runtime gave none).
+    81 ContentionEnded { ts: u64, os_tid: u32, duration_ns: u64 }
 }

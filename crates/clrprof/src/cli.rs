@@ -58,6 +58,9 @@ struct RecordArgs {
     /// Allocations: sampled (runtime's allocation sampling, cheap), exact (every object; slows the app) or off
     #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
     alloc: AllocArg,
+    /// Do not record Monitor lock contention
+    #[arg(long)]
+    no_locks: bool,
     /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
@@ -98,6 +101,8 @@ enum ViewArg {
     Events,
     /// Runtime counters over time: GCs, heap, % time in GC, allocation rate, exceptions/s, JIT, loads, threads
     Counters,
+    /// Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks
+    Locks,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -132,6 +137,7 @@ pub fn run() -> Result<ExitCode> {
                         AllocArg::Off => "off",
                     },
                     log: a.events,
+                    locks: !a.no_locks,
                 },
             };
             crate::record::record(&opts)
@@ -147,6 +153,7 @@ pub fn run() -> Result<ExitCode> {
                     ViewArg::Jit => View::Jit,
                     ViewArg::Events => View::Events,
                     ViewArg::Counters => View::Counters,
+                    ViewArg::Locks => View::Locks,
                 },
                 format: match a.format {
                     FormatArg::Text => Format::Text,

@@ -127,11 +127,13 @@ pub struct EventOptions {
     pub alloc: &'static str,
     /// The full event log (`--events`).
     pub log: bool,
+    /// Monitor lock contention.
+    pub locks: bool,
 }
 
 impl Default for EventOptions {
     fn default() -> Self {
-        EventOptions { exceptions: true, gc: true, alloc: "sampled", log: false }
+        EventOptions { exceptions: true, gc: true, alloc: "sampled", log: false, locks: true }
     }
 }
 
@@ -164,7 +166,8 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CLRPROF_EXCEPTIONS", if opts.events.exceptions { "1" } else { "0" })
         .env("CLRPROF_GC", if opts.events.gc { "1" } else { "0" })
         .env("CLRPROF_ALLOC", opts.events.alloc)
-        .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" });
+        .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" })
+        .env("CLRPROF_LOCKS", if opts.events.locks { "1" } else { "0" });
     if opts.events.alloc == "exact" {
         eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
     }

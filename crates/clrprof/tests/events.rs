@@ -219,3 +219,23 @@ fn a_bad_alloc_value_is_reported_and_the_app_runs() {
     assert!(msgs.contains("CLRPROF_ALLOC"), "{msgs}");
     assert!(msgs.contains("using sampled"), "{msgs}");
 }
+
+#[test]
+fn monitor_contention_is_reported_with_the_waiting_stack() {
+    const N: u64 = 3;
+    let (out, trace) = run("locks", &["contention", &N.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let sites = v["contentions"].as_array().unwrap();
+    let s = sites.iter().find(|s| s["site"] == "EventsApp.Program.WaitForGate").unwrap_or_else(|| panic!("{sites:?}"));
+    assert_eq!(s["count"], N, "one contended wait per round");
+    // The main thread holds the lock about 30 ms while the worker waits.
+    assert!(s["max_wait_ns"].as_u64().unwrap() > 1_000_000, "{s}");
+    let stack = s["stacks"][0]["stack"].to_string();
+    assert!(stack.contains("EventsApp.Program.WaitForGate"), "{stack}");
+    let rows = v["counters"]["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["lock_contentions"].as_u64().unwrap()).sum::<u64>(), N);
+    let t = text(&report(&trace, &["--view", "locks"]).stdout);
+    assert!(t.contains("waiter"), "{t}");
+    assert!(t.contains(&format!("{N} Monitor lock contentions")), "{t}");
+}

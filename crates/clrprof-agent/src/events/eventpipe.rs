@@ -6,13 +6,14 @@
 //! AllocationAmount, u32 AllocationKind, u16 ClrInstanceID, u64 AllocationAmount64, ptr TypeID,
 //! UTF-16z TypeName, u32 HeapIndex, ptr Address, [V4] u64 ObjectSize}; `AllocationSampled` id 303
 //! (.NET 10, keyword 0x80000000000) {u32 AllocationKind, u16 ClrInstanceID, ptr TypeID, UTF-16z
-//! TypeName, ptr Address, u64 ObjectSize, u64 SampledByteOffset}.
+//! TypeName, ptr Address, u64 ObjectSize, u64 SampledByteOffset}; `ContentionStart` id 81 and
+//! `ContentionStop_V1` id 91 {u8 ContentionFlags, u16 ClrInstanceID, f64 DurationNs} (keyword 0x4000).
 //!
 //! Delivery is synchronous on the thread that wrote the event: the payload is parsed and copied
 //! into a record right away.
 
 use clrprof_sys::CallbackResult;
-use clrprof_trace::{AllocationSample, GcInfo, Record};
+use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcInfo, Record};
 
 use crate::config::AllocMode;
 use crate::profiler::{os_tid, State};
@@ -20,6 +21,7 @@ use crate::{log_info, log_warn};
 
 const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 const KEYWORD_GC: u64 = 0x1;
+const KEYWORD_CONTENTION: u64 = 0x4000;
 const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x0800_0000_0000;
 const LEVEL_INFORMATIONAL: u32 = 4;
 const LEVEL_VERBOSE: u32 = 5;
@@ -27,6 +29,8 @@ const LEVEL_VERBOSE: u32 = 5;
 const EVENT_GC_START: u32 = 1;
 const EVENT_ALLOCATION_TICK: u32 = 10;
 const EVENT_ALLOCATION_SAMPLED: u32 = 303;
+const EVENT_CONTENTION_START: u32 = 81;
+const EVENT_CONTENTION_STOP: u32 = 91;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app runs.
 pub fn start(s: &State, runtime_major: u16) {
@@ -38,6 +42,9 @@ pub fn start(s: &State, runtime_major: u16) {
     let mut level = LEVEL_INFORMATIONAL;
     if s.config.gc {
         keywords |= KEYWORD_GC;
+    }
+    if s.config.locks {
+        keywords |= KEYWORD_CONTENTION;
     }
     if s.config.alloc == AllocMode::Sampled {
         if runtime_major >= 10 {
@@ -165,6 +172,22 @@ pub fn parse(
                 .into(),
             )
         }
+        EVENT_CONTENTION_START => Some(ContentionStarted { ts, os_tid: tid, stack: Vec::new() }.into()),
+        EVENT_CONTENTION_STOP => {
+            let duration_ns = if version >= 1 {
+                let _flags = p.take(1)?;
+                let _clr = p.u16()?;
+                let d = f64::from_bits(p.u64()?);
+                if d.is_finite() && d > 0.0 {
+                    d as u64
+                } else {
+                    0
+                }
+            } else {
+                0
+            };
+            Some(ContentionEnded { ts, os_tid: tid, duration_ns }.into())
+        }
         _ => None,
     }
 }
@@ -193,6 +216,11 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
                 a.stack = super::current_stack(s);
             }
             s.emit(a);
+        }
+        Some(Record::ContentionStarted(mut c)) => {
+            // Contention blocks the thread anyway: walk its stack every time.
+            c.stack = super::current_stack(s);
+            s.emit(c);
         }
         Some(r) => s.emit(r),
         None => {}
@@ -227,6 +255,17 @@ mod tests {
         }
         // Cut short: no record, no panic.
         assert!(parse(EVENT_ALLOCATION_SAMPLED, 0, &d[..20], 5, 9, &[]).is_none());
+    }
+
+    #[test]
+    fn parses_contention_stop() {
+        let mut d = vec![0u8];
+        d.extend_from_slice(&0u16.to_le_bytes());
+        d.extend_from_slice(&1500.0f64.to_bits().to_le_bytes());
+        match parse(EVENT_CONTENTION_STOP, 1, &d, 1, 2, &[]) {
+            Some(Record::ContentionEnded(c)) => assert_eq!((c.os_tid, c.duration_ns), (2, 1500)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
     if config.exceptions {
         low |= monitor::EXCEPTIONS;
     }
-    if config.exceptions || config.alloc == AllocMode::Sampled {
+    if config.exceptions || config.locks || config.alloc == AllocMode::Sampled {
         low |= monitor::ENABLE_STACK_SNAPSHOT;
     }
     if config.gc || config.events {
@@ -49,8 +49,9 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
         AllocMode::Sampled if info_version >= 12 => high |= high::MONITOR_EVENT_PIPE,
         _ => {}
     }
-    if config.gc && info_version >= 12 {
-        // GCStart_V2 says whether a collection is background and why it ran.
+    if (config.gc || config.locks) && info_version >= 12 {
+        // GCStart_V2 says whether a collection is background and why it ran; Contention* events
+        // report Monitor contention.
         high |= high::MONITOR_EVENT_PIPE;
     }
     (low, high)

@@ -9,7 +9,7 @@ pub fn render(p: &Profile) -> String {
     let mut out = title(p, "counters");
     let ev = &p.events;
     out += &format!(
-        "\none row per {} ms, computed from the recorded events; allocation rate is {}; lock contentions are not recorded\n",
+        "\none row per {} ms, computed from the recorded events; allocation rate is {}\n",
         ms(ev.counter_interval_ns),
         if ev.alloc_exact { "exact" } else { "estimated from samples" }
     );
@@ -25,6 +25,7 @@ pub fn render(p: &Profile) -> String {
         ("JIT", Right),
         ("ASSEMBLIES", Right),
         ("THREADS", Right),
+        ("CONTENTIONS", Right),
     ]);
     for r in &ev.counters {
         t.row(vec![
@@ -39,6 +40,7 @@ pub fn render(p: &Profile) -> String {
             r.methods_jitted.to_string(),
             r.assemblies_loaded.to_string(),
             r.threads.to_string(),
+            r.lock_contentions.to_string(),
         ]);
     }
     out += &t.render();

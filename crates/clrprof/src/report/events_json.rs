@@ -101,6 +101,24 @@ pub fn extend(doc: &mut Value, p: &Profile) {
         }),
     );
     obj.insert(
+        "contentions".into(),
+        ev.contentions
+            .iter()
+            .map(|c| {
+                json!({
+                    "site": c.site,
+                    "count": c.count,
+                    "wait_ns": c.wait_ns,
+                    "max_wait_ns": c.max_wait_ns,
+                    "stacks": c.stacks.iter().map(|(s, n)| json!({
+                        "count": n,
+                        "stack": super::exceptions::stack_names(p, *s),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    );
+    obj.insert(
         "counters".into(),
         json!({
             "interval_ns": ev.counter_interval_ns,
@@ -116,6 +134,7 @@ pub fn extend(doc: &mut Value, p: &Profile) {
                 "methods_jitted": r.methods_jitted,
                 "assemblies_loaded": r.assemblies_loaded,
                 "threads": r.threads,
+                "lock_contentions": r.lock_contentions,
             })).collect::<Vec<_>>(),
         }),
     );

@@ -8,6 +8,7 @@ mod exceptions;
 mod gc;
 mod jit;
 mod json;
+mod locks;
 mod table;
 mod tables;
 
@@ -26,6 +27,7 @@ pub enum View {
     Jit,
     Events,
     Counters,
+    Locks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +70,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         (View::Jit, Format::Text) => jit::render(p),
         (View::Events, Format::Text) => events::render(p),
         (View::Counters, Format::Text) => counters::render(p),
+        (View::Locks, Format::Text) => locks::render(p),
         // One JSON document holds every view.
         (_, Format::Json) => {
             let mut s = serde_json::to_string_pretty(&json::document(p))?;
