@@ -271,14 +271,19 @@ impl EventsBuilder {
             R::ModuleLoaded(m) if m.load_ns != 0 => {
                 self.push_log(m.ts, 0, format!("module loaded {} ({} µs)", m.path, m.load_ns / 1000), 0)
             }
+            R::FunctionCompiled(f) if f.kind == clrprof_trace::code_kind::JIT && f.jit_ns > 0 => {
+                // JIT compilation as a start/finish pair on the compiling thread.
+                let what = format!("jit {}", f.name);
+                self.push_log(f.ts.saturating_sub(f.jit_ns), f.os_tid, what.clone(), 1);
+                self.push_log(f.ts, f.os_tid, what, -1);
+            }
             R::FunctionCompiled(f) => self.push_log(
                 f.ts,
                 f.os_tid,
                 format!(
-                    "{} {} ({} µs, {} bytes)",
-                    if f.kind == clrprof_trace::code_kind::PRECOMPILED { "precompiled" } else { "jit" },
+                    "{} {} ({} bytes)",
+                    if f.kind == clrprof_trace::code_kind::PRECOMPILED { "precompiled" } else { "compiled" },
                     f.name,
-                    f.jit_ns / 1000,
                     f.code_size
                 ),
                 0,
@@ -686,7 +691,8 @@ fn nest_log(log: &mut Vec<LogEvent>) -> u64 {
                 out.push(e);
             }
             -1 => {
-                if let Some(pos) = st.iter().rposition(|w| *w == e.what) {
+                // A finish names its start's event (the start may add details: `gc gen2 induced`).
+                if let Some(pos) = st.iter().rposition(|w| w.starts_with(&e.what)) {
                     st.truncate(pos);
                     e.depth = st.len() as u32;
                 } else {

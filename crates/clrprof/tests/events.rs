@@ -153,14 +153,8 @@ fn sampled_allocations_rank_the_heavy_type_first_as_an_estimate() {
     assert!(t.contains("ESTIMATES from"), "{t}");
 }
 
-#[test]
-fn event_log_nesting_is_balanced_per_thread() {
-    let (out, trace) = run("events", &["exceptions", "5"], &["--events"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v = report_json(&trace);
+fn assert_balanced(v: &Value) {
     let log = v["events"].as_array().expect("events recorded with --events");
-    assert!(log.iter().any(|e| e["event"] == "exception thrown EventsApp.BoomException"));
-    assert!(log.iter().any(|e| e["event"].as_str().unwrap().starts_with("jit ")));
     let mut depth: std::collections::HashMap<u64, i64> = Default::default();
     for e in log {
         let d = depth.entry(e["os_tid"].as_u64().unwrap()).or_default();
@@ -171,6 +165,25 @@ fn event_log_nesting_is_balanced_per_thread() {
     for (tid, d) in depth {
         assert_eq!(d, 0, "thread {tid} left {d} levels open");
     }
+}
+
+#[test]
+fn event_log_nesting_is_balanced_per_thread() {
+    let (out, trace) = run("events-gc", &["gc", "2"], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_balanced(&v);
+    let log = v["events"].as_array().unwrap();
+    assert!(log.iter().any(|e| e["event"] == "gc gen2 induced" && e["nest"] == 1), "GCs open a level");
+    assert!(log.iter().any(|e| e["event"] == "runtime suspended (gc)"));
+
+    let (out, trace) = run("events", &["exceptions", "5"], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_balanced(&v);
+    let log = v["events"].as_array().expect("events recorded with --events");
+    assert!(log.iter().any(|e| e["event"] == "exception thrown EventsApp.BoomException"));
+    assert!(log.iter().any(|e| e["event"] == "jit EventsApp.Program.Catcher" && e["nest"] == 1));
     let t = text(&report(&trace, &["--view", "events"]).stdout);
     assert!(t.contains("> exception filter"), "{t}");
     // Without --events the view says how to get it.
