@@ -198,7 +198,7 @@ fn runtime_event_records_round_trip() {
         ContentionStarted { ts: 9, os_tid: 2, stack: vec![6, 5] }.into(),
         ContentionEnded { ts: 10, os_tid: 2, duration_ns: 1 }.into(),
     ];
-    let bytes = file_of(&[recs.clone()]);
+    let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
     let mut back = Vec::new();
     while let Some(r) = d.next_record().unwrap() {
