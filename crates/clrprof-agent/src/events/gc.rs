@@ -19,7 +19,9 @@ pub struct GcState {
 }
 
 /// Used bytes per generation (gen0, gen1, gen2, LOH, POH). `GetGenerationBounds` is allowed in
-/// the GC callbacks (the runtime's own gcbasicprofiler test calls it from `GarbageCollectionStarted`).
+/// the GC callbacks (the runtime's own gcbasicprofiler test calls it from `GarbageCollectionStarted`),
+/// and the `COR_PRF_GC_GENERATION_RANGE` docs say its lengths are accurate only when called from
+/// `GarbageCollectionStarted` or `GarbageCollectionFinished`.
 fn heap_sizes(s: &State) -> Vec<u64> {
     let mut sizes = vec![0u64; 5];
     if let Ok(ranges) = s.info.get_generation_bounds() {
