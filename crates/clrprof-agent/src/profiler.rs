@@ -138,7 +138,7 @@ impl State {
             code_size,
             jit_ns,
             kind,
-            il_size: 0,
+            il_size: self.info.il_code_size(f.module, f.token).ok().flatten().unwrap_or(0),
         };
         if code.is_empty() {
             if let Ok(mut p) = self.pending_code.items.lock() {

@@ -154,6 +154,8 @@ pub struct RuntimeEvents {
     pub log_unpaired: u64,
     pub counters: Vec<CounterRow>,
     pub counter_interval_ns: u64,
+    /// IL code size per FunctionID (from `FunctionCompiled.il_size`; absent when 0 / unknown).
+    pub il_sizes: HashMap<u64, u32>,
 }
 
 #[derive(Default)]
@@ -216,6 +218,7 @@ pub struct EventsBuilder {
     /// stack -> (count, total wait, longest wait)
     contention: HashMap<Vec<u64>, (u64, u64, u64)>,
     contention_ts: Vec<u64>,
+    il_sizes: HashMap<u64, u32>,
 }
 
 fn exception_log(phase: u8) -> (&'static str, i8) {
@@ -260,6 +263,11 @@ impl EventsBuilder {
 
     /// Every record passes here for the event log (only kept with `--events`).
     pub fn log(&mut self, r: &Record) {
+        if let Record::FunctionCompiled(f) = r {
+            if f.il_size > 0 {
+                self.il_sizes.insert(f.id, f.il_size);
+            }
+        }
         if !self.log_enabled {
             return;
         }
@@ -669,6 +677,7 @@ impl EventsBuilder {
         }
         sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
         p.events.contentions = sites;
+        p.events.il_sizes = std::mem::take(&mut self.il_sizes);
 
         counters(p, &self.throw_ts, &self.alloc_ts, &self.contention_ts);
     }

@@ -64,6 +64,12 @@ fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
             "EventsApp.Program.Exceptions"
         ]
     );
+    // IL sizes: `Inner` is ldarg.0, call, ret and `Thrower` ldarg.0, newobj, throw: 7 bytes each.
+    let il = |name: &str| {
+        v["jit"]["il_sizes"].as_array().unwrap().iter().find(|m| m["function"] == name).map(|m| m["il_size"].clone())
+    };
+    assert_eq!(il("EventsApp.Program.Inner"), Some(serde_json::json!(7)));
+    assert_eq!(il("EventsApp.Program.Thrower"), Some(serde_json::json!(7)));
     let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
     assert!(t.contains(&format!("{N} exceptions thrown, {N} caught, 0 uncaught")), "{t}");
     assert!(t.contains(&format!("caught {N} × in EventsApp.Program.Catcher")), "{t}");

@@ -95,6 +95,8 @@ pub fn extend(doc: &mut Value, p: &Profile) {
             "code_versions": jitted.iter().map(|f| f.compilations as u64).sum::<u64>(),
             "jit_ns": jitted.iter().map(|f| f.jit_ns).sum::<u64>(),
             "native_bytes": jitted.iter().map(|f| f.code_size).sum::<u64>(),
+            "il_bytes": jitted.iter().map(|f| ev.il_sizes.get(&f.id).copied().unwrap_or(0) as u64).sum::<u64>(),
+            "il_sizes": jitted.iter().filter_map(|f| ev.il_sizes.get(&f.id).map(|n| json!({"function": f.name, "id": f.id, "il_size": n}))).collect::<Vec<_>>(),
             "precompiled_methods": p.functions.len() - jitted.len(),
             "assembly_load_ns": p.assemblies.iter().map(|a| a.load_ns).sum::<u64>(),
             "module_load_ns": p.modules.iter().map(|m| m.load_ns).sum::<u64>(),

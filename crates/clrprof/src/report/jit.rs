@@ -29,14 +29,17 @@ pub fn render(p: &Profile) -> String {
     let mut t = TextTable::new(&[
         ("JIT µs", Right),
         ("VERSIONS", Right),
+        ("IL BYTES", Right),
         ("NATIVE BYTES", Right),
         ("METHOD", Left),
         ("SIGNATURE", Left),
     ]);
     for f in &by_time {
+        let il = p.events.il_sizes.get(&f.id).map(|n| n.to_string()).unwrap_or_else(|| "-".into());
         t.row(vec![
             us(f.jit_ns),
             f.compilations.to_string(),
+            il,
             f.code_size.to_string(),
             f.name.clone(),
             f.signature.clone(),
@@ -44,7 +47,7 @@ pub fn render(p: &Profile) -> String {
     }
     out += &format!("\nmethods by JIT time ({})\n", t.len());
     out += &t.render();
-    out += "IL sizes are not recorded by this version (the FunctionCompiled record's il_size is 0).\n";
+    out += "IL BYTES: the method's IL code without its header (`-` for methods without IL).\n";
     let mut asm: Vec<_> = p.assemblies.iter().collect();
     asm.sort_by(|a, b| a.loaded_ns.cmp(&b.loaded_ns).then(a.name.cmp(&b.name)));
     let mut t = TextTable::new(&[("AT ms", Right), ("LOAD µs", Right), ("ASSEMBLY", Left)]);
