@@ -16,6 +16,10 @@ pub struct Config {
     pub flush_ms: u64,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
+    /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
+    /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
+    /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
+    pub instrument: crate::elt::EltConfig,
     /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`). Default on.
     pub exceptions: bool,
     /// `CLRPROF_GC`: record garbage collections and runtime suspensions (`1`/`0`). Default on.
@@ -55,6 +59,7 @@ impl Default for Config {
             log: None,
             flush_ms: 50,
             classes: true,
+            instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
             exceptions: true,
             gc: true,
             alloc: AllocMode::Sampled,
@@ -108,22 +113,34 @@ impl Config {
                 _ => bad("CLRPROF_FLUSH_MS", &v, "expected milliseconds in 1..=1000; using 50"),
             }
         }
-        if let Some(v) = get("CLRPROF_CLASSES") {
-            match parse_bool(&v) {
-                Some(b) => c.classes = b,
-                None => bad("CLRPROF_CLASSES", &v, "expected 1 or 0; using 1"),
-            }
-        }
-        for (var, field) in
-            [("CLRPROF_EXCEPTIONS", &mut c.exceptions), ("CLRPROF_GC", &mut c.gc), ("CLRPROF_EVENTS", &mut c.events)]
-        {
-            if let Some(v) = get(var) {
+        let flag = |name: &'static str, slot: &mut bool, problems: &mut Vec<ConfigProblem>| {
+            if let Some(v) = get(name) {
                 match parse_bool(&v) {
-                    Some(b) => *field = b,
-                    None => bad(var, &v, if *field { "expected 1 or 0; using 1" } else { "expected 1 or 0; using 0" }),
+                    Some(b) => *slot = b,
+                    None => problems.push(ConfigProblem {
+                        variable: name,
+                        value: v.clone(),
+                        reason: format!("expected 1 or 0; using {}", *slot as u8),
+                    }),
                 }
             }
-        }
+        };
+        let mut more = Vec::new();
+        flag("CLRPROF_CLASSES", &mut c.classes, &mut more);
+        flag("CLRPROF_INSTRUMENT", &mut c.instrument.enabled, &mut more);
+        flag("CLRPROF_TIMING", &mut c.instrument.timing, &mut more);
+        flag("CLRPROF_FLOW", &mut c.instrument.flow, &mut more);
+        flag("CLRPROF_INLINING", &mut c.instrument.keep_inlining, &mut more);
+        let list = |v: Option<String>| -> Vec<String> {
+            v.map(|s| s.split(';').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
+                .unwrap_or_default()
+        };
+        c.instrument.include = list(get("CLRPROF_INCLUDE"));
+        c.instrument.exclude = list(get("CLRPROF_EXCLUDE"));
+        flag("CLRPROF_EXCEPTIONS", &mut c.exceptions, &mut more);
+        flag("CLRPROF_GC", &mut c.gc, &mut more);
+        flag("CLRPROF_EVENTS", &mut c.events, &mut more);
+        flag("CLRPROF_LOCKS", &mut c.locks, &mut more);
         if let Some(v) = get("CLRPROF_ALLOC") {
             match v.trim().to_ascii_lowercase().as_str() {
                 "sampled" => c.alloc = AllocMode::Sampled,
@@ -132,6 +149,7 @@ impl Config {
                 _ => bad("CLRPROF_ALLOC", &v, "expected sampled, exact or off; using sampled"),
             }
         }
+        problems.extend(more);
         (c, problems)
     }
 
@@ -151,6 +169,14 @@ impl Config {
         m.insert("alloc", self.alloc.name().to_string());
         m.insert("events", self.events.to_string());
         m.insert("locks", self.locks.to_string());
+        m.insert("instrument", self.instrument.enabled.to_string());
+        if self.instrument.enabled {
+            m.insert("timing", self.instrument.timing.to_string());
+            m.insert("flow", self.instrument.flow.to_string());
+            m.insert("inlining", self.instrument.keep_inlining.to_string());
+            m.insert("include", self.instrument.include.join(";"));
+            m.insert("exclude", self.instrument.exclude.join(";"));
+        }
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 }
@@ -214,6 +240,6 @@ mod tests {
         assert_eq!(c.alloc, AllocMode::Sampled);
         assert!(c.gc);
         assert_eq!(p.len(), 2);
-        assert!(p[1].to_string().contains("sampled, exact or off"), "{}", p[1]);
+        assert!(p.iter().any(|x| x.to_string().contains("sampled, exact or off")), "{p:?}");
     }
 }

@@ -7,6 +7,7 @@
 //! paths, and the app keeps running when the trace sink is gone.
 
 pub mod config;
+pub mod elt;
 pub mod events;
 pub mod log;
 pub mod names;

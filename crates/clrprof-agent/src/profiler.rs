@@ -41,6 +41,8 @@ pub struct State {
     functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
     pending_code: Arc<PendingCode>,
     stopped: AtomicBool,
+    /// Enter/leave instrumentation, when enabled.
+    pub instrumentation: Option<crate::elt::Instrumentation>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
     pub events: Arc<crate::events::Events>,
 }
@@ -243,6 +245,9 @@ impl Profiler {
             low |= monitor::CLASS_LOADS;
         }
         let mut high = 0;
+        let (elt_low, elt_high) = crate::elt::Instrumentation::mask(&config.instrument);
+        low |= elt_low;
+        high |= elt_high;
         let (ev_low, ev_high) = crate::events::mask(&config, info.version());
         low |= ev_low;
         high |= ev_high;
@@ -273,16 +278,22 @@ impl Profiler {
         for p in &problems {
             first.push(Message { ts: 0, level: 1, text: p.to_string() }.into());
         }
+        let instrumentation = if config.instrument.enabled {
+            let (i, rec) =
+                crate::elt::Instrumentation::new(config.instrument.clone(), start.elapsed().as_nanos() as u64);
+            first.push(rec.into());
+            Some(i)
+        } else {
+            None
+        };
         writer.write_now(&first);
         let pending_code = Arc::new(PendingCode::default());
         let pc = Arc::clone(&pending_code);
+        writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
         let events = Arc::new(crate::events::Events::default());
         let ev = Arc::clone(&events);
         let alloc_names = Names::new(info);
-        writer.set_tick(Box::new(move |w| {
-            pc.resolve(&info, w, w.is_stopping());
-            ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64);
-        }));
+        writer.add_tick(Box::new(move |w| ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64)));
         writer.start()?;
         let state = State {
             names: Names::new(info),
@@ -294,10 +305,23 @@ impl Profiler {
             functions: Mutex::new(HashMap::new()),
             pending_code,
             stopped: AtomicBool::new(false),
+            instrumentation,
             events,
         };
         self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
         if let Some(s) = self.state.get() {
+            // Safety: the profiler object is never freed (see `ComObject::create`), so its state
+            // lives for the rest of the process.
+            let st: &'static State = unsafe { &*(s as *const State) };
+            if st.instrumentation.is_some() {
+                crate::elt::Instrumentation::install(&st.info, st)?;
+                st.writer.add_tick(Box::new(move |w| {
+                    if let Some(i) = &st.instrumentation {
+                        i.publish(w, st.now());
+                    }
+                }));
+                log_info!("enter/leave hooks installed");
+            }
             crate::events::eventpipe::start(s, rt.major);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
@@ -488,6 +512,21 @@ impl ProfilerCallback for Profiler {
         Ok(())
     }
 
+    fn runtime_suspend_started(&self, reason: u32) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::suspend_started();
+        }
+        // Runtime events (issue 5): GC pauses, and every suspension in the event log.
+        self.state().map_or(Ok(()), |s| gc::suspend_started(s, reason))
+    }
+
+    fn runtime_resume_finished(&self) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::resume_finished();
+        }
+        self.state().map_or(Ok(()), gc::resume_finished)
+    }
+
     fn load_as_notification_only(&self, notification_only: OutBool) -> CallbackResult {
         notification_only.set(false);
         Ok(())
@@ -581,14 +620,6 @@ impl ProfilerCallback for Profiler {
 
     fn garbage_collection_finished(&self) -> CallbackResult {
         self.state().map_or(Ok(()), gc::finished)
-    }
-
-    fn runtime_suspend_started(&self, reason: u32) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| gc::suspend_started(s, reason))
-    }
-
-    fn runtime_resume_finished(&self) -> CallbackResult {
-        self.state().map_or(Ok(()), gc::resume_finished)
     }
 
     fn object_allocated(&self, object: ObjectID, class: ClassID) -> CallbackResult {

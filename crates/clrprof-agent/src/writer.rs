@@ -51,8 +51,8 @@ pub struct Writer {
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     flush_interval: Duration,
-    /// Work the writer thread does before each flush (deferred lookups).
-    tick: std::sync::OnceLock<Tick>,
+    /// Work the writer thread does before each flush (deferred lookups, publishing aggregates).
+    ticks: Mutex<Vec<Tick>>,
     pub records: AtomicU64,
     pub dropped_records: AtomicU64,
     pub dropped_bytes: AtomicU64,
@@ -76,7 +76,7 @@ impl Writer {
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
             flush_interval,
-            tick: std::sync::OnceLock::new(),
+            ticks: Mutex::new(Vec::new()),
             records: AtomicU64::new(0),
             dropped_records: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
@@ -104,9 +104,11 @@ impl Writer {
         Ok(())
     }
 
-    /// Sets work for the writer thread to do before each flush (once).
-    pub fn set_tick(&self, f: Tick) {
-        let _ = self.tick.set(f);
+    /// Adds work for the writer thread to do before each flush.
+    pub fn add_tick(&self, f: Tick) {
+        if let Ok(mut t) = self.ticks.lock() {
+            t.push(f);
+        }
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -145,8 +147,10 @@ impl Writer {
     fn run(&self) {
         loop {
             let stop = self.stopping.load(Ordering::Acquire);
-            if let Some(t) = self.tick.get() {
-                t(self);
+            if let Ok(ticks) = self.ticks.lock() {
+                for t in ticks.iter() {
+                    t(self);
+                }
             }
             self.flush();
             if stop {

@@ -3,9 +3,11 @@
 #![forbid(unsafe_code)]
 
 pub mod events;
+pub mod instrumented;
 pub mod stacks;
 mod tables;
 pub mod views;
 
+pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
 pub use tables::*;

@@ -138,6 +138,10 @@ pub struct Profile {
     pub messages: Vec<String>,
     /// The canonical aggregate of stacks and their costs (instrumentation, samples, allocations).
     pub costs: crate::stacks::CostTree,
+    /// Set when the trace has enter/leave instrumentation.
+    pub instrumentation: Option<crate::instrumented::Instrumentation>,
+    /// Ordered enter/leave events per thread (`record --flow`), sorted by OS tid.
+    pub flow: Vec<crate::instrumented::FlowThread>,
     /// Runtime events: exceptions, GCs, allocations, event log, counters.
     pub events: crate::events::RuntimeEvents,
 }
@@ -169,6 +173,7 @@ pub struct ProfileBuilder {
     last_ts: u64,
     end_unix_ns: Option<u64>,
     started: bool,
+    cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
 }
 
@@ -358,6 +363,24 @@ impl ProfileBuilder {
                 }
                 self.events.add(r)
             }
+            R::InstrumentationInfo(i) => {
+                self.p.instrumentation = Some(crate::instrumented::Instrumentation::from_record(i));
+            }
+            R::CallTreeNodes(n) => self.cct.nodes(&mut self.p.costs, n),
+            R::CallTreeDelta(d) => {
+                self.last_ts = self.last_ts.max(d.ts);
+                self.cct.delta(&mut self.p.costs, d);
+            }
+            R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
+            R::FunctionHooked(h) => {
+                if let Some(i) = self.p.instrumentation.as_mut() {
+                    if h.hooked {
+                        i.hooked_functions += 1;
+                    } else {
+                        i.filtered_functions += 1;
+                    }
+                }
+            }
             R::Unknown { .. } => {}
         }
     }
@@ -368,7 +391,14 @@ impl ProfileBuilder {
     }
 
     pub fn finish(mut self) -> Profile {
+        if self.cct.problems > 0 {
+            self.p.messages.push(format!(
+                "{} call-tree records could not be placed (records were lost); call counts may be low",
+                self.cct.problems
+            ));
+        }
         let p = &mut self.p;
+        p.flow.sort_by_key(|t| t.os_tid);
         p.process.duration_ns = match self.end_unix_ns {
             Some(end) if end >= p.process.start_unix_ns && p.process.start_unix_ns != 0 => {
                 end - p.process.start_unix_ns

@@ -185,19 +185,30 @@ pub fn butterfly(tree: &CostTree, frames: &[FrameId], filter: ThreadFilter<'_>) 
     b
 }
 
-/// Functions called from no other recorded frame (the roots of the call tree), with their
-/// inclusive cost.
-pub fn entry_points(tree: &CostTree, filter: ThreadFilter<'_>) -> Vec<(FrameId, Cost)> {
+/// A function called from no other recorded frame (a root of the call tree).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntryPoint {
+    pub frame: FrameId,
+    /// Times it was entered as a root.
+    pub calls: u64,
+    /// Cost with it as the root.
+    pub inclusive: Cost,
+}
+
+/// The roots of the call tree, by frame.
+pub fn entry_points(tree: &CostTree, filter: ThreadFilter<'_>) -> Vec<EntryPoint> {
     let merged = tree.merged(filter);
     let inc = tree.inclusive(&merged);
-    let mut m: HashMap<FrameId, Cost> = HashMap::new();
+    let mut m: HashMap<FrameId, EntryPoint> = HashMap::new();
     for (i, n) in tree.stacks.nodes.iter().enumerate() {
         if n.parent.is_none() && !inc[i].is_zero() {
-            m.entry(n.frame).or_default().add(&inc[i]);
+            let e = m.entry(n.frame).or_insert(EntryPoint { frame: n.frame, calls: 0, inclusive: Cost::default() });
+            e.calls += merged[i].calls;
+            e.inclusive.add(&inc[i]);
         }
     }
-    let mut v: Vec<(FrameId, Cost)> = m.into_iter().collect();
-    v.sort_by_key(|(f, _)| *f);
+    let mut v: Vec<EntryPoint> = m.into_values().collect();
+    v.sort_by_key(|e| e.frame);
     v
 }
 
@@ -269,6 +280,13 @@ mod tests {
         assert_eq!(bm.callers.len(), 1);
         assert_eq!(bm.callers[0].frame, None, "main is an entry point");
         assert_eq!(bm.callees.iter().find(|e| e.frame == Some(work)).unwrap().calls, 3);
-        assert_eq!(entry_points(&t, None), vec![(main, Cost { calls: 11, time_ns: 59, ..Default::default() })]);
+        assert_eq!(
+            entry_points(&t, None),
+            vec![EntryPoint {
+                frame: main,
+                calls: 1,
+                inclusive: Cost { calls: 11, time_ns: 59, ..Default::default() }
+            }]
+        );
     }
 }

@@ -181,6 +181,43 @@ records! {
     22 ThreadOsId { ts: u64, id: u64, os_tid: u32 }
     23 ThreadNamed { ts: u64, id: u64, name: String }
 
+    /// How enter/leave instrumentation was set up (written once, at `Initialize`).
+    30 InstrumentationInfo {
+        /// `COR_PRF_DISABLE_INLINING`: every call is seen.
+        inlining_disabled: bool,
+        tiering_disabled: bool,
+        /// Always true with enter/leave hooks: ReadyToRun code is ignored and JIT-compiled.
+        ready_to_run_ignored: bool,
+        /// The hooks' estimated own cost is moved from exclusive time to profiler time.
+        profiler_time_subtracted: bool,
+        /// Timing off: only call counts.
+        counts_only: bool,
+        /// Ordered enter/leave events are kept too (`FlowEvents`).
+        flow: bool,
+        /// `;`-separated `--include` / `--exclude` patterns.
+        include: String,
+        exclude: String,
+        /// Calibrated cost of one hook (enter or leave), ns.
+        hook_cost_ns: f64,
+    }
+    /// New nodes of a thread's calling-context tree. Node ids are per thread, consecutive from
+    /// `first`; parent `u32::MAX` is the thread's root; `functions` are FunctionIDs.
+    31 CallTreeNodes { os_tid: u32, first: u32, parents: Vec<u32>, functions: Vec<u64> }
+    /// Cost added to nodes of a thread's calling-context tree since the previous delta.
+    32 CallTreeDelta {
+        os_tid: u32,
+        ts: u64,
+        nodes: Vec<u32>,
+        calls: Vec<u64>,
+        time_ns: Vec<u64>,
+        suspended_ns: Vec<u64>,
+        profiler_ns: Vec<u64>,
+    }
+    /// Ordered enter/leave events of one thread (`--flow`): `kinds` 0 enter, 1 leave, 2 tailcall,
+    /// 3 unwind (left by an exception); `ts` in ns since the agent started.
+    33 FlowEvents { os_tid: u32, kinds: Vec<u8>, functions: Vec<u64>, ts: Vec<u64>, dropped: u64 }
+    /// A function the instrumentation decided about (`hooked` false: filtered out, no hooks).
+    34 FunctionHooked { id: u64, hooked: bool }
     // Runtime events (issue 5): exceptions, GC, allocations.
     /// An exception was thrown (`ExceptionThrown`), with the managed stack at the throw.
     70 ExceptionThrown {

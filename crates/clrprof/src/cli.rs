@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use clrprof_model::Metric;
+
 use crate::record::RecordOptions;
 use crate::report::{Format, ReportOptions, View};
 
@@ -30,7 +32,7 @@ enum Command {
     Record(RecordArgs),
     /// Print a report from a trace.
     #[command(
-        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view tables --format json\n  clrprof report app.clrprof --view exceptions\n  clrprof report app.clrprof --view gc"
+        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view calltree --depth 6 --min-percent 1\n  clrprof report app.clrprof --view callers --function Demo.Primes.Count\n  clrprof report app.clrprof --view hotspots --format csv -o hotspots.csv\n  clrprof report app.clrprof --view tables --format json\n  clrprof report app.clrprof --view exceptions\n  clrprof report app.clrprof --view gc"
     )]
     Report(ReportArgs),
 }
@@ -49,6 +51,25 @@ struct RecordArgs {
     /// Do not record class loads (smaller traces for large apps)
     #[arg(long)]
     no_classes: bool,
+    /// Exact call counts and times from enter/leave hooks (every JIT-compiled method; ReadyToRun
+    /// images are ignored, so framework code is JIT-compiled too)
+    #[arg(long)]
+    instrument: bool,
+    /// With --instrument: count calls only, no timing (cheapest)
+    #[arg(long, requires = "instrument")]
+    counts_only: bool,
+    /// With --instrument: also keep every enter/leave event in order (for short runs or filtered functions)
+    #[arg(long, requires = "instrument")]
+    flow: bool,
+    /// With --instrument: leave JIT inlining on (faster; inlined calls are not seen)
+    #[arg(long, requires = "instrument")]
+    keep_inlining: bool,
+    /// With --instrument: hook only functions matching PATTERN (namespace, type, method or assembly; `*` wildcards; repeatable)
+    #[arg(long, value_name = "PATTERN", requires = "instrument")]
+    include: Vec<String>,
+    /// With --instrument: never hook functions matching PATTERN (repeatable)
+    #[arg(long, value_name = "PATTERN", requires = "instrument")]
+    exclude: Vec<String>,
     /// Do not record exceptions
     #[arg(long)]
     no_exceptions: bool,
@@ -74,21 +95,52 @@ struct ReportArgs {
     /// The trace file
     #[arg(value_name = "FILE")]
     trace: PathBuf,
-    /// What to show
-    #[arg(long, value_enum, default_value_t = ViewArg::Tables)]
-    view: ViewArg,
-    /// Output format
+    /// What to show [default: hotspots when the trace has costs, else tables]
+    #[arg(long, value_enum)]
+    view: Option<ViewArg>,
+    /// Output format (csv: the hot spots in the Hot Spots Tracker's `;`-separated layout)
     #[arg(short, long, value_enum, default_value_t = FormatArg::Text)]
     format: FormatArg,
     /// Write the report to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Cost to rank and sum by [default: time for instrumented traces, else cpu]
+    #[arg(short, long, value_enum)]
+    weight: Option<WeightArg>,
+    /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
+    #[arg(long, value_name = "ID|NAME")]
+    thread: Option<String>,
+    /// Hot spots per thread instead of merged over threads
+    #[arg(long)]
+    by_thread: bool,
+    /// Show the first N rows (hot spots, summary)
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Call tree: levels to show
+    #[arg(long, value_name = "N")]
+    depth: Option<usize>,
+    /// Call tree: hide nodes below this share of the total
+    #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
+    min_percent: f64,
+    /// Callers view: the function (full name, or a unique part of it)
+    #[arg(long, value_name = "NAME")]
+    function: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ViewArg {
     /// The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions
     Tables,
+    /// Per function: calls, exclusive/inclusive/callee/suspended/profiler time (or samples), hottest first
+    Hotspots,
+    /// The top-down call tree with counts, times and percentages
+    Calltree,
+    /// Who calls a function and whom it calls (--function NAME), with entry points
+    Callers,
+    /// Every called function with its call count
+    Summary,
+    /// Ordered enter/leave events per thread, indented by nesting (record --flow)
+    Flow,
     /// Exceptions by type and throw site: thrown, caught, uncaught, catch sites, passes, stacks
     Exceptions,
     /// Every garbage collection (generation, reason, background, duration, pause, heap sizes) and totals
@@ -116,6 +168,23 @@ enum AllocArg {
 enum FormatArg {
     Text,
     Json,
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum WeightArg {
+    /// Instrumented exclusive wall time
+    Time,
+    /// Instrumented call counts
+    Calls,
+    /// Sampled on-CPU time
+    Cpu,
+    /// Sampled wall time (running or blocked)
+    Wall,
+    /// Allocated bytes
+    AllocBytes,
+    /// Allocated objects
+    AllocCount,
 }
 
 pub fn run() -> Result<ExitCode> {
@@ -127,6 +196,14 @@ pub fn run() -> Result<ExitCode> {
                 agent: a.agent,
                 log: a.log,
                 classes: !a.no_classes,
+                instrument: crate::record::InstrumentOptions {
+                    enabled: a.instrument,
+                    counts_only: a.counts_only,
+                    flow: a.flow,
+                    keep_inlining: a.keep_inlining,
+                    include: a.include,
+                    exclude: a.exclude,
+                },
                 command: a.command,
                 events: crate::record::EventOptions {
                     exceptions: !a.no_exceptions,
@@ -146,20 +223,41 @@ pub fn run() -> Result<ExitCode> {
             let opts = ReportOptions {
                 trace: a.trace,
                 view: match a.view {
-                    ViewArg::Tables => View::Tables,
-                    ViewArg::Exceptions => View::Exceptions,
-                    ViewArg::Gc => View::Gc,
-                    ViewArg::Allocations => View::Allocations,
-                    ViewArg::Jit => View::Jit,
-                    ViewArg::Events => View::Events,
-                    ViewArg::Counters => View::Counters,
-                    ViewArg::Locks => View::Locks,
+                    None => View::Auto,
+                    Some(ViewArg::Tables) => View::Tables,
+                    Some(ViewArg::Hotspots) => View::Hotspots,
+                    Some(ViewArg::Calltree) => View::Calltree,
+                    Some(ViewArg::Callers) => View::Callers,
+                    Some(ViewArg::Summary) => View::Summary,
+                    Some(ViewArg::Flow) => View::Flow,
+                    Some(ViewArg::Exceptions) => View::Exceptions,
+                    Some(ViewArg::Gc) => View::Gc,
+                    Some(ViewArg::Allocations) => View::Allocations,
+                    Some(ViewArg::Jit) => View::Jit,
+                    Some(ViewArg::Events) => View::Events,
+                    Some(ViewArg::Counters) => View::Counters,
+                    Some(ViewArg::Locks) => View::Locks,
                 },
                 format: match a.format {
                     FormatArg::Text => Format::Text,
                     FormatArg::Json => Format::Json,
+                    FormatArg::Csv => Format::Csv,
                 },
                 output: a.output,
+                weight: a.weight.map(|w| match w {
+                    WeightArg::Time => Metric::Time,
+                    WeightArg::Calls => Metric::Calls,
+                    WeightArg::Cpu => Metric::Cpu,
+                    WeightArg::Wall => Metric::Wall,
+                    WeightArg::AllocBytes => Metric::AllocBytes,
+                    WeightArg::AllocCount => Metric::AllocCount,
+                }),
+                thread: a.thread,
+                by_thread: a.by_thread,
+                top: a.top,
+                depth: a.depth,
+                min_percent: a.min_percent,
+                function: a.function,
             };
             crate::report::report(&opts)?;
             Ok(ExitCode::SUCCESS)

@@ -21,10 +21,27 @@ pub struct RecordOptions {
     pub log: Option<PathBuf>,
     /// Record class loads.
     pub classes: bool,
+    /// Enter/leave instrumentation.
+    pub instrument: InstrumentOptions,
     /// Program and arguments.
     pub command: Vec<String>,
     /// Runtime events: `CLRPROF_*` variables for the child (exceptions, GC, allocations, event log).
     pub events: EventOptions,
+}
+
+/// Enter/leave instrumentation settings of `clrprof record`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct InstrumentOptions {
+    pub enabled: bool,
+    /// No timing, call counts only.
+    pub counts_only: bool,
+    /// Keep ordered enter/leave events.
+    pub flow: bool,
+    /// Leave JIT inlining on.
+    pub keep_inlining: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
 }
 
 /// The agent library could not be found.
@@ -141,6 +158,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
     }
+    if opts.instrument.enabled && !cfg!(target_arch = "x86_64") {
+        bail!("--instrument is supported on x86_64 only (the enter/leave hook stubs follow the x86_64 System V contract); use sampling instead");
+    }
     let agent = find_agent(opts.agent.as_deref())?;
     let template = match &opts.output {
         Some(p) => {
@@ -168,6 +188,16 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CLRPROF_ALLOC", opts.events.alloc)
         .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" })
         .env("CLRPROF_LOCKS", if opts.events.locks { "1" } else { "0" });
+    let i = &opts.instrument;
+    let b = |v: bool| if v { "1" } else { "0" };
+    cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
+    if i.enabled {
+        cmd.env("CLRPROF_TIMING", b(!i.counts_only))
+            .env("CLRPROF_FLOW", b(i.flow))
+            .env("CLRPROF_INLINING", b(i.keep_inlining))
+            .env("CLRPROF_INCLUDE", i.include.join(";"))
+            .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
+    }
     if opts.events.alloc == "exact" {
         eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
     }

@@ -1,26 +1,39 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
 mod allocations;
+mod callers;
+mod calltree;
 mod counters;
 mod events;
 mod events_json;
 mod exceptions;
+mod flow;
 mod gc;
+mod hotspots;
 mod jit;
 mod json;
 mod locks;
+pub mod select;
+mod summary;
 mod table;
 mod tables;
 
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use clrprof_model::Profile;
+use anyhow::{bail, Context, Result};
+use clrprof_model::{Metric, Profile};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
+    /// Hot spots when the trace has costs, else the tables.
+    Auto,
     Tables,
+    Hotspots,
+    Calltree,
+    Callers,
+    Summary,
+    Flow,
     Exceptions,
     Gc,
     Allocations,
@@ -34,6 +47,7 @@ pub enum View {
 pub enum Format {
     Text,
     Json,
+    Csv,
 }
 
 /// Options of `clrprof report`.
@@ -45,6 +59,15 @@ pub struct ReportOptions {
     pub format: Format,
     /// `None` = standard output.
     pub output: Option<PathBuf>,
+    /// `None` = the profile's natural weight (see `select::metric`).
+    pub weight: Option<Metric>,
+    /// `--thread`: OS tid, ThreadID or name.
+    pub thread: Option<String>,
+    pub by_thread: bool,
+    pub top: Option<usize>,
+    pub depth: Option<usize>,
+    pub min_percent: f64,
+    pub function: Option<String>,
 }
 
 pub fn report(opts: &ReportOptions) -> Result<()> {
@@ -62,22 +85,44 @@ pub fn report(opts: &ReportOptions) -> Result<()> {
 }
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
-    Ok(match (opts.view, opts.format) {
-        (View::Tables, Format::Text) => tables::render(p),
-        (View::Exceptions, Format::Text) => exceptions::render(p),
-        (View::Gc, Format::Text) => gc::render(p),
-        (View::Allocations, Format::Text) => allocations::render(p),
-        (View::Jit, Format::Text) => jit::render(p),
-        (View::Events, Format::Text) => events::render(p),
-        (View::Counters, Format::Text) => counters::render(p),
-        (View::Locks, Format::Text) => locks::render(p),
-        // One JSON document holds every view.
-        (_, Format::Json) => {
-            let mut s = serde_json::to_string_pretty(&json::document(p))?;
-            s.push('\n');
-            s
-        }
+    let view = match opts.view {
+        // Allocation samples alone (runtime events) do not make a hot-spot profile.
+        View::Auto if !has_time_or_call_costs(p) => View::Tables,
+        View::Auto => View::Hotspots,
+        v => v,
+    };
+    if opts.format == Format::Json {
+        let mut s = serde_json::to_string_pretty(&json::document(p, opts)?)?;
+        s.push('\n');
+        return Ok(s);
+    }
+    if opts.format == Format::Csv && view != View::Hotspots {
+        bail!("--format csv is available for --view hotspots only");
+    }
+    Ok(match view {
+        View::Auto | View::Tables => tables::render(p),
+        View::Hotspots if opts.format == Format::Csv => hotspots::csv(p, opts)?,
+        View::Hotspots => hotspots::render(p, opts)?,
+        View::Calltree => calltree::render(p, opts)?,
+        View::Callers => callers::render(p, opts)?,
+        View::Summary => summary::render(p, opts)?,
+        View::Flow => flow::render(p, opts)?,
+        View::Exceptions => exceptions::render(p),
+        View::Gc => gc::render(p),
+        View::Allocations => allocations::render(p),
+        View::Jit => jit::render(p),
+        View::Events => events::render(p),
+        View::Counters => counters::render(p),
+        View::Locks => locks::render(p),
     })
+}
+
+/// True when the trace has instrumented or sampled costs (not only allocation samples).
+fn has_time_or_call_costs(p: &Profile) -> bool {
+    p.costs
+        .threads
+        .iter()
+        .any(|t| t.costs.values().any(|c| c.calls > 0 || c.time_ns > 0 || c.cpu_samples > 0 || c.wall_samples > 0))
 }
 
 /// Nanoseconds as milliseconds with three decimals (`.` whatever the locale).

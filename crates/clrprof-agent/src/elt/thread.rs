@@ -1,0 +1,347 @@
+//! Per-thread state of the enter/leave hooks: a shadow stack and a calling-context tree (CCT)
+//! whose nodes accumulate calls and exclusive/suspended/profiler time. Only the owning thread
+//! writes a node; the writer thread reads counters with relaxed atomic loads (plain moves on
+//! x86_64) and publishes deltas. Nodes live in fixed-size chunks that never move, so readers
+//! never see a reallocation. Nothing here may panic: it runs inside JIT-compiled prologs.
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use super::clock;
+
+/// Per-function data handed to the runtime as the hooks' client id.
+#[repr(C)]
+pub struct FuncInfo {
+    pub id: usize,
+    pub index: u32,
+}
+
+pub const NO_NODE: u32 = u32::MAX;
+const CHUNK: usize = 4096;
+const MAX_CHUNKS: usize = 4096;
+const MAX_DEPTH: usize = 1 << 16;
+
+/// One CCT node: a call path. Counters are in ticks (converted when published). Sibling and
+/// child links are pointers (owner thread only); the writer reads nodes by index.
+pub struct Node {
+    pub parent: u32,
+    pub func: *const FuncInfo,
+    id: u32,
+    first_child: *mut Node,
+    next_sibling: *mut Node,
+    pub calls: AtomicU64,
+    pub excl: AtomicU64,
+    pub susp: AtomicU64,
+    pub prof: AtomicU64,
+}
+
+impl Node {
+    fn blank() -> Node {
+        Node {
+            parent: NO_NODE,
+            func: std::ptr::null(),
+            id: NO_NODE,
+            first_child: std::ptr::null_mut(),
+            next_sibling: std::ptr::null_mut(),
+            calls: AtomicU64::new(0),
+            excl: AtomicU64::new(0),
+            susp: AtomicU64::new(0),
+            prof: AtomicU64::new(0),
+        }
+    }
+
+    #[inline(always)]
+    fn bump(c: &AtomicU64, by: u64) {
+        // Only the owning thread writes: a plain load and store (no lock prefix).
+        c.store(c.load(Ordering::Relaxed).wrapping_add(by), Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    node: *mut Node,
+    sp: usize,
+}
+
+/// Flow events (`--flow`): a single-producer single-consumer ring the writer drains.
+pub struct FlowRing {
+    buf: Box<[(AtomicU64, AtomicU64)]>,
+    head: AtomicUsize,
+    tail: AtomicUsize,
+    pub dropped: AtomicU64,
+}
+
+impl FlowRing {
+    fn new(cap: usize) -> FlowRing {
+        FlowRing {
+            buf: (0..cap).map(|_| (AtomicU64::new(0), AtomicU64::new(0))).collect(),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn push(&self, kind: u8, func: usize, ticks: u64) {
+        let h = self.head.load(Ordering::Relaxed);
+        let t = self.tail.load(Ordering::Acquire);
+        if h.wrapping_sub(t) >= self.buf.len() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Some(slot) = self.buf.get(h % self.buf.len()) {
+            slot.0.store(((kind as u64) << 62) | (func as u64 & ((1 << 62) - 1)), Ordering::Relaxed);
+            slot.1.store(ticks, Ordering::Relaxed);
+        }
+        self.head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Drains events (kind, function, ticks) — writer thread only.
+    pub fn drain(&self, out: &mut Vec<(u8, u64, u64)>) {
+        let h = self.head.load(Ordering::Acquire);
+        let mut t = self.tail.load(Ordering::Relaxed);
+        while t != h {
+            if let Some(slot) = self.buf.get(t % self.buf.len()) {
+                let a = slot.0.load(Ordering::Relaxed);
+                out.push(((a >> 62) as u8, a & ((1 << 62) - 1), slot.1.load(Ordering::Relaxed)));
+            }
+            t = t.wrapping_add(1);
+        }
+        self.tail.store(t, Ordering::Release);
+    }
+}
+
+pub const FLOW_ENTER: u8 = 0;
+pub const FLOW_LEAVE: u8 = 1;
+pub const FLOW_TAILCALL: u8 = 2;
+pub const FLOW_UNWIND: u8 = 3;
+
+pub struct ThreadState {
+    pub os_tid: u32,
+    chunks: Box<[AtomicPtr<Node>]>,
+    /// Published node count (Release after a node is initialised).
+    pub node_count: AtomicU32,
+    /// The thread's root: parent of functions entered with nothing recorded above them (owned
+    /// here, used through the bottom stack entry's pointer).
+    _root: Box<Node>,
+    stack: Vec<Entry>,
+    last: u64,
+    last_susp: u64,
+    timing: bool,
+    overhead: u64,
+    pub flow: Option<FlowRing>,
+    /// Calls not recorded (call tree full, stack too deep).
+    pub overflowed: AtomicU64,
+}
+
+// Safety: `Node::func` points into leaked, immutable FuncInfo records and node links point into
+// chunks owned by this state; the only cross-thread accesses are the atomics.
+unsafe impl Send for ThreadState {}
+// Safety: as above.
+unsafe impl Sync for ThreadState {}
+
+/// Total time the runtime spent suspended so far, in ticks (updated at resume).
+pub static SUSPENDED_TICKS: AtomicU64 = AtomicU64::new(0);
+
+impl ThreadState {
+    pub fn new(os_tid: u32, timing: bool, overhead: u64, flow: bool) -> ThreadState {
+        let mut root = Box::new(Node::blank());
+        let mut stack = Vec::with_capacity(256);
+        stack.push(Entry { node: &mut *root as *mut Node, sp: usize::MAX });
+        ThreadState {
+            os_tid,
+            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            node_count: AtomicU32::new(0),
+            _root: root,
+            stack,
+            last: clock::ticks(),
+            last_susp: SUSPENDED_TICKS.load(Ordering::Relaxed),
+            timing,
+            overhead,
+            flow: flow.then(|| FlowRing::new(1 << 16)),
+            overflowed: AtomicU64::new(0),
+        }
+    }
+
+    /// The node with id `i`, if published.
+    pub fn node(&self, i: u32) -> Option<&Node> {
+        if i >= self.node_count.load(Ordering::Acquire) {
+            return None;
+        }
+        let c = self.chunks.get(i as usize / CHUNK)?.load(Ordering::Acquire);
+        if c.is_null() {
+            return None;
+        }
+        // Safety: chunk `c` holds CHUNK initialised nodes; nodes below the published count are
+        // complete; chunks are never freed or moved while the process runs.
+        Some(unsafe { &*c.add(i as usize % CHUNK) })
+    }
+
+    #[cold]
+    fn new_node(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+        let i = self.node_count.load(Ordering::Relaxed);
+        let Some(slot) = self.chunks.get(i as usize / CHUNK) else {
+            return std::ptr::null_mut();
+        };
+        let mut c = slot.load(Ordering::Relaxed);
+        if c.is_null() {
+            // A new chunk: the only allocation on the hot path, once per 4096 call paths.
+            let chunk: Box<[Node]> = (0..CHUNK).map(|_| Node::blank()).collect();
+            c = Box::into_raw(chunk) as *mut Node;
+            slot.store(c, Ordering::Release);
+        }
+        // Safety: `c` has CHUNK nodes; node `i` is not yet published, so only we touch it;
+        // `parent` is the root or a node of this state.
+        unsafe {
+            let n = c.add(i as usize % CHUNK);
+            (*n).parent = (*parent).id;
+            (*n).id = i;
+            (*n).func = func;
+            (*n).next_sibling = (*parent).first_child;
+            (*parent).first_child = n;
+            self.node_count.store(i + 1, Ordering::Release);
+            n
+        }
+    }
+
+    /// The child of `parent` for `func`, created on first use; most recently used child first.
+    #[inline(always)]
+    fn child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+        // Safety: `parent` and its children are nodes of this state (or its root).
+        unsafe {
+            let first = (*parent).first_child;
+            if !first.is_null() && (*first).func == func {
+                return first;
+            }
+            let mut prev = first;
+            let mut cur = if first.is_null() { first } else { (*first).next_sibling };
+            while !cur.is_null() {
+                if (*cur).func == func {
+                    (*prev).next_sibling = (*cur).next_sibling;
+                    (*cur).next_sibling = first;
+                    (*parent).first_child = cur;
+                    return cur;
+                }
+                prev = cur;
+                cur = (*cur).next_sibling;
+            }
+        }
+        self.new_node(parent, func)
+    }
+
+    /// Charges the time since the previous event to the node on top of the stack.
+    #[inline(always)]
+    fn charge(&mut self, now: u64, top: *mut Node) {
+        let delta = now.wrapping_sub(self.last);
+        self.last = now;
+        let susp_total = SUSPENDED_TICKS.load(Ordering::Relaxed);
+        let susp = susp_total.wrapping_sub(self.last_susp).min(delta);
+        self.last_susp = susp_total;
+        let overhead = self.overhead.min(delta - susp);
+        // Safety: `top` is the root or a node of this state.
+        let n = unsafe { &*top };
+        Node::bump(&n.excl, delta - susp - overhead);
+        Node::bump(&n.prof, overhead);
+        if susp != 0 {
+            Node::bump(&n.susp, susp);
+        }
+    }
+
+    #[inline(always)]
+    fn top(&self) -> Entry {
+        // The bottom entry (the root) is never popped.
+        match self.stack.last() {
+            Some(e) => *e,
+            None => Entry { node: std::ptr::null_mut(), sp: usize::MAX },
+        }
+    }
+
+    #[cold]
+    fn flow_unwound(&self, e: Entry, now: u64) {
+        if let Some(f) = &self.flow {
+            // Safety: entries hold nodes of this state; `func` is a leaked FuncInfo.
+            let id = unsafe { (*e.node).func.as_ref() }.map(|f| f.id).unwrap_or(0);
+            f.push(FLOW_UNWIND, id, now);
+        }
+    }
+
+    /// A function was entered (`sp`: the caller's stack pointer, from the JIT).
+    ///
+    /// # Safety
+    /// `func` must point to a `FuncInfo` that lives for the rest of the process.
+    #[inline(always)]
+    pub unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize) {
+        let now = if self.timing || self.flow.is_some() { clock::ticks() } else { 0 };
+        if self.timing {
+            let top = self.top().node;
+            if !top.is_null() {
+                self.charge(now, top);
+            }
+        }
+        // Frames at or below this SP are gone: an exception unwound them without leave hooks.
+        while self.stack.len() > 1 {
+            let e = self.top();
+            if e.sp > sp {
+                break;
+            }
+            self.stack.pop();
+            if self.flow.is_some() {
+                self.flow_unwound(e, now);
+            }
+        }
+        if self.stack.len() >= MAX_DEPTH {
+            Node::bump(&self.overflowed, 1);
+            return;
+        }
+        let parent = self.top().node;
+        if parent.is_null() {
+            return;
+        }
+        let node = self.child(parent, func);
+        if node.is_null() {
+            Node::bump(&self.overflowed, 1);
+            return;
+        }
+        // Safety: `node` is a node of this state.
+        Node::bump(unsafe { &(*node).calls }, 1);
+        self.stack.push(Entry { node, sp });
+        if let Some(f) = &self.flow {
+            // Safety: `func` is a leaked FuncInfo handed out by the mapper.
+            f.push(FLOW_ENTER, unsafe { (*func).id }, now);
+        }
+    }
+
+    /// A function returned (or tail-called away, `kind` = `FLOW_TAILCALL`).
+    ///
+    /// # Safety
+    /// As for [`ThreadState::enter`].
+    #[inline(always)]
+    pub unsafe fn leave(&mut self, func: *const FuncInfo, sp: usize, kind: u8) {
+        let now = if self.timing || self.flow.is_some() { clock::ticks() } else { 0 };
+        if self.timing {
+            let top = self.top().node;
+            if !top.is_null() {
+                self.charge(now, top);
+            }
+        }
+        while self.stack.len() > 1 {
+            let e = self.top();
+            // Deeper frames were unwound by an exception without leave hooks.
+            if e.sp < sp {
+                self.stack.pop();
+                if self.flow.is_some() {
+                    self.flow_unwound(e, now);
+                }
+                continue;
+            }
+            // Safety: entries hold nodes of this state.
+            if e.sp == sp && unsafe { (*e.node).func } == func {
+                self.stack.pop();
+            }
+            break;
+        }
+        if let Some(f) = &self.flow {
+            // Safety: `func` is a leaked FuncInfo handed out by the mapper.
+            f.push(kind, unsafe { (*func).id }, now);
+        }
+    }
+}

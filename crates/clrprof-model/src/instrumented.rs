@@ -1,0 +1,140 @@
+//! Ingestion of enter/leave instrumentation: the agent's per-thread calling-context trees
+//! (nodes, then cost deltas) become stacks and costs of the canonical [`CostTree`], and flow
+//! events are kept in order per thread.
+
+use std::collections::HashMap;
+
+use clrprof_trace::{CallTreeDelta, CallTreeNodes, FlowEvents, InstrumentationInfo};
+
+use crate::stacks::{Cost, CostTree, FrameKey, StackId};
+
+/// How the instrumentation that produced a profile was set up.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Instrumentation {
+    pub inlining_disabled: bool,
+    pub tiering_disabled: bool,
+    pub ready_to_run_ignored: bool,
+    pub profiler_time_subtracted: bool,
+    pub counts_only: bool,
+    pub flow: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub hook_cost_ns: f64,
+    /// Functions that got hooks / that the filters left out.
+    pub hooked_functions: u64,
+    pub filtered_functions: u64,
+}
+
+impl Instrumentation {
+    pub fn from_record(r: &InstrumentationInfo) -> Instrumentation {
+        let split = |s: &str| s.split(';').filter(|p| !p.is_empty()).map(String::from).collect();
+        Instrumentation {
+            inlining_disabled: r.inlining_disabled,
+            tiering_disabled: r.tiering_disabled,
+            ready_to_run_ignored: r.ready_to_run_ignored,
+            profiler_time_subtracted: r.profiler_time_subtracted,
+            counts_only: r.counts_only,
+            flow: r.flow,
+            include: split(&r.include),
+            exclude: split(&r.exclude),
+            hook_cost_ns: r.hook_cost_ns,
+            hooked_functions: 0,
+            filtered_functions: 0,
+        }
+    }
+}
+
+/// One flow event: `kind` 0 enter, 1 leave, 2 tailcall, 3 unwind (frame left by an exception).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowEvent {
+    pub kind: u8,
+    pub function: u64,
+    pub ts: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowThread {
+    pub os_tid: u32,
+    pub events: Vec<FlowEvent>,
+    pub dropped: u64,
+}
+
+/// Maps each thread's agent-side node ids to interned stacks.
+#[derive(Default)]
+pub struct CctIngest {
+    nodes: HashMap<u32, Vec<StackId>>,
+    pub problems: u64,
+}
+
+impl CctIngest {
+    pub fn nodes(&mut self, tree: &mut CostTree, r: &CallTreeNodes) {
+        let map = self.nodes.entry(r.os_tid).or_default();
+        if r.first as usize != map.len() {
+            // A gap means records were lost (dropped by the agent); later nodes cannot be placed.
+            self.problems += 1;
+            return;
+        }
+        for (parent, func) in r.parents.iter().zip(&r.functions) {
+            let parent_stack = if *parent == u32::MAX {
+                None
+            } else {
+                match map.get(*parent as usize) {
+                    Some(s) => Some(*s),
+                    None => {
+                        self.problems += 1;
+                        return;
+                    }
+                }
+            };
+            let frame = tree.stacks.frame(FrameKey::Function(*func));
+            map.push(tree.stacks.push(parent_stack, frame));
+        }
+    }
+
+    pub fn delta(&mut self, tree: &mut CostTree, r: &CallTreeDelta) {
+        let Some(map) = self.nodes.get(&r.os_tid) else {
+            self.problems += 1;
+            return;
+        };
+        let n = r.nodes.len();
+        if r.calls.len() != n || r.time_ns.len() != n || r.suspended_ns.len() != n || r.profiler_ns.len() != n {
+            self.problems += 1;
+            return;
+        }
+        let mut adds = Vec::with_capacity(n);
+        for k in 0..n {
+            let Some(&stack) = map.get(r.nodes[k] as usize) else {
+                self.problems += 1;
+                continue;
+            };
+            adds.push((
+                stack,
+                Cost {
+                    calls: r.calls[k],
+                    time_ns: r.time_ns[k],
+                    suspended_ns: r.suspended_ns[k],
+                    profiler_ns: r.profiler_ns[k],
+                    ..Default::default()
+                },
+            ));
+        }
+        for (s, c) in adds {
+            tree.add(r.os_tid, s, &c);
+        }
+    }
+}
+
+pub fn flow(threads: &mut Vec<FlowThread>, r: &FlowEvents) {
+    let i = match threads.iter().position(|t| t.os_tid == r.os_tid) {
+        Some(i) => i,
+        None => {
+            threads.push(FlowThread { os_tid: r.os_tid, ..Default::default() });
+            threads.len() - 1
+        }
+    };
+    let t = &mut threads[i];
+    t.dropped += r.dropped;
+    for k in 0..r.kinds.len().min(r.functions.len()).min(r.ts.len()) {
+        t.events.push(FlowEvent { kind: r.kinds[k], function: r.functions[k], ts: r.ts[k] });
+    }
+}

@@ -1,0 +1,45 @@
+//! `--view flow`: the flow-trace profiler's log — every enter/leave/tailcall/unwind per thread in
+//! order, indented by nesting (`record --instrument --flow`).
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+use clrprof_model::Profile;
+
+use super::select::{self, thread_label};
+use super::{ms, title, ReportOptions};
+
+pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
+    if p.flow.is_empty() {
+        bail!("this trace has no flow events: record with --instrument --flow");
+    }
+    let names: HashMap<u64, &str> = p.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
+    let wanted = select::threads(p, opts.thread.as_deref()).ok().flatten();
+    let mut out = title(p, "flow trace");
+    for t in &p.flow {
+        if let Some(w) = &wanted {
+            if !w.contains(&t.os_tid) {
+                continue;
+            }
+        }
+        out += &format!("\nthread {}: {} events", thread_label(p, t.os_tid), t.events.len());
+        if t.dropped > 0 {
+            out += &format!(" ({} dropped: the agent's flow buffer was full)", t.dropped);
+        }
+        out += "\n";
+        let mut depth: usize = 0;
+        let n = opts.top.unwrap_or(t.events.len()).min(t.events.len());
+        for e in &t.events[..n] {
+            let name = names.get(&e.function).copied().unwrap_or("<unknown function>");
+            let (mark, before, after) = match e.kind {
+                0 => (">", depth, depth + 1),
+                1 => ("<", depth.saturating_sub(1), depth.saturating_sub(1)),
+                2 => ("<tail", depth.saturating_sub(1), depth.saturating_sub(1)),
+                _ => ("<unwind", depth.saturating_sub(1), depth.saturating_sub(1)),
+            };
+            out += &format!("{:>12} ms  {}{mark} {name}\n", ms(e.ts), "  ".repeat(before));
+            depth = after;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,261 @@
+//! End to end: exact call counts and timings from enter/leave hooks (`record --instrument`),
+//! the hot spots, call tree, callers, summary and flow views, filters, and proof that the
+//! hooks preserve every register the JIT relies on.
+
+mod common;
+use common::*;
+
+use serde_json::Value;
+
+fn func<'a>(v: &'a Value, name: &str) -> &'a Value {
+    find(v, "functions", name)
+}
+
+fn calls(v: &Value, name: &str) -> u64 {
+    func(v, name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
+}
+
+/// Walks the JSON call tree checking inclusive ≥ exclusive ≥ 0 and parent ≥ sum of children.
+fn check_tree(node: &Value) {
+    let inc = node["inclusive_ns"].as_u64().unwrap();
+    let exc = node["exclusive_ns"].as_u64().unwrap();
+    assert!(inc >= exc, "{}: inclusive {inc} < exclusive {exc}", node["name"]);
+    let kids = node["children"].as_array().unwrap();
+    let sum: u64 = kids.iter().map(|k| k["inclusive_ns"].as_u64().unwrap()).sum();
+    assert!(inc >= sum, "{}: inclusive {inc} < children {sum}", node["name"]);
+    assert_eq!(inc, exc + sum, "{}: inclusive = exclusive + children", node["name"]);
+    for k in kids {
+        check_tree(k);
+    }
+}
+
+#[test]
+fn exact_counts_and_consistent_times_on_every_scenario() {
+    let dir = scratch("instrument-all");
+    let trace = dir.join("calls.clrprof");
+    let plain = run_plain("Calls", &[]);
+    let out = record("Calls", &[], &trace, &["--instrument"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The hooks preserve arguments and return values: ints, doubles, floats, structs passed on
+    // the stack, 16-byte structs returned in two registers.
+    assert_eq!(text(&out.stdout), text(&plain.stdout));
+    assert!(text(&out.stdout).contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"));
+
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "Calls.Counted.Tick"), 1000);
+    assert_eq!(calls(&v, "Calls.Counted.Run"), 1);
+    // fib(20) makes 2·fib(21) − 1 calls.
+    assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
+    // Exceptions through three frames with a finally and a filter, 50 times.
+    for f in
+        ["Calls.Exceptions.Level1", "Calls.Exceptions.Level2", "Calls.Exceptions.Level3", "Calls.ProbeException..ctor"]
+    {
+        assert_eq!(calls(&v, f), 50, "{f}");
+    }
+    assert_eq!(calls(&v, "Calls.ProbeException.get_Depth"), 50, "the filter ran 50 times");
+    assert_eq!(calls(&v, "Calls.Exceptions.Run"), 1);
+    // Virtual and interface dispatch.
+    assert_eq!(calls(&v, "Calls.Square.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Circle.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Triangle.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Shape.Describe"), 200);
+    assert_eq!(calls(&v, "Calls.Circle.Describe"), 100);
+    // A generic method with two instantiations (value type and shared reference-type code).
+    assert_eq!(calls(&v, "Calls.Generic.Identity<int>"), 100);
+    assert_eq!(calls(&v, "Calls.Generic.Identity<__Canon>"), 100);
+    // The same method on 4 threads.
+    assert_eq!(calls(&v, "Calls.Shared.Work"), 10_000);
+    let per_thread = v["thread_hotspots"].as_array().unwrap();
+    let mut workers = 0;
+    for t in per_thread {
+        if t["name"].as_str().unwrap_or("").starts_with("calls-worker-") {
+            workers += 1;
+            let work = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "Calls.Shared.Work").unwrap();
+            assert_eq!(work["calls"], 2500, "{}", t["name"]);
+        }
+    }
+    assert_eq!(workers, 4);
+    // Async methods: every awaited step is counted, whichever thread resumed it.
+    assert_eq!(calls(&v, "Calls.AsyncWork.Step"), 10);
+    assert_eq!(calls(&v, "Calls.AsyncWork.Run"), 1);
+
+    // A method spinning ~300 ms shows at least 280 ms inclusive.
+    let spin = func(&v, "Calls.Spin.For");
+    assert_eq!(spin["calls"], 1);
+    assert!(spin["inclusive_ns"].as_u64().unwrap() >= 280_000_000, "{spin}");
+
+    // Induced GCs suspend the runtime: that time is suspended time, not exclusive time.
+    let gc = func(&v, "Calls.Collector.Run");
+    assert_eq!(gc["calls"], 1);
+    assert!(gc["suspended_ns"].as_u64().unwrap() > 0, "{gc}");
+
+    for f in v["functions"].as_array().unwrap() {
+        if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
+            assert!(i >= e, "{}: inclusive {i} < exclusive {e}", f["name"]);
+            assert_eq!(f["callee_ns"].as_u64().unwrap(), i - e);
+        }
+    }
+    for root in v["calltree"].as_array().unwrap() {
+        check_tree(root);
+    }
+    let instr = &v["instrumentation"];
+    assert_eq!(instr["inlining_disabled"], true);
+    assert_eq!(instr["ready_to_run_ignored"], true);
+    assert_eq!(instr["profiler_time_subtracted"], true);
+    assert!(instr["hooked_functions"].as_u64().unwrap() > 100);
+
+    // Text views agree with the JSON.
+    let hs = text(&report(&trace, &["--view", "hotspots"]).stdout);
+    assert!(hs.contains("weight: time — exact, from enter/leave hooks; inlining disabled"), "{hs}");
+    assert!(hs.contains("ReadyToRun code ignored"));
+    assert!(hs.contains("profiler time subtracted"));
+    let fib_line = hs.lines().find(|l| l.trim_end().ends_with(" Calls.Recursion.Fib")).unwrap();
+    assert_eq!(fib_line.split_whitespace().next(), Some("21891"));
+
+    let tree = text(&report(&trace, &["--view", "calltree", "--depth", "10"]).stdout);
+    let line = tree.lines().find(|l| l.trim_end().ends_with("Calls.Exceptions.Level3")).expect("Level3 in tree");
+    assert!(line.contains(" 50 "), "{line}");
+
+    let callers = report(&trace, &["--view", "callers", "--function", "Calls.Recursion.Fib"]);
+    let c = text(&callers.stdout);
+    assert!(callers.status.success(), "{}", text(&callers.stderr));
+    assert!(c.contains("calls 21891"), "{c}");
+    let rec = c
+        .lines()
+        .find(|l| l.contains("Calls.Recursion.Fib") && l.trim_start().starts_with("21890"))
+        .expect("21890 recursive calls");
+    assert!(rec.contains("Calls.Recursion.Fib"));
+    assert!(c.contains("ENTRY POINTS"));
+    assert!(c.lines().any(|l| l.trim_start().starts_with("1 ") && l.contains("Calls.Program.<Main>")), "{c}");
+
+    let summary = text(&report(&trace, &["--view", "summary"]).stdout);
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["10000", "Calls.Shared.Work", "Calls.dll"]),
+        "{summary}"
+    );
+
+    // HST's spreadsheet layout.
+    let csv = text(&report(&trace, &["--view", "hotspots", "--format", "csv", "--by-thread"]).stdout);
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("Thread ID;Function;Times Called;Exclusive Time;Inclusive Time;Callee Time;Suspended Time;Profiler Time")
+    );
+    let work_rows: Vec<&str> = csv.lines().filter(|l| l.contains(";Calls.Shared.Work;")).collect();
+    assert_eq!(work_rows.len(), 4);
+    for r in work_rows {
+        let f: Vec<&str> = r.split(';').collect();
+        assert_eq!(f.len(), 8);
+        assert_eq!(f[2], "2500");
+        assert!(f[3].contains('.') && !f[3].contains(','), "decimal point: {r}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn filters_decide_what_gets_hooks() {
+    let dir = scratch("instrument-filter");
+    let trace = dir.join("f.clrprof");
+    let out = record(
+        "Calls",
+        &["fib"],
+        &trace,
+        &["--instrument", "--include", "Calls.Recursion", "--include", "Calls.Program*"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
+    let with_calls: Vec<String> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        with_calls.iter().all(|n| n.starts_with("Calls.Recursion") || n.starts_with("Calls.Program")),
+        "{with_calls:?}"
+    );
+    assert!(v["instrumentation"]["filtered_functions"].as_u64().unwrap() > 0);
+    assert_eq!(v["instrumentation"]["include"], serde_json::json!(["Calls.Recursion", "Calls.Program*"]));
+
+    let trace2 = dir.join("g.clrprof");
+    let out = record(
+        "Calls",
+        &["counted"],
+        &trace2,
+        &["--instrument", "--exclude", "System.*", "--exclude", "Calls.Counted.Tick"],
+    );
+    assert!(out.status.success());
+    let v = report_json(&trace2);
+    assert_eq!(calls(&v, "Calls.Counted.Run"), 1);
+    assert_eq!(func(&v, "Calls.Counted.Tick")["calls"], 0, "excluded functions get no hooks");
+    assert!(v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| !(f["name"].as_str().unwrap().starts_with("System.") && f["calls"].as_u64().unwrap_or(0) > 0)));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn counts_only_and_flow_modes() {
+    let dir = scratch("instrument-modes");
+    let trace = dir.join("c.clrprof");
+    let out = record("Calls", &["fib"], &trace, &["--instrument", "--counts-only"]);
+    assert!(out.status.success());
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
+    assert_eq!(func(&v, "Calls.Recursion.Fib")["inclusive_ns"], 0);
+    assert_eq!(v["instrumentation"]["counts_only"], true);
+
+    let trace = dir.join("flow.clrprof");
+    let out = record("Calls", &["counted"], &trace, &["--instrument", "--flow", "--include", "Calls.Counted"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let flow = v["flow"].as_array().unwrap();
+    let events: Vec<&Value> = flow.iter().flat_map(|t| t["events"].as_array().unwrap()).collect();
+    let enters = events.iter().filter(|e| e["kind"] == "enter" && e["function"] == "Calls.Counted.Tick").count();
+    let leaves = events.iter().filter(|e| e["kind"] == "leave" && e["function"] == "Calls.Counted.Tick").count();
+    assert_eq!((enters, leaves), (1000, 1000));
+    // Timestamps never go backwards within a thread, and nesting is balanced.
+    for t in flow {
+        let ev = t["events"].as_array().unwrap();
+        let mut depth: i64 = 0;
+        let mut last = 0;
+        for e in ev {
+            let ts = e["ts_ns"].as_u64().unwrap();
+            assert!(ts >= last);
+            last = ts;
+            depth += if e["kind"] == "enter" { 1 } else { -1 };
+            assert!(depth >= 0);
+        }
+        assert_eq!(depth, 0, "balanced");
+    }
+    let text_flow = text(&report(&trace, &["--view", "flow"]).stdout);
+    assert!(text_flow.contains("> Calls.Counted.Run"));
+    assert!(text_flow.contains("  > Calls.Counted.Tick"), "nested one level under Run");
+    assert!(text_flow.contains("  < Calls.Counted.Tick"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn keep_inlining_is_reported_and_flags_need_instrument() {
+    let dir = scratch("instrument-inline");
+    let trace = dir.join("i.clrprof");
+    let out = record("Calls", &["counted"], &trace, &["--instrument", "--keep-inlining"]);
+    assert!(out.status.success());
+    let hs = text(&report(&trace, &["--view", "hotspots"]).stdout);
+    assert!(hs.contains("inlining enabled (inlined calls are not seen)"), "{hs}");
+    let v = report_json(&trace);
+    assert_eq!(v["instrumentation"]["inlining_disabled"], false);
+    // `Tick` is marked NoInlining, so it is still counted exactly.
+    assert_eq!(calls(&v, "Calls.Counted.Tick"), 1000);
+
+    let out = record("Calls", &["counted"], &dir.join("x.clrprof"), &["--flow"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--instrument"), "{}", text(&out.stderr));
+    let _ = std::fs::remove_dir_all(dir);
+}
