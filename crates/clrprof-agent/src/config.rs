@@ -26,6 +26,36 @@ pub struct Config {
     /// timers deliver at most one signal per kernel tick (250/s at CONFIG_HZ=250), and wall-clock
     /// ticks are capped at 1000/s; the trace records what was delivered.
     pub sample_rate: u32,
+    /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`). Default on.
+    pub exceptions: bool,
+    /// `CLRPROF_GC`: record garbage collections and runtime suspensions (`1`/`0`). Default on.
+    pub gc: bool,
+    /// `CLRPROF_ALLOC`: `sampled`, `exact` or `off`. Default `sampled`.
+    pub alloc: AllocMode,
+    /// `CLRPROF_EVENTS`: keep every runtime event for the event log (`1`/`0`). Default off.
+    pub events: bool,
+    /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
+    pub locks: bool,
+}
+
+/// How allocations are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocMode {
+    Off,
+    /// The runtime's allocation sampling events through an in-process EventPipe session.
+    Sampled,
+    /// Every object (`ObjectAllocated`); slows every allocation.
+    Exact,
+}
+
+impl AllocMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocMode::Off => "off",
+            AllocMode::Sampled => "sampled",
+            AllocMode::Exact => "exact",
+        }
+    }
 }
 
 impl Default for Config {
@@ -38,6 +68,11 @@ impl Default for Config {
             instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
             sampling: true,
             sample_rate: 100,
+            exceptions: true,
+            gc: true,
+            alloc: AllocMode::Sampled,
+            events: false,
+            locks: true,
         }
     }
 }
@@ -121,6 +156,18 @@ impl Config {
                 }),
             }
         }
+        flag("CLRPROF_EXCEPTIONS", &mut c.exceptions, &mut more);
+        flag("CLRPROF_GC", &mut c.gc, &mut more);
+        flag("CLRPROF_EVENTS", &mut c.events, &mut more);
+        flag("CLRPROF_LOCKS", &mut c.locks, &mut more);
+        if let Some(v) = get("CLRPROF_ALLOC") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "sampled" => c.alloc = AllocMode::Sampled,
+                "exact" => c.alloc = AllocMode::Exact,
+                "off" | "0" | "none" => c.alloc = AllocMode::Off,
+                _ => bad("CLRPROF_ALLOC", &v, "expected sampled, exact or off; using sampled"),
+            }
+        }
         problems.extend(more);
         (c, problems)
     }
@@ -138,6 +185,11 @@ impl Config {
         m.insert("classes", self.classes.to_string());
         m.insert("sampling", self.sampling.to_string());
         m.insert("sample_rate", self.sample_rate.to_string());
+        m.insert("exceptions", self.exceptions.to_string());
+        m.insert("gc", self.gc.to_string());
+        m.insert("alloc", self.alloc.name().to_string());
+        m.insert("events", self.events.to_string());
+        m.insert("locks", self.locks.to_string());
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
@@ -201,5 +253,22 @@ mod tests {
         let (c, p) = Config::from_lookup(env(&[("CLRPROF_SAMPLE_RATE", "1000"), ("CLRPROF_SAMPLING", "0")]));
         assert!(p.is_empty());
         assert_eq!((c.sample_rate, c.sampling), (1000, false));
+    }
+
+    #[test]
+    fn runtime_event_switches() {
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_ALLOC", "exact"),
+            ("CLRPROF_EXCEPTIONS", "0"),
+            ("CLRPROF_EVENTS", "1"),
+        ]));
+        assert!(p.is_empty());
+        assert_eq!(c.alloc, AllocMode::Exact);
+        assert!(!c.exceptions && c.gc && c.events);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_ALLOC", "all"), ("CLRPROF_GC", "maybe")]));
+        assert_eq!(c.alloc, AllocMode::Sampled);
+        assert!(c.gc);
+        assert_eq!(p.len(), 2);
+        assert!(p.iter().any(|x| x.to_string().contains("sampled, exact or off")), "{p:?}");
     }
 }

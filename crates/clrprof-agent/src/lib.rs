@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod elt;
+pub mod events;
 pub mod log;
 pub mod names;
 pub mod profiler;

@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 
 use clrprof_sys::callback::{CallbackError, CallbackResult, OutBool, ProfilerCallback, RawPtr};
 use clrprof_sys::info::{utf16_from_raw, ProfilerInfo};
-use clrprof_sys::{monitor, AppDomainID, AssemblyID, ClassID, FunctionID, ModuleID, ThreadID, HRESULT, ULONG, WCHAR};
+use clrprof_sys::{
+    monitor, AppDomainID, AssemblyID, ClassID, FunctionID, ModuleID, ObjectID, ThreadID, BOOL, HRESULT, ULONG, WCHAR,
+};
 use clrprof_trace::*;
 
 use crate::config::Config;
+use crate::events::{alloc, eventpipe, exceptions, gc};
 use crate::names::{FunctionNames, Names};
 use crate::writer::{Sink, Writer};
 use crate::{log_error, log_info, log_warn};
@@ -42,6 +45,8 @@ pub struct State {
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
     pub instrumentation: Option<crate::elt::Instrumentation>,
+    /// Runtime events (exceptions, GC, allocations): see `crate::events`.
+    pub events: Arc<crate::events::Events>,
 }
 
 /// Functions whose native code was not yet published when they were reported (precompiled code
@@ -137,7 +142,7 @@ impl State {
             code_size,
             jit_ns,
             kind,
-            il_size: 0,
+            il_size: self.info.il_code_size(f.module, f.token).ok().flatten().unwrap_or(0),
         };
         if code.is_empty() {
             if let Ok(mut p) = self.pending_code.items.lock() {
@@ -248,6 +253,9 @@ impl Profiler {
         let (elt_low, elt_high) = crate::elt::Instrumentation::mask(&config.instrument);
         low |= elt_low;
         high |= elt_high;
+        let (ev_low, ev_high) = crate::events::mask(&config, info.version());
+        low |= ev_low;
+        high |= ev_high;
         info.set_event_mask2(low, high)?;
         let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
         log_info!("event mask requested 0x{low:08x}/0x{high:08x}, granted 0x{glow:08x}/0x{ghigh:08x}");
@@ -287,6 +295,10 @@ impl Profiler {
         let pending_code = Arc::new(PendingCode::default());
         let pc = Arc::clone(&pending_code);
         writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
+        let events = Arc::new(crate::events::Events::default());
+        let ev = Arc::clone(&events);
+        let alloc_names = Names::new(info);
+        writer.add_tick(Box::new(move |w| ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64)));
         writer.start()?;
         let sampler = if config.sampling {
             let s = crate::sampler::Sampler::new(info, Arc::clone(&writer), start, config.sample_rate);
@@ -312,6 +324,7 @@ impl Profiler {
             stopped: AtomicBool::new(false),
             sampler,
             instrumentation,
+            events,
         };
         self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
         if let Some(s) = self.state.get() {
@@ -327,6 +340,7 @@ impl Profiler {
                 }));
                 log_info!("enter/leave hooks installed");
             }
+            crate::events::eventpipe::start(s, rt.major);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())
@@ -526,18 +540,19 @@ impl ProfilerCallback for Profiler {
         Ok(())
     }
 
-    fn runtime_suspend_started(&self, _reason: u32) -> CallbackResult {
+    fn runtime_suspend_started(&self, reason: u32) -> CallbackResult {
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::suspend_started();
         }
-        Ok(())
+        // Runtime events (issue 5): GC pauses, and every suspension in the event log.
+        self.state().map_or(Ok(()), |s| gc::suspend_started(s, reason))
     }
 
     fn runtime_resume_finished(&self) -> CallbackResult {
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::resume_finished();
         }
-        Ok(())
+        self.state().map_or(Ok(()), gc::resume_finished)
     }
 
     fn load_as_notification_only(&self, notification_only: OutBool) -> CallbackResult {
@@ -577,5 +592,99 @@ impl ProfilerCallback for Profiler {
         let name = unsafe { utf16_from_raw(name, len as usize) };
         s.emit(ThreadNamed { ts: s.now(), id: id as u64, name });
         Ok(())
+    }
+
+    // Runtime events (issue 5): each a one-line delegation to `crate::events`.
+
+    fn exception_thrown(&self, object: ObjectID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::thrown(s, object))
+    }
+
+    fn exception_search_function_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_ENTER, id))
+    }
+
+    fn exception_search_function_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_LEAVE, 0))
+    }
+
+    fn exception_search_filter_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_ENTER, id))
+    }
+
+    fn exception_search_filter_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_LEAVE, 0))
+    }
+
+    fn exception_search_catcher_found(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_FOUND, id))
+    }
+
+    fn exception_unwind_function_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_ENTER, id))
+    }
+
+    fn exception_unwind_function_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_LEAVE, 0))
+    }
+
+    fn exception_unwind_finally_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_ENTER, id))
+    }
+
+    fn exception_unwind_finally_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_LEAVE, 0))
+    }
+
+    fn exception_catcher_enter(&self, id: FunctionID, _object: ObjectID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_ENTER, id))
+    }
+
+    fn exception_catcher_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_LEAVE, 0))
+    }
+
+    // The pointer comes from the runtime with its length; it is only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn garbage_collection_started(&self, generations: i32, collected: *const BOOL, reason: u32) -> CallbackResult {
+        // Safety: the runtime passes `generations` BOOLs valid for the callback.
+        let collected = unsafe { clrprof_sys::info::slice_from_raw(collected, generations.max(0) as usize) };
+        self.state().map_or(Ok(()), |s| gc::started(s, collected, reason))
+    }
+
+    fn garbage_collection_finished(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), gc::finished)
+    }
+
+    fn object_allocated(&self, object: ObjectID, class: ClassID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| alloc::allocated(s, object, class))
+    }
+
+    // The pointers come from the runtime with their lengths; they are only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn event_pipe_event_delivered(
+        &self,
+        _provider: usize,
+        event_id: u32,
+        event_version: u32,
+        _metadata_len: ULONG,
+        _metadata: *const u8,
+        data_len: ULONG,
+        data: *const u8,
+        _activity: RawPtr,
+        _related_activity: RawPtr,
+        _thread: ThreadID,
+        frame_count: ULONG,
+        frames: *const usize,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // Safety: the runtime passes these arrays with their lengths, valid during the callback.
+        let (data, ips) = unsafe {
+            (
+                clrprof_sys::info::slice_from_raw(data, data_len as usize),
+                clrprof_sys::info::slice_from_raw(frames, frame_count as usize),
+            )
+        };
+        eventpipe::delivered(s, event_id, event_version, data, ips)
     }
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codemap;
+pub mod events;
 pub mod instrumented;
 pub mod samples;
 pub mod stacks;

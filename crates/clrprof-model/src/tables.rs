@@ -144,6 +144,8 @@ pub struct Profile {
     pub instrumentation: Option<crate::instrumented::Instrumentation>,
     /// Ordered enter/leave events per thread (`record --flow`), sorted by OS tid.
     pub flow: Vec<crate::instrumented::FlowThread>,
+    /// Runtime events: exceptions, GCs, allocations, event log, counters.
+    pub events: crate::events::RuntimeEvents,
 }
 
 impl Profile {
@@ -175,6 +177,7 @@ pub struct ProfileBuilder {
     started: bool,
     samples: crate::samples::SampleData,
     cct: crate::instrumented::CctIngest,
+    events: crate::events::EventsBuilder,
 }
 
 impl ProfileBuilder {
@@ -188,6 +191,7 @@ impl ProfileBuilder {
 
     pub fn add(&mut self, r: &Record) {
         use Record as R;
+        self.events.log(r);
         match r {
             R::ProcessStart(s) => {
                 if self.started {
@@ -206,6 +210,7 @@ impl ProfileBuilder {
                 p.event_mask_low = s.event_mask_low;
                 p.event_mask_high = s.event_mask_high;
                 p.start_unix_ns = s.start_unix_ns;
+                self.events.set_log_enabled(s.config.lines().any(|l| l == "events=true"));
             }
             R::AgentStop(s) => {
                 self.p.process.clean_shutdown = true;
@@ -344,6 +349,23 @@ impl ProfileBuilder {
                 th.name = t.name.clone();
                 th.names.push((t.ts, t.name.clone()));
             }
+            R::ExceptionThrown(_)
+            | R::ExceptionPhase(_)
+            | R::ExceptionCaught(_)
+            | R::GcStarted(_)
+            | R::GcFinished(_)
+            | R::RuntimeSuspended(_)
+            | R::RuntimeResumed(_)
+            | R::GcInfo(_)
+            | R::AllocationCounts(_)
+            | R::AllocationSample(_)
+            | R::ContentionStarted(_)
+            | R::ContentionEnded(_) => {
+                if let Some(ts) = event_ts(r) {
+                    self.last_ts = self.last_ts.max(ts);
+                }
+                self.events.add(r)
+            }
             R::InstrumentationInfo(i) => {
                 self.p.instrumentation = Some(crate::instrumented::Instrumentation::from_record(i));
             }
@@ -416,9 +438,23 @@ impl ProfileBuilder {
         p.functions = self.functions.into_values().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         std::mem::take(&mut self.samples).resolve(p, symbols);
+        let events = std::mem::take(&mut self.events);
+        events.finish(p);
         name_frames(p);
         self.p
     }
+}
+
+fn event_ts(r: &Record) -> Option<u64> {
+    use Record as R;
+    Some(match r {
+        R::ExceptionThrown(x) => x.ts,
+        R::ExceptionPhase(x) => x.ts,
+        R::GcStarted(x) => x.ts,
+        R::GcFinished(x) => x.ts,
+        R::AllocationSample(x) => x.ts,
+        _ => return None,
+    })
 }
 
 /// Gives managed frames the names, modules and signatures of their functions.

@@ -509,4 +509,77 @@ impl ProfilerInfo {
         // Safety: `out` is an AddRef'd IMetaDataImport whose ownership we take.
         Ok((unsafe { crate::metadata::MetaDataImport::from_raw(out, false) }, tok))
     }
+
+    /// Memory ranges of the GC heap by generation: `(generation, used bytes)` per range
+    /// (`ICorProfilerInfo2::GetGenerationBounds`). Callable from `GarbageCollectionStarted`.
+    pub fn get_generation_bounds(&self) -> HrResult<Vec<(u32, u64)>> {
+        let f = slot!(self, 54, "GetGenerationBounds", fn(u32, *mut u32, *mut GenerationRange));
+        let mut ranges = [GenerationRange::default(); 64];
+        let mut n = 0u32;
+        // Safety: valid call; the array holds 64 entries as announced.
+        check("GetGenerationBounds", unsafe { f(self.ptr, ranges.len() as u32, &mut n, ranges.as_mut_ptr()) })?;
+        let mut v: Vec<GenerationRange> = ranges[..(n as usize).min(ranges.len())].to_vec();
+        if n as usize > ranges.len() {
+            v = vec![GenerationRange::default(); n as usize];
+            // Safety: as above with an exact-size array.
+            check("GetGenerationBounds", unsafe { f(self.ptr, n, &mut n, v.as_mut_ptr()) })?;
+            v.truncate(n as usize);
+        }
+        Ok(v.iter().map(|r| (r.generation, r.range_length as u64)).collect())
+    }
+
+    /// Size in bytes of an object (`ICorProfilerInfo4::GetObjectSize2`).
+    pub fn get_object_size2(&self, object: ObjectID) -> HrResult<usize> {
+        let f = slot!(self, 80, "GetObjectSize2", fn(ObjectID, *mut usize));
+        let mut size = 0usize;
+        // Safety: valid call with writable out-param.
+        check("GetObjectSize2", unsafe { f(self.ptr, object, &mut size) })?;
+        Ok(size)
+    }
+
+    /// Starts an in-process EventPipe session whose events arrive through
+    /// `ICorProfilerCallback10::EventPipeEventDelivered` (`ICorProfilerInfo12::EventPipeStartSession`).
+    /// Each provider is `(name, keywords, level)`.
+    pub fn event_pipe_start_session(&self, providers: &[(&str, u64, u32)], rundown: bool) -> HrResult<u64> {
+        let f = slot!(self, 101, "EventPipeStartSession", fn(u32, *const EventPipeProviderConfig, BOOL, *mut u64));
+        let names: Vec<Vec<u16>> = providers.iter().map(|p| to_utf16z(p.0)).collect();
+        let configs: Vec<EventPipeProviderConfig> = providers
+            .iter()
+            .zip(&names)
+            .map(|(p, n)| EventPipeProviderConfig {
+                provider_name: n.as_ptr(),
+                keywords: p.1,
+                logging_level: p.2,
+                filter_data: std::ptr::null(),
+            })
+            .collect();
+        let mut session = 0u64;
+        // Safety: valid call; `configs` and the names it points to outlive the call.
+        check("EventPipeStartSession", unsafe {
+            f(self.ptr, configs.len() as u32, configs.as_ptr(), rundown as BOOL, &mut session)
+        })?;
+        Ok(session)
+    }
+
+    /// Size in bytes of a method's IL code (`ICorProfilerInfo::GetILFunctionBody`, header parsed:
+    /// tiny headers hold the size in their first byte, fat headers at offset 4). `None` for methods
+    /// without IL (abstract, runtime-implemented, dynamic).
+    pub fn il_code_size(&self, module: ModuleID, token: mdMethodDef) -> HrResult<Option<u32>> {
+        let f = slot!(self, 22, "GetILFunctionBody", fn(ModuleID, mdMethodDef, *mut *const u8, *mut u32));
+        let mut header: *const u8 = std::ptr::null();
+        let mut size = 0u32;
+        // Safety: valid call with writable out-params.
+        check("GetILFunctionBody", unsafe { f(self.ptr, module, token, &mut header, &mut size) })?;
+        if header.is_null() || size == 0 {
+            return Ok(None);
+        }
+        // Safety: the runtime returns `size` readable bytes at `header` (the method's IL with its header),
+        // mapped for the module's lifetime.
+        let body = unsafe { std::slice::from_raw_parts(header, size as usize) };
+        Ok(match body[0] & 0x3 {
+            0x2 => Some((body[0] >> 2) as u32),
+            0x3 if body.len() >= 8 => Some(u32::from_le_bytes([body[4], body[5], body[6], body[7]])),
+            _ => None,
+        })
+    }
 }

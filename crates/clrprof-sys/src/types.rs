@@ -111,6 +111,28 @@ pub struct CodeInfo {
     pub size: usize,
 }
 
+/// `COR_PRF_GC_GENERATION_RANGE`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GenerationRange {
+    /// `COR_PRF_GC_GENERATION`: 0, 1, 2, 3 = LOH, 4 = POH.
+    pub generation: u32,
+    pub range_start: usize,
+    pub range_length: usize,
+    pub range_length_reserved: usize,
+}
+
+/// `COR_PRF_EVENTPIPE_PROVIDER_CONFIG`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EventPipeProviderConfig {
+    pub provider_name: *const u16,
+    pub keywords: u64,
+    pub logging_level: u32,
+    /// `key=value;...` or null.
+    pub filter_data: *const u16,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,39 @@ pub mod code_kind {
     pub const DYNAMIC: u8 = 2;
 }
 
+/// Steps of exception handling (`ExceptionPhase.phase`), in the runtime's callback order.
+pub mod exception_phase {
+    pub const SEARCH_ENTER: u8 = 1;
+    pub const SEARCH_LEAVE: u8 = 2;
+    pub const FILTER_ENTER: u8 = 3;
+    pub const FILTER_LEAVE: u8 = 4;
+    pub const CATCHER_FOUND: u8 = 5;
+    pub const UNWIND_ENTER: u8 = 6;
+    pub const UNWIND_LEAVE: u8 = 7;
+    pub const FINALLY_ENTER: u8 = 8;
+    pub const FINALLY_LEAVE: u8 = 9;
+    pub const CATCHER_ENTER: u8 = 10;
+    pub const CATCHER_LEAVE: u8 = 11;
+
+    /// The phase's name as the reports print it.
+    pub fn name(phase: u8) -> &'static str {
+        match phase {
+            SEARCH_ENTER => "search-enter",
+            SEARCH_LEAVE => "search-leave",
+            FILTER_ENTER => "filter-enter",
+            FILTER_LEAVE => "filter-leave",
+            CATCHER_FOUND => "catcher-found",
+            UNWIND_ENTER => "unwind-enter",
+            UNWIND_LEAVE => "unwind-leave",
+            FINALLY_ENTER => "finally-enter",
+            FINALLY_LEAVE => "finally-leave",
+            CATCHER_ENTER => "catch-enter",
+            CATCHER_LEAVE => "catch-leave",
+            _ => "unknown",
+        }
+    }
+}
+
 records! {
     /// First record of every trace: who was profiled and how.
     1 ProcessStart {
@@ -234,4 +267,98 @@ records! {
     /// Native code of one code version of a managed function (every tier, from
     /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.
     56 CodeRange { id: u64, start: u64, size: u64 }
+
+    // Runtime events (issue 5): exceptions, GC, allocations.
+    /// An exception was thrown (`ExceptionThrown`), with the managed stack at the throw.
+    70 ExceptionThrown {
+        ts: u64,
+        os_tid: u32,
+        /// The runtime's ThreadID of the throwing thread.
+        thread: u64,
+        class: u64,
+        type_name: String,
+        /// FunctionIDs, innermost (the throw) first; runs of native frames are left out. Empty when
+        /// the agent did not walk this throw (it walks the first 32 throws of each type, then every
+        /// 100th, to bound the cost of exception-heavy code).
+        stack: Vec<u64>,
+    }
+    /// One step of exception handling on a thread; see [`exception_phase`].
+    71 ExceptionPhase { ts: u64, os_tid: u32, phase: u8, function: u64 }
+    /// A garbage collection started (`GarbageCollectionStarted`).
+    72 GcStarted {
+        ts: u64,
+        os_tid: u32,
+        /// Oldest generation collected (0, 1 or 2).
+        generation: u8,
+        /// `COR_PRF_GC_REASON`: 1 induced, 0 other.
+        reason: u32,
+        /// Used bytes of gen0, gen1, gen2, LOH, POH before the collection.
+        sizes: Vec<u64>,
+    }
+    /// The collection that started last and is not finished yet, finished (`GarbageCollectionFinished`).
+    73 GcFinished {
+        ts: u64,
+        os_tid: u32,
+        /// Used bytes of gen0, gen1, gen2, LOH, POH after the collection.
+        sizes: Vec<u64>,
+    }
+    /// The runtime began suspending threads (`RuntimeSuspendStarted`); `reason` is `COR_PRF_SUSPEND_REASON`
+    /// (1 GC, 6 GC preparation, 9 profiler, ...).
+    74 RuntimeSuspended { ts: u64, os_tid: u32, reason: u32 }
+    /// Threads run again (`RuntimeResumeFinished`).
+    75 RuntimeResumed { ts: u64, os_tid: u32 }
+    /// The runtime's own description of a collection (EventPipe `GCStart_V2`), when the session runs.
+    76 GcInfo {
+        ts: u64,
+        /// GC index (1-based count of collections).
+        index: u32,
+        generation: u32,
+        /// `GCReason`: 0 small allocation, 1 induced, 2 low memory, 3 empty, 4 large allocation, ...
+        reason: u32,
+        /// `GCType`: 0 blocking, 1 background, 2 foreground (during a background GC).
+        kind: u32,
+    }
+    /// Exact allocation counts of one type since the previous record of that type (`ObjectAllocated`,
+    /// `--alloc exact`).
+    77 AllocationCounts { ts: u64, class: u64, type_name: String, count: u64, bytes: u64 }
+    /// A sampled allocation (EventPipe `AllocationSampled` on .NET 10, `GCAllocationTick` before).
+    78 AllocationSample {
+        ts: u64,
+        os_tid: u32,
+        class: u64,
+        type_name: String,
+        /// Size of the sampled object in bytes.
+        size: u64,
+        /// Bytes allocated since the previous tick (`AllocationTick`); 0 for `AllocationSampled`.
+        amount: u64,
+        /// 0 `AllocationSampled` (Poisson sampling, mean 100 KiB), 1 `AllocationTick` (every ~100 KiB).
+        source: u8,
+        /// Instruction pointers from the runtime, innermost first (empty for in-process sessions).
+        ips: Vec<u64>,
+        /// FunctionIDs walked by the agent on the allocating thread, innermost first.
+        stack: Vec<u64>,
+    }
+    /// A `catch` was entered (`ExceptionCatcherEnter`) for the innermost exception in flight on the
+    /// thread, with the handling steps it went through. Written instead of the `ExceptionPhase`
+    /// records when the event log is off (one record per exception instead of one per step).
+    79 ExceptionCaught {
+        ts: u64,
+        os_tid: u32,
+        /// The function whose `catch` runs.
+        function: u64,
+        /// The throwing function (the first frame the first pass searched), 0 when unknown.
+        site: u64,
+        /// Frames visited by the first pass (`ExceptionSearchFunctionEnter`).
+        search_frames: u32,
+        filters: u32,
+        /// Frames unwound by the second pass (`ExceptionUnwindFunctionEnter`).
+        unwind_frames: u32,
+        finallies: u32,
+    }
+    /// A thread started waiting for a contended Monitor lock (EventPipe `ContentionStart`), with the
+    /// waiting thread's managed stack (FunctionIDs, innermost first).
+    80 ContentionStarted { ts: u64, os_tid: u32, stack: Vec<u64> }
+    /// The wait ended (EventPipe `ContentionStop_V1`); `duration_ns` is the runtime's measure (0 when
+    /// the runtime gave none).
+    81 ContentionEnded { ts: u64, os_tid: u32, duration_ns: u64 }
 }

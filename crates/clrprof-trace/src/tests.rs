@@ -159,3 +159,51 @@ fn unknown_tags_are_skipped_and_trailing_fields_ignored() {
     let got = decode_payload(&p).unwrap();
     assert_eq!(got, vec![Record::Unknown { tag: 999, len: 3 }, ThreadCreated { ts: 5, id: 7 }.into()]);
 }
+
+#[test]
+fn runtime_event_records_round_trip() {
+    let recs: Vec<Record> = vec![
+        ExceptionThrown { ts: 1, os_tid: 2, thread: 3, class: 4, type_name: "Ns.Boom".into(), stack: vec![5, 6] }
+            .into(),
+        ExceptionPhase { ts: 2, os_tid: 2, phase: exception_phase::FILTER_ENTER, function: 6 }.into(),
+        ExceptionCaught {
+            ts: 3,
+            os_tid: 2,
+            function: 6,
+            site: 5,
+            search_frames: 2,
+            filters: 1,
+            unwind_frames: 2,
+            finallies: 1,
+        }
+        .into(),
+        GcStarted { ts: 4, os_tid: 7, generation: 2, reason: 1, sizes: vec![1, 2, 3, 4, 5] }.into(),
+        GcFinished { ts: 5, os_tid: 7, sizes: vec![0, 0, 3, 4, 5] }.into(),
+        RuntimeSuspended { ts: 3, os_tid: 7, reason: 1 }.into(),
+        RuntimeResumed { ts: 6, os_tid: 7 }.into(),
+        GcInfo { ts: 4, index: 9, generation: 2, reason: 1, kind: 0 }.into(),
+        AllocationCounts { ts: 7, class: 8, type_name: "int[]".into(), count: 10, bytes: 400 }.into(),
+        AllocationSample {
+            ts: 8,
+            os_tid: 2,
+            class: 8,
+            type_name: "int[]".into(),
+            size: 40,
+            amount: 0,
+            source: 0,
+            ips: vec![],
+            stack: vec![5],
+        }
+        .into(),
+        ContentionStarted { ts: 9, os_tid: 2, stack: vec![6, 5] }.into(),
+        ContentionEnded { ts: 10, os_tid: 2, duration_ns: 1 }.into(),
+    ];
+    let bytes = file_of(std::slice::from_ref(&recs));
+    let mut d = Decoder::new(&bytes[..]).unwrap();
+    let mut back = Vec::new();
+    while let Some(r) = d.next_record().unwrap() {
+        back.push(r);
+    }
+    assert_eq!(back, recs);
+    assert_eq!(exception_phase::name(exception_phase::CATCHER_ENTER), "catch-enter");
+}

@@ -32,7 +32,7 @@ enum Command {
     Record(RecordArgs),
     /// Print a report from a trace.
     #[command(
-        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view calltree --depth 6 --min-percent 1\n  clrprof report app.clrprof --view callers --function Demo.Primes.Count\n  clrprof report app.clrprof --view hotspots --format csv -o hotspots.csv\n  clrprof report app.clrprof --view tables --format json"
+        after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view calltree --depth 6 --min-percent 1\n  clrprof report app.clrprof --view callers --function Demo.Primes.Count\n  clrprof report app.clrprof --view hotspots --format csv -o hotspots.csv\n  clrprof report app.clrprof --view tables --format json\n  clrprof report app.clrprof --view exceptions\n  clrprof report app.clrprof --view gc"
     )]
     Report(ReportArgs),
     /// Write the profile's stacks for other tools: folded stacks, flame graphs, speedscope.
@@ -115,6 +115,21 @@ struct RecordArgs {
     /// With --instrument: never hook functions matching PATTERN (repeatable)
     #[arg(long, value_name = "PATTERN", requires = "instrument")]
     exclude: Vec<String>,
+    /// Do not record exceptions
+    #[arg(long)]
+    no_exceptions: bool,
+    /// Do not record garbage collections and GC suspensions
+    #[arg(long)]
+    no_gc: bool,
+    /// Allocations: sampled (runtime's allocation sampling, cheap), exact (every object; slows the app) or off
+    #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
+    alloc: AllocArg,
+    /// Do not record Monitor lock contention
+    #[arg(long)]
+    no_locks: bool,
+    /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
+    #[arg(long)]
+    events: bool,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -173,6 +188,27 @@ enum ViewArg {
     Flow,
     /// The Monte Carlo tables: sampled hits per module (assemblies and native libraries) and per routine
     Modules,
+    /// Exceptions by type and throw site: thrown, caught, uncaught, catch sites, passes, stacks
+    Exceptions,
+    /// Every garbage collection (generation, reason, background, duration, pause, heap sizes) and totals
+    Gc,
+    /// Allocations by type and by allocation site (sampled estimates or exact counts)
+    Allocations,
+    /// JIT time and native size per method; assembly and module load times
+    Jit,
+    /// The runtime event log indented by per-thread nesting (record with --events)
+    Events,
+    /// Runtime counters over time: GCs, heap, % time in GC, allocation rate, exceptions/s, JIT, loads, threads
+    Counters,
+    /// Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks
+    Locks,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AllocArg {
+    Sampled,
+    Exact,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -231,6 +267,17 @@ pub fn run() -> Result<ExitCode> {
                 command: a.command,
                 sample_rate: a.rate,
                 sampling: !a.no_sample,
+                events: crate::record::EventOptions {
+                    exceptions: !a.no_exceptions,
+                    gc: !a.no_gc,
+                    alloc: match a.alloc {
+                        AllocArg::Sampled => "sampled",
+                        AllocArg::Exact => "exact",
+                        AllocArg::Off => "off",
+                    },
+                    log: a.events,
+                    locks: !a.no_locks,
+                },
             };
             crate::record::record(&opts)
         }
@@ -246,6 +293,13 @@ pub fn run() -> Result<ExitCode> {
                     Some(ViewArg::Summary) => View::Summary,
                     Some(ViewArg::Flow) => View::Flow,
                     Some(ViewArg::Modules) => View::Modules,
+                    Some(ViewArg::Exceptions) => View::Exceptions,
+                    Some(ViewArg::Gc) => View::Gc,
+                    Some(ViewArg::Allocations) => View::Allocations,
+                    Some(ViewArg::Jit) => View::Jit,
+                    Some(ViewArg::Events) => View::Events,
+                    Some(ViewArg::Counters) => View::Counters,
+                    Some(ViewArg::Locks) => View::Locks,
                 },
                 format: match a.format {
                     FormatArg::Text => Format::Text,

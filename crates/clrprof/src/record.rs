@@ -29,6 +29,8 @@ pub struct RecordOptions {
     pub sample_rate: u32,
     /// Run the sampler (`CLRPROF_SAMPLING`).
     pub sampling: bool,
+    /// Runtime events: `CLRPROF_*` variables for the child (exceptions, GC, allocations, event log).
+    pub events: EventOptions,
 }
 
 /// Enter/leave instrumentation settings of `clrprof record`.
@@ -137,6 +139,25 @@ fn install_forwarding() {
     }
 }
 
+/// Which runtime events the agent records (issue 5).
+#[derive(Clone, Debug)]
+pub struct EventOptions {
+    pub exceptions: bool,
+    pub gc: bool,
+    /// `sampled`, `exact` or `off`.
+    pub alloc: &'static str,
+    /// The full event log (`--events`).
+    pub log: bool,
+    /// Monitor lock contention.
+    pub locks: bool,
+}
+
+impl Default for EventOptions {
+    fn default() -> Self {
+        EventOptions { exceptions: true, gc: true, alloc: "sampled", log: false, locks: true }
+    }
+}
+
 pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
@@ -165,7 +186,12 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
-        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" });
+        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
+        .env("CLRPROF_EXCEPTIONS", if opts.events.exceptions { "1" } else { "0" })
+        .env("CLRPROF_GC", if opts.events.gc { "1" } else { "0" })
+        .env("CLRPROF_ALLOC", opts.events.alloc)
+        .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" })
+        .env("CLRPROF_LOCKS", if opts.events.locks { "1" } else { "0" });
     let i = &opts.instrument;
     let b = |v: bool| if v { "1" } else { "0" };
     cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
@@ -177,6 +203,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
             .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
     }
     cmd.env("CLRPROF_SAMPLING", b(opts.sampling)).env("CLRPROF_SAMPLE_RATE", opts.sample_rate.to_string());
+    if opts.events.alloc == "exact" {
+        eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
+    }
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }

@@ -245,6 +245,7 @@ fn base_document(p: &Profile) -> Value {
         "messages": p.messages,
     });
     super::sampling_json::extend(p, &mut doc);
+    super::events_json::extend(&mut doc, p);
     doc
 }
 

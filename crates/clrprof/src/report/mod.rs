@@ -1,10 +1,18 @@
 //! `clrprof report`: views of a trace, as text or JSON.
 
+mod allocations;
 mod callers;
 mod calltree;
+mod counters;
+mod events;
+mod events_json;
+mod exceptions;
 mod flow;
+mod gc;
 mod hotspots;
+mod jit;
 mod json;
+mod locks;
 mod modules;
 mod sampling_json;
 pub mod select;
@@ -28,6 +36,13 @@ pub enum View {
     Callers,
     Summary,
     Flow,
+    Exceptions,
+    Gc,
+    Allocations,
+    Jit,
+    Events,
+    Counters,
+    Locks,
     Modules,
 }
 
@@ -74,7 +89,8 @@ pub fn report(opts: &ReportOptions) -> Result<()> {
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let view = match opts.view {
-        View::Auto if p.costs.is_empty() => View::Tables,
+        // Allocation samples alone (runtime events) do not make a hot-spot profile.
+        View::Auto if !has_time_or_call_costs(p) => View::Tables,
         View::Auto => View::Hotspots,
         v => v,
     };
@@ -94,8 +110,23 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Callers => callers::render(p, opts)?,
         View::Summary => summary::render(p, opts)?,
         View::Flow => flow::render(p, opts)?,
+        View::Exceptions => exceptions::render(p),
+        View::Gc => gc::render(p),
+        View::Allocations => allocations::render(p),
+        View::Jit => jit::render(p),
+        View::Events => events::render(p),
+        View::Counters => counters::render(p),
+        View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,
     })
+}
+
+/// True when the trace has instrumented or sampled costs (not only allocation samples).
+fn has_time_or_call_costs(p: &Profile) -> bool {
+    p.costs
+        .threads
+        .iter()
+        .any(|t| t.costs.values().any(|c| c.calls > 0 || c.time_ns > 0 || c.cpu_samples > 0 || c.wall_samples > 0))
 }
 
 /// Nanoseconds as milliseconds with three decimals (`.` whatever the locale).

@@ -1,0 +1,53 @@
+//! Exact allocation counts (`ObjectAllocated`, `--alloc exact`): counted per type in sharded maps
+//! on the allocating thread, turned into records by the writer thread before each flush.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use clrprof_sys::{CallbackResult, ClassID, ObjectID};
+use clrprof_trace::AllocationCounts;
+
+use crate::names::Names;
+use crate::profiler::{os_tid, State};
+use crate::writer::Writer;
+
+const SHARDS: usize = 16;
+
+/// (count, bytes) per class, sharded by thread to keep lock contention away.
+#[derive(Default)]
+pub struct ExactCounts {
+    shards: [Mutex<HashMap<ClassID, (u64, u64)>>; SHARDS],
+}
+
+impl ExactCounts {
+    /// Emits the counts gathered since the last drain (on the writer thread).
+    pub fn drain(&self, names: &Names, writer: &Writer, ts: u64) {
+        let mut all: HashMap<ClassID, (u64, u64)> = HashMap::new();
+        for sh in &self.shards {
+            let taken = match sh.lock() {
+                Ok(mut m) => std::mem::take(&mut *m),
+                Err(_) => continue,
+            };
+            for (c, (n, b)) in taken {
+                let e = all.entry(c).or_default();
+                e.0 += n;
+                e.1 += b;
+            }
+        }
+        for (class, (count, bytes)) in all {
+            let type_name = names.class_name(class).to_string();
+            writer.emit(&AllocationCounts { ts, class: class as u64, type_name, count, bytes }.into());
+        }
+    }
+}
+
+pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult {
+    let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
+    let shard = &s.events.alloc.shards[os_tid() as usize % SHARDS];
+    if let Ok(mut m) = shard.lock() {
+        let e = m.entry(class).or_default();
+        e.0 += 1;
+        e.1 += size;
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! Garbage collections (`COR_PRF_HIGH_BASIC_GC`: every GC including background ones, without the
+//! heavy heap-walk callbacks) and runtime suspensions (the pauses).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clrprof_sys::{CallbackResult, BOOL};
+use clrprof_trace::{GcFinished, GcStarted, RuntimeResumed, RuntimeSuspended};
+
+use crate::profiler::{os_tid, State};
+
+/// `COR_PRF_SUSPEND_FOR_GC` and `COR_PRF_SUSPEND_FOR_GC_PREP`.
+const SUSPEND_FOR_GC: u32 = 1;
+const SUSPEND_FOR_GC_PREP: u32 = 6;
+
+#[derive(Default)]
+pub struct GcState {
+    /// The suspension in progress was recorded (suspensions never overlap).
+    suspension_recorded: AtomicBool,
+}
+
+/// Used bytes per generation (gen0, gen1, gen2, LOH, POH). `GetGenerationBounds` is allowed in
+/// the GC callbacks (the runtime's own gcbasicprofiler test calls it from `GarbageCollectionStarted`),
+/// and the `COR_PRF_GC_GENERATION_RANGE` docs say its lengths are accurate only when called from
+/// `GarbageCollectionStarted` or `GarbageCollectionFinished`.
+fn heap_sizes(s: &State) -> Vec<u64> {
+    let mut sizes = vec![0u64; 5];
+    if let Ok(ranges) = s.info.get_generation_bounds() {
+        for (g, len) in ranges {
+            if let Some(x) = sizes.get_mut(g as usize) {
+                *x += len;
+            }
+        }
+    }
+    sizes
+}
+
+/// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
+pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
+    let flags = &collected[..collected.len().min(3)];
+    let generation = flags.iter().rposition(|&c| c != 0).unwrap_or(0) as u8;
+    s.emit(GcStarted { ts: s.now(), os_tid: os_tid(), generation, reason, sizes: heap_sizes(s) });
+    Ok(())
+}
+
+pub fn finished(s: &State) -> CallbackResult {
+    s.emit(GcFinished { ts: s.now(), os_tid: os_tid(), sizes: heap_sizes(s) });
+    Ok(())
+}
+
+pub fn suspend_started(s: &State, reason: u32) -> CallbackResult {
+    let keep = s.config.events || reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP;
+    s.events.gc.suspension_recorded.store(keep, Ordering::Relaxed);
+    if keep {
+        s.emit(RuntimeSuspended { ts: s.now(), os_tid: os_tid(), reason });
+    }
+    Ok(())
+}
+
+pub fn resume_finished(s: &State) -> CallbackResult {
+    if s.events.gc.suspension_recorded.swap(false, Ordering::Relaxed) {
+        s.emit(RuntimeResumed { ts: s.now(), os_tid: os_tid() });
+    }
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! End to end: runtime events (issue 5) on the `Events` app — exact exception, GC and allocation
+//! counts, sampled allocation estimates, the event log's nesting and the other views.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn group<'a>(v: &'a Value, type_name: &str) -> &'a Value {
+    v["exceptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == type_name)
+        .unwrap_or_else(|| panic!("no exception group {type_name}: {}", v["exceptions"]))
+}
+
+fn alloc<'a>(v: &'a Value, type_name: &str) -> &'a Value {
+    v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == type_name)
+        .unwrap_or_else(|| panic!("no allocations of {type_name}"))
+}
+
+fn run(name: &str, args: &[&str], flags: &[&str]) -> (std::process::Output, std::path::PathBuf) {
+    let dir = scratch(name);
+    let trace = dir.join(format!("{name}.clrprof"));
+    let out = record("Events", args, &trace, flags);
+    (out, trace)
+}
+
+#[test]
+fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
+    const N: u64 = 250;
+    let (out, trace) = run("exc", &["exceptions", &N.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("thrown {N} caught {N} finally {N} filter {N}\n"));
+    let v = report_json(&trace);
+    let g = group(&v, "EventsApp.BoomException");
+    assert_eq!(g["thrown"], N);
+    assert_eq!(g["caught"], N);
+    assert_eq!(g["uncaught"], 0);
+    assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
+    assert_eq!(g["passes"]["filters"], N, "one filter run per exception");
+    assert_eq!(g["passes"]["finallies"], N, "one finally per exception");
+    assert_eq!(g["passes"]["catches"], N);
+    // Thrower, Inner, Middle and Catcher are searched and unwound once each.
+    assert_eq!(g["passes"]["search_frames"], 4 * N);
+    assert_eq!(g["passes"]["unwind_frames"], 4 * N);
+    assert_eq!(g["catch_sites"], serde_json::json!([{"function": "EventsApp.Program.Catcher", "count": N}]));
+    let sites = g["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "one throw stack: {sites:?}");
+    // Stacks are walked for the first 32 throws of a type, then every 100th (100, 200).
+    assert_eq!(sites[0]["count"], 34);
+    let stack: Vec<&str> = sites[0]["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(
+        &stack[..5],
+        [
+            "EventsApp.Program.Thrower",
+            "EventsApp.Program.Inner",
+            "EventsApp.Program.Middle",
+            "EventsApp.Program.Catcher",
+            "EventsApp.Program.Exceptions"
+        ]
+    );
+    // IL sizes: `Inner` is ldarg.0, call, ret and `Thrower` ldarg.0, newobj, throw: 7 bytes each.
+    let il = |name: &str| {
+        v["jit"]["il_sizes"].as_array().unwrap().iter().find(|m| m["function"] == name).map(|m| m["il_size"].clone())
+    };
+    assert_eq!(il("EventsApp.Program.Inner"), Some(serde_json::json!(7)));
+    assert_eq!(il("EventsApp.Program.Thrower"), Some(serde_json::json!(7)));
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(t.contains(&format!("{N} exceptions thrown, {N} caught, 0 uncaught")), "{t}");
+    assert!(t.contains(&format!("caught {N} × in EventsApp.Program.Catcher")), "{t}");
+}
+
+#[test]
+fn an_uncaught_exception_in_a_background_thread_is_reported() {
+    let (out, trace) = run("uncaught", &["uncaught", "3"], &[]);
+    assert!(!out.status.success(), "the runtime ends the process on an unhandled exception");
+    let v = report_json(&trace);
+    let boom = group(&v, "EventsApp.BoomException");
+    assert_eq!((boom["thrown"].as_u64(), boom["caught"].as_u64()), (Some(3), Some(3)));
+    let fatal = group(&v, "System.InvalidOperationException");
+    assert_eq!(fatal["thrown"], 1);
+    assert_eq!(fatal["caught"], 0);
+    assert_eq!(fatal["uncaught"], 1);
+    assert_eq!(fatal["throw_site"], "EventsApp.Program.BackgroundFail");
+    let tid = fatal["uncaught_threads"][0].as_u64().unwrap();
+    let doomed = v["threads"].as_array().unwrap().iter().find(|t| t["name"] == "doomed").expect("thread named doomed");
+    assert_eq!(doomed["os_tid"].as_u64(), Some(tid), "flagged on the background thread");
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(t.contains("UNCAUGHT: 1"), "{t}");
+}
+
+#[test]
+fn induced_collections_are_all_seen() {
+    const K: usize = 7;
+    let (out, trace) = run("gc", &["gc", &K.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let gcs = v["gcs"].as_array().unwrap();
+    let induced: Vec<&Value> = gcs.iter().filter(|g| g["reason"] == "induced").collect();
+    assert!(induced.len() >= K, "{} induced of {} GCs", induced.len(), gcs.len());
+    for g in &induced {
+        assert_eq!(g["generation"], 2, "GC.Collect() collects everything");
+        assert_eq!(g["finished"], true);
+        assert_eq!(g["heap_before"].as_array().unwrap().len(), 5);
+        assert_eq!(g["heap_after"].as_array().unwrap().len(), 5);
+        assert!(g["duration_ns"].as_u64().unwrap() > 0);
+        assert!(g["pause_ns"].as_u64().unwrap() > 0, "a blocking GC suspends the runtime");
+        assert_eq!(g["background"], false);
+    }
+    let idx: Vec<u64> = gcs.iter().map(|g| g["index"].as_u64().unwrap()).collect();
+    assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
+    assert!(v["gc_totals"]["induced"].as_u64().unwrap() >= K as u64);
+    assert!(v["gc_totals"]["per_generation"][2].as_u64().unwrap() >= K as u64);
+    let t = text(&report(&trace, &["--view", "gc"]).stdout);
+    assert!(t.contains("largest pause"), "{t}");
+}
+
+#[test]
+fn exact_allocation_mode_counts_every_object() {
+    const M: u64 = 54_321;
+    let (out, trace) = run("alloc-exact", &["alloc", &M.to_string()], &["--alloc", "exact"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("slows every allocation"));
+    let v = report_json(&trace);
+    let w = alloc(&v, "EventsApp.Widget");
+    assert_eq!(w["count"], M);
+    assert_eq!(w["bytes"], M * 24, "24 bytes per Widget on x64");
+    assert_eq!(w["exact"], true);
+    let t = text(&report(&trace, &["--view", "allocations"]).stdout);
+    assert!(t.contains("exact counts"), "{t}");
+}
+
+#[test]
+fn sampled_allocations_rank_the_heavy_type_first_as_an_estimate() {
+    let (out, trace) = run("alloc-sampled", &["mix", "100"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let heavy = alloc(&v, "EventsApp.HeavyNode");
+    let light = alloc(&v, "EventsApp.LightNode");
+    assert_eq!(heavy["exact"], false);
+    assert!(heavy["samples"].as_u64().unwrap() > 100, "{heavy}");
+    let top = &v["allocations"][0];
+    assert_eq!(top["type"], "EventsApp.HeavyNode", "the type with 90% of the bytes has the biggest estimate");
+    assert!(heavy["bytes"].as_u64().unwrap() > 4 * light["bytes"].as_u64().unwrap());
+    // Sites: the allocating methods, from stacks walked at each sample.
+    let site = v["allocation_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["type"] == "EventsApp.HeavyNode")
+        .expect("a site for HeavyNode");
+    assert_eq!(site["function"], "EventsApp.Program.AllocHeavy");
+    let t = text(&report(&trace, &["--view", "allocations"]).stdout);
+    assert!(t.contains("ESTIMATES from"), "{t}");
+}
+
+fn assert_balanced(v: &Value) {
+    let log = v["events"].as_array().expect("events recorded with --events");
+    let mut depth: std::collections::HashMap<u64, i64> = Default::default();
+    for e in log {
+        let d = depth.entry(e["os_tid"].as_u64().unwrap()).or_default();
+        assert!(!e["event"].as_str().unwrap().contains("no matching start"), "{e}");
+        *d += e["nest"].as_i64().unwrap();
+        assert!(*d >= 0, "closed more than opened: {e}");
+    }
+    for (tid, d) in depth {
+        assert_eq!(d, 0, "thread {tid} left {d} levels open");
+    }
+}
+
+#[test]
+fn event_log_nesting_is_balanced_per_thread() {
+    let (out, trace) = run("events-gc", &["gc", "2"], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_balanced(&v);
+    let log = v["events"].as_array().unwrap();
+    assert!(log.iter().any(|e| e["event"] == "gc gen2 induced" && e["nest"] == 1), "GCs open a level");
+    assert!(log.iter().any(|e| e["event"] == "runtime suspended (gc)"));
+
+    let (out, trace) = run("events", &["exceptions", "5"], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_balanced(&v);
+    let log = v["events"].as_array().expect("events recorded with --events");
+    assert!(log.iter().any(|e| e["event"] == "exception thrown EventsApp.BoomException"));
+    assert!(log.iter().any(|e| e["event"] == "jit EventsApp.Program.Catcher" && e["nest"] == 1));
+    let t = text(&report(&trace, &["--view", "events"]).stdout);
+    assert!(t.contains("> exception filter"), "{t}");
+    // Without --events the view says how to get it.
+    let (_, plain) = run("events-off", &["exceptions", "1"], &[]);
+    let t = text(&report(&plain, &["--view", "events"]).stdout);
+    assert!(t.contains("record --events"), "{t}");
+}
+
+#[test]
+fn jit_and_counters_views_and_json() {
+    let (out, trace) = run("counters", &["gc", "3"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert!(v["jit"]["methods"].as_u64().unwrap() > 0);
+    assert!(v["jit"]["jit_ns"].as_u64().unwrap() > 0);
+    let rows = v["counters"]["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    let gen2: u64 = rows.iter().map(|r| r["gc_count"][2].as_u64().unwrap()).sum();
+    assert!(gen2 >= 3, "{gen2}");
+    let jitted: u64 = rows.iter().map(|r| r["methods_jitted"].as_u64().unwrap()).sum();
+    assert_eq!(jitted, v["jit"]["methods"].as_u64().unwrap());
+    let t = text(&report(&trace, &["--view", "jit"]).stdout);
+    assert!(t.contains("EventsApp.Program.Main"), "{t}");
+    let t = text(&report(&trace, &["--view", "counters"]).stdout);
+    assert!(t.contains("% GC"), "{t}");
+}
+
+#[test]
+fn a_bad_alloc_value_is_reported_and_the_app_runs() {
+    let dir = scratch("bad-alloc");
+    let trace = dir.join("t.clrprof");
+    let out = std::process::Command::new("dotnet")
+        .arg(app_dll("Events"))
+        .args(["alloc", "10"])
+        .env("CORECLR_ENABLE_PROFILING", "1")
+        .env("CORECLR_PROFILER", clrprof_trace::AGENT_CLSID)
+        .env("CORECLR_PROFILER_PATH", agent_path())
+        .env("CLRPROF_OUTPUT", &trace)
+        .env("CLRPROF_ALLOC", "everything")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "widgets 10\n");
+    let v = report_json(&trace);
+    let msgs = v["messages"].to_string();
+    assert!(msgs.contains("CLRPROF_ALLOC"), "{msgs}");
+    assert!(msgs.contains("using sampled"), "{msgs}");
+}
+
+#[test]
+fn monitor_contention_is_reported_with_the_waiting_stack() {
+    const N: u64 = 3;
+    let (out, trace) = run("locks", &["contention", &N.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let sites = v["contentions"].as_array().unwrap();
+    let s = sites.iter().find(|s| s["site"] == "EventsApp.Program.WaitForGate").unwrap_or_else(|| panic!("{sites:?}"));
+    assert_eq!(s["count"], N, "one contended wait per round");
+    // The main thread holds the lock about 30 ms while the worker waits.
+    assert!(s["max_wait_ns"].as_u64().unwrap() > 1_000_000, "{s}");
+    let stack = s["stacks"][0]["stack"].to_string();
+    assert!(stack.contains("EventsApp.Program.WaitForGate"), "{stack}");
+    let rows = v["counters"]["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["lock_contentions"].as_u64().unwrap()).sum::<u64>(), N);
+    let t = text(&report(&trace, &["--view", "locks"]).stdout);
+    assert!(t.contains("waiter"), "{t}");
+    assert!(t.contains(&format!("{N} Monitor lock contentions")), "{t}");
+}
