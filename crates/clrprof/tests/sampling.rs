@@ -283,7 +283,7 @@ fn exports_parse_and_agree_with_the_report() {
 
     // Nothing to export is an error, not an empty file.
     let (off, _) = record_ok(&dir, "off", &["quick"], &["--no-sample"]);
-    let out = export(&off, &["-f", "svg", "-o", dir.join("none.svg").to_str().unwrap()]);
+    let out = export(&off, &["-f", "svg", "--weight", "cpu", "-o", dir.join("none.svg").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("to export"), "{}", text(&out.stderr));
 }
