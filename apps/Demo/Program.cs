@@ -11,7 +11,7 @@ public static class Program
 {
     public static int Main(string[] args)
     {
-        int orders = args.Length > 0 && int.TryParse(args[0], out var n) ? n : 40_000;
+        int orders = args.Length > 0 && int.TryParse(args[0], out var n) ? n : 400_000;
         string text = Generator.MakeCsv(orders, seed: 42);
         List<Order> parsed = Parser.Parse(text);
 
@@ -30,7 +30,7 @@ public static class Program
                 totals[k] = totals.GetValueOrDefault(k) + v;
 
         var top = Report.TopCustomers(totals, 3);
-        int primes = Primes.Count(200_000);
+        int primes = Primes.Count(20_000_000);
         int rejected = Validation.CountRejected(parsed);
         string digest = Hashing.Digest(parsed);
 
@@ -131,7 +131,7 @@ public static class Validation
     public static int CountRejected(List<Order> orders)
     {
         int rejected = 0;
-        foreach (var o in orders.Take(2000))
+        foreach (var o in orders.Take(20_000))
         {
             try { Check(o); }
             catch (InvalidOrderException) { rejected++; }

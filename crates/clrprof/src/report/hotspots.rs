@@ -124,8 +124,8 @@ fn sampled(p: &Profile, rows: &[FunctionRow], names: &[String], m: Metric, tot: 
         (h_total.as_str(), Right),
         ("TOTAL %", Right),
         ("SAMPLES", Right),
-        ("FUNCTION", Left),
         ("MODULE", Left),
+        ("FUNCTION", Left),
     ]);
     for r in rows {
         let f = &p.costs.stacks.frames[r.frame.0 as usize];
@@ -136,8 +136,8 @@ fn sampled(p: &Profile, rows: &[FunctionRow], names: &[String], m: Metric, tot: 
             fmt_value(m, m.of(&r.inclusive)),
             percent(m.of(&r.inclusive), tot),
             samples(&r.inclusive).to_string(),
-            names[r.frame.0 as usize].clone(),
             f.module.clone(),
+            names[r.frame.0 as usize].clone(),
         ]);
     }
     t

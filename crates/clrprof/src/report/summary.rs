@@ -30,14 +30,14 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         if instrumented { "calls (exact)" } else { m.name() }
     );
     let mut t =
-        TextTable::new(&[(if instrumented { "CALLS" } else { m.name() }, Right), ("FUNCTION", Left), ("MODULE", Left)]);
+        TextTable::new(&[(if instrumented { "CALLS" } else { m.name() }, Right), ("MODULE", Left), ("FUNCTION", Left)]);
     let n = opts.top.unwrap_or(rows.len()).min(rows.len());
     for r in &rows[..n] {
         let f = &p.costs.stacks.frames[r.frame.0 as usize];
         t.row(vec![
             if instrumented { key(r).to_string() } else { fmt_value(m, key(r)) },
-            names[r.frame.0 as usize].clone(),
             f.module.clone(),
+            names[r.frame.0 as usize].clone(),
         ]);
     }
     out += &t.render();
