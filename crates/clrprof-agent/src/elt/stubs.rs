@@ -85,56 +85,38 @@ pub unsafe extern "C" fn enter_stub() {
     );
 }
 
-#[unsafe(naked)]
-pub unsafe extern "C" fn leave_stub() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "sub rsp, 48",
-        "and rsp, -16",
-        "mov [rsp + 0], rax",
-        "mov [rsp + 8], rdx",
-        "movdqu [rsp + 16], xmm0",
-        "movdqu [rsp + 32], xmm1",
-        "mov rdx, rsi",
-        "mov rsi, rdi",
-        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-        "mov rdi, qword ptr fs:[rax]",
-        "call {leave}",
-        "mov rax, [rsp + 0]",
-        "mov rdx, [rsp + 8]",
-        "movdqu xmm0, [rsp + 16]",
-        "movdqu xmm1, [rsp + 32]",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        leave = sym super::hook_leave,
-    );
+/// Leave and tailcall stubs share one shape: save the return registers, pass (state, id, SP) to
+/// the Rust hook, restore.
+macro_rules! leave_like_stub {
+    ($name:ident, $hook:path) => {
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "push rbp",
+                "mov rbp, rsp",
+                "sub rsp, 48",
+                "and rsp, -16",
+                "mov [rsp + 0], rax",
+                "mov [rsp + 8], rdx",
+                "movdqu [rsp + 16], xmm0",
+                "movdqu [rsp + 32], xmm1",
+                "mov rdx, rsi",
+                "mov rsi, rdi",
+                "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+                "mov rdi, qword ptr fs:[rax]",
+                "call {hook}",
+                "mov rax, [rsp + 0]",
+                "mov rdx, [rsp + 8]",
+                "movdqu xmm0, [rsp + 16]",
+                "movdqu xmm1, [rsp + 32]",
+                "mov rsp, rbp",
+                "pop rbp",
+                "ret",
+                hook = sym $hook,
+            );
+        }
+    };
 }
 
-#[unsafe(naked)]
-pub unsafe extern "C" fn tailcall_stub() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "sub rsp, 48",
-        "and rsp, -16",
-        "mov [rsp + 0], rax",
-        "mov [rsp + 8], rdx",
-        "movdqu [rsp + 16], xmm0",
-        "movdqu [rsp + 32], xmm1",
-        "mov rdx, rsi",
-        "mov rsi, rdi",
-        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-        "mov rdi, qword ptr fs:[rax]",
-        "call {tailcall}",
-        "mov rax, [rsp + 0]",
-        "mov rdx, [rsp + 8]",
-        "movdqu xmm0, [rsp + 16]",
-        "movdqu xmm1, [rsp + 32]",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        tailcall = sym super::hook_tailcall,
-    );
-}
+leave_like_stub!(leave_stub, super::hook_leave);
+leave_like_stub!(tailcall_stub, super::hook_tailcall);

@@ -246,6 +246,20 @@ impl ThreadState {
         }
     }
 
+    /// Reads the clock (when timing or tracing flow) and charges the elapsed time to the node on
+    /// top of the stack; returns the time read (0 in counts-only mode without flow).
+    #[inline(always)]
+    fn event_time(&mut self) -> u64 {
+        let now = if self.timing || self.flow.is_some() { clock::ticks() } else { 0 };
+        if self.timing {
+            let top = self.top().node;
+            if !top.is_null() {
+                self.charge(now, top);
+            }
+        }
+        now
+    }
+
     #[inline(always)]
     fn top(&self) -> Entry {
         // The bottom entry (the root) is never popped.
@@ -270,13 +284,7 @@ impl ThreadState {
     /// `func` must point to a `FuncInfo` that lives for the rest of the process.
     #[inline(always)]
     pub unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize) {
-        let now = if self.timing || self.flow.is_some() { clock::ticks() } else { 0 };
-        if self.timing {
-            let top = self.top().node;
-            if !top.is_null() {
-                self.charge(now, top);
-            }
-        }
+        let now = self.event_time();
         // Frames at or below this SP are gone: an exception unwound them without leave hooks.
         while self.stack.len() > 1 {
             let e = self.top();
@@ -316,13 +324,7 @@ impl ThreadState {
     /// As for [`ThreadState::enter`].
     #[inline(always)]
     pub unsafe fn leave(&mut self, func: *const FuncInfo, sp: usize, kind: u8) {
-        let now = if self.timing || self.flow.is_some() { clock::ticks() } else { 0 };
-        if self.timing {
-            let top = self.top().node;
-            if !top.is_null() {
-                self.charge(now, top);
-            }
-        }
+        let now = self.event_time();
         while self.stack.len() > 1 {
             let e = self.top();
             // Deeper frames were unwound by an exception without leave hooks.

@@ -16,17 +16,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let mut out = title(p, "call tree");
     out += &select::weight_note(p, m);
     out += "\n";
-    let groups: Vec<Option<u32>> = if opts.by_thread {
-        p.costs
-            .threads
-            .iter()
-            .map(|t| t.os_tid)
-            .filter(|t| sel.as_ref().map(|s| s.contains(t)).unwrap_or(true))
-            .map(Some)
-            .collect()
-    } else {
-        vec![None]
-    };
+    let groups = select::thread_groups(p, opts.by_thread, &sel);
     for g in groups {
         let (nodes, roots) = match (g, &sel) {
             (Some(t), _) => call_tree(&p.costs, Some(&|x| x == t)),

@@ -14,17 +14,7 @@ use super::{ms, title, ReportOptions};
 fn groups(p: &Profile, opts: &ReportOptions, m: Metric) -> Result<Vec<(Option<u32>, Vec<FunctionRow>)>> {
     let sel = select::threads(p, opts.thread.as_deref())?;
     let mut out = Vec::new();
-    let tids: Vec<Option<u32>> = if opts.by_thread {
-        p.costs
-            .threads
-            .iter()
-            .map(|t| t.os_tid)
-            .filter(|t| sel.as_ref().map(|s| s.contains(t)).unwrap_or(true))
-            .map(Some)
-            .collect()
-    } else {
-        vec![None]
-    };
+    let tids = select::thread_groups(p, opts.by_thread, &sel);
     for tid in tids {
         let rows = match (tid, &sel) {
             (Some(t), _) => function_rows(&p.costs, Some(&|x| x == t)),

@@ -190,3 +190,19 @@ pub fn thread_label(p: &Profile, tid: u32) -> String {
         None => tid.to_string(),
     }
 }
+
+/// The thread groups a view prints: one per selected thread with `--by-thread`, else one merged
+/// group (`None`).
+pub fn thread_groups(p: &Profile, by_thread: bool, selected: &Option<Vec<u32>>) -> Vec<Option<u32>> {
+    if by_thread {
+        p.costs
+            .threads
+            .iter()
+            .map(|t| t.os_tid)
+            .filter(|t| selected.as_ref().map(|s| s.contains(t)).unwrap_or(true))
+            .map(Some)
+            .collect()
+    } else {
+        vec![None]
+    }
+}
