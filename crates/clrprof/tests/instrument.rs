@@ -210,6 +210,24 @@ fn counts_only_and_flow_modes() {
     assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
     assert_eq!(func(&v, "Calls.Recursion.Fib")["inclusive_ns"], 0);
     assert_eq!(v["instrumentation"]["counts_only"], true);
+    let hs = text(&report(&trace, &["--view", "hotspots"]).stdout);
+    assert!(hs.contains("weight: calls"), "counts-only traces rank by calls: {hs}");
+
+    // The counts-only fast path (enter/leave handled in the stubs) stays exact through
+    // exceptions that unwind frames without leave hooks.
+    let trace = dir.join("cx.clrprof");
+    let out = record("Calls", &["exceptions"], &trace, &["--instrument", "--counts-only"]);
+    assert!(out.status.success());
+    let v = report_json(&trace);
+    for f in ["Calls.Exceptions.Level1", "Calls.Exceptions.Level2", "Calls.Exceptions.Level3"] {
+        assert_eq!(calls(&v, f), 50, "{f}");
+    }
+    let tree = text(&report(&trace, &["--view", "calltree", "--depth", "12"]).stdout);
+    let indent = |name: &str| {
+        let l = tree.lines().find(|l| l.trim_end().ends_with(name)).unwrap_or_else(|| panic!("{name} in {tree}"));
+        l.rfind(name).unwrap()
+    };
+    assert!(indent("Calls.Exceptions.Level1") < indent("Calls.Exceptions.Level3"), "nested, not flattened");
 
     let trace = dir.join("flow.clrprof");
     let out = record("Calls", &["counted"], &trace, &["--instrument", "--flow", "--include", "Calls.Counted"]);

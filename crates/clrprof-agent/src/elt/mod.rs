@@ -190,14 +190,27 @@ impl Instrumentation {
         // Safety: the mapper treats its client data as `&'static State`, which `state` is.
         unsafe { info.set_function_id_mapper2(mapper, state as *const State as *mut c_void)? };
         #[cfg(target_arch = "x86_64")]
-        return info.set_enter_leave_function_hooks3(
-            stubs::enter_stub as *const () as usize,
-            stubs::leave_stub as *const () as usize,
-            stubs::tailcall_stub as *const () as usize,
-        );
+        {
+            let counts_only =
+                state.instrumentation.as_ref().map(|i| !i.config.timing && !i.config.flow).unwrap_or(false);
+            let (enter, leave, tailcall) = if counts_only {
+                (
+                    stubs::enter_counts_stub as *const () as usize,
+                    stubs::leave_counts_stub as *const () as usize,
+                    stubs::tailcall_counts_stub as *const () as usize,
+                )
+            } else {
+                (
+                    stubs::enter_stub as *const () as usize,
+                    stubs::leave_stub as *const () as usize,
+                    stubs::tailcall_stub as *const () as usize,
+                )
+            };
+            info.set_enter_leave_function_hooks3(enter, leave, tailcall)
+        }
         // The hook stubs exist for x86_64 System V only.
         #[cfg(not(target_arch = "x86_64"))]
-        return Err(clrprof_sys::HrError { method: "enter/leave hooks (x86_64 only)", hr: clrprof_sys::E_NOTIMPL });
+        Err(clrprof_sys::HrError { method: "enter/leave hooks (x86_64 only)", hr: clrprof_sys::E_NOTIMPL })
     }
 
     fn assembly_of(&self, s: &State, module: ModuleID) -> String {

@@ -120,3 +120,88 @@ macro_rules! leave_like_stub {
 
 leave_like_stub!(leave_stub, super::hook_leave);
 leave_like_stub!(tailcall_stub, super::hook_tailcall);
+
+// Counts-only fast paths (no timing, no flow): the common enter (the callee is the most recently
+// used child of the caller's node and no frame was unwound) and the common leave (the top entry is
+// this frame) are done here with only the registers the contract lets the hook clobber — enter:
+// rax, r10, r11; leave/tailcall: rcx, r8, r9 — and no call. Anything else jumps to the full stubs
+// above with every register untouched.
+
+#[unsafe(naked)]
+pub unsafe extern "C" fn enter_counts_stub() {
+    core::arch::naked_asm!(
+        "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+        "mov rax, qword ptr fs:[rax]",
+        "test rax, rax",
+        "jz 2f",
+        "cmp byte ptr [rax + {fast}], 0",
+        "je 2f",
+        "mov r10, qword ptr [rax + {len}]",
+        "cmp r10, qword ptr [rax + {cap}]",
+        "jae 2f",
+        "shl r10, 4",
+        "add r10, qword ptr [rax + {ptr}]",
+        // An entry at or below this frame's SP was unwound: the full path cleans up.
+        "cmp r15, qword ptr [r10 - 8]",
+        "jae 2f",
+        "mov r11, qword ptr [r10 - 16]",
+        "mov r11, qword ptr [r11 + {first_child}]",
+        "test r11, r11",
+        "jz 2f",
+        "cmp r14, qword ptr [r11 + {func}]",
+        "jne 2f",
+        "inc qword ptr [r11 + {calls}]",
+        "mov qword ptr [r10], r11",
+        "mov qword ptr [r10 + 8], r15",
+        "inc qword ptr [rax + {len}]",
+        "ret",
+        "2:",
+        "jmp {slow}",
+        fast = const super::thread::layout::FAST,
+        len = const super::thread::layout::STACK_LEN,
+        cap = const super::thread::layout::STACK_CAP,
+        ptr = const super::thread::layout::STACK_PTR,
+        first_child = const super::thread::layout::NODE_FIRST_CHILD,
+        func = const super::thread::layout::NODE_FUNC,
+        calls = const super::thread::layout::NODE_CALLS,
+        slow = sym enter_stub,
+    );
+}
+
+macro_rules! leave_counts_stub {
+    ($name:ident, $slow:ident) => {
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+                "mov rcx, qword ptr fs:[rcx]",
+                "test rcx, rcx",
+                "jz 2f",
+                "cmp byte ptr [rcx + {fast}], 0",
+                "je 2f",
+                "mov r8, qword ptr [rcx + {len}]",
+                "cmp r8, 1",
+                "jbe 2f",
+                "shl r8, 4",
+                "add r8, qword ptr [rcx + {ptr}]",
+                "cmp rsi, qword ptr [r8 - 8]",
+                "jne 2f",
+                "mov r9, qword ptr [r8 - 16]",
+                "cmp rdi, qword ptr [r9 + {func}]",
+                "jne 2f",
+                "dec qword ptr [rcx + {len}]",
+                "ret",
+                "2:",
+                "jmp {slow}",
+                fast = const super::thread::layout::FAST,
+                len = const super::thread::layout::STACK_LEN,
+                ptr = const super::thread::layout::STACK_PTR,
+                func = const super::thread::layout::NODE_FUNC,
+                slow = sym $slow,
+            );
+        }
+    };
+}
+
+leave_counts_stub!(leave_counts_stub, leave_stub);
+leave_counts_stub!(tailcall_counts_stub, tailcall_stub);

@@ -21,7 +21,9 @@ const MAX_CHUNKS: usize = 4096;
 const MAX_DEPTH: usize = 1 << 16;
 
 /// One CCT node: a call path. Counters are in ticks (converted when published). Sibling and
-/// child links are pointers (owner thread only); the writer reads nodes by index.
+/// child links are pointers (owner thread only); the writer reads nodes by index. `repr(C)`: the
+/// counts-only fast stubs read `func`, `first_child` and `calls` at fixed offsets.
+#[repr(C)]
 pub struct Node {
     pub parent: u32,
     pub func: *const FuncInfo,
@@ -56,10 +58,66 @@ impl Node {
     }
 }
 
+/// A shadow-stack entry (`repr(C)`, 16 bytes: the fast stubs index it).
 #[derive(Clone, Copy)]
-struct Entry {
+#[repr(C)]
+pub struct Entry {
     node: *mut Node,
     sp: usize,
+}
+
+/// The shadow stack as a raw growable buffer with a fixed layout (`ptr`, `len`, `cap`), so the
+/// counts-only fast stubs can push and pop without calling Rust. Owner thread only.
+#[repr(C)]
+pub struct ShadowStack {
+    ptr: *mut Entry,
+    len: usize,
+    cap: usize,
+}
+
+impl ShadowStack {
+    fn with_capacity(n: usize) -> ShadowStack {
+        let mut v: Vec<Entry> = Vec::with_capacity(n);
+        let s = ShadowStack { ptr: v.as_mut_ptr(), len: 0, cap: v.capacity() };
+        std::mem::forget(v);
+        s
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    fn last(&self) -> Option<&Entry> {
+        // Safety: entries below `len` are initialised.
+        (self.len > 0).then(|| unsafe { &*self.ptr.add(self.len - 1) })
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
+    #[inline(always)]
+    fn push(&mut self, e: Entry) {
+        if self.len == self.cap {
+            self.grow();
+        }
+        // Safety: `len < cap` after `grow`.
+        unsafe { self.ptr.add(self.len).write(e) };
+        self.len += 1;
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        // Safety: (ptr, len, cap) came from a Vec<Entry> that was forgotten, never freed.
+        let mut v = unsafe { Vec::from_raw_parts(self.ptr, self.len, self.cap) };
+        v.reserve(self.cap.max(16));
+        self.ptr = v.as_mut_ptr();
+        self.cap = v.capacity();
+        std::mem::forget(v);
+    }
 }
 
 /// Flow events (`--flow`): a single-producer single-consumer ring the writer drains.
@@ -115,7 +173,23 @@ pub const FLOW_LEAVE: u8 = 1;
 pub const FLOW_TAILCALL: u8 = 2;
 pub const FLOW_UNWIND: u8 = 3;
 
+/// Field offsets the counts-only fast stubs rely on.
+pub mod layout {
+    use super::{Node, ShadowStack, ThreadState};
+    pub const STACK_PTR: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, ptr);
+    pub const STACK_LEN: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, len);
+    pub const STACK_CAP: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, cap);
+    pub const FAST: usize = std::mem::offset_of!(ThreadState, fast);
+    pub const NODE_FUNC: usize = std::mem::offset_of!(Node, func);
+    pub const NODE_FIRST_CHILD: usize = std::mem::offset_of!(Node, first_child);
+    pub const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
+}
+
+#[repr(C)]
 pub struct ThreadState {
+    stack: ShadowStack,
+    /// 1 when the fast stubs may handle common enters and leaves (counts only, no flow).
+    fast: u8,
     pub os_tid: u32,
     chunks: Box<[AtomicPtr<Node>]>,
     /// Published node count (Release after a node is initialised).
@@ -123,7 +197,6 @@ pub struct ThreadState {
     /// The thread's root: parent of functions entered with nothing recorded above them (owned
     /// here, used through the bottom stack entry's pointer).
     _root: Box<Node>,
-    stack: Vec<Entry>,
     last: u64,
     last_susp: u64,
     timing: bool,
@@ -145,9 +218,10 @@ pub static SUSPENDED_TICKS: AtomicU64 = AtomicU64::new(0);
 impl ThreadState {
     pub fn new(os_tid: u32, timing: bool, overhead: u64, flow: bool) -> ThreadState {
         let mut root = Box::new(Node::blank());
-        let mut stack = Vec::with_capacity(256);
+        let mut stack = ShadowStack::with_capacity(256);
         stack.push(Entry { node: &mut *root as *mut Node, sp: usize::MAX });
         ThreadState {
+            fast: (!timing && !flow) as u8,
             os_tid,
             chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             node_count: AtomicU32::new(0),

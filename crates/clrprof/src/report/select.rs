@@ -17,8 +17,11 @@ pub fn metric(p: &Profile, asked: Option<Metric>) -> Metric {
             total.add(c);
         }
     }
-    if total.calls > 0 || total.time_ns > 0 {
+    if total.time_ns > 0 {
         Metric::Time
+    } else if total.calls > 0 {
+        // Instrumented with --counts-only: no times, exact counts.
+        Metric::Calls
     } else if total.cpu_samples > 0 {
         Metric::Cpu
     } else if total.wall_samples > 0 {
