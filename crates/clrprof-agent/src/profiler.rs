@@ -40,6 +40,10 @@ pub struct State {
     started: Mutex<HashMap<(u32, usize), u64>>,
     functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
     pending_code: Arc<PendingCode>,
+    /// Functions and classes reported by the runtime whose names are resolved off the app's
+    /// threads, by the writer thread before each flush (or at once when their module or class
+    /// unloads).
+    deferred: Mutex<Vec<Deferred>>,
     stopped: AtomicBool,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
@@ -47,6 +51,12 @@ pub struct State {
     pub instrumentation: Option<crate::elt::Instrumentation>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
     pub events: Arc<crate::events::Events>,
+}
+
+/// A runtime notification whose names are looked up later (see `State::resolve_deferred`).
+enum Deferred {
+    Function { id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8 },
+    Class { id: ClassID, ts: u64 },
 }
 
 /// Functions whose native code was not yet published when they were reported (precompiled code
@@ -123,15 +133,46 @@ impl State {
         f
     }
 
+    /// Queues a compiled function; its names, code range and IL size are looked up later.
     fn function_compiled(&self, id: FunctionID, jit_ns: u64, kind: u8) {
+        let d = Deferred::Function { id, ts: self.now(), os_tid: os_tid(), jit_ns, kind };
+        if let Ok(mut q) = self.deferred.lock() {
+            q.push(d);
+        }
+    }
+
+    /// Resolves and emits everything queued so far (writer thread, or an unloading callback).
+    pub fn resolve_deferred(&self, w: &Writer) {
+        let items = match self.deferred.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return,
+        };
+        for d in items {
+            match d {
+                Deferred::Function { id, ts, os_tid, jit_ns, kind } => {
+                    self.emit_function(w, id, ts, os_tid, jit_ns, kind)
+                }
+                Deferred::Class { id, ts } => {
+                    let (module, token) = match self.info.get_class_id_info2(id) {
+                        Ok((m, t, _, _)) => (m as u64, t),
+                        Err(_) => (0, 0),
+                    };
+                    let name = self.names.class_name(id).to_string();
+                    w.emit(&ClassLoaded { ts, id: id as u64, module, token, name }.into());
+                }
+            }
+        }
+    }
+
+    fn emit_function(&self, w: &Writer, id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8) {
         let f = self.function_names(id);
         let code = self.info.get_code_info2(id).unwrap_or_default();
         let code_start = code.first().map(|c| c.start_address as u64).unwrap_or(0);
         let code_size = code.iter().map(|c| c.size as u64).sum();
         let rec = FunctionCompiled {
-            ts: self.now(),
+            ts,
             id: id as u64,
-            os_tid: os_tid(),
+            os_tid,
             class: f.class as u64,
             module: f.module as u64,
             token: f.token,
@@ -144,12 +185,13 @@ impl State {
             kind,
             il_size: self.info.il_code_size(f.module, f.token).ok().flatten().unwrap_or(0),
         };
-        if code.is_empty() {
+        // Precompiled code may not be published yet: retry on later flushes (not when stopping).
+        if code.is_empty() && !w.is_stopping() {
             if let Ok(mut p) = self.pending_code.items.lock() {
                 p.push((rec, 0));
             }
         } else {
-            self.emit(rec);
+            w.emit(&rec.into());
         }
     }
 }
@@ -321,6 +363,7 @@ impl Profiler {
             started: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             pending_code,
+            deferred: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
             sampler,
             instrumentation,
@@ -331,6 +374,7 @@ impl Profiler {
             // Safety: the profiler object is never freed (see `ComObject::create`), so its state
             // lives for the rest of the process.
             let st: &'static State = unsafe { &*(s as *const State) };
+            st.writer.add_tick(Box::new(move |w| st.resolve_deferred(w)));
             if st.instrumentation.is_some() {
                 crate::elt::Instrumentation::install(&st.info, st)?;
                 st.writer.add_tick(Box::new(move |w| {
@@ -473,6 +517,8 @@ impl ProfilerCallback for Profiler {
 
     fn module_unload_started(&self, id: ModuleID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        // Names of queued functions and classes must be read while their ids are still valid.
+        s.resolve_deferred(&s.writer);
         s.names.forget_module(id);
         s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
@@ -483,17 +529,16 @@ impl ProfilerCallback for Profiler {
         if hr < 0 {
             return Ok(());
         }
-        let (module, token) = match s.info.get_class_id_info2(id) {
-            Ok((m, t, _, _)) => (m as u64, t),
-            Err(_) => (0, 0),
-        };
-        let name = s.names.class_name(id).to_string();
-        s.emit(ClassLoaded { ts: s.now(), id: id as u64, module, token, name });
+        let d = Deferred::Class { id, ts: s.now() };
+        if let Ok(mut q) = s.deferred.lock() {
+            q.push(d);
+        }
         Ok(())
     }
 
     fn class_unload_started(&self, id: ClassID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        s.resolve_deferred(&s.writer);
         s.names.forget_class(id);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
@@ -501,6 +546,7 @@ impl ProfilerCallback for Profiler {
 
     fn function_unload_started(&self, id: FunctionID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        s.resolve_deferred(&s.writer);
         s.emit(FunctionUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }
