@@ -36,10 +36,41 @@ public static class Program
                 return 1;
             case "quick":
                 return 3;
+            case "unload":
+                // Loads a second copy of this assembly into a collectible context, runs code from it,
+                // then unloads it: the profiler must survive ids that die.
+                Console.WriteLine($"unloaded={Unloader.RunAndUnload(typeof(Program).Assembly.Location)}");
+                return 0;
             default:
                 Console.Error.WriteLine($"unknown mode {mode}");
                 return 64;
         }
+    }
+}
+
+public static class Unloader
+{
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static WeakReference LoadAndRun(string path, out long result)
+    {
+        var alc = new System.Runtime.Loader.AssemblyLoadContext("collectible", isCollectible: true);
+        var asm = alc.LoadFromAssemblyPath(path);
+        var chunk = asm.GetType("Work")!.GetMethod("Chunk")!;
+        result = (long)chunk.Invoke(null, new object[] { 7L })!;
+        alc.Unload();
+        return new WeakReference(alc);
+    }
+
+    public static bool RunAndUnload(string path)
+    {
+        var weak = LoadAndRun(path, out _);
+        for (int i = 0; i < 20 && weak.IsAlive; i++)
+        {
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            Thread.Sleep(10);
+        }
+        return !weak.IsAlive;
     }
 }
 

@@ -44,6 +44,8 @@ pub struct State {
     /// threads, by the writer thread before each flush (or at once when their module or class
     /// unloads).
     deferred: Mutex<Vec<Deferred>>,
+    /// Whether a module is collectible (its ids die at unload), by module.
+    collectible: Mutex<HashMap<ModuleID, bool>>,
     stopped: AtomicBool,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
@@ -133,9 +135,40 @@ impl State {
         f
     }
 
-    /// Queues a compiled function; its names, code range and IL size are looked up later.
+    /// True when `module` can unload (a collectible assembly context): ids of its functions and
+    /// classes die then, so they are never looked up later from another thread.
+    pub fn is_collectible(&self, module: ModuleID) -> bool {
+        if module == 0 {
+            return false;
+        }
+        if let Some(c) = self.collectible.lock().ok().and_then(|m| m.get(&module).copied()) {
+            return c;
+        }
+        // COR_PRF_MODULE_COLLECTIBLE; if the runtime cannot say, be safe.
+        let c = self.info.get_module_flags(module).map(|f| f & 0x8 != 0).unwrap_or(true);
+        if let Ok(mut m) = self.collectible.lock() {
+            m.insert(module, c);
+        }
+        c
+    }
+
+    /// True when `id` belongs to a collectible module (or its module cannot be told).
+    pub fn function_is_collectible(&self, id: FunctionID) -> bool {
+        match self.info.get_function_info(id) {
+            Ok((_, module, _)) => self.is_collectible(module),
+            Err(_) => true,
+        }
+    }
+
+    /// Reports a compiled function. Its names, code range and IL size are looked up later on the
+    /// writer thread — at once when its module is collectible, while its id is sure to be valid.
     fn function_compiled(&self, id: FunctionID, jit_ns: u64, kind: u8) {
-        let d = Deferred::Function { id, ts: self.now(), os_tid: os_tid(), jit_ns, kind };
+        let (ts, tid) = (self.now(), os_tid());
+        if self.function_is_collectible(id) {
+            self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);
+            return;
+        }
+        let d = Deferred::Function { id, ts, os_tid: tid, jit_ns, kind };
         if let Ok(mut q) = self.deferred.lock() {
             q.push(d);
         }
@@ -150,21 +183,26 @@ impl State {
         for d in items {
             match d {
                 Deferred::Function { id, ts, os_tid, jit_ns, kind } => {
-                    self.emit_function(w, id, ts, os_tid, jit_ns, kind)
+                    self.emit_function(w, id, ts, os_tid, jit_ns, kind, !w.is_stopping())
                 }
-                Deferred::Class { id, ts } => {
-                    let (module, token) = match self.info.get_class_id_info2(id) {
-                        Ok((m, t, _, _)) => (m as u64, t),
-                        Err(_) => (0, 0),
-                    };
-                    let name = self.names.class_name(id).to_string();
-                    w.emit(&ClassLoaded { ts, id: id as u64, module, token, name }.into());
-                }
+                Deferred::Class { id, ts } => self.emit_class(w, id, ts),
             }
         }
     }
 
-    fn emit_function(&self, w: &Writer, id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8) {
+    fn emit_class(&self, w: &Writer, id: ClassID, ts: u64) {
+        let (module, token) = match self.info.get_class_id_info2(id) {
+            Ok((m, t, _, _)) => (m as u64, t),
+            Err(_) => (0, 0),
+        };
+        let name = self.names.class_name(id).to_string();
+        w.emit(&ClassLoaded { ts, id: id as u64, module, token, name }.into());
+    }
+
+    /// `retry`: when the code is not published yet, look it up again on later flushes (never for
+    /// collectible code, whose id may die).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_function(&self, w: &Writer, id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8, retry: bool) {
         let f = self.function_names(id);
         let code = self.info.get_code_info2(id).unwrap_or_default();
         let code_start = code.first().map(|c| c.start_address as u64).unwrap_or(0);
@@ -185,8 +223,8 @@ impl State {
             kind,
             il_size: self.info.il_code_size(f.module, f.token).ok().flatten().unwrap_or(0),
         };
-        // Precompiled code may not be published yet: retry on later flushes (not when stopping).
-        if code.is_empty() && !w.is_stopping() {
+        // Precompiled code may not be published yet: retry on later flushes.
+        if code.is_empty() && retry {
             if let Ok(mut p) = self.pending_code.items.lock() {
                 p.push((rec, 0));
             }
@@ -364,6 +402,7 @@ impl Profiler {
             functions: Mutex::new(HashMap::new()),
             pending_code,
             deferred: Mutex::new(Vec::new()),
+            collectible: Mutex::new(HashMap::new()),
             stopped: AtomicBool::new(false),
             sampler,
             instrumentation,
@@ -517,8 +556,6 @@ impl ProfilerCallback for Profiler {
 
     fn module_unload_started(&self, id: ModuleID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
-        // Names of queued functions and classes must be read while their ids are still valid.
-        s.resolve_deferred(&s.writer);
         s.names.forget_module(id);
         s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
@@ -529,16 +566,18 @@ impl ProfilerCallback for Profiler {
         if hr < 0 {
             return Ok(());
         }
-        let d = Deferred::Class { id, ts: s.now() };
-        if let Ok(mut q) = s.deferred.lock() {
-            q.push(d);
+        let ts = s.now();
+        let module = s.info.get_class_id_info2(id).map(|(m, _, _, _)| m).unwrap_or(0);
+        if module == 0 || s.is_collectible(module) {
+            s.emit_class(&s.writer, id, ts);
+        } else if let Ok(mut q) = s.deferred.lock() {
+            q.push(Deferred::Class { id, ts });
         }
         Ok(())
     }
 
     fn class_unload_started(&self, id: ClassID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
-        s.resolve_deferred(&s.writer);
         s.names.forget_class(id);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
@@ -546,7 +585,6 @@ impl ProfilerCallback for Profiler {
 
     fn function_unload_started(&self, id: FunctionID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
-        s.resolve_deferred(&s.writer);
         s.emit(FunctionUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }
@@ -563,7 +601,7 @@ impl ProfilerCallback for Profiler {
         if hr >= 0 {
             s.function_compiled(id, jit_ns, code_kind::JIT);
             if let Some(sm) = &s.sampler {
-                sm.code_compiled(id);
+                sm.code_compiled(id, s.function_is_collectible(id));
             }
         }
         Ok(())
@@ -580,7 +618,7 @@ impl ProfilerCallback for Profiler {
         if result == 0 {
             s.function_compiled(id, 0, code_kind::PRECOMPILED);
             if let Some(sm) = &s.sampler {
-                sm.code_compiled(id);
+                sm.code_compiled(id, s.function_is_collectible(id));
             }
         }
         Ok(())

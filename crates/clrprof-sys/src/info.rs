@@ -246,6 +246,32 @@ impl ProfilerInfo {
         Ok((name, ad, m))
     }
 
+    /// `COR_PRF_MODULE_FLAGS` of a module (`GetModuleInfo2`); collectible = 0x8.
+    pub fn get_module_flags(&self, id: ModuleID) -> HrResult<u32> {
+        let f = slot!(
+            self,
+            70,
+            "GetModuleInfo2",
+            fn(ModuleID, *mut usize, u32, *mut u32, *mut u16, *mut AssemblyID, *mut u32)
+        );
+        let (mut base, mut asm, mut flags) = (0usize, 0usize, 0u32);
+        // Safety: valid call; the name buffer is sized by `read_string`.
+        read_string(
+            |cch, pcch, buf| unsafe { f(self.ptr, id, &mut base, cch, pcch, buf, &mut asm, &mut flags) },
+            "GetModuleInfo2",
+        )?;
+        Ok(flags)
+    }
+
+    /// (class, module, token) of a function (`GetFunctionInfo`): cheaper than `GetFunctionInfo2`.
+    pub fn get_function_info(&self, id: FunctionID) -> HrResult<(ClassID, ModuleID, mdToken)> {
+        let f = slot!(self, 15, "GetFunctionInfo", fn(FunctionID, *mut ClassID, *mut ModuleID, *mut mdToken));
+        let (mut c, mut m, mut t) = (0usize, 0usize, 0u32);
+        // Safety: valid call with writable out-params.
+        check("GetFunctionInfo", unsafe { f(self.ptr, id, &mut c, &mut m, &mut t) })?;
+        Ok((c, m, t))
+    }
+
     /// (path, base load address, assembly).
     pub fn get_module_info(&self, id: ModuleID) -> HrResult<(String, usize, AssemblyID)> {
         let f = slot!(self, 20, "GetModuleInfo", fn(ModuleID, *mut usize, u32, *mut u32, *mut u16, *mut AssemblyID));

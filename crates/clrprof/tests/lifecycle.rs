@@ -179,3 +179,37 @@ fn default_trace_name_comes_from_the_program_and_pid() {
     assert!(text(&out.stderr).contains(f.as_str()));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn code_in_an_unloaded_assembly_context_is_named_and_the_app_is_unharmed() {
+    let dir = scratch("unload");
+    let trace = dir.join("u.clrprof");
+    let plain = run_plain("Lifecycle", &["unload"]);
+    assert_eq!(text(&plain.stdout), "unloaded=True\n");
+    let out = record("Lifecycle", &["unload"], &trace, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, plain.stdout);
+    let v = report_json(&trace);
+    // Work.Chunk ran only in the collectible copy: it is named, and its module is the one that
+    // unloaded.
+    let chunk = find(&v, "functions", "Work.Chunk");
+    let module = chunk["module_id"].as_u64().unwrap();
+    let m = v["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"].as_u64() == Some(module))
+        .expect("module of Work.Chunk");
+    assert_eq!(m["name"], "Lifecycle.dll");
+    assert!(!m["unloaded_ns"].is_null(), "the collectible copy's module unloaded: {m}");
+    assert_eq!(chunk["signature"], "long (long)");
+    // The event log and the enter/leave hooks also touch ids that die at unload.
+    for flags in [&["--events"][..], &["--instrument"][..], &["--alloc", "exact"][..]] {
+        let t = dir.join("f.clrprof");
+        let out = record("Lifecycle", &["unload"], &t, flags);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", text(&out.stderr));
+        assert_eq!(out.stdout, plain.stdout, "{flags:?}");
+        find(&report_json(&t), "functions", "Work.Chunk");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

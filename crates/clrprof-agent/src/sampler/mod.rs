@@ -139,7 +139,19 @@ impl Sampler {
 
     /// A function got native code (`JITCompilationFinished`, `JITCachedFunctionSearchFinished`):
     /// its code versions are looked up later, on the sampler thread.
-    pub fn code_compiled(&self, id: FunctionID) {
+    /// Code of collectible modules is looked up at once, on the compiling thread: its ids die at
+    /// unload and must never be handed to the runtime later.
+    pub fn code_compiled(&self, id: FunctionID, collectible: bool) {
+        if collectible {
+            for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
+                for r in self.info.get_code_info4(start).unwrap_or_default() {
+                    if r.start_address != 0 && r.size != 0 {
+                        self.emit(CodeRange { id: id as u64, start: r.start_address as u64, size: r.size as u64 });
+                    }
+                }
+            }
+            return;
+        }
         if let Ok(mut v) = self.new_code.lock() {
             if v.len() < 1 << 20 {
                 v.push(id);
