@@ -41,8 +41,8 @@ pub struct State {
     functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
     pending_code: Arc<PendingCode>,
     /// Functions and classes reported by the runtime whose names are resolved off the app's
-    /// threads, by the writer thread before each flush (or at once when their module or class
-    /// unloads).
+    /// threads, by the writer thread before each flush. Only non-collectible modules' ids are
+    /// queued: those never die.
     deferred: Mutex<Vec<Deferred>>,
     /// Whether a module is collectible (its ids die at unload), by module.
     collectible: Mutex<HashMap<ModuleID, bool>>,
@@ -153,7 +153,7 @@ impl State {
     }
 
     /// True when `id` belongs to a collectible module (or its module cannot be told).
-    pub fn function_is_collectible(&self, id: FunctionID) -> bool {
+    fn function_is_collectible(&self, id: FunctionID) -> bool {
         match self.info.get_function_info(id) {
             Ok((_, module, _)) => self.is_collectible(module),
             Err(_) => true,
@@ -162,9 +162,14 @@ impl State {
 
     /// Reports a compiled function. Its names, code range and IL size are looked up later on the
     /// writer thread — at once when its module is collectible, while its id is sure to be valid.
+    /// The sampler learns of the new code too (one collectible check serves both).
     fn function_compiled(&self, id: FunctionID, jit_ns: u64, kind: u8) {
         let (ts, tid) = (self.now(), os_tid());
-        if self.function_is_collectible(id) {
+        let collectible = self.function_is_collectible(id);
+        if let Some(sm) = &self.sampler {
+            sm.code_compiled(id, collectible);
+        }
+        if collectible {
             self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);
             return;
         }
@@ -600,9 +605,6 @@ impl ProfilerCallback for Profiler {
         let jit_ns = s.since_start(id);
         if hr >= 0 {
             s.function_compiled(id, jit_ns, code_kind::JIT);
-            if let Some(sm) = &s.sampler {
-                sm.code_compiled(id, s.function_is_collectible(id));
-            }
         }
         Ok(())
     }
@@ -617,9 +619,6 @@ impl ProfilerCallback for Profiler {
         // COR_PRF_CACHED_FUNCTION_FOUND = 0
         if result == 0 {
             s.function_compiled(id, 0, code_kind::PRECOMPILED);
-            if let Some(sm) = &s.sampler {
-                sm.code_compiled(id, s.function_is_collectible(id));
-            }
         }
         Ok(())
     }

@@ -383,6 +383,20 @@ impl Sampler {
         fns.insert(1, f);
     }
 
+    /// Charges wall time to the thread's last known stack (its last walk, else its last CPU
+    /// sample), or carries it to the thread's next sample when none is known yet.
+    fn reuse_known_stack(&self, st: &mut LoopState, key: SlotKey, elapsed: u64) {
+        let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
+        match known {
+            Some(s) => self.add_wall(st, key, s, elapsed),
+            None => {
+                if let Some(t) = st.threads.get_mut(&key) {
+                    t.carry_ns += elapsed;
+                }
+            }
+        }
+    }
+
     fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64) {
         let Some(t) = st.threads.get_mut(&key) else { return };
         let ns = ns + std::mem::take(&mut t.carry_ns);
@@ -466,15 +480,7 @@ impl Sampler {
         // one, threads keep their last known stack.
         if st.last_suspend.is_some_and(|t| t.elapsed() < MIN_SUSPEND_INTERVAL) {
             for (key, _, elapsed) in to_walk {
-                let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
-                match known {
-                    Some(s) => self.add_wall(st, key, s, elapsed),
-                    None => {
-                        if let Some(t) = st.threads.get_mut(&key) {
-                            t.carry_ns += elapsed;
-                        }
-                    }
-                }
+                self.reuse_known_stack(st, key, elapsed);
             }
             return;
         }
@@ -484,15 +490,7 @@ impl Sampler {
         if to_walk.len() > MAX_WALKS_PER_SUSPEND {
             to_walk.sort_by_key(|(k, _, _)| st.threads.get(k).map(|t| t.walked_at.unwrap_or(0)).unwrap_or(0));
             for (key, _, elapsed) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
-                let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
-                match known {
-                    Some(s) => self.add_wall(st, key, s, elapsed),
-                    None => {
-                        if let Some(t) = st.threads.get_mut(&key) {
-                            t.carry_ns += elapsed;
-                        }
-                    }
-                }
+                self.reuse_known_stack(st, key, elapsed);
             }
         }
         for (key, _, _) in &to_walk {
