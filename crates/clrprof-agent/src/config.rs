@@ -26,8 +26,11 @@ pub struct Config {
     /// timers deliver at most one signal per kernel tick (250/s at CONFIG_HZ=250), and wall-clock
     /// ticks are capped at 1000/s; the trace records what was delivered.
     pub sample_rate: u32,
-    /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`). Default on.
+    /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`/`exact`). Default on.
     pub exceptions: bool,
+    /// `CLRPROF_EXCEPTIONS=exact`: observe every exception however many are thrown (no storm rate
+    /// limit). The event log implies it.
+    pub exceptions_exact: bool,
     /// `CLRPROF_GC`: record garbage collections and runtime suspensions (`1`/`0`). Default on.
     pub gc: bool,
     /// `CLRPROF_ALLOC`: `sampled`, `exact` or `off`. Default `sampled`.
@@ -69,6 +72,7 @@ impl Default for Config {
             sampling: true,
             sample_rate: 100,
             exceptions: true,
+            exceptions_exact: false,
             gc: true,
             alloc: AllocMode::Sampled,
             events: false,
@@ -156,7 +160,21 @@ impl Config {
                 }),
             }
         }
-        flag("CLRPROF_EXCEPTIONS", &mut c.exceptions, &mut more);
+        if let Some(v) = get("CLRPROF_EXCEPTIONS") {
+            if v.trim().eq_ignore_ascii_case("exact") {
+                c.exceptions = true;
+                c.exceptions_exact = true;
+            } else {
+                match parse_bool(&v) {
+                    Some(b) => c.exceptions = b,
+                    None => more.push(ConfigProblem {
+                        variable: "CLRPROF_EXCEPTIONS",
+                        value: v.clone(),
+                        reason: "expected 1, 0 or exact; using 1".into(),
+                    }),
+                }
+            }
+        }
         flag("CLRPROF_GC", &mut c.gc, &mut more);
         flag("CLRPROF_EVENTS", &mut c.events, &mut more);
         flag("CLRPROF_LOCKS", &mut c.locks, &mut more);
@@ -185,7 +203,15 @@ impl Config {
         m.insert("classes", self.classes.to_string());
         m.insert("sampling", self.sampling.to_string());
         m.insert("sample_rate", self.sample_rate.to_string());
-        m.insert("exceptions", self.exceptions.to_string());
+        m.insert(
+            "exceptions",
+            match (self.exceptions, self.exceptions_exact || self.events) {
+                (false, _) => "false",
+                (true, false) => "true",
+                (true, true) => "exact",
+            }
+            .to_string(),
+        );
         m.insert("gc", self.gc.to_string());
         m.insert("alloc", self.alloc.name().to_string());
         m.insert("events", self.events.to_string());
@@ -270,5 +296,11 @@ mod tests {
         assert!(c.gc);
         assert_eq!(p.len(), 2);
         assert!(p.iter().any(|x| x.to_string().contains("sampled, exact or off")), "{p:?}");
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_EXCEPTIONS", "Exact")]));
+        assert!(p.is_empty() && c.exceptions && c.exceptions_exact);
+        assert!(c.describe().contains("exceptions=exact"));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_EXCEPTIONS", "some")]));
+        assert!(c.exceptions && !c.exceptions_exact);
+        assert!(p[0].to_string().contains("1, 0 or exact"), "{p:?}");
     }
 }

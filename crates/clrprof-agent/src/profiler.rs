@@ -428,6 +428,9 @@ impl Profiler {
                 }));
                 log_info!("enter/leave hooks installed");
             }
+            if st.config.exceptions && !st.config.exceptions_exact && !st.config.events {
+                st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
+            }
             crate::events::eventpipe::start(s, rt.major);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());

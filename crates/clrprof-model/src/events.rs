@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use clrprof_trace::{exception_phase as ph, Record};
+use clrprof_trace::{exception_monitoring as mon, exception_phase as ph, Record};
 
 use crate::stacks::{Cost, FrameKey, StackId};
 use crate::Profile;
@@ -40,6 +40,30 @@ pub struct ExceptionGroup {
     pub stacks: Vec<(StackId, u64)>,
     /// OS thread ids with an uncaught exception of this group.
     pub uncaught_threads: Vec<u32>,
+    /// Throws actually observed; less than `thrown` when `estimated`.
+    pub observed: u64,
+    /// Part of the counts are estimates: exceptions thrown while the agent's rate limit had the
+    /// runtime's exception callbacks paused (see `ExceptionSampling`).
+    pub estimated: bool,
+}
+
+/// How exceptions were observed: all of them, or (in an exception storm, unless recorded with
+/// `--exceptions exact`) every one up to a budget and then samples.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExceptionSampling {
+    /// The rate limit paused the callbacks at least once: some counts are estimates.
+    pub sampled: bool,
+    /// Time the callbacks were paused, and time in sampling windows (callbacks on again).
+    pub paused_ns: u64,
+    pub window_ns: u64,
+    /// When the first pause began (ns since process start).
+    pub first_pause_ns: u64,
+    /// Exceptions observed, and the estimate of all thrown.
+    pub observed: u64,
+    pub estimated_total: u64,
+    /// Observed exceptions whose catch was not followed (a pause began while they were in flight):
+    /// counted here only, in no group.
+    pub unfollowed: u64,
 }
 
 /// One garbage collection.
@@ -154,12 +178,15 @@ pub struct RuntimeEvents {
     pub log_unpaired: u64,
     pub counters: Vec<CounterRow>,
     pub counter_interval_ns: u64,
+    pub exception_sampling: ExceptionSampling,
     /// IL code size per FunctionID (from `FunctionCompiled.il_size`; absent when 0 / unknown).
     pub il_sizes: HashMap<u64, u32>,
 }
 
 #[derive(Default)]
 struct Pending {
+    /// When it was thrown.
+    ts: u64,
     type_name: String,
     /// The throwing function: first frame searched by the first pass, or the stack's innermost.
     site: u64,
@@ -183,6 +210,38 @@ struct GroupAcc {
     catches: u64,
     stacks: HashMap<Vec<u64>, u64>,
     uncaught_threads: Vec<u32>,
+    /// Timestamps of the latest throws observed at full detail (to estimate a storm that ends
+    /// the trace while the callbacks are paused).
+    recent: std::collections::VecDeque<u64>,
+}
+
+/// Recent throws kept per group.
+const RECENT_THROWS: usize = 256;
+
+impl GroupAcc {
+    /// Adds `k` × `o`'s counts (stacks keep their observed counts: they are samples anyway).
+    fn add_scaled(&mut self, o: &GroupAcc, k: f64) {
+        let sc = |n: u64| (n as f64 * k).round() as u64;
+        self.thrown += sc(o.thrown);
+        self.caught += sc(o.caught);
+        self.uncaught += o.uncaught;
+        self.search += sc(o.search);
+        self.filters += sc(o.filters);
+        self.unwind += sc(o.unwind);
+        self.finallies += sc(o.finallies);
+        self.catches += sc(o.catches);
+        for (f, n) in &o.catch_sites {
+            *self.catch_sites.entry(*f).or_default() += sc(*n);
+        }
+        for (st, n) in &o.stacks {
+            *self.stacks.entry(st.clone()).or_default() += n;
+        }
+        for t in &o.uncaught_threads {
+            if !self.uncaught_threads.contains(t) {
+                self.uncaught_threads.push(*t);
+            }
+        }
+    }
 }
 
 struct GcInfoRec {
@@ -201,6 +260,15 @@ type SampleKey = (String, u32, Vec<u64>);
 pub struct EventsBuilder {
     active: HashMap<u32, Vec<Pending>>,
     groups: HashMap<(String, u64), GroupAcc>,
+    /// `ExceptionMonitoring` changes (ts, mode) in order; empty when every exception was observed.
+    monitor: Vec<(u64, u8)>,
+    /// Exceptions observed in sampling windows, per storm (index of its first pause in `monitor`).
+    sampled: HashMap<(usize, String, u64), GroupAcc>,
+    observed: u64,
+    unfollowed: u64,
+    observed_by_group: HashMap<(String, u64), u64>,
+    /// Estimated throws spread over each storm: (start, end, count).
+    throw_spans: Vec<(u64, u64, f64)>,
     throw_ts: Vec<u64>,
     gcs: Vec<Gc>,
     open_gcs: Vec<usize>,
@@ -309,7 +377,9 @@ impl EventsBuilder {
         match r {
             R::ExceptionThrown(e) => {
                 self.throw_ts.push(e.ts);
+                self.observed += 1;
                 self.active.entry(e.os_tid).or_default().push(Pending {
+                    ts: e.ts,
                     type_name: e.type_name.clone(),
                     site: e.stack.first().copied().unwrap_or(0),
                     stack: e.stack.clone(),
@@ -352,6 +422,11 @@ impl EventsBuilder {
                     top.finallies += x.finallies as u64;
                     self.close(top, Some(x.function), x.os_tid);
                 }
+            }
+            R::ExceptionMonitoring(m) => {
+                // Written by one thread in order; keep them sorted whatever happens.
+                let at = self.monitor.partition_point(|&(t, _)| t <= m.ts);
+                self.monitor.insert(at, (m.ts, m.mode));
             }
             R::GcStarted(g) => {
                 // A GC that starts while another runs: the running one is a background GC.
@@ -452,8 +527,125 @@ impl EventsBuilder {
         }
     }
 
+    /// The rate limit's mode at `ts`, and the index in `monitor` of the pause that began the
+    /// storm it belongs to (meaningful when the mode is not `FULL`).
+    fn mode_at(&self, ts: u64) -> (u8, usize) {
+        let i = self.monitor.partition_point(|&(t, _)| t <= ts);
+        if i == 0 {
+            return (mon::FULL, 0);
+        }
+        let mode = self.monitor[i - 1].1;
+        let start = self.monitor[..i].iter().rposition(|&(_, m)| m == mon::FULL).map_or(0, |f| f + 1);
+        (mode, start)
+    }
+
+    /// The accumulator an exception thrown at `ts` counts in.
+    fn group_for(&mut self, ts: u64, type_name: String, site: u64) -> &mut GroupAcc {
+        let (mode, storm) = self.mode_at(ts);
+        if mode == mon::FULL {
+            let g = self.groups.entry((type_name, site)).or_default();
+            if g.recent.len() == RECENT_THROWS {
+                g.recent.pop_front();
+            }
+            g.recent.push_back(ts);
+            g
+        } else {
+            self.sampled.entry((storm, type_name, site)).or_default()
+        }
+    }
+
+    /// Folds the exceptions observed in sampling windows into the groups, scaled to stand for the
+    /// paused time of their storm; returns how exceptions were observed. `end`: the trace's end.
+    fn fold_storms(&mut self, end: u64) -> ExceptionSampling {
+        let mut out = ExceptionSampling { observed: self.observed, unfollowed: self.unfollowed, ..Default::default() };
+        for (k, g) in &self.groups {
+            *self.observed_by_group.entry(k.clone()).or_default() += g.thrown;
+        }
+        for ((_, t, site), g) in &self.sampled {
+            *self.observed_by_group.entry((t.clone(), *site)).or_default() += g.thrown;
+        }
+        if !self.monitor.iter().any(|&(_, m)| m == mon::PAUSED) {
+            out.estimated_total = self.observed;
+            return out;
+        }
+        out.sampled = true;
+        out.first_pause_ns = self.monitor.iter().find(|&&(_, m)| m == mon::PAUSED).map_or(0, |m| m.0);
+        // Storms: from a pause that follows full mode to the next return to full mode (or the end).
+        let mut storms: Vec<(usize, u64, u64, u64)> = Vec::new(); // (first index, start, end, window time)
+        for (i, &(t, m)) in self.monitor.iter().enumerate() {
+            let next = self.monitor.get(i + 1).map_or(end, |n| n.0).max(t);
+            let len = next - t;
+            match m {
+                mon::PAUSED => out.paused_ns += len,
+                mon::WINDOW => out.window_ns += len,
+                _ => {}
+            }
+            if m == mon::FULL {
+                continue;
+            }
+            let (_, storm) = self.mode_at(t);
+            match storms.last_mut() {
+                Some(s) if s.0 == storm => {
+                    s.2 = next;
+                    if m == mon::WINDOW {
+                        s.3 += len;
+                    }
+                }
+                _ => storms.push((storm, t, next, if m == mon::WINDOW { len } else { 0 })),
+            }
+        }
+        let mut sampled = std::mem::take(&mut self.sampled);
+        for &(storm, start, stop, window) in &storms {
+            let duration = stop.saturating_sub(start);
+            if window > 0 {
+                // Throws seen in the windows stand for the whole storm.
+                let k = duration as f64 / window as f64;
+                let mut count = 0.0;
+                for ((s, t, site), g) in sampled.iter_mut() {
+                    if *s == storm {
+                        count += g.thrown as f64 * k;
+                        self.groups.entry((t.clone(), *site)).or_default().add_scaled(g, k);
+                    }
+                }
+                self.throw_spans.push((start, stop, count));
+            } else {
+                // The trace ended before a window: carry each group's rate over the second before
+                // the pause through the paused time.
+                for g in self.groups.values_mut() {
+                    let recent: Vec<u64> =
+                        g.recent.iter().copied().filter(|&t| t <= start && t + 1_000_000_000 >= start).collect();
+                    let Some(&first) = recent.first() else { continue };
+                    let span = if recent.len() == RECENT_THROWS { start - first } else { 1_000_000_000 };
+                    let rate = recent.len() as f64 / span.max(1) as f64;
+                    let share = rate * duration as f64 / g.thrown.max(1) as f64;
+                    let extra = GroupAcc {
+                        thrown: g.thrown,
+                        caught: g.caught,
+                        search: g.search,
+                        filters: g.filters,
+                        unwind: g.unwind,
+                        finallies: g.finallies,
+                        catches: g.catches,
+                        catch_sites: g.catch_sites.clone(),
+                        ..Default::default()
+                    };
+                    g.add_scaled(&extra, share);
+                    self.throw_spans.push((start, stop, rate * duration as f64));
+                }
+            }
+        }
+        // Throws observed in a storm with no window and no full-mode throws before it still count.
+        for ((s, t, site), g) in sampled.drain() {
+            if !storms.iter().any(|st| st.0 == s && st.3 > 0) {
+                self.groups.entry((t, site)).or_default().add_scaled(&g, 1.0);
+            }
+        }
+        out.estimated_total = self.groups.values().map(|g| g.thrown).sum();
+        out
+    }
+
     fn close(&mut self, p: Pending, catcher: Option<u64>, os_tid: u32) {
-        let g = self.groups.entry((p.type_name, p.site)).or_default();
+        let g = self.group_for(p.ts, p.type_name, p.site);
         g.thrown += 1;
         g.search += p.search;
         g.filters += p.filters;
@@ -488,14 +680,22 @@ impl EventsBuilder {
             }
         };
 
-        // Exceptions still in flight when the trace ended were never caught.
+        // Exceptions still in flight when the trace ended were never caught, unless the rate limit
+        // paused the callbacks after they were thrown: then their catch was not followed.
         let mut left: Vec<(u32, Vec<Pending>)> = std::mem::take(&mut self.active).into_iter().collect();
         left.sort_by_key(|(t, _)| *t);
         for (tid, stack) in left {
             for pnd in stack {
-                self.close(pnd, None, tid);
+                if self.monitor.iter().any(|&(t, m)| m == mon::PAUSED && t >= pnd.ts) {
+                    // Its throw site and catch are unknown: counted apart, in no group.
+                    self.unfollowed += 1;
+                } else {
+                    self.close(pnd, None, tid);
+                }
             }
         }
+        let end = p.process.duration_ns.max(self.monitor.last().map_or(0, |m| m.0));
+        let sampling = self.fold_storms(end);
         let mut groups: Vec<ExceptionGroup> = Vec::new();
         for ((type_name, site), g) in std::mem::take(&mut self.groups) {
             let mut catch_sites: Vec<(String, u64)> = g.catch_sites.iter().map(|(f, n)| (name(*f), *n)).collect();
@@ -510,7 +710,10 @@ impl EventsBuilder {
             stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let mut uncaught_threads = g.uncaught_threads.clone();
             uncaught_threads.sort_unstable();
+            let observed = self.observed_by_group.get(&(type_name.clone(), site)).copied().unwrap_or(0);
             groups.push(ExceptionGroup {
+                observed,
+                estimated: observed != g.thrown,
                 type_name,
                 throw_site: name(site),
                 thrown: g.thrown,
@@ -529,6 +732,7 @@ impl EventsBuilder {
         groups.sort_by(|a, b| {
             b.thrown.cmp(&a.thrown).then(a.type_name.cmp(&b.type_name)).then(a.throw_site.cmp(&b.throw_site))
         });
+        p.events.exception_sampling = sampling;
 
         // GCs: match the runtime's own descriptions (same order, same generation, close in time).
         let mut gcs = std::mem::take(&mut self.gcs);
@@ -679,7 +883,9 @@ impl EventsBuilder {
         p.events.contentions = sites;
         p.events.il_sizes = std::mem::take(&mut self.il_sizes);
 
-        counters(p, &self.throw_ts, &self.alloc_ts, &self.contention_ts);
+        // Throws seen in sampling windows are counted through their storm's estimate instead.
+        let throws: Vec<u64> = self.throw_ts.iter().copied().filter(|&t| self.mode_at(t).0 == mon::FULL).collect();
+        counters(p, &throws, &self.throw_spans, &self.alloc_ts, &self.contention_ts);
     }
 }
 
@@ -770,7 +976,13 @@ pub fn gc_reason(r: u32) -> &'static str {
 }
 
 /// The counter time series, one row per interval (1 s, or a tenth of short runs).
-fn counters(p: &mut Profile, throws: &[u64], allocs: &[(u64, u64)], contentions: &[u64]) {
+fn counters(
+    p: &mut Profile,
+    throws: &[u64],
+    throw_spans: &[(u64, u64, f64)],
+    allocs: &[(u64, u64)],
+    contentions: &[u64],
+) {
     let dur = p.process.duration_ns.max(1);
     let interval = if dur >= 10_000_000_000 { 1_000_000_000 } else { 100_000_000 };
     let n = dur.div_ceil(interval) as usize;
@@ -817,6 +1029,13 @@ fn counters(p: &mut Profile, throws: &[u64], allocs: &[(u64, u64)], contentions:
     }
     for &t in throws {
         rows[bucket(t)].exceptions_per_sec += 1.0;
+    }
+    for &(a, b, count) in throw_spans {
+        let len = b.saturating_sub(a).max(1) as f64;
+        for r in rows.iter_mut() {
+            let ov = b.min(r.end_ns).saturating_sub(a.max(r.start_ns));
+            r.exceptions_per_sec += count * ov as f64 / len;
+        }
     }
     for &t in contentions {
         rows[bucket(t)].lock_contentions += 1;
@@ -900,6 +1119,97 @@ mod tests {
         let fatal = &p.events.exceptions[1];
         assert_eq!((fatal.thrown, fatal.caught, fatal.uncaught), (1, 0, 1));
         assert_eq!(fatal.uncaught_threads, vec![2]);
+    }
+
+    fn thrown_and_caught(b: &mut ProfileBuilder, ts: u64) {
+        b.add(&ExceptionThrown { ts, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into());
+        b.add(
+            &ExceptionCaught {
+                ts: ts + 1,
+                os_tid: 1,
+                function: 30,
+                site: 10,
+                search_frames: 2,
+                filters: 1,
+                unwind_frames: 2,
+                finallies: 1,
+            }
+            .into(),
+        );
+    }
+
+    fn monitoring(b: &mut ProfileBuilder, ts: u64, mode: u8) {
+        b.add(&ExceptionMonitoring { ts, mode, observed: 0 }.into());
+    }
+
+    #[test]
+    fn an_exception_storm_is_estimated_from_its_sampling_windows() {
+        use clrprof_trace::exception_monitoring as m;
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart::default().into());
+        for f in [10u64, 30] {
+            b.add(&FunctionCompiled { ts: 1, id: f, name: format!("F{f}"), ..Default::default() }.into());
+        }
+        for i in 0..10 {
+            thrown_and_caught(&mut b, 100 + 10 * i);
+        }
+        // In flight when the callbacks pause: its catch is never seen.
+        b.add(&ExceptionThrown { ts: 990, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into());
+        monitoring(&mut b, 1000, m::PAUSED);
+        monitoring(&mut b, 1900, m::WINDOW);
+        for i in 0..5 {
+            thrown_and_caught(&mut b, 1910 + 10 * i);
+        }
+        monitoring(&mut b, 2000, m::PAUSED);
+        monitoring(&mut b, 2900, m::WINDOW);
+        monitoring(&mut b, 3000, m::FULL);
+        thrown_and_caught(&mut b, 3100);
+        thrown_and_caught(&mut b, 3200);
+        let p = b.finish();
+        let g = &p.events.exceptions;
+        assert_eq!(g.len(), 1, "{g:?}");
+        let g = &g[0];
+        // The storm lasted 2000 ns with 200 ns of windows: its 5 throws stand for 50.
+        assert_eq!((g.thrown, g.caught, g.uncaught, g.observed, g.estimated), (62, 62, 0, 17, true));
+        assert_eq!((g.filters, g.finallies, g.search_frames, g.unwind_frames), (62, 62, 124, 124));
+        assert_eq!(g.catch_sites, vec![("F30".to_string(), 62)]);
+        let s = &p.events.exception_sampling;
+        assert!(s.sampled);
+        assert_eq!((s.paused_ns, s.window_ns, s.first_pause_ns), (1800, 200, 1000));
+        assert_eq!((s.observed, s.unfollowed, s.estimated_total), (18, 1, 62));
+    }
+
+    #[test]
+    fn a_storm_cut_short_by_the_end_of_the_trace_carries_the_last_rate() {
+        use clrprof_trace::exception_monitoring as m;
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart::default().into());
+        // 100 throws a second for a second, then paused for the last second of the trace.
+        for i in 0..100 {
+            thrown_and_caught(&mut b, i * 10_000_000);
+        }
+        monitoring(&mut b, 1_000_000_000, m::PAUSED);
+        b.add(&ThreadCreated { ts: 2_000_000_000, id: 9 }.into());
+        let p = b.finish();
+        let g = &p.events.exceptions[0];
+        assert_eq!((g.thrown, g.observed, g.estimated), (200, 100, true));
+        assert_eq!(g.caught, 200);
+        let s = &p.events.exception_sampling;
+        assert_eq!((s.paused_ns, s.window_ns, s.estimated_total), (1_000_000_000, 0, 200));
+    }
+
+    #[test]
+    fn without_a_pause_every_count_is_exact() {
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart::default().into());
+        for i in 0..3 {
+            thrown_and_caught(&mut b, 10 * i);
+        }
+        let p = b.finish();
+        let g = &p.events.exceptions[0];
+        assert_eq!((g.thrown, g.observed, g.estimated), (3, 3, false));
+        assert!(!p.events.exception_sampling.sampled);
+        assert_eq!(p.events.exception_sampling.estimated_total, 3);
     }
 
     #[test]

@@ -352,6 +352,7 @@ impl ProfileBuilder {
             R::ExceptionThrown(_)
             | R::ExceptionPhase(_)
             | R::ExceptionCaught(_)
+            | R::ExceptionMonitoring(_)
             | R::GcStarted(_)
             | R::GcFinished(_)
             | R::RuntimeSuspended(_)

@@ -361,4 +361,24 @@ records! {
     /// The wait ended (EventPipe `ContentionStop_V1`); `duration_ns` is the runtime's measure (0 when
     /// the runtime gave none).
     81 ContentionEnded { ts: u64, os_tid: u32, duration_ns: u64 }
+    /// The exception recorder changed mode (see `exception_monitoring`): during an exception storm
+    /// the runtime's exception callbacks are paused and resumed for short sampling windows, and
+    /// throws seen in those windows stand for the paused time around them.
+    82 ExceptionMonitoring {
+        ts: u64,
+        /// `exception_monitoring::FULL`, `PAUSED` or `WINDOW`.
+        mode: u8,
+        /// Throws the agent had seen in all, when the mode changed.
+        observed: u64,
+    }
+}
+
+/// Modes of `ExceptionMonitoring`.
+pub mod exception_monitoring {
+    /// Every exception is observed (the start of every trace).
+    pub const FULL: u8 = 0;
+    /// Callbacks paused: throws are not observed.
+    pub const PAUSED: u8 = 1;
+    /// A sampling window while the storm lasts: throws are observed again.
+    pub const WINDOW: u8 = 2;
 }

@@ -177,6 +177,7 @@ fn runtime_event_records_round_trip() {
             finallies: 1,
         }
         .into(),
+        ExceptionMonitoring { ts: 3, mode: exception_monitoring::PAUSED, observed: 20000 }.into(),
         GcStarted { ts: 4, os_tid: 7, generation: 2, reason: 1, sizes: vec![1, 2, 3, 4, 5] }.into(),
         GcFinished { ts: 5, os_tid: 7, sizes: vec![0, 0, 3, 4, 5] }.into(),
         RuntimeSuspended { ts: 3, os_tid: 7, reason: 1 }.into(),

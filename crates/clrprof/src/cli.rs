@@ -116,8 +116,12 @@ struct RecordArgs {
     #[arg(long, value_name = "PATTERN", requires = "instrument")]
     exclude: Vec<String>,
     /// Do not record exceptions
-    #[arg(long)]
+    #[arg(long, conflicts_with = "exact_exceptions")]
     no_exceptions: bool,
+    /// Observe every exception however many are thrown. By default an exception storm (more than
+    /// 20,000 in a burst, then over 1,000/s) is sampled to keep the app fast, and counts become estimates
+    #[arg(long)]
+    exact_exceptions: bool,
     /// Do not record garbage collections and GC suspensions
     #[arg(long)]
     no_gc: bool,
@@ -269,6 +273,7 @@ pub fn run() -> Result<ExitCode> {
                 sampling: !a.no_sample,
                 events: crate::record::EventOptions {
                     exceptions: !a.no_exceptions,
+                    exact_exceptions: a.exact_exceptions,
                     gc: !a.no_gc,
                     alloc: match a.alloc {
                         AllocArg::Sampled => "sampled",

@@ -143,6 +143,8 @@ fn install_forwarding() {
 #[derive(Clone, Debug)]
 pub struct EventOptions {
     pub exceptions: bool,
+    /// Every exception observed, no storm sampling (`--exact-exceptions`).
+    pub exact_exceptions: bool,
     pub gc: bool,
     /// `sampled`, `exact` or `off`.
     pub alloc: &'static str,
@@ -154,7 +156,7 @@ pub struct EventOptions {
 
 impl Default for EventOptions {
     fn default() -> Self {
-        EventOptions { exceptions: true, gc: true, alloc: "sampled", log: false, locks: true }
+        EventOptions { exceptions: true, exact_exceptions: false, gc: true, alloc: "sampled", log: false, locks: true }
     }
 }
 
@@ -187,7 +189,14 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
         .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
-        .env("CLRPROF_EXCEPTIONS", if opts.events.exceptions { "1" } else { "0" })
+        .env(
+            "CLRPROF_EXCEPTIONS",
+            match (opts.events.exceptions, opts.events.exact_exceptions) {
+                (false, _) => "0",
+                (true, false) => "1",
+                (true, true) => "exact",
+            },
+        )
         .env("CLRPROF_GC", if opts.events.gc { "1" } else { "0" })
         .env("CLRPROF_ALLOC", opts.events.alloc)
         .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" })

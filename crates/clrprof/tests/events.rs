@@ -42,6 +42,8 @@ fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
     assert_eq!(g["caught"], N);
     assert_eq!(g["uncaught"], 0);
     assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
+    assert_eq!((g["observed"].as_u64(), &g["estimated"]), (Some(N), &Value::Bool(false)));
+    assert_eq!(v["exception_sampling"]["sampled"], false);
     assert_eq!(g["passes"]["filters"], N, "one filter run per exception");
     assert_eq!(g["passes"]["finallies"], N, "one finally per exception");
     assert_eq!(g["passes"]["catches"], N);
@@ -73,6 +75,53 @@ fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
     let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
     assert!(t.contains(&format!("{N} exceptions thrown, {N} caught, 0 uncaught")), "{t}");
     assert!(t.contains(&format!("caught {N} × in EventsApp.Program.Catcher")), "{t}");
+}
+
+/// More exceptions than the rate limit's burst, thrown as fast as the runtime can.
+const STORM: u64 = 100_000;
+
+#[test]
+fn an_exception_storm_is_sampled_by_default_and_labelled_as_estimates() {
+    let (out, trace) = run("storm", &["bench-exceptions", &STORM.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).ends_with(&format!("caught {STORM}\n")), "{}", text(&out.stdout));
+    let v = report_json(&trace);
+    let s = &v["exception_sampling"];
+    assert_eq!(s["sampled"], true, "{s}");
+    let observed = s["observed"].as_u64().unwrap();
+    // Every exception of the 20,000 burst is observed, then samples: fewer than thrown.
+    assert!((20_000..STORM).contains(&observed), "{s}");
+    assert!(s["paused_ns"].as_u64().unwrap() > 0 && s["window_ns"].as_u64().unwrap() > 0 || observed > 20_000, "{s}");
+    let g = group(&v, "EventsApp.BoomException");
+    assert_eq!(g["estimated"], true);
+    assert_eq!(g["uncaught"], 0, "exceptions in flight at a pause are not called uncaught");
+    assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
+    let thrown = g["thrown"].as_u64().unwrap();
+    assert!(thrown >= g["observed"].as_u64().unwrap());
+    // An estimate: the right order of magnitude (the windows' callbacks slow throwing, so it is low).
+    assert!((STORM / 4..=STORM * 2).contains(&thrown), "estimated {thrown} of {STORM}");
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(t.contains("ESTIMATES: an exception storm"), "{t}");
+    assert!(t.contains(&format!("~{thrown}")), "{t}");
+}
+
+#[test]
+fn exact_exceptions_mode_observes_every_exception_of_a_storm() {
+    let (out, trace) = run("storm-exact", &["bench-exceptions", &STORM.to_string()], &["--exact-exceptions"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    assert_eq!(v["exception_sampling"]["sampled"], false);
+    assert_eq!(v["exception_sampling"]["observed"], STORM);
+    let g = group(&v, "EventsApp.BoomException");
+    assert_eq!(
+        (g["thrown"].as_u64(), g["caught"].as_u64(), g["observed"].as_u64()),
+        (Some(STORM), Some(STORM), Some(STORM))
+    );
+    assert_eq!(g["estimated"], false);
+    assert_eq!(g["passes"]["finallies"], STORM);
+    assert_eq!(g["passes"]["filters"], STORM);
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(t.contains(&format!("{STORM} exceptions thrown, {STORM} caught, 0 uncaught (exact counts)")), "{t}");
 }
 
 #[test]

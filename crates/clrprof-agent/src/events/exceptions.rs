@@ -1,21 +1,143 @@
 //! Exceptions: the throw (type, thread, managed stack) and every step of the two-pass handling.
 //! .NET 9+ (managed exception handling) may repeat or leave unpaired unwind callbacks, so the
 //! agent records each step as it comes and the model does the bookkeeping.
+//!
+//! With `COR_PRF_MONITOR_EXCEPTIONS` the runtime calls the profiler for every frame each pass
+//! visits; on .NET 10 that costs about 2–3 µs per exception even when the callbacks return at
+//! once, +35–45% on a loop that only throws. So unless exact mode is asked for, a rate limit
+//! (`Limiter`) observes every exception up to a budget and, in an exception storm, pauses the
+//! callbacks and resumes them for short sampling windows (trace-format.md, `ExceptionMonitoring`).
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use clrprof_sys::{CallbackResult, ClassID, FunctionID, ObjectID};
-use clrprof_trace::{exception_phase, ExceptionCaught, ExceptionPhase, ExceptionThrown};
+use clrprof_sys::{monitor, CallbackResult, ClassID, FunctionID, ObjectID};
+use clrprof_trace::{
+    exception_monitoring as mode, exception_phase, ExceptionCaught, ExceptionMonitoring, ExceptionPhase,
+    ExceptionThrown,
+};
 
 use crate::profiler::{os_tid, State};
+use crate::writer::Writer;
+
+/// Exceptions observed at full detail before the rate limit can pause the callbacks.
+const BURST: f64 = 20_000.0;
+/// Exceptions per second observed at full detail however long the run.
+const RATE_PER_SEC: f64 = 1_000.0;
+/// While paused, the callbacks come back for one window of at least this long …
+const WINDOW_NS: u64 = 40_000_000;
+/// … after this long paused (about one window in twenty).
+const PAUSE_NS: u64 = 950_000_000;
+
+/// The exception storm rate limit: a token bucket on observed throws, checked on the writer
+/// thread's tick, which switches `COR_PRF_MONITOR_EXCEPTIONS` off and on (a mutable flag).
+#[derive(Default)]
+pub struct Limiter {
+    /// Throws seen by the `ExceptionThrown` callback.
+    observed: AtomicU64,
+    /// Bumped each time the callbacks come back: steps of an exception thrown in an earlier epoch
+    /// were partly missed, so its catch is not reported.
+    epoch: AtomicU32,
+    ctl: Mutex<Control>,
+}
+
+#[derive(Default)]
+struct Control {
+    started: bool,
+    disabled: bool,
+    mode: u8,
+    tokens: f64,
+    last_ts: u64,
+    last_observed: u64,
+    mode_since: u64,
+    window_observed: u64,
+}
+
+impl Limiter {
+    /// One step of the rate limit (writer thread, before each flush).
+    pub fn tick(&self, s: &State, w: &Writer) {
+        let Ok(mut c) = self.ctl.lock() else { return };
+        if c.disabled {
+            return;
+        }
+        let now = s.now();
+        let observed = self.observed.load(Ordering::Relaxed);
+        if !c.started {
+            *c = Control { started: true, tokens: BURST, last_ts: now, mode_since: now, ..Control::default() };
+        }
+        let seen = observed.saturating_sub(c.last_observed) as f64;
+        let dt = now.saturating_sub(c.last_ts) as f64 / 1e9;
+        c.last_observed = observed;
+        c.last_ts = now;
+        let next = match c.mode {
+            mode::FULL => {
+                c.tokens = (c.tokens + RATE_PER_SEC * dt).min(BURST) - seen;
+                (c.tokens < 0.0).then_some(mode::PAUSED)
+            }
+            mode::PAUSED => (now.saturating_sub(c.mode_since) >= PAUSE_NS).then_some(mode::WINDOW),
+            _ => {
+                let window = now.saturating_sub(c.mode_since);
+                if window < WINDOW_NS {
+                    None
+                } else {
+                    let rate = observed.saturating_sub(c.window_observed) as f64 / (window as f64 / 1e9);
+                    if rate <= RATE_PER_SEC {
+                        // The storm is over: full detail again, with a second's worth of budget.
+                        c.tokens = RATE_PER_SEC;
+                        Some(mode::FULL)
+                    } else {
+                        Some(mode::PAUSED)
+                    }
+                }
+            }
+        };
+        let Some(next) = next else { return };
+        let callbacks_on = next != mode::PAUSED;
+        if let Err(e) = set_callbacks(s, callbacks_on) {
+            crate::log_warn!(
+                "cannot switch exception callbacks {}: {e}; every exception stays observed",
+                if callbacks_on { "on" } else { "off" }
+            );
+            c.disabled = true;
+            if !callbacks_on {
+                return;
+            }
+        }
+        if callbacks_on {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        c.mode = next;
+        c.mode_since = now;
+        c.window_observed = observed;
+        // Written at once, ahead of the records still in the threads' buffers: a reader that meets
+        // it knows the mode of every exception it reads afterwards by comparing timestamps.
+        w.write_now(&[ExceptionMonitoring { ts: now, mode: next, observed }.into()]);
+        crate::log_info!(
+            "exception callbacks {} after {observed} throws",
+            match next {
+                mode::PAUSED => "paused",
+                mode::WINDOW => "resumed for a sampling window",
+                _ => "on for every exception",
+            }
+        );
+    }
+}
+
+fn set_callbacks(s: &State, on: bool) -> clrprof_sys::HrResult<()> {
+    let (low, high) = s.info.get_event_mask2()?;
+    let low = if on { low | monitor::EXCEPTIONS } else { low & !monitor::EXCEPTIONS };
+    s.info.set_event_mask2(low, high)
+}
 
 pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class).to_string();
     let thread = s.info.get_current_thread_id().unwrap_or(0);
     let stack = if walk_this_throw(s, class) { super::current_stack(s) } else { Vec::new() };
+    s.events.limiter.observed.fetch_add(1, Ordering::Relaxed);
     if !s.config.events {
-        push_in_flight();
+        push_in_flight(s.events.limiter.epoch.load(Ordering::Acquire));
     }
     s.emit(ExceptionThrown {
         ts: s.now(),
@@ -45,6 +167,8 @@ fn walk_this_throw(s: &State, class: ClassID) -> bool {
 /// Handling steps of one exception in flight, counted on its thread.
 #[derive(Clone, Copy, Default)]
 struct Steps {
+    /// `Limiter::epoch` at the throw.
+    epoch: u32,
     /// The first function searched: the throwing one.
     site: u64,
     search: u32,
@@ -68,11 +192,22 @@ pub fn phase(s: &State, phase: u8, function: FunctionID) -> CallbackResult {
         return Ok(());
     }
     // Otherwise count the steps on the thread and write one record per caught exception.
+    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
     let caught = IN_FLIGHT
         .try_with(|f| {
             let mut f = f.borrow_mut();
             match phase {
-                exception_phase::CATCHER_ENTER => return f.pop().or(Some(Steps::default())),
+                exception_phase::CATCHER_ENTER => {
+                    return match f.pop() {
+                        // Thrown before the callbacks were last paused: its steps are incomplete.
+                        Some(st) if st.epoch != epoch => None,
+                        Some(st) => Some(st),
+                        // A catch whose throw was not seen (callbacks paused at the time) is not
+                        // reported; without a rate limit it still is, with no steps.
+                        None if epoch != 0 => None,
+                        None => Some(Steps::default()),
+                    };
+                }
                 _ => {
                     if let Some(top) = f.last_mut() {
                         match phase {
@@ -110,12 +245,12 @@ pub fn phase(s: &State, phase: u8, function: FunctionID) -> CallbackResult {
 }
 
 /// A new exception is in flight on this thread.
-fn push_in_flight() {
+fn push_in_flight(epoch: u32) {
     let _ = IN_FLIGHT.try_with(|f| {
         let mut f = f.borrow_mut();
         if f.len() >= MAX_IN_FLIGHT {
             f.remove(0);
         }
-        f.push(Steps::default());
+        f.push(Steps { epoch, ..Steps::default() });
     });
 }

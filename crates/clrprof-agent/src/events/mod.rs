@@ -23,6 +23,8 @@ use crate::profiler::State;
 pub struct Events {
     pub alloc: alloc::ExactCounts,
     pub gc: gc::GcState,
+    /// The exception storm rate limit.
+    pub limiter: exceptions::Limiter,
     /// Throws seen per exception type (to sample throw stacks).
     pub throws: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
     /// Allocation samples seen per type (to sample their stack walks).

@@ -15,6 +15,8 @@ pub fn extend(doc: &mut Value, p: &Profile) {
                 "type": e.type_name,
                 "throw_site": e.throw_site,
                 "thrown": e.thrown,
+                "observed": e.observed,
+                "estimated": e.estimated,
                 "caught": e.caught,
                 "uncaught": e.uncaught,
                 "uncaught_threads": e.uncaught_threads,
@@ -34,6 +36,19 @@ pub fn extend(doc: &mut Value, p: &Profile) {
         })
         .collect();
     obj.insert("exceptions".into(), Value::Array(exceptions));
+    let sm = &ev.exception_sampling;
+    obj.insert(
+        "exception_sampling".into(),
+        json!({
+            "sampled": sm.sampled,
+            "observed": sm.observed,
+            "estimated_total": sm.estimated_total,
+            "first_pause_ns": sm.first_pause_ns,
+            "paused_ns": sm.paused_ns,
+            "window_ns": sm.window_ns,
+            "unfollowed": sm.unfollowed,
+        }),
+    );
     let gcs: Vec<Value> = ev
         .gcs
         .iter()
