@@ -91,7 +91,7 @@ fn an_exception_storm_is_sampled_by_default_and_labelled_as_estimates() {
     let observed = s["observed"].as_u64().unwrap();
     // Every exception of the 20,000 burst is observed, then samples: fewer than thrown.
     assert!((20_000..STORM).contains(&observed), "{s}");
-    assert!(s["paused_ns"].as_u64().unwrap() > 0 && s["window_ns"].as_u64().unwrap() > 0 || observed > 20_000, "{s}");
+    assert!(s["paused_ns"].as_u64().unwrap() > 0, "{s}");
     let g = group(&v, "EventsApp.BoomException");
     assert_eq!(g["estimated"], true);
     assert_eq!(g["uncaught"], 0, "exceptions in flight at a pause are not called uncaught");
