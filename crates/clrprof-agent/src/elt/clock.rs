@@ -18,12 +18,22 @@ fn monotonic_ns() -> u64 {
 /// Current time in ticks (TSC cycles, or ns).
 #[inline(always)]
 pub fn ticks() -> u64 {
+    // Unit tests drive the hooks (Rust and assembly alike) with a scripted clock.
+    #[cfg(all(test, target_arch = "x86_64"))]
+    if let Some(t) = super::stubs::fake_ticks() {
+        return t;
+    }
     #[cfg(target_arch = "x86_64")]
     if USE_TSC.load(Ordering::Relaxed) {
         // Safety: rdtsc is available on every x86_64 CPU.
         return unsafe { core::arch::x86_64::_rdtsc() };
     }
     monotonic_ns()
+}
+
+/// Whether `ticks()` reads the TSC (plain `rdtsc`, as the timing fast stubs do).
+pub fn is_tsc() -> bool {
+    USE_TSC.load(Ordering::Relaxed)
 }
 
 /// Chooses the source (`/proc/cpuinfo` flags) and takes the base reading.

@@ -74,6 +74,8 @@ fn register_thread() -> *mut ThreadState {
 }
 
 pub(crate) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    #[cfg(test)]
+    tests::SLOW_HOOKS.with(|c| c.set(c.get() + 1));
     let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: `ts` is this thread's own state (only this thread takes `&mut`).
@@ -82,6 +84,8 @@ pub(crate) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo,
 }
 
 pub(crate) extern "C" fn hook_leave(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    #[cfg(test)]
+    tests::SLOW_HOOKS.with(|c| c.set(c.get() + 1));
     let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: as in `hook_enter`.
@@ -90,6 +94,8 @@ pub(crate) extern "C" fn hook_leave(ts: *mut ThreadState, func: *const FuncInfo,
 }
 
 pub(crate) extern "C" fn hook_tailcall(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+    #[cfg(test)]
+    tests::SLOW_HOOKS.with(|c| c.set(c.get() + 1));
     let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: as in `hook_enter`.
@@ -97,17 +103,50 @@ pub(crate) extern "C" fn hook_tailcall(ts: *mut ThreadState, func: *const FuncIn
     }
 }
 
-/// Measures the hooks' own cost per event (enter or leave) on a private thread state, in ticks.
-fn calibrate() -> u64 {
+/// The enter, leave and tailcall stubs for a configuration: the fast stubs where they apply
+/// (counts only; timing with the TSC as the clock), else the full ones. Flow always takes the
+/// full path.
+#[cfg(target_arch = "x86_64")]
+fn hook_stubs(timing: bool, flow: bool) -> [unsafe extern "C" fn(); 3] {
+    match (timing, flow) {
+        (false, false) => [stubs::enter_counts_stub, stubs::leave_counts_stub, stubs::tailcall_counts_stub],
+        (true, false) if clock::is_tsc() => {
+            [stubs::enter_timing_stub, stubs::leave_timing_stub, stubs::tailcall_timing_stub]
+        }
+        _ => [stubs::enter_stub, stubs::leave_stub, stubs::tailcall_stub],
+    }
+}
+
+/// Measures the hooks' own cost per event (enter or leave), in ticks: the stubs the runtime will
+/// call (fast or full, as `hook_stubs` picks them), called as JIT-compiled code calls them, on a
+/// private thread state. Each event's cost lands in the time between two clock reads, so this is
+/// what `charge` moves from exclusive to profiler time.
+fn calibrate(flow: bool) -> u64 {
     let info = Box::leak(Box::new(FuncInfo { id: 1, index: 0 }));
+    // Flow's ring is left out: the calibration would only fill it.
     let mut ts = ThreadState::new(0, true, 0, false);
+    #[cfg(target_arch = "x86_64")]
+    let (prev, [enter, leave, _]) = {
+        let prev = stubs::current();
+        stubs::set_current(&mut ts);
+        (prev, hook_stubs(true, flow))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = flow;
     let n = 50_000u64;
     let mut best = u64::MAX;
     for _ in 0..3 {
         let t0 = clock::ticks();
         for i in 0..n {
             let sp = 0x7000_0000usize - (i as usize & 1) * 64;
+            // Safety: `info` is leaked above; the TLS slot points to `ts`, alive until restored.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                stubs::call_enter(enter, info, sp);
+                stubs::call_leave(leave, info, sp);
+            }
             // Safety: `info` is leaked above.
+            #[cfg(not(target_arch = "x86_64"))]
             unsafe {
                 ts.enter(info, sp);
                 ts.leave(info, sp, thread::FLOW_LEAVE);
@@ -116,6 +155,8 @@ fn calibrate() -> u64 {
         let t1 = clock::ticks();
         best = best.min(t1.saturating_sub(t0) / n / 2);
     }
+    #[cfg(target_arch = "x86_64")]
+    stubs::set_current(prev);
     best
 }
 
@@ -157,7 +198,7 @@ impl Instrumentation {
         let source = clock::init();
         TIMING.store(config.timing, Ordering::Relaxed);
         FLOW.store(config.flow, Ordering::Relaxed);
-        let overhead = if config.timing { calibrate() } else { 0 };
+        let overhead = if config.timing { calibrate(config.flow) } else { 0 };
         OVERHEAD_TICKS.store(overhead, Ordering::Relaxed);
         let hook_cost_ns = overhead as f64 * clock::ns_per_tick();
         crate::log_info!("instrumentation: clock {source}, calibrated hook cost {hook_cost_ns:.1} ns per event");
@@ -191,21 +232,9 @@ impl Instrumentation {
         unsafe { info.set_function_id_mapper2(mapper, state as *const State as *mut c_void)? };
         #[cfg(target_arch = "x86_64")]
         {
-            let counts_only =
-                state.instrumentation.as_ref().map(|i| !i.config.timing && !i.config.flow).unwrap_or(false);
-            let (enter, leave, tailcall) = if counts_only {
-                (
-                    stubs::enter_counts_stub as *const () as usize,
-                    stubs::leave_counts_stub as *const () as usize,
-                    stubs::tailcall_counts_stub as *const () as usize,
-                )
-            } else {
-                (
-                    stubs::enter_stub as *const () as usize,
-                    stubs::leave_stub as *const () as usize,
-                    stubs::tailcall_stub as *const () as usize,
-                )
-            };
+            let (timing, flow) =
+                state.instrumentation.as_ref().map(|i| (i.config.timing, i.config.flow)).unwrap_or((true, false));
+            let [enter, leave, tailcall] = hook_stubs(timing, flow).map(|f| f as usize);
             info.set_enter_leave_function_hooks3(enter, leave, tailcall)
         }
         // The hook stubs exist for x86_64 System V only.
@@ -397,6 +426,34 @@ pub mod bench_support {
         t0.elapsed().as_nanos() as f64 / n as f64
     }
 
+    /// Average ns of one enter+leave pair through the stubs the runtime gets for this mode (the
+    /// fast stubs when they apply), called as JIT-compiled code calls them, on a private thread
+    /// state: the same callee every time, the case the fast paths handle.
+    #[cfg(target_arch = "x86_64")]
+    pub fn stub_pair_cost_ns(n: u64, timing: bool) -> f64 {
+        clock::init();
+        let funcs: Vec<&'static FuncInfo> =
+            (0..2).map(|i| &*Box::leak(Box::new(FuncInfo { id: i + 1, index: i as u32 }))).collect();
+        let ts = Box::into_raw(Box::new(ThreadState::new(0, timing, 0, false)));
+        let prev = super::stubs::current();
+        super::stubs::set_current(ts);
+        let [enter, leave, _] = super::hook_stubs(timing, false);
+        let (root, f) = (funcs[0] as *const FuncInfo, funcs[1] as *const FuncInfo);
+        // Safety (all calls below): the FuncInfo records and `ts` are leaked above; the TLS slot
+        // points to `ts` until restored.
+        unsafe { super::stubs::call_enter(enter, root, 0x7000_0000) };
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            unsafe {
+                super::stubs::call_enter(enter, f, 0x6fff_ff00);
+                super::stubs::call_leave(leave, f, 0x6fff_ff00);
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / n as f64;
+        super::stubs::set_current(prev);
+        ns
+    }
+
     /// Average ns of one `rdtsc` (or clock read when the TSC is not usable).
     pub fn rdtsc_cost_ns(n: u64) -> f64 {
         clock::init();
@@ -407,5 +464,332 @@ pub mod bench_support {
         }
         std::hint::black_box(x);
         t0.elapsed().as_nanos() as f64 / n as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Calls of the Rust hooks on this thread (the stubs' slow path, or tests calling them).
+        pub static SLOW_HOOKS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86_64 {
+        use super::super::thread::{
+            FuncInfo, Snapshot, ThreadState, FAST_COUNTS, FAST_TIMING, MAX_DEPTH, SUSPENDED_TICKS,
+        };
+        use super::super::{clock, hook_enter, hook_leave, hook_tailcall, stubs};
+        use super::SLOW_HOOKS;
+        use core::arch::x86_64::__m128i;
+        use std::sync::atomic::Ordering;
+        use std::sync::Mutex;
+
+        /// The tests below share `SUSPENDED_TICKS` (one of them moves it): one at a time.
+        static SERIAL: Mutex<()> = Mutex::new(());
+
+        /// A small deterministic generator (xorshift64*).
+        struct Rng(u64);
+
+        impl Rng {
+            fn next(&mut self) -> u64 {
+                self.0 ^= self.0 >> 12;
+                self.0 ^= self.0 << 25;
+                self.0 ^= self.0 >> 27;
+                self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+            }
+
+            fn below(&mut self, n: u64) -> u64 {
+                self.next() % n
+            }
+        }
+
+        #[derive(Clone, Copy, Debug)]
+        enum Ev {
+            Enter(*const FuncInfo, usize),
+            Leave(*const FuncInfo, usize),
+            Tail(*const FuncInfo, usize),
+        }
+
+        /// One scripted step: the event, how far the clock moves before it (wrapping: sometimes
+        /// backwards) and how many suspended ticks the runtime reports before it.
+        struct Step {
+            ev: Ev,
+            advance: u64,
+            suspended: u64,
+        }
+
+        fn funcs(n: usize) -> Vec<*const FuncInfo> {
+            (0..n)
+                .map(|i| Box::leak(Box::new(FuncInfo { id: 0x1000 + i, index: i as u32 })) as *const FuncInfo)
+                .collect()
+        }
+
+        /// Call sequences as the JIT produces them — mostly the same callees again (the fast path),
+        /// with new callees, tail calls, frames unwound by exceptions without leave hooks,
+        /// mismatched and null ids, suspensions, deep recursion across the shadow stack's growth,
+        /// and clock steps below, around and far above the per-event overhead.
+        fn script(seed: u64, n: usize, f: &[*const FuncInfo]) -> Vec<Step> {
+            let mut r = Rng(seed);
+            let mut stack: Vec<(*const FuncInfo, usize)> = Vec::new();
+            let mut last_callee = vec![f[0]; 4096];
+            let mut out = Vec::new();
+            let base = 0x7000_0000usize;
+            while out.len() < n {
+                let top_sp = stack.last().map(|e| e.1).unwrap_or(base);
+                let depth = stack.len();
+                let callee = |r: &mut Rng, last: &mut Vec<*const FuncInfo>| {
+                    let c = if r.below(10) < 8 { last[depth] } else { f[r.below(f.len() as u64) as usize] };
+                    last[depth] = c;
+                    c
+                };
+                let mut evs = Vec::new();
+                match r.below(100) {
+                    0..=44 => {
+                        let c = callee(&mut r, &mut last_callee);
+                        let sp = top_sp - 64;
+                        stack.push((c, sp));
+                        evs.push(Ev::Enter(c, sp));
+                    }
+                    45..=84 => {
+                        if let Some((c, sp)) = stack.pop() {
+                            evs.push(Ev::Leave(c, sp));
+                        }
+                    }
+                    85..=88 => {
+                        if let Some((c, sp)) = stack.pop() {
+                            evs.push(Ev::Tail(c, sp));
+                            let d = callee(&mut r, &mut last_callee);
+                            stack.push((d, sp));
+                            evs.push(Ev::Enter(d, sp));
+                        }
+                    }
+                    89..=91 => {
+                        // An exception unwinds frames: no leave hooks for them.
+                        for _ in 0..=r.below(3) {
+                            stack.pop();
+                        }
+                    }
+                    92..=93 => {
+                        if let Some(&(c, sp)) = stack.last() {
+                            let other = f[r.below(f.len() as u64) as usize];
+                            let sp = if r.below(2) == 0 { sp } else { sp + 64 * (1 + r.below(3) as usize) };
+                            evs.push(if other == c { Ev::Leave(std::ptr::null(), sp) } else { Ev::Leave(other, sp) });
+                        }
+                    }
+                    94 => evs.push(Ev::Enter(std::ptr::null(), top_sp - 64)),
+                    95 => {
+                        // Deep recursion: past the stack's initial capacity and its growth.
+                        let c = f[0];
+                        let k = 200 + r.below(700) as usize;
+                        for _ in 0..k {
+                            let sp = stack.last().map(|e| e.1).unwrap_or(base) - 64;
+                            stack.push((c, sp));
+                            evs.push(Ev::Enter(c, sp));
+                        }
+                        for _ in 0..k {
+                            if let Some((c, sp)) = stack.pop() {
+                                evs.push(Ev::Leave(c, sp));
+                            }
+                        }
+                    }
+                    _ => {
+                        let c = callee(&mut r, &mut last_callee);
+                        evs.push(Ev::Enter(c, top_sp - 64));
+                        stack.push((c, top_sp - 64));
+                    }
+                }
+                for ev in evs {
+                    let advance = match r.below(100) {
+                        0..=9 => 0,
+                        10..=79 => r.below(200),
+                        80..=97 => r.below(100_000),
+                        98 => 1 << 40,
+                        _ => 100u64.wrapping_neg(),
+                    };
+                    let suspended = if r.below(100) < 3 { 1 + r.below(500) } else { 0 };
+                    out.push(Step { ev, advance, suspended });
+                }
+            }
+            out
+        }
+
+        /// Runs the script through the Rust hooks on one state and through `stubs` (called as
+        /// the JIT calls them, falling back to the same Rust hooks) on another, with the same
+        /// scripted clock; both must account every event identically. Returns how many events
+        /// the stubs handled without the Rust hooks.
+        fn lockstep(timing: bool, fast: u8, stubs_: [unsafe extern "C" fn(); 3], seed: u64) -> u64 {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let f = funcs(6);
+            let steps = script(seed, 40_000, &f);
+            let mut now = 1_000_000_000u64;
+            stubs::set_fake_ticks(now);
+            let a = Box::into_raw(Box::new(ThreadState::new(1, timing, 50, false)));
+            let b = Box::into_raw(Box::new(ThreadState::new(1, timing, 50, false)));
+            // Safety (this function): `a` and `b` are leaked states only this thread uses; the
+            // TLS slot points to `b` until restored; every FuncInfo is leaked.
+            unsafe { (*b).set_fast(fast) };
+            let prev = stubs::current();
+            stubs::set_current(b);
+            let [enter, leave, tailcall] = stubs_;
+            let mut fast_events = 0;
+            for (i, s) in steps.iter().enumerate() {
+                now = now.wrapping_add(s.advance).max(1);
+                stubs::set_fake_ticks(now);
+                if s.suspended > 0 {
+                    SUSPENDED_TICKS.fetch_add(s.suspended, Ordering::Relaxed);
+                }
+                let slow = SLOW_HOOKS.with(|c| c.get());
+                unsafe {
+                    match s.ev {
+                        Ev::Enter(func, sp) => {
+                            stubs::call_enter(enter, func, sp);
+                            hook_enter(a, func, sp);
+                        }
+                        Ev::Leave(func, sp) => {
+                            stubs::call_leave(leave, func, sp);
+                            hook_leave(a, func, sp);
+                        }
+                        Ev::Tail(func, sp) => {
+                            stubs::call_leave(tailcall, func, sp);
+                            hook_tailcall(a, func, sp);
+                        }
+                    }
+                }
+                // One Rust call for the reference; a second one when the stub fell back.
+                if SLOW_HOOKS.with(|c| c.get()) == slow + 1 {
+                    fast_events += 1;
+                }
+                if i % 7 == 0 || i + 1 == steps.len() {
+                    let (sa, sb): (Snapshot, Snapshot) = unsafe { ((*a).snapshot(), (*b).snapshot()) };
+                    assert_eq!(sa, sb, "after step {i}: {:?}", s.ev);
+                }
+            }
+            stubs::set_current(prev);
+            stubs::set_fake_ticks(0);
+            let sb = unsafe { (*b).snapshot() };
+            assert!(sb.nodes.len() > 20, "the script builds a real tree: {} nodes", sb.nodes.len());
+            assert!(sb.stack.len() < MAX_DEPTH);
+            fast_events
+        }
+
+        #[test]
+        fn timing_fast_stubs_account_exactly_like_the_rust_hooks() {
+            let stubs_ = [stubs::enter_scripted_stub, stubs::leave_scripted_stub, stubs::tailcall_scripted_stub];
+            for seed in [1, 0x9e37_79b9_7f4a_7c15, 42] {
+                let fast = lockstep(true, FAST_TIMING, stubs_, seed);
+                assert!(fast > 15_000, "the fast path handled {fast} of 40,000+ events");
+            }
+            // With the fast path switched off on the thread, the stubs only fall back.
+            assert_eq!(lockstep(true, 0, stubs_, 7), 0);
+        }
+
+        #[test]
+        fn counts_fast_stubs_account_exactly_like_the_rust_hooks() {
+            let stubs_ = [stubs::enter_counts_stub, stubs::leave_counts_stub, stubs::tailcall_counts_stub];
+            for seed in [3, 0xdead_beef] {
+                let fast = lockstep(false, FAST_COUNTS, stubs_, seed);
+                assert!(fast > 15_000, "the fast path handled {fast} of 40,000+ events");
+            }
+        }
+
+        fn xmm(v: [u64; 2]) -> __m128i {
+            // Safety: plain data of the same size.
+            unsafe { std::mem::transmute(v) }
+        }
+
+        fn bits(v: __m128i) -> [u64; 2] {
+            // Safety: plain data of the same size.
+            unsafe { std::mem::transmute(v) }
+        }
+
+        /// Calls an enter stub with a distinct value in every register it must preserve.
+        unsafe fn enter_checked(stub: unsafe extern "C" fn(), func: *const FuncInfo, sp: usize) {
+            let g0 = [0x0101_0101_0101_0101u64, 0x0202, 0x0303_0303_0303_0303, 0x0404, 0x0505, 0x0606_0000_0000_0006];
+            let x0: [[u64; 2]; 8] = std::array::from_fn(|i| [0x1111_1111_1111_1111 * (i as u64 + 1), !(i as u64)]);
+            let mut g = g0;
+            let mut x = x0.map(xmm);
+            let (mut r14, mut r15) = (func as usize, sp);
+            // Safety: the caller passes an enter stub and valid arguments.
+            unsafe {
+                core::arch::asm!(
+                    "call {stub}",
+                    stub = in(reg) stub,
+                    inout("r14") r14, inout("r15") r15,
+                    inout("rdi") g[0], inout("rsi") g[1], inout("rdx") g[2],
+                    inout("rcx") g[3], inout("r8") g[4], inout("r9") g[5],
+                    inout("xmm0") x[0], inout("xmm1") x[1], inout("xmm2") x[2], inout("xmm3") x[3],
+                    inout("xmm4") x[4], inout("xmm5") x[5], inout("xmm6") x[6], inout("xmm7") x[7],
+                    clobber_abi("C"),
+                );
+            }
+            assert_eq!((g, r14, r15), (g0, func as usize, sp));
+            assert_eq!(x.map(bits), x0);
+        }
+
+        /// Calls a leave or tailcall stub with distinct return values in rax, rdx, xmm0, xmm1.
+        unsafe fn leave_checked(stub: unsafe extern "C" fn(), func: *const FuncInfo, sp: usize) {
+            let (rax0, rdx0) = (0x0a0a_0a0a_0a0a_0a0au64, 0xd0d0_d0d0_d0d0_d0d0u64);
+            let x0 = [[0x3333_3333_3333_3333u64, 0x4444], [0x5555, 0x6666_6666_6666_6666]];
+            let (mut rax, mut rdx) = (rax0, rdx0);
+            let (mut a, mut b) = (xmm(x0[0]), xmm(x0[1]));
+            // Safety: the caller passes a leave or tailcall stub and valid arguments.
+            unsafe {
+                core::arch::asm!(
+                    "call {stub}",
+                    stub = in(reg) stub,
+                    inout("rdi") func => _, inout("rsi") sp => _,
+                    inout("rax") rax, inout("rdx") rdx, inout("xmm0") a, inout("xmm1") b,
+                    clobber_abi("C"),
+                );
+            }
+            assert_eq!((rax, rdx), (rax0, rdx0));
+            assert_eq!([bits(a), bits(b)], x0);
+        }
+
+        #[test]
+        fn timing_fast_stubs_with_rdtsc_preserve_registers_and_charge_every_tick() {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            clock::init();
+            if !clock::is_tsc() {
+                return;
+            }
+            let f = funcs(3);
+            let ts = Box::into_raw(Box::new(ThreadState::new(2, true, 30, false)));
+            // Safety (this test): `ts` is leaked and only this thread uses it; the TLS slot points
+            // to it until restored; every FuncInfo is leaked.
+            unsafe { (*ts).set_fast(FAST_TIMING) };
+            let start = unsafe { (*ts).snapshot().last };
+            let prev = stubs::current();
+            stubs::set_current(ts);
+            let slow = SLOW_HOOKS.with(|c| c.get());
+            let base = 0x7000_0000usize;
+            unsafe {
+                enter_checked(stubs::enter_timing_stub, f[0], base);
+                for i in 0..1000 {
+                    let g = f[1 + i / 500];
+                    enter_checked(stubs::enter_timing_stub, g, base - 64);
+                    if i % 3 == 0 {
+                        leave_checked(stubs::tailcall_timing_stub, g, base - 64);
+                    } else {
+                        leave_checked(stubs::leave_timing_stub, g, base - 64);
+                    }
+                }
+                leave_checked(stubs::leave_timing_stub, f[0], base);
+            }
+            stubs::set_current(prev);
+            let slow = SLOW_HOOKS.with(|c| c.get()) - slow;
+            assert!(slow < 100, "{slow} of 2002 events took the slow path");
+            let s = unsafe { (*ts).snapshot() };
+            let calls: Vec<u64> = s.nodes.iter().map(|n| n.2).collect();
+            assert_eq!(calls, [0, 1, 500, 500]);
+            assert_eq!(s.stack.len(), 1);
+            // Every tick from the state's creation to its last event is charged exactly once.
+            assert_eq!(unsafe { (*ts).charged() }, s.last.wrapping_sub(start));
+            let prof: u64 = s.nodes.iter().map(|n| n.5).sum();
+            assert!(prof <= 30 * 2002);
+        }
     }
 }

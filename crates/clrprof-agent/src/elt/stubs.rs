@@ -4,8 +4,10 @@
 //! (research notes §3.2): Enter gets the client id in r14 and the caller's SP in r15 and must
 //! preserve every argument register (rdi, rsi, rdx, rcx, r8, r9, xmm0–7, at full 128-bit
 //! width); Leave/Tailcall get the id in rdi and the SP in rsi and must preserve the return
-//! registers rax, rdx, xmm0, xmm1. Each stub saves those, realigns the stack, calls a plain
-//! Rust function, restores and returns.
+//! registers rax, rdx, xmm0, xmm1. The full stubs save those, realign the stack, call a plain
+//! Rust function, restore and return. The fast stubs (counts only; timing with the TSC) handle
+//! the common enter and leave in a few instructions without saving anything, and jump to the
+//! full stubs, registers untouched, for everything else.
 //!
 //! The calling thread's state pointer lives in one initial-exec TLS slot read with a single
 //! `fs:`-relative load (no `__tls_get_addr` call on the hot path); the stubs pass it to the Rust
@@ -22,6 +24,22 @@ core::arch::global_asm!(
     ".zero 8",
     ".text",
 );
+
+/// The calling thread's state pointer from the TLS slot (null before its first hook).
+#[inline(never)]
+pub fn current() -> *mut super::thread::ThreadState {
+    let p: *mut super::thread::ThreadState;
+    // Safety: reads our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+            "mov {p}, qword ptr fs:[{p}]",
+            p = out(reg) p,
+            options(nostack, readonly),
+        );
+    }
+    p
+}
 
 /// Stores the calling thread's state pointer in the TLS slot.
 #[inline(never)]
@@ -134,8 +152,8 @@ pub unsafe extern "C" fn enter_counts_stub() {
         "mov rax, qword ptr fs:[rax]",
         "test rax, rax",
         "jz 2f",
-        "cmp byte ptr [rax + {fast}], 0",
-        "je 2f",
+        "cmp byte ptr [rax + {fast}], {mode}",
+        "jne 2f",
         "mov r10, qword ptr [rax + {len}]",
         "cmp r10, qword ptr [rax + {cap}]",
         "jae 2f",
@@ -158,6 +176,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
         "2:",
         "jmp {slow}",
         fast = const super::thread::layout::FAST,
+        mode = const super::thread::FAST_COUNTS,
         len = const super::thread::layout::STACK_LEN,
         cap = const super::thread::layout::STACK_CAP,
         ptr = const super::thread::layout::STACK_PTR,
@@ -177,8 +196,8 @@ macro_rules! leave_counts_stub {
                 "mov rcx, qword ptr fs:[rcx]",
                 "test rcx, rcx",
                 "jz 2f",
-                "cmp byte ptr [rcx + {fast}], 0",
-                "je 2f",
+                "cmp byte ptr [rcx + {fast}], {mode}",
+                "jne 2f",
                 "mov r8, qword ptr [rcx + {len}]",
                 "cmp r8, 1",
                 "jbe 2f",
@@ -194,6 +213,7 @@ macro_rules! leave_counts_stub {
                 "2:",
                 "jmp {slow}",
                 fast = const super::thread::layout::FAST,
+                mode = const super::thread::FAST_COUNTS,
                 len = const super::thread::layout::STACK_LEN,
                 ptr = const super::thread::layout::STACK_PTR,
                 func = const super::thread::layout::NODE_FUNC,
@@ -205,3 +225,266 @@ macro_rules! leave_counts_stub {
 
 leave_counts_stub!(leave_counts_stub, leave_stub);
 leave_counts_stub!(tailcall_counts_stub, tailcall_stub);
+
+// Timing fast paths (timing with the TSC, no flow): the same common enter and leave as above, plus
+// what `ThreadState::charge` does when no suspension is pending — read the clock, charge the ticks
+// since the thread's last event to the node on top of the stack (exclusive minus the calibrated
+// per-event overhead, which goes to profiler time: `min(overhead, delta)`), store the new last
+// timestamp. Every condition is checked before anything is written: a pending suspension
+// (`SUSPENDED_TICKS` moved since the thread's last event), a full or too deep stack, an unwound
+// frame, a callee that is not the most recently used child or a leave that is not the top entry
+// jumps to the full stub with every register untouched. `rdtsc` writes edx:eax: enter saves rdx on
+// the stack (its only scratch registers are rax, r10, r11), leave/tailcall keep the return
+// registers rax and rdx in r10 and r11. The clock read is a parameter so that unit tests can run
+// the very same code against a scripted clock.
+
+macro_rules! enter_timing_stub {
+    ($name:ident, [$($clock:literal),+]) => {
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+                "mov rax, qword ptr fs:[rax]",
+                "test rax, rax",
+                "jz 2f",
+                "cmp byte ptr [rax + {fast}], {mode}",
+                "jne 2f",
+                "mov r11, qword ptr [rip + {susp}@GOTPCREL]",
+                "mov r11, qword ptr [r11]",
+                "cmp r11, qword ptr [rax + {last_susp}]",
+                "jne 2f",
+                "mov r10, qword ptr [rax + {len}]",
+                "cmp r10, qword ptr [rax + {cap}]",
+                "jae 2f",
+                "cmp r10, {max_depth}",
+                "jae 2f",
+                "shl r10, 4",
+                "add r10, qword ptr [rax + {ptr}]",
+                // An entry at or below this frame's SP was unwound: the full path cleans up.
+                "cmp r15, qword ptr [r10 - 8]",
+                "jae 2f",
+                "mov r11, qword ptr [r10 - 16]",
+                "mov r11, qword ptr [r11 + {first_child}]",
+                "test r11, r11",
+                "jz 2f",
+                "cmp r14, qword ptr [r11 + {func}]",
+                "jne 2f",
+                // Committed: count the call and push (child, SP).
+                "inc qword ptr [r11 + {calls}]",
+                "mov qword ptr [r10], r11",
+                "mov qword ptr [r10 + 8], r15",
+                "inc qword ptr [rax + {len}]",
+                // Charge the caller's node (the previous top): r11 = state, r10 = node.
+                "mov r11, rax",
+                "mov r10, qword ptr [r10 - 16]",
+                "push rdx",
+                $($clock,)+
+                "shl rdx, 32",
+                "or rax, rdx",
+                "mov rdx, rax",
+                "sub rdx, qword ptr [r11 + {last}]",
+                "mov qword ptr [r11 + {last}], rax",
+                "mov rax, qword ptr [r11 + {overhead}]",
+                "cmp rax, rdx",
+                "cmova rax, rdx",
+                "sub rdx, rax",
+                "add qword ptr [r10 + {excl}], rdx",
+                "add qword ptr [r10 + {prof}], rax",
+                "pop rdx",
+                "ret",
+                "2:",
+                "jmp {slow}",
+                fast = const $crate::elt::thread::layout::FAST,
+                mode = const $crate::elt::thread::FAST_TIMING,
+                susp = sym $crate::elt::thread::SUSPENDED_TICKS,
+                last_susp = const $crate::elt::thread::layout::LAST_SUSP,
+                len = const $crate::elt::thread::layout::STACK_LEN,
+                cap = const $crate::elt::thread::layout::STACK_CAP,
+                max_depth = const $crate::elt::thread::MAX_DEPTH,
+                ptr = const $crate::elt::thread::layout::STACK_PTR,
+                first_child = const $crate::elt::thread::layout::NODE_FIRST_CHILD,
+                func = const $crate::elt::thread::layout::NODE_FUNC,
+                calls = const $crate::elt::thread::layout::NODE_CALLS,
+                last = const $crate::elt::thread::layout::LAST,
+                overhead = const $crate::elt::thread::layout::OVERHEAD,
+                excl = const $crate::elt::thread::layout::NODE_EXCL,
+                prof = const $crate::elt::thread::layout::NODE_PROF,
+                slow = sym $crate::elt::stubs::enter_stub,
+            );
+        }
+    };
+}
+
+macro_rules! leave_timing_stub {
+    ($name:ident, $slow:ident, [$($clock:literal),+]) => {
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
+                "mov rcx, qword ptr fs:[rcx]",
+                "test rcx, rcx",
+                "jz 2f",
+                "cmp byte ptr [rcx + {fast}], {mode}",
+                "jne 2f",
+                "mov r9, qword ptr [rip + {susp}@GOTPCREL]",
+                "mov r9, qword ptr [r9]",
+                "cmp r9, qword ptr [rcx + {last_susp}]",
+                "jne 2f",
+                "mov r8, qword ptr [rcx + {len}]",
+                "cmp r8, 1",
+                "jbe 2f",
+                "shl r8, 4",
+                "add r8, qword ptr [rcx + {ptr}]",
+                "cmp rsi, qword ptr [r8 - 8]",
+                "jne 2f",
+                "mov r9, qword ptr [r8 - 16]",
+                "cmp rdi, qword ptr [r9 + {func}]",
+                "jne 2f",
+                // Committed: pop, then charge the leaving function's node (r9).
+                "dec qword ptr [rcx + {len}]",
+                "mov r10, rax",
+                "mov r11, rdx",
+                $($clock,)+
+                "shl rdx, 32",
+                "or rax, rdx",
+                "mov r8, rax",
+                "sub r8, qword ptr [rcx + {last}]",
+                "mov qword ptr [rcx + {last}], rax",
+                "mov rax, qword ptr [rcx + {overhead}]",
+                "cmp rax, r8",
+                "cmova rax, r8",
+                "sub r8, rax",
+                "add qword ptr [r9 + {excl}], r8",
+                "add qword ptr [r9 + {prof}], rax",
+                "mov rax, r10",
+                "mov rdx, r11",
+                "ret",
+                "2:",
+                "jmp {slow}",
+                fast = const $crate::elt::thread::layout::FAST,
+                mode = const $crate::elt::thread::FAST_TIMING,
+                susp = sym $crate::elt::thread::SUSPENDED_TICKS,
+                last_susp = const $crate::elt::thread::layout::LAST_SUSP,
+                len = const $crate::elt::thread::layout::STACK_LEN,
+                ptr = const $crate::elt::thread::layout::STACK_PTR,
+                func = const $crate::elt::thread::layout::NODE_FUNC,
+                last = const $crate::elt::thread::layout::LAST,
+                overhead = const $crate::elt::thread::layout::OVERHEAD,
+                excl = const $crate::elt::thread::layout::NODE_EXCL,
+                prof = const $crate::elt::thread::layout::NODE_PROF,
+                slow = sym $crate::elt::stubs::$slow,
+            );
+        }
+    };
+}
+
+enter_timing_stub!(enter_timing_stub, ["rdtsc"]);
+leave_timing_stub!(leave_timing_stub, leave_stub, ["rdtsc"]);
+leave_timing_stub!(tailcall_timing_stub, tailcall_stub, ["rdtsc"]);
+
+/// Calls an enter stub the way JIT-compiled prologs do: client id in r14, caller's SP in r15.
+///
+/// # Safety
+/// `stub` must be one of this module's enter stubs and `func` a leaked `FuncInfo` (or null); the
+/// calling thread's TLS slot must be null or point to a live `ThreadState`.
+#[inline(always)]
+pub unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+    // Safety: the stubs follow the enter contract, which clobbers only caller-saved registers.
+    unsafe {
+        core::arch::asm!(
+            "call {stub}",
+            stub = in(reg) stub,
+            in("r14") func,
+            in("r15") sp,
+            clobber_abi("C"),
+        );
+    }
+}
+
+/// Calls a leave or tailcall stub the way epilogs do: client id in rdi, caller's SP in rsi.
+///
+/// # Safety
+/// As for [`call_enter`], with a leave or tailcall stub.
+#[inline(always)]
+pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+    // Safety: as in `call_enter`.
+    unsafe {
+        core::arch::asm!(
+            "call {stub}",
+            stub = in(reg) stub,
+            inout("rdi") func => _,
+            inout("rsi") sp => _,
+            clobber_abi("C"),
+        );
+    }
+}
+
+// Unit tests: a second TLS slot holding a scripted clock (0 = not scripted), read by
+// `clock::ticks()` and, in place of `rdtsc`, by copies of the timing stubs.
+#[cfg(test)]
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".local clrprof_elt_fake_clock",
+    ".type clrprof_elt_fake_clock, @object",
+    ".size clrprof_elt_fake_clock, 8",
+    "clrprof_elt_fake_clock:",
+    ".zero 8",
+    ".text",
+);
+
+/// The calling thread's scripted clock, if set.
+#[cfg(test)]
+pub fn fake_ticks() -> Option<u64> {
+    let t: u64;
+    // Safety: reads our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {t}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov {t}, qword ptr fs:[{t}]",
+            t = out(reg) t,
+            options(nostack, readonly),
+        );
+    }
+    (t != 0).then_some(t)
+}
+
+/// Sets the calling thread's scripted clock (0 = back to the real one).
+#[cfg(test)]
+pub fn set_fake_ticks(t: u64) {
+    // Safety: writes our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {tmp}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov qword ptr fs:[{tmp}], {val}",
+            tmp = out(reg) _,
+            val = in(reg) t,
+            options(nostack),
+        );
+    }
+}
+
+/// Invokes a timing-stub macro with `rdtsc` replaced by the scripted clock (same outputs, edx:eax,
+/// and the same clobbers).
+#[cfg(test)]
+macro_rules! with_scripted_clock {
+    ($m:ident!($($args:tt)*)) => {
+        $m!(
+            $($args)*,
+            [
+                "mov rax, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+                "mov rax, qword ptr fs:[rax]",
+                "mov rdx, rax",
+                "shr rdx, 32",
+                "mov eax, eax"
+            ]
+        );
+    };
+}
+
+#[cfg(test)]
+with_scripted_clock!(enter_timing_stub!(enter_scripted_stub));
+#[cfg(test)]
+with_scripted_clock!(leave_timing_stub!(leave_scripted_stub, leave_stub));
+#[cfg(test)]
+with_scripted_clock!(leave_timing_stub!(tailcall_scripted_stub, tailcall_stub));

@@ -18,11 +18,11 @@ pub struct FuncInfo {
 pub const NO_NODE: u32 = u32::MAX;
 const CHUNK: usize = 4096;
 const MAX_CHUNKS: usize = 4096;
-const MAX_DEPTH: usize = 1 << 16;
+pub const MAX_DEPTH: usize = 1 << 16;
 
 /// One CCT node: a call path. Counters are in ticks (converted when published). Sibling and
 /// child links are pointers (owner thread only); the writer reads nodes by index. `repr(C)`: the
-/// counts-only fast stubs read `func`, `first_child` and `calls` at fixed offsets.
+/// fast stubs read and bump fields at fixed offsets (`layout`).
 #[repr(C)]
 pub struct Node {
     pub parent: u32,
@@ -173,22 +173,34 @@ pub const FLOW_LEAVE: u8 = 1;
 pub const FLOW_TAILCALL: u8 = 2;
 pub const FLOW_UNWIND: u8 = 3;
 
-/// Field offsets the counts-only fast stubs rely on.
+/// `ThreadState::fast`: which fast stubs may handle this thread's common enters and leaves.
+pub const FAST_NONE: u8 = 0;
+/// Counts only, no flow.
+pub const FAST_COUNTS: u8 = 1;
+/// Timing with the TSC as the clock, no flow.
+pub const FAST_TIMING: u8 = 2;
+
+/// Field offsets the fast stubs rely on.
 pub mod layout {
     use super::{Node, ShadowStack, ThreadState};
     pub const STACK_PTR: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, ptr);
     pub const STACK_LEN: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, len);
     pub const STACK_CAP: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, cap);
     pub const FAST: usize = std::mem::offset_of!(ThreadState, fast);
+    pub const LAST: usize = std::mem::offset_of!(ThreadState, last);
+    pub const LAST_SUSP: usize = std::mem::offset_of!(ThreadState, last_susp);
+    pub const OVERHEAD: usize = std::mem::offset_of!(ThreadState, overhead);
     pub const NODE_FUNC: usize = std::mem::offset_of!(Node, func);
     pub const NODE_FIRST_CHILD: usize = std::mem::offset_of!(Node, first_child);
     pub const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
+    pub const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
+    pub const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
 }
 
 #[repr(C)]
 pub struct ThreadState {
     stack: ShadowStack,
-    /// 1 when the fast stubs may handle common enters and leaves (counts only, no flow).
+    /// Which fast stubs may handle common enters and leaves (`FAST_*`).
     fast: u8,
     pub os_tid: u32,
     chunks: Box<[AtomicPtr<Node>]>,
@@ -221,7 +233,13 @@ impl ThreadState {
         let mut stack = ShadowStack::with_capacity(256);
         stack.push(Entry { node: &mut *root as *mut Node, sp: usize::MAX });
         ThreadState {
-            fast: (!timing && !flow) as u8,
+            fast: match (timing, flow) {
+                (_, true) => FAST_NONE,
+                (false, false) => FAST_COUNTS,
+                // The timing stubs read the clock with `rdtsc`: only when that is the clock.
+                (true, false) if clock::is_tsc() => FAST_TIMING,
+                (true, false) => FAST_NONE,
+            },
             os_tid,
             chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             node_count: AtomicU32::new(0),
@@ -302,7 +320,8 @@ impl ThreadState {
         self.new_node(parent, func)
     }
 
-    /// Charges the time since the previous event to the node on top of the stack.
+    /// Charges the time since the previous event to the node on top of the stack. The timing
+    /// fast stubs do the same in assembly when no suspension is pending (`susp` = 0).
     #[inline(always)]
     fn charge(&mut self, now: u64, top: *mut Node) {
         let delta = now.wrapping_sub(self.last);
@@ -419,5 +438,58 @@ impl ThreadState {
             // Safety: `func` is a leaked FuncInfo handed out by the mapper.
             f.push(kind, unsafe { (*func).id }, now);
         }
+    }
+}
+
+/// Everything the hooks accumulate on a thread, for tests that compare two ways of driving them.
+#[cfg(test)]
+#[derive(Debug, PartialEq)]
+pub struct Snapshot {
+    /// Per node (the root first): parent, function, calls, exclusive, suspended, profiler.
+    pub nodes: Vec<(u32, usize, u64, u64, u64, u64)>,
+    /// Shadow stack: (node id, SP).
+    pub stack: Vec<(u32, usize)>,
+    pub last: u64,
+    pub last_susp: u64,
+    pub overflowed: u64,
+}
+
+#[cfg(test)]
+impl ThreadState {
+    pub fn snapshot(&self) -> Snapshot {
+        let row = |n: &Node| {
+            (
+                n.parent,
+                n.func as usize,
+                n.calls.load(Ordering::Relaxed),
+                n.excl.load(Ordering::Relaxed),
+                n.susp.load(Ordering::Relaxed),
+                n.prof.load(Ordering::Relaxed),
+            )
+        };
+        let mut nodes = vec![row(&self._root)];
+        nodes.extend((0..self.node_count.load(Ordering::Relaxed)).filter_map(|i| self.node(i)).map(row));
+        let stack = (0..self.stack.len)
+            // Safety: entries below `len` are initialised and hold nodes of this state.
+            .map(|i| unsafe { *self.stack.ptr.add(i) })
+            .map(|e| (unsafe { (*e.node).id }, e.sp))
+            .collect();
+        Snapshot {
+            nodes,
+            stack,
+            last: self.last,
+            last_susp: self.last_susp,
+            overflowed: self.overflowed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Forces the fast-stub mode (tests run without `clock::init`, so timing would get none).
+    pub fn set_fast(&mut self, mode: u8) {
+        self.fast = mode;
+    }
+
+    /// Sum of all time charged to the thread's nodes (exclusive + suspended + profiler).
+    pub fn charged(&self) -> u64 {
+        self.snapshot().nodes.iter().map(|n| n.3.wrapping_add(n.4).wrapping_add(n.5)).fold(0, u64::wrapping_add)
     }
 }
