@@ -14,10 +14,12 @@
 //! hook, which creates the state on the thread's first call.
 
 // One 8-byte initial-exec TLS slot: the current thread's `ThreadState` (null until its first hook).
+// Global but hidden: visible to every codegen unit of this crate, not exported from the library.
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
-    ".local clrprof_elt_current",
+    ".globl clrprof_elt_current",
+    ".hidden clrprof_elt_current",
     ".type clrprof_elt_current, @object",
     ".size clrprof_elt_current, 8",
     "clrprof_elt_current:",
@@ -425,7 +427,8 @@ pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::threa
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
-    ".local clrprof_elt_fake_clock",
+    ".globl clrprof_elt_fake_clock",
+    ".hidden clrprof_elt_fake_clock",
     ".type clrprof_elt_fake_clock, @object",
     ".size clrprof_elt_fake_clock, 8",
     "clrprof_elt_fake_clock:",
@@ -435,6 +438,7 @@ core::arch::global_asm!(
 
 /// The calling thread's scripted clock, if set.
 #[cfg(test)]
+#[inline(never)]
 pub fn fake_ticks() -> Option<u64> {
     let t: u64;
     // Safety: reads our own TLS slot of the calling thread.
@@ -451,6 +455,7 @@ pub fn fake_ticks() -> Option<u64> {
 
 /// Sets the calling thread's scripted clock (0 = back to the real one).
 #[cfg(test)]
+#[inline(never)]
 pub fn set_fake_ticks(t: u64) {
     // Safety: writes our own TLS slot of the calling thread.
     unsafe {
