@@ -67,7 +67,7 @@ pub struct Entry {
 }
 
 /// The shadow stack as a raw growable buffer with a fixed layout (`ptr`, `len`, `cap`), so the
-/// counts-only fast stubs can push and pop without calling Rust. Owner thread only.
+/// fast stubs can push and pop without calling Rust. Owner thread only.
 #[repr(C)]
 pub struct ShadowStack {
     ptr: *mut Entry,
