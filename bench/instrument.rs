@@ -1,6 +1,7 @@
 //! Instrumentation overhead (`cargo bench -p clrprof --bench instrument`): per-call cost of the
 //! enter/leave hooks on a call-heavy loop (timing and counts-only), and the slowdown on a
 //! realistic workload (System.Text.Json), each configuration run side by side in rounds.
+//! `KEEP_INLINING=1` adds both instrumented configurations with `--keep-inlining`.
 
 #[path = "common.rs"]
 mod common;
@@ -18,14 +19,19 @@ fn main() {
     let trace = std::env::temp_dir().join("clrprof-bench-instrument.clrprof");
     println!("machine: {}", machine());
 
-    let configs: [(&str, &[&str]); 3] = [
+    let mut configs: Vec<(&str, &[&str])> = vec![
         ("no profiler", &[]),
         ("instrument (timing)", &["--instrument"]),
         ("instrument --counts-only", &["--instrument", "--counts-only"]),
     ];
-    let mut loop_ms = vec![Vec::new(); 3];
-    let mut json_wall = vec![Vec::new(); 3];
-    let mut json_work = vec![Vec::new(); 3];
+    if std::env::var("KEEP_INLINING").is_ok_and(|v| v == "1") {
+        configs.push(("instrument --keep-inlining (timing)", &["--instrument", "--keep-inlining"]));
+        configs
+            .push(("instrument --keep-inlining --counts-only", &["--instrument", "--keep-inlining", "--counts-only"]));
+    }
+    let mut loop_ms = vec![Vec::new(); configs.len()];
+    let mut json_wall = vec![Vec::new(); configs.len()];
+    let mut json_work = vec![Vec::new(); configs.len()];
     let mut counted = 0u64;
     for round in 0..reps {
         for (i, (_, flags)) in configs.iter().enumerate() {
