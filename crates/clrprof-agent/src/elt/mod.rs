@@ -479,7 +479,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     mod x86_64 {
         use super::super::thread::{
-            FuncInfo, Snapshot, ThreadState, FAST_COUNTS, FAST_TIMING, MAX_DEPTH, SUSPENDED_TICKS,
+            FuncInfo, Snapshot, ThreadState, FAST_COUNTS, FAST_SEARCH, FAST_TIMING, MAX_DEPTH, SUSPENDED_TICKS,
         };
         use super::super::{clock, hook_enter, hook_leave, hook_tailcall, stubs};
         use super::SLOW_HOOKS;
@@ -528,7 +528,9 @@ mod tests {
         }
 
         /// Call sequences as the JIT produces them — mostly the same callees again (the fast path),
-        /// with new callees, tail calls, frames unwound by exceptions without leave hooks,
+        /// loops calling several callees in turn (fan-out up to 13, beyond the stubs' search
+        /// window, sometimes with a nested call), new callees, tail calls, frames unwound by
+        /// exceptions without leave hooks,
         /// mismatched and null ids, suspensions, deep recursion across the shadow stack's growth,
         /// and clock steps below, around and far above the per-event overhead.
         fn script(seed: u64, n: usize, f: &[*const FuncInfo]) -> Vec<Step> {
@@ -547,7 +549,25 @@ mod tests {
                 };
                 let mut evs = Vec::new();
                 match r.below(100) {
-                    0..=44 => {
+                    0..=4 => {
+                        // A loop calling k callees in turn (a serializer calling its getters).
+                        let k = 1 + r.below(13) as usize;
+                        let off = r.below(f.len() as u64) as usize;
+                        let sp = top_sp - 64;
+                        for _ in 0..1 + r.below(6) {
+                            for j in 0..k {
+                                let c = f[(off + j) % f.len()];
+                                evs.push(Ev::Enter(c, sp));
+                                if r.below(4) == 0 {
+                                    let d = f[r.below(f.len() as u64) as usize];
+                                    evs.push(Ev::Enter(d, sp - 64));
+                                    evs.push(Ev::Leave(d, sp - 64));
+                                }
+                                evs.push(Ev::Leave(c, sp));
+                            }
+                        }
+                    }
+                    5..=44 => {
                         let c = callee(&mut r, &mut last_callee);
                         let sp = top_sp - 64;
                         stack.push((c, sp));
@@ -622,7 +642,7 @@ mod tests {
         /// the stubs handled without the Rust hooks.
         fn lockstep(timing: bool, fast: u8, stubs_: [unsafe extern "C" fn(); 3], seed: u64) -> u64 {
             let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-            let f = funcs(6);
+            let f = funcs(14);
             let steps = script(seed, 40_000, &f);
             let mut now = 1_000_000_000u64;
             stubs::set_fake_ticks(now);
@@ -790,6 +810,75 @@ mod tests {
             assert_eq!(unsafe { (*ts).charged() }, s.last.wrapping_sub(start));
             let prof: u64 = s.nodes.iter().map(|n| n.5).sum();
             assert!(prof <= 30 * 2002);
+        }
+
+        /// A caller cycling through k callees: the fast enter stubs find each among the first
+        /// `FAST_SEARCH` children (only the first call of each takes the Rust path) with every
+        /// register preserved, and beyond the window still handle most calls.
+        #[test]
+        fn fast_enter_stubs_find_callees_among_the_first_siblings() {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let modes = [
+                (false, FAST_COUNTS, [stubs::enter_counts_stub, stubs::leave_counts_stub, stubs::tailcall_counts_stub]),
+                (
+                    true,
+                    FAST_TIMING,
+                    [stubs::enter_scripted_stub, stubs::leave_scripted_stub, stubs::tailcall_scripted_stub],
+                ),
+            ];
+            let rounds = 50;
+            for (timing, fast, [enter, leave, tailcall]) in modes {
+                for k in [1, 2, 3, 5, FAST_SEARCH, FAST_SEARCH + 1, 12, 20] {
+                    let f = funcs(k + 1);
+                    let mut now = 1_000_000u64;
+                    stubs::set_fake_ticks(now);
+                    let ts = Box::into_raw(Box::new(ThreadState::new(3, timing, 7, false)));
+                    // Safety (this loop): `ts` is leaked and only this thread uses it; the TLS slot
+                    // points to it until restored; every FuncInfo is leaked.
+                    unsafe { (*ts).set_fast(fast) };
+                    let prev = stubs::current();
+                    stubs::set_current(ts);
+                    let slow0 = SLOW_HOOKS.with(|c| c.get());
+                    let base = 0x7000_0000usize;
+                    unsafe {
+                        enter_checked(enter, f[0], base);
+                        for i in 0..rounds * k {
+                            let g = f[1 + i % k];
+                            now += 97;
+                            stubs::set_fake_ticks(now);
+                            enter_checked(enter, g, base - 64);
+                            now += 13;
+                            stubs::set_fake_ticks(now);
+                            leave_checked(if i % 5 == 0 { tailcall } else { leave }, g, base - 64);
+                        }
+                        leave_checked(leave, f[0], base);
+                    }
+                    stubs::set_current(prev);
+                    stubs::set_fake_ticks(0);
+                    let slow = SLOW_HOOKS.with(|c| c.get()) - slow0;
+                    let s = unsafe { (*ts).snapshot() };
+                    let calls: Vec<u64> = s.nodes.iter().map(|n| n.2).collect();
+                    let mut want = vec![0, 1];
+                    want.extend(std::iter::repeat_n(rounds as u64, k));
+                    assert_eq!(calls, want, "k = {k}, timing = {timing}");
+                    assert_eq!(s.stack.len(), 1);
+                    if timing {
+                        assert_eq!(unsafe { (*ts).charged() }, s.last - 1_000_000, "k = {k}");
+                        // Each callee's node gets its 13 ticks per call, less the overhead of 7.
+                        assert!(s.nodes[2..].iter().all(|n| n.3 == 6 * rounds as u64), "k = {k}");
+                    }
+                    // Leaves never miss; enters miss on each callee's first call only, or, beyond
+                    // the window, on fewer than k - FAST_SEARCH / 2 calls of each cycle (moving
+                    // every found callee to the front would make them all miss).
+                    let slow_enters = slow as usize;
+                    if k <= FAST_SEARCH {
+                        assert_eq!(slow_enters, 1 + k, "k = {k}, timing = {timing}");
+                    } else {
+                        let fast_enters = rounds * k - (slow_enters - 1);
+                        assert!(fast_enters >= rounds * FAST_SEARCH / 2, "k = {k}: {fast_enters} fast");
+                    }
+                }
+            }
         }
     }
 }

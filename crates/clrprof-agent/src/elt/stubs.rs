@@ -141,11 +141,12 @@ macro_rules! leave_like_stub {
 leave_like_stub!(leave_stub, super::hook_leave);
 leave_like_stub!(tailcall_stub, super::hook_tailcall);
 
-// Counts-only fast paths (no timing, no flow): the common enter (the callee is the most recently
-// used child of the caller's node and no frame was unwound) and the common leave (the top entry is
-// this frame) are done here with only the registers the contract lets the hook clobber — enter:
-// rax, r10, r11; leave/tailcall: rcx, r8, r9 — and no call. Anything else jumps to the full stubs
-// above with every register untouched.
+// Counts-only fast paths (no timing, no flow): the common enter (the callee is among the first
+// `FAST_SEARCH` children of the caller's node and no frame was unwound) and the common leave (the
+// top entry is this frame) are done here with only the registers the contract lets the hook
+// clobber — enter: rax, r10, r11; leave/tailcall: rcx, r8, r9 — and no call. The enter stubs only
+// read the sibling list (the Rust path alone links and reorders nodes), walking it with r11.
+// Anything else jumps to the full stubs above with every register untouched.
 
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_counts_stub() {
@@ -164,12 +165,18 @@ pub unsafe extern "C" fn enter_counts_stub() {
         // An entry at or below this frame's SP was unwound: the full path cleans up.
         "cmp r15, qword ptr [r10 - 8]",
         "jae 2f",
+        // The callee among the caller's first children (r11 walks the sibling list, read only).
         "mov r11, qword ptr [r10 - 16]",
         "mov r11, qword ptr [r11 + {first_child}]",
+        ".rept {search}",
         "test r11, r11",
         "jz 2f",
         "cmp r14, qword ptr [r11 + {func}]",
-        "jne 2f",
+        "je 3f",
+        "mov r11, qword ptr [r11 + {next_sibling}]",
+        ".endr",
+        "jmp 2f",
+        "3:",
         "inc qword ptr [r11 + {calls}]",
         "mov qword ptr [r10], r11",
         "mov qword ptr [r10 + 8], r15",
@@ -183,6 +190,8 @@ pub unsafe extern "C" fn enter_counts_stub() {
         cap = const super::thread::layout::STACK_CAP,
         ptr = const super::thread::layout::STACK_PTR,
         first_child = const super::thread::layout::NODE_FIRST_CHILD,
+        next_sibling = const super::thread::layout::NODE_NEXT_SIBLING,
+        search = const super::thread::FAST_SEARCH,
         func = const super::thread::layout::NODE_FUNC,
         calls = const super::thread::layout::NODE_CALLS,
         slow = sym enter_stub,
@@ -234,7 +243,7 @@ leave_counts_stub!(tailcall_counts_stub, tailcall_stub);
 // per-event overhead, which goes to profiler time: `min(overhead, delta)`), store the new last
 // timestamp. Every condition is checked before anything is written: a pending suspension
 // (`SUSPENDED_TICKS` moved since the thread's last event), a full or too deep stack, an unwound
-// frame, a callee that is not the most recently used child or a leave that is not the top entry
+// frame, a callee not among the first `FAST_SEARCH` children or a leave that is not the top entry
 // jumps to the full stub with every register untouched. `rdtsc` writes edx:eax: enter saves rdx on
 // the stack (its only scratch registers are rax, r10, r11), leave/tailcall keep the return
 // registers rax and rdx in r10 and r11. The clock read is a parameter so that unit tests can run
@@ -265,12 +274,18 @@ macro_rules! enter_timing_stub {
                 // An entry at or below this frame's SP was unwound: the full path cleans up.
                 "cmp r15, qword ptr [r10 - 8]",
                 "jae 2f",
+                // The callee among the caller's first children (r11 walks the sibling list).
                 "mov r11, qword ptr [r10 - 16]",
                 "mov r11, qword ptr [r11 + {first_child}]",
+                ".rept {search}",
                 "test r11, r11",
                 "jz 2f",
                 "cmp r14, qword ptr [r11 + {func}]",
-                "jne 2f",
+                "je 3f",
+                "mov r11, qword ptr [r11 + {next_sibling}]",
+                ".endr",
+                "jmp 2f",
+                "3:",
                 // Committed: count the call and push (child, SP).
                 "inc qword ptr [r11 + {calls}]",
                 "mov qword ptr [r10], r11",
@@ -305,6 +320,8 @@ macro_rules! enter_timing_stub {
                 max_depth = const $crate::elt::thread::MAX_DEPTH,
                 ptr = const $crate::elt::thread::layout::STACK_PTR,
                 first_child = const $crate::elt::thread::layout::NODE_FIRST_CHILD,
+                next_sibling = const $crate::elt::thread::layout::NODE_NEXT_SIBLING,
+                search = const $crate::elt::thread::FAST_SEARCH,
                 func = const $crate::elt::thread::layout::NODE_FUNC,
                 calls = const $crate::elt::thread::layout::NODE_CALLS,
                 last = const $crate::elt::thread::layout::LAST,

@@ -19,9 +19,15 @@ pub const NO_NODE: u32 = u32::MAX;
 const CHUNK: usize = 4096;
 const MAX_CHUNKS: usize = 4096;
 pub const MAX_DEPTH: usize = 1 << 16;
+/// How many children of the caller's node the fast enter stubs compare with the callee.
+pub const FAST_SEARCH: usize = 8;
+/// A child found farther down its sibling list moves to the front on every this many such finds
+/// (see `ThreadState::child`).
+const PROMOTE_EVERY: u32 = 8;
 
 /// One CCT node: a call path. Counters are in ticks (converted when published). Sibling and
-/// child links are pointers (owner thread only); the writer reads nodes by index. `repr(C)`: the
+/// child links are pointers, written by the owner thread's Rust path only and read by it (and by
+/// its fast enter stubs); the writer reads nodes by index, never the links. `repr(C)`: the
 /// fast stubs read and bump fields at fixed offsets (`layout`).
 #[repr(C)]
 pub struct Node {
@@ -192,6 +198,7 @@ pub mod layout {
     pub const OVERHEAD: usize = std::mem::offset_of!(ThreadState, overhead);
     pub const NODE_FUNC: usize = std::mem::offset_of!(Node, func);
     pub const NODE_FIRST_CHILD: usize = std::mem::offset_of!(Node, first_child);
+    pub const NODE_NEXT_SIBLING: usize = std::mem::offset_of!(Node, next_sibling);
     pub const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
     pub const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
     pub const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
@@ -216,6 +223,8 @@ pub struct ThreadState {
     pub flow: Option<FlowRing>,
     /// Calls not recorded (call tree full, stack too deep).
     pub overflowed: AtomicU64,
+    /// Children found beyond the fast stubs' search window (`ThreadState::child`).
+    far_finds: u32,
 }
 
 // Safety: `Node::func` points into leaked, immutable FuncInfo records and node links point into
@@ -251,6 +260,7 @@ impl ThreadState {
             overhead,
             flow: flow.then(|| FlowRing::new(1 << 16)),
             overflowed: AtomicU64::new(0),
+            far_finds: 0,
         }
     }
 
@@ -295,26 +305,38 @@ impl ThreadState {
         }
     }
 
-    /// The child of `parent` for `func`, created on first use; most recently used child first.
+    /// The child of `parent` for `func`, created on first use (at the front of the sibling list).
+    ///
+    /// The fast enter stubs find a child among the first `FAST_SEARCH` siblings, so the order
+    /// within that window does not matter and is left alone. A child found farther down moves to
+    /// the front on every `PROMOTE_EVERY`th such find, not on each: always moving it (LRU order)
+    /// keeps a hot callee that newer, colder siblings pushed out of the window on the slow path
+    /// for one call only, but makes a caller that cycles through more callees than the window
+    /// holds (a serializer calling a dozen getters in turn) miss on every call, because each move
+    /// pushes out the callee needed next. Occasional moves bring hot callees back into the
+    /// window and leave most of a cycle's callees in place.
     #[inline(always)]
     fn child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
         // Safety: `parent` and its children are nodes of this state (or its root).
         unsafe {
-            let first = (*parent).first_child;
-            if !first.is_null() && (*first).func == func {
-                return first;
-            }
-            let mut prev = first;
-            let mut cur = if first.is_null() { first } else { (*first).next_sibling };
+            let mut prev: *mut Node = std::ptr::null_mut();
+            let mut cur = (*parent).first_child;
+            let mut i = 0;
             while !cur.is_null() {
                 if (*cur).func == func {
-                    (*prev).next_sibling = (*cur).next_sibling;
-                    (*cur).next_sibling = first;
-                    (*parent).first_child = cur;
+                    if i >= FAST_SEARCH {
+                        self.far_finds = self.far_finds.wrapping_add(1);
+                        if self.far_finds.is_multiple_of(PROMOTE_EVERY) {
+                            (*prev).next_sibling = (*cur).next_sibling;
+                            (*cur).next_sibling = (*parent).first_child;
+                            (*parent).first_child = cur;
+                        }
+                    }
                     return cur;
                 }
                 prev = cur;
                 cur = (*cur).next_sibling;
+                i += 1;
             }
         }
         self.new_node(parent, func)
