@@ -587,6 +587,7 @@ impl ProfilerCallback for Profiler {
     fn class_unload_started(&self, id: ClassID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
         s.names.forget_class(id);
+        crate::events::eventpipe::forget_class(s, id as u64);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }

@@ -287,6 +287,8 @@ pub struct EventsBuilder {
     contention: HashMap<Vec<u64>, (u64, u64, u64)>,
     contention_ts: Vec<u64>,
     il_sizes: HashMap<u64, u32>,
+    /// Type names of allocation samples by class id (written with a class's first sample).
+    alloc_names: HashMap<u64, String>,
 }
 
 fn exception_log(phase: u8) -> (&'static str, i8) {
@@ -505,6 +507,14 @@ impl EventsBuilder {
                 self.alloc_ts.push((a.ts, a.bytes));
             }
             R::AllocationSample(a) => {
+                // The agent writes a type's name with its first sample only (again after the class
+                // unloads): later samples of the class carry an empty name.
+                let type_name = if a.type_name.is_empty() {
+                    self.alloc_names.get(&a.class).cloned().unwrap_or_else(|| format!("<class 0x{:x}>", a.class))
+                } else {
+                    self.alloc_names.insert(a.class, a.type_name.clone());
+                    a.type_name.clone()
+                };
                 let (count, bytes) = match a.source {
                     0 => upscale(a.size),
                     _ => {
@@ -512,16 +522,16 @@ impl EventsBuilder {
                         (c, a.amount as f64)
                     }
                 };
-                let e = self.samples.entry(a.type_name.clone()).or_default();
+                let e = self.samples.entry(type_name.clone()).or_default();
                 e.0 += count;
                 e.1 += bytes;
                 e.2 += 1;
                 self.alloc_ts.push((a.ts, bytes as u64));
-                let s = self.sample_stacks.entry((a.type_name.clone(), a.os_tid, a.stack.clone())).or_default();
+                self.push_log(a.ts, a.os_tid, format!("allocation sampled {} ({} bytes)", type_name, a.size), 0);
+                let s = self.sample_stacks.entry((type_name, a.os_tid, a.stack.clone())).or_default();
                 s.0 += count;
                 s.1 += bytes;
                 s.2 += 1;
-                self.push_log(a.ts, a.os_tid, format!("allocation sampled {} ({} bytes)", a.type_name, a.size), 0);
             }
             _ => {}
         }
@@ -1210,6 +1220,23 @@ mod tests {
         assert_eq!((g.thrown, g.observed, g.estimated), (3, 3, false));
         assert!(!p.events.exception_sampling.sampled);
         assert_eq!(p.events.exception_sampling.estimated_total, 3);
+    }
+
+    #[test]
+    fn allocation_samples_without_a_name_take_their_class_name_from_an_earlier_sample() {
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart::default().into());
+        let sample = |ts: u64, name: &str| -> Record {
+            AllocationSample { ts, os_tid: 1, class: 7, type_name: name.into(), size: 24, ..Default::default() }.into()
+        };
+        b.add(&sample(1, "Acme.Node"));
+        b.add(&sample(2, ""));
+        b.add(&sample(3, ""));
+        b.add(&AllocationSample { ts: 4, os_tid: 1, class: 9, size: 24, ..Default::default() }.into());
+        let p = b.finish();
+        let by: Vec<(&str, u64)> = p.events.allocations.iter().map(|a| (a.type_name.as_str(), a.samples)).collect();
+        assert!(by.contains(&("Acme.Node", 3)), "{by:?}");
+        assert!(by.contains(&("<class 0x9>", 1)), "{by:?}");
     }
 
     #[test]

@@ -92,6 +92,11 @@ impl<'a> Payload<'a> {
         a.copy_from_slice(s);
         Some(u64::from_le_bytes(a))
     }
+    /// Steps over a UTF-16z string without decoding it.
+    fn skip_utf16z(&mut self) -> Option<()> {
+        while self.u16()? != 0 {}
+        Some(())
+    }
     fn utf16z(&mut self) -> Option<String> {
         let mut units = Vec::new();
         loop {
@@ -106,7 +111,8 @@ impl<'a> Payload<'a> {
 }
 
 /// Parses a runtime event payload into a record; `None` for events this module does not use or
-/// payloads that do not parse.
+/// payloads that do not parse. `named(class)` says whether an allocation sample's type name was
+/// already written (then it is left empty: the reader keeps names by class id).
 pub fn parse(
     event_id: u32,
     version: u32,
@@ -114,8 +120,17 @@ pub fn parse(
     ts: u64,
     tid: u32,
     ips: &[usize],
+    named: &mut dyn FnMut(u64) -> bool,
 ) -> Option<clrprof_trace::Record> {
     let mut p = Payload { b: data, at: 0 };
+    let mut type_name = |p: &mut Payload, class: u64| -> Option<String> {
+        if named(class) {
+            p.skip_utf16z()?;
+            Some(String::new())
+        } else {
+            p.utf16z()
+        }
+    };
     let ips = || ips.iter().map(|&ip| ip as u64).collect::<Vec<u64>>();
     match event_id {
         EVENT_GC_START if version >= 1 => {
@@ -129,7 +144,7 @@ pub fn parse(
             let _kind = p.u32()?;
             let _clr = p.u16()?;
             let class = p.u64()?;
-            let type_name = p.utf16z()?;
+            let type_name = type_name(&mut p, class)?;
             let _address = p.u64()?;
             let size = p.u64()?;
             Some(
@@ -153,7 +168,7 @@ pub fn parse(
             let _clr = p.u16()?;
             let amount = p.u64()?;
             let class = p.u64()?;
-            let type_name = p.utf16z()?;
+            let type_name = type_name(&mut p, class)?;
             let _heap = p.u32()?;
             let _address = p.u64()?;
             let size = if version >= 4 { p.u64().unwrap_or(0) } else { 0 };
@@ -194,28 +209,51 @@ pub fn parse(
 
 /// Samples of one type whose stacks are always walked; after that, one in `WALK_EVERY`.
 const WALK_FIRST: u32 = 64;
-const WALK_EVERY: u32 = 8;
+const WALK_EVERY: u32 = 32;
 
-/// The stack walk is most of the cost of a sample (about 10 µs inside the allocation path): walk
-/// the first samples of each type, then one in `WALK_EVERY`. Type totals use every sample; the
-/// model scales allocation sites by the walked share.
-fn walk_this_sample(s: &State, class: u64) -> bool {
-    let Ok(mut m) = s.events.alloc_walks.lock() else { return true };
-    let n = m.entry(class as usize).or_insert(0);
-    *n = n.saturating_add(1);
-    *n <= WALK_FIRST || *n % WALK_EVERY == 0
+/// What the agent knows of a type seen in allocation samples.
+#[derive(Clone, Copy, Default)]
+pub struct SampledType {
+    samples: u32,
+    named: bool,
+}
+
+/// Forgets an unloaded class (its id may be reused for another type).
+pub fn forget_class(s: &State, class: u64) {
+    if let Ok(mut m) = s.events.alloc_types.lock() {
+        m.remove(&class);
+    }
 }
 
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
-    match parse(event_id, version, data, s.now(), os_tid(), ips) {
+    // One lookup per sample: whether the type's name was written, and whether to walk this one.
+    // The stack walk is most of the cost of a sample (about 10 µs inside the allocation path): the
+    // first samples of each type are walked, then one in `WALK_EVERY`; type totals use every sample
+    // and the model scales allocation sites by the walked share.
+    let mut walk = false;
+    let mut named = |class: u64| {
+        let Ok(mut m) = s.events.alloc_types.lock() else { return false };
+        let t = m.entry(class).or_default();
+        t.samples = t.samples.saturating_add(1);
+        walk = t.samples <= WALK_FIRST || t.samples % WALK_EVERY == 0;
+        t.named
+    };
+    match parse(event_id, version, data, s.now(), os_tid(), ips, &mut named) {
         Some(Record::AllocationSample(mut a)) => {
             // In-process (synchronous) sessions get no stacks from the runtime (ep-session.c passes
             // the caller's stack, which runtime events leave NULL); the event is delivered on the
             // allocating thread, so walk it here.
-            if a.ips.is_empty() && walk_this_sample(s, a.class) {
+            if a.ips.is_empty() && walk {
                 a.stack = super::current_stack(s);
             }
+            let class = a.class;
+            let wrote_name = !a.type_name.is_empty();
             s.emit(a);
+            if wrote_name {
+                if let Ok(mut m) = s.events.alloc_types.lock() {
+                    m.entry(class).or_default().named = true;
+                }
+            }
         }
         Some(Record::ContentionStarted(mut c)) => {
             // Contention blocks the thread anyway: walk its stack every time.
@@ -246,7 +284,7 @@ mod tests {
         d.extend_from_slice(&0xdeadu64.to_le_bytes());
         d.extend_from_slice(&48u64.to_le_bytes());
         d.extend_from_slice(&100u64.to_le_bytes());
-        match parse(EVENT_ALLOCATION_SAMPLED, 0, &d, 5, 9, &[1, 2]) {
+        match parse(EVENT_ALLOCATION_SAMPLED, 0, &d, 5, 9, &[1, 2], &mut |_| false) {
             Some(Record::AllocationSample(a)) => {
                 assert_eq!((a.class, a.type_name.as_str(), a.size, a.source), (0x1234, "Acme.Node", 48, 0));
                 assert_eq!(a.ips, vec![1, 2]);
@@ -254,7 +292,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Cut short: no record, no panic.
-        assert!(parse(EVENT_ALLOCATION_SAMPLED, 0, &d[..20], 5, 9, &[]).is_none());
+        assert!(parse(EVENT_ALLOCATION_SAMPLED, 0, &d[..20], 5, 9, &[], &mut |_| false).is_none());
+        // A type already named: the name is skipped, the fields after it still read.
+        match parse(EVENT_ALLOCATION_SAMPLED, 0, &d, 5, 9, &[], &mut |c| c == 0x1234) {
+            Some(Record::AllocationSample(a)) => assert_eq!((a.type_name.as_str(), a.size), ("", 48)),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -262,7 +305,7 @@ mod tests {
         let mut d = vec![0u8];
         d.extend_from_slice(&0u16.to_le_bytes());
         d.extend_from_slice(&1500.0f64.to_bits().to_le_bytes());
-        match parse(EVENT_CONTENTION_STOP, 1, &d, 1, 2, &[]) {
+        match parse(EVENT_CONTENTION_STOP, 1, &d, 1, 2, &[], &mut |_| false) {
             Some(Record::ContentionEnded(c)) => assert_eq!((c.os_tid, c.duration_ns), (2, 1500)),
             other => panic!("{other:?}"),
         }
@@ -276,7 +319,7 @@ mod tests {
         }
         d.extend_from_slice(&0u16.to_le_bytes());
         d.extend_from_slice(&0u64.to_le_bytes());
-        match parse(EVENT_GC_START, 2, &d, 1, 1, &[]) {
+        match parse(EVENT_GC_START, 2, &d, 1, 1, &[], &mut |_| false) {
             Some(Record::GcInfo(g)) => assert_eq!((g.index, g.generation, g.reason, g.kind), (3, 2, 1, 1)),
             other => panic!("{other:?}"),
         }

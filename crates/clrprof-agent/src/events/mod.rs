@@ -27,8 +27,9 @@ pub struct Events {
     pub limiter: exceptions::Limiter,
     /// Throws seen per exception type (to sample throw stacks).
     pub throws: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
-    /// Allocation samples seen per type (to sample their stack walks).
-    pub alloc_walks: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
+    /// Allocation samples seen per type: how many (to sample their stack walks) and whether the
+    /// type's name was written (with its first sample only).
+    pub alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

@@ -52,7 +52,7 @@ pub fn render(p: &Profile) -> String {
             ]);
         }
         out += &format!(
-            "\nby allocation site ({}): the agent walks the stack of the first 64 samples of each type, then one in 8; \
+            "\nby allocation site ({}): the agent walks the stack of the first 64 samples of each type, then one in 32; \
              estimates are scaled to the type's total, SAMPLES counts walked samples\n",
             t.len()
         );
