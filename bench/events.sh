@@ -13,7 +13,7 @@
 # iteration (about 10 000 exceptions a second), closer to a busy app than a throw-only loop.
 #
 # The throw-only loop defaults to 300 000 exceptions (about 2 s): past the rate limit's burst of
-# 20 000, so "default" shows the sampled steady state and "exc-exact" the cost of observing each one.
+# 5 000, so "default" shows the sampled steady state and "exc-exact" the cost of observing each one.
 #
 # PIN=CPU runs every process on that one CPU (taskset): the agent's own threads then compete with
 # the app, so the numbers show the whole CPU cost, and runs vary less on a noisy VM.

@@ -373,8 +373,17 @@ records! {
     }
 }
 
-/// Modes of `ExceptionMonitoring`.
+/// Modes of `ExceptionMonitoring`, and the agent's rate limit.
 pub mod exception_monitoring {
+    /// Exceptions observed at full detail before the rate limit can pause the callbacks.
+    pub const BURST: u64 = 5_000;
+    /// Exceptions per second observed at full detail however long the run (the burst's refill).
+    pub const RATE_PER_SEC: u64 = 1_000;
+    /// While paused, the callbacks come back for one window of at least this long (it ends at the
+    /// agent's next flush) …
+    pub const WINDOW_NS: u64 = 40_000_000;
+    /// … after this long paused (one window in about 40).
+    pub const PAUSE_NS: u64 = 1_950_000_000;
     /// Every exception is observed (the start of every trace).
     pub const FULL: u8 = 0;
     /// Callbacks paused: throws are not observed.

@@ -119,7 +119,7 @@ struct RecordArgs {
     #[arg(long, conflicts_with = "exact_exceptions")]
     no_exceptions: bool,
     /// Observe every exception however many are thrown. By default an exception storm (more than
-    /// 20,000 in a burst, then over 1,000/s) is sampled to keep the app fast, and counts become estimates
+    /// 5,000 in a burst, then over 1,000/s) is sampled to keep the app fast, and counts become estimates
     #[arg(long)]
     exact_exceptions: bool,
     /// Do not record garbage collections and GC suspensions

@@ -21,14 +21,10 @@ use clrprof_trace::{
 use crate::profiler::{os_tid, State};
 use crate::writer::Writer;
 
-/// Exceptions observed at full detail before the rate limit can pause the callbacks.
-const BURST: f64 = 20_000.0;
-/// Exceptions per second observed at full detail however long the run.
-const RATE_PER_SEC: f64 = 1_000.0;
-/// While paused, the callbacks come back for one window of at least this long …
-const WINDOW_NS: u64 = 40_000_000;
-/// … after this long paused (about one window in twenty).
-const PAUSE_NS: u64 = 950_000_000;
+const BURST: f64 = mode::BURST as f64;
+const RATE_PER_SEC: f64 = mode::RATE_PER_SEC as f64;
+const WINDOW_NS: u64 = mode::WINDOW_NS;
+const PAUSE_NS: u64 = mode::PAUSE_NS;
 
 /// The exception storm rate limit: a token bucket on observed throws, checked on the writer
 /// thread's tick, which switches `COR_PRF_MONITOR_EXCEPTIONS` off and on (a mutable flag).

@@ -21,13 +21,15 @@ pub fn render(p: &Profile) -> String {
     if sm.sampled {
         out += &format!(
             "\nabout {thrown} exceptions thrown, about {caught} caught, {uncaught} uncaught — ESTIMATES: an exception \
-             storm\nfrom {:.3} s on: every exception was observed up to a budget (a burst of 20,000, then 1,000/s), \
+             storm\nfrom {:.3} s on: every exception was observed up to a budget (a burst of {}, then {}/s), \
              then the\nruntime's exception callbacks were paused for {:.3} s and sampled in windows totalling {:.3} s; \
              {} exceptions\nwere observed and the windows' counts were scaled to the paused time (rows marked ~; \
              callbacks slow\nthrowing down in the windows, so in code that does little but throw the estimates are low). \
              {} observed\nexceptions were in flight when a pause began (catch not followed; in no row). \
              `record --exact-exceptions` observes\nevery exception (it slows a throw-heavy app by 35–45%).\n",
             sm.first_pause_ns as f64 / 1e9,
+            clrprof_trace::exception_monitoring::BURST,
+            clrprof_trace::exception_monitoring::RATE_PER_SEC,
             sm.paused_ns as f64 / 1e9,
             sm.window_ns as f64 / 1e9,
             sm.observed,
