@@ -218,7 +218,34 @@ struct GroupAcc {
 /// Recent throws kept per group.
 const RECENT_THROWS: usize = 256;
 
+/// What `fold_storms` derives from the exception storms.
+#[derive(Default)]
+struct FoldedStorms {
+    sampling: ExceptionSampling,
+    /// Throws actually observed per (type, site).
+    observed: HashMap<(String, u64), u64>,
+    /// Estimated throws spread over each storm: (start, end, count).
+    spans: Vec<(u64, u64, f64)>,
+}
+
 impl GroupAcc {
+    /// Multiplies the counts by `k` (not the stacks, which are samples, nor the uncaught ones).
+    fn scale(&mut self, k: f64) {
+        let sc = |n: &mut u64| *n = (*n as f64 * k).round() as u64;
+        for n in [
+            &mut self.thrown,
+            &mut self.caught,
+            &mut self.search,
+            &mut self.filters,
+            &mut self.unwind,
+            &mut self.finallies,
+            &mut self.catches,
+        ] {
+            sc(n);
+        }
+        self.catch_sites.values_mut().for_each(sc);
+    }
+
     /// Adds `k` × `o`'s counts (stacks keep their observed counts: they are samples anyway).
     fn add_scaled(&mut self, o: &GroupAcc, k: f64) {
         let sc = |n: u64| (n as f64 * k).round() as u64;
@@ -262,13 +289,13 @@ pub struct EventsBuilder {
     groups: HashMap<(String, u64), GroupAcc>,
     /// `ExceptionMonitoring` changes (ts, mode) in order; empty when every exception was observed.
     monitor: Vec<(u64, u8)>,
+    /// For each `monitor` entry, the index of the pause that began its storm (set for every entry,
+    /// meaningful when the mode is not `FULL`).
+    storm_of: Vec<usize>,
     /// Exceptions observed in sampling windows, per storm (index of its first pause in `monitor`).
     sampled: HashMap<(usize, String, u64), GroupAcc>,
     observed: u64,
     unfollowed: u64,
-    observed_by_group: HashMap<(String, u64), u64>,
-    /// Estimated throws spread over each storm: (start, end, count).
-    throw_spans: Vec<(u64, u64, f64)>,
     throw_ts: Vec<u64>,
     gcs: Vec<Gc>,
     open_gcs: Vec<usize>,
@@ -429,6 +456,15 @@ impl EventsBuilder {
                 // Written by one thread in order; keep them sorted whatever happens.
                 let at = self.monitor.partition_point(|&(t, _)| t <= m.ts);
                 self.monitor.insert(at, (m.ts, m.mode));
+                // A few records a second at most: recompute each entry's storm.
+                let mut start = 0;
+                self.storm_of.clear();
+                for (i, &(_, mode)) in self.monitor.iter().enumerate() {
+                    if mode == mon::FULL {
+                        start = i + 1;
+                    }
+                    self.storm_of.push(start);
+                }
             }
             R::GcStarted(g) => {
                 // A GC that starts while another runs: the running one is a background GC.
@@ -544,9 +580,7 @@ impl EventsBuilder {
         if i == 0 {
             return (mon::FULL, 0);
         }
-        let mode = self.monitor[i - 1].1;
-        let start = self.monitor[..i].iter().rposition(|&(_, m)| m == mon::FULL).map_or(0, |f| f + 1);
-        (mode, start)
+        (self.monitor[i - 1].1, self.storm_of[i - 1])
     }
 
     /// The accumulator an exception thrown at `ts` counts in.
@@ -565,35 +599,38 @@ impl EventsBuilder {
     }
 
     /// Folds the exceptions observed in sampling windows into the groups, scaled to stand for the
-    /// paused time of their storm; returns how exceptions were observed. `end`: the trace's end.
-    fn fold_storms(&mut self, end: u64) -> ExceptionSampling {
-        let mut out = ExceptionSampling { observed: self.observed, unfollowed: self.unfollowed, ..Default::default() };
+    /// paused time of their storm. `end`: the trace's end.
+    fn fold_storms(&mut self, end: u64) -> FoldedStorms {
+        let mut out = FoldedStorms::default();
         for (k, g) in &self.groups {
-            *self.observed_by_group.entry(k.clone()).or_default() += g.thrown;
+            *out.observed.entry(k.clone()).or_default() += g.thrown;
         }
         for ((_, t, site), g) in &self.sampled {
-            *self.observed_by_group.entry((t.clone(), *site)).or_default() += g.thrown;
+            *out.observed.entry((t.clone(), *site)).or_default() += g.thrown;
         }
+        let sm = &mut out.sampling;
+        sm.observed = self.observed;
+        sm.unfollowed = self.unfollowed;
         if !self.monitor.iter().any(|&(_, m)| m == mon::PAUSED) {
-            out.estimated_total = self.observed;
+            sm.estimated_total = self.observed;
             return out;
         }
-        out.sampled = true;
-        out.first_pause_ns = self.monitor.iter().find(|&&(_, m)| m == mon::PAUSED).map_or(0, |m| m.0);
+        sm.sampled = true;
+        sm.first_pause_ns = self.monitor.iter().find(|&&(_, m)| m == mon::PAUSED).map_or(0, |m| m.0);
         // Storms: from a pause that follows full mode to the next return to full mode (or the end).
         let mut storms: Vec<(usize, u64, u64, u64)> = Vec::new(); // (first index, start, end, window time)
         for (i, &(t, m)) in self.monitor.iter().enumerate() {
             let next = self.monitor.get(i + 1).map_or(end, |n| n.0).max(t);
             let len = next - t;
             match m {
-                mon::PAUSED => out.paused_ns += len,
-                mon::WINDOW => out.window_ns += len,
+                mon::PAUSED => sm.paused_ns += len,
+                mon::WINDOW => sm.window_ns += len,
                 _ => {}
             }
             if m == mon::FULL {
                 continue;
             }
-            let (_, storm) = self.mode_at(t);
+            let storm = self.storm_of[i];
             match storms.last_mut() {
                 Some(s) if s.0 == storm => {
                     s.2 = next;
@@ -617,7 +654,7 @@ impl EventsBuilder {
                         self.groups.entry((t.clone(), *site)).or_default().add_scaled(g, k);
                     }
                 }
-                self.throw_spans.push((start, stop, count));
+                out.spans.push((start, stop, count));
             } else {
                 // The trace ended before a window: carry each group's rate over the second before
                 // the pause through the paused time.
@@ -627,20 +664,8 @@ impl EventsBuilder {
                     let Some(&first) = recent.first() else { continue };
                     let span = if recent.len() == RECENT_THROWS { start - first } else { 1_000_000_000 };
                     let rate = recent.len() as f64 / span.max(1) as f64;
-                    let share = rate * duration as f64 / g.thrown.max(1) as f64;
-                    let extra = GroupAcc {
-                        thrown: g.thrown,
-                        caught: g.caught,
-                        search: g.search,
-                        filters: g.filters,
-                        unwind: g.unwind,
-                        finallies: g.finallies,
-                        catches: g.catches,
-                        catch_sites: g.catch_sites.clone(),
-                        ..Default::default()
-                    };
-                    g.add_scaled(&extra, share);
-                    self.throw_spans.push((start, stop, rate * duration as f64));
+                    g.scale(1.0 + rate * duration as f64 / g.thrown.max(1) as f64);
+                    out.spans.push((start, stop, rate * duration as f64));
                 }
             }
         }
@@ -650,7 +675,7 @@ impl EventsBuilder {
                 self.groups.entry((t, site)).or_default().add_scaled(&g, 1.0);
             }
         }
-        out.estimated_total = self.groups.values().map(|g| g.thrown).sum();
+        out.sampling.estimated_total = self.groups.values().map(|g| g.thrown).sum();
         out
     }
 
@@ -705,7 +730,7 @@ impl EventsBuilder {
             }
         }
         let end = p.process.duration_ns.max(self.monitor.last().map_or(0, |m| m.0));
-        let sampling = self.fold_storms(end);
+        let folded = self.fold_storms(end);
         let mut groups: Vec<ExceptionGroup> = Vec::new();
         for ((type_name, site), g) in std::mem::take(&mut self.groups) {
             let mut catch_sites: Vec<(String, u64)> = g.catch_sites.iter().map(|(f, n)| (name(*f), *n)).collect();
@@ -720,7 +745,7 @@ impl EventsBuilder {
             stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let mut uncaught_threads = g.uncaught_threads.clone();
             uncaught_threads.sort_unstable();
-            let observed = self.observed_by_group.get(&(type_name.clone(), site)).copied().unwrap_or(0);
+            let observed = folded.observed.get(&(type_name.clone(), site)).copied().unwrap_or(0);
             groups.push(ExceptionGroup {
                 observed,
                 estimated: observed != g.thrown,
@@ -742,7 +767,7 @@ impl EventsBuilder {
         groups.sort_by(|a, b| {
             b.thrown.cmp(&a.thrown).then(a.type_name.cmp(&b.type_name)).then(a.throw_site.cmp(&b.throw_site))
         });
-        p.events.exception_sampling = sampling;
+        p.events.exception_sampling = folded.sampling;
 
         // GCs: match the runtime's own descriptions (same order, same generation, close in time).
         let mut gcs = std::mem::take(&mut self.gcs);
@@ -895,7 +920,7 @@ impl EventsBuilder {
 
         // Throws seen in sampling windows are counted through their storm's estimate instead.
         let throws: Vec<u64> = self.throw_ts.iter().copied().filter(|&t| self.mode_at(t).0 == mon::FULL).collect();
-        counters(p, &throws, &self.throw_spans, &self.alloc_ts, &self.contention_ts);
+        counters(p, &throws, &folded.spans, &self.alloc_ts, &self.contention_ts);
     }
 }
 
