@@ -195,6 +195,11 @@ impl Config {
         self.output.replace("{pid}", &pid.to_string())
     }
 
+    /// Every exception is observed, with no storm rate limit: asked for, or implied by the event log.
+    pub fn every_exception(&self) -> bool {
+        self.exceptions_exact || self.events
+    }
+
     /// `key=value` lines for the trace's `ProcessStart.config`.
     pub fn describe(&self) -> String {
         let mut m = BTreeMap::new();
@@ -205,7 +210,7 @@ impl Config {
         m.insert("sample_rate", self.sample_rate.to_string());
         m.insert(
             "exceptions",
-            match (self.exceptions, self.exceptions_exact || self.events) {
+            match (self.exceptions, self.every_exception()) {
                 (false, _) => "false",
                 (true, false) => "true",
                 (true, true) => "exact",

@@ -428,7 +428,7 @@ impl Profiler {
                 }));
                 log_info!("enter/leave hooks installed");
             }
-            if st.config.exceptions && !st.config.exceptions_exact && !st.config.events {
+            if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
             }
             crate::events::eventpipe::start(s, rt.major);
