@@ -60,6 +60,10 @@ struct ExportArgs {
     /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Leave native frames as `module!<unknown>` instead of naming them from the ELF files on this
+    /// machine (reproducible output wherever the report runs)
+    #[arg(long)]
+    no_native_symbols: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -174,6 +178,10 @@ struct ReportArgs {
     /// Callers view: the function (full name, or a unique part of it)
     #[arg(long, value_name = "NAME")]
     function: Option<String>,
+    /// Leave native frames as `module!<unknown>` instead of naming them from the ELF files on this
+    /// machine (reproducible output wherever the report runs)
+    #[arg(long)]
+    no_native_symbols: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -319,6 +327,7 @@ pub fn run() -> Result<ExitCode> {
                 depth: a.depth,
                 min_percent: a.min_percent,
                 function: a.function,
+                native_symbols: !a.no_native_symbols,
             };
             crate::report::report(&opts)?;
             Ok(ExitCode::SUCCESS)
@@ -336,6 +345,7 @@ pub fn run() -> Result<ExitCode> {
                 output: a.output,
                 weight: a.weight.map(WeightArg::metric),
                 thread: a.thread,
+                native_symbols: !a.no_native_symbols,
             };
             crate::export::export(&opts)?;
             Ok(ExitCode::SUCCESS)

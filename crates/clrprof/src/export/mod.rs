@@ -40,6 +40,8 @@ pub struct ExportOptions {
     /// `None` = the profile's natural weight (CPU time for sampled traces).
     pub weight: Option<Metric>,
     pub thread: Option<String>,
+    /// Name native frames from the ELF files on this machine.
+    pub native_symbols: bool,
 }
 
 /// One stack and its cost: `samples` (how many samples or calls) and `value` (the metric's
@@ -158,7 +160,7 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 }
 
 pub fn export(opts: &ExportOptions) -> Result<()> {
-    let p = crate::load::load(&opts.trace)?;
+    let p = crate::load::load(&opts.trace, opts.native_symbols)?;
     let metric = crate::report::select::metric(&p, opts.weight);
     let tids = crate::report::select::threads(&p, opts.thread.as_deref())?;
     let inp = input(&p, metric, tids.as_deref());

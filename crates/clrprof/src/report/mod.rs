@@ -71,10 +71,12 @@ pub struct ReportOptions {
     pub depth: Option<usize>,
     pub min_percent: f64,
     pub function: Option<String>,
+    /// Name native frames from the ELF files on this machine.
+    pub native_symbols: bool,
 }
 
 pub fn report(opts: &ReportOptions) -> Result<()> {
-    let profile = crate::load::load(&opts.trace)?;
+    let profile = crate::load::load(&opts.trace, opts.native_symbols)?;
     let text = render(&profile, opts)?;
     match &opts.output {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
