@@ -8,9 +8,11 @@ pub mod instrumented;
 pub mod samples;
 pub mod stacks;
 mod tables;
+pub mod time;
 pub mod views;
 
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
 pub use tables::*;
+pub use time::{parse_time, TimeRange};

@@ -146,6 +146,8 @@ pub struct Profile {
     pub flow: Vec<crate::instrumented::FlowThread>,
     /// Runtime events: exceptions, GCs, allocations, event log, counters.
     pub events: crate::events::RuntimeEvents,
+    /// The window of the run this profile covers (`TimeRange::ALL`: the whole run).
+    pub range: crate::time::TimeRange,
 }
 
 impl Profile {
@@ -155,6 +157,13 @@ impl Profile {
 
     pub fn appdomain(&self, id: u64) -> Option<&AppDomain> {
         self.appdomains.iter().find(|a| a.id == id)
+    }
+
+    /// Start and end (ns since the agent started) of what the profile covers: its time range
+    /// within the run.
+    pub fn span(&self) -> (u64, u64) {
+        let end = self.process.duration_ns.min(self.range.to);
+        (self.range.from.min(end), end)
     }
 
     pub fn thread_by_os_tid(&self, tid: u32) -> Option<&Thread> {
