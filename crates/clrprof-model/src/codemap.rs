@@ -1,7 +1,7 @@
 //! IP → managed function, from the native code ranges `FunctionCompiled` records carry (every
 //! code version: JIT tiers, ReadyToRun code).
 
-use crate::tables::Function;
+use crate::profile::Function;
 
 /// Sorted, non-empty code ranges `[start, end)` with their FunctionID.
 #[derive(Clone, Debug, Default)]

@@ -181,9 +181,20 @@ pub struct RuntimeEvents {
     pub exception_sampling: ExceptionSampling,
     /// IL code size per FunctionID (from `FunctionCompiled.il_size`; absent when 0 / unknown).
     pub il_sizes: HashMap<u64, u32>,
+    /// When things happened, for timelines.
+    pub times: EventTimes,
 }
 
-#[derive(Default)]
+/// Time-stamped runtime events of the profile's window, sorted by time.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EventTimes {
+    /// Observed throws: (ts, OS tid).
+    pub throws: Vec<(u64, u32)>,
+    /// Runtime suspensions: (start, end).
+    pub pauses: Vec<(u64, u64)>,
+}
+
+#[derive(Clone, Default)]
 struct Pending {
     /// When it was thrown.
     ts: u64,
@@ -197,7 +208,7 @@ struct Pending {
     finallies: u64,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct GroupAcc {
     thrown: u64,
     caught: u64,
@@ -271,6 +282,7 @@ impl GroupAcc {
     }
 }
 
+#[derive(Clone)]
 struct GcInfoRec {
     ts: u64,
     index: u32,
@@ -283,7 +295,7 @@ struct GcInfoRec {
 type SampleKey = (String, u32, Vec<u64>);
 
 /// Collects runtime-event records while the trace is read.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct EventsBuilder {
     active: HashMap<u32, Vec<Pending>>,
     groups: HashMap<(String, u64), GroupAcc>,
@@ -297,6 +309,7 @@ pub struct EventsBuilder {
     observed: u64,
     unfollowed: u64,
     throw_ts: Vec<u64>,
+    throw_tids: Vec<(u64, u32)>,
     gcs: Vec<Gc>,
     open_gcs: Vec<usize>,
     gc_infos: Vec<GcInfoRec>,
@@ -406,6 +419,7 @@ impl EventsBuilder {
         match r {
             R::ExceptionThrown(e) => {
                 self.throw_ts.push(e.ts);
+                self.throw_tids.push((e.ts, e.os_tid));
                 self.observed += 1;
                 self.active.entry(e.os_tid).or_default().push(Pending {
                     ts: e.ts,
@@ -917,6 +931,10 @@ impl EventsBuilder {
         sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
         p.events.contentions = sites;
         p.events.il_sizes = std::mem::take(&mut self.il_sizes);
+        p.events.times.throws = std::mem::take(&mut self.throw_tids);
+        p.events.times.throws.sort_unstable();
+        p.events.times.pauses = self.suspensions.clone();
+        p.events.times.pauses.sort_unstable();
 
         // Throws seen in sampling windows are counted through their storm's estimate instead.
         let throws: Vec<u64> = self.throw_ts.iter().copied().filter(|&t| self.mode_at(t).0 == mon::FULL).collect();

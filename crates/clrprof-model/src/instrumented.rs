@@ -6,7 +6,8 @@ use std::collections::HashMap;
 
 use clrprof_trace::{CallTreeDelta, CallTreeNodes, FlowEvents, InstrumentationInfo};
 
-use crate::stacks::{Cost, CostTree, FrameKey, StackId};
+use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable};
+use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,15 +60,29 @@ pub struct FlowThread {
     pub dropped: u64,
 }
 
-/// Maps each thread's agent-side node ids to interned stacks.
-#[derive(Default)]
+/// Cost added to one call-tree node by one delta record, with the record's time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallDelta {
+    pub ts: u64,
+    pub os_tid: u32,
+    pub stack: StackId,
+    pub calls: u64,
+    pub time_ns: u64,
+    pub suspended_ns: u64,
+    pub profiler_ns: u64,
+}
+
+/// Maps each thread's agent-side node ids to interned stacks, and keeps every delta with its time
+/// (the agent publishes deltas every flush, so instrumented costs are known to a flush interval).
+#[derive(Clone, Default)]
 pub struct CctIngest {
     nodes: HashMap<u32, Vec<StackId>>,
+    deltas: Vec<CallDelta>,
     pub problems: u64,
 }
 
 impl CctIngest {
-    pub fn nodes(&mut self, tree: &mut CostTree, r: &CallTreeNodes) {
+    pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
         let map = self.nodes.entry(r.os_tid).or_default();
         if r.first as usize != map.len() {
             // A gap means records were lost (dropped by the agent); later nodes cannot be placed.
@@ -86,12 +101,12 @@ impl CctIngest {
                     }
                 }
             };
-            let frame = tree.stacks.frame(FrameKey::Function(*func));
-            map.push(tree.stacks.push(parent_stack, frame));
+            let frame = stacks.frame(FrameKey::Function(*func));
+            map.push(stacks.push(parent_stack, frame));
         }
     }
 
-    pub fn delta(&mut self, tree: &mut CostTree, r: &CallTreeDelta) {
+    pub fn delta(&mut self, r: &CallTreeDelta) {
         let Some(map) = self.nodes.get(&r.os_tid) else {
             self.problems += 1;
             return;
@@ -101,25 +116,45 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        let mut adds = Vec::with_capacity(n);
         for k in 0..n {
             let Some(&stack) = map.get(r.nodes[k] as usize) else {
                 self.problems += 1;
                 continue;
             };
-            adds.push((
+            self.deltas.push(CallDelta {
+                ts: r.ts,
+                os_tid: r.os_tid,
                 stack,
-                Cost {
-                    calls: r.calls[k],
-                    time_ns: r.time_ns[k],
-                    suspended_ns: r.suspended_ns[k],
-                    profiler_ns: r.profiler_ns[k],
-                    ..Default::default()
-                },
-            ));
+                calls: r.calls[k],
+                time_ns: r.time_ns[k],
+                suspended_ns: r.suspended_ns[k],
+                profiler_ns: r.profiler_ns[k],
+            });
         }
-        for (s, c) in adds {
-            tree.add(r.os_tid, s, &c);
+    }
+
+    /// Adds the deltas published inside `range` to `tree`.
+    pub fn add_to(&self, tree: &mut CostTree, range: TimeRange) {
+        for d in self.deltas.iter().filter(|d| range.contains(d.ts)) {
+            let c = Cost {
+                calls: d.calls,
+                time_ns: d.time_ns,
+                suspended_ns: d.suspended_ns,
+                profiler_ns: d.profiler_ns,
+                ..Default::default()
+            };
+            tree.add(d.os_tid, d.stack, &c);
+        }
+    }
+}
+
+impl FlowThread {
+    /// The thread's events inside `range` (the drop count stays whole: it is not timed).
+    pub fn within(&self, range: TimeRange) -> FlowThread {
+        FlowThread {
+            os_tid: self.os_tid,
+            events: self.events.iter().filter(|e| range.contains(e.ts)).copied().collect(),
+            dropped: self.dropped,
         }
     }
 }

@@ -1,18 +1,20 @@
 //! Analysis of clrprof traces. A [`ProfileBuilder`] folds the record stream into one canonical
-//! [`Profile`]; every report, export and view is derived from it. No unsafe, no I/O.
+//! [`Profile`] (for the whole run or a time window, again and again while records arrive); every report, export and view is derived from it. No unsafe, no I/O.
 #![forbid(unsafe_code)]
 
+mod builder;
 pub mod codemap;
 pub mod events;
 pub mod instrumented;
+mod profile;
 pub mod samples;
 pub mod stacks;
-mod tables;
 pub mod time;
 pub mod views;
 
+pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
+pub use profile::*;
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
 pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
-pub use tables::*;
 pub use time::{parse_time, TimeRange};

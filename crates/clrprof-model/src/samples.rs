@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use clrprof_trace::Record;
 
 use crate::codemap::CodeMap;
-use crate::stacks::{Cost, FrameId, FrameKey};
-use crate::tables::Profile;
+use crate::profile::Profile;
+use crate::stacks::{Cost, FrameId, FrameKey, StackId};
+use crate::time::TimeRange;
 
 /// The label of frames nothing could name.
 pub const UNKNOWN: &str = "UNKNOWN";
@@ -77,15 +78,48 @@ struct Mapping {
     path: String,
 }
 
-/// Sampling records collected while reading a trace (resolved when the profile is finished).
+/// Which clock a sample is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampleWeight {
+    /// On-CPU time.
+    Cpu,
+    /// Wall time (running or blocked).
+    Wall,
+}
+
+/// A sample record as read, its stack not resolved yet.
+#[derive(Clone, Copy, Debug)]
+struct SampleEvent {
+    ts: u64,
+    os_tid: u32,
+    def: u32,
+    weight: SampleWeight,
+    count: u32,
+    ns: u64,
+}
+
+/// One sample record of a profile: `count` samples of one thread with one stack at `ts`, standing
+/// for `ns` of CPU or wall time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TimedSample {
+    pub ts: u64,
+    pub os_tid: u32,
+    pub stack: StackId,
+    pub weight: SampleWeight,
+    pub count: u32,
+    pub ns: u64,
+}
+
+/// Sampling records collected while reading a trace (resolved when a profile is taken).
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
     summary: Sampling,
     mappings: Vec<Mapping>,
     defs: Vec<(Vec<u64>, Vec<u64>)>,
     ids: HashMap<u32, usize>,
-    /// (os_tid, def) → cost.
-    costs: HashMap<(u32, usize), Cost>,
+    /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
+    events: Vec<SampleEvent>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
     code: Vec<(u64, u64, u64)>,
 }
@@ -110,19 +144,25 @@ impl SampleData {
             }
             Record::CpuSample(s) => {
                 let def = self.def(s.stack);
-                let c = self.costs.entry((s.os_tid, def)).or_default();
-                c.cpu_samples += s.count as u64;
-                c.cpu_ns += s.cpu_ns;
-                self.summary.cpu_samples += s.count as u64;
-                self.summary.cpu_ns += s.cpu_ns;
+                self.events.push(SampleEvent {
+                    ts: s.ts,
+                    os_tid: s.os_tid,
+                    def: def as u32,
+                    weight: SampleWeight::Cpu,
+                    count: s.count,
+                    ns: s.cpu_ns,
+                });
             }
             Record::WallSample(s) => {
                 let def = self.def(s.stack);
-                let c = self.costs.entry((s.os_tid, def)).or_default();
-                c.wall_samples += s.count as u64;
-                c.wall_ns += s.wall_ns;
-                self.summary.wall_samples += s.count as u64;
-                self.summary.wall_ns += s.wall_ns;
+                self.events.push(SampleEvent {
+                    ts: s.ts,
+                    os_tid: s.os_tid,
+                    def: def as u32,
+                    weight: SampleWeight::Wall,
+                    count: s.count,
+                    ns: s.wall_ns,
+                });
             }
             Record::SamplerStats(s) => {
                 let m = &mut self.summary;
@@ -148,13 +188,36 @@ impl SampleData {
         self.defs.len() - 1
     }
 
-    /// Adds the samples to `p.costs` and fills `p.sampling`.
-    pub fn resolve(mut self, p: &mut Profile, symbols: &mut dyn NativeSymbols) {
+    /// Adds the samples inside `range` to `p.costs` and `p.samples`, and fills `p.sampling`
+    /// (sample counts and times of the window; the sampler's counters of the whole run).
+    pub fn resolve(&self, p: &mut Profile, symbols: &mut dyn NativeSymbols, range: TimeRange) {
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
-        self.mappings.sort_by_key(|m| (m.start, m.end));
-        let mut resolver = Resolver { code: &code, mappings: &self.mappings, symbols, cache: HashMap::new() };
+        let mut mappings = self.mappings.clone();
+        mappings.sort_by_key(|m| (m.start, m.end));
+        let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: HashMap::new() };
+        // Costs per (thread, stack definition), in that order: stacks are interned in the same
+        // order whatever order the records came in.
+        let mut costs: HashMap<(u32, usize), Cost> = HashMap::new();
+        let mut summary = self.summary.clone();
+        for e in self.events.iter().filter(|e| range.contains(e.ts)) {
+            let c = costs.entry((e.os_tid, e.def as usize)).or_default();
+            match e.weight {
+                SampleWeight::Cpu => {
+                    c.cpu_samples += e.count as u64;
+                    c.cpu_ns += e.ns;
+                    summary.cpu_samples += e.count as u64;
+                    summary.cpu_ns += e.ns;
+                }
+                SampleWeight::Wall => {
+                    c.wall_samples += e.count as u64;
+                    c.wall_ns += e.ns;
+                    summary.wall_samples += e.count as u64;
+                    summary.wall_ns += e.ns;
+                }
+            }
+        }
         let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
-        let mut entries: Vec<((u32, usize), Cost)> = self.costs.into_iter().collect();
+        let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);
         let mut addresses = HashMap::new();
         for ((tid, def), cost) in entries {
@@ -188,13 +251,23 @@ impl SampleData {
                 p.costs.add(tid, s, &cost);
             }
         }
+        p.samples = self
+            .events
+            .iter()
+            .filter(|e| range.contains(e.ts))
+            .filter_map(|e| {
+                let stack = stack_of.get(&(e.def as usize)).copied().flatten()?;
+                Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
+            })
+            .collect();
+        p.samples.sort_by_key(|s| (s.ts, s.os_tid));
         for f in p.functions.iter() {
             if let Some(id) = p.costs.stacks.find_frame(&FrameKey::Function(f.id)) {
                 addresses.insert(id, f.code_start);
             }
         }
-        self.summary.addresses = addresses;
-        p.sampling = self.summary;
+        summary.addresses = addresses;
+        p.sampling = summary;
     }
 }
 
@@ -241,7 +314,7 @@ impl Resolver<'_> {
 }
 
 /// Sampled hits of one module (the Monte Carlo module table): samples whose leaf frame was in it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ModuleHits {
     pub module: String,
     pub samples: u64,
@@ -249,7 +322,7 @@ pub struct ModuleHits {
 }
 
 /// Sampled hits of one routine (leaf frame).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct RoutineHits {
     pub frame: FrameId,
     pub module: String,
@@ -313,7 +386,7 @@ pub fn hits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tables::ProfileBuilder;
+    use crate::ProfileBuilder;
     use clrprof_trace::*;
 
     struct Fake;

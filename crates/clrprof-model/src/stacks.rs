@@ -4,12 +4,16 @@
 
 use std::collections::HashMap;
 
+use serde::Serialize;
+
 /// Index of a frame in [`StackTable::frames`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct FrameId(pub u32);
 
 /// Index of a node of the stack prefix tree ([`StackTable::nodes`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct StackId(pub u32);
 
 /// What a frame is, as recorded.
@@ -23,7 +27,8 @@ pub enum FrameKey {
     Label(String),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FrameKind {
     Managed,
     Native,
@@ -134,7 +139,7 @@ impl StackTable {
 
 /// Cost columns of one `(thread, stack)`. Every column is *self* cost (spent with this stack on
 /// top); inclusive figures are sums over subtrees.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Cost {
     /// Instrumented: times the top frame was entered with this stack (exact).
     pub calls: u64,
@@ -175,7 +180,8 @@ impl Cost {
 }
 
 /// Which cost column a view ranks and sums by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Metric {
     /// Instrumented exclusive time.
     Time,

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use clrprof_model::Metric;
+use clrprof_model::{parse_time, Metric, TimeRange};
+use clrprof_report::{Format, ReportOptions, View};
 
 use crate::record::RecordOptions;
-use crate::report::{Format, ReportOptions, View};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,6 +60,12 @@ struct ExportArgs {
     /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Only what happened from this time on (since the process started: 1.5s, 200ms, 350us)
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    from: Option<u64>,
+    /// Only what happened before this time (since the process started: 2s, 1500ms)
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    to: Option<u64>,
     /// Leave native frames as `module!<unknown>` instead of naming them from the ELF files on this
     /// machine (reproducible output wherever the report runs)
     #[arg(long)]
@@ -178,6 +184,15 @@ struct ReportArgs {
     /// Callers view: the function (full name, or a unique part of it)
     #[arg(long, value_name = "NAME")]
     function: Option<String>,
+    /// JSON: the timeline's bucket size (e.g. 10ms) [default: a round size giving at most 200 buckets]
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    bucket: Option<u64>,
+    /// Only what happened from this time on (since the process started: 1.5s, 200ms, 350us)
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    from: Option<u64>,
+    /// Only what happened before this time (since the process started: 2s, 1500ms)
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
+    to: Option<u64>,
     /// Leave native frames as `module!<unknown>` instead of naming them from the ELF files on this
     /// machine (reproducible output wherever the report runs)
     #[arg(long)]
@@ -295,46 +310,51 @@ pub fn run() -> Result<ExitCode> {
             crate::record::record(&opts)
         }
         Command::Report(a) => {
-            let opts = ReportOptions {
+            let cmd = crate::report::ReportCommand {
+                range: time_range(a.from, a.to)?,
                 trace: a.trace,
-                view: match a.view {
-                    None => View::Auto,
-                    Some(ViewArg::Tables) => View::Tables,
-                    Some(ViewArg::Hotspots) => View::Hotspots,
-                    Some(ViewArg::Calltree) => View::Calltree,
-                    Some(ViewArg::Callers) => View::Callers,
-                    Some(ViewArg::Summary) => View::Summary,
-                    Some(ViewArg::Flow) => View::Flow,
-                    Some(ViewArg::Modules) => View::Modules,
-                    Some(ViewArg::Exceptions) => View::Exceptions,
-                    Some(ViewArg::Gc) => View::Gc,
-                    Some(ViewArg::Allocations) => View::Allocations,
-                    Some(ViewArg::Jit) => View::Jit,
-                    Some(ViewArg::Events) => View::Events,
-                    Some(ViewArg::Counters) => View::Counters,
-                    Some(ViewArg::Locks) => View::Locks,
-                },
-                format: match a.format {
-                    FormatArg::Text => Format::Text,
-                    FormatArg::Json => Format::Json,
-                    FormatArg::Csv => Format::Csv,
-                },
                 output: a.output,
-                weight: a.weight.map(WeightArg::metric),
-                thread: a.thread,
-                by_thread: a.by_thread,
-                top: a.top,
-                depth: a.depth,
-                min_percent: a.min_percent,
-                function: a.function,
                 native_symbols: !a.no_native_symbols,
+                report: ReportOptions {
+                    view: match a.view {
+                        None => View::Auto,
+                        Some(ViewArg::Tables) => View::Tables,
+                        Some(ViewArg::Hotspots) => View::Hotspots,
+                        Some(ViewArg::Calltree) => View::Calltree,
+                        Some(ViewArg::Callers) => View::Callers,
+                        Some(ViewArg::Summary) => View::Summary,
+                        Some(ViewArg::Flow) => View::Flow,
+                        Some(ViewArg::Modules) => View::Modules,
+                        Some(ViewArg::Exceptions) => View::Exceptions,
+                        Some(ViewArg::Gc) => View::Gc,
+                        Some(ViewArg::Allocations) => View::Allocations,
+                        Some(ViewArg::Jit) => View::Jit,
+                        Some(ViewArg::Events) => View::Events,
+                        Some(ViewArg::Counters) => View::Counters,
+                        Some(ViewArg::Locks) => View::Locks,
+                    },
+                    format: match a.format {
+                        FormatArg::Text => Format::Text,
+                        FormatArg::Json => Format::Json,
+                        FormatArg::Csv => Format::Csv,
+                    },
+                    weight: a.weight.map(WeightArg::metric),
+                    thread: a.thread,
+                    by_thread: a.by_thread,
+                    top: a.top,
+                    depth: a.depth,
+                    min_percent: a.min_percent,
+                    function: a.function,
+                    bucket_ns: a.bucket,
+                },
             };
-            crate::report::report(&opts)?;
+            crate::report::report(&cmd)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export(a) => {
-            use crate::export::ExportFormat as F;
-            let opts = crate::export::ExportOptions {
+            use clrprof_export::ExportFormat as F;
+            let cmd = crate::export::ExportCommand {
+                range: time_range(a.from, a.to)?,
                 trace: a.trace,
                 format: match a.format {
                     ExportFormatArg::Collapsed => F::Collapsed,
@@ -347,10 +367,23 @@ pub fn run() -> Result<ExitCode> {
                 thread: a.thread,
                 native_symbols: !a.no_native_symbols,
             };
-            crate::export::export(&opts)?;
+            crate::export::export(&cmd)?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn time_arg(s: &str) -> Result<u64, String> {
+    parse_time(s)
+}
+
+/// The window `--from`/`--to` select (the whole run when neither is given).
+fn time_range(from: Option<u64>, to: Option<u64>) -> Result<TimeRange> {
+    let (from, to) = (from.unwrap_or(0), to.unwrap_or(u64::MAX));
+    if from >= to {
+        anyhow::bail!("--from must be before --to");
+    }
+    Ok(TimeRange::new(from, to))
 }
 
 /// A fix for errors users commonly hit.

@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use clrprof_model::{Profile, ProfileBuilder};
+use clrprof_model::{Profile, ProfileBuilder, TimeRange};
 use clrprof_trace::Decoder;
 
 /// Loads a trace. Corrupt, foreign, empty or newer-version files are errors; a truncated trace
 /// is read up to the damage with a warning on stderr (also kept in `Profile::messages`).
-pub fn load(path: &Path, native_symbols: bool) -> Result<Profile> {
+pub fn load(path: &Path, native_symbols: bool, range: TimeRange) -> Result<Profile> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
     let reader = std::io::BufReader::with_capacity(1 << 20, file);
     let mut dec = Decoder::new(reader).with_context(|| format!("cannot read {}", path.display()))?;
@@ -36,8 +36,8 @@ pub fn load(path: &Path, native_symbols: bool) -> Result<Profile> {
         );
     }
     if native_symbols {
-        Ok(b.finish_with(&mut crate::symbols::ElfSymbols::default()))
+        Ok(b.profile(range, &mut crate::symbols::ElfSymbols::default()))
     } else {
-        Ok(b.finish())
+        Ok(b.profile(range, &mut clrprof_model::NoSymbols))
     }
 }

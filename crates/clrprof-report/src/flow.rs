@@ -3,24 +3,22 @@
 
 use std::collections::HashMap;
 
-use anyhow::{bail, Result};
 use clrprof_model::Profile;
+use clrprof_query::select::thread_label;
+use clrprof_query::{QueryError, Threads};
 
-use super::select::{self, thread_label};
-use super::{ms, title, ReportOptions};
+use super::{ms, title, ReportOptions, Result};
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     if p.flow.is_empty() {
-        bail!("this trace has no flow events: record with --instrument --flow");
+        return Err(QueryError::NoData("this trace has no flow events: record with --instrument --flow".into()).into());
     }
     let names: HashMap<u64, &str> = p.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
-    let wanted = select::threads(p, opts.thread.as_deref()).ok().flatten();
+    let wanted = Threads::resolve(p, opts.thread.as_deref())?;
     let mut out = title(p, "flow trace");
     for t in &p.flow {
-        if let Some(w) = &wanted {
-            if !w.contains(&t.os_tid) {
-                continue;
-            }
+        if !wanted.contains(t.os_tid) {
+            continue;
         }
         out += &format!("\nthread {}: {} events", thread_label(p, t.os_tid), t.events.len());
         if t.dropped > 0 {

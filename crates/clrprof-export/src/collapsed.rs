@@ -4,9 +4,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
-
-use super::{ExportInput, Exporter};
+use super::{ExportInput, Exporter, Result};
 
 pub struct Collapsed;
 
@@ -21,7 +19,7 @@ impl Exporter for Collapsed {
     }
 
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
-        for s in &inp.merged {
+        for s in &inp.stacks.merged {
             if s.samples == 0 {
                 continue;
             }

@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use anyhow::Result;
 use clrprof_model::FrameId;
 use serde_json::{json, Value};
 
-use super::{ExportInput, Exporter, Sample};
+use super::{ExportInput, Exporter, Result};
+use clrprof_query::stacks::StackSample;
 
 pub struct Speedscope;
 
@@ -20,7 +20,7 @@ impl Exporter for Speedscope {
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         let mut index: HashMap<FrameId, usize> = HashMap::new();
         let mut frames: Vec<Value> = Vec::new();
-        let mut profile = |name: String, samples: &[Sample]| -> Value {
+        let mut profile = |name: String, samples: &[StackSample]| -> Value {
             let mut stacks = Vec::with_capacity(samples.len());
             let mut weights = Vec::with_capacity(samples.len());
             for s in samples {
@@ -46,17 +46,18 @@ impl Exporter for Speedscope {
             json!({
                 "type": "sampled",
                 "name": name,
-                "unit": inp.value_unit,
+                "unit": inp.stacks.value_unit,
                 "startValue": 0,
                 "endValue": total,
                 "samples": stacks,
                 "weights": weights,
             })
         };
-        let mut profiles = vec![profile(format!("all threads — {}", inp.weight_name), &inp.merged)];
-        for (tid, name, samples) in &inp.threads {
+        let mut profiles = vec![profile(format!("all threads — {}", inp.stacks.weight_name), &inp.stacks.merged)];
+        for t in &inp.stacks.threads {
+            let (tid, name, samples) = (t.os_tid, &t.name, &t.stacks);
             let label = if name.is_empty() { format!("thread {tid}") } else { format!("thread {tid} ({name})") };
-            profiles.push(profile(format!("{label} — {}", inp.weight_name), samples));
+            profiles.push(profile(format!("{label} — {}", inp.stacks.weight_name), samples));
         }
         let doc = json!({
             "$schema": "https://www.speedscope.app/file-format-schema.json",

@@ -1,30 +1,26 @@
-//! `clrprof report`: views of a trace, as text or JSON.
+//! `clrprof report`: views of a profile as text, CSV or JSON. Every figure comes from the query
+//! layer (`clrprof-query`); this crate only lays it out.
+#![forbid(unsafe_code)]
 
 mod allocations;
 mod callers;
 mod calltree;
 mod counters;
 mod events;
-mod events_json;
 mod exceptions;
 mod flow;
 mod gc;
 mod hotspots;
 mod jit;
-mod json;
 mod locks;
 mod modules;
-mod sampling_json;
-pub mod select;
 mod summary;
 mod table;
 mod tables;
 
-use std::io::Write;
-use std::path::PathBuf;
-
-use anyhow::{bail, Context, Result};
 use clrprof_model::{Metric, Profile};
+use clrprof_query::costs::CostQuery;
+use clrprof_query::{select, QueryError, Threads};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -53,16 +49,12 @@ pub enum Format {
     Csv,
 }
 
-/// Options of `clrprof report`.
+/// What to show and how.
 #[derive(Clone, Debug)]
-#[non_exhaustive]
 pub struct ReportOptions {
-    pub trace: PathBuf,
     pub view: View,
     pub format: Format,
-    /// `None` = standard output.
-    pub output: Option<PathBuf>,
-    /// `None` = the profile's natural weight (see `select::metric`).
+    /// `None` = the profile's natural weight (see `clrprof_query::select::metric`).
     pub weight: Option<Metric>,
     /// `--thread`: OS tid, ThreadID or name.
     pub thread: Option<String>,
@@ -71,38 +63,72 @@ pub struct ReportOptions {
     pub depth: Option<usize>,
     pub min_percent: f64,
     pub function: Option<String>,
-    /// Name native frames from the ELF files on this machine.
-    pub native_symbols: bool,
+    /// JSON: the timeline's bucket size (`None`: chosen from the span).
+    pub bucket_ns: Option<u64>,
 }
 
-pub fn report(opts: &ReportOptions) -> Result<()> {
-    let profile = crate::load::load(&opts.trace, opts.native_symbols)?;
-    let text = render(&profile, opts)?;
-    match &opts.output {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            // A closed pipe (`| head`) is not an error worth reporting.
-            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            view: View::Auto,
+            format: Format::Text,
+            weight: None,
+            thread: None,
+            by_thread: false,
+            top: None,
+            depth: None,
+            min_percent: 0.0,
+            function: None,
+            bucket_ns: None,
         }
     }
-    Ok(())
 }
 
+impl ReportOptions {
+    /// The cost query these options ask, with the thread selection resolved against `p`.
+    pub fn cost_query(&self, p: &Profile) -> Result<CostQuery, QueryError> {
+        Ok(CostQuery {
+            metric: self.weight,
+            threads: Threads::resolve(p, self.thread.as_deref())?,
+            by_thread: self.by_thread,
+            top: self.top,
+            depth: self.depth,
+            min_percent: self.min_percent,
+        })
+    }
+}
+
+/// Why a report cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("cannot write JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub type Result<T, E = ReportError> = std::result::Result<T, E>;
+
+/// The report for `opts` as one string.
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let view = match opts.view {
         // Allocation samples alone (runtime events) do not make a hot-spot profile.
-        View::Auto if !has_time_or_call_costs(p) => View::Tables,
+        View::Auto if !select::has_time_or_call_costs(p) => View::Tables,
         View::Auto => View::Hotspots,
         v => v,
     };
     if opts.format == Format::Json {
-        let mut s = serde_json::to_string_pretty(&json::document(p, opts)?)?;
+        let threads = Threads::resolve(p, opts.thread.as_deref())?;
+        let doc = clrprof_query::document::document(p, &threads, opts.bucket_ns);
+        // Through a `Value`, whose maps keep their keys sorted: the same document byte for byte.
+        let mut s = serde_json::to_string_pretty(&serde_json::to_value(&doc)?)?;
         s.push('\n');
         return Ok(s);
     }
     if opts.format == Format::Csv && view != View::Hotspots {
-        bail!("--format csv is available for --view hotspots only");
+        return Err(ReportError::Unsupported("--format csv is available for --view hotspots only".into()));
     }
     Ok(match view {
         View::Auto | View::Tables => tables::render(p),
@@ -123,17 +149,26 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     })
 }
 
-/// True when the trace has instrumented or sampled costs (not only allocation samples).
-fn has_time_or_call_costs(p: &Profile) -> bool {
-    p.costs
-        .threads
-        .iter()
-        .any(|t| t.costs.values().any(|c| c.calls > 0 || c.time_ns > 0 || c.cpu_samples > 0 || c.wall_samples > 0))
-}
-
 /// Nanoseconds as milliseconds with three decimals (`.` whatever the locale).
 pub fn ms(ns: u64) -> String {
     format!("{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000)
+}
+
+/// Formats a metric value: ms for times, plain counts otherwise.
+pub fn fmt_value(m: Metric, v: u64) -> String {
+    if select::is_time(m) {
+        ms(v)
+    } else {
+        v.to_string()
+    }
+}
+
+pub fn percent(part: u64, total: u64) -> String {
+    if total == 0 {
+        "0.0".into()
+    } else {
+        format!("{:.1}", part as f64 * 100.0 / total as f64)
+    }
 }
 
 /// The header every text report starts with.
@@ -151,6 +186,15 @@ pub fn title(p: &Profile, what: &str) -> String {
     }
     s += "\n";
     s += &format!("command: {}\n", pr.command_line);
+    if !p.range.is_all() {
+        let (from, to) = p.span();
+        s += &format!(
+            "time range: {} ms to {} ms of the run ({} ms); figures cover this window only\n",
+            ms(from),
+            ms(to),
+            ms(to.saturating_sub(from))
+        );
+    }
     if !pr.clean_shutdown {
         s += "note: the agent did not shut down cleanly (crash, kill or FailFast); data ends at the last flush\n";
     }

@@ -4,12 +4,12 @@
 //! routine; managed assemblies and native libraries appear side by side, and what could not be
 //! named is counted under UNKNOWN.
 
-use anyhow::{bail, Result};
-use clrprof_model::samples::hits;
 use clrprof_model::{Metric, Profile};
+use clrprof_query::costs::module_hits;
+use clrprof_query::Threads;
 
 use super::table::{Align, TextTable};
-use super::ReportOptions;
+use super::{ReportOptions, Result};
 
 /// The weight's name and what a sample of it stands for.
 pub fn weight_line(p: &Profile, metric: Metric) -> String {
@@ -41,13 +41,9 @@ fn pct(n: u64, total: u64) -> String {
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let metric = opts.weight.unwrap_or(Metric::Cpu);
-    if !matches!(metric, Metric::Cpu | Metric::Wall) {
-        bail!("--view modules counts samples: use --weight cpu or --weight wall");
-    }
-    let tids = super::select::threads(p, opts.thread.as_deref())?;
-    let filter = |t: u32| tids.as_ref().is_none_or(|v| v.contains(&t));
-    let (modules, routines) = hits(p, metric, Some(&filter));
-    let total: u64 = modules.iter().map(|m| m.samples).sum();
+    let threads = Threads::resolve(p, opts.thread.as_deref())?;
+    let hits = module_hits(p, metric, &threads)?;
+    let (modules, routines, total) = (&hits.modules, &hits.routines, hits.total);
 
     let mut s = super::title(p, "modules");
     if !p.sampling.enabled() {
@@ -61,7 +57,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     }
     s += &format!("\nTotal samples recorded: {total}\n\n");
     let mut t = TextTable::new(&[("Module", Align::Left), ("Hits", Align::Right), ("Percent", Align::Right)]);
-    for m in &modules {
+    for m in modules {
         t.row(vec![m.module.clone(), m.samples.to_string(), pct(m.samples, total)]);
     }
     s += &t.render();
@@ -73,7 +69,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         ("Module", Align::Left),
         ("Routine", Align::Left),
     ]);
-    for r in &routines {
+    for r in routines {
         let frame = &p.costs.stacks.frames[r.frame.0 as usize];
         let routine = match frame.name.split_once('!') {
             Some((m, sym)) if m == frame.module => {

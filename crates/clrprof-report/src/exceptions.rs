@@ -4,19 +4,13 @@ use clrprof_model::Profile;
 
 use super::table::{Align::*, TextTable};
 use super::title;
-
-/// Frames of a stack as `name` lines, innermost first.
-pub fn stack_names(p: &Profile, s: clrprof_model::StackId) -> Vec<String> {
-    let st = &p.costs.stacks;
-    st.frames_of(s).iter().rev().map(|f| st.frames[f.0 as usize].name.clone()).collect()
-}
+use clrprof_query::stacks::stack_names;
 
 pub fn render(p: &Profile) -> String {
     let mut out = title(p, "exceptions");
     let ex = &p.events.exceptions;
-    let thrown: u64 = ex.iter().map(|e| e.thrown).sum();
-    let caught: u64 = ex.iter().map(|e| e.caught).sum();
-    let uncaught: u64 = ex.iter().map(|e| e.uncaught).sum();
+    let clrprof_query::events::ExceptionTotals { thrown, caught, uncaught } =
+        clrprof_query::events::exception_totals(p);
     let sm = &p.events.exception_sampling;
     if sm.sampled {
         out += &format!(

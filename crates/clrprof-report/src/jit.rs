@@ -11,11 +11,10 @@ fn us(ns: u64) -> String {
 
 pub fn render(p: &Profile) -> String {
     let mut out = title(p, "jit");
-    let jitted: Vec<_> = p.functions.iter().filter(|f| f.kind != clrprof_trace::code_kind::PRECOMPILED).collect();
-    let pre = p.functions.len() - jitted.len();
-    let total_jit: u64 = jitted.iter().map(|f| f.jit_ns).sum();
-    let total_code: u64 = jitted.iter().map(|f| f.code_size).sum();
-    let versions: u64 = jitted.iter().map(|f| f.compilations as u64).sum();
+    let totals = clrprof_query::events::jit_totals(p);
+    let jitted = &totals.methods;
+    let (pre, total_jit, total_code, versions) =
+        (totals.precompiled, totals.jit_ns, totals.native_bytes, totals.code_versions);
     out += &format!(
         "\n{} methods JIT-compiled ({} code versions) in {} ms, {} bytes of native code; {} precompiled (ReadyToRun) methods used\n",
         jitted.len(),

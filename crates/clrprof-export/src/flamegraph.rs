@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use anyhow::Result;
 use clrprof_model::{FrameId, FrameKind};
 
-use super::{ExportInput, Exporter};
+use super::{ExportInput, Exporter, Result};
 
 const WIDTH: f64 = 1200.0;
 const ROW: f64 = 17.0;
@@ -36,7 +35,7 @@ struct Rect {
 
 fn layout(inp: &ExportInput<'_>) -> (Vec<Rect>, u64, usize) {
     let mut root = Node::default();
-    for s in &inp.merged {
+    for s in &inp.stacks.merged {
         root.samples += s.samples;
         root.value += s.value;
         let mut n = &mut root;

@@ -1,175 +1,16 @@
-//! The General Code Profiler's tables: process, threads, app domains, assemblies, modules,
-//! classes and functions, merged from the trace records.
+//! Folds the record stream into profiles. Records can be added at any time and a [`Profile`] taken
+//! between additions (a live profile that grows while the trace is still being written); every
+//! profile equals a one-shot load of the records added so far. Costs and events keep their times,
+//! so a profile can cover any window of the run ([`ProfileBuilder::profile`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-use clrprof_trace::{code_kind, Record};
+use clrprof_trace::Record;
 
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Process {
-    pub pid: u32,
-    pub command_line: String,
-    pub runtime_version: String,
-    pub runtime_major: u16,
-    pub info_version: u32,
-    pub agent_version: String,
-    pub config: String,
-    pub event_mask_low: u32,
-    pub event_mask_high: u32,
-    /// Wall-clock start, ns since the Unix epoch.
-    pub start_unix_ns: u64,
-    /// Exit code from `clrprof record`, when it saw the exit.
-    pub exit_code: Option<i32>,
-    /// Terminating signal, when the process was killed.
-    pub signal: Option<i32>,
-    /// From the agent's start to the exit (or to the last record when the exit was not seen).
-    pub duration_ns: u64,
-    /// True when the agent's `Shutdown` ran (no crash, no kill).
-    pub clean_shutdown: bool,
-    pub records_dropped: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Thread {
-    /// The runtime's ThreadID.
-    pub id: u64,
-    pub os_tid: Option<u32>,
-    /// Last name given (empty when never named).
-    pub name: String,
-    /// Every name the thread had, with the time it was given.
-    pub names: Vec<(u64, String)>,
-    pub created_ns: Option<u64>,
-    pub destroyed_ns: Option<u64>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AppDomain {
-    pub id: u64,
-    pub name: String,
-    pub created_ns: u64,
-    pub unloaded_ns: Option<u64>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Assembly {
-    pub id: u64,
-    pub name: String,
-    pub appdomain: u64,
-    pub module: u64,
-    pub loaded_ns: u64,
-    pub load_ns: u64,
-    pub unloaded_ns: Option<u64>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Module {
-    pub id: u64,
-    pub path: String,
-    pub assembly: u64,
-    pub base_address: u64,
-    pub loaded_ns: u64,
-    pub load_ns: u64,
-    pub unloaded_ns: Option<u64>,
-}
-
-impl Module {
-    /// File name of the module (`System.Private.CoreLib.dll`).
-    pub fn file_name(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or(&self.path)
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Class {
-    pub id: u64,
-    pub name: String,
-    pub token: u32,
-    pub module: u64,
-    pub loaded_ns: u64,
-    pub unloaded_ns: Option<u64>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Function {
-    pub id: u64,
-    pub name: String,
-    pub class_name: String,
-    pub signature: String,
-    pub token: u32,
-    pub class: u64,
-    pub module: u64,
-    /// Latest code version's start and size.
-    pub code_start: u64,
-    pub code_size: u64,
-    /// Sum of JIT time over all compilations of this function.
-    pub jit_ns: u64,
-    /// How the first code version came to be (see `clrprof_trace::code_kind`).
-    pub kind: u8,
-    /// Number of code versions (tiered compilation recompiles hot methods).
-    pub compilations: u32,
-    pub first_compiled_ns: u64,
-    /// Every code version's (start, size).
-    pub code: Vec<(u64, u64)>,
-    pub unloaded_ns: Option<u64>,
-}
-
-impl Function {
-    pub fn kind_name(&self) -> &'static str {
-        match self.kind {
-            code_kind::JIT => "jit",
-            code_kind::PRECOMPILED => "precompiled",
-            code_kind::DYNAMIC => "dynamic",
-            _ => "other",
-        }
-    }
-}
-
-/// Everything a trace says, in deterministic order.
-#[derive(Clone, Debug, Default)]
-pub struct Profile {
-    pub process: Process,
-    pub threads: Vec<Thread>,
-    pub appdomains: Vec<AppDomain>,
-    pub assemblies: Vec<Assembly>,
-    pub modules: Vec<Module>,
-    pub classes: Vec<Class>,
-    pub functions: Vec<Function>,
-    /// Agent diagnostics and reader warnings, in order.
-    pub messages: Vec<String>,
-    /// The canonical aggregate of stacks and their costs (instrumentation, samples, allocations).
-    pub costs: crate::stacks::CostTree,
-    /// The sampler's settings and totals (sampled costs are in `costs`).
-    pub sampling: crate::samples::Sampling,
-    /// Set when the trace has enter/leave instrumentation.
-    pub instrumentation: Option<crate::instrumented::Instrumentation>,
-    /// Ordered enter/leave events per thread (`record --flow`), sorted by OS tid.
-    pub flow: Vec<crate::instrumented::FlowThread>,
-    /// Runtime events: exceptions, GCs, allocations, event log, counters.
-    pub events: crate::events::RuntimeEvents,
-    /// The window of the run this profile covers (`TimeRange::ALL`: the whole run).
-    pub range: crate::time::TimeRange,
-}
-
-impl Profile {
-    pub fn module(&self, id: u64) -> Option<&Module> {
-        self.modules.iter().find(|m| m.id == id)
-    }
-
-    pub fn appdomain(&self, id: u64) -> Option<&AppDomain> {
-        self.appdomains.iter().find(|a| a.id == id)
-    }
-
-    /// Start and end (ns since the agent started) of what the profile covers: its time range
-    /// within the run.
-    pub fn span(&self) -> (u64, u64) {
-        let end = self.process.duration_ns.min(self.range.to);
-        (self.range.from.min(end), end)
-    }
-
-    pub fn thread_by_os_tid(&self, tid: u32) -> Option<&Thread> {
-        self.threads.iter().find(|t| t.os_tid == Some(tid))
-    }
-}
+use crate::profile::*;
+use crate::samples::{NativeSymbols, NoSymbols};
+use crate::stacks::StackTable;
+use crate::time::TimeRange;
 
 /// Folds records into a [`Profile`].
 #[derive(Default)]
@@ -184,9 +25,15 @@ pub struct ProfileBuilder {
     last_ts: u64,
     end_unix_ns: Option<u64>,
     started: bool,
+    /// Stacks interned while records arrive (instrumentation's call-tree nodes); a profile starts
+    /// from a copy and adds sampled and event stacks.
+    stacks: StackTable,
     samples: crate::samples::SampleData,
     cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
+    /// Records of tags this version does not know, by tag (written by a newer agent).
+    unknown: BTreeMap<u16, u64>,
+    records: u64,
 }
 
 impl ProfileBuilder {
@@ -198,8 +45,14 @@ impl ProfileBuilder {
         self.threads.entry(id).or_insert_with(|| Thread { id, ..Default::default() })
     }
 
+    /// Records added so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
     pub fn add(&mut self, r: &Record) {
         use Record as R;
+        self.records += 1;
         self.events.log(r);
         match r {
             R::ProcessStart(s) => {
@@ -379,10 +232,10 @@ impl ProfileBuilder {
             R::InstrumentationInfo(i) => {
                 self.p.instrumentation = Some(crate::instrumented::Instrumentation::from_record(i));
             }
-            R::CallTreeNodes(n) => self.cct.nodes(&mut self.p.costs, n),
+            R::CallTreeNodes(n) => self.cct.nodes(&mut self.stacks, n),
             R::CallTreeDelta(d) => {
                 self.last_ts = self.last_ts.max(d.ts);
-                self.cct.delta(&mut self.p.costs, d);
+                self.cct.delta(d);
             }
             R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
             R::FunctionHooked(h) => {
@@ -406,7 +259,7 @@ impl ProfileBuilder {
                 }
                 self.samples.add(r)
             }
-            R::Unknown { .. } => {}
+            R::Unknown { tag, .. } => *self.unknown.entry(*tag).or_default() += 1,
         }
     }
 
@@ -415,19 +268,41 @@ impl ProfileBuilder {
         self.p.messages.push(message);
     }
 
+    /// The profile of the whole run, native frames unnamed.
     pub fn finish(self) -> Profile {
-        self.finish_with(&mut crate::samples::NoSymbols)
+        self.profile(TimeRange::ALL, &mut NoSymbols)
     }
 
-    /// Finishes the profile, naming native frames through `symbols`.
-    pub fn finish_with(mut self, symbols: &mut dyn crate::samples::NativeSymbols) -> Profile {
+    /// The profile of the whole run, naming native frames through `symbols`.
+    pub fn finish_with(self, symbols: &mut dyn NativeSymbols) -> Profile {
+        self.profile(TimeRange::ALL, symbols)
+    }
+
+    /// The profile of the records added so far, limited to `range` (costs, samples, calls and
+    /// runtime events in the window; the tables of threads, modules, classes and functions whole),
+    /// naming native frames through `symbols`. The builder is left as it was: add more records and
+    /// ask again.
+    pub fn profile(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        let mut p = Profile::default();
+        p.process = self.p.process.clone();
+        p.messages = self.p.messages.clone();
+        p.instrumentation = self.p.instrumentation.clone();
+        p.range = range;
         if self.cct.problems > 0 {
-            self.p.messages.push(format!(
+            p.messages.push(format!(
                 "{} call-tree records could not be placed (records were lost); call counts may be low",
                 self.cct.problems
             ));
         }
-        let p = &mut self.p;
+        if !self.unknown.is_empty() {
+            let n: u64 = self.unknown.values().sum();
+            let tags: Vec<String> = self.unknown.keys().map(|t| t.to_string()).collect();
+            p.messages.push(format!(
+                "{n} records of types this clrprof does not know (tags {}) were skipped: the trace was written by a newer clrprof",
+                tags.join(", ")
+            ));
+        }
+        p.flow = self.p.flow.iter().map(|t| t.within(range)).collect();
         p.flow.sort_by_key(|t| t.os_tid);
         p.process.duration_ns = match self.end_unix_ns {
             Some(end) if end >= p.process.start_unix_ns && p.process.start_unix_ns != 0 => {
@@ -435,24 +310,30 @@ impl ProfileBuilder {
             }
             _ => self.last_ts,
         };
-        p.threads = self.threads.into_values().collect();
-        p.threads.sort_by_key(|t| (t.created_ns.unwrap_or(u64::MAX), t.id));
-        p.appdomains = self.appdomains.into_values().collect();
-        p.appdomains.sort_by_key(|a| (a.created_ns, a.id));
-        p.assemblies = self.assemblies.into_values().collect();
+        p.threads = sorted(&self.threads, |t| (t.created_ns.unwrap_or(u64::MAX), t.id));
+        p.appdomains = sorted(&self.appdomains, |a| (a.created_ns, a.id));
+        p.assemblies = self.assemblies.values().cloned().collect();
         p.assemblies.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-        p.modules = self.modules.into_values().collect();
+        p.modules = self.modules.values().cloned().collect();
         p.modules.sort_by(|a, b| a.path.cmp(&b.path).then(a.id.cmp(&b.id)));
-        p.classes = self.classes.into_values().collect();
+        p.classes = self.classes.values().cloned().collect();
         p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-        p.functions = self.functions.into_values().collect();
+        p.functions = self.functions.values().cloned().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
-        std::mem::take(&mut self.samples).resolve(p, symbols);
-        let events = std::mem::take(&mut self.events);
-        events.finish(p);
-        name_frames(p);
-        self.p
+        p.index();
+        p.costs.stacks = self.stacks.clone();
+        self.cct.add_to(&mut p.costs, range);
+        self.samples.resolve(&mut p, symbols, range);
+        self.events.clone().finish(&mut p);
+        name_frames(&mut p);
+        p
     }
+}
+
+fn sorted<T: Clone, K: Ord>(m: &HashMap<u64, T>, key: impl Fn(&T) -> K) -> Vec<T> {
+    let mut v: Vec<T> = m.values().cloned().collect();
+    v.sort_by_key(|t| key(t));
+    v
 }
 
 fn event_ts(r: &Record) -> Option<u64> {
@@ -465,23 +346,6 @@ fn event_ts(r: &Record) -> Option<u64> {
         R::AllocationSample(x) => x.ts,
         _ => return None,
     })
-}
-
-/// Gives managed frames the names, modules and signatures of their functions.
-fn name_frames(p: &mut Profile) {
-    use crate::stacks::FrameKey;
-    let by_id: HashMap<u64, usize> = p.functions.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
-    let modules: HashMap<u64, String> = p.modules.iter().map(|m| (m.id, m.file_name().to_string())).collect();
-    for fr in &mut p.costs.stacks.frames {
-        if let FrameKey::Function(id) = fr.key {
-            if let Some(&i) = by_id.get(&id) {
-                let f = &p.functions[i];
-                fr.name = f.name.clone();
-                fr.signature = f.signature.clone();
-                fr.module = modules.get(&f.module).cloned().unwrap_or_default();
-            }
-        }
-    }
 }
 
 #[cfg(test)]

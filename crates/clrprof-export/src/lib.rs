@@ -1,0 +1,76 @@
+//! The profile's stacks in the formats other tools read. Every format is an [`Exporter`] over the
+//! same [`ExportInput`]: the query layer's stacks for one weight, merged over the selected threads
+//! and per thread.
+#![forbid(unsafe_code)]
+
+mod collapsed;
+mod flamegraph;
+mod speedscope;
+
+use std::io::Write;
+
+use clrprof_model::{FrameId, Profile};
+use clrprof_query::stacks::Stacks;
+
+pub use collapsed::Collapsed;
+pub use flamegraph::{FlameHtml, FlameSvg};
+pub use speedscope::Speedscope;
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// Folded stacks, one `frame;frame;frame count` line per stack (flame-graph input).
+    Collapsed,
+    /// A self-contained SVG flame graph.
+    Svg,
+    /// A self-contained HTML page with the flame graph (click to zoom, search).
+    Html,
+    /// speedscope JSON: one profile merged over threads, then one per thread.
+    Speedscope,
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("cannot write JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub type Result<T, E = ExportError> = std::result::Result<T, E>;
+
+/// What every exporter reads.
+pub struct ExportInput<'a> {
+    pub profile: &'a Profile,
+    pub stacks: Stacks,
+}
+
+impl ExportInput<'_> {
+    pub fn frame_name(&self, f: FrameId) -> &str {
+        &self.profile.costs.stacks.frames[f.0 as usize].name
+    }
+
+    pub fn title(&self) -> String {
+        let pr = &self.profile.process;
+        let cmd = if pr.command_line.is_empty() { format!("pid {}", pr.pid) } else { pr.command_line.clone() };
+        format!("{cmd} — {}", self.stacks.weight_name)
+    }
+}
+
+/// Writes one format.
+pub trait Exporter {
+    /// File extension of the format (without dot).
+    fn extension(&self) -> &'static str;
+    fn write(&self, input: &ExportInput<'_>, out: &mut dyn Write) -> Result<()>;
+}
+
+/// The exporter of a format.
+pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
+    match f {
+        ExportFormat::Collapsed => Box::new(Collapsed),
+        ExportFormat::Svg => Box::new(FlameSvg),
+        ExportFormat::Html => Box::new(FlameHtml),
+        ExportFormat::Speedscope => Box::new(Speedscope),
+    }
+}

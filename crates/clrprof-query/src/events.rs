@@ -1,0 +1,112 @@
+//! Summaries of the runtime events: one definition of each total, used by the text views and the
+//! JSON report alike.
+
+use clrprof_model::{Function, Profile};
+use serde::Serialize;
+
+/// Union of the GC windows (a foreground GC inside a background one counts once), ns.
+pub fn time_in_gc(p: &Profile) -> u64 {
+    let mut w: Vec<(u64, u64)> = p.events.gcs.iter().map(|g| (g.start_ns, g.start_ns + g.duration_ns)).collect();
+    w.sort_unstable();
+    let (mut total, mut cur) = (0u64, None::<(u64, u64)>);
+    for (a, b) in w {
+        cur = match cur {
+            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                total += cb - ca;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    if let Some((a, b)) = cur {
+        total += b - a;
+    }
+    total
+}
+
+/// Garbage collections in total.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GcTotals {
+    pub count: usize,
+    /// Collections of generation 0, 1 and 2.
+    pub per_generation: [usize; 3],
+    pub induced: usize,
+    pub background: usize,
+    /// Time inside at least one GC.
+    pub time_in_gc_ns: u64,
+    /// ... as a share of the profile's time span.
+    pub time_in_gc_pct: f64,
+    /// Time the runtime was suspended for GCs.
+    pub pause_ns: u64,
+    /// ... as a share of the span (the JSON report leaves it out: schema 1 has no such key).
+    #[serde(skip)]
+    pub pause_pct: f64,
+    pub largest_pause_ns: u64,
+}
+
+pub fn gc_totals(p: &Profile) -> GcTotals {
+    let gcs = &p.events.gcs;
+    let (from, to) = p.span();
+    let span = to.saturating_sub(from).max(1) as f64;
+    let in_gc = time_in_gc(p);
+    let pause: u64 = gcs.iter().map(|g| g.pause_ns).sum();
+    GcTotals {
+        count: gcs.len(),
+        per_generation: [0u8, 1, 2].map(|n| gcs.iter().filter(|g| g.generation == n).count()),
+        induced: gcs.iter().filter(|g| g.induced).count(),
+        background: gcs.iter().filter(|g| g.background == Some(true)).count(),
+        time_in_gc_ns: in_gc,
+        time_in_gc_pct: in_gc as f64 * 100.0 / span,
+        pause_ns: pause,
+        pause_pct: pause as f64 * 100.0 / span,
+        largest_pause_ns: gcs.iter().map(|g| g.pause_ns).max().unwrap_or(0),
+    }
+}
+
+/// Exceptions in total (estimates when the rate limit sampled a storm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ExceptionTotals {
+    pub thrown: u64,
+    pub caught: u64,
+    pub uncaught: u64,
+}
+
+pub fn exception_totals(p: &Profile) -> ExceptionTotals {
+    let ex = &p.events.exceptions;
+    ExceptionTotals {
+        thrown: ex.iter().map(|e| e.thrown).sum(),
+        caught: ex.iter().map(|e| e.caught).sum(),
+        uncaught: ex.iter().map(|e| e.uncaught).sum(),
+    }
+}
+
+/// JIT compilation in total; `methods` are the JIT-compiled (and dynamic) functions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JitTotals<'a> {
+    #[serde(skip)]
+    pub methods: Vec<&'a Function>,
+    pub code_versions: u64,
+    pub jit_ns: u64,
+    pub native_bytes: u64,
+    pub il_bytes: u64,
+    /// Precompiled (ReadyToRun) methods used.
+    pub precompiled: usize,
+    pub assembly_load_ns: u64,
+    pub module_load_ns: u64,
+}
+
+pub fn jit_totals(p: &Profile) -> JitTotals<'_> {
+    let methods: Vec<&Function> =
+        p.functions.iter().filter(|f| f.kind != clrprof_trace::code_kind::PRECOMPILED).collect();
+    JitTotals {
+        code_versions: methods.iter().map(|f| f.compilations as u64).sum(),
+        jit_ns: methods.iter().map(|f| f.jit_ns).sum(),
+        native_bytes: methods.iter().map(|f| f.code_size).sum(),
+        il_bytes: methods.iter().map(|f| p.events.il_sizes.get(&f.id).copied().unwrap_or(0) as u64).sum(),
+        precompiled: p.functions.len() - methods.len(),
+        assembly_load_ns: p.assemblies.iter().map(|a| a.load_ns).sum(),
+        module_load_ns: p.modules.iter().map(|m| m.load_ns).sum(),
+        methods,
+    }
+}

@@ -1,0 +1,32 @@
+//! The query layer: everything a report, an export or the viewer asks of a [`Profile`] — the weight
+//! (metric), the threads, the time range, top/depth/min-percent, sorting, totals, display names and
+//! function lookup — answered once, here, as typed outputs that serialize with serde. Renderers
+//! (text, CSV, JSON, exporters, the viewer's API) only format what these functions return.
+#![forbid(unsafe_code)]
+
+pub mod costs;
+pub mod document;
+pub mod events;
+pub mod select;
+pub mod stacks;
+pub mod timeline;
+
+pub use clrprof_model::{Metric, Profile, TimeRange};
+pub use select::Threads;
+
+/// Why a query cannot be answered. Messages are complete sentences for the user.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum QueryError {
+    #[error("no thread with data matches '{spec}'; threads: {known}")]
+    NoSuchThread { spec: String, known: String },
+    #[error("no function named '{0}' has data in this profile")]
+    NoSuchFunction(String),
+    #[error("'{wanted}' matches {count} functions; be more specific: {shown}")]
+    AmbiguousFunction { wanted: String, count: usize, shown: String },
+    #[error("{0}")]
+    NoData(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+pub type Result<T, E = QueryError> = std::result::Result<T, E>;

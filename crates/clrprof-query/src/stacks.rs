@@ -1,0 +1,99 @@
+//! Whole stacks with their costs, as every exporter (folded stacks, flame graphs, speedscope, ...)
+//! reads them: merged over the selected threads, and per thread.
+
+use clrprof_model::{Cost, FrameId, Metric, Profile, StackId};
+use serde::Serialize;
+
+use crate::select::{self, measure, Threads};
+
+/// One stack and its cost: `samples` (samples, calls or objects behind it) and `value` (the
+/// metric's amount: ns of CPU or wall time, bytes, ...).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StackSample {
+    /// Root first.
+    pub frames: Vec<FrameId>,
+    pub samples: u64,
+    pub value: u64,
+}
+
+/// One thread's stacks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadStacks {
+    pub os_tid: u32,
+    /// Empty when never named.
+    pub name: String,
+    pub stacks: Vec<StackSample>,
+}
+
+/// Stacks for a weight: merged over the selection, then per thread (threads without any cost for
+/// the weight left out).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stacks {
+    pub metric: Metric,
+    /// Describes the weight for titles (`CPU time (sampled)`, ...).
+    pub weight_name: &'static str,
+    /// Unit of `StackSample::value` (`nanoseconds`, `bytes`, `none`).
+    pub value_unit: &'static str,
+    pub merged: Vec<StackSample>,
+    pub threads: Vec<ThreadStacks>,
+}
+
+fn samples_of(p: &Profile, metric: Metric, costs: &[Cost]) -> Vec<StackSample> {
+    let mut out: Vec<StackSample> = costs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let (samples, value) = measure(metric, c);
+            (samples > 0 || value > 0).then(|| StackSample {
+                frames: p.costs.stacks.frames_of(StackId(i as u32)),
+                samples,
+                value,
+            })
+        })
+        .collect();
+    // Deterministic: by the frames' names, root first.
+    let name = |f: &FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
+    out.sort_by(|a, b| a.frames.iter().map(name).cmp(b.frames.iter().map(name)));
+    out
+}
+
+/// What a weight is called in titles, and the unit of its values.
+pub fn weight_name_and_unit(metric: Metric) -> (&'static str, &'static str) {
+    match metric {
+        Metric::Cpu => ("CPU time (sampled)", "nanoseconds"),
+        Metric::Wall => ("wall time (sampled)", "nanoseconds"),
+        Metric::Time => ("exclusive time (instrumented)", "nanoseconds"),
+        Metric::Calls => ("calls", "none"),
+        Metric::AllocBytes => ("allocated bytes", "bytes"),
+        Metric::AllocCount => ("allocations", "none"),
+    }
+}
+
+/// The stacks of a weight (`None`: the profile's natural one) for a thread selection.
+pub fn stacks(p: &Profile, metric: Option<Metric>, threads: &Threads) -> Stacks {
+    let metric = select::metric(p, metric);
+    let merged = threads.with_filter(|f| samples_of(p, metric, &p.costs.merged(f)));
+    let per_thread = p
+        .costs
+        .threads
+        .iter()
+        .filter(|t| threads.contains(t.os_tid))
+        .map(|t| {
+            let only = |x: u32| x == t.os_tid;
+            ThreadStacks {
+                os_tid: t.os_tid,
+                name: select::thread_name(p, t.os_tid),
+                stacks: samples_of(p, metric, &p.costs.merged(Some(&only))),
+            }
+        })
+        .filter(|t| !t.stacks.is_empty())
+        .collect();
+    let (weight_name, value_unit) = weight_name_and_unit(metric);
+    Stacks { metric, weight_name, value_unit, merged, threads: per_thread }
+}
+
+/// Frame names of a stack, innermost first.
+pub fn stack_names(p: &Profile, s: StackId) -> Vec<String> {
+    let st = &p.costs.stacks;
+    st.frames_of(s).iter().rev().map(|f| st.frames[f.0 as usize].name.clone()).collect()
+}

@@ -1,0 +1,142 @@
+//! Activity over time: per thread, what each time bucket of the profile's span held (CPU and wall
+//! samples, exceptions), and process-wide GC pauses and collections.
+
+use std::collections::BTreeMap;
+
+use clrprof_model::samples::SampleWeight;
+use clrprof_model::Profile;
+use serde::Serialize;
+
+use crate::select::{self, Threads};
+
+/// At most this many buckets when the caller leaves the size to us.
+pub const DEFAULT_BUCKETS: u64 = 200;
+
+/// One thread's activity, one value per bucket.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ThreadActivity {
+    pub os_tid: u32,
+    pub name: String,
+    pub cpu_samples: Vec<u64>,
+    pub cpu_ns: Vec<u64>,
+    pub wall_samples: Vec<u64>,
+    pub wall_ns: Vec<u64>,
+    /// Exceptions thrown (observed ones: during an exception storm only the sampling windows').
+    pub exceptions: Vec<u64>,
+}
+
+/// The profile's span cut into buckets of `bucket_ns` from `start_ns`; the last bucket may end
+/// early at `end_ns`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timeline {
+    pub bucket_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub buckets: usize,
+    /// Threads of the selection with samples or exceptions in the span, by OS tid.
+    pub threads: Vec<ThreadActivity>,
+    /// Time the runtime was paused for GCs, per bucket.
+    pub gc_pause_ns: Vec<u64>,
+    /// Collections started, per bucket.
+    pub gcs: Vec<u64>,
+}
+
+/// A round bucket size (1, 2 or 5 × a power of ten ns, at least 1 ms) giving at most
+/// [`DEFAULT_BUCKETS`] buckets over `span_ns`.
+pub fn default_bucket(span_ns: u64) -> u64 {
+    let want = span_ns.div_ceil(DEFAULT_BUCKETS).max(1_000_000);
+    let mut unit = 1_000_000u64;
+    loop {
+        for k in [1, 2, 5] {
+            if unit * k >= want {
+                return unit * k;
+            }
+        }
+        unit *= 10;
+    }
+}
+
+/// The timeline of the profile's span for a thread selection (`bucket_ns` `None`: see
+/// [`default_bucket`]).
+pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timeline {
+    let (start, end) = p.span();
+    let span = end.saturating_sub(start);
+    let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span));
+    let n = span.div_ceil(bucket).max(1) as usize;
+    let at = |ts: u64| (ts.saturating_sub(start) / bucket).min(n as u64 - 1) as usize;
+    let mut rows: BTreeMap<u32, ThreadActivity> = BTreeMap::new();
+    fn row<'a>(rows: &'a mut BTreeMap<u32, ThreadActivity>, p: &Profile, tid: u32, n: usize) -> &'a mut ThreadActivity {
+        rows.entry(tid).or_insert_with(|| ThreadActivity {
+            os_tid: tid,
+            name: select::thread_name(p, tid),
+            cpu_samples: vec![0; n],
+            cpu_ns: vec![0; n],
+            wall_samples: vec![0; n],
+            wall_ns: vec![0; n],
+            exceptions: vec![0; n],
+        })
+    }
+    for s in p.samples.iter().filter(|s| threads.contains(s.os_tid)) {
+        let (b, r) = (at(s.ts), row(&mut rows, p, s.os_tid, n));
+        match s.weight {
+            SampleWeight::Cpu => {
+                r.cpu_samples[b] += s.count as u64;
+                r.cpu_ns[b] += s.ns;
+            }
+            SampleWeight::Wall => {
+                r.wall_samples[b] += s.count as u64;
+                r.wall_ns[b] += s.ns;
+            }
+        }
+    }
+    for &(ts, tid) in p.events.times.throws.iter().filter(|(_, tid)| threads.contains(*tid)) {
+        row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
+    }
+    let mut gc_pause_ns = vec![0; n];
+    for &(a, b) in &p.events.times.pauses {
+        // Spread each pause over the buckets it spans.
+        let mut t = a.max(start);
+        while t < b.min(end) {
+            let k = at(t);
+            let bucket_end = start + (k as u64 + 1) * bucket;
+            let stop = b.min(bucket_end).min(end);
+            gc_pause_ns[k] += stop - t;
+            if stop <= t {
+                break;
+            }
+            t = stop;
+        }
+    }
+    let mut gcs = vec![0; n];
+    for g in &p.events.gcs {
+        if g.start_ns >= start && g.start_ns < end.max(start + 1) {
+            gcs[at(g.start_ns)] += 1;
+        }
+    }
+    Timeline {
+        bucket_ns: bucket,
+        start_ns: start,
+        end_ns: end,
+        buckets: n,
+        threads: rows.into_values().collect(),
+        gc_pause_ns,
+        gcs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_buckets_are_round_and_few() {
+        assert_eq!(default_bucket(0), 1_000_000);
+        assert_eq!(default_bucket(150_000_000), 1_000_000);
+        assert_eq!(default_bucket(1_000_000_000), 5_000_000);
+        assert_eq!(default_bucket(3_000_000_000), 20_000_000);
+        assert_eq!(default_bucket(3_600_000_000_000), 20_000_000_000);
+        for span in [1u64, 999_999_999, 12_345_678_901, 987_654_321_000] {
+            assert!(span.div_ceil(default_bucket(span)) <= DEFAULT_BUCKETS, "{span}");
+        }
+    }
+}

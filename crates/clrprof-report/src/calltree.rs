@@ -1,0 +1,48 @@
+//! `--view calltree`: the indented top-down call tree with counts, inclusive/exclusive cost and
+//! share of the total; merged over threads or one tree per thread (`--by-thread`).
+
+use clrprof_model::{Metric, Profile};
+use clrprof_query::costs::call_tree;
+use clrprof_query::select;
+
+use super::table::{Align::*, TextTable};
+use super::{fmt_value, percent, title, ReportOptions, Result};
+
+pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
+    let view = call_tree(p, &opts.cost_query(p)?, opts.thread.as_deref());
+    let m = view.metric;
+    let mut out = title(p, "call tree");
+    out += &select::weight_note(p, m);
+    out += "\n";
+    let instrumented = select::is_instrumented(m);
+    let unit = if select::is_time(m) { "ms".to_string() } else { m.name().to_string() };
+    let (h_incl, h_excl) = (format!("INCL {unit}"), format!("EXCL {unit}"));
+    for g in &view.groups {
+        out += &format!("\n{}: total {}\n", g.label, fmt_value(m, g.total));
+        let mut t = TextTable::new(&[
+            ("INCL %", Right),
+            (h_incl.as_str(), Right),
+            (h_excl.as_str(), Right),
+            (if instrumented { "CALLS" } else { "SAMPLES" }, Right),
+            ("FUNCTION", Left),
+        ]);
+        for node in &g.rows {
+            let v = m.of(&node.inclusive);
+            let count = match m {
+                Metric::Time | Metric::Calls => node.self_cost.calls,
+                Metric::Cpu => node.inclusive.cpu_samples,
+                Metric::Wall => node.inclusive.wall_samples,
+                _ => node.inclusive.alloc_count,
+            };
+            t.row(vec![
+                percent(v, g.total),
+                fmt_value(m, v),
+                fmt_value(m, m.of(&node.self_cost)),
+                count.to_string(),
+                format!("{}{}", "  ".repeat(node.depth), node.name),
+            ]);
+        }
+        out += &t.render();
+    }
+    Ok(out)
+}

@@ -1,0 +1,62 @@
+//! `clrprof export`: loads a trace and writes its stacks in another tool's format.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clrprof_export::{exporter, ExportFormat, ExportInput};
+use clrprof_model::{Metric, TimeRange};
+use clrprof_query::Threads;
+
+/// Options of `clrprof export`.
+#[derive(Clone, Debug)]
+pub struct ExportCommand {
+    pub trace: PathBuf,
+    pub format: ExportFormat,
+    /// `None` = next to the trace, `-` = standard output.
+    pub output: Option<PathBuf>,
+    /// `None` = the profile's natural weight (CPU time for sampled traces).
+    pub weight: Option<Metric>,
+    pub thread: Option<String>,
+    /// Name native frames from the ELF files on this machine.
+    pub native_symbols: bool,
+    pub range: TimeRange,
+}
+
+/// Default output: the trace's path with the weight and the format's extension
+/// (`app.clrprof` → `app.cpu.svg`).
+fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
+    let stem = trace.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "profile".into());
+    trace.with_file_name(format!("{stem}.{}.{ext}", metric.name()))
+}
+
+pub fn export(c: &ExportCommand) -> Result<()> {
+    let p = crate::load::load(&c.trace, c.native_symbols, c.range)?;
+    let threads = Threads::resolve(&p, c.thread.as_deref())?;
+    let stacks = clrprof_query::stacks::stacks(&p, c.weight, &threads);
+    if stacks.merged.is_empty() {
+        bail!("{} has no {} to export (was it recorded with --no-sample?)", c.trace.display(), stacks.weight_name);
+    }
+    let inp = ExportInput { profile: &p, stacks };
+    let ex = exporter(c.format);
+    let mut buf = Vec::new();
+    ex.write(&inp, &mut buf)?;
+    match &c.output {
+        Some(o) if o.as_os_str() == "-" => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(&buf).and_then(|_| out.flush());
+        }
+        o => {
+            let path = o.clone().unwrap_or_else(|| default_output(&c.trace, inp.stacks.metric, ex.extension()));
+            std::fs::write(&path, &buf).with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "clrprof: {} ({}, {} stacks) written to {}",
+                ex.extension(),
+                inp.stacks.weight_name,
+                inp.stacks.merged.len(),
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,34 @@
+//! `clrprof report`: loads a trace and prints a view of it (rendering is `clrprof-report`'s).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clrprof_model::TimeRange;
+use clrprof_report::ReportOptions;
+
+/// Options of `clrprof report`.
+#[derive(Clone, Debug)]
+pub struct ReportCommand {
+    pub trace: PathBuf,
+    /// `None` = standard output.
+    pub output: Option<PathBuf>,
+    /// Name native frames from the ELF files on this machine.
+    pub native_symbols: bool,
+    pub range: TimeRange,
+    pub report: ReportOptions,
+}
+
+pub fn report(c: &ReportCommand) -> Result<()> {
+    let profile = crate::load::load(&c.trace, c.native_symbols, c.range)?;
+    let text = clrprof_report::render(&profile, &c.report)?;
+    match &c.output {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            // A closed pipe (`| head`) is not an error worth reporting.
+            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+        }
+    }
+    Ok(())
+}
