@@ -8,6 +8,7 @@ pub mod costs;
 pub mod document;
 pub mod events;
 pub mod select;
+pub mod source;
 pub mod stacks;
 pub mod timeline;
 

@@ -15,12 +15,14 @@
 mod codec;
 mod crc32;
 mod records;
+mod stream;
 
 use std::io::{self, Read};
 
 pub use codec::{Field, Reader};
 pub use crc32::crc32;
 pub use records::*;
+pub use stream::{StreamDecoder, TraceReader, TraceSource};
 
 pub const MAGIC: [u8; 8] = *b"CLRPROF\0";
 /// The version this crate writes and the newest it reads.

@@ -2,42 +2,31 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
-use clrprof_model::{Profile, ProfileBuilder, TimeRange};
-use clrprof_trace::Decoder;
+use anyhow::Result;
+use clrprof_model::{NoSymbols, Profile, TimeRange};
+use clrprof_query::source::{LoadError, Loader};
+use clrprof_trace::TraceSource;
 
-/// Loads a trace. Corrupt, foreign, empty or newer-version files are errors; a truncated trace
-/// is read up to the damage with a warning on stderr (also kept in `Profile::messages`).
+/// Loads a trace for a time range. Corrupt, foreign, empty or newer-version files are errors; a
+/// truncated trace is read up to the damage with a warning on stderr (also kept in
+/// `Profile::messages`).
 pub fn load(path: &Path, native_symbols: bool, range: TimeRange) -> Result<Profile> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
-    let reader = std::io::BufReader::with_capacity(1 << 20, file);
-    let mut dec = Decoder::new(reader).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut b = ProfileBuilder::new();
-    let mut count = 0u64;
-    loop {
-        match dec.next_record() {
-            Ok(Some(r)) => {
-                count += 1;
-                b.add(&r);
+    let (builder, diagnostics) = Loader::load(TraceSource::File(path.to_path_buf())).map_err(|e| {
+        let what = match &e {
+            LoadError::Open(_) => format!("cannot open trace {}", path.display()),
+            LoadError::Decode { records, .. } if *records > 0 => {
+                format!("cannot read {} (after {records} records)", path.display())
             }
-            Ok(None) => break,
-            Err(e) => return Err(e).with_context(|| format!("cannot read {} (after {count} records)", path.display())),
-        }
+            _ => format!("cannot read {}", path.display()),
+        };
+        anyhow::Error::new(e).context(what)
+    })?;
+    if let Some(t) = diagnostics.truncation {
+        eprintln!("clrprof: warning: {}: {t}", path.display());
     }
-    if let Some(t) = dec.truncation() {
-        let msg = format!("{}: {t}", path.display());
-        eprintln!("clrprof: warning: {msg}");
-        b.warn(msg);
-    }
-    if count == 0 {
-        anyhow::bail!(
-            "{} holds no records: the profiled process ended before the agent wrote anything",
-            path.display()
-        );
-    }
-    if native_symbols {
-        Ok(b.profile(range, &mut crate::symbols::ElfSymbols::default()))
+    Ok(if native_symbols {
+        builder.profile(range, &mut crate::symbols::ElfSymbols::default())
     } else {
-        Ok(b.profile(range, &mut clrprof_model::NoSymbols))
-    }
+        builder.profile(range, &mut NoSymbols)
+    })
 }

@@ -77,6 +77,23 @@ fn bad_flags_are_refused_clearly() {
 }
 
 #[test]
+fn bad_time_ranges_are_refused_clearly() {
+    let trace = repo_root().join("testdata/traces/v1/sampled.clrprof");
+    let run = |args: &[&str]| Command::new(clrprof_exe()).arg("report").arg(&trace).args(args).output().unwrap();
+    let out = run(&["--from", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("needs a unit"), "{}", text(&out.stderr));
+    let out = run(&["--to", "3h"]);
+    assert!(text(&out.stderr).contains("unknown time unit 'h'"), "{}", text(&out.stderr));
+    let e = one_line_error(&run(&["--from", "2s", "--to", "1s"]));
+    assert!(e.contains("--from must be before --to"), "{e}");
+    // A window with nothing in it is a valid, empty report.
+    let out = run(&["--from", "100s", "--view", "modules"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("Total samples recorded: 0"), "{}", text(&out.stdout));
+}
+
+#[test]
 fn missing_agent_is_refused_before_the_app_starts() {
     let dir = scratch("missing-agent");
     let marker = dir.join("t.clrprof");

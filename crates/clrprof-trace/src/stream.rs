@@ -1,0 +1,304 @@
+//! Trace sources: a push decoder that takes bytes as they arrive (a file still being written, a
+//! socket) and yields the records of every complete block, and [`TraceReader`] over a file, a
+//! byte buffer or a growing file.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::PathBuf;
+
+use crate::{crc32, decode_payload, DecodeError, Record, Truncation, HEADER_LEN, MAGIC, MAX_BLOCK, VERSION};
+
+/// Decodes a trace from bytes pushed in any pieces. A block is decoded once all its bytes are
+/// there; what is left at the end of the input is a truncation ([`StreamDecoder::finish`]).
+/// Never panics on any input.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already decoded.
+    start: usize,
+    /// Offset in the trace of `buf[start]`.
+    offset: u64,
+    version: Option<u32>,
+    failed: bool,
+}
+
+impl StreamDecoder {
+    pub fn new() -> StreamDecoder {
+        StreamDecoder::default()
+    }
+
+    /// The trace's format version, once its header has arrived.
+    pub fn version(&self) -> Option<u32> {
+        self.version
+    }
+
+    /// Offset in the trace of the first byte not decoded yet.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes received and waiting for the rest of their block.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Appends `bytes` and decodes every block now complete, appending its records to `out`.
+    /// After an error the decoder takes nothing more.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Record>) -> Result<(), DecodeError> {
+        if self.failed {
+            return Err(DecodeError::Corrupt("the trace was already found corrupt".into()));
+        }
+        // Drop what is decoded before growing the buffer.
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+        let r = self.decode(out);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    fn decode(&mut self, out: &mut Vec<Record>) -> Result<(), DecodeError> {
+        if self.version.is_none() {
+            let have = &self.buf[self.start..];
+            let n = have.len().min(MAGIC.len());
+            if have[..n] != MAGIC[..n] {
+                return Err(DecodeError::NotATrace);
+            }
+            if have.len() < HEADER_LEN {
+                return Ok(());
+            }
+            self.version = Some(header_version(have)?);
+            self.start += HEADER_LEN;
+            self.offset += HEADER_LEN as u64;
+        }
+        loop {
+            let have = &self.buf[self.start..];
+            if have.len() < 8 {
+                return Ok(());
+            }
+            let len = u32::from_le_bytes([have[0], have[1], have[2], have[3]]) as usize;
+            let crc = u32::from_le_bytes([have[4], have[5], have[6], have[7]]);
+            if len > MAX_BLOCK {
+                return Err(DecodeError::Corrupt(format!("block at byte {} claims {len} bytes", self.offset)));
+            }
+            if have.len() < 8 + len {
+                return Ok(());
+            }
+            let payload = &have[8..8 + len];
+            if crc32(payload) != crc {
+                return Err(DecodeError::Corrupt(format!("checksum mismatch in block at byte {}", self.offset)));
+            }
+            let records = decode_payload(payload).map_err(|e| match e {
+                DecodeError::Corrupt(m) => DecodeError::Corrupt(format!("block at byte {}: {m}", self.offset)),
+                e => e,
+            })?;
+            out.extend(records);
+            self.start += 8 + len;
+            self.offset += 8 + len as u64;
+        }
+    }
+
+    /// The end of the input: an error when it never was a trace, the truncation when the last
+    /// block is incomplete.
+    pub fn finish(&self) -> Result<Option<Truncation>, DecodeError> {
+        let rest = self.pending() as u64;
+        match self.version {
+            None if self.offset == 0 && rest == 0 => Err(DecodeError::Empty),
+            None if rest < MAGIC.len() as u64 => Err(DecodeError::NotATrace),
+            None => Err(DecodeError::Corrupt(format!("header has {rest} of {HEADER_LEN} bytes"))),
+            Some(_) if rest == 0 => Ok(None),
+            Some(_) => {
+                let have = &self.buf[self.start..];
+                let need = if have.len() < 8 {
+                    8
+                } else {
+                    8 + u32::from_le_bytes([have[0], have[1], have[2], have[3]]) as u64
+                };
+                Ok(Some(Truncation { offset: self.offset, have: rest, need }))
+            }
+        }
+    }
+}
+
+/// The version in a 16-byte header that starts with the magic.
+pub(crate) fn header_version(h: &[u8]) -> Result<u32, DecodeError> {
+    let version = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    if version > VERSION {
+        return Err(DecodeError::NewerVersion(version));
+    }
+    if version == 0 {
+        return Err(DecodeError::Corrupt("version 0".into()));
+    }
+    Ok(version)
+}
+
+/// Where a trace comes from.
+#[derive(Debug)]
+pub enum TraceSource {
+    /// A finished trace file.
+    File(PathBuf),
+    /// A trace in memory.
+    Bytes(Vec<u8>),
+    /// A trace file still being written: each poll reads what was appended since.
+    Growing(PathBuf),
+}
+
+enum Input {
+    File(File),
+    Bytes(Vec<u8>, usize),
+}
+
+/// Reads records from a [`TraceSource`] as they become available.
+pub struct TraceReader {
+    input: Input,
+    growing: bool,
+    decoder: StreamDecoder,
+    eof: bool,
+    buf: Vec<u8>,
+}
+
+/// Bytes read per poll at most (records are handed over a chunk at a time).
+const CHUNK: usize = 1 << 20;
+
+impl TraceReader {
+    pub fn open(source: TraceSource) -> io::Result<TraceReader> {
+        let (input, growing) = match source {
+            TraceSource::File(p) => (Input::File(File::open(p)?), false),
+            TraceSource::Growing(p) => (Input::File(File::open(p)?), true),
+            TraceSource::Bytes(b) => (Input::Bytes(b, 0), false),
+        };
+        Ok(TraceReader { input, growing, decoder: StreamDecoder::new(), eof: false, buf: vec![0; CHUNK] })
+    }
+
+    /// Reads up to a chunk of what the source has now and appends the records of the blocks it
+    /// completes to `out`. Returns the bytes read: 0 at the end of a finished source, or when a
+    /// growing file has nothing new yet (poll again later).
+    pub fn poll(&mut self, out: &mut Vec<Record>) -> Result<usize, DecodeError> {
+        let n = match &mut self.input {
+            Input::Bytes(b, pos) => {
+                let n = (b.len() - *pos).min(CHUNK);
+                self.decoder.push(&b[*pos..*pos + n], out)?;
+                *pos += n;
+                n
+            }
+            Input::File(f) => {
+                let n = loop {
+                    match f.read(&mut self.buf) {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                };
+                if n == 0 && self.growing {
+                    // Stay at the end: a later read sees what the writer appends.
+                    f.seek(SeekFrom::Current(0))?;
+                }
+                self.decoder.push(&self.buf[..n], out)?;
+                n
+            }
+        };
+        if n == 0 && !self.growing {
+            self.eof = true;
+        }
+        Ok(n)
+    }
+
+    /// True once a finished source has been read to its end.
+    pub fn at_end(&self) -> bool {
+        self.eof
+    }
+
+    /// The state of the input read so far, as if it ended here: an error when it is no trace,
+    /// the truncation when its last block is incomplete.
+    pub fn finish(&self) -> Result<Option<Truncation>, DecodeError> {
+        self.decoder.finish()
+    }
+
+    /// Offset of the first byte not decoded yet.
+    pub fn offset(&self) -> u64 {
+        self.decoder.offset()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::*;
+
+    fn sample_trace() -> (Vec<u8>, Vec<Record>) {
+        let records: Vec<Record> = vec![
+            ProcessStart { pid: 7, command_line: "app".into(), ..Default::default() }.into(),
+            ThreadCreated { ts: 1, id: 2 }.into(),
+            Message { ts: 3, level: 1, text: "hello".into() }.into(),
+            AgentStop { ts: 9, ..Default::default() }.into(),
+        ];
+        let mut bytes = header().to_vec();
+        bytes.extend(encode_records(&records[..2]));
+        bytes.extend(encode_records(&records[2..]));
+        (bytes, records)
+    }
+
+    #[test]
+    fn bytes_pushed_in_any_pieces_give_the_same_records() {
+        let (bytes, records) = sample_trace();
+        for step in [1, 2, 3, 7, 16, 17, 100, bytes.len()] {
+            let mut d = StreamDecoder::new();
+            let mut out = Vec::new();
+            for piece in bytes.chunks(step) {
+                d.push(piece, &mut out).unwrap();
+            }
+            assert_eq!(out, records, "pieces of {step}");
+            assert_eq!(d.finish().unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn an_incomplete_last_block_is_a_truncation_and_garbage_an_error() {
+        let (bytes, _) = sample_trace();
+        let mut d = StreamDecoder::new();
+        let mut out = Vec::new();
+        d.push(&bytes[..bytes.len() - 3], &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        let t = d.finish().unwrap().expect("truncated");
+        assert_eq!(t.have + 3, t.need);
+        assert!(matches!(StreamDecoder::new().finish(), Err(DecodeError::Empty)));
+        let mut d = StreamDecoder::new();
+        assert!(matches!(d.push(b"PK\x03\x04", &mut out), Err(DecodeError::NotATrace)));
+        let mut newer = bytes.clone();
+        newer[8] = 99;
+        assert!(matches!(StreamDecoder::new().push(&newer, &mut out), Err(DecodeError::NewerVersion(99))));
+        let mut corrupt = bytes.clone();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 0xff;
+        let mut d = StreamDecoder::new();
+        assert!(matches!(d.push(&corrupt, &mut out), Err(DecodeError::Corrupt(_))));
+        assert!(d.push(b"", &mut out).is_err(), "a failed decoder takes nothing more");
+    }
+
+    #[test]
+    fn a_growing_file_is_read_as_it_grows() {
+        let (bytes, records) = sample_trace();
+        let path = std::env::temp_dir().join(format!("clrprof-growing-{}.clrprof", std::process::id()));
+        std::fs::write(&path, &bytes[..20]).unwrap();
+        let mut r = TraceReader::open(TraceSource::Growing(path.clone())).unwrap();
+        let mut out = Vec::new();
+        while r.poll(&mut out).unwrap() > 0 {}
+        assert!(out.is_empty() && !r.at_end());
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&bytes[20..]).unwrap();
+        while r.poll(&mut out).unwrap() > 0 {}
+        assert_eq!(out, records);
+        assert_eq!(r.finish().unwrap(), None);
+        let mut r = TraceReader::open(TraceSource::Bytes(bytes)).unwrap();
+        let mut again = Vec::new();
+        while r.poll(&mut again).unwrap() > 0 {}
+        assert!(r.at_end());
+        assert_eq!(again, records);
+        let _ = std::fs::remove_file(path);
+    }
+}
