@@ -3,7 +3,7 @@
 //! byte buffer or a growing file.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use crate::{crc32, decode_payload, DecodeError, Record, Truncation, HEADER_LEN, MAGIC, MAX_BLOCK, VERSION};
@@ -143,7 +143,8 @@ pub enum TraceSource {
     File(PathBuf),
     /// A trace in memory.
     Bytes(Vec<u8>),
-    /// A trace file still being written: each poll reads what was appended since.
+    /// A trace file still being written: each poll reads what was appended since (a read at the
+    /// end of a file returns 0 and the next one sees what the writer appended).
     Growing(PathBuf),
 }
 
@@ -193,10 +194,6 @@ impl TraceReader {
                         Err(e) => return Err(e.into()),
                     }
                 };
-                if n == 0 && self.growing {
-                    // Stay at the end: a later read sees what the writer appends.
-                    f.seek(SeekFrom::Current(0))?;
-                }
                 self.decoder.push(&self.buf[..n], out)?;
                 n
             }
