@@ -1,7 +1,7 @@
 //! `--view calltree`: the indented top-down call tree with counts, inclusive/exclusive cost and
 //! share of the total; merged over threads or one tree per thread (`--by-thread`).
 
-use clrprof_model::{Metric, Profile};
+use clrprof_model::Profile;
 use clrprof_query::costs::call_tree;
 use clrprof_query::select;
 
@@ -28,12 +28,8 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         ]);
         for node in &g.rows {
             let v = m.of(&node.inclusive);
-            let count = match m {
-                Metric::Time | Metric::Calls => node.self_cost.calls,
-                Metric::Cpu => node.inclusive.cpu_samples,
-                Metric::Wall => node.inclusive.wall_samples,
-                _ => node.inclusive.alloc_count,
-            };
+            // Calls into this very node; samples (or objects) anywhere below it.
+            let count = if instrumented { node.self_cost.calls } else { select::measure(m, &node.inclusive).0 };
             t.row(vec![
                 percent(v, g.total),
                 fmt_value(m, v),

@@ -54,12 +54,7 @@ fn instrumented(rows: &[FunctionStats], tot_excl: u64) -> TextTable {
 }
 
 fn sampled(rows: &[FunctionStats], m: Metric, tot: u64) -> TextTable {
-    let samples = |c: &Cost| match m {
-        Metric::Cpu => c.cpu_samples,
-        Metric::Wall => c.wall_samples,
-        Metric::AllocBytes | Metric::AllocCount => c.alloc_count,
-        _ => c.calls,
-    };
+    let samples = |c: &Cost| select::measure(m, c).0;
     let unit = if select::is_time(m) { "ms" } else { m.name() };
     let h_self = format!("SELF {unit}");
     let h_total = format!("TOTAL {unit}");
