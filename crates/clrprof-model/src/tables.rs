@@ -448,8 +448,7 @@ impl ProfileBuilder {
         p.functions = self.functions.into_values().collect();
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         std::mem::take(&mut self.samples).resolve(p, symbols);
-        let events = std::mem::take(&mut self.events);
-        events.finish(p);
+        self.events.finish(p, crate::TimeRange::ALL);
         name_frames(p);
         self.p
     }
