@@ -1,6 +1,7 @@
 //! The runtime counters: a time series of GC, heap, allocation, exception, JIT, loading, thread
 //! and contention figures, one row per interval.
 
+use super::gc::gc_union;
 use super::Gc;
 use crate::{Profile, TimeRange};
 
@@ -13,7 +14,8 @@ pub struct CounterRow {
     pub gc_count: [u64; 3],
     /// Heap size per generation (gen0, gen1, gen2, LOH, POH) after the last GC so far.
     pub heap_bytes: Vec<u64>,
-    /// Share of the interval spent inside GCs (start to finish), 0..=100.
+    /// Share of the interval spent inside at least one GC (start to finish; see
+    /// [`time_in_gc`](super::time_in_gc)), 0..=100.
     pub time_in_gc_pct: f64,
     /// Bytes allocated per second (exact or estimated, see `Profile::alloc_exact`).
     pub alloc_rate: f64,
@@ -68,10 +70,12 @@ pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<
         if let Some(i) = bucket(g.start_ns) {
             rows[i].gc_count[(g.generation as usize).min(2)] += 1;
         }
-        // Time in GC, spread over the intervals the GC spans.
-        let (a, b) = (g.start_ns, g.start_ns + g.duration_ns);
+    }
+    // Time in GC: the union of the GCs' intervals (see `time_in_gc`), spread over the rows it
+    // covers (the intervals are disjoint, so each row gets the union within it).
+    for (a, b) in gc_union(f.gcs) {
         for r in &mut rows[row(a)..=row(b)] {
-            r.time_in_gc_pct += b.min(r.end_ns).saturating_sub(a.max(r.start_ns)) as f64;
+            r.time_in_gc_pct += TimeRange::new(r.start_ns, r.end_ns).overlap(a, b) as f64;
         }
     }
 

@@ -224,3 +224,37 @@ fn sampled_allocations_are_upscaled_estimates() {
     let total: u64 = p.costs.merged(None).iter().map(|c| c.alloc_bytes).sum();
     assert_eq!(total, big.bytes);
 }
+
+fn gc_at(start_ns: u64, duration_ns: u64) -> Gc {
+    Gc { start_ns, duration_ns, finished: true, ..Default::default() }
+}
+
+#[test]
+fn time_in_gc_is_the_union_of_overlapping_gcs_within_the_range() {
+    // A background GC with a foreground one inside it, and one more after.
+    let gcs = [gc_at(1000, 1000), gc_at(1100, 10), gc_at(3000, 500)];
+    assert_eq!(time_in_gc(&gcs, TimeRange::ALL), 1500);
+    assert_eq!(time_in_gc(&gcs, TimeRange::new(1500, 3200)), 500 + 200);
+    assert_eq!(time_in_gc(&gcs, TimeRange::new(2000, 3000)), 0);
+    assert_eq!(time_in_gc(&[], TimeRange::ALL), 0);
+}
+
+#[test]
+fn counters_count_time_in_overlapping_gcs_once() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    // 0–50 ms a background gen2, 10–20 ms a gen0 inside it; the run lasts 1 s (rows of 100 ms).
+    b.add(&GcStarted { ts: 0, os_tid: 1, generation: 2, reason: 0, sizes: vec![] }.into());
+    b.add(&GcStarted { ts: 10_000_000, os_tid: 1, generation: 0, reason: 0, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 20_000_000, os_tid: 1, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 50_000_000, os_tid: 1, sizes: vec![] }.into());
+    b.add(
+        &AllocationSample { ts: 1_000_000_000, os_tid: 1, type_name: "X".into(), size: 8, ..Default::default() }.into(),
+    );
+    let p = b.finish();
+    let rows = &p.events.counters;
+    assert_eq!(rows.len(), 10);
+    assert_eq!(rows[0].time_in_gc_pct, 50.0);
+    assert_eq!(rows[0].gc_count, [1, 0, 1]);
+    assert!(rows[1..].iter().all(|r| r.time_in_gc_pct == 0.0));
+}
