@@ -30,7 +30,7 @@ pub use gc::{gc_reason, time_in_gc, Gc};
 pub use log::LogEvent;
 
 /// Runtime-event results attached to [`Profile`], for the profile's time range.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct RuntimeEvents {
     /// Exceptions thrown in the range.
     pub exceptions: Vec<ExceptionGroup>,
