@@ -2,7 +2,7 @@
 //! by type and throw site; in an exception storm (the agent's rate limit paused the runtime's
 //! callbacks), the throws seen in sampling windows are folded into estimates.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use clrprof_trace::{
     exception_monitoring as mon, exception_phase as ph, ExceptionCaught, ExceptionMonitoring, ExceptionPhase,
@@ -416,7 +416,8 @@ impl ExceptionFacts {
             if s.window > 0 {
                 let k = part as f64 / s.window as f64;
                 let mut count = 0.0;
-                for key in storm_keys.iter().filter(|k| k.0 == s.first) {
+                let at = storm_keys.partition_point(|k| k.0 < s.first);
+                for key in storm_keys[at..].iter().take_while(|k| k.0 == s.first) {
                     let g = &in_storm[*key];
                     count += g.thrown as f64 * k;
                     groups.entry((key.1, key.2)).or_default().add_scaled(g, in_storm_range.get(*key), k);
@@ -448,8 +449,9 @@ impl ExceptionFacts {
             }
         }
         // Throws observed in a storm with no window still count, as they are.
+        let windowed: HashSet<usize> = storms.iter().filter(|s| s.window > 0).map(|s| s.first).collect();
         let mut rest: Vec<(&(usize, u32, u64), &GroupAcc)> =
-            in_storm_range.iter().filter(|(k, _)| !storms.iter().any(|s| s.first == k.0 && s.window > 0)).collect();
+            in_storm_range.iter().filter(|(k, _)| !windowed.contains(&k.0)).collect();
         rest.sort_unstable_by_key(|(k, _)| **k);
         for (k, g) in rest {
             groups.entry((k.1, k.2)).or_default().add_scaled(g, Some(g), 1.0);
