@@ -209,12 +209,189 @@ pub(super) struct ExceptionResult {
 
 /// One storm: from a pause that follows full mode to the next return to full mode (or the end).
 struct Storm {
-    /// Index in `monitor` of its first entry.
+    /// Index in the monitoring entries of its first entry.
     first: usize,
     start: u64,
     stop: u64,
     /// Time in sampling windows.
     window: u64,
+}
+
+/// The rate limit's modes over the run.
+struct Monitor<'a> {
+    /// `ExceptionMonitoring` changes (ts, mode), sorted.
+    entries: &'a [(u64, u8)],
+    /// For each entry, the index of the entry that began its storm (meaningful when the mode is
+    /// not `FULL`).
+    storm_of: Vec<usize>,
+}
+
+/// Key of the exceptions of one group seen in one storm: (storm's first entry, type, site).
+type StormKey = (usize, u32, u64);
+
+impl<'a> Monitor<'a> {
+    fn new(entries: &'a [(u64, u8)]) -> Self {
+        let mut storm_of = Vec::with_capacity(entries.len());
+        let mut start = 0;
+        for (i, &(_, mode)) in entries.iter().enumerate() {
+            if mode == mon::FULL {
+                start = i + 1;
+            }
+            storm_of.push(start);
+        }
+        Monitor { entries, storm_of }
+    }
+
+    /// The mode at `ts`, and the storm it belongs to (when not `FULL`).
+    fn mode_at(&self, ts: u64) -> (u8, usize) {
+        match self.entries.partition_point(|&(t, _)| t <= ts) {
+            0 => (mon::FULL, 0),
+            i => (self.entries[i - 1].1, self.storm_of[i - 1]),
+        }
+    }
+
+    /// The storms of the run (`end`: when a storm still going on at the end stops), and the time
+    /// paused and in windows within `range` into `sm` (with `sampled` and `first_pause_ns`).
+    fn storms(&self, end: u64, range: TimeRange, sm: &mut ExceptionSampling) -> Vec<Storm> {
+        let mut storms: Vec<Storm> = Vec::new();
+        for (i, &(t, m)) in self.entries.iter().enumerate() {
+            let next = self.entries.get(i + 1).map_or(end, |n| n.0).max(t);
+            let len = next - t;
+            match m {
+                mon::PAUSED => sm.paused_ns += range.overlap(t, next),
+                mon::WINDOW => sm.window_ns += range.overlap(t, next),
+                _ => continue,
+            }
+            if !sm.sampled && touches(range, t, next) {
+                sm.sampled = true;
+                sm.first_pause_ns = t.max(range.from);
+            }
+            let window = if m == mon::WINDOW { len } else { 0 };
+            match storms.last_mut() {
+                Some(s) if s.first == self.storm_of[i] => {
+                    s.stop = next;
+                    s.window += window;
+                }
+                _ => storms.push(Storm { first: self.storm_of[i], start: t, stop: next, window }),
+            }
+        }
+        storms
+    }
+}
+
+/// The stretch `[a, b)` of the run touches `range` (an instant counts when inside it).
+fn touches(range: TimeRange, a: u64, b: u64) -> bool {
+    range.overlap(a, b) > 0 || (a == b && range.contains(a))
+}
+
+/// Exceptions counted for a range before and while the storms are folded in.
+#[derive(Default)]
+struct Tally {
+    /// Full-mode exceptions thrown in the range.
+    groups: HashMap<GroupKey, GroupAcc>,
+    /// Full-mode exceptions of the whole run, and the latest of their throws (for the rate of a
+    /// group before a storm that ends the trace).
+    whole: HashMap<GroupKey, GroupAcc>,
+    recent: HashMap<GroupKey, VecDeque<u64>>,
+    /// Exceptions seen in a storm's windows: all, and those thrown in the range.
+    in_storm: HashMap<StormKey, GroupAcc>,
+    in_storm_range: HashMap<StormKey, GroupAcc>,
+}
+
+impl Tally {
+    fn add(&mut self, x: &Pending, tid: u32, catcher: Option<u64>, mode: (u8, usize), inside: bool, no_stack: u32) {
+        let key = (x.type_name, x.site);
+        if mode.0 == mon::FULL {
+            self.whole.entry(key).or_default().add(x, tid, catcher, no_stack);
+            let r = self.recent.entry(key).or_default();
+            if r.len() == RECENT_THROWS {
+                r.pop_front();
+            }
+            r.push_back(x.ts);
+            if inside {
+                self.groups.entry(key).or_default().add(x, tid, catcher, no_stack);
+            }
+        } else {
+            let k = (mode.1, x.type_name, x.site);
+            self.in_storm.entry(k).or_default().add(x, tid, catcher, no_stack);
+            if inside {
+                self.in_storm_range.entry(k).or_default().add(x, tid, catcher, no_stack);
+            }
+        }
+    }
+
+    /// Throws observed in the range per group.
+    fn observed(&self) -> HashMap<GroupKey, u64> {
+        let mut observed: HashMap<GroupKey, u64> = HashMap::new();
+        for (k, g) in &self.groups {
+            *observed.entry(*k).or_default() += g.thrown;
+        }
+        for ((_, t, site), g) in &self.in_storm_range {
+            *observed.entry((*t, *site)).or_default() += g.thrown;
+        }
+        observed
+    }
+
+    /// Folds the storms into the groups: throws seen in a storm's windows stand for the whole
+    /// storm, spread evenly over it, so the range gets its share of the storm's estimate. Returns
+    /// the storms' estimates within the range: (from, to, throws).
+    fn fold_storms(&mut self, storms: &[Storm], range: TimeRange) -> Vec<(u64, u64, f64)> {
+        let mut spans: Vec<(u64, u64, f64)> = Vec::new();
+        let mut storm_keys: Vec<&StormKey> = self.in_storm.keys().collect();
+        storm_keys.sort_unstable();
+        for s in storms.iter().filter(|s| touches(range, s.start, s.stop)) {
+            let from = s.start.max(range.from);
+            let to = s.stop.min(range.to).max(from);
+            let part = to - from;
+            if s.window > 0 {
+                let k = part as f64 / s.window as f64;
+                let mut count = 0.0;
+                let at = storm_keys.partition_point(|k| k.0 < s.first);
+                for key in storm_keys[at..].iter().take_while(|k| k.0 == s.first) {
+                    let g = &self.in_storm[*key];
+                    count += g.thrown as f64 * k;
+                    let samples = self.in_storm_range.get(*key);
+                    self.groups.entry((key.1, key.2)).or_default().add_scaled(g, samples, k);
+                }
+                spans.push((from, to, count));
+            } else {
+                // The trace ended before a window: carry each group's rate over the second before
+                // the pause through the paused time.
+                let mut keys: Vec<&GroupKey> = self.recent.keys().collect();
+                keys.sort_unstable();
+                for key in keys {
+                    let latest: Vec<u64> = self.recent[key]
+                        .iter()
+                        .copied()
+                        .filter(|&t| t <= s.start && t + 1_000_000_000 >= s.start)
+                        .collect();
+                    let Some(&first) = latest.first() else { continue };
+                    let span = if latest.len() == RECENT_THROWS { s.start - first } else { 1_000_000_000 };
+                    let rate = latest.len() as f64 / span.max(1) as f64;
+                    let extra = rate * part as f64;
+                    match self.groups.get_mut(key) {
+                        Some(g) if g.thrown > 0 => g.scale(1.0 + extra / g.thrown as f64),
+                        _ => {
+                            // None of its throws in the range: the group's profile over the run.
+                            let w = &self.whole[key];
+                            let k = extra / w.thrown.max(1) as f64;
+                            self.groups.entry(*key).or_default().add_scaled(w, None, k);
+                        }
+                    }
+                    spans.push((from, to, extra));
+                }
+            }
+        }
+        // Throws observed in a storm with no window still count, as they are.
+        let windowed: HashSet<usize> = storms.iter().filter(|s| s.window > 0).map(|s| s.first).collect();
+        let mut rest: Vec<(&StormKey, &GroupAcc)> =
+            self.in_storm_range.iter().filter(|(k, _)| !windowed.contains(&k.0)).collect();
+        rest.sort_unstable_by_key(|(k, _)| **k);
+        for (k, g) in rest {
+            self.groups.entry((k.1, k.2)).or_default().add_scaled(g, Some(g), 1.0);
+        }
+        spans
+    }
 }
 
 impl ExceptionFacts {
@@ -282,32 +459,53 @@ impl ExceptionFacts {
         range: TimeRange,
         end: u64,
     ) -> ExceptionResult {
-        let end = end.max(self.monitor.last().map_or(0, |m| m.0));
-        // For each monitoring entry, the index of the entry that began its storm.
-        let mut storm_of = Vec::with_capacity(self.monitor.len());
-        let mut start = 0;
-        for (i, &(_, mode)) in self.monitor.iter().enumerate() {
-            if mode == mon::FULL {
-                start = i + 1;
-            }
-            storm_of.push(start);
-        }
-        // The rate limit's mode at `ts`, and the storm it belongs to (when not `FULL`).
-        let mode_at = |ts: u64| -> (u8, usize) {
-            match self.monitor.partition_point(|&(t, _)| t <= ts) {
-                0 => (mon::FULL, 0),
-                i => (self.monitor[i - 1].1, storm_of[i - 1]),
-            }
-        };
+        let monitor = Monitor::new(&self.monitor);
         let no_stack = self.stacks.find(&[][..]).unwrap_or(u32::MAX);
+        let (uncaught, unfollowed) = self.uncaught(range);
+        let mut tally = Tally::default();
+        let caught = self.caught.iter().map(|c| (&c.x, c.os_tid, Some(c.catcher)));
+        for (x, tid, catcher) in caught.chain(uncaught.into_iter().map(|(x, tid)| (x, tid, None))) {
+            tally.add(x, tid, catcher, monitor.mode_at(x.ts), range.contains(x.ts), no_stack);
+        }
+        let observed = tally.observed();
 
-        // Exceptions still in flight were never caught, unless the rate limit paused the
-        // callbacks after they were thrown: then their catch was not followed.
+        let (mut throws, mut sampled_throws): (Vec<_>, Vec<_>) =
+            self.throws.iter().filter(|t| range.contains(t.0)).partition(|t| monitor.mode_at(t.0).0 == mon::FULL);
+        throws.sort_unstable();
+        sampled_throws.sort_unstable();
+        let mut sm = ExceptionSampling {
+            observed: (throws.len() + sampled_throws.len()) as u64,
+            unfollowed,
+            ..Default::default()
+        };
+        let end = end.max(self.monitor.last().map_or(0, |m| m.0));
+        let storms = monitor.storms(end, range, &mut sm);
+        let spans = tally.fold_storms(&storms, range);
+        let mut groups = tally.groups;
+        groups.retain(|k, g| g.thrown > 0 || g.uncaught > 0 || observed.contains_key(k));
+        sm.estimated_total = if sm.sampled { groups.values().map(|g| g.thrown).sum() } else { sm.observed };
+
+        let mut keys: Vec<GroupKey> = groups.keys().copied().collect();
+        keys.sort_unstable();
+        let mut out: Vec<ExceptionGroup> = keys
+            .into_iter()
+            .map(|key| self.group(key, &groups[&key], observed.get(&key).copied().unwrap_or(0), costs, name))
+            .collect();
+        out.sort_by(|a, b| {
+            b.thrown.cmp(&a.thrown).then(a.type_name.cmp(&b.type_name)).then(a.throw_site.cmp(&b.throw_site))
+        });
+        ExceptionResult { groups: out, sampling: sm, throws, sampled_throws, storms: spans }
+    }
+
+    /// Exceptions still in flight were never caught, unless the rate limit paused the callbacks
+    /// after they were thrown: then their catch was not followed. Returns the uncaught ones (by
+    /// thread) and the number of unfollowed ones thrown in `range`.
+    fn uncaught(&self, range: TimeRange) -> (Vec<(&Pending, u32)>, u64) {
         let last_pause = self.monitor.iter().rev().find(|m| m.1 == mon::PAUSED).map(|m| m.0);
         let mut left: Vec<(&u32, &Vec<Pending>)> = self.active.iter().collect();
         left.sort_by_key(|(t, _)| **t);
         let mut unfollowed = 0;
-        let mut uncaught: Vec<(&Pending, u32)> = Vec::new();
+        let mut uncaught = Vec::new();
         for (&tid, stack) in left {
             for x in stack {
                 if last_pause.is_some_and(|t| t >= x.ts) {
@@ -318,187 +516,47 @@ impl ExceptionFacts {
                 }
             }
         }
-        let closed = self.caught.iter().map(|c| (&c.x, c.os_tid, Some(c.catcher)));
-        let closed = closed.chain(uncaught.into_iter().map(|(x, tid)| (x, tid, None)));
+        (uncaught, unfollowed)
+    }
 
-        // Full-mode exceptions in the range, per group; those of the whole run (for the rate of
-        // a group before a storm) with their latest throws; exceptions seen in a storm's windows
-        // (all, and those in the range) per (storm, group).
-        let mut groups: HashMap<GroupKey, GroupAcc> = HashMap::new();
-        let mut whole: HashMap<GroupKey, GroupAcc> = HashMap::new();
-        let mut recent: HashMap<GroupKey, VecDeque<u64>> = HashMap::new();
-        let mut in_storm: HashMap<(usize, u32, u64), GroupAcc> = HashMap::new();
-        let mut in_storm_range: HashMap<(usize, u32, u64), GroupAcc> = HashMap::new();
-        for (x, tid, catcher) in closed {
-            let key = (x.type_name, x.site);
-            let inside = range.contains(x.ts);
-            match mode_at(x.ts) {
-                (mon::FULL, _) => {
-                    whole.entry(key).or_default().add(x, tid, catcher, no_stack);
-                    let r = recent.entry(key).or_default();
-                    if r.len() == RECENT_THROWS {
-                        r.pop_front();
-                    }
-                    r.push_back(x.ts);
-                    if inside {
-                        groups.entry(key).or_default().add(x, tid, catcher, no_stack);
-                    }
-                }
-                (_, storm) => {
-                    let k = (storm, x.type_name, x.site);
-                    in_storm.entry(k).or_default().add(x, tid, catcher, no_stack);
-                    if inside {
-                        in_storm_range.entry(k).or_default().add(x, tid, catcher, no_stack);
-                    }
-                }
+    /// The group's table row, its stacks interned into `costs`.
+    fn group(
+        &self,
+        key: GroupKey,
+        g: &GroupAcc,
+        observed: u64,
+        costs: &mut CostTree,
+        name: &dyn Fn(u64) -> String,
+    ) -> ExceptionGroup {
+        let mut catch_sites: Vec<(String, u64)> = g.catch_sites.iter().map(|(f, n)| (name(*f), *n)).collect();
+        catch_sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut walked: Vec<(&u32, &u64)> = g.stacks.iter().collect();
+        walked.sort_unstable();
+        let mut stacks: Vec<(StackId, u64)> = Vec::new();
+        for (st, n) in walked {
+            let ids: Vec<_> =
+                self.stacks.get(*st).iter().rev().map(|&f| costs.stacks.frame(FrameKey::Function(f))).collect();
+            if let Some(s) = costs.stacks.stack(&ids) {
+                stacks.push((s, *n));
             }
         }
-        let mut observed: HashMap<GroupKey, u64> = HashMap::new();
-        for (k, g) in &groups {
-            *observed.entry(*k).or_default() += g.thrown;
+        stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        ExceptionGroup {
+            observed,
+            estimated: observed != g.thrown,
+            type_name: self.types.get(key.0).clone(),
+            throw_site: name(key.1),
+            thrown: g.thrown,
+            caught: g.caught,
+            uncaught: g.uncaught,
+            catch_sites,
+            search_frames: g.search,
+            filters: g.filters,
+            unwind_frames: g.unwind,
+            finallies: g.finallies,
+            catches: g.catches,
+            stacks,
+            uncaught_threads: g.uncaught_threads.iter().copied().collect(),
         }
-        for ((_, t, site), g) in &in_storm_range {
-            *observed.entry((*t, *site)).or_default() += g.thrown;
-        }
-
-        let (mut throws, mut sampled_throws): (Vec<_>, Vec<_>) =
-            self.throws.iter().filter(|t| range.contains(t.0)).partition(|t| mode_at(t.0).0 == mon::FULL);
-        let mut sm = ExceptionSampling {
-            observed: (throws.len() + sampled_throws.len()) as u64,
-            unfollowed,
-            ..Default::default()
-        };
-        throws.sort_unstable();
-        sampled_throws.sort_unstable();
-
-        // A stretch [a, b) of the run touches the range (an instant counts when inside it).
-        let touches = |a: u64, b: u64| range.overlap(a, b) > 0 || (a == b && range.contains(a));
-        let mut storms: Vec<Storm> = Vec::new();
-        for (i, &(t, m)) in self.monitor.iter().enumerate() {
-            let next = self.monitor.get(i + 1).map_or(end, |n| n.0).max(t);
-            let len = next - t;
-            match m {
-                mon::PAUSED => sm.paused_ns += range.overlap(t, next),
-                mon::WINDOW => sm.window_ns += range.overlap(t, next),
-                _ => continue,
-            }
-            if !sm.sampled && touches(t, next) {
-                sm.sampled = true;
-                sm.first_pause_ns = t.max(range.from);
-            }
-            match storms.last_mut() {
-                Some(s) if s.first == storm_of[i] => {
-                    s.stop = next;
-                    if m == mon::WINDOW {
-                        s.window += len;
-                    }
-                }
-                _ => storms.push(Storm {
-                    first: storm_of[i],
-                    start: t,
-                    stop: next,
-                    window: if m == mon::WINDOW { len } else { 0 },
-                }),
-            }
-        }
-
-        // Fold the storms into the groups: throws seen in a storm's windows stand for the whole
-        // storm, spread evenly over it, so the range gets its share of the storm's estimate.
-        let mut spans: Vec<(u64, u64, f64)> = Vec::new();
-        let mut storm_keys: Vec<&(usize, u32, u64)> = in_storm.keys().collect();
-        storm_keys.sort_unstable();
-        for s in &storms {
-            if !touches(s.start, s.stop) {
-                continue;
-            }
-            let (from, to) = (s.start.max(range.from), s.stop.min(range.to).max(s.start.max(range.from)));
-            let part = to - from;
-            if s.window > 0 {
-                let k = part as f64 / s.window as f64;
-                let mut count = 0.0;
-                let at = storm_keys.partition_point(|k| k.0 < s.first);
-                for key in storm_keys[at..].iter().take_while(|k| k.0 == s.first) {
-                    let g = &in_storm[*key];
-                    count += g.thrown as f64 * k;
-                    groups.entry((key.1, key.2)).or_default().add_scaled(g, in_storm_range.get(*key), k);
-                }
-                spans.push((from, to, count));
-            } else {
-                // The trace ended before a window: carry each group's rate over the second before
-                // the pause through the paused time.
-                let mut keys: Vec<&GroupKey> = recent.keys().collect();
-                keys.sort_unstable();
-                for key in keys {
-                    let latest: Vec<u64> =
-                        recent[key].iter().copied().filter(|&t| t <= s.start && t + 1_000_000_000 >= s.start).collect();
-                    let Some(&first) = latest.first() else { continue };
-                    let span = if latest.len() == RECENT_THROWS { s.start - first } else { 1_000_000_000 };
-                    let rate = latest.len() as f64 / span.max(1) as f64;
-                    let extra = rate * part as f64;
-                    match groups.get_mut(key) {
-                        Some(g) if g.thrown > 0 => g.scale(1.0 + extra / g.thrown as f64),
-                        _ => {
-                            // None of its throws in the range: the group's profile over the run.
-                            let w = &whole[key];
-                            let k = extra / w.thrown.max(1) as f64;
-                            groups.entry(*key).or_default().add_scaled(w, None, k);
-                        }
-                    }
-                    spans.push((from, to, extra));
-                }
-            }
-        }
-        // Throws observed in a storm with no window still count, as they are.
-        let windowed: HashSet<usize> = storms.iter().filter(|s| s.window > 0).map(|s| s.first).collect();
-        let mut rest: Vec<(&(usize, u32, u64), &GroupAcc)> =
-            in_storm_range.iter().filter(|(k, _)| !windowed.contains(&k.0)).collect();
-        rest.sort_unstable_by_key(|(k, _)| **k);
-        for (k, g) in rest {
-            groups.entry((k.1, k.2)).or_default().add_scaled(g, Some(g), 1.0);
-        }
-        groups.retain(|k, g| g.thrown > 0 || g.uncaught > 0 || observed.contains_key(k));
-        sm.estimated_total = if sm.sampled { groups.values().map(|g| g.thrown).sum() } else { sm.observed };
-
-        let mut keys: Vec<GroupKey> = groups.keys().copied().collect();
-        keys.sort_unstable();
-        let mut out: Vec<ExceptionGroup> = Vec::new();
-        for key in keys {
-            let g = &groups[&key];
-            let mut catch_sites: Vec<(String, u64)> = g.catch_sites.iter().map(|(f, n)| (name(*f), *n)).collect();
-            catch_sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let mut stacks: Vec<(StackId, u64)> = Vec::new();
-            let mut walked: Vec<(&u32, &u64)> = g.stacks.iter().collect();
-            walked.sort_unstable();
-            for (st, n) in walked {
-                let ids: Vec<_> =
-                    self.stacks.get(*st).iter().rev().map(|&f| costs.stacks.frame(FrameKey::Function(f))).collect();
-                if let Some(s) = costs.stacks.stack(&ids) {
-                    stacks.push((s, *n));
-                }
-            }
-            stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let observed = observed.get(&key).copied().unwrap_or(0);
-            out.push(ExceptionGroup {
-                observed,
-                estimated: observed != g.thrown,
-                type_name: self.types.get(key.0).clone(),
-                throw_site: name(key.1),
-                thrown: g.thrown,
-                caught: g.caught,
-                uncaught: g.uncaught,
-                catch_sites,
-                search_frames: g.search,
-                filters: g.filters,
-                unwind_frames: g.unwind,
-                finallies: g.finallies,
-                catches: g.catches,
-                stacks,
-                uncaught_threads: g.uncaught_threads.iter().copied().collect(),
-            });
-        }
-        out.sort_by(|a, b| {
-            b.thrown.cmp(&a.thrown).then(a.type_name.cmp(&b.type_name)).then(a.throw_site.cmp(&b.throw_site))
-        });
-        ExceptionResult { groups: out, sampling: sm, throws, sampled_throws, storms: spans }
     }
 }
