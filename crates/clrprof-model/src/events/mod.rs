@@ -36,6 +36,9 @@ pub struct RuntimeEvents {
     pub exceptions: Vec<ExceptionGroup>,
     /// GCs started in the range (their pauses: the part inside the range).
     pub gcs: Vec<Gc>,
+    /// Time inside at least one GC within the range, GCs that started before it included
+    /// ([`time_in_gc`] of every GC of the run).
+    pub time_in_gc_ns: u64,
     /// Allocations recorded (exact counts) or sampled in the range.
     pub allocations: Vec<AllocType>,
     pub alloc_sites: Vec<AllocSite>,
@@ -272,6 +275,7 @@ impl EventsBuilder {
         let (counters, counter_interval_ns) = counters::counters(p, range, &facts);
         p.events = RuntimeEvents {
             exceptions: ex.groups,
+            time_in_gc_ns: time_in_gc(&all_gcs, range),
             gcs: all_gcs.into_iter().filter(|g| range.contains(g.start_ns)).collect(),
             allocations: al.allocations,
             alloc_sites: al.sites,

@@ -432,6 +432,9 @@ fn gcs_count_by_start_with_their_pauses_clipped_to_the_range() {
     // The GC keeps its run-wide index, duration and reason; only the pause is clipped.
     assert_eq!((g[0].index, g[0].start_ns, g[0].duration_ns, g[0].pause_ns), (2, 500 * MS, 250 * MS, 5 * MS));
     assert_eq!(p.events.times.pauses, vec![(250 * MS, 290 * MS), (510 * MS, 515 * MS)]);
+    // Time in GC counts the first GC's part in the range too.
+    assert_eq!(p.events.time_in_gc_ns, 30 * MS + 15 * MS);
+    assert_eq!(all.events.time_in_gc_ns, 80 * MS + 250 * MS);
     // A range that holds the first GC's start but not all of its suspension.
     let p = finished(&b, 1000 * MS, TimeRange::new(195 * MS, 260 * MS));
     assert_eq!(p.events.gcs.len(), 1);
