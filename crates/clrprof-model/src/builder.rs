@@ -324,7 +324,7 @@ impl ProfileBuilder {
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
         self.samples.resolve(&mut p, symbols, range);
-        self.events.clone().finish(&mut p);
+        self.events.finish(&mut p, range);
         name_frames(&mut p);
         p
     }

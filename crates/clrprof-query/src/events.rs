@@ -4,27 +4,6 @@
 use clrprof_model::{Function, Profile};
 use serde::Serialize;
 
-/// Union of the GC windows (a foreground GC inside a background one counts once), ns.
-pub fn time_in_gc(p: &Profile) -> u64 {
-    let mut w: Vec<(u64, u64)> = p.events.gcs.iter().map(|g| (g.start_ns, g.start_ns + g.duration_ns)).collect();
-    w.sort_unstable();
-    let (mut total, mut cur) = (0u64, None::<(u64, u64)>);
-    for (a, b) in w {
-        cur = match cur {
-            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
-            Some((ca, cb)) => {
-                total += cb - ca;
-                Some((a, b))
-            }
-            None => Some((a, b)),
-        };
-    }
-    if let Some((a, b)) = cur {
-        total += b - a;
-    }
-    total
-}
-
 /// Garbage collections in total.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GcTotals {
@@ -49,7 +28,8 @@ pub fn gc_totals(p: &Profile) -> GcTotals {
     let gcs = &p.events.gcs;
     let (from, to) = p.span();
     let span = to.saturating_sub(from).max(1) as f64;
-    let in_gc = time_in_gc(p);
+    // The union of GC windows within the span (a GC that began before a window counts for its part).
+    let in_gc = p.events.time_in_gc_ns;
     let pause: u64 = gcs.iter().map(|g| g.pause_ns).sum();
     GcTotals {
         count: gcs.len(),

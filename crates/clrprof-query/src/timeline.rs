@@ -89,7 +89,8 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
             }
         }
     }
-    for &(ts, tid) in p.events.times.throws.iter().filter(|(_, tid)| threads.contains(*tid)) {
+    let times = &p.events.times;
+    for &(ts, tid) in times.throws.iter().chain(&times.sampled_throws).filter(|(_, tid)| threads.contains(*tid)) {
         row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
     }
     let mut gc_pause_ns = vec![0; n];

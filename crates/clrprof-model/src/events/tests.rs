@@ -1,0 +1,716 @@
+//! Unit tests of the runtime events.
+
+use super::*;
+use crate::{ProfileBuilder, StackId};
+use clrprof_trace::exception_phase as ph;
+use clrprof_trace::*;
+
+fn phase(ts: u64, phase: u8, function: u64) -> Record {
+    ExceptionPhase { ts, os_tid: 1, phase, function }.into()
+}
+
+#[test]
+fn exceptions_are_grouped_with_catch_sites_and_uncaught_ones_flagged() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    for f in [10u64, 20, 30] {
+        b.add(&FunctionCompiled { ts: 1, id: f, name: format!("F{f}"), ..Default::default() }.into());
+    }
+    for i in 0..3 {
+        b.add(
+            &ExceptionThrown {
+                ts: 10 + i,
+                os_tid: 1,
+                type_name: "Boom".into(),
+                stack: vec![10, 20, 30],
+                ..Default::default()
+            }
+            .into(),
+        );
+        b.add(&phase(11, ph::SEARCH_ENTER, 10));
+        b.add(&phase(11, ph::FILTER_ENTER, 30));
+        b.add(&phase(11, ph::FILTER_LEAVE, 0));
+        b.add(&phase(12, ph::UNWIND_ENTER, 20));
+        b.add(&phase(12, ph::FINALLY_ENTER, 20));
+        b.add(&phase(12, ph::FINALLY_LEAVE, 0));
+        b.add(&phase(13, ph::CATCHER_ENTER, 30));
+        b.add(&phase(13, ph::CATCHER_LEAVE, 0));
+    }
+    b.add(
+        &ExceptionThrown { ts: 50, os_tid: 2, type_name: "Fatal".into(), stack: vec![20], ..Default::default() }.into(),
+    );
+    let p = b.finish();
+    let boom = &p.events.exceptions[0];
+    assert_eq!((boom.type_name.as_str(), boom.throw_site.as_str()), ("Boom", "F10"));
+    assert_eq!((boom.thrown, boom.caught, boom.uncaught), (3, 3, 0));
+    assert_eq!((boom.filters, boom.finallies, boom.catches, boom.search_frames, boom.unwind_frames), (3, 3, 3, 3, 3));
+    assert_eq!(boom.catch_sites, vec![("F30".to_string(), 3)]);
+    assert_eq!(boom.stacks.len(), 1);
+    let root_first: Vec<String> = p
+        .costs
+        .stacks
+        .frames_of(boom.stacks[0].0)
+        .iter()
+        .map(|f| p.costs.stacks.frames[f.0 as usize].name.clone())
+        .collect();
+    assert_eq!(root_first, vec!["F30", "F20", "F10"]);
+    let fatal = &p.events.exceptions[1];
+    assert_eq!((fatal.thrown, fatal.caught, fatal.uncaught), (1, 0, 1));
+    assert_eq!(fatal.uncaught_threads, vec![2]);
+}
+
+fn thrown_and_caught(b: &mut ProfileBuilder, ts: u64) {
+    b.add(&ExceptionThrown { ts, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into());
+    b.add(
+        &ExceptionCaught {
+            ts: ts + 1,
+            os_tid: 1,
+            function: 30,
+            site: 10,
+            search_frames: 2,
+            filters: 1,
+            unwind_frames: 2,
+            finallies: 1,
+        }
+        .into(),
+    );
+}
+
+fn monitoring(b: &mut ProfileBuilder, ts: u64, mode: u8) {
+    b.add(&ExceptionMonitoring { ts, mode, observed: 0 }.into());
+}
+
+#[test]
+fn an_exception_storm_is_estimated_from_its_sampling_windows() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    for f in [10u64, 30] {
+        b.add(&FunctionCompiled { ts: 1, id: f, name: format!("F{f}"), ..Default::default() }.into());
+    }
+    for i in 0..10 {
+        thrown_and_caught(&mut b, 100 + 10 * i);
+    }
+    // In flight when the callbacks pause: its catch is never seen.
+    b.add(&ExceptionThrown { ts: 990, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into());
+    monitoring(&mut b, 1000, m::PAUSED);
+    monitoring(&mut b, 1900, m::WINDOW);
+    for i in 0..5 {
+        thrown_and_caught(&mut b, 1910 + 10 * i);
+    }
+    monitoring(&mut b, 2000, m::PAUSED);
+    monitoring(&mut b, 2900, m::WINDOW);
+    monitoring(&mut b, 3000, m::FULL);
+    thrown_and_caught(&mut b, 3100);
+    thrown_and_caught(&mut b, 3200);
+    let p = b.finish();
+    let g = &p.events.exceptions;
+    assert_eq!(g.len(), 1, "{g:?}");
+    let g = &g[0];
+    // The storm lasted 2000 ns with 200 ns of windows: its 5 throws stand for 50.
+    assert_eq!((g.thrown, g.caught, g.uncaught, g.observed, g.estimated), (62, 62, 0, 17, true));
+    assert_eq!((g.filters, g.finallies, g.search_frames, g.unwind_frames), (62, 62, 124, 124));
+    assert_eq!(g.catch_sites, vec![("F30".to_string(), 62)]);
+    let s = &p.events.exception_sampling;
+    assert!(s.sampled);
+    assert_eq!((s.paused_ns, s.window_ns, s.first_pause_ns), (1800, 200, 1000));
+    assert_eq!((s.observed, s.unfollowed, s.estimated_total), (18, 1, 62));
+}
+
+#[test]
+fn a_storm_cut_short_by_the_end_of_the_trace_carries_the_last_rate() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    // 100 throws a second for a second, then paused for the last second of the trace.
+    for i in 0..100 {
+        thrown_and_caught(&mut b, i * 10_000_000);
+    }
+    monitoring(&mut b, 1_000_000_000, m::PAUSED);
+    b.add(&ThreadCreated { ts: 2_000_000_000, id: 9 }.into());
+    let p = b.finish();
+    let g = &p.events.exceptions[0];
+    assert_eq!((g.thrown, g.observed, g.estimated), (200, 100, true));
+    assert_eq!(g.caught, 200);
+    let s = &p.events.exception_sampling;
+    assert_eq!((s.paused_ns, s.window_ns, s.estimated_total), (1_000_000_000, 0, 200));
+}
+
+#[test]
+fn without_a_pause_every_count_is_exact() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    for i in 0..3 {
+        thrown_and_caught(&mut b, 10 * i);
+    }
+    let p = b.finish();
+    let g = &p.events.exceptions[0];
+    assert_eq!((g.thrown, g.observed, g.estimated), (3, 3, false));
+    assert!(!p.events.exception_sampling.sampled);
+    assert_eq!(p.events.exception_sampling.estimated_total, 3);
+}
+
+#[test]
+fn allocation_samples_without_a_name_take_their_class_name_from_an_earlier_sample() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    let sample = |ts: u64, name: &str| -> Record {
+        AllocationSample { ts, os_tid: 1, class: 7, type_name: name.into(), size: 24, ..Default::default() }.into()
+    };
+    b.add(&sample(1, "Acme.Node"));
+    b.add(&sample(2, ""));
+    b.add(&sample(3, ""));
+    b.add(&AllocationSample { ts: 4, os_tid: 1, class: 9, size: 24, ..Default::default() }.into());
+    let p = b.finish();
+    let by: Vec<(&str, u64)> = p.events.allocations.iter().map(|a| (a.type_name.as_str(), a.samples)).collect();
+    assert!(by.contains(&("Acme.Node", 3)), "{by:?}");
+    assert!(by.contains(&("<class 0x9>", 1)), "{by:?}");
+}
+
+#[test]
+fn gcs_get_reasons_pauses_and_background_flags() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    b.add(&RuntimeSuspended { ts: 90, os_tid: 1, reason: 1 }.into());
+    b.add(&GcInfo { ts: 99, index: 7, generation: 2, reason: 1, kind: 0 }.into());
+    b.add(&GcStarted { ts: 100, os_tid: 1, generation: 2, reason: 1, sizes: vec![10, 0, 0, 0, 0] }.into());
+    b.add(&GcFinished { ts: 150, os_tid: 1, sizes: vec![0, 0, 5, 0, 0] }.into());
+    b.add(&RuntimeResumed { ts: 160, os_tid: 1 }.into());
+    // A background gen2 with an ephemeral GC inside it.
+    b.add(&GcStarted { ts: 1000, os_tid: 1, generation: 2, reason: 0, sizes: vec![] }.into());
+    b.add(&GcStarted { ts: 1100, os_tid: 1, generation: 0, reason: 0, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 1110, os_tid: 1, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 2000, os_tid: 1, sizes: vec![] }.into());
+    let p = b.finish();
+    let g = &p.events.gcs;
+    assert_eq!(g.len(), 3);
+    assert_eq!((g[0].index, g[0].reason.as_str(), g[0].pause_ns, g[0].duration_ns), (7, "induced", 70, 50));
+    assert_eq!(g[0].background, Some(false));
+    assert_eq!(g[0].after[2], 5);
+    assert_eq!((g[1].background, g[1].duration_ns, g[1].reason.as_str()), (Some(true), 1000, "other"));
+    assert_eq!(g[2].duration_ns, 10);
+}
+
+#[test]
+fn sampled_allocations_are_upscaled_estimates() {
+    let (c, bytes) = upscale(102_400);
+    assert!((c - 1.582).abs() < 0.01, "{c}");
+    assert!((bytes / c - 102_400.0).abs() < 1.0);
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    b.add(&FunctionCompiled { ts: 1, id: 5, name: "Alloc".into(), ..Default::default() }.into());
+    for _ in 0..4 {
+        b.add(
+            &AllocationSample {
+                ts: 2,
+                os_tid: 3,
+                type_name: "Big".into(),
+                size: 144,
+                stack: vec![5],
+                ..Default::default()
+            }
+            .into(),
+        );
+    }
+    b.add(&AllocationCounts { ts: 3, type_name: "Exact".into(), count: 5, bytes: 120, ..Default::default() }.into());
+    let p = b.finish();
+    let big = p.events.allocations.iter().find(|a| a.type_name == "Big").unwrap();
+    assert!(!big.exact);
+    assert_eq!(big.samples, 4);
+    assert!(big.count > 2800 && big.count < 2900, "{}", big.count);
+    let ex = p.events.allocations.iter().find(|a| a.type_name == "Exact").unwrap();
+    assert_eq!((ex.count, ex.bytes, ex.exact), (5, 120, true));
+    assert_eq!(p.events.alloc_sites[0].function, "Alloc");
+    let total: u64 = p.costs.merged(None).iter().map(|c| c.alloc_bytes).sum();
+    assert_eq!(total, big.bytes);
+}
+
+fn gc_at(start_ns: u64, duration_ns: u64) -> Gc {
+    Gc { start_ns, duration_ns, finished: true, ..Default::default() }
+}
+
+#[test]
+fn time_in_gc_is_the_union_of_overlapping_gcs_within_the_range() {
+    // A background GC with a foreground one inside it, and one more after.
+    let gcs = [gc_at(1000, 1000), gc_at(1100, 10), gc_at(3000, 500)];
+    assert_eq!(time_in_gc(&gcs, TimeRange::ALL), 1500);
+    assert_eq!(time_in_gc(&gcs, TimeRange::new(1500, 3200)), 500 + 200);
+    assert_eq!(time_in_gc(&gcs, TimeRange::new(2000, 3000)), 0);
+    assert_eq!(time_in_gc(&[], TimeRange::ALL), 0);
+}
+
+#[test]
+fn counters_count_time_in_overlapping_gcs_once() {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    // 0–50 ms a background gen2, 10–20 ms a gen0 inside it; the run lasts 1 s (rows of 100 ms).
+    b.add(&GcStarted { ts: 0, os_tid: 1, generation: 2, reason: 0, sizes: vec![] }.into());
+    b.add(&GcStarted { ts: 10_000_000, os_tid: 1, generation: 0, reason: 0, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 20_000_000, os_tid: 1, sizes: vec![] }.into());
+    b.add(&GcFinished { ts: 50_000_000, os_tid: 1, sizes: vec![] }.into());
+    b.add(
+        &AllocationSample { ts: 1_000_000_000, os_tid: 1, type_name: "X".into(), size: 8, ..Default::default() }.into(),
+    );
+    let p = b.finish();
+    let rows = &p.events.counters;
+    assert_eq!(rows.len(), 10);
+    assert_eq!(rows[0].time_in_gc_pct, 50.0);
+    assert_eq!(rows[0].gc_count, [1, 0, 1]);
+    assert!(rows[1..].iter().all(|r| r.time_in_gc_pct == 0.0));
+}
+
+// ---- Time ranges: the builder keeps facts, `finish` computes any range, any number of times.
+
+const MS: u64 = 1_000_000;
+
+fn feed(b: &mut EventsBuilder, records: &[Record]) {
+    for r in records {
+        b.log(r);
+        b.add(r);
+    }
+}
+
+/// A profile with functions 10 (`F10`), 20, 30 and a run of `duration_ns`.
+fn profile(duration_ns: u64) -> Profile {
+    let mut p = Profile::default();
+    p.process.duration_ns = duration_ns;
+    for id in [10u64, 20, 30] {
+        p.functions.push(crate::Function { id, name: format!("F{id}"), ..Default::default() });
+    }
+    p
+}
+
+fn finished(b: &EventsBuilder, duration_ns: u64, range: TimeRange) -> Profile {
+    let mut p = profile(duration_ns);
+    p.range = range;
+    b.finish(&mut p, range);
+    p
+}
+
+fn throw(ts: u64, os_tid: u32, type_name: &str) -> Record {
+    ExceptionThrown { ts, os_tid, type_name: type_name.into(), stack: vec![10, 20], ..Default::default() }.into()
+}
+
+fn catch(ts: u64, os_tid: u32) -> Record {
+    ExceptionCaught { ts, os_tid, function: 30, site: 10, search_frames: 2, filters: 0, unwind_frames: 2, finallies: 1 }
+        .into()
+}
+
+/// A bit of everything, over a run of 1 s: exceptions, GCs with suspensions, allocations,
+/// contention and the log (with the event log on).
+fn everything() -> Vec<Record> {
+    let mut v: Vec<Record> = vec![
+        ProcessStart::default().into(),
+        ThreadCreated { ts: MS, id: 1 }.into(),
+        throw(100 * MS, 1, "Early"),
+        catch(101 * MS, 1),
+        RuntimeSuspended { ts: 190 * MS, os_tid: 1, reason: 1 }.into(),
+        GcInfo { ts: 199 * MS, index: 4, generation: 0, reason: 0, kind: 0 }.into(),
+        GcStarted { ts: 200 * MS, os_tid: 1, generation: 0, reason: 0, sizes: vec![1, 0, 0, 0, 0] }.into(),
+        GcFinished { ts: 280 * MS, os_tid: 1, sizes: vec![0, 1, 0, 0, 0] }.into(),
+        RuntimeResumed { ts: 290 * MS, os_tid: 1 }.into(),
+        ContentionStarted { ts: 300 * MS, os_tid: 2, stack: vec![20, 10] }.into(),
+        throw(400 * MS, 2, "Late"),
+        ContentionEnded { ts: 310 * MS, os_tid: 2, duration_ns: 0 }.into(),
+        AllocationSample {
+            ts: 420 * MS,
+            os_tid: 1,
+            type_name: "A".into(),
+            size: 24,
+            stack: vec![10],
+            ..Default::default()
+        }
+        .into(),
+        catch(450 * MS, 2),
+        GcStarted { ts: 500 * MS, os_tid: 1, generation: 1, reason: 1, sizes: vec![] }.into(),
+        RuntimeSuspended { ts: 510 * MS, os_tid: 1, reason: 1 }.into(),
+        RuntimeResumed { ts: 520 * MS, os_tid: 1 }.into(),
+        ContentionStarted { ts: 600 * MS, os_tid: 3, stack: vec![30] }.into(),
+        AllocationSample {
+            ts: 700 * MS,
+            os_tid: 2,
+            class: 5,
+            type_name: "B".into(),
+            size: 48,
+            stack: vec![20],
+            ..Default::default()
+        }
+        .into(),
+        GcFinished { ts: 750 * MS, os_tid: 1, sizes: vec![] }.into(),
+        ContentionEnded { ts: 800 * MS, os_tid: 3, duration_ns: 5 * MS }.into(),
+        AllocationSample { ts: 900 * MS, os_tid: 2, class: 5, size: 48, stack: vec![20], ..Default::default() }.into(),
+        throw(950 * MS, 4, "Uncaught"),
+    ];
+    if let Record::ProcessStart(s) = &mut v[0] {
+        s.config = "events=true".into();
+    }
+    v
+}
+
+fn events_builder(records: &[Record]) -> EventsBuilder {
+    let mut b = EventsBuilder::default();
+    b.set_log_enabled(true);
+    feed(&mut b, records);
+    b
+}
+
+/// Allocation costs of a profile by thread and stack (as frame names, root first).
+fn alloc_costs(p: &Profile) -> Vec<(u32, Vec<String>, u64, u64)> {
+    let mut v = Vec::new();
+    for t in &p.costs.threads {
+        for (s, c) in &t.costs {
+            if c.alloc_count > 0 || c.alloc_bytes > 0 {
+                let names = p
+                    .costs
+                    .stacks
+                    .frames_of(*s)
+                    .iter()
+                    .map(|f| format!("{:?}", p.costs.stacks.frames[f.0 as usize].key))
+                    .collect();
+                v.push((t.os_tid, names, c.alloc_count, c.alloc_bytes));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The events with stack ids replaced by their frames, to compare profiles whose stack tables
+/// were filled in a different order.
+fn normalized(p: &Profile) -> String {
+    let frames = |s: StackId| -> Vec<String> {
+        p.costs.stacks.frames_of(s).iter().map(|f| format!("{:?}", p.costs.stacks.frames[f.0 as usize].key)).collect()
+    };
+    let mut e = p.events.clone();
+    let ex: Vec<_> =
+        e.exceptions.iter().map(|g| g.stacks.iter().map(|&(s, n)| (frames(s), n)).collect::<Vec<_>>()).collect();
+    let ct: Vec<_> =
+        e.contentions.iter().map(|c| c.stacks.iter().map(|&(s, n)| (frames(s), n)).collect::<Vec<_>>()).collect();
+    e.exceptions.iter_mut().for_each(|g| g.stacks.clear());
+    e.contentions.iter_mut().for_each(|c| c.stacks.clear());
+    format!("{e:?}\n{ex:?}\n{ct:?}\n{:?}", alloc_costs(p))
+}
+
+#[test]
+fn exceptions_count_by_throw_time() {
+    let b = events_builder(&everything());
+    let names = |p: &Profile| -> Vec<(String, u64, u64, u64)> {
+        let mut v: Vec<_> =
+            p.events.exceptions.iter().map(|g| (g.type_name.clone(), g.thrown, g.caught, g.uncaught)).collect();
+        v.sort();
+        v
+    };
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!(names(&all), vec![("Early".into(), 1, 1, 0), ("Late".into(), 1, 1, 0), ("Uncaught".into(), 1, 0, 1)]);
+    assert_eq!(all.events.times.throws, vec![(100 * MS, 1), (400 * MS, 2), (950 * MS, 4)]);
+    // Thrown inside, caught after the range's end: counted, and caught.
+    let p = finished(&b, 1000 * MS, TimeRange::new(300 * MS, 420 * MS));
+    assert_eq!(names(&p), vec![("Late".into(), 1, 1, 0)]);
+    assert_eq!(p.events.exceptions[0].throw_site, "F10");
+    assert_eq!(p.events.exceptions[0].catch_sites, vec![("F30".to_string(), 1)]);
+    assert_eq!(p.events.exception_sampling.observed, 1);
+    assert_eq!(p.events.times.throws, vec![(400 * MS, 2)]);
+    // `to` is exclusive.
+    let p = finished(&b, 1000 * MS, TimeRange::new(0, 100 * MS));
+    assert!(p.events.exceptions.is_empty() && p.events.times.throws.is_empty());
+}
+
+#[test]
+fn gcs_count_by_start_with_their_pauses_clipped_to_the_range() {
+    let b = events_builder(&everything());
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    let g = &all.events.gcs;
+    assert_eq!(g.len(), 2);
+    assert_eq!((g[0].index, g[0].pause_ns, g[0].duration_ns), (4, 100 * MS, 80 * MS));
+    assert_eq!((g[1].index, g[1].pause_ns, g[1].reason.as_str()), (2, 10 * MS, "induced"));
+    assert_eq!(all.events.times.pauses, vec![(190 * MS, 290 * MS), (510 * MS, 520 * MS)]);
+    // The range starts inside the first GC's suspension (GC started before the range: not listed)
+    // and ends inside the second GC's.
+    let p = finished(&b, 1000 * MS, TimeRange::new(250 * MS, 515 * MS));
+    let g = &p.events.gcs;
+    assert_eq!(g.len(), 1, "{g:?}");
+    // The GC keeps its run-wide index, duration and reason; only the pause is clipped.
+    assert_eq!((g[0].index, g[0].start_ns, g[0].duration_ns, g[0].pause_ns), (2, 500 * MS, 250 * MS, 5 * MS));
+    assert_eq!(p.events.times.pauses, vec![(250 * MS, 290 * MS), (510 * MS, 515 * MS)]);
+    // Time in GC counts the first GC's part in the range too.
+    assert_eq!(p.events.time_in_gc_ns, 30 * MS + 15 * MS);
+    assert_eq!(all.events.time_in_gc_ns, 80 * MS + 250 * MS);
+    // A range that holds the first GC's start but not all of its suspension.
+    let p = finished(&b, 1000 * MS, TimeRange::new(195 * MS, 260 * MS));
+    assert_eq!(p.events.gcs.len(), 1);
+    assert_eq!(p.events.gcs[0].pause_ns, 65 * MS);
+}
+
+#[test]
+fn allocation_tables_and_costs_come_from_samples_in_the_range_only() {
+    let b = events_builder(&everything());
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!(all.events.alloc_samples, 3);
+    assert_eq!(all.events.times.allocations.len(), 3);
+    let p = finished(&b, 1000 * MS, TimeRange::new(600 * MS, 1000 * MS));
+    assert_eq!(p.events.alloc_samples, 2);
+    let types: Vec<&str> = p.events.allocations.iter().map(|a| a.type_name.as_str()).collect();
+    assert_eq!(types, vec!["B"]);
+    assert_eq!(p.events.alloc_sites.len(), 1);
+    assert_eq!(p.events.alloc_sites[0].function, "F20");
+    let costs = alloc_costs(&p);
+    assert_eq!(costs.len(), 1, "{costs:?}");
+    assert_eq!(costs[0].0, 2);
+    let bytes: u64 = p.costs.merged(None).iter().map(|c| c.alloc_bytes).sum();
+    assert_eq!(bytes, p.events.allocations[0].bytes);
+    let ts: Vec<(u64, u32)> = p.events.times.allocations.iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(ts, vec![(700 * MS, 2), (900 * MS, 2)]);
+    // Finishing the same profile again for another range replaces its allocation costs.
+    let mut q = finished(&b, 1000 * MS, TimeRange::ALL);
+    b.finish(&mut q, TimeRange::new(600 * MS, 1000 * MS));
+    assert_eq!(alloc_costs(&q), costs);
+}
+
+#[test]
+fn contention_counts_by_start_time() {
+    let b = events_builder(&everything());
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!(all.events.contentions.len(), 2);
+    assert_eq!(all.events.times.contentions, vec![(300 * MS, 2, 10 * MS), (600 * MS, 3, 5 * MS)]);
+    // Started inside, ended after the range: in.
+    let p = finished(&b, 1000 * MS, TimeRange::new(550 * MS, 700 * MS));
+    let c = &p.events.contentions;
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].site.as_str(), c[0].count, c[0].wait_ns), ("F30", 1, 5 * MS));
+    assert_eq!(p.events.times.contentions, vec![(600 * MS, 3, 5 * MS)]);
+    let p = finished(&b, 1000 * MS, TimeRange::new(305 * MS, 550 * MS));
+    assert!(p.events.contentions.is_empty());
+}
+
+#[test]
+fn log_lines_by_time_keep_their_depth() {
+    let b = events_builder(&everything());
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert!(all.events.log_enabled);
+    assert_eq!(all.events.log_unpaired, 0);
+    let p = finished(&b, 1000 * MS, TimeRange::new(200 * MS, 290 * MS));
+    let lines: Vec<(u64, &str, u32)> = p.events.log.iter().map(|e| (e.ts, e.what.as_str(), e.depth)).collect();
+    // Inside the suspension that began before the range: the GC is one level in, its finish
+    // pairs with its start, and the suspension's end (at 290 ms) is outside.
+    assert_eq!(lines, vec![(200 * MS, "gc gen0", 1), (280 * MS, "gc", 1)]);
+    assert_eq!(p.events.log_unpaired, 0);
+    assert!(p.events.log.iter().all(|e| (200 * MS..290 * MS).contains(&e.ts)));
+}
+
+#[test]
+fn counter_rows_cover_the_profiles_span() {
+    let b = events_builder(&everything());
+    let all = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!(all.events.counters.len(), 10);
+    assert_eq!(all.events.counters[0].start_ns, 0);
+    let range = TimeRange::new(250 * MS, 750 * MS);
+    let p = finished(&b, 1000 * MS, range);
+    let rows = &p.events.counters;
+    let bounds: Vec<(u64, u64)> = rows.iter().map(|r| (r.start_ns, r.end_ns)).collect();
+    assert_eq!(bounds, (0..5).map(|i| ((250 + 100 * i) * MS, (350 + 100 * i) * MS)).collect::<Vec<_>>());
+    // The first GC started before the range: its time counts, not its start.
+    assert_eq!(rows[0].gc_count, [0, 0, 0]);
+    assert_eq!(rows[0].time_in_gc_pct, 30.0);
+    assert_eq!(rows[2].gc_count, [0, 1, 0]);
+    assert_eq!(rows[0].lock_contentions, 1);
+    assert_eq!(rows[1].exceptions_per_sec, 10.0);
+    // Heap after the GC that finished before the range.
+    assert_eq!(rows[0].heap_bytes, vec![0, 1, 0, 0, 0]);
+    assert_eq!(rows.iter().map(|r| r.threads).collect::<Vec<_>>(), vec![0; 5], "no thread with a known create time");
+    // A range past the end of the run: one empty row at the end.
+    let p = finished(&b, 1000 * MS, TimeRange::new(2000 * MS, 3000 * MS));
+    assert_eq!(p.events.counters.len(), 1);
+    assert_eq!((p.events.counters[0].start_ns, p.events.counters[0].end_ns), (1000 * MS, 1000 * MS + 1));
+}
+
+#[test]
+fn a_range_inside_a_storm_gets_the_storms_estimate_for_that_part() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut e = EventsBuilder::default();
+    let mut records: Vec<Record> = vec![ProcessStart::default().into()];
+    for i in 0..10 {
+        records.push(
+            ExceptionThrown { ts: 100 + 10 * i, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into(),
+        );
+        records.push(catch(101 + 10 * i, 1));
+    }
+    records.push(ExceptionMonitoring { ts: 1000, mode: m::PAUSED, observed: 0 }.into());
+    records.push(ExceptionMonitoring { ts: 1900, mode: m::WINDOW, observed: 0 }.into());
+    for i in 0..5 {
+        records.push(
+            ExceptionThrown { ts: 1910 + 10 * i, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into(),
+        );
+        records.push(catch(1911 + 10 * i, 1));
+    }
+    records.push(ExceptionMonitoring { ts: 2000, mode: m::PAUSED, observed: 0 }.into());
+    records.push(ExceptionMonitoring { ts: 2900, mode: m::WINDOW, observed: 0 }.into());
+    records.push(ExceptionMonitoring { ts: 3000, mode: m::FULL, observed: 0 }.into());
+    feed(&mut e, &records);
+    // The whole run: as a one-shot load (10 exact + 5 samples standing for 50).
+    let all = finished(&e, 4000, TimeRange::ALL);
+    assert_eq!((all.events.exceptions[0].thrown, all.events.exceptions[0].observed), (60, 15));
+    // 500 ns of the 2000 ns storm, all paused: a quarter of its 50, none observed.
+    let p = finished(&e, 4000, TimeRange::new(1200, 1700));
+    let g = &p.events.exceptions;
+    assert_eq!(g.len(), 1);
+    assert_eq!((g[0].thrown, g[0].caught, g[0].observed, g[0].estimated), (13, 13, 0, true));
+    let s = &p.events.exception_sampling;
+    assert!(s.sampled);
+    assert_eq!((s.paused_ns, s.window_ns, s.first_pause_ns, s.observed, s.estimated_total), (500, 0, 1200, 0, 13));
+    assert_eq!(p.events.times.storms, vec![(1200, 1700, 12.5)]);
+    assert!(p.events.times.throws.is_empty() && p.events.times.sampled_throws.is_empty());
+    // The storm's first half, with its first window and the throws observed there; plus 5 exact
+    // throws before it.
+    let p = finished(&e, 4000, TimeRange::new(150, 2000));
+    let g = &p.events.exceptions[0];
+    assert_eq!((g.thrown, g.observed, g.estimated), (5 + 25, 5 + 5, true));
+    let s = &p.events.exception_sampling;
+    assert_eq!((s.paused_ns, s.window_ns, s.first_pause_ns, s.observed), (900, 100, 1000, 10));
+    assert_eq!(p.events.times.throws.len(), 5);
+    assert_eq!(
+        p.events.times.sampled_throws.iter().map(|t| t.0).collect::<Vec<_>>(),
+        vec![1910, 1920, 1930, 1940, 1950]
+    );
+    assert_eq!(p.events.times.storms, vec![(1000, 2000, 25.0)]);
+    // After the storm: exact again.
+    let p = finished(&e, 4000, TimeRange::new(3000, 4000));
+    assert!(p.events.exceptions.is_empty());
+    assert!(!p.events.exception_sampling.sampled);
+}
+
+#[test]
+fn a_range_inside_a_storm_that_ends_the_trace_carries_the_rate_before_it() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut e = EventsBuilder::default();
+    let mut records: Vec<Record> = vec![ProcessStart::default().into()];
+    // 100 throws a second for a second, then paused for the last second of the trace.
+    for i in 0..100 {
+        records.push(
+            ExceptionThrown { ts: i * 10 * MS, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into(),
+        );
+        records.push(catch(i * 10 * MS + 1, 1));
+    }
+    records.push(ExceptionMonitoring { ts: 1000 * MS, mode: m::PAUSED, observed: 0 }.into());
+    feed(&mut e, &records);
+    assert_eq!(finished(&e, 2000 * MS, TimeRange::ALL).events.exceptions[0].thrown, 200);
+    let p = finished(&e, 2000 * MS, TimeRange::new(1500 * MS, 2000 * MS));
+    let g = &p.events.exceptions;
+    assert_eq!(g.len(), 1);
+    assert_eq!((g[0].thrown, g[0].caught, g[0].observed, g[0].estimated), (50, 50, 0, true));
+    assert_eq!(p.events.exception_sampling.estimated_total, 50);
+    assert_eq!(p.events.exception_sampling.paused_ns, 500 * MS);
+}
+
+#[test]
+fn finish_twice_gives_the_same_result() {
+    let b = events_builder(&everything());
+    for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS)] {
+        let mut p = profile(1000 * MS);
+        b.finish(&mut p, range);
+        let once = (p.events.clone(), alloc_costs(&p));
+        b.finish(&mut p, range);
+        assert_eq!((p.events.clone(), alloc_costs(&p)), once);
+        let q = finished(&b, 1000 * MS, range);
+        assert_eq!(q.events, once.0);
+    }
+}
+
+#[test]
+fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut records = everything();
+    // A storm too, and exceptions in flight across the cut.
+    records.push(ExceptionMonitoring { ts: 960 * MS, mode: m::PAUSED, observed: 0 }.into());
+    records.push(ExceptionMonitoring { ts: 970 * MS, mode: m::WINDOW, observed: 0 }.into());
+    records.push(throw(975 * MS, 5, "Storm"));
+    records.push(catch(976 * MS, 5));
+    records.push(ExceptionMonitoring { ts: 980 * MS, mode: m::FULL, observed: 0 }.into());
+    let one = events_builder(&records);
+    for cut in [3, records.len() / 2, records.len() - 3] {
+        let mut live = events_builder(&records[..cut]);
+        let mut p = profile(1000 * MS);
+        live.finish(&mut p, TimeRange::ALL);
+        feed(&mut live, &records[cut..]);
+        for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS), TimeRange::new(900 * MS, 1000 * MS)] {
+            let want = finished(&one, 1000 * MS, range);
+            let fresh = finished(&live, 1000 * MS, range);
+            assert_eq!(fresh.events, want.events, "cut at {cut}, {range:?}");
+            assert_eq!(alloc_costs(&fresh), alloc_costs(&want));
+            // The live profile, finished again: the same but for the order of its stack table.
+            p.range = range;
+            live.finish(&mut p, range);
+            assert_eq!(normalized(&p), normalized(&want), "cut at {cut}, {range:?}");
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn the_sweep_assigns_suspensions_as_the_pairwise_rule() {
+    let brute = |gcs: &[Gc], (a, b): (u64, u64)| -> Option<usize> {
+        gcs.iter()
+            .enumerate()
+            .filter(|(_, g)| g.start_ns <= b && (!g.finished || g.start_ns + g.duration_ns >= a))
+            .max_by_key(|(_, g)| g.start_ns)
+            .map(|(i, _)| i)
+    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..200 {
+        let n = rng.below(30) as usize;
+        let span = 1 + rng.below(2000);
+        let gcs: Vec<Gc> = (0..n)
+            .map(|_| Gc {
+                start_ns: rng.below(span),
+                duration_ns: rng.below(300),
+                finished: rng.below(10) > 0,
+                ..Default::default()
+            })
+            .collect();
+        let suspensions: Vec<(u64, u64)> = (0..rng.below(40))
+            .map(|_| {
+                let a = rng.below(span + 300);
+                // Mostly ordered, sometimes empty or reversed.
+                (a, (a + rng.below(200)).saturating_sub(rng.below(20)))
+            })
+            .collect();
+        let got = gc::assign_suspensions(&gcs, &suspensions);
+        let want: Vec<Option<usize>> = suspensions.iter().map(|&s| brute(&gcs, s)).collect();
+        assert_eq!(got, want, "round {round}: {gcs:?} {suspensions:?}");
+    }
+}
+
+#[test]
+fn counter_rows_count_threads_and_assemblies_as_the_per_row_filter() {
+    let mut rng = Rng(42);
+    let mut p = profile(1000 * MS);
+    for id in 0..50 {
+        let created = (rng.below(4) > 0).then(|| rng.below(1100) * MS);
+        let destroyed = (rng.below(2) > 0).then(|| rng.below(1100) * MS);
+        p.threads.push(crate::Thread { id, created_ns: created, destroyed_ns: destroyed, ..Default::default() });
+    }
+    for id in 0..20 {
+        p.assemblies.push(crate::Assembly { id, loaded_ns: rng.below(1100) * MS, ..Default::default() });
+    }
+    EventsBuilder::default().finish(&mut p, TimeRange::ALL);
+    assert_eq!(p.events.counters.len(), 10);
+    for r in &p.events.counters {
+        let threads = p
+            .threads
+            .iter()
+            .filter(|t| t.created_ns.is_some_and(|c| c < r.end_ns) && t.destroyed_ns.is_none_or(|d| d >= r.end_ns))
+            .count() as u64;
+        let assemblies = p.assemblies.iter().filter(|a| a.loaded_ns < r.end_ns).count() as u64;
+        assert_eq!((r.threads, r.assemblies_loaded), (threads, assemblies), "{r:?}");
+    }
+}
