@@ -59,9 +59,10 @@ pub fn render(p: &Profile) -> String {
         t.per_generation[0], t.per_generation[1], t.per_generation[2], t.induced, t.background
     );
     out += &format!(
-        "time in GC {} ms = {:.2}% of wall time; paused {} ms = {:.2}%; largest pause {} ms\n",
+        "time in GC {} ms = {:.2}% of {}; paused {} ms = {:.2}%; largest pause {} ms\n",
         ms(t.time_in_gc_ns),
         t.time_in_gc_pct,
+        if p.range.is_all() { "wall time" } else { "the window" },
         ms(t.pause_ns),
         t.pause_pct,
         ms(t.largest_pause_ns)
