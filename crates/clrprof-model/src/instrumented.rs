@@ -101,8 +101,8 @@ impl CctIngest {
                     }
                 }
             };
-            let frame = stacks.frame(FrameKey::Function(*func));
-            map.push(stacks.push(parent_stack, frame));
+            let frame = stacks.intern_frame(FrameKey::Function(*func));
+            map.push(stacks.intern_call(parent_stack, frame));
         }
     }
 

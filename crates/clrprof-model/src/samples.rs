@@ -230,7 +230,7 @@ impl SampleData {
                     // Runs of unnamed code of one module (stripped libraries) collapse into one
                     // frame: they cannot be told apart anyway.
                     let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
-                    let f = p.costs.stacks.frame(key);
+                    let f = p.costs.stacks.intern_frame(key);
                     if let Some(a) = addr {
                         addresses.entry(f).or_insert(a);
                     }
@@ -242,10 +242,10 @@ impl SampleData {
                 if frames.is_empty() {
                     // A wall sample of a thread the runtime could not walk (no managed frames yet,
                     // or a failed walk).
-                    frames.push(p.costs.stacks.frame(FrameKey::Label(NOT_WALKABLE.into())));
+                    frames.push(p.costs.stacks.intern_frame(FrameKey::Label(NOT_WALKABLE.into())));
                 }
                 frames.reverse();
-                p.costs.stacks.stack(&frames)
+                p.costs.stacks.intern_stack(&frames)
             });
             if let Some(s) = s {
                 p.costs.add(tid, s, &cost);

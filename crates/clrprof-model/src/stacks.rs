@@ -65,7 +65,7 @@ pub struct StackTable {
 }
 
 impl StackTable {
-    pub fn frame(&mut self, key: FrameKey) -> FrameId {
+    pub fn intern_frame(&mut self, key: FrameKey) -> FrameId {
         if let Some(&f) = self.frame_index.get(&key) {
             return f;
         }
@@ -91,7 +91,7 @@ impl StackTable {
     }
 
     /// The stack `parent` → `frame` (a call from the top of `parent` into `frame`).
-    pub fn push(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
+    pub fn intern_call(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
         if let Some(&s) = self.node_index.get(&(parent, frame)) {
             return s;
         }
@@ -103,10 +103,10 @@ impl StackTable {
     }
 
     /// Interns a whole stack given root first.
-    pub fn stack(&mut self, frames_root_first: &[FrameId]) -> Option<StackId> {
+    pub fn intern_stack(&mut self, frames_root_first: &[FrameId]) -> Option<StackId> {
         let mut s = None;
         for &f in frames_root_first {
-            s = Some(self.push(s, f));
+            s = Some(self.intern_call(s, f));
         }
         s
     }
@@ -287,27 +287,27 @@ mod tests {
     #[test]
     fn stacks_are_interned_as_a_prefix_tree() {
         let mut t = StackTable::default();
-        let a = t.frame(FrameKey::Function(1));
-        let b = t.frame(FrameKey::Function(2));
-        assert_eq!(t.frame(FrameKey::Function(1)), a);
-        let s1 = t.stack(&[a, b]).unwrap();
-        let s2 = t.stack(&[a, b]).unwrap();
+        let a = t.intern_frame(FrameKey::Function(1));
+        let b = t.intern_frame(FrameKey::Function(2));
+        assert_eq!(t.intern_frame(FrameKey::Function(1)), a);
+        let s1 = t.intern_stack(&[a, b]).unwrap();
+        let s2 = t.intern_stack(&[a, b]).unwrap();
         assert_eq!(s1, s2);
-        let s3 = t.stack(&[a]).unwrap();
+        let s3 = t.intern_stack(&[a]).unwrap();
         assert_eq!(t.node(s1).parent, Some(s3));
         assert_eq!(t.frames_of(s1), vec![a, b]);
         assert_eq!(t.node(s1).depth, 1);
-        let n = t.frame(FrameKey::Native { module: "libc.so.6".into(), symbol: "write".into() });
+        let n = t.intern_frame(FrameKey::Native { module: "libc.so.6".into(), symbol: "write".into() });
         assert_eq!(t.frames[n.0 as usize].name, "libc.so.6!write");
     }
 
     #[test]
     fn inclusive_sums_subtrees() {
         let mut ct = CostTree::default();
-        let a = ct.stacks.frame(FrameKey::Function(1));
-        let b = ct.stacks.frame(FrameKey::Function(2));
-        let sa = ct.stacks.stack(&[a]).unwrap();
-        let sab = ct.stacks.stack(&[a, b]).unwrap();
+        let a = ct.stacks.intern_frame(FrameKey::Function(1));
+        let b = ct.stacks.intern_frame(FrameKey::Function(2));
+        let sa = ct.stacks.intern_stack(&[a]).unwrap();
+        let sab = ct.stacks.intern_stack(&[a, b]).unwrap();
         ct.add(7, sa, &Cost { calls: 1, time_ns: 10, ..Default::default() });
         ct.add(7, sab, &Cost { calls: 3, time_ns: 5, ..Default::default() });
         ct.add(8, sab, &Cost { calls: 2, time_ns: 5, ..Default::default() });

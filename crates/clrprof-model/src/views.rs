@@ -220,15 +220,15 @@ mod tests {
     /// main → fib → fib → fib, main → work; costs in `time_ns`, calls exact.
     fn sample() -> (CostTree, FrameId, FrameId, FrameId) {
         let mut t = CostTree::default();
-        let main = t.stacks.frame(FrameKey::Function(1));
-        let fib = t.stacks.frame(FrameKey::Function(2));
-        let work = t.stacks.frame(FrameKey::Function(3));
+        let main = t.stacks.intern_frame(FrameKey::Function(1));
+        let fib = t.stacks.intern_frame(FrameKey::Function(2));
+        let work = t.stacks.intern_frame(FrameKey::Function(3));
         let c = |calls, time_ns| Cost { calls, time_ns, ..Default::default() };
-        let s_main = t.stacks.stack(&[main]).unwrap();
-        let s_f1 = t.stacks.stack(&[main, fib]).unwrap();
-        let s_f2 = t.stacks.stack(&[main, fib, fib]).unwrap();
-        let s_f3 = t.stacks.stack(&[main, fib, fib, fib]).unwrap();
-        let s_w = t.stacks.stack(&[main, work]).unwrap();
+        let s_main = t.stacks.intern_stack(&[main]).unwrap();
+        let s_f1 = t.stacks.intern_stack(&[main, fib]).unwrap();
+        let s_f2 = t.stacks.intern_stack(&[main, fib, fib]).unwrap();
+        let s_f3 = t.stacks.intern_stack(&[main, fib, fib, fib]).unwrap();
+        let s_w = t.stacks.intern_stack(&[main, work]).unwrap();
         t.add(1, s_main, &c(1, 10));
         t.add(1, s_f1, &c(1, 5));
         t.add(1, s_f2, &c(2, 6));

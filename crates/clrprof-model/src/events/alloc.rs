@@ -193,9 +193,10 @@ impl AllocFacts {
                 }
             }
             let (type_name, os_tid, stack) = (self.types.get(key.0), key.1, self.stacks.get(key.2));
-            let mut frames: Vec<_> = stack.iter().rev().map(|&f| costs.stacks.frame(FrameKey::Function(f))).collect();
-            frames.push(costs.stacks.frame(FrameKey::Label(format!("new {type_name}"))));
-            if let Some(s) = costs.stacks.stack(&frames) {
+            let mut frames: Vec<_> =
+                stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
+            frames.push(costs.stacks.intern_frame(FrameKey::Label(format!("new {type_name}"))));
+            if let Some(s) = costs.stacks.intern_stack(&frames) {
                 let cost =
                     Cost { alloc_count: count.round() as u64, alloc_bytes: bytes.round() as u64, ..Default::default() };
                 costs.add(os_tid, s, &cost);

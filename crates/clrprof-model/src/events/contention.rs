@@ -94,8 +94,8 @@ impl ContentionFacts {
             e.count += n;
             e.wait_ns += wait;
             e.max_wait_ns = e.max_wait_ns.max(max);
-            let ids: Vec<_> = stack.iter().rev().map(|&f| costs.stacks.frame(FrameKey::Function(f))).collect();
-            if let Some(sid) = costs.stacks.stack(&ids) {
+            let ids: Vec<_> = stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
+            if let Some(sid) = costs.stacks.intern_stack(&ids) {
                 e.stacks.push((sid, n));
             }
         }

@@ -535,8 +535,8 @@ impl ExceptionFacts {
         let mut stacks: Vec<(StackId, u64)> = Vec::new();
         for (st, n) in walked {
             let ids: Vec<_> =
-                self.stacks.get(*st).iter().rev().map(|&f| costs.stacks.frame(FrameKey::Function(f))).collect();
-            if let Some(s) = costs.stacks.stack(&ids) {
+                self.stacks.get(*st).iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
+            if let Some(s) = costs.stacks.intern_stack(&ids) {
                 stacks.push((s, *n));
             }
         }
