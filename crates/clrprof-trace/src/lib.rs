@@ -16,6 +16,7 @@ mod codec;
 mod crc32;
 mod records;
 
+use std::collections::BTreeMap;
 use std::io::{self, Read};
 
 pub use codec::{Field, Reader};
@@ -120,6 +121,7 @@ pub struct Decoder<R: Read> {
     version: u32,
     pending: std::vec::IntoIter<Record>,
     truncation: Option<Truncation>,
+    skipped: BTreeMap<u16, u64>,
     done: bool,
 }
 
@@ -163,6 +165,7 @@ impl<R: Read> Decoder<R> {
             version,
             pending: Vec::new().into_iter(),
             truncation: None,
+            skipped: BTreeMap::new(),
             done: false,
         })
     }
@@ -174,6 +177,13 @@ impl<R: Read> Decoder<R> {
     /// Set once the decoder met a partial last block.
     pub fn truncation(&self) -> Option<&Truncation> {
         self.truncation.as_ref()
+    }
+
+    /// Records of tags this version does not know (written by a newer clrprof), counted per tag,
+    /// among the records read so far. They are yielded as [`Record::Unknown`]; readers skip them
+    /// and can say how many they skipped.
+    pub fn skipped(&self) -> &BTreeMap<u16, u64> {
+        &self.skipped
     }
 
     /// Byte offset of the next unread block.
@@ -210,6 +220,11 @@ impl<R: Read> Decoder<R> {
             e => e,
         })?;
         self.offset += 8 + len as u64;
+        for r in &records {
+            if let Record::Unknown { tag, .. } = r {
+                *self.skipped.entry(*tag).or_insert(0) += 1;
+            }
+        }
         self.pending = records.into_iter();
         Ok(true)
     }

@@ -29,6 +29,15 @@ pub fn load(path: &Path, native_symbols: bool) -> Result<Profile> {
         eprintln!("clrprof: warning: {msg}");
         b.warn(msg);
     }
+    if !dec.skipped().is_empty() {
+        let n: u64 = dec.skipped().values().sum();
+        let tags: Vec<String> = dec.skipped().iter().map(|(tag, k)| format!("{tag} ({k})")).collect();
+        b.warn(format!(
+            "{}: {n} records of unknown types skipped (written by a newer clrprof): tags {}",
+            path.display(),
+            tags.join(", ")
+        ));
+    }
     if count == 0 {
         anyhow::bail!(
             "{} holds no records: the profiled process ended before the agent wrote anything",
