@@ -257,7 +257,17 @@ records! {
         max_frames: u32,
     }
     /// An executable file mapping of the process (`/proc/self/maps`), for naming native IPs.
-    51 NativeMapping { ts: u64, start: u64, end: u64, file_offset: u64, path: String }
+    51 NativeMapping {
+        ts: u64,
+        start: u64,
+        end: u64,
+        file_offset: u64,
+        path: String,
+        /// The file's GNU build-id (`NT_GNU_BUILD_ID`), so readers name frames from the very file
+        /// that was mapped; empty when the file has none or could not be read, and in traces
+        /// written before the field existed.
+        build_id: Vec<u8>,
+    }
     /// A sampled stack, leaf first, interned by `id` (a later definition of the same id replaces
     /// the earlier one). `functions` is empty (resolve `ips` through code ranges and mappings) or
     /// has one FunctionID per frame, 0 where the walker had none.

@@ -121,6 +121,12 @@ fn v1_traces_hold_what_they_were_recorded_with() {
         for (record, n) in want {
             assert_eq!(c.get(record), Some(n), "{name}: {record}");
         }
+        // Written before build-ids were recorded: the field reads as its default (empty).
+        for r in &recs {
+            if let Record::NativeMapping(m) = r {
+                assert!(m.path.starts_with('/') && m.build_id.is_empty(), "{name}: {m:?}");
+            }
+        }
         // Every compiled function has a name; JIT-compiled ones have code.
         for r in &recs {
             if let Record::FunctionCompiled(f) = r {

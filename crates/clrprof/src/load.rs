@@ -45,7 +45,7 @@ pub fn load(path: &Path, native_symbols: bool) -> Result<Profile> {
         );
     }
     if native_symbols {
-        Ok(b.finish_with(&mut crate::symbols::ElfSymbols::default()))
+        Ok(b.finish_with(&mut clrprof_symbols::ElfSymbols::default()))
     } else {
         Ok(b.finish())
     }
