@@ -6,8 +6,9 @@
 #   bench/report.sh [REPS=5]          BASELINE=/path/to/old/clrprof to compare
 #
 # The traces are recorded once into target/bench-traces/ (delete it to record them again):
-#   sampled.clrprof       apps/SamplingBench server (200 threads) for 40 s at 1 kHz
-#   instrumented.clrprof  apps/JsonBench under --instrument
+#   sampled.clrprof       apps/SamplingBench cpu (10 busy threads) for 60 s at 1 kHz requested
+#   instrumented.clrprof  apps/JsonBench 30 under --instrument (call-tree deltas)
+#   flow.clrprof          apps/JsonBench 20 under --instrument --flow (~250 MB, 14 M flow events)
 # Needs a release build (`cargo build --release --workspace`) and GNU time (/usr/bin/time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,27 +22,37 @@ mkdir -p "$DIR"
 if [ ! -s "$DIR/sampled.clrprof" ]; then
     dotnet build -nologo -v q -c Release apps/SamplingBench >/dev/null
     "$CLRPROF" record --rate 1000 -o "$DIR/sampled.clrprof" -- \
-        dotnet apps/SamplingBench/bin/Release/net10.0/SamplingBench.dll server 40 >/dev/null
+        dotnet apps/SamplingBench/bin/Release/net10.0/SamplingBench.dll cpu 60 >/dev/null
 fi
 if [ ! -s "$DIR/instrumented.clrprof" ]; then
     dotnet build -nologo -v q -c Release apps/JsonBench >/dev/null
     "$CLRPROF" record --instrument -o "$DIR/instrumented.clrprof" -- \
-        dotnet apps/JsonBench/bin/Release/net10.0/JsonBench.dll 40 >/dev/null
+        dotnet apps/JsonBench/bin/Release/net10.0/JsonBench.dll 30 >/dev/null
+fi
+if [ ! -s "$DIR/flow.clrprof" ]; then
+    dotnet build -nologo -v q -c Release apps/JsonBench >/dev/null
+    "$CLRPROF" record --instrument --flow -o "$DIR/flow.clrprof" -- \
+        dotnet apps/JsonBench/bin/Release/net10.0/JsonBench.dll 20 >/dev/null
 fi
 
 bins=("current=$CLRPROF")
 [ -n "${BASELINE:-}" ] && bins=("baseline=$BASELINE" "${bins[@]}")
-cases=("hotspots|report @ --no-native-symbols"
-       "json|report @ --format json --no-native-symbols"
-       "calltree|report @ --view calltree --depth 8 --no-native-symbols"
-       "collapsed|export @ -f collapsed -o - --no-native-symbols")
+# Native frames are named from this machine's files by both binaries alike.
+cases=("hotspots|report @"
+       "json|report @ --format json"
+       "calltree|report @ --view calltree --depth 8"
+       "collapsed|export @ -f collapsed -o -")
+traces=(sampled instrumented flow)
+# The flow trace's JSON report lists every one of its 14 M flow events: left out.
+skip() { [ "$1 $2" = "flow json" ]; }
 
 declare -A secs rss
-for trace in sampled instrumented; do
+for trace in "${traces[@]}"; do
     f="$DIR/$trace.clrprof"
     for rep in $(seq "$REPS"); do
         for c in "${cases[@]}"; do
             name=${c%%|*}; args=${c#*|}
+            skip "$trace" "$name" && continue
             for b in "${bins[@]}"; do
                 label=${b%%=*}; bin=${b#*=}
                 # shellcheck disable=SC2086
@@ -56,10 +67,12 @@ done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 printf '%-13s %-10s %-9s %10s %12s %8s\n' trace case binary "median s" "peak RSS MB" "MB/s"
-for trace in sampled instrumented; do
+[ "$REPS" -gt 0 ] || exit 0
+for trace in "${traces[@]}"; do
     size=$(stat -c %s "$DIR/$trace.clrprof")
     for c in "${cases[@]}"; do
         name=${c%%|*}
+        skip "$trace" "$name" && continue
         for b in "${bins[@]}"; do
             label=${b%%=*}
             key="$trace $name $label"

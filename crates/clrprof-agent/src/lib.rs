@@ -13,7 +13,7 @@ pub mod log;
 pub mod names;
 pub mod profiler;
 pub mod sampler;
-pub mod sig;
+pub mod signature;
 pub mod writer;
 
 use std::ffi::c_void;

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use clrprof_sys::{ClassID, FunctionID, MetaDataImport, ModuleID, ProfilerInfo};
 
-use crate::sig::{self, alias, apply_type_args, TypeNames};
+use crate::signature::{self, alias, apply_type_args, TypeNames};
 
 /// What a function is called and where it lives.
 #[derive(Clone, Debug, Default)]
@@ -207,8 +207,8 @@ impl Names {
         };
         if let Some(p) = props {
             let resolver = SigNames { md: &md, class_params: &class_params, method_params: &method_params };
-            f.signature =
-                sig::format_method_sig(&p.signature, &resolver).unwrap_or_else(|| "<unreadable signature>".into());
+            f.signature = signature::format_method_sig(&p.signature, &resolver)
+                .unwrap_or_else(|| "<unreadable signature>".into());
         }
         f
     }
@@ -229,7 +229,7 @@ impl TypeNames for SigNames<'_> {
                 .md
                 .get_type_spec_from_token(token)
                 .ok()
-                .and_then(|b| sig::format_type_spec(&b, self))
+                .and_then(|b| signature::format_type_spec(&b, self))
                 .unwrap_or_else(|| format!("<typespec 0x{token:08x}>")),
             _ => format!("<token 0x{token:08x}>"),
         }

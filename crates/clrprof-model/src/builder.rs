@@ -296,9 +296,9 @@ impl ProfileBuilder {
         }
         if !self.unknown.is_empty() {
             let n: u64 = self.unknown.values().sum();
-            let tags: Vec<String> = self.unknown.keys().map(|t| t.to_string()).collect();
+            let tags: Vec<String> = self.unknown.iter().map(|(tag, k)| format!("{tag} ({k})")).collect();
             p.messages.push(format!(
-                "{n} records of types this clrprof does not know (tags {}) were skipped: the trace was written by a newer clrprof",
+                "{n} records of unknown types skipped (written by a newer clrprof): tags {}",
                 tags.join(", ")
             ));
         }

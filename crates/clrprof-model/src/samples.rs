@@ -17,17 +17,24 @@ pub const UNKNOWN: &str = "UNKNOWN";
 /// The label of wall samples of threads whose stack could not be walked.
 pub const NOT_WALKABLE: &str = "[thread not walkable]";
 
-/// Names native code: `path` is a mapped file, `file_offset` an offset into it. Returns the
+/// Names native code: `path` is a mapped file, `build_id` its GNU build-id as recorded (empty in
+/// traces written before build-ids were recorded), `file_offset` an offset into it. Returns the
 /// symbol and the file offset where it starts.
 pub trait NativeSymbols {
-    fn symbol(&mut self, path: &str, file_offset: u64) -> Option<(String, u64)>;
+    fn symbol(&mut self, path: &str, build_id: &[u8], file_offset: u64) -> Option<(String, u64)>;
+
+    /// Why some files' frames stay unnamed (one line per file), collected after resolving; the
+    /// profile keeps them in its `messages`.
+    fn diagnostics(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A provider that knows no symbols (frames become `module!<unknown>`).
 pub struct NoSymbols;
 
 impl NativeSymbols for NoSymbols {
-    fn symbol(&mut self, _path: &str, _file_offset: u64) -> Option<(String, u64)> {
+    fn symbol(&mut self, _path: &str, _build_id: &[u8], _file_offset: u64) -> Option<(String, u64)> {
         None
     }
 }
@@ -76,6 +83,7 @@ struct Mapping {
     end: u64,
     file_offset: u64,
     path: String,
+    build_id: Vec<u8>,
 }
 
 /// Which clock a sample is of.
@@ -136,6 +144,7 @@ impl SampleData {
                 end: m.end,
                 file_offset: m.file_offset,
                 path: m.path.clone(),
+                build_id: m.build_id.clone(),
             }),
             Record::CodeRange(c) => self.code.push((c.start, c.size, c.id)),
             Record::SampleStack(s) => {
@@ -268,6 +277,7 @@ impl SampleData {
         }
         summary.addresses = addresses;
         p.sampling = summary;
+        p.messages.extend(symbols.diagnostics());
     }
 }
 
@@ -299,7 +309,11 @@ impl Resolver<'_> {
             if at < m.end {
                 let off = at - m.start + m.file_offset;
                 let module = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
-                let sym = self.cache.entry((mi, off)).or_insert_with(|| self.symbols.symbol(&m.path, off)).clone();
+                let sym = self
+                    .cache
+                    .entry((mi, off))
+                    .or_insert_with(|| self.symbols.symbol(&m.path, &m.build_id, off))
+                    .clone();
                 return match sym {
                     Some((name, sym_off)) => {
                         let addr = at - (off - sym_off.min(off));
@@ -391,8 +405,12 @@ mod tests {
 
     struct Fake;
     impl NativeSymbols for Fake {
-        fn symbol(&mut self, path: &str, off: u64) -> Option<(String, u64)> {
+        fn symbol(&mut self, path: &str, build_id: &[u8], off: u64) -> Option<(String, u64)> {
+            assert_eq!(build_id, [0xab, 0xcd], "the recorded build-id is passed on");
             (path.ends_with("libz.so.1") && (0x3400..0x3500).contains(&off)).then(|| ("adler32_z".into(), 0x3400))
+        }
+        fn diagnostics(&mut self) -> Vec<String> {
+            vec!["libz.so.1: a note".into()]
         }
     }
 
@@ -425,6 +443,7 @@ mod tests {
                 end: 0x7001_0000,
                 file_offset: 0x3000,
                 path: "/lib/libz.so.1".into(),
+                build_id: vec![0xab, 0xcd],
             }
             .into(),
             // leaf adler32_z ← App.Work ← App.Main (return addresses point after the calls)
@@ -459,6 +478,7 @@ mod tests {
         assert_eq!(by_name("App.Main").inclusive.wall_ns, 50);
         let f = rows.iter().find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == "libz.so.1!adler32_z").unwrap();
         assert_eq!(p.sampling.addresses.get(&f.frame), Some(&0x7000_0400));
+        assert_eq!(p.messages.iter().filter(|m| *m == "libz.so.1: a note").count(), 1, "{:?}", p.messages);
         // Without symbols the module is still named.
         let mut b = ProfileBuilder::new();
         for r in &recs {

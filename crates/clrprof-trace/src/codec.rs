@@ -1,6 +1,7 @@
 //! Field encoding: little-endian integers, strings as `u32` length + UTF-8, vectors as `u32`
-//! count + elements. A record body is its fields in order; decoders ignore trailing bytes so later
-//! versions can append fields.
+//! count + elements. A record body is its fields in order. Fields are only ever appended at the
+//! end of a body, so decoders ignore bytes after the fields they know (written by a newer
+//! version) and give fields missing at the end their `Default` (written by an older version).
 
 use crate::DecodeError;
 
@@ -29,6 +30,16 @@ impl<'a> Reader<'a> {
 
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
+    }
+
+    /// The next field, or its `Default` when the body ends exactly here (a field appended after
+    /// the body was written). A field cut in the middle stays an error.
+    pub fn trailing<T: Field + Default>(&mut self) -> Result<T, DecodeError> {
+        if self.remaining() == 0 {
+            Ok(T::default())
+        } else {
+            T::get(self)
+        }
     }
 }
 
@@ -112,6 +123,50 @@ impl<T: Field> Field for Option<T> {
             0 => Ok(None),
             1 => Ok(Some(T::get(r)?)),
             t => Err(DecodeError::Corrupt(format!("bad option tag {t}"))),
+        }
+    }
+}
+
+/// A value of each field type that differs from its `Default`, for tests of every record type.
+#[cfg(test)]
+pub(crate) trait NonDefault {
+    fn non_default() -> Self;
+}
+
+#[cfg(test)]
+mod non_default {
+    use super::NonDefault;
+
+    macro_rules! non_default {
+        ($($t:ty = $v:expr),* $(,)?) => {$(
+            impl NonDefault for $t {
+                fn non_default() -> Self {
+                    $v
+                }
+            }
+        )*};
+    }
+    non_default!(
+        u8 = 0xa5,
+        u16 = 0xa55a,
+        u32 = 0xdead_beef,
+        u64 = 0x0123_4567_89ab_cdef,
+        i32 = -7,
+        i64 = -1 << 40,
+        f64 = 2.5,
+        bool = true,
+        String = "caf\u{e9} \u{1F600}".to_string(),
+    );
+
+    impl<T: NonDefault> NonDefault for Vec<T> {
+        fn non_default() -> Self {
+            vec![T::non_default(), T::non_default()]
+        }
+    }
+
+    impl<T: NonDefault> NonDefault for Option<T> {
+        fn non_default() -> Self {
+            Some(T::non_default())
         }
     }
 }

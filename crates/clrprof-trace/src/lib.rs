@@ -17,6 +17,7 @@ mod crc32;
 mod records;
 mod stream;
 
+use std::collections::BTreeMap;
 use std::io::{self, Read};
 
 pub use codec::{Field, Reader};
@@ -122,6 +123,7 @@ pub struct Decoder<R: Read> {
     version: u32,
     pending: std::vec::IntoIter<Record>,
     truncation: Option<Truncation>,
+    skipped: BTreeMap<u16, u64>,
     done: bool,
 }
 
@@ -165,6 +167,7 @@ impl<R: Read> Decoder<R> {
             version,
             pending: Vec::new().into_iter(),
             truncation: None,
+            skipped: BTreeMap::new(),
             done: false,
         })
     }
@@ -176,6 +179,13 @@ impl<R: Read> Decoder<R> {
     /// Set once the decoder met a partial last block.
     pub fn truncation(&self) -> Option<&Truncation> {
         self.truncation.as_ref()
+    }
+
+    /// Records of tags this version does not know (written by a newer clrprof), counted per tag,
+    /// among the records read so far. They are yielded as [`Record::Unknown`]; readers skip them
+    /// and can say how many they skipped.
+    pub fn skipped(&self) -> &BTreeMap<u16, u64> {
+        &self.skipped
     }
 
     /// Byte offset of the next unread block.
@@ -212,6 +222,11 @@ impl<R: Read> Decoder<R> {
             e => e,
         })?;
         self.offset += 8 + len as u64;
+        for r in &records {
+            if let Record::Unknown { tag, .. } = r {
+                *self.skipped.entry(*tag).or_insert(0) += 1;
+            }
+        }
         self.pending = records.into_iter();
         Ok(true)
     }

@@ -53,15 +53,41 @@ macro_rules! records {
                 out[start + 2..start + 6].copy_from_slice(&len.to_le_bytes());
             }
 
-            /// Decodes one record body of the given tag.
+            /// Decodes one record body of the given tag. A body that ends exactly where a field
+            /// would start (written by an older clrprof, before that field was appended) gives that
+            /// field and the ones after it their `Default`; a body cut inside a field is corrupt;
+            /// bytes after the known fields (appended by a newer clrprof) are ignored.
             pub fn decode(tag: u16, body: &[u8]) -> Result<Record, DecodeError> {
                 let mut r = Reader::new(body);
                 let _ = &mut r;
                 Ok(match tag {
-                    $( $tag => Record::$name($name { $( $field: <$ty as Field>::get(&mut r)?, )* }), )*
+                    $( $tag => Record::$name($name { $( $field: r.trailing::<$ty>()?, )* }), )*
                     _ => Record::Unknown { tag, len: body.len() as u32 },
                 })
             }
+        }
+
+        /// For every record type: the records expected from its body cut after 0, 1, … all of its
+        /// fields (each field non-default, the missing ones default), with the body length of each
+        /// cut. The last entry is the whole record.
+        #[cfg(test)]
+        pub(crate) fn field_prefixes() -> Vec<Vec<(usize, Record)>> {
+            use crate::codec::NonDefault;
+            vec![ $( {
+                let full = $name { $( $field: <$ty as NonDefault>::non_default(), )* };
+                let mut partial = $name::default();
+                let mut len = 0usize;
+                let mut cuts = vec![(len, Record::$name(partial.clone()))];
+                $(
+                    let mut bytes = Vec::new();
+                    full.$field.put(&mut bytes);
+                    len += bytes.len();
+                    partial.$field = full.$field.clone();
+                    cuts.push((len, Record::$name(partial.clone())));
+                )*
+                assert_eq!(partial, full);
+                cuts
+            }, )* ]
         }
     };
 }
@@ -231,7 +257,17 @@ records! {
         max_frames: u32,
     }
     /// An executable file mapping of the process (`/proc/self/maps`), for naming native IPs.
-    51 NativeMapping { ts: u64, start: u64, end: u64, file_offset: u64, path: String }
+    51 NativeMapping {
+        ts: u64,
+        start: u64,
+        end: u64,
+        file_offset: u64,
+        path: String,
+        /// The file's GNU build-id (`NT_GNU_BUILD_ID`), so readers name frames from the very file
+        /// that was mapped; empty when the file has none or could not be read, and in traces
+        /// written before the field existed.
+        build_id: Vec<u8>,
+    }
     /// A sampled stack, leaf first, interned by `id` (a later definition of the same id replaces
     /// the earlier one). `functions` is empty (resolve `ips` through code ranges and mappings) or
     /// has one FunctionID per frame, 0 where the walker had none.

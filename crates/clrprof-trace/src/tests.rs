@@ -208,3 +208,54 @@ fn runtime_event_records_round_trip() {
     assert_eq!(back, recs);
     assert_eq!(exception_phase::name(exception_phase::CATCHER_ENTER), "catch-enter");
 }
+
+#[test]
+fn every_record_type_reads_bodies_written_before_its_trailing_fields() {
+    let all = records::field_prefixes();
+    assert!(all.len() >= 40, "one entry per record type");
+    for cuts in &all {
+        let (len, full) = cuts.last().unwrap().clone();
+        let mut body = Vec::new();
+        full.encode(&mut body);
+        let body = &body[6..];
+        assert_eq!(body.len(), len, "{}", full.name());
+        // Cut exactly after each field: the missing trailing fields take their defaults.
+        for (cut, want) in cuts {
+            let got = Record::decode(full.tag(), &body[..*cut]);
+            assert_eq!(got.as_ref().ok(), Some(want), "{} cut after {cut} bytes", full.name());
+        }
+        // Cut inside a field: corruption, never a default.
+        for w in cuts.windows(2) {
+            for cut in w[0].0 + 1..w[1].0 {
+                match Record::decode(full.tag(), &body[..cut]) {
+                    Err(DecodeError::Corrupt(_)) => {}
+                    other => panic!("{} cut at {cut} (inside a field) gave {other:?}", full.name()),
+                }
+            }
+        }
+        // Bytes after the known fields (a field appended by a newer version) are ignored.
+        let mut longer = body.to_vec();
+        longer.extend_from_slice(&[9, 9, 9]);
+        assert_eq!(Record::decode(full.tag(), &longer).unwrap(), full);
+    }
+}
+
+#[test]
+fn decoder_counts_skipped_unknown_tags() {
+    let mut p = Vec::new();
+    for (tag, body) in [(999u16, &[1u8, 2, 3][..]), (1000, &[][..]), (999, &[4][..])] {
+        p.extend_from_slice(&tag.to_le_bytes());
+        p.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        p.extend_from_slice(body);
+    }
+    Record::from(ThreadCreated { ts: 5, id: 7 }).encode(&mut p);
+    let f = file_of_payload(&p);
+    let mut d = Decoder::new(&f[..]).unwrap();
+    assert!(d.skipped().is_empty());
+    let mut known = 0;
+    while let Some(r) = d.next_record().unwrap() {
+        known += usize::from(!matches!(r, Record::Unknown { .. }));
+    }
+    assert_eq!(known, 1);
+    assert_eq!(d.skipped().iter().map(|(t, n)| (*t, *n)).collect::<Vec<_>>(), vec![(999, 2), (1000, 1)]);
+}

@@ -25,7 +25,7 @@ pub fn load(path: &Path, native_symbols: bool, range: TimeRange) -> Result<Profi
         eprintln!("clrprof: warning: {}: {t}", path.display());
     }
     Ok(if native_symbols {
-        builder.profile(range, &mut crate::symbols::ElfSymbols::default())
+        builder.profile(range, &mut clrprof_symbols::ElfSymbols::default())
     } else {
         builder.profile(range, &mut NoSymbols)
     })

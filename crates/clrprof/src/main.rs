@@ -5,7 +5,6 @@ mod export;
 mod load;
 mod record;
 mod report;
-mod symbols;
 
 use std::process::ExitCode;
 

@@ -119,6 +119,61 @@ fn native_time_is_attributed_to_library_and_symbol() {
     assert!(text(&out.stdout).contains("adler32_z"));
     let out = report(&trace, &["--view", "modules", "--thread", "no-such-thread"]);
     assert_eq!(out.status.code(), Some(2));
+
+    // The agent records each mapped file's GNU build-id; libz's is the file's own.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let mappings: Vec<clrprof_trace::NativeMapping> = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::NativeMapping(m) => Some(m.clone()),
+            _ => None,
+        })
+        .collect();
+    for lib in ["/libc.so.6", "/libcoreclr.so", "/libz.so.1"] {
+        // The mapped file is the link's target (`libz.so.1.2.13`).
+        let m = mappings.iter().find(|m| m.path.contains(lib)).unwrap_or_else(|| panic!("no mapping of {lib}"));
+        assert!(!m.build_id.is_empty(), "{lib} has a build-id: {m:?}");
+        assert!(mappings.iter().filter(|n| n.path == m.path).all(|n| n.build_id == m.build_id), "{lib}");
+    }
+    let z = mappings.iter().find(|m| m.path.contains("/libz.so.1")).unwrap();
+    let zname = z.path.rsplit('/').next().unwrap();
+    let readelf = std::process::Command::new("readelf").args(["-n", &z.path]).output();
+    if let Ok(out) = readelf {
+        let notes = text(&out.stdout);
+        if let Some(want) = notes.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")) {
+            let got: String = z.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(got, want.trim());
+        }
+    }
+    let out = report(&trace, &[]);
+    assert!(!text(&out.stdout).contains("build-id"), "{}", text(&out.stdout));
+
+    // The same trace with another build of libz recorded (a trace from another machine): libz's
+    // frames stay unnamed, and the report says why.
+    let other: Vec<clrprof_trace::Record> = records
+        .into_iter()
+        .map(|r| match r {
+            clrprof_trace::Record::NativeMapping(mut m) if m.path == z.path => {
+                m.build_id[0] ^= 0xff;
+                m.into()
+            }
+            r => r,
+        })
+        .collect();
+    let mut bytes = clrprof_trace::header().to_vec();
+    bytes.extend(clrprof_trace::encode_records(other.iter()));
+    let moved = dir.join("other-machine.clrprof");
+    std::fs::write(&moved, bytes).unwrap();
+    let out = report(&moved, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let note = format!(
+        "note: {zname}: {} has another build-id than the recorded one (upgraded, or another machine) and no debug \
+         file matches build-id ",
+        z.path
+    );
+    assert!(t.contains(&note) && t.contains(&format!("; its frames show as {zname}!<unknown>")), "{t}");
+    assert!(t.contains(&format!("{zname}!<unknown>")) && !t.contains("adler32_z"), "{t}");
 }
 
 #[test]

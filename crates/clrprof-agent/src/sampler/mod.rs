@@ -1,6 +1,6 @@
 //! The sampling profiler (Monte Carlo): CPU time from per-thread CPU-time timers ([`cpu`]), wall
 //! time with exact managed stacks from suspended `DoStackSnapshot` walks ([`wall`]), native module
-//! mappings for naming native IPs later ([`native`]).
+//! mappings for naming native IPs later ([`native`], with each file's [`build_id`]).
 //!
 //! One native sampler thread drains the per-thread sample rings, weighs CPU samples with the
 //! thread's measured CPU time, takes wall-clock samples, interns stacks and emits the sampling
@@ -13,6 +13,7 @@
 //! the others — threads that ran a little and then blocked — are walked, a few per
 //! `SuspendRuntime` … `ResumeRuntime`.
 
+pub mod build_id;
 pub mod cpu;
 pub mod native;
 pub mod wall;
@@ -258,7 +259,15 @@ impl Sampler {
     fn emit_mappings(&self, st: &mut LoopState) {
         let ts = self.now();
         for m in st.maps.new_mappings() {
-            self.emit(NativeMapping { ts, start: m.start, end: m.end, file_offset: m.file_offset, path: m.path });
+            let build_id = st.maps.build_id(&m.path);
+            self.emit(NativeMapping {
+                ts,
+                start: m.start,
+                end: m.end,
+                file_offset: m.file_offset,
+                path: m.path,
+                build_id,
+            });
         }
     }
 

@@ -1,7 +1,8 @@
-//! Executable file mappings of the process (`/proc/self/maps`), recorded so that native IPs can
-//! be named later (module and ELF symbol) by the reader, off every hot path.
+//! Executable file mappings of the process (`/proc/self/maps`), recorded with the mapped files'
+//! build-ids so that native IPs can be named later (module and ELF symbol) by the reader, off
+//! every hot path.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// One executable, file-backed mapping.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -44,6 +45,8 @@ pub struct MapTracker {
     seen: HashSet<Mapping>,
     /// Sorted ranges of native code.
     native: Vec<(u64, u64)>,
+    /// Build-ids by path, each file read once.
+    build_ids: HashMap<String, Vec<u8>>,
 }
 
 impl MapTracker {
@@ -67,6 +70,17 @@ impl MapTracker {
             self.native.sort_unstable();
         }
         fresh
+    }
+
+    /// The GNU build-id of a mapped file (empty when it has none or cannot be read), read once per
+    /// path.
+    pub fn build_id(&mut self, path: &str) -> Vec<u8> {
+        if let Some(id) = self.build_ids.get(path) {
+            return id.clone();
+        }
+        let id = super::build_id::of_file(path);
+        self.build_ids.insert(path.to_string(), id.clone());
+        id
     }
 }
 

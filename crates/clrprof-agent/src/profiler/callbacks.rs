@@ -1,0 +1,339 @@
+//! The `ICorProfilerCallback` methods the agent implements, grouped by what they record. Each is a
+//! safe `&self` method called from a `catch_unwind` shim (`clrprof_sys::callback`); an error is
+//! logged and the runtime still gets `S_OK` (except from `Initialize`). Most delegate at once to
+//! a recorder: `startup`, `functions`, `crate::sampler`, `crate::elt`, `crate::events`.
+
+use clrprof_sys::callback::{CallbackError, CallbackResult, OutBool, ProfilerCallback, RawPtr};
+use clrprof_sys::info::utf16_from_raw;
+use clrprof_sys::{
+    AppDomainID, AssemblyID, ClassID, FunctionID, ModuleID, ObjectID, ThreadID, BOOL, HRESULT, ULONG, WCHAR,
+};
+use clrprof_trace::*;
+
+use super::Profiler;
+use crate::events::{alloc, eventpipe, exceptions, gc};
+use crate::log_error;
+
+impl ProfilerCallback for Profiler {
+    // Start-up and shut-down (`startup`).
+
+    fn initialize(&self, info: RawPtr) -> CallbackResult {
+        self.start(info, false)
+    }
+
+    fn initialize_for_attach(&self, info: RawPtr, _data: RawPtr, _len: u32) -> CallbackResult {
+        self.start(info, true)
+    }
+
+    fn shutdown(&self) -> CallbackResult {
+        self.stop()
+    }
+
+    fn on_error(&self, callback: &'static str, error: &CallbackError) {
+        log_error!("{callback}: {}", error.0);
+    }
+
+    fn load_as_notification_only(&self, notification_only: OutBool) -> CallbackResult {
+        notification_only.set(false);
+        Ok(())
+    }
+
+    // Loads: app domains, assemblies, modules and classes.
+
+    fn app_domain_creation_finished(&self, id: AppDomainID, hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if hr < 0 {
+            return Ok(());
+        }
+        let name = s.info.get_app_domain_info(id)?;
+        s.emit(AppDomainCreated { ts: s.now(), id: id as u64, name });
+        Ok(())
+    }
+
+    fn app_domain_shutdown_finished(&self, id: AppDomainID, _hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(AppDomainUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    fn assembly_load_started(&self, id: AssemblyID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.mark_start(id);
+        Ok(())
+    }
+
+    fn assembly_load_finished(&self, id: AssemblyID, hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        let load_ns = s.since_start(id);
+        if hr < 0 {
+            return Ok(());
+        }
+        let (name, appdomain, module) = s.info.get_assembly_info(id)?;
+        s.emit(AssemblyLoaded {
+            ts: s.now(),
+            id: id as u64,
+            appdomain: appdomain as u64,
+            module: module as u64,
+            name,
+            load_ns,
+        });
+        Ok(())
+    }
+
+    fn assembly_unload_finished(&self, id: AssemblyID, _hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(AssemblyUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    fn module_load_started(&self, id: ModuleID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.mark_start(id);
+        Ok(())
+    }
+
+    fn module_load_finished(&self, id: ModuleID, hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        let load_ns = s.since_start(id);
+        if hr < 0 {
+            return Ok(());
+        }
+        let (path, base, assembly) = s.info.get_module_info(id)?;
+        s.emit(ModuleLoaded {
+            ts: s.now(),
+            id: id as u64,
+            assembly: assembly as u64,
+            path,
+            base_address: base as u64,
+            load_ns,
+        });
+        Ok(())
+    }
+
+    fn module_attached_to_assembly(&self, module: ModuleID, assembly: AssemblyID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // Repeat the module with its assembly; readers merge records of the same id.
+        let (path, base, _) = s.info.get_module_info(module)?;
+        s.emit(ModuleLoaded {
+            ts: s.now(),
+            id: module as u64,
+            assembly: assembly as u64,
+            path,
+            base_address: base as u64,
+            load_ns: 0,
+        });
+        Ok(())
+    }
+
+    fn module_unload_started(&self, id: ModuleID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.names.forget_module(id);
+        s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    fn class_load_finished(&self, id: ClassID, hr: HRESULT) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if hr < 0 {
+            return Ok(());
+        }
+        s.class_loaded(id);
+        Ok(())
+    }
+
+    fn class_unload_started(&self, id: ClassID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.names.forget_class(id);
+        crate::events::eventpipe::forget_class(s, id as u64);
+        s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    // Code: JIT compilation, precompiled (ReadyToRun) code found, unloads (`functions`).
+
+    fn function_unload_started(&self, id: FunctionID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(FunctionUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    fn jit_compilation_started(&self, id: FunctionID, _safe: i32) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.mark_start(id);
+        Ok(())
+    }
+
+    fn jit_compilation_finished(&self, id: FunctionID, hr: HRESULT, _safe: i32) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        let jit_ns = s.since_start(id);
+        if hr >= 0 {
+            s.function_compiled(id, jit_ns, code_kind::JIT);
+        }
+        Ok(())
+    }
+
+    fn jit_cached_function_search_started(&self, _id: FunctionID, use_cached: OutBool) -> CallbackResult {
+        use_cached.set(true);
+        Ok(())
+    }
+
+    fn jit_cached_function_search_finished(&self, id: FunctionID, result: u32) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // COR_PRF_CACHED_FUNCTION_FOUND = 0
+        if result == 0 {
+            s.function_compiled(id, 0, code_kind::PRECOMPILED);
+        }
+        Ok(())
+    }
+
+    // Threads: ids, OS threads (the sampler's timers) and names.
+
+    fn thread_created(&self, id: ThreadID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(ThreadCreated { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
+    fn thread_destroyed(&self, id: ThreadID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(ThreadDestroyed { ts: s.now(), id: id as u64 });
+        if let Some(sm) = &s.sampler {
+            sm.thread_destroyed(id);
+        }
+        Ok(())
+    }
+
+    fn thread_assigned_to_os_thread(&self, id: ThreadID, os_tid: u32) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(ThreadOsId { ts: s.now(), id: id as u64, os_tid });
+        if let Some(sm) = &s.sampler {
+            sm.thread_assigned(id, os_tid);
+        }
+        Ok(())
+    }
+
+    // The pointer comes from the runtime with its length; it is only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn thread_name_changed(&self, id: ThreadID, len: ULONG, name: *const WCHAR) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // Safety: the runtime passes `len` UTF-16 units (not NUL-terminated) valid for the call.
+        let name = unsafe { utf16_from_raw(name, len as usize) };
+        s.emit(ThreadNamed { ts: s.now(), id: id as u64, name });
+        Ok(())
+    }
+
+    // Runtime suspension: GC pauses (`crate::events::gc`) and the instrumentation's suspended time.
+
+    fn runtime_suspend_started(&self, reason: u32) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::suspend_started();
+        }
+        // Runtime events (issue 5): GC pauses, and every suspension in the event log.
+        self.state().map_or(Ok(()), |s| gc::suspend_started(s, reason))
+    }
+
+    fn runtime_resume_finished(&self) -> CallbackResult {
+        if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
+            crate::elt::Instrumentation::resume_finished();
+        }
+        self.state().map_or(Ok(()), gc::resume_finished)
+    }
+
+    // Exceptions: each a one-line delegation to `crate::events::exceptions`.
+
+    fn exception_thrown(&self, object: ObjectID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::thrown(s, object))
+    }
+
+    fn exception_search_function_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_ENTER, id))
+    }
+
+    fn exception_search_function_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_LEAVE, 0))
+    }
+
+    fn exception_search_filter_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_ENTER, id))
+    }
+
+    fn exception_search_filter_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_LEAVE, 0))
+    }
+
+    fn exception_search_catcher_found(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_FOUND, id))
+    }
+
+    fn exception_unwind_function_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_ENTER, id))
+    }
+
+    fn exception_unwind_function_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_LEAVE, 0))
+    }
+
+    fn exception_unwind_finally_enter(&self, id: FunctionID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_ENTER, id))
+    }
+
+    fn exception_unwind_finally_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_LEAVE, 0))
+    }
+
+    fn exception_catcher_enter(&self, id: FunctionID, _object: ObjectID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_ENTER, id))
+    }
+
+    fn exception_catcher_leave(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_LEAVE, 0))
+    }
+
+    // Garbage collections and allocations (`crate::events`).
+
+    // The pointer comes from the runtime with its length; it is only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn garbage_collection_started(&self, generations: i32, collected: *const BOOL, reason: u32) -> CallbackResult {
+        // Safety: the runtime passes `generations` BOOLs valid for the callback.
+        let collected = unsafe { clrprof_sys::info::slice_from_raw(collected, generations.max(0) as usize) };
+        self.state().map_or(Ok(()), |s| gc::started(s, collected, reason))
+    }
+
+    fn garbage_collection_finished(&self) -> CallbackResult {
+        self.state().map_or(Ok(()), gc::finished)
+    }
+
+    fn object_allocated(&self, object: ObjectID, class: ClassID) -> CallbackResult {
+        self.state().map_or(Ok(()), |s| alloc::allocated(s, object, class))
+    }
+
+    // EventPipe events of the in-process session (`crate::events::eventpipe`).
+
+    // The pointers come from the runtime with their lengths; they are only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn event_pipe_event_delivered(
+        &self,
+        _provider: usize,
+        event_id: u32,
+        event_version: u32,
+        _metadata_len: ULONG,
+        _metadata: *const u8,
+        data_len: ULONG,
+        data: *const u8,
+        _activity: RawPtr,
+        _related_activity: RawPtr,
+        _thread: ThreadID,
+        frame_count: ULONG,
+        frames: *const usize,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // Safety: the runtime passes these arrays with their lengths, valid during the callback.
+        let (data, ips) = unsafe {
+            (
+                clrprof_sys::info::slice_from_raw(data, data_len as usize),
+                clrprof_sys::info::slice_from_raw(frames, frame_count as usize),
+            )
+        };
+        eventpipe::delivered(s, event_id, event_version, data, ips)
+    }
+}

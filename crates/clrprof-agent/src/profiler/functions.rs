@@ -1,0 +1,182 @@
+//! Functions and classes for the loads/JIT recorder (the General Code Profiler's tables): each
+//! compiled function's names, code range and IL size, and each loaded class's name. The runtime's
+//! callbacks only queue ids; names are looked up later on the writer thread (at once for
+//! collectible modules, whose ids die at unload).
+
+use std::sync::{Arc, Mutex};
+
+use clrprof_sys::info::ProfilerInfo;
+use clrprof_sys::{ClassID, FunctionID, ModuleID};
+use clrprof_trace::{ClassLoaded, FunctionCompiled};
+
+use super::{os_tid, State};
+use crate::names::FunctionNames;
+use crate::writer::Writer;
+
+/// A runtime notification whose names are looked up later (see `State::resolve_deferred`).
+pub(super) enum Deferred {
+    Function { id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8 },
+    Class { id: ClassID, ts: u64 },
+}
+
+/// Functions whose native code was not yet published when they were reported (precompiled code
+/// found by `JITCachedFunctionSearchFinished`); the writer thread looks their code up before each
+/// flush and emits them.
+#[derive(Default)]
+pub struct PendingCode {
+    items: Mutex<Vec<(FunctionCompiled, u32)>>,
+}
+
+/// Flushes (about 1 s at the default interval) after which a function is reported without code.
+const PENDING_CODE_TRIES: u32 = 20;
+
+impl PendingCode {
+    pub(super) fn resolve(&self, info: &ProfilerInfo, writer: &Writer, give_up: bool) {
+        let Ok(mut items) = self.items.lock() else { return };
+        items.retain_mut(|(rec, tries)| {
+            *tries += 1;
+            match info.get_code_info2(rec.id as usize) {
+                Ok(code) if !code.is_empty() => {
+                    rec.code_start = code[0].start_address as u64;
+                    rec.code_size = code.iter().map(|c| c.size as u64).sum();
+                    writer.emit(&rec.clone().into());
+                    false
+                }
+                _ if give_up || *tries >= PENDING_CODE_TRIES => {
+                    writer.emit(&rec.clone().into());
+                    false
+                }
+                _ => true,
+            }
+        });
+    }
+}
+
+impl State {
+    /// Names of a function, resolved once.
+    pub fn function_names(&self, id: FunctionID) -> Arc<FunctionNames> {
+        if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&id).cloned()) {
+            return f;
+        }
+        let f = Arc::new(self.names.function(id));
+        if let Ok(mut m) = self.functions.lock() {
+            m.insert(id, Arc::clone(&f));
+        }
+        f
+    }
+
+    /// True when `module` can unload (a collectible assembly context): ids of its functions and
+    /// classes die then, so they are never looked up later from another thread.
+    pub fn is_collectible(&self, module: ModuleID) -> bool {
+        if module == 0 {
+            return false;
+        }
+        if let Some(c) = self.collectible.lock().ok().and_then(|m| m.get(&module).copied()) {
+            return c;
+        }
+        // COR_PRF_MODULE_COLLECTIBLE; if the runtime cannot say, be safe.
+        let c = self.info.get_module_flags(module).map(|f| f & 0x8 != 0).unwrap_or(true);
+        if let Ok(mut m) = self.collectible.lock() {
+            m.insert(module, c);
+        }
+        c
+    }
+
+    /// True when `id` belongs to a collectible module (or its module cannot be told).
+    fn function_is_collectible(&self, id: FunctionID) -> bool {
+        match self.info.get_function_info(id) {
+            Ok((_, module, _)) => self.is_collectible(module),
+            Err(_) => true,
+        }
+    }
+
+    /// Reports a compiled function. Its names, code range and IL size are looked up later on the
+    /// writer thread — at once when its module is collectible, while its id is sure to be valid.
+    /// The sampler learns of the new code too (one collectible check serves both).
+    pub(super) fn function_compiled(&self, id: FunctionID, jit_ns: u64, kind: u8) {
+        let (ts, tid) = (self.now(), os_tid());
+        let collectible = self.function_is_collectible(id);
+        if let Some(sm) = &self.sampler {
+            sm.code_compiled(id, collectible);
+        }
+        if collectible {
+            self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);
+            return;
+        }
+        let d = Deferred::Function { id, ts, os_tid: tid, jit_ns, kind };
+        if let Ok(mut q) = self.deferred.lock() {
+            q.push(d);
+        }
+    }
+
+    /// Resolves and emits everything queued so far (writer thread, or an unloading callback).
+    pub fn resolve_deferred(&self, w: &Writer) {
+        let items = match self.deferred.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return,
+        };
+        for d in items {
+            match d {
+                Deferred::Function { id, ts, os_tid, jit_ns, kind } => {
+                    self.emit_function(w, id, ts, os_tid, jit_ns, kind, !w.is_stopping())
+                }
+                Deferred::Class { id, ts } => self.emit_class(w, id, ts),
+            }
+        }
+    }
+
+    fn emit_class(&self, w: &Writer, id: ClassID, ts: u64) {
+        let (module, token) = match self.info.get_class_id_info2(id) {
+            Ok((m, t, _, _)) => (m as u64, t),
+            Err(_) => (0, 0),
+        };
+        let name = self.names.class_name(id).to_string();
+        w.emit(&ClassLoaded { ts, id: id as u64, module, token, name }.into());
+    }
+
+    /// `retry`: when the code is not published yet, look it up again on later flushes (never for
+    /// collectible code, whose id may die).
+    #[allow(clippy::too_many_arguments)]
+    fn emit_function(&self, w: &Writer, id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8, retry: bool) {
+        let f = self.function_names(id);
+        let code = self.info.get_code_info2(id).unwrap_or_default();
+        let code_start = code.first().map(|c| c.start_address as u64).unwrap_or(0);
+        let code_size = code.iter().map(|c| c.size as u64).sum();
+        let rec = FunctionCompiled {
+            ts,
+            id: id as u64,
+            os_tid,
+            class: f.class as u64,
+            module: f.module as u64,
+            token: f.token,
+            name: f.name.clone(),
+            class_name: f.class_name.clone(),
+            signature: f.signature.clone(),
+            code_start,
+            code_size,
+            jit_ns,
+            kind,
+            il_size: self.info.il_code_size(f.module, f.token).ok().flatten().unwrap_or(0),
+        };
+        // Precompiled code may not be published yet: retry on later flushes.
+        if code.is_empty() && retry {
+            if let Ok(mut p) = self.pending_code.items.lock() {
+                p.push((rec, 0));
+            }
+        } else {
+            w.emit(&rec.into());
+        }
+    }
+
+    /// Reports a loaded class; its name is looked up later on the writer thread — at once when its
+    /// module is collectible.
+    pub(super) fn class_loaded(&self, id: ClassID) {
+        let ts = self.now();
+        let module = self.info.get_class_id_info2(id).map(|(m, _, _, _)| m).unwrap_or(0);
+        if module == 0 || self.is_collectible(module) {
+            self.emit_class(&self.writer, id, ts);
+        } else if let Ok(mut q) = self.deferred.lock() {
+            q.push(Deferred::Class { id, ts });
+        }
+    }
+}

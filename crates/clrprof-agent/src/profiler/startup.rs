@@ -1,0 +1,234 @@
+//! Start-up and shut-down: `Initialize` reads the configuration, sets the runtime's event masks,
+//! opens the trace, writes its first records and starts the writer, the sampler and the other
+//! recorders; `Shutdown` stops them and writes `AgentStop`.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clrprof_sys::callback::{CallbackError, CallbackResult, RawPtr};
+use clrprof_sys::info::ProfilerInfo;
+use clrprof_sys::monitor;
+use clrprof_trace::{AgentStop, Message, ProcessStart, Record};
+
+use super::{PendingCode, Profiler, State};
+use crate::config::Config;
+use crate::names::Names;
+use crate::writer::{Sink, Writer};
+use crate::{log_error, log_info, log_warn};
+
+fn open_output(path: &str) -> io::Result<(std::fs::File, String)> {
+    let open = |p: &str| std::fs::OpenOptions::new().write(true).create_new(true).open(p);
+    match open(path) {
+        Ok(f) => Ok((f, path.to_string())),
+        // Another process of the same launch (a child of the profiled app) got there first:
+        // keep both traces.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let alt = format!("{path}.{}", std::process::id());
+            open(&alt).map(|f| (f, alt))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn command_line() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// The runtime events the configuration needs (`COR_PRF_MONITOR` low and high words): loads,
+/// JIT compilation and threads always, and what each enabled recorder asks for.
+fn event_mask(config: &Config, info: &ProfilerInfo) -> (u32, u32) {
+    let mut low = monitor::MODULE_LOADS
+        | monitor::ASSEMBLY_LOADS
+        | monitor::APPDOMAIN_LOADS
+        | monitor::JIT_COMPILATION
+        | monitor::THREADS
+        | monitor::CACHE_SEARCHES;
+    if config.classes {
+        low |= monitor::CLASS_LOADS;
+    }
+    if config.sampling {
+        low |= monitor::ENABLE_STACK_SNAPSHOT;
+    }
+    let mut high = 0;
+    let (elt_low, elt_high) = crate::elt::Instrumentation::mask(&config.instrument);
+    low |= elt_low;
+    high |= elt_high;
+    let (ev_low, ev_high) = crate::events::mask(config, info.version());
+    low |= ev_low;
+    high |= ev_high;
+    (low, high)
+}
+
+impl Profiler {
+    /// `Initialize` (or `InitializeForAttach`): everything the agent needs, or an error that
+    /// leaves the profiler unloaded and the app running.
+    pub(super) fn start(&self, unknown: RawPtr, attach: bool) -> CallbackResult {
+        let start = Instant::now();
+        let start_unix = unix_now_ns();
+        let (config, problems) = Config::from_lookup(|k| std::env::var(k).ok());
+        if let Some(l) = &config.log {
+            crate::log::init(l);
+        }
+        std::panic::set_hook(Box::new(|p| crate::log::write("panic", format_args!("{p}"))));
+        log_info!(
+            "clrprof agent {} loading ({})",
+            env!("CARGO_PKG_VERSION"),
+            if attach { "attach" } else { "startup" }
+        );
+        for p in &problems {
+            log_warn!("{p}");
+        }
+        // Safety: `unknown` is the runtime's IUnknown passed to Initialize.
+        let info = unsafe { ProfilerInfo::from_unknown(unknown) }
+            .ok_or_else(|| CallbackError("the runtime offered no ICorProfilerInfo".into()))?;
+        let rt = info.get_runtime_information().unwrap_or_default();
+        log_info!(
+            "runtime {} (type {}, {}.{}.{}.{}), ICorProfilerInfo{}",
+            rt.version_string,
+            rt.runtime_type,
+            rt.major,
+            rt.minor,
+            rt.build,
+            rt.qfe,
+            info.version()
+        );
+
+        let (low, high) = event_mask(&config, &info);
+        info.set_event_mask2(low, high)?;
+        let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
+        log_info!("event mask requested 0x{low:08x}/0x{high:08x}, granted 0x{glow:08x}/0x{ghigh:08x}");
+
+        let path = config.output_path(std::process::id());
+        let (file, path) = open_output(&path).map_err(|e| {
+            log_error!("cannot create trace file {path}: {e}; profiler not loaded");
+            CallbackError(format!("cannot create {path}: {e}"))
+        })?;
+        log_info!("writing trace to {path}");
+        let writer = Arc::new(Writer::new(Sink::File(file), Duration::from_millis(config.flush_ms))?);
+        let mut first: Vec<Record> = vec![ProcessStart {
+            pid: std::process::id(),
+            start_unix_ns: start_unix,
+            command_line: command_line(),
+            runtime_version: format!("{}.{}.{}", rt.major, rt.minor, rt.build),
+            runtime_major: rt.major,
+            info_version: info.version(),
+            event_mask_low: glow,
+            event_mask_high: ghigh,
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+            config: config.describe(),
+        }
+        .into()];
+        for p in &problems {
+            first.push(Message { ts: 0, level: 1, text: p.to_string() }.into());
+        }
+        let instrumentation = if config.instrument.enabled {
+            let (i, rec) =
+                crate::elt::Instrumentation::new(config.instrument.clone(), start.elapsed().as_nanos() as u64);
+            first.push(rec.into());
+            Some(i)
+        } else {
+            None
+        };
+        writer.write_now(&first);
+        let pending_code = Arc::new(PendingCode::default());
+        let pc = Arc::clone(&pending_code);
+        writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
+        let events = Arc::new(crate::events::Events::default());
+        let ev = Arc::clone(&events);
+        let alloc_names = Names::new(info);
+        writer.add_tick(Box::new(move |w| ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64)));
+        writer.start()?;
+        let sampler = if config.sampling {
+            let s = crate::sampler::Sampler::new(info, Arc::clone(&writer), start, config.sample_rate);
+            match s.start() {
+                Ok(()) => Some(s),
+                Err(e) => {
+                    log_error!("sampler not started: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let state = State {
+            names: Names::new(info),
+            info,
+            config,
+            writer,
+            start,
+            started: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+            pending_code,
+            deferred: Mutex::new(Vec::new()),
+            collectible: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
+            sampler,
+            instrumentation,
+            events,
+        };
+        self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
+        if let Some(s) = self.state.get() {
+            // Safety: the profiler object is never freed (see `ComObject::create`), so its state
+            // lives for the rest of the process.
+            let st: &'static State = unsafe { &*(s as *const State) };
+            st.writer.add_tick(Box::new(move |w| st.resolve_deferred(w)));
+            if st.instrumentation.is_some() {
+                crate::elt::Instrumentation::install(&st.info, st)?;
+                st.writer.add_tick(Box::new(move |w| {
+                    if let Some(i) = &st.instrumentation {
+                        i.publish(w, st.now());
+                    }
+                }));
+                log_info!("enter/leave hooks installed");
+            }
+            if st.config.exceptions && !st.config.every_exception() {
+                st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
+            }
+            crate::events::eventpipe::start(s, rt.major);
+        }
+        log_info!("initialized in {} µs", start.elapsed().as_micros());
+        Ok(())
+    }
+
+    /// `Shutdown`: stops the sampler, then the writer, which writes `AgentStop` and flushes.
+    pub(super) fn stop(&self) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        // The sampler stops first: it calls the runtime and writes through the writer.
+        if let Some(sm) = &s.sampler {
+            sm.stop();
+        }
+        let ts = s.now();
+        s.stopped.store(true, Ordering::Release);
+        s.writer.stop(|w| {
+            vec![AgentStop {
+                ts,
+                records_written: w.records.load(Ordering::Relaxed),
+                records_dropped: w.dropped_records.load(Ordering::Relaxed),
+                bytes_dropped: w.dropped_bytes.load(Ordering::Relaxed),
+            }
+            .into()]
+        });
+        log_info!(
+            "shutdown: {} records, {} bytes written, {} records dropped",
+            s.writer.records.load(Ordering::Relaxed),
+            s.writer.written_bytes.load(Ordering::Relaxed),
+            s.writer.dropped_records.load(Ordering::Relaxed)
+        );
+        Ok(())
+    }
+}

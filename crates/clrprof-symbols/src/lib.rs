@@ -1,0 +1,303 @@
+//! Native symbol names for sampled IPs, from the ELF symbol tables (`.symtab` when present, else
+//! `.dynsym`) of the files the profiled process had mapped. Read once per file, at report time.
+//!
+//! A trace records each mapped file's GNU build-id. The file now at the recorded path is used only
+//! when its build-id is the recorded one (a library upgraded since, or a trace from another
+//! machine, would otherwise name frames after the wrong code); else the separate debug file
+//! `<dir>/.build-id/<first 2 hex digits>/<rest>.debug` is looked for in the caller's directories
+//! and `/usr/lib/debug`. When nothing matches, the file's frames stay unnamed and
+//! [`NativeSymbols::diagnostics`] says why. Traces written before build-ids were recorded (empty
+//! build-id) use the file at the path, as before.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use clrprof_model::NativeSymbols;
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// Where distributions install separate debug files by build-id.
+pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
+
+struct FileSymbols {
+    /// Loadable segments: (file offset, file size, virtual address).
+    segments: Vec<(u64, u64, u64)>,
+    /// Function symbols: (address, size, name), sorted by address.
+    symbols: Vec<(u64, u64, String)>,
+}
+
+/// A file's contents parsed as ELF, with its build-id.
+struct Parsed {
+    symbols: FileSymbols,
+    /// Empty when the file has no build-id note.
+    build_id: Vec<u8>,
+}
+
+/// Why a file could not be used.
+enum Unusable {
+    /// Missing, unreadable or not ELF: why, naming the file.
+    Unreadable(String),
+    /// Readable, with this build-id (empty: none).
+    OtherBuild(Vec<u8>),
+}
+
+impl FileSymbols {
+    fn parse(data: &[u8]) -> Result<Parsed, String> {
+        let file = object::File::parse(data).map_err(|e| e.to_string())?;
+        let build_id = file.build_id().ok().flatten().unwrap_or_default().to_vec();
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, size, s.address())
+            })
+            .collect();
+        let mut symbols: Vec<(u64, u64, String)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.size(), demangle(s.name().ok()?))))
+            .filter(|s| !s.2.is_empty())
+            .collect();
+        symbols.sort();
+        symbols.dedup_by_key(|s| s.0);
+        Ok(Parsed { symbols: FileSymbols { segments, symbols }, build_id })
+    }
+
+    /// The symbols of the file at `path` when its build-id is `build_id` (any build-id when
+    /// `build_id` is empty).
+    fn read_matching(path: &Path, build_id: &[u8]) -> Result<FileSymbols, Unusable> {
+        let data =
+            std::fs::read(path).map_err(|e| Unusable::Unreadable(format!("cannot read {} ({e})", path.display())))?;
+        let parsed = FileSymbols::parse(&data)
+            .map_err(|e| Unusable::Unreadable(format!("{} is not an ELF file ({e})", path.display())))?;
+        if build_id.is_empty() || parsed.build_id == build_id {
+            Ok(parsed.symbols)
+        } else {
+            Err(Unusable::OtherBuild(parsed.build_id))
+        }
+    }
+
+    fn lookup(&self, file_offset: u64) -> Option<(String, u64)> {
+        let &(off, _, vaddr) = self.segments.iter().find(|&&(o, n, _)| file_offset >= o && file_offset < o + n)?;
+        let at = file_offset - off + vaddr;
+        let i = self.symbols.partition_point(|s| s.0 <= at);
+        let (addr, size, name) = self.symbols.get(i.checked_sub(1)?)?;
+        // A symbol names only the bytes it covers: IPs in stripped (local) code stay unnamed.
+        if at >= addr + (*size).max(1) {
+            return None;
+        }
+        Some((name.clone(), addr - vaddr + off))
+    }
+}
+
+/// Readable names for Rust and C++ symbols; others unchanged.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Lower-case hex of a build-id, as in `.build-id` paths and `readelf -n`.
+pub fn hex(build_id: &[u8]) -> String {
+    build_id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The path of the separate debug file of `build_id` under a debug directory
+/// (`<dir>/.build-id/ab/cdef….debug`); `None` for ids too short to name one.
+pub fn debug_file_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
+    if build_id.len() < 2 {
+        return None;
+    }
+    let h = hex(build_id);
+    Some(dir.join(".build-id").join(&h[..2]).join(format!("{}.debug", &h[2..])))
+}
+
+/// ELF symbol tables by file path and build-id, each read once.
+pub struct ElfSymbols {
+    /// Searched for separate debug files, in order (the caller's, then `/usr/lib/debug`).
+    debug_dirs: Vec<PathBuf>,
+    files: HashMap<(String, Vec<u8>), Option<FileSymbols>>,
+    /// Why a file's frames stay unnamed, by path (sorted, so output is deterministic).
+    diagnostics: BTreeMap<String, String>,
+}
+
+impl Default for ElfSymbols {
+    fn default() -> Self {
+        ElfSymbols::with_debug_dirs(Vec::new())
+    }
+}
+
+impl ElfSymbols {
+    /// Also looks for separate debug files (`<dir>/.build-id/xx/yyyy.debug`) under `dirs`, before
+    /// `/usr/lib/debug`.
+    pub fn with_debug_dirs(dirs: Vec<PathBuf>) -> Self {
+        let mut debug_dirs = dirs;
+        debug_dirs.push(PathBuf::from(SYSTEM_DEBUG_DIR));
+        ElfSymbols { debug_dirs, files: HashMap::new(), diagnostics: BTreeMap::new() }
+    }
+
+    /// The symbols for a recorded file: the file at `path` when it is the recorded build, else a
+    /// debug file of that build; `None` (with a diagnostic) when there is neither.
+    fn open(&mut self, path: &str, build_id: &[u8]) -> Option<FileSymbols> {
+        let why = match FileSymbols::read_matching(Path::new(path), build_id) {
+            Ok(f) => return Some(f),
+            // An old trace (no recorded build-id) and a file that is gone: nothing to say, as before.
+            Err(_) if build_id.is_empty() => return None,
+            Err(Unusable::Unreadable(why)) => why,
+            Err(Unusable::OtherBuild(id)) if id.is_empty() => {
+                format!("{path} has no build-id but the trace recorded one (another file, or another machine)")
+            }
+            Err(Unusable::OtherBuild(_)) => {
+                format!("{path} has another build-id than the recorded one (upgraded, or another machine)")
+            }
+        };
+        for dir in &self.debug_dirs {
+            let Some(debug) = debug_file_path(dir, build_id) else { continue };
+            if let Ok(f) = FileSymbols::read_matching(&debug, build_id) {
+                return Some(f);
+            }
+        }
+        let module = path.rsplit('/').next().unwrap_or(path);
+        self.diagnostics.insert(
+            path.to_string(),
+            format!(
+                "{module}: {why} and no debug file matches build-id {}; its frames show as {module}!<unknown>",
+                hex(build_id)
+            ),
+        );
+        None
+    }
+}
+
+impl NativeSymbols for ElfSymbols {
+    fn symbol(&mut self, path: &str, build_id: &[u8], file_offset: u64) -> Option<(String, u64)> {
+        let key = (path.to_string(), build_id.to_vec());
+        if !self.files.contains_key(&key) {
+            let f = self.open(path, build_id);
+            self.files.insert(key.clone(), f);
+        }
+        self.files.get(&key)?.as_ref()?.lookup(file_offset)
+    }
+
+    fn diagnostics(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.diagnostics).into_values().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIBZ: &str = "/usr/lib/x86_64-linux-gnu/libz.so.1";
+
+    /// libz (on every machine that has .NET; `adler32_z` is exported and not an IFUNC): its
+    /// build-id and a file offset in the middle of `adler32_z`.
+    fn libz() -> Option<(Vec<u8>, u64)> {
+        let data = std::fs::read(LIBZ).ok()?;
+        let parsed = FileSymbols::parse(&data).expect("libz parses");
+        let f = &parsed.symbols;
+        let &(addr, size, _) = f.symbols.iter().find(|s| s.2 == "adler32_z").expect("adler32_z");
+        let &(off, _, vaddr) = f.segments.iter().find(|&&(o, n, v)| v <= addr && addr < v + n && o <= v).unwrap();
+        Some((parsed.build_id, addr - vaddr + off + size / 2))
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("clrprof-symbols-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn reads_the_build_id_of_a_system_library() {
+        let Some((id, _)) = libz() else { return };
+        assert_eq!(id.len(), 20, "a SHA-1 build-id: {}", hex(&id));
+        let out = std::process::Command::new("readelf").args(["-n", LIBZ]).output();
+        if let Ok(out) = out {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if let Some(want) = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")) {
+                assert_eq!(hex(&id), want.trim());
+            }
+        }
+    }
+
+    #[test]
+    fn the_recorded_build_names_the_function() {
+        let Some((id, off)) = libz() else { return };
+        let mut e = ElfSymbols::default();
+        assert_eq!(e.symbol(LIBZ, &id, off).map(|s| s.0), Some("adler32_z".to_string()));
+        // An old trace (no build-id recorded) trusts the file at the path.
+        assert_eq!(e.symbol(LIBZ, &[], off).map(|s| s.0), Some("adler32_z".to_string()));
+        assert_eq!(e.symbol("/nonexistent/lib.so", &[], 0x1000), None);
+        assert!(e.diagnostics().is_empty());
+    }
+
+    #[test]
+    fn another_build_names_nothing_and_says_why() {
+        let Some((mut id, off)) = libz() else { return };
+        id[0] ^= 0xff;
+        let mut e = ElfSymbols::with_debug_dirs(vec![scratch("empty")]);
+        assert_eq!(e.symbol(LIBZ, &id, off), None);
+        assert_eq!(e.symbol(LIBZ, &id, off + 1), None);
+        let d = e.diagnostics();
+        assert_eq!(
+            d,
+            vec![format!(
+                "libz.so.1: {LIBZ} has another build-id than the recorded one (upgraded, or another machine) and no \
+                 debug file matches build-id {}; its frames show as libz.so.1!<unknown>",
+                hex(&id)
+            )]
+        );
+        assert!(e.diagnostics().is_empty(), "said once");
+        let mut e = ElfSymbols::default();
+        assert_eq!(e.symbol("/nonexistent/libx.so", &[1, 2, 3], 0x1000), None);
+        let d = e.diagnostics();
+        assert_eq!(d.len(), 1);
+        assert!(d[0].starts_with("libx.so: cannot read /nonexistent/libx.so ("), "{d:?}");
+        assert!(d[0].ends_with("no debug file matches build-id 010203; its frames show as libx.so!<unknown>"), "{d:?}");
+    }
+
+    #[test]
+    fn a_debug_file_of_the_recorded_build_is_found_by_build_id() {
+        let Some((id, off)) = libz() else { return };
+        let dir = scratch("debug");
+        let debug = debug_file_path(&dir, &id).unwrap();
+        assert!(debug.ends_with(format!(".build-id/{}/{}.debug", &hex(&id)[..2], &hex(&id)[2..])));
+        std::fs::create_dir_all(debug.parent().unwrap()).unwrap();
+        std::fs::copy(LIBZ, &debug).unwrap();
+        // The file at the recorded path is another build: libz with one byte of its build-id changed.
+        let mut data = std::fs::read(LIBZ).unwrap();
+        let at = data.windows(id.len()).position(|w| w == id).unwrap();
+        data[at] ^= 1;
+        let other = dir.join("libz.so.1");
+        std::fs::write(&other, &data).unwrap();
+        let other = other.to_str().unwrap();
+        if !debug_file_path(Path::new(SYSTEM_DEBUG_DIR), &id).unwrap().exists() {
+            assert_eq!(ElfSymbols::default().symbol(other, &id, off), None, "the path's file is another build");
+        }
+        let mut e = ElfSymbols::with_debug_dirs(vec![dir.clone()]);
+        assert_eq!(e.symbol(other, &id, off).map(|s| s.0), Some("adler32_z".to_string()));
+        assert!(e.diagnostics().is_empty());
+        // Another build's id finds no debug file.
+        let mut wrong = id.clone();
+        wrong[19] ^= 1;
+        assert_eq!(e.symbol(other, &wrong, off), None);
+        assert_eq!(e.diagnostics().len(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn demangles_rust_and_cpp() {
+        assert_eq!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"), "core::ptr::drop_in_place");
+        assert_eq!(demangle("_ZN10MethodDesc7GetNameEv"), "MethodDesc::GetName()");
+        assert_eq!(demangle("memcpy"), "memcpy");
+    }
+}
