@@ -9,7 +9,7 @@
 //!
 //! The agent writes one block per flush, so a trace cut short (crash, `kill -9`) ends in at most one
 //! partial block; [`Decoder`] reads everything before it and reports the damage instead of failing.
-//! No `unsafe`, no dependencies.
+//! No `unsafe`; one dependency (crc32fast, for block checksums).
 #![forbid(unsafe_code)]
 
 mod codec;
@@ -116,64 +116,44 @@ impl std::fmt::Display for Truncation {
     }
 }
 
-/// Streaming decoder: yields records block by block. Never panics on any input.
+/// Pull decoder over a reader: yields records block by block (a [`StreamDecoder`] fed from the
+/// reader). Never panics on any input.
 pub struct Decoder<R: Read> {
     input: R,
-    offset: u64,
-    version: u32,
-    pending: std::vec::IntoIter<Record>,
+    stream: StreamDecoder,
+    buf: Vec<u8>,
+    pending: std::collections::VecDeque<Record>,
     truncation: Option<Truncation>,
     skipped: BTreeMap<u16, u64>,
     done: bool,
 }
 
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
+/// Bytes read from the input at a time.
+const READ_CHUNK: usize = 256 << 10;
 
 impl<R: Read> Decoder<R> {
     /// Reads and checks the header.
-    pub fn new(mut input: R) -> Result<Self, DecodeError> {
-        let mut h = [0u8; HEADER_LEN];
-        let n = read_full(&mut input, &mut h)?;
-        if n == 0 {
-            return Err(DecodeError::Empty);
-        }
-        if n < 8 || h[..8] != MAGIC {
-            return Err(DecodeError::NotATrace);
-        }
-        if n < HEADER_LEN {
-            return Err(DecodeError::Corrupt(format!("header has {n} of {HEADER_LEN} bytes")));
-        }
-        let version = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-        if version > VERSION {
-            return Err(DecodeError::NewerVersion(version));
-        }
-        if version == 0 {
-            return Err(DecodeError::Corrupt("version 0".into()));
-        }
-        Ok(Decoder {
+    pub fn new(input: R) -> Result<Self, DecodeError> {
+        let mut d = Decoder {
             input,
-            offset: HEADER_LEN as u64,
-            version,
-            pending: Vec::new().into_iter(),
+            stream: StreamDecoder::new(),
+            buf: vec![0; READ_CHUNK],
+            pending: Default::default(),
             truncation: None,
             skipped: BTreeMap::new(),
             done: false,
-        })
+        };
+        while d.stream.version().is_none() {
+            if !d.fill()? {
+                // The input ended before a whole header: says what it was instead.
+                d.stream.finish()?;
+            }
+        }
+        Ok(d)
     }
 
     pub fn version(&self) -> u32 {
-        self.version
+        self.stream.version().unwrap_or(VERSION)
     }
 
     /// Set once the decoder met a partial last block.
@@ -188,46 +168,26 @@ impl<R: Read> Decoder<R> {
         &self.skipped
     }
 
-    /// Byte offset of the next unread block.
+    /// Byte offset of the next block not decoded yet.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.stream.offset()
     }
 
-    fn next_block(&mut self) -> Result<bool, DecodeError> {
-        let mut bh = [0u8; 8];
-        let n = read_full(&mut self.input, &mut bh)?;
+    /// Feeds one read of the input to the stream decoder; false at the end of the input.
+    fn fill(&mut self) -> Result<bool, DecodeError> {
+        let n = loop {
+            match self.input.read(&mut self.buf) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
         if n == 0 {
             return Ok(false);
         }
-        if n < 8 {
-            self.truncation = Some(Truncation { offset: self.offset, have: n as u64, need: 8 });
-            return Ok(false);
-        }
-        let len = u32::from_le_bytes([bh[0], bh[1], bh[2], bh[3]]) as usize;
-        let crc = u32::from_le_bytes([bh[4], bh[5], bh[6], bh[7]]);
-        if len > MAX_BLOCK {
-            return Err(DecodeError::Corrupt(format!("block at byte {} claims {len} bytes", self.offset)));
-        }
-        let mut payload = vec![0u8; len];
-        let got = read_full(&mut self.input, &mut payload)?;
-        if got < len {
-            self.truncation = Some(Truncation { offset: self.offset, have: 8 + got as u64, need: 8 + len as u64 });
-            return Ok(false);
-        }
-        if crc32(&payload) != crc {
-            return Err(DecodeError::Corrupt(format!("checksum mismatch in block at byte {}", self.offset)));
-        }
-        let records = decode_payload(&payload).map_err(|e| match e {
-            DecodeError::Corrupt(m) => DecodeError::Corrupt(format!("block at byte {}: {m}", self.offset)),
-            e => e,
-        })?;
-        self.offset += 8 + len as u64;
-        for r in &records {
-            if let Record::Unknown { tag, .. } = r {
-                *self.skipped.entry(*tag).or_insert(0) += 1;
-            }
-        }
-        self.pending = records.into_iter();
+        let mut records = Vec::new();
+        self.stream.push(&self.buf[..n], &mut records)?;
+        self.pending.extend(records);
         Ok(true)
     }
 
@@ -235,16 +195,21 @@ impl<R: Read> Decoder<R> {
     /// corruption. After an error the decoder yields nothing more.
     pub fn next_record(&mut self) -> Result<Option<Record>, DecodeError> {
         loop {
-            if let Some(r) = self.pending.next() {
+            if let Some(r) = self.pending.pop_front() {
+                if let Record::Unknown { tag, .. } = r {
+                    *self.skipped.entry(tag).or_insert(0) += 1;
+                }
                 return Ok(Some(r));
             }
             if self.done {
                 return Ok(None);
             }
-            match self.next_block() {
-                Ok(true) => {}
-                Ok(false) => {
+            let step = self.fill().and_then(|more| if more { Ok(None) } else { self.stream.finish().map(Some) });
+            match step {
+                Ok(None) => {}
+                Ok(Some(truncation)) => {
                     self.done = true;
+                    self.truncation = truncation;
                     return Ok(None);
                 }
                 Err(e) => {
