@@ -42,7 +42,8 @@ cases=("hotspots|report @"
        "json|report @ --format json"
        "calltree|report @ --view calltree --depth 8"
        "collapsed|export @ -f collapsed -o -")
-traces=(sampled instrumented flow)
+# TRACES="flow" limits the run to some of them.
+traces=(${TRACES:-sampled instrumented flow})
 # The flow trace's JSON report lists every one of its 14 M flow events: left out.
 skip() { [ "$1 $2" = "flow json" ]; }
 
@@ -56,7 +57,8 @@ for trace in "${traces[@]}"; do
             for b in "${bins[@]}"; do
                 label=${b%%=*}; bin=${b#*=}
                 # shellcheck disable=SC2086
-                out=$( { /usr/bin/time -f '%e %M' "$bin" ${args/@/$f} >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+                /usr/bin/time -f '%e %M' -o "$DIR/time.out" "$bin" ${args/@/$f} >/dev/null 2>&1
+                out=$(tail -1 "$DIR/time.out")
                 key="$trace $name $label"
                 secs[$key]+="${out% *} "
                 rss[$key]+="${out#* } "

@@ -3,6 +3,7 @@
 //! events are kept in order per thread.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use clrprof_trace::{CallTreeDelta, CallTreeNodes, FlowEvents, InstrumentationInfo};
 
@@ -53,11 +54,18 @@ pub struct FlowEvent {
     pub ts: u64,
 }
 
+/// One thread's flow events. The events are shared between the builder and every profile taken
+/// from it (a flow trace can hold tens of millions): a profile sees the part of them in its time
+/// window.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlowThread {
     pub os_tid: u32,
-    pub events: Vec<FlowEvent>,
+    all: Arc<Vec<FlowEvent>>,
+    window: std::ops::Range<usize>,
+    /// Events the agent could not keep (its buffer was full); not timed, so never windowed.
     pub dropped: u64,
+    /// Whether `all` is in time order (it is, as the agent writes it).
+    sorted: bool,
 }
 
 /// Cost added to one call-tree node by one delta record, with the record's time.
@@ -149,13 +157,48 @@ impl CctIngest {
 }
 
 impl FlowThread {
-    /// The thread's events inside `range` (the drop count stays whole: it is not timed).
+    pub fn new(os_tid: u32) -> FlowThread {
+        FlowThread { os_tid, sorted: true, ..Default::default() }
+    }
+
+    /// The events, in order.
+    pub fn events(&self) -> &[FlowEvent] {
+        &self.all[self.window.clone()]
+    }
+
+    /// The thread's events inside `range`, sharing them with `self` (the drop count stays whole:
+    /// it is not timed).
     pub fn within(&self, range: TimeRange) -> FlowThread {
-        FlowThread {
-            os_tid: self.os_tid,
-            events: self.events.iter().filter(|e| range.contains(e.ts)).copied().collect(),
-            dropped: self.dropped,
+        let mut t = self.clone();
+        if range.is_all() {
+            return t;
         }
+        if self.sorted {
+            let ev = &self.all[self.window.clone()];
+            let a = ev.partition_point(|e| e.ts < range.from);
+            let b = ev.partition_point(|e| e.ts < range.to);
+            t.window = self.window.start + a..self.window.start + b;
+        } else {
+            let kept: Vec<FlowEvent> = self.events().iter().filter(|e| range.contains(e.ts)).copied().collect();
+            t.window = 0..kept.len();
+            t.all = Arc::new(kept);
+        }
+        t
+    }
+
+    fn extend(&mut self, r: &FlowEvents) {
+        let n = r.kinds.len().min(r.functions.len()).min(r.ts.len());
+        // Copies the events only while a profile taken earlier still shares them.
+        let all = Arc::make_mut(&mut self.all);
+        all.reserve(n);
+        let mut last = all.last().map_or(0, |e| e.ts);
+        for k in 0..n {
+            let ts = r.ts[k];
+            self.sorted &= ts >= last;
+            last = ts;
+            all.push(FlowEvent { kind: r.kinds[k], function: r.functions[k], ts });
+        }
+        self.window = 0..all.len();
     }
 }
 
@@ -163,13 +206,11 @@ pub fn flow(threads: &mut Vec<FlowThread>, r: &FlowEvents) {
     let i = match threads.iter().position(|t| t.os_tid == r.os_tid) {
         Some(i) => i,
         None => {
-            threads.push(FlowThread { os_tid: r.os_tid, ..Default::default() });
+            threads.push(FlowThread::new(r.os_tid));
             threads.len() - 1
         }
     };
     let t = &mut threads[i];
     t.dropped += r.dropped;
-    for k in 0..r.kinds.len().min(r.functions.len()).min(r.ts.len()) {
-        t.events.push(FlowEvent { kind: r.kinds[k], function: r.functions[k], ts: r.ts[k] });
-    }
+    t.extend(r);
 }

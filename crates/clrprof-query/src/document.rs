@@ -771,7 +771,7 @@ fn flow(p: &Profile, threads: &Threads) -> Vec<FlowDoc> {
             os_tid: t.os_tid,
             dropped: t.dropped,
             events: t
-                .events
+                .events()
                 .iter()
                 .map(|e| FlowEventDoc {
                     kind: FLOW_KINDS.get(e.kind as usize).copied().unwrap_or("other"),

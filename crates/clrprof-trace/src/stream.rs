@@ -48,58 +48,25 @@ impl StreamDecoder {
         if self.failed {
             return Err(DecodeError::Corrupt("the trace was already found corrupt".into()));
         }
-        // Drop what is decoded before growing the buffer.
-        if self.start > 0 && self.start * 2 >= self.buf.len() {
-            self.buf.drain(..self.start);
+        let r = if self.pending() == 0 {
+            // Nothing waiting: decode straight from the input and keep only its incomplete tail.
+            self.buf.clear();
             self.start = 0;
-        }
-        self.buf.extend_from_slice(bytes);
-        let r = self.decode(out);
+            decode(&mut self.version, &mut self.offset, bytes, out)
+                .map(|used| self.buf.extend_from_slice(&bytes[used..]))
+        } else {
+            // Drop what is decoded before growing the buffer.
+            if self.start > 0 && self.start * 2 >= self.buf.len() {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            self.buf.extend_from_slice(bytes);
+            decode(&mut self.version, &mut self.offset, &self.buf[self.start..], out).map(|used| self.start += used)
+        };
         if r.is_err() {
             self.failed = true;
         }
         r
-    }
-
-    fn decode(&mut self, out: &mut Vec<Record>) -> Result<(), DecodeError> {
-        if self.version.is_none() {
-            let have = &self.buf[self.start..];
-            let n = have.len().min(MAGIC.len());
-            if have[..n] != MAGIC[..n] {
-                return Err(DecodeError::NotATrace);
-            }
-            if have.len() < HEADER_LEN {
-                return Ok(());
-            }
-            self.version = Some(header_version(have)?);
-            self.start += HEADER_LEN;
-            self.offset += HEADER_LEN as u64;
-        }
-        loop {
-            let have = &self.buf[self.start..];
-            if have.len() < 8 {
-                return Ok(());
-            }
-            let len = u32::from_le_bytes([have[0], have[1], have[2], have[3]]) as usize;
-            let crc = u32::from_le_bytes([have[4], have[5], have[6], have[7]]);
-            if len > MAX_BLOCK {
-                return Err(DecodeError::Corrupt(format!("block at byte {} claims {len} bytes", self.offset)));
-            }
-            if have.len() < 8 + len {
-                return Ok(());
-            }
-            let payload = &have[8..8 + len];
-            if crc32(payload) != crc {
-                return Err(DecodeError::Corrupt(format!("checksum mismatch in block at byte {}", self.offset)));
-            }
-            let records = decode_payload(payload).map_err(|e| match e {
-                DecodeError::Corrupt(m) => DecodeError::Corrupt(format!("block at byte {}: {m}", self.offset)),
-                e => e,
-            })?;
-            out.extend(records);
-            self.start += 8 + len;
-            self.offset += 8 + len as u64;
-        }
     }
 
     /// The end of the input: an error when it never was a trace, the truncation when the last
@@ -121,6 +88,54 @@ impl StreamDecoder {
                 Ok(Some(Truncation { offset: self.offset, have: rest, need }))
             }
         }
+    }
+}
+
+/// Decodes the header (when `version` is not known yet) and every complete block at the start of
+/// `data`, whose first byte is at `offset` in the trace; returns the bytes used.
+fn decode(
+    version: &mut Option<u32>,
+    offset: &mut u64,
+    data: &[u8],
+    out: &mut Vec<Record>,
+) -> Result<usize, DecodeError> {
+    let mut used = 0;
+    if version.is_none() {
+        let n = data.len().min(MAGIC.len());
+        if data[..n] != MAGIC[..n] {
+            return Err(DecodeError::NotATrace);
+        }
+        if data.len() < HEADER_LEN {
+            return Ok(0);
+        }
+        *version = Some(header_version(data)?);
+        used = HEADER_LEN;
+        *offset += HEADER_LEN as u64;
+    }
+    loop {
+        let have = &data[used..];
+        if have.len() < 8 {
+            return Ok(used);
+        }
+        let len = u32::from_le_bytes([have[0], have[1], have[2], have[3]]) as usize;
+        let crc = u32::from_le_bytes([have[4], have[5], have[6], have[7]]);
+        if len > MAX_BLOCK {
+            return Err(DecodeError::Corrupt(format!("block at byte {offset} claims {len} bytes")));
+        }
+        if have.len() < 8 + len {
+            return Ok(used);
+        }
+        let payload = &have[8..8 + len];
+        if crc32(payload) != crc {
+            return Err(DecodeError::Corrupt(format!("checksum mismatch in block at byte {offset}")));
+        }
+        let records = decode_payload(payload).map_err(|e| match e {
+            DecodeError::Corrupt(m) => DecodeError::Corrupt(format!("block at byte {offset}: {m}")),
+            e => e,
+        })?;
+        out.extend(records);
+        used += 8 + len;
+        *offset += 8 + len as u64;
     }
 }
 
