@@ -1,5 +1,5 @@
 // Profiling target for the sampler: workloads with known CPU and wall-time shapes.
-//   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of CPU in total)
+//   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of its CPU time)
 //   sleep         Spinner spins 800 ms of CPU, then Sleeper sleeps 500 ms, on the same thread
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
 //   threads N ms  N threads, each spinning for ms then blocking until the end
@@ -42,7 +42,7 @@ public static class Program
     }
 
     // utime + stime from /proc/self/task/<tid>/stat, in milliseconds.
-    static long MainThreadCpuMs()
+    internal static long MainThreadCpuMs()
     {
         string stat = File.ReadAllText($"/proc/self/task/{Environment.ProcessId}/stat");
         string[] f = stat[(stat.LastIndexOf(')') + 2)..].Split(' ');
@@ -68,8 +68,10 @@ public static class Ratio
             if (sw.Elapsed.TotalMilliseconds >= 2) break;
             iters *= 2;
         }
-        var total = Stopwatch.StartNew();
-        while (total.ElapsedMilliseconds < totalMs)
+        // Until the thread has had about totalMs of CPU (not wall time: on a busy machine the
+        // profile would otherwise hold fewer samples than the tests expect).
+        long start = Program.MainThreadCpuMs();
+        while (Program.MainThreadCpuMs() - start < totalMs)
         {
             Heavy(iters);
             Light(iters);

@@ -60,6 +60,13 @@ struct ExportArgs {
     /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    #[command(flatten)]
+    read: ReadArgs,
+}
+
+/// How a trace is read: the time window, and where native names come from.
+#[derive(Args, Debug)]
+struct ReadArgs {
     /// Only what happened from this time on (since the process started: 1.5s, 200ms, 350us)
     #[arg(long, value_name = "TIME", value_parser = time_arg)]
     from: Option<u64>,
@@ -70,6 +77,24 @@ struct ExportArgs {
     /// machine (reproducible output wherever the report runs)
     #[arg(long)]
     no_native_symbols: bool,
+    /// Also look for separate debug files (`DIR/.build-id/xx/yyyy.debug`) in DIR (repeatable;
+    /// /usr/lib/debug is always searched)
+    #[arg(long, value_name = "DIR")]
+    symbols: Vec<PathBuf>,
+}
+
+impl ReadArgs {
+    fn options(self) -> Result<crate::load::ReadOptions> {
+        let (from, to) = (self.from.unwrap_or(0), self.to.unwrap_or(u64::MAX));
+        if from >= to {
+            anyhow::bail!("--from must be before --to");
+        }
+        Ok(crate::load::ReadOptions {
+            range: TimeRange::new(from, to),
+            native_symbols: !self.no_native_symbols,
+            debug_dirs: self.symbols,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -187,16 +212,8 @@ struct ReportArgs {
     /// JSON: the timeline's bucket size (e.g. 10ms) [default: a round size giving at most 200 buckets]
     #[arg(long, value_name = "TIME", value_parser = time_arg)]
     bucket: Option<u64>,
-    /// Only what happened from this time on (since the process started: 1.5s, 200ms, 350us)
-    #[arg(long, value_name = "TIME", value_parser = time_arg)]
-    from: Option<u64>,
-    /// Only what happened before this time (since the process started: 2s, 1500ms)
-    #[arg(long, value_name = "TIME", value_parser = time_arg)]
-    to: Option<u64>,
-    /// Leave native frames as `module!<unknown>` instead of naming them from the ELF files on this
-    /// machine (reproducible output wherever the report runs)
-    #[arg(long)]
-    no_native_symbols: bool,
+    #[command(flatten)]
+    read: ReadArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -311,10 +328,9 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Report(a) => {
             let cmd = crate::report::ReportCommand {
-                range: time_range(a.from, a.to)?,
+                read: a.read.options()?,
                 trace: a.trace,
                 output: a.output,
-                native_symbols: !a.no_native_symbols,
                 report: ReportOptions {
                     view: match a.view {
                         None => View::Auto,
@@ -354,7 +370,7 @@ pub fn run() -> Result<ExitCode> {
         Command::Export(a) => {
             use clrprof_export::ExportFormat as F;
             let cmd = crate::export::ExportCommand {
-                range: time_range(a.from, a.to)?,
+                read: a.read.options()?,
                 trace: a.trace,
                 format: match a.format {
                     ExportFormatArg::Collapsed => F::Collapsed,
@@ -365,7 +381,6 @@ pub fn run() -> Result<ExitCode> {
                 output: a.output,
                 weight: a.weight.map(WeightArg::metric),
                 thread: a.thread,
-                native_symbols: !a.no_native_symbols,
             };
             crate::export::export(&cmd)?;
             Ok(ExitCode::SUCCESS)
@@ -375,15 +390,6 @@ pub fn run() -> Result<ExitCode> {
 
 fn time_arg(s: &str) -> Result<u64, String> {
     parse_time(s)
-}
-
-/// The window `--from`/`--to` select (the whole run when neither is given).
-fn time_range(from: Option<u64>, to: Option<u64>) -> Result<TimeRange> {
-    let (from, to) = (from.unwrap_or(0), to.unwrap_or(u64::MAX));
-    if from >= to {
-        anyhow::bail!("--from must be before --to");
-    }
-    Ok(TimeRange::new(from, to))
 }
 
 /// A fix for errors users commonly hit.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clrprof_export::{exporter, ExportFormat, ExportInput};
-use clrprof_model::{Metric, TimeRange};
+use clrprof_model::Metric;
 use clrprof_query::Threads;
 
 /// Options of `clrprof export`.
@@ -18,9 +18,7 @@ pub struct ExportCommand {
     /// `None` = the profile's natural weight (CPU time for sampled traces).
     pub weight: Option<Metric>,
     pub thread: Option<String>,
-    /// Name native frames from the ELF files on this machine.
-    pub native_symbols: bool,
-    pub range: TimeRange,
+    pub read: crate::load::ReadOptions,
 }
 
 /// Default output: the trace's path with the weight and the format's extension
@@ -31,7 +29,7 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 }
 
 pub fn export(c: &ExportCommand) -> Result<()> {
-    let p = crate::load::load(&c.trace, c.native_symbols, c.range)?;
+    let p = crate::load::load(&c.trace, &c.read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
     let stacks = clrprof_query::stacks::stacks(&p, c.weight, &threads);
     if stacks.merged.is_empty() {

@@ -7,10 +7,21 @@ use clrprof_model::{NoSymbols, Profile, TimeRange};
 use clrprof_query::source::{LoadError, Loader};
 use clrprof_trace::TraceSource;
 
+/// How to read a trace.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// The window of the run to profile.
+    pub range: TimeRange,
+    /// Name native frames from the ELF files on this machine (else `module!<unknown>`).
+    pub native_symbols: bool,
+    /// Directories searched for separate debug files by build-id (besides /usr/lib/debug).
+    pub debug_dirs: Vec<std::path::PathBuf>,
+}
+
 /// Loads a trace for a time range. Corrupt, foreign, empty or newer-version files are errors; a
 /// truncated trace is read up to the damage with a warning on stderr (also kept in
 /// `Profile::messages`).
-pub fn load(path: &Path, native_symbols: bool, range: TimeRange) -> Result<Profile> {
+pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
     let (builder, diagnostics) = Loader::load(TraceSource::File(path.to_path_buf())).map_err(|e| {
         let what = match &e {
             LoadError::Open(_) => format!("cannot open trace {}", path.display()),
@@ -24,9 +35,9 @@ pub fn load(path: &Path, native_symbols: bool, range: TimeRange) -> Result<Profi
     if let Some(t) = diagnostics.truncation {
         eprintln!("clrprof: warning: {}: {t}", path.display());
     }
-    Ok(if native_symbols {
-        builder.profile(range, &mut clrprof_symbols::ElfSymbols::default())
+    Ok(if read.native_symbols {
+        builder.profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))
     } else {
-        builder.profile(range, &mut NoSymbols)
+        builder.profile(read.range, &mut NoSymbols)
     })
 }

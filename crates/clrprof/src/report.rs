@@ -4,7 +4,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clrprof_model::TimeRange;
 use clrprof_report::ReportOptions;
 
 /// Options of `clrprof report`.
@@ -13,14 +12,12 @@ pub struct ReportCommand {
     pub trace: PathBuf,
     /// `None` = standard output.
     pub output: Option<PathBuf>,
-    /// Name native frames from the ELF files on this machine.
-    pub native_symbols: bool,
-    pub range: TimeRange,
+    pub read: crate::load::ReadOptions,
     pub report: ReportOptions,
 }
 
 pub fn report(c: &ReportCommand) -> Result<()> {
-    let profile = crate::load::load(&c.trace, c.native_symbols, c.range)?;
+    let profile = crate::load::load(&c.trace, &c.read)?;
     let text = clrprof_report::render(&profile, &c.report)?;
     match &c.output {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
