@@ -11,7 +11,7 @@ use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable};
 use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Instrumentation {
     pub inlining_disabled: bool,
     pub tiering_disabled: bool,
@@ -47,7 +47,7 @@ impl Instrumentation {
 }
 
 /// One flow event: `kind` 0 enter, 1 leave, 2 tailcall, 3 unwind (frame left by an exception).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct FlowEvent {
     pub kind: u8,
     pub function: u64,

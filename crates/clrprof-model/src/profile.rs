@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use clrprof_trace::code_kind;
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Process {
     pub pid: u32,
     pub command_line: String,
@@ -30,7 +30,7 @@ pub struct Process {
     pub records_dropped: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Thread {
     /// The runtime's ThreadID.
     pub id: u64,
@@ -43,7 +43,7 @@ pub struct Thread {
     pub destroyed_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct AppDomain {
     pub id: u64,
     pub name: String,
@@ -51,7 +51,7 @@ pub struct AppDomain {
     pub unloaded_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Assembly {
     pub id: u64,
     pub name: String,
@@ -62,7 +62,7 @@ pub struct Assembly {
     pub unloaded_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Module {
     pub id: u64,
     pub path: String,
@@ -80,7 +80,7 @@ impl Module {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Class {
     pub id: u64,
     pub name: String,
@@ -90,7 +90,7 @@ pub struct Class {
     pub unloaded_ns: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Function {
     pub id: u64,
     pub name: String,

@@ -134,3 +134,23 @@ fn time_windows_split_instrumented_calls_by_flush() {
     assert_eq!(sum, total.calls);
     assert!(total.calls >= 10_000, "4 threads × 2,500 calls of Calls.Shared.Work: {}", total.calls);
 }
+
+#[test]
+fn typed_answers_serialize_with_their_figures() {
+    use clrprof_query::costs::{callers, hotspots, CostQuery};
+    let p = load("sampled").profile(TimeRange::ALL, &mut NoSymbols);
+    let q = CostQuery { top: Some(1), ..Default::default() };
+    let h = serde_json::to_value(hotspots(&p, &q, None)).unwrap();
+    assert_eq!(h["metric"], "cpu");
+    let top = &h["groups"][0]["rows"][0];
+    assert_eq!(top["name"], "Sampling.Many.Spin");
+    assert_eq!(top["self_cost"]["cpu_samples"], 56, "as the golden report says");
+    assert_eq!(h["groups"][0]["count"], 59);
+    let c = serde_json::to_value(callers(&p, &q, Some("Sampling.Many.Spin")).unwrap()).unwrap();
+    assert_eq!(c["function"]["names"][0], "Sampling.Many.Spin");
+    assert_eq!(c["function"]["inclusive"]["cpu_samples"], 59);
+    assert_eq!(c["entry_points"].as_array().unwrap().len(), 1);
+    let ev = serde_json::to_value(&load("events").profile(TimeRange::ALL, &mut NoSymbols).events).unwrap();
+    assert_eq!(ev["gcs"].as_array().unwrap().len(), 6);
+    assert_eq!(ev["gcs"][0]["reason"], "small-alloc");
+}

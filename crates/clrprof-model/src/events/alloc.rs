@@ -13,7 +13,7 @@ use crate::TimeRange;
 pub const ALLOCATION_SAMPLING_MEAN_BYTES: f64 = 102_400.0;
 
 /// Allocations of one type.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct AllocType {
     pub type_name: String,
     /// Exact count, or an estimate when `exact` is false.
@@ -25,7 +25,7 @@ pub struct AllocType {
 }
 
 /// Sampled allocations of one type made by one function (the innermost managed frame).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct AllocSite {
     pub type_name: String,
     pub function: String,

@@ -9,7 +9,7 @@ use crate::stacks::{CostTree, FrameKey, StackId};
 use crate::TimeRange;
 
 /// Monitor lock contention at one waiting site (the innermost frame outside `System.Threading`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ContentionSite {
     pub site: String,
     pub count: u64,

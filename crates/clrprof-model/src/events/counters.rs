@@ -6,7 +6,7 @@ use super::Gc;
 use crate::{Profile, TimeRange};
 
 /// One interval of the runtime counters.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct CounterRow {
     pub start_ns: u64,
     pub end_ns: u64,

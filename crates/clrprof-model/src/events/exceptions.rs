@@ -14,7 +14,7 @@ use crate::stacks::{CostTree, FrameKey, StackId};
 use crate::TimeRange;
 
 /// Exceptions of one type thrown from one function.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ExceptionGroup {
     pub type_name: String,
     /// The throwing function (innermost managed frame at the throw), empty when unknown.
@@ -51,7 +51,7 @@ pub struct ExceptionGroup {
 /// How exceptions were observed: all of them, or (in an exception storm, unless recorded with
 /// `--exceptions exact`) every one up to a budget and then samples. Times are within the
 /// profile's range.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ExceptionSampling {
     /// The rate limit paused the callbacks at least once: some counts are estimates.
     pub sampled: bool,

@@ -6,7 +6,7 @@ use clrprof_trace::{GcFinished, GcInfo, GcStarted};
 use crate::TimeRange;
 
 /// One garbage collection.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Gc {
     /// The runtime's GC index when known (EventPipe `GCStart`), else the order in the trace.
     pub index: u64,

@@ -7,7 +7,7 @@ use clrprof_trace::exception_phase as ph;
 use crate::TimeRange;
 
 /// One line of the event log.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct LogEvent {
     pub ts: u64,
     /// OS thread id (0 when the record does not say).

@@ -30,7 +30,7 @@ pub use gc::{gc_reason, time_in_gc, Gc};
 pub use log::LogEvent;
 
 /// Runtime-event results attached to [`Profile`], for the profile's time range.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct RuntimeEvents {
     /// Exceptions thrown in the range.
     pub exceptions: Vec<ExceptionGroup>,
@@ -72,7 +72,7 @@ pub struct RuntimeEvents {
 /// not draw them as they are but draw each storm of `storms` as its estimated throws spread
 /// evenly over its interval (as the counters do), or weigh each sampled throw by the storm's
 /// (paused + window time) / window time.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct EventTimes {
     /// Exceptions thrown outside storms: (ts, os_tid).
     pub throws: Vec<(u64, u32)>,
