@@ -53,7 +53,11 @@ impl ExportInput<'_> {
 
     pub fn title(&self) -> String {
         let pr = &self.profile.process;
-        let cmd = if pr.command_line.is_empty() { format!("pid {}", pr.pid) } else { pr.command_line.clone() };
+        let cmd = if pr.command_line.is_empty() {
+            format!("pid {}", pr.pid)
+        } else {
+            clrprof_query::select::short_command(&pr.command_line)
+        };
         format!("{cmd} — {}", self.stacks.weight_name)
     }
 }

@@ -265,3 +265,53 @@ pub fn find_functions(p: &Profile, names: &[String], wanted: &str) -> Result<Vec
         }
     }
 }
+
+/// A command line short enough for a header: whole when it fits in [`SHORT_COMMAND`] characters,
+/// else its first words (at least the program and, for `dotnet app.dll`, the assembly) and how
+/// many arguments were left out: `dotnet /sdk/Roslyn/bincore/csc.dll … (170 more arguments)`.
+pub fn short_command(command: &str) -> String {
+    if command.chars().count() <= SHORT_COMMAND {
+        return command.to_string();
+    }
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let mut kept = 0;
+    let mut len = 0;
+    for (i, w) in words.iter().enumerate() {
+        let n = w.chars().count() + usize::from(i > 0);
+        if i >= 2 && len + n > SHORT_COMMAND {
+            break;
+        }
+        len += n;
+        kept = i + 1;
+    }
+    let more = words.len() - kept;
+    let head = words[..kept].join(" ");
+    match more {
+        0 => head,
+        1 => format!("{head} … (1 more argument)"),
+        n => format!("{head} … ({n} more arguments)"),
+    }
+}
+
+/// Characters of a command line shown in headers and titles.
+pub const SHORT_COMMAND: usize = 120;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_command_lines_are_shortened_with_a_count() {
+        assert_eq!(short_command("dotnet app.dll --port 80"), "dotnet app.dll --port 80");
+        let args: Vec<String> = (0..170).map(|i| format!("/src/file{i}.cs")).collect();
+        let cmd = format!("dotnet /usr/share/dotnet/sdk/10.0.401/Roslyn/bincore/csc.dll {}", args.join(" "));
+        let s = short_command(&cmd);
+        assert!(s.starts_with("dotnet /usr/share/dotnet/sdk/10.0.401/Roslyn/bincore/csc.dll /src/file0.cs"), "{s}");
+        assert!(s.chars().count() <= SHORT_COMMAND + 30, "{s}");
+        let shown = s.split(" … ").next().unwrap().split_whitespace().count();
+        assert!(s.ends_with(&format!(" … ({} more arguments)", 172 - shown)), "{s}");
+        // The program and the assembly are kept however long they are.
+        let long = format!("dotnet /{}/app.dll a b", "x".repeat(200));
+        assert_eq!(short_command(&long), format!("dotnet /{}/app.dll … (2 more arguments)", "x".repeat(200)));
+    }
+}

@@ -185,7 +185,7 @@ pub fn title(p: &Profile, what: &str) -> String {
         _ => {}
     }
     s += "\n";
-    s += &format!("command: {}\n", pr.command_line);
+    s += &format!("command: {}\n", select::short_command(&pr.command_line));
     if !p.range.is_all() {
         let (from, to) = p.span();
         s += &format!(

@@ -100,7 +100,8 @@ impl<T: Field> Field for Vec<T> {
         if n > r.remaining() {
             return Err(DecodeError::Corrupt(format!("vector of {n} elements in {} bytes", r.remaining())));
         }
-        let mut v = Vec::with_capacity(n);
+        // Grow as elements really decode: a damaged count never reserves more than the body holds.
+        let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<T>().max(1)).min(1 << 16));
         for _ in 0..n {
             v.push(T::get(r)?);
         }

@@ -160,6 +160,24 @@ impl Default for EventOptions {
     }
 }
 
+/// The trace's directory must exist and take new files before the program starts: otherwise the
+/// agent could not write and the user would only learn it after the run.
+fn check_output_dir(trace: &Path) -> Result<()> {
+    let dir = match trace.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!("cannot write the trace {}: the directory {} does not exist", trace.display(), dir.display());
+    }
+    let probe = dir.join(format!(".clrprof-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").with_context(|| {
+        format!("cannot write the trace {}: cannot create files in {}", trace.display(), dir.display())
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.command.is_empty() {
         bail!("no command given: use `clrprof record -- dotnet app.dll`");
@@ -177,6 +195,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         }
         None => format!("{}-{{pid}}.clrprof", program_name(&opts.command)),
     };
+    check_output_dir(Path::new(&template))?;
     if std::env::var("DOTNET_EnableDiagnostics").as_deref() == Ok("0") {
         eprintln!("clrprof: warning: DOTNET_EnableDiagnostics=0 may stop the runtime from loading the profiler");
     }

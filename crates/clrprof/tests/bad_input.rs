@@ -77,6 +77,23 @@ fn bad_flags_are_refused_clearly() {
 }
 
 #[test]
+fn a_trace_path_in_a_missing_directory_is_refused_before_the_program_starts() {
+    let dir = scratch("missing-output-dir");
+    let marker = dir.join("ran");
+    // If the program ran, it would create the marker file.
+    let out = Command::new(clrprof_exe())
+        .args(["record", "-o", "no/such/dir/x.clrprof", "--", "touch"])
+        .arg(&marker)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let e = one_line_error(&out);
+    assert!(e.contains("no/such/dir/x.clrprof") && e.contains("directory no/such/dir does not exist"), "{e}");
+    assert!(!marker.exists(), "the program must not start");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn bad_time_ranges_are_refused_clearly() {
     let trace = repo_root().join("testdata/traces/v1/sampled.clrprof");
     let run = |args: &[&str]| Command::new(clrprof_exe()).arg("report").arg(&trace).args(args).output().unwrap();

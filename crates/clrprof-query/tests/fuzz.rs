@@ -1,0 +1,118 @@
+//! A mutation fuzzer over the real traces in testdata/traces/v1: blocks are damaged (bytes
+//! flipped, set, dropped, duplicated) and their checksums recomputed, so the damage reaches the
+//! record decoder, the model and the query layer, not only the checksum test. Every input must
+//! give a profile, a report document and a time window — or a clean error — and never a panic.
+//! Quick by default (fixed seed); `CLRPROF_FUZZ_ITERATIONS=1000000` runs the long mode.
+
+use std::path::PathBuf;
+
+use clrprof_model::{NoSymbols, TimeRange};
+use clrprof_query::source::Loader;
+use clrprof_query::Threads;
+use clrprof_trace::{crc32, TraceSource, HEADER_LEN};
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// (offset, length) of every block's payload.
+fn blocks(trace: &[u8]) -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    let mut at = HEADER_LEN;
+    while at + 8 <= trace.len() {
+        let len = u32::from_le_bytes(trace[at..at + 4].try_into().unwrap()) as usize;
+        v.push((at + 8, len));
+        at += 8 + len;
+    }
+    v
+}
+
+/// One damaged copy of `trace`: a few mutations in one block, its length and checksum made valid.
+fn mutate(trace: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let bl = blocks(trace);
+    let (start, len) = bl[rng.below(bl.len())];
+    let mut payload = trace[start..start + len].to_vec();
+    for _ in 0..1 + rng.below(4) {
+        if payload.is_empty() {
+            break;
+        }
+        let i = rng.below(payload.len());
+        match rng.below(6) {
+            0 => payload[i] ^= 1 << rng.below(8),
+            1 => payload[i] = 0xff,
+            2 => payload[i] = 0,
+            3 => {
+                // A field's worth of 0xff: huge counts, ids, lengths.
+                for b in payload.iter_mut().skip(i).take(4) {
+                    *b = 0xff;
+                }
+            }
+            4 => {
+                let n = rng.below(16).min(payload.len() - i);
+                payload.drain(i..i + n);
+            }
+            _ => {
+                let n = rng.below(16).min(payload.len() - i);
+                let dup: Vec<u8> = payload[i..i + n].to_vec();
+                payload.splice(i..i, dup);
+            }
+        }
+    }
+    let mut out = trace[..start - 8].to_vec();
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out.extend_from_slice(&trace[start + len..]);
+    // Sometimes cut the file short too.
+    if rng.below(8) == 0 {
+        let cut = HEADER_LEN + rng.below(out.len() - HEADER_LEN);
+        out.truncate(cut);
+    }
+    out
+}
+
+/// Reads a damaged trace the way every command does.
+fn exercise(bytes: Vec<u8>) {
+    let Ok((builder, _)) = Loader::load(TraceSource::Bytes(bytes)) else { return };
+    let p = builder.profile(TimeRange::ALL, &mut NoSymbols);
+    let doc = clrprof_query::document::document(&p, &Threads::all(), None);
+    let _ = serde_json::to_string(&doc).unwrap();
+    let q = clrprof_query::costs::CostQuery { depth: Some(20), ..Default::default() };
+    let _ = clrprof_query::costs::hotspots(&p, &q, None);
+    let _ = clrprof_query::costs::call_tree(&p, &q, None);
+    let _ = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+    let half = p.process.duration_ns / 2;
+    let w = builder.profile(TimeRange::new(half / 2, half + half / 2), &mut NoSymbols);
+    let _ = clrprof_query::document::document(&w, &Threads::all(), Some(1_000_000));
+}
+
+#[test]
+fn damaged_traces_never_panic() {
+    let iterations: usize = std::env::var("CLRPROF_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    let traces: Vec<Vec<u8>> = names.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let mut rng = Rng(0x5eed_c1a7_0f00_d001);
+    for i in 0..iterations * traces.len() {
+        let k = i % traces.len();
+        let input = mutate(&traces[k], &mut rng);
+        let kept = input.clone();
+        if std::panic::catch_unwind(|| exercise(input)).is_err() {
+            let path = std::env::temp_dir().join(format!("clrprof-fuzz-{i}.clrprof"));
+            std::fs::write(&path, kept).unwrap();
+            panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
+        }
+    }
+}
