@@ -16,7 +16,9 @@ use crate::stacks::stack_names;
 use crate::timeline::{timeline, Timeline};
 
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the
+/// document linear in size and shallow for standard JSON readers.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 pub struct ReportDocument {
@@ -205,15 +207,20 @@ pub struct InstrumentationDoc {
     pub filtered_functions: u64,
 }
 
+/// A node of the call tree; nodes are listed depth first, children by inclusive time, and `id` is
+/// the node's index in the list.
 #[derive(Serialize)]
 pub struct CallTreeDoc {
+    pub id: usize,
+    /// The caller's node, `null` for a root.
+    pub parent: Option<usize>,
+    pub depth: usize,
     pub name: String,
     pub calls: u64,
     pub inclusive_ns: u64,
     pub exclusive_ns: u64,
     pub suspended_ns: u64,
     pub profiler_ns: u64,
-    pub children: Vec<CallTreeDoc>,
 }
 
 #[derive(Serialize)]
@@ -715,27 +722,37 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
     }
 }
 
-/// The merged call tree, nested, children by inclusive time.
+/// The merged call tree, flat: depth first, children by inclusive time.
 fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
     let names = select::display_names(p);
     let (nodes, roots) = threads.with_filter(|f| clrprof_model::views::call_tree(&p.costs, f));
-    fn node(nodes: &[clrprof_model::views::TreeNode], names: &[String], n: usize) -> CallTreeDoc {
+    let by_time = |v: &mut Vec<usize>| {
+        v.sort_by(|&a, &b| nodes[b].inclusive.time_ns.cmp(&nodes[a].inclusive.time_ns).then(a.cmp(&b)))
+    };
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut rs = roots;
+    by_time(&mut rs);
+    // (node, parent id, depth), popped in display order.
+    let mut stack: Vec<(usize, Option<usize>, usize)> = rs.into_iter().rev().map(|r| (r, None, 0)).collect();
+    while let Some((n, parent, depth)) = stack.pop() {
         let me = &nodes[n];
-        let mut kids: Vec<usize> = me.children.clone();
-        kids.sort_by(|&a, &b| nodes[b].inclusive.time_ns.cmp(&nodes[a].inclusive.time_ns).then(a.cmp(&b)));
-        CallTreeDoc {
+        let id = out.len();
+        out.push(CallTreeDoc {
+            id,
+            parent,
+            depth,
             name: names[me.frame.0 as usize].clone(),
             calls: me.self_cost.calls,
             inclusive_ns: me.inclusive.time_ns,
             exclusive_ns: me.self_cost.time_ns,
             suspended_ns: me.inclusive.suspended_ns,
             profiler_ns: me.inclusive.profiler_ns,
-            children: kids.iter().map(|&k| node(nodes, names, k)).collect(),
-        }
+        });
+        let mut kids = me.children.clone();
+        by_time(&mut kids);
+        stack.extend(kids.into_iter().rev().map(|k| (k, Some(id), depth + 1)));
     }
-    let mut rs = roots;
-    rs.sort_by(|&a, &b| nodes[b].inclusive.time_ns.cmp(&nodes[a].inclusive.time_ns).then(a.cmp(&b)));
-    rs.iter().map(|&r| node(&nodes, &names, r)).collect()
+    out
 }
 
 fn thread_hotspots(p: &Profile, threads: &Threads) -> Vec<ThreadHotspotsDoc> {

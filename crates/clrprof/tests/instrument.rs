@@ -15,17 +15,25 @@ fn calls(v: &Value, name: &str) -> u64 {
     func(v, name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
 }
 
-/// Walks the JSON call tree checking inclusive ≥ exclusive ≥ 0 and parent ≥ sum of children.
-fn check_tree(node: &Value) {
-    let inc = node["inclusive_ns"].as_u64().unwrap();
-    let exc = node["exclusive_ns"].as_u64().unwrap();
-    assert!(inc >= exc, "{}: inclusive {inc} < exclusive {exc}", node["name"]);
-    let kids = node["children"].as_array().unwrap();
-    let sum: u64 = kids.iter().map(|k| k["inclusive_ns"].as_u64().unwrap()).sum();
-    assert!(inc >= sum, "{}: inclusive {inc} < children {sum}", node["name"]);
-    assert_eq!(inc, exc + sum, "{}: inclusive = exclusive + children", node["name"]);
-    for k in kids {
-        check_tree(k);
+/// Checks the JSON call tree (a flat list with parent ids, depth first): inclusive ≥ exclusive ≥ 0
+/// and inclusive = exclusive + the children's inclusive for every node.
+fn check_tree(nodes: &[Value]) {
+    let mut children_sum = vec![0u64; nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(node["id"].as_u64(), Some(i as u64));
+        if let Some(parent) = node["parent"].as_u64() {
+            assert!((parent as usize) < i, "a parent comes before its children");
+            assert_eq!(node["depth"].as_u64().unwrap(), nodes[parent as usize]["depth"].as_u64().unwrap() + 1);
+            children_sum[parent as usize] += node["inclusive_ns"].as_u64().unwrap();
+        } else {
+            assert_eq!(node["depth"], 0);
+        }
+    }
+    for (node, sum) in nodes.iter().zip(children_sum) {
+        let inc = node["inclusive_ns"].as_u64().unwrap();
+        let exc = node["exclusive_ns"].as_u64().unwrap();
+        assert!(inc >= exc, "{}: inclusive {inc} < exclusive {exc}", node["name"]);
+        assert_eq!(inc, exc + sum, "{}: inclusive = exclusive + children", node["name"]);
     }
 }
 
@@ -95,9 +103,8 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
             assert_eq!(f["callee_ns"].as_u64().unwrap(), i - e);
         }
     }
-    for root in v["calltree"].as_array().unwrap() {
-        check_tree(root);
-    }
+    assert_eq!(v["schema_version"], 2);
+    check_tree(v["calltree"].as_array().unwrap());
     let instr = &v["instrumentation"];
     assert_eq!(instr["inlining_disabled"], true);
     assert_eq!(instr["ready_to_run_ignored"], true);
