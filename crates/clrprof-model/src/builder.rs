@@ -395,4 +395,19 @@ mod tests {
         assert_eq!(p.process.duration_ns, 1_000);
         assert!(p.process.clean_shutdown);
     }
+
+    #[test]
+    fn a_damaged_time_far_in_the_future_does_not_blow_up_the_series() {
+        // Found by the fuzzer: a corrupted timestamp made the run 146 years long and the counter
+        // series asked for 553 GB.
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
+        b.add(&ThreadCreated { ts: 1 << 62, id: 1 }.into());
+        let p = b.finish();
+        assert_eq!(p.process.duration_ns, 1 << 62);
+        let rows = &p.events.counters;
+        assert!(!rows.is_empty() && rows.len() <= 100_000, "{} rows", rows.len());
+        assert_eq!(rows.last().unwrap().end_ns, 1 << 62);
+        assert_eq!(p.events.counter_interval_ns % 1_000_000_000, 0, "whole seconds");
+    }
 }

@@ -11,6 +11,8 @@ use crate::select::{self, Threads};
 
 /// At most this many buckets when the caller leaves the size to us.
 pub const DEFAULT_BUCKETS: u64 = 200;
+/// At most this many buckets whatever the caller asks: a smaller bucket is widened.
+pub const MAX_BUCKETS: u64 = 100_000;
 
 /// One thread's activity, one value per bucket.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -25,8 +27,8 @@ pub struct ThreadActivity {
     pub exceptions: Vec<u64>,
 }
 
-/// The profile's span cut into buckets of `bucket_ns` from `start_ns`; the last bucket may end
-/// early at `end_ns`.
+/// The profile's span cut into buckets of `bucket_ns` from `start_ns` (the size asked for, widened
+/// when it would give more than [`MAX_BUCKETS`]); the last bucket may end early at `end_ns`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Timeline {
     pub bucket_ns: u64,
@@ -61,7 +63,7 @@ pub fn default_bucket(span_ns: u64) -> u64 {
 pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timeline {
     let (start, end) = p.span();
     let span = end.saturating_sub(start);
-    let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span));
+    let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span)).max(span.div_ceil(MAX_BUCKETS));
     let n = span.div_ceil(bucket).max(1) as usize;
     let at = |ts: u64| (ts.saturating_sub(start) / bucket).min(n as u64 - 1) as usize;
     let mut rows: BTreeMap<u32, ThreadActivity> = BTreeMap::new();
@@ -139,5 +141,14 @@ mod tests {
         for span in [1u64, 999_999_999, 12_345_678_901, 987_654_321_000] {
             assert!(span.div_ceil(default_bucket(span)) <= DEFAULT_BUCKETS, "{span}");
         }
+    }
+
+    #[test]
+    fn a_tiny_bucket_over_a_long_span_is_widened() {
+        let mut p = Profile::default();
+        p.process.duration_ns = 1 << 62;
+        let t = timeline(&p, &Threads::all(), Some(1_000_000));
+        assert!(t.buckets as u64 <= MAX_BUCKETS && t.gcs.len() == t.buckets, "{} buckets", t.buckets);
+        assert!(t.bucket_ns as u128 * t.buckets as u128 >= 1u128 << 62);
     }
 }

@@ -44,14 +44,23 @@ pub(super) struct CounterFacts<'a> {
     pub contentions: &'a [u64],
 }
 
+/// Rows of the counter series at most.
+const MAX_ROWS: u64 = 100_000;
+
 /// The counter time series over the profile's span within `range`, one row per interval (1 s,
-/// or a tenth of a second for spans shorter than 10 s), and the interval.
+/// or a tenth of a second for spans shorter than 10 s; whole seconds giving at most `MAX_ROWS`
+/// rows for spans over about 28 hours), and the interval.
 pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<CounterRow>, u64) {
     let (from, end) = p.span();
     let end = end.min(range.to);
     let from = from.max(range.from).min(end);
     let dur = (end - from).max(1);
-    let interval = if dur >= 10_000_000_000 { 1_000_000_000 } else { 100_000_000 };
+    let interval = if dur >= 10_000_000_000 {
+        // Whole seconds, and never more than MAX_ROWS rows (a span of days, or a damaged time).
+        dur.div_ceil(MAX_ROWS).div_ceil(1_000_000_000).max(1) * 1_000_000_000
+    } else {
+        100_000_000
+    };
     let n = dur.div_ceil(interval) as usize;
     let last = n - 1;
     let mut rows: Vec<CounterRow> = (0..n)
