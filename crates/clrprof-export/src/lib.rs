@@ -1,19 +1,23 @@
-//! The profile's stacks in the formats other tools read. Every format is an [`Exporter`] over the
+//! The profile's stacks in the formats other tools read (folded stacks, flame graphs, speedscope,
+//! pprof). Every format is an [`Exporter`] over the
 //! same [`ExportInput`]: the query layer's stacks for one weight, merged over the selected threads
 //! and per thread.
 #![forbid(unsafe_code)]
 
 mod collapsed;
 mod flamegraph;
+mod pprof;
 mod speedscope;
 
 use std::io::Write;
 
 use clrprof_model::{FrameId, Profile};
 use clrprof_query::stacks::Stacks;
+use clrprof_query::Threads;
 
 pub use collapsed::Collapsed;
 pub use flamegraph::{FlameHtml, FlameSvg};
+pub use pprof::Pprof;
 pub use speedscope::Speedscope;
 
 /// Output formats.
@@ -27,6 +31,8 @@ pub enum ExportFormat {
     Html,
     /// speedscope JSON: one profile merged over threads, then one per thread.
     Speedscope,
+    /// pprof: gzip-compressed profile.proto with every sample type the trace holds.
+    Pprof,
 }
 
 /// Why an export failed.
@@ -43,7 +49,10 @@ pub type Result<T, E = ExportError> = std::result::Result<T, E>;
 /// What every exporter reads.
 pub struct ExportInput<'a> {
     pub profile: &'a Profile,
+    /// The stacks of the chosen weight over the selected threads.
     pub stacks: Stacks,
+    /// The selected threads (formats with several weights read the profile through them).
+    pub threads: Threads,
 }
 
 impl ExportInput<'_> {
@@ -76,5 +85,6 @@ pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Svg => Box::new(FlameSvg),
         ExportFormat::Html => Box::new(FlameHtml),
         ExportFormat::Speedscope => Box::new(Speedscope),
+        ExportFormat::Pprof => Box::new(Pprof),
     }
 }

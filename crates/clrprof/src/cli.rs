@@ -107,6 +107,8 @@ enum ExportFormatArg {
     Html,
     /// speedscope JSON: all threads merged, then one profile per thread
     Speedscope,
+    /// pprof (gzip-compressed profile.proto) with every sample type the trace holds, for `go tool pprof`
+    Pprof,
 }
 
 #[derive(Args, Debug)]
@@ -377,6 +379,7 @@ pub fn run() -> Result<ExitCode> {
                     ExportFormatArg::Svg => F::Svg,
                     ExportFormatArg::Html => F::Html,
                     ExportFormatArg::Speedscope => F::Speedscope,
+                    ExportFormatArg::Pprof => F::Pprof,
                 },
                 output: a.output,
                 weight: a.weight.map(WeightArg::metric),

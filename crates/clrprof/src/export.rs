@@ -35,7 +35,7 @@ pub fn export(c: &ExportCommand) -> Result<()> {
     if stacks.merged.is_empty() {
         bail!("{} has no {} to export (was it recorded with --no-sample?)", c.trace.display(), stacks.weight_name);
     }
-    let inp = ExportInput { profile: &p, stacks };
+    let inp = ExportInput { profile: &p, stacks, threads };
     let ex = exporter(c.format);
     let mut buf = Vec::new();
     ex.write(&inp, &mut buf)?;

@@ -18,6 +18,8 @@ pub struct ContentionSite {
     pub max_wait_ns: u64,
     /// Distinct waiting stacks with counts, most frequent first.
     pub stacks: Vec<(StackId, u64)>,
+    /// The total wait of each of `stacks`, in the same order.
+    pub stack_wait_ns: Vec<u64>,
 }
 
 /// One contention: when it started, on which thread, and its wait once it ended.
@@ -97,11 +99,14 @@ impl ContentionFacts {
             let ids: Vec<_> = stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
             if let Some(sid) = costs.stacks.intern_stack(&ids) {
                 e.stacks.push((sid, n));
+                e.stack_wait_ns.push(wait);
             }
         }
         let mut sites: Vec<ContentionSite> = by_site.into_values().collect();
         for s in &mut sites {
-            s.stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut both: Vec<((StackId, u64), u64)> = s.stacks.drain(..).zip(s.stack_wait_ns.drain(..)).collect();
+            both.sort_by(|(a, _), (b, _)| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            (s.stacks, s.stack_wait_ns) = both.into_iter().unzip();
         }
         sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
         ContentionResult { sites, times, starts }

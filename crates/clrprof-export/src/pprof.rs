@@ -1,0 +1,316 @@
+//! pprof: a gzip-compressed `profile.proto` (github.com/google/pprof, proto/profile.proto), read by
+//! `go tool pprof` and every continuous-profiling backend. One sample per (thread, stack) with a
+//! value for every sample type the trace holds — CPU and wall time, allocations, exact calls and
+//! time — plus exception and lock-contention samples from their stacks; threads as labels.
+//! The protobuf is written by hand: a few field types, no code generation.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use clrprof_model::{Cost, FrameId, Metric, Profile, StackId};
+use clrprof_query::select::{self, Threads};
+
+use super::{ExportInput, Exporter, Result};
+
+pub struct Pprof;
+
+/// Protobuf wire encoding of the fields profile.proto uses.
+#[derive(Default)]
+struct Pb(Vec<u8>);
+
+impl Pb {
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn uint(&mut self, field: u32, v: u64) {
+        if v != 0 {
+            self.varint((field as u64) << 3);
+            self.varint(v);
+        }
+    }
+    fn bytes(&mut self, field: u32, b: &[u8]) {
+        self.varint(((field as u64) << 3) | 2);
+        self.varint(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    fn message(&mut self, field: u32, m: Pb) {
+        self.bytes(field, &m.0);
+    }
+    fn packed(&mut self, field: u32, vals: impl IntoIterator<Item = u64>) {
+        let mut p = Pb::default();
+        for v in vals {
+            p.varint(v);
+        }
+        if !p.0.is_empty() {
+            self.bytes(field, &p.0);
+        }
+    }
+}
+
+/// The string table (index 0 is the empty string, as profile.proto requires).
+struct Strings {
+    index: HashMap<String, u64>,
+    list: Vec<String>,
+}
+
+impl Strings {
+    fn new() -> Strings {
+        Strings { index: HashMap::from([(String::new(), 0)]), list: vec![String::new()] }
+    }
+    fn id(&mut self, s: &str) -> u64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.list.len() as u64;
+        self.list.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+/// A sample type: its name, unit, and how it is read from a cost.
+struct SampleType {
+    name: &'static str,
+    unit: &'static str,
+    of: fn(&Cost) -> u64,
+    metric: Option<Metric>,
+}
+
+const COST_TYPES: [SampleType; 7] = [
+    SampleType { name: "samples", unit: "count", of: |c| c.cpu_samples, metric: None },
+    SampleType { name: "cpu", unit: "nanoseconds", of: |c| c.cpu_ns, metric: Some(Metric::Cpu) },
+    SampleType { name: "wall", unit: "nanoseconds", of: |c| c.wall_ns, metric: Some(Metric::Wall) },
+    SampleType { name: "alloc_objects", unit: "count", of: |c| c.alloc_count, metric: Some(Metric::AllocCount) },
+    SampleType { name: "alloc_space", unit: "bytes", of: |c| c.alloc_bytes, metric: Some(Metric::AllocBytes) },
+    SampleType { name: "calls", unit: "count", of: |c| c.calls, metric: Some(Metric::Calls) },
+    SampleType { name: "time", unit: "nanoseconds", of: |c| c.time_ns, metric: Some(Metric::Time) },
+];
+
+/// One pprof sample before encoding: its stack, values and labels.
+struct Row {
+    stack: StackId,
+    values: Vec<i64>,
+    labels: Vec<(String, Label)>,
+}
+
+enum Label {
+    Str(String),
+    Num(u64),
+}
+
+/// `total` spread over weights `w` in proportion, as whole numbers that add up to `total`
+/// (largest remainders first).
+fn apportion(total: u64, w: &[u64]) -> Vec<u64> {
+    let sum: u64 = w.iter().sum();
+    if sum == 0 {
+        return vec![0; w.len()];
+    }
+    let mut out: Vec<u64> = w.iter().map(|&x| (total as u128 * x as u128 / sum as u128) as u64).collect();
+    let mut rem: Vec<(u128, usize)> =
+        w.iter().enumerate().map(|(i, &x)| ((total as u128 * x as u128) % sum as u128, i)).collect();
+    rem.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let left = total - out.iter().sum::<u64>();
+    for &(_, i) in rem.iter().take(left as usize) {
+        out[i] += 1;
+    }
+    out
+}
+
+/// The encoded (not yet compressed) profile of `p` for a thread selection, with `default` as the
+/// default sample type.
+pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
+    let totals = select::totals_for(p, threads);
+    // Which cost sample types the trace holds.
+    let present: Vec<usize> = (0..COST_TYPES.len()).filter(|&i| (COST_TYPES[i].of)(&totals) > 0).collect();
+    let with_events = threads.is_all();
+    let exceptions = with_events && p.events.exceptions.iter().any(|e| !e.stacks.is_empty() && e.thrown > 0);
+    let contention = with_events && p.events.contentions.iter().any(|c| !c.stacks.is_empty());
+    let mut types: Vec<(&str, &str)> = present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
+    let exc_at = types.len();
+    if exceptions {
+        types.push(("exceptions", "count"));
+    }
+    let cont_at = types.len();
+    if contention {
+        types.push(("contentions", "count"));
+        types.push(("delay", "nanoseconds"));
+    }
+    let width = types.len();
+
+    let mut rows: Vec<Row> = Vec::new();
+    for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
+        let name = select::thread_name(p, t.os_tid);
+        let mut stacks: Vec<(&StackId, &Cost)> = t.costs.iter().collect();
+        stacks.sort_by_key(|(s, _)| **s);
+        for (&stack, c) in stacks {
+            let values: Vec<i64> = present.iter().map(|&i| (COST_TYPES[i].of)(c) as i64).collect();
+            if values.iter().all(|&v| v == 0) {
+                continue;
+            }
+            let mut values = values;
+            values.resize(width, 0);
+            let mut labels = vec![("thread id".to_string(), Label::Num(t.os_tid as u64))];
+            if !name.is_empty() {
+                labels.push(("thread name".to_string(), Label::Str(name.clone())));
+            }
+            rows.push(Row { stack, values, labels });
+        }
+    }
+    if exceptions {
+        // The agent walks a sample of the throws: each group's thrown count is spread over its
+        // walked stacks in proportion, so the exceptions add up to the report's counts.
+        for g in p.events.exceptions.iter().filter(|g| !g.stacks.is_empty()) {
+            let w: Vec<u64> = g.stacks.iter().map(|(_, n)| *n).collect();
+            for ((stack, _), n) in g.stacks.iter().zip(apportion(g.thrown, &w)) {
+                let mut values = vec![0; width];
+                values[exc_at] = n as i64;
+                let labels = vec![("exception".to_string(), Label::Str(g.type_name.clone()))];
+                rows.push(Row { stack: *stack, values, labels });
+            }
+        }
+    }
+    if contention {
+        for site in &p.events.contentions {
+            for ((stack, n), wait) in site.stacks.iter().zip(&site.stack_wait_ns) {
+                let mut values = vec![0; width];
+                values[cont_at] = *n as i64;
+                values[cont_at + 1] = *wait as i64;
+                rows.push(Row { stack: *stack, values, labels: Vec::new() });
+            }
+        }
+    }
+
+    let mut strings = Strings::new();
+    let mut out = Pb::default();
+    for (name, unit) in &types {
+        let mut vt = Pb::default();
+        vt.uint(1, strings.id(name));
+        vt.uint(2, strings.id(unit));
+        out.message(1, vt);
+    }
+    // Frames become functions and locations (ids = frame index + 1), modules become mappings.
+    let st = &p.costs.stacks;
+    let mut used: Vec<FrameId> = Vec::new();
+    let mut seen = vec![false; st.frames.len()];
+    for r in &rows {
+        let frames = st.frames_of(r.stack);
+        for f in frames.iter().rev() {
+            if !std::mem::replace(&mut seen[f.0 as usize], true) {
+                used.push(*f);
+            }
+        }
+        let mut s = Pb::default();
+        s.packed(1, frames.iter().rev().map(|f| f.0 as u64 + 1));
+        s.packed(2, r.values.iter().map(|&v| v as u64));
+        for (k, v) in &r.labels {
+            let mut l = Pb::default();
+            l.uint(1, strings.id(k));
+            match v {
+                Label::Str(x) => l.uint(2, strings.id(x)),
+                Label::Num(n) => l.uint(3, *n),
+            }
+            s.message(3, l);
+        }
+        out.message(2, s);
+    }
+    used.sort();
+    let module_path: HashMap<&str, &str> = p.modules.iter().map(|m| (m.file_name(), m.path.as_str())).collect();
+    let mut mappings: Vec<&str> = used.iter().map(|f| st.frames[f.0 as usize].module.as_str()).collect();
+    mappings.retain(|m| !m.is_empty());
+    mappings.sort();
+    mappings.dedup();
+    for (i, m) in mappings.iter().enumerate() {
+        let mut mp = Pb::default();
+        mp.uint(1, i as u64 + 1);
+        mp.uint(5, strings.id(module_path.get(m).copied().unwrap_or(m)));
+        mp.uint(7, 1); // has_functions
+        out.message(3, mp);
+    }
+    for f in &used {
+        let fr = &st.frames[f.0 as usize];
+        let mut loc = Pb::default();
+        loc.uint(1, f.0 as u64 + 1);
+        if let Ok(i) = mappings.binary_search(&fr.module.as_str()) {
+            loc.uint(2, i as u64 + 1);
+        }
+        loc.uint(3, p.sampling.addresses.get(f).copied().unwrap_or(0));
+        let mut line = Pb::default();
+        line.uint(1, f.0 as u64 + 1);
+        loc.message(4, line);
+        out.message(4, loc);
+    }
+    for f in &used {
+        let fr = &st.frames[f.0 as usize];
+        let mut func = Pb::default();
+        func.uint(1, f.0 as u64 + 1);
+        // pprof shortens `name<...>` (C++ templates) for display, which would leave `libc.so.6!`.
+        let name = fr.name.replace("!<unknown>", "![unknown]");
+        func.uint(2, strings.id(&name));
+        let system = if fr.signature.is_empty() { fr.name.clone() } else { format!("{} {}", fr.name, fr.signature) };
+        func.uint(3, strings.id(&system));
+        func.uint(4, strings.id(&fr.module));
+        out.message(5, func);
+    }
+    let (from, to) = p.span();
+    let default_type = match default {
+        Metric::Cpu => "cpu",
+        Metric::Wall => "wall",
+        Metric::AllocCount => "alloc_objects",
+        Metric::AllocBytes => "alloc_space",
+        Metric::Calls => "calls",
+        Metric::Time => "time",
+    };
+    let default_id = strings.id(default_type);
+    let period = match default {
+        Metric::Cpu if p.sampling.cpu_rate_hz > 0 => 1_000_000_000 / p.sampling.cpu_rate_hz as u64,
+        Metric::Wall if p.sampling.wall_rate_hz > 0 => 1_000_000_000 / p.sampling.wall_rate_hz as u64,
+        _ => 1,
+    };
+    let period_unit = strings.id(COST_TYPES.iter().find(|t| t.metric == Some(default)).map_or("count", |t| t.unit));
+    for s in &strings.list {
+        out.bytes(6, s.as_bytes());
+    }
+    out.uint(9, p.process.start_unix_ns + from);
+    out.uint(10, to.saturating_sub(from));
+    let mut pt = Pb::default();
+    pt.uint(1, default_id);
+    pt.uint(2, period_unit);
+    out.message(11, pt);
+    out.uint(12, period);
+    out.uint(14, default_id);
+    out.0
+}
+
+impl Exporter for Pprof {
+    fn extension(&self) -> &'static str {
+        "pb.gz"
+    }
+
+    fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
+        let raw = encode(inp.profile, &inp.threads, inp.stacks.metric);
+        let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+        gz.write_all(&raw)?;
+        gz.finish()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_and_apportioning() {
+        let mut p = Pb::default();
+        p.varint(300);
+        assert_eq!(p.0, vec![0xac, 0x02]);
+        assert_eq!(apportion(10, &[1, 1, 1]), vec![4, 3, 3]);
+        assert_eq!(apportion(7, &[5, 0, 2]), vec![5, 0, 2]);
+        assert_eq!(apportion(100, &[3, 1]).iter().sum::<u64>(), 100);
+        assert_eq!(apportion(5, &[0, 0]), vec![0, 0]);
+    }
+}
