@@ -1,9 +1,10 @@
 //! The profile's stacks in the formats other tools read (folded stacks, flame graphs, speedscope,
-//! pprof). Every format is an [`Exporter`] over the
+//! pprof, Chrome/Perfetto timelines). Every format is an [`Exporter`] over the
 //! same [`ExportInput`]: the query layer's stacks for one weight, merged over the selected threads
 //! and per thread.
 #![forbid(unsafe_code)]
 
+mod chrome;
 mod collapsed;
 mod flamegraph;
 mod pprof;
@@ -15,6 +16,7 @@ use clrprof_model::{FrameId, Profile};
 use clrprof_query::stacks::Stacks;
 use clrprof_query::Threads;
 
+pub use chrome::Chrome;
 pub use collapsed::Collapsed;
 pub use flamegraph::{FlameHtml, FlameSvg};
 pub use pprof::Pprof;
@@ -33,6 +35,8 @@ pub enum ExportFormat {
     Speedscope,
     /// pprof: gzip-compressed profile.proto with every sample type the trace holds.
     Pprof,
+    /// Chrome's Trace Event Format (Perfetto, chrome://tracing): a timeline per thread.
+    Chrome,
 }
 
 /// Why an export failed.
@@ -86,5 +90,6 @@ pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Html => Box::new(FlameHtml),
         ExportFormat::Speedscope => Box::new(Speedscope),
         ExportFormat::Pprof => Box::new(Pprof),
+        ExportFormat::Chrome => Box::new(Chrome),
     }
 }

@@ -109,6 +109,8 @@ enum ExportFormatArg {
     Speedscope,
     /// pprof (gzip-compressed profile.proto) with every sample type the trace holds, for `go tool pprof`
     Pprof,
+    /// Chrome Trace Event Format JSON (Perfetto, chrome://tracing): calls of --flow traces, else sampled stacks as slices, GCs and exceptions
+    Chrome,
 }
 
 #[derive(Args, Debug)]
@@ -380,6 +382,7 @@ pub fn run() -> Result<ExitCode> {
                     ExportFormatArg::Html => F::Html,
                     ExportFormatArg::Speedscope => F::Speedscope,
                     ExportFormatArg::Pprof => F::Pprof,
+                    ExportFormatArg::Chrome => F::Chrome,
                 },
                 output: a.output,
                 weight: a.weight.map(WeightArg::metric),
