@@ -276,11 +276,12 @@ impl<T: ProfilerCallback> ComObject<T> {
     unsafe extern "system" fn release(this: *mut c_void) -> ULONG {
         // Safety: `this` is our object (never freed).
         let obj = unsafe { &*(this as *const ComObject<T>) };
-        let prev = obj.refs.load(Ordering::Acquire);
-        if prev == 0 {
-            return 0; // over-release: never underflow, never free.
+        // One atomic step: two racing releases of the last reference cannot both decrement (an
+        // over-release stays at 0: never underflow, never free).
+        match obj.refs.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+            Ok(prev) => prev - 1,
+            Err(_) => 0,
         }
-        obj.refs.fetch_sub(1, Ordering::AcqRel).saturating_sub(1)
     }
 }
 
@@ -473,6 +474,26 @@ mod tests {
                 assert_eq!((cb.thread_created)(obj, 42), S_OK);
                 assert_eq!((cb.shutdown)(obj), S_OK);
             }
+        }
+    }
+
+    #[test]
+    fn racing_releases_never_underflow_the_count() {
+        let obj = ComObject::create(Nop);
+        // Safety: `obj` is a ComObject<Nop>, never freed; its vtable starts with IUnknown.
+        let cb = unsafe { &**(obj as *const &CallbackVtbl) };
+        let addr = obj as usize;
+        assert_eq!(unsafe { (cb.release)(obj) }, 0, "created with one reference");
+        for _ in 0..200 {
+            unsafe { (cb.add_ref)(obj) };
+            assert_eq!(unsafe { (cb.add_ref)(obj) }, 2);
+            let threads: Vec<_> =
+                (0..4).map(|_| std::thread::spawn(move || unsafe { (cb.release)(addr as *mut c_void) })).collect();
+            let left: Vec<ULONG> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            // Four releases of two references: counts 1 and 0 once each, then over-releases at 0.
+            let mut sorted = left.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, vec![0, 0, 0, 1], "{left:?}");
         }
     }
 }

@@ -84,7 +84,7 @@ impl Profiler {
         if let Some(l) = &config.log {
             crate::log::init(l);
         }
-        std::panic::set_hook(Box::new(|p| crate::log::write("panic", format_args!("{p}"))));
+        install_panic_hook();
         log_info!(
             "clrprof agent {} loading ({})",
             env!("CARGO_PKG_VERSION"),
@@ -230,5 +230,39 @@ impl Profiler {
             s.writer.dropped_records.load(Ordering::Relaxed)
         );
         Ok(())
+    }
+}
+
+/// Routes panics in the agent's own code to its log (they are caught at every entry point and
+/// must print nothing on the app's stderr) and chains every other panic to the hook the process
+/// had, so a host with Rust code of its own keeps its behaviour. Installed once.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.location().is_some_and(|l| is_agent_source(l.file())) {
+                crate::log::write("panic", format_args!("{info}"));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// True for source files of the agent's crates (`crates/clrprof-agent/…`, `crates/clrprof-sys/…`,
+/// `crates/clrprof-trace/…`), where every panic is caught before it reaches the runtime.
+fn is_agent_source(file: &str) -> bool {
+    ["clrprof-agent/", "clrprof-sys/", "clrprof-trace/"].iter().any(|c| file.contains(c))
+}
+
+#[cfg(test)]
+mod panic_hook_tests {
+    #[test]
+    fn the_agent_s_own_sources_are_told_apart() {
+        assert!(super::is_agent_source("crates/clrprof-agent/src/sampler/cpu.rs"));
+        assert!(super::is_agent_source("/build/crates/clrprof-sys/src/info.rs"));
+        assert!(!super::is_agent_source("/usr/share/cargo/registry/libc-0.2.139/src/lib.rs"));
+        assert!(!super::is_agent_source("src/main.rs"));
     }
 }
