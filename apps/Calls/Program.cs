@@ -20,6 +20,13 @@ public static class Program
         if (mode is "all" or "spin") Console.WriteLine($"spin: {Spin.For(300) > 0}");
         if (mode is "all" or "args") Console.WriteLine($"args: {Args.Run()}");
         if (mode is "all" or "gc") Console.WriteLine($"gc: {Collector.Run(3)}");
+        if (mode == "churn")
+        {
+            // Thread churn: args[1] short-lived threads, args[2] at a time, each calling Churn.Work
+            // args[3] times; prints the process's peak resident set (VmHWM) for memory tests.
+            int threads = int.Parse(args[1]), batch = int.Parse(args[2]), calls = int.Parse(args[3]);
+            Console.WriteLine($"churn: {Churn.Run(threads, batch, calls)} peak_rss_kb={Churn.PeakRssKb()}");
+        }
         if (mode == "many")
         {
             // Call-heavy benchmark: prints the loop's own time so start-up is left out.
@@ -171,6 +178,46 @@ public static class Threads
         }
         foreach (var t in ts) t.Join();
         return total;
+    }
+}
+
+public static class Churn
+{
+    public static long Total;
+
+    public static long Run(int threads, int batch, int calls)
+    {
+        var ts = new Thread[batch];
+        for (int started = 0; started < threads; started += batch)
+        {
+            int n = Math.Min(batch, threads - started);
+            for (int t = 0; t < n; t++)
+            {
+                ts[t] = new Thread(() => Entry(calls)) { Name = "churn" };
+                ts[t].Start();
+            }
+            for (int t = 0; t < n; t++) ts[t].Join();
+        }
+        return Total;
+    }
+
+    // Each thread's entry: exactly `calls` calls of Work.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static void Entry(int calls)
+    {
+        long local = 0;
+        for (int i = 0; i < calls; i++) local += Work(i);
+        Interlocked.Add(ref Total, local);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static int Work(int i) => i % 3;
+
+    public static long PeakRssKb()
+    {
+        foreach (var line in File.ReadLines("/proc/self/status"))
+            if (line.StartsWith("VmHWM:")) return long.Parse(line[6..].Trim().Split(' ')[0]);
+        return -1;
     }
 }
 

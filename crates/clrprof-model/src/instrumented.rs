@@ -82,16 +82,25 @@ pub struct CallDelta {
 
 /// Maps each thread's agent-side node ids to interned stacks, and keeps every delta with its time
 /// (the agent publishes deltas every flush, so instrumented costs are known to a flush interval).
+///
+/// Node ids are per tree: one tree per thread lifetime, keyed by `(os_tid, tree)`. The kernel
+/// reuses thread ids, so threads one after the other can share an `os_tid`; their trees do not
+/// share node ids. Records without a tree number (`tree` 0, older agents) have one tree per
+/// `os_tid` at a time: nodes from id 0 start a new one (an older agent numbered each thread's
+/// nodes from 0).
 #[derive(Clone, Default)]
 pub struct CctIngest {
-    nodes: HashMap<u32, Vec<StackId>>,
+    nodes: HashMap<(u32, u32), Vec<StackId>>,
     deltas: Vec<CallDelta>,
     pub problems: u64,
 }
 
 impl CctIngest {
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
-        let map = self.nodes.entry(r.os_tid).or_default();
+        let map = self.nodes.entry((r.os_tid, r.tree)).or_default();
+        if r.tree == 0 && r.first == 0 {
+            map.clear();
+        }
         if r.first as usize != map.len() {
             // A gap means records were lost (dropped by the agent); later nodes cannot be placed.
             self.problems += 1;
@@ -115,7 +124,7 @@ impl CctIngest {
     }
 
     pub fn delta(&mut self, r: &CallTreeDelta) {
-        let Some(map) = self.nodes.get(&r.os_tid) else {
+        let Some(map) = self.nodes.get(&(r.os_tid, r.tree)) else {
             self.problems += 1;
             return;
         };
@@ -213,4 +222,91 @@ pub fn flow(threads: &mut Vec<FlowThread>, r: &FlowEvents) {
     let t = &mut threads[i];
     t.dropped += r.dropped;
     t.extend(r);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(os_tid: u32, tree: u32, first: u32, parents: &[u32], functions: &[u64]) -> CallTreeNodes {
+        CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree }
+    }
+
+    fn delta(os_tid: u32, tree: u32, nodes: &[u32], calls: &[u64]) -> CallTreeDelta {
+        let n = nodes.len();
+        CallTreeDelta {
+            os_tid,
+            ts: 1,
+            nodes: nodes.to_vec(),
+            calls: calls.to_vec(),
+            time_ns: vec![0; n],
+            suspended_ns: vec![0; n],
+            profiler_ns: vec![0; n],
+            tree,
+        }
+    }
+
+    /// Calls per root-first path of function ids.
+    fn calls_by_path(c: &CctIngest, stacks: &StackTable) -> Vec<(Vec<u64>, u64)> {
+        let mut tree = CostTree { stacks: stacks.clone(), threads: Vec::new() };
+        c.add_to(&mut tree, TimeRange::ALL);
+        let mut out: Vec<(Vec<u64>, u64)> = Vec::new();
+        for t in &tree.threads {
+            for (s, cost) in &t.costs {
+                let path = stacks
+                    .frames_of(*s)
+                    .iter()
+                    .map(|f| match stacks.frames[f.0 as usize].key {
+                        FrameKey::Function(id) => id,
+                        _ => 0,
+                    })
+                    .collect();
+                match out.iter_mut().find(|(p, _)| *p == path) {
+                    Some(e) => e.1 += cost.calls,
+                    None => out.push((path, cost.calls)),
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Two threads one after the other with the same kernel tid: each tree numbers its nodes from
+    /// 0, and the first thread's last delta may come after the second one's first nodes.
+    #[test]
+    fn trees_of_threads_sharing_a_tid_keep_their_own_node_ids() {
+        let mut stacks = StackTable::default();
+        let mut c = CctIngest::default();
+        c.nodes(&mut stacks, &nodes(7, 1, 0, &[u32::MAX, 0], &[10, 11]));
+        c.delta(&delta(7, 1, &[0, 1], &[1, 5]));
+        c.nodes(&mut stacks, &nodes(7, 2, 0, &[u32::MAX, 0], &[20, 21]));
+        c.delta(&delta(7, 1, &[1], &[2]));
+        c.delta(&delta(7, 2, &[0, 1], &[1, 3]));
+        c.nodes(&mut stacks, &nodes(7, 2, 2, &[1], &[22]));
+        c.delta(&delta(7, 2, &[2], &[4]));
+        assert_eq!(c.problems, 0);
+        assert_eq!(
+            calls_by_path(&c, &stacks),
+            vec![(vec![10], 1), (vec![10, 11], 7), (vec![20], 1), (vec![20, 21], 3), (vec![20, 21, 22], 4)]
+        );
+    }
+
+    /// Older agents wrote no tree number and numbered each thread's nodes from 0: nodes from 0 on
+    /// a tid already seen start a new tree instead of being lost.
+    #[test]
+    fn records_without_a_tree_number_start_a_tree_at_node_zero() {
+        let mut stacks = StackTable::default();
+        let mut c = CctIngest::default();
+        c.nodes(&mut stacks, &nodes(7, 0, 0, &[u32::MAX], &[10]));
+        c.delta(&delta(7, 0, &[0], &[2]));
+        c.nodes(&mut stacks, &nodes(7, 0, 1, &[0], &[11]));
+        c.delta(&delta(7, 0, &[1], &[3]));
+        c.nodes(&mut stacks, &nodes(7, 0, 0, &[u32::MAX], &[20]));
+        c.delta(&delta(7, 0, &[0], &[4]));
+        assert_eq!(c.problems, 0);
+        assert_eq!(calls_by_path(&c, &stacks), vec![(vec![10], 2), (vec![10, 11], 3), (vec![20], 4)]);
+        // A gap is still a gap.
+        c.nodes(&mut stacks, &nodes(7, 0, 5, &[0], &[21]));
+        assert_eq!(c.problems, 1);
+    }
 }

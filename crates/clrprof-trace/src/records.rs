@@ -226,9 +226,18 @@ records! {
         /// Calibrated cost of one hook (enter or leave), ns.
         hook_cost_ns: f64,
     }
-    /// New nodes of a thread's calling-context tree. Node ids are per thread, consecutive from
+    /// New nodes of a thread's calling-context tree. Node ids are per tree, consecutive from
     /// `first`; parent `u32::MAX` is the thread's root; `functions` are FunctionIDs.
-    31 CallTreeNodes { os_tid: u32, first: u32, parents: Vec<u32>, functions: Vec<u64> }
+    31 CallTreeNodes {
+        os_tid: u32,
+        first: u32,
+        parents: Vec<u32>,
+        functions: Vec<u64>,
+        /// Which tree of the process (one per thread lifetime, from 1; the kernel reuses tids, so
+        /// two threads can share `os_tid`); 0 = not recorded (older agents: one tree per `os_tid`,
+        /// a new one where `first` is 0).
+        tree: u32,
+    }
     /// Cost added to nodes of a thread's calling-context tree since the previous delta.
     32 CallTreeDelta {
         os_tid: u32,
@@ -238,6 +247,8 @@ records! {
         time_ns: Vec<u64>,
         suspended_ns: Vec<u64>,
         profiler_ns: Vec<u64>,
+        /// The tree the nodes belong to (as in `CallTreeNodes`; 0 = not recorded).
+        tree: u32,
     }
     /// Ordered enter/leave events of one thread (`--flow`): `kinds` 0 enter, 1 leave, 2 tailcall,
     /// 3 unwind (left by an exception); `ts` in ns since the agent started.

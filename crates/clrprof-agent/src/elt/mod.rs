@@ -8,9 +8,10 @@ pub mod filter;
 mod stubs;
 pub mod thread;
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use clrprof_sys::{monitor, FunctionID, HrResult, ModuleID, ProfilerInfo, BOOL, FALSE, TRUE};
@@ -33,19 +34,64 @@ pub struct EltConfig {
     pub exclude: Vec<String>,
 }
 
+/// Threads instrumented at once, at most (a slot is reused once its thread ended and the writer
+/// published it).
 const MAX_THREADS: usize = 1 << 14;
+/// Finished states kept for reuse, at most (the rest are freed).
+const MAX_SPARES: usize = 64;
 
+/// The states of instrumented threads, by slot: live, or finished and not yet published for the
+/// last time (null: free). Only `register_thread` fills a slot and only the writer empties it.
 static THREADS: [AtomicPtr<ThreadState>; MAX_THREADS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+/// Slots ever used (the writer looks at these).
 static THREAD_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Threads not instrumented because `MAX_THREADS` were at once (since the last publication).
 static THREADS_DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Hooks that ran on a thread after its exit guard (not recorded; since the last publication).
+static LATE_HOOKS: AtomicU64 = AtomicU64::new(0);
+/// The next calling-context tree number (`ThreadState::tree`).
+static NEXT_TREE: AtomicU32 = AtomicU32::new(1);
+/// Free slots below `THREAD_COUNT` and finished states kept for reuse, handed back by the writer.
+static RECYCLED: Mutex<Recycled> = Mutex::new(Recycled { slots: Vec::new(), spares: Vec::new() });
+
+struct Recycled {
+    slots: Vec<u32>,
+    /// `*mut ThreadState`, recycled (clean) and used by no thread.
+    spares: Vec<usize>,
+}
+
+/// `ExitGuard` value of a thread that gets no state (too many threads at once).
+const NOT_INSTRUMENTED: usize = 1;
+
+/// Ends a thread's instrumentation when its OS thread exits: a thread-local destructor, which
+/// runs on the thread itself after the runtime has torn the thread down (no managed code runs
+/// after it). Holds the thread's state pointer (0: none yet; `NOT_INSTRUMENTED`).
+struct ExitGuard(Cell<usize>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let p = self.0.replace(0);
+        // Hooks that would still run find no state and do not make one (`register_thread`).
+        #[cfg(target_arch = "x86_64")]
+        stubs::set_current(std::ptr::null_mut());
+        if p > NOT_INSTRUMENTED {
+            // Safety: `p` is this thread's live state; `finish` is the thread's last access.
+            unsafe { (*(p as *const ThreadState)).finish() };
+        }
+    }
+}
+
+thread_local! {
+    static EXIT: ExitGuard = const { ExitGuard(Cell::new(0)) };
+}
 /// Settings the hooks read (set once in `Initialize`, before any hook can run).
 static TIMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 static FLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static OVERHEAD_TICKS: AtomicU64 = AtomicU64::new(0);
 static SUSPEND_START: AtomicU64 = AtomicU64::new(0);
 
-/// The calling thread's state given what the stub read from the TLS slot; created on the
-/// thread's first hook (the one allocation per thread).
+/// The calling thread's state given what the stub read from the TLS slot; created (or a recycled
+/// one taken) on the thread's first hook.
 #[inline(always)]
 fn current(ts: *mut ThreadState) -> *mut ThreadState {
     if !ts.is_null() {
@@ -54,23 +100,82 @@ fn current(ts: *mut ThreadState) -> *mut ThreadState {
     register_thread()
 }
 
+/// Gives the calling thread a state in a free slot and arranges for it to be handed back when the
+/// thread exits. The process's main thread keeps its state to the end: its thread-local
+/// destructors run inside `exit`, before handlers that may still run managed code.
 #[cold]
 fn register_thread() -> *mut ThreadState {
-    let slot = THREAD_COUNT.fetch_add(1, Ordering::AcqRel);
-    if slot >= MAX_THREADS {
-        THREADS_DROPPED.fetch_add(1, Ordering::Relaxed);
-        return std::ptr::null_mut();
+    let tid = os_tid();
+    let main = tid == std::process::id();
+    if !main {
+        match EXIT.try_with(|g| g.0.get()) {
+            Ok(0) => {}
+            // Too many threads at once when this one started: not instrumented.
+            Ok(_) => return std::ptr::null_mut(),
+            // The thread is exiting and its guard already ran.
+            Err(_) => {
+                LATE_HOOKS.fetch_add(1, Ordering::Relaxed);
+                return std::ptr::null_mut();
+            }
+        }
     }
-    let ts = Box::into_raw(Box::new(ThreadState::new(
-        os_tid(),
-        TIMING.load(Ordering::Relaxed),
-        OVERHEAD_TICKS.load(Ordering::Relaxed),
-        FLOW.load(Ordering::Relaxed),
-    )));
-    THREADS[slot].store(ts, Ordering::Release);
+    let (slot, spare) = match RECYCLED.lock() {
+        Ok(mut r) => (r.slots.pop().map(|s| s as usize), r.spares.pop()),
+        Err(_) => (None, None),
+    };
+    let slot = slot.or_else(|| {
+        THREAD_COUNT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_THREADS).then_some(n + 1)).ok()
+    });
+    let Some(slot) = slot else {
+        if let Some(p) = spare {
+            if let Ok(mut r) = RECYCLED.lock() {
+                r.spares.push(p);
+            }
+        }
+        THREADS_DROPPED.fetch_add(1, Ordering::Relaxed);
+        let _ = EXIT.try_with(|g| g.0.set(NOT_INSTRUMENTED));
+        return std::ptr::null_mut();
+    };
+    let ts = match spare {
+        Some(p) => p as *mut ThreadState,
+        None => Box::into_raw(Box::new(ThreadState::new(
+            0,
+            TIMING.load(Ordering::Relaxed),
+            OVERHEAD_TICKS.load(Ordering::Relaxed),
+            FLOW.load(Ordering::Relaxed),
+        ))),
+    };
+    // Safety: `ts` is new or a recycled spare: no other thread uses it.
+    unsafe { (*ts).start(tid, NEXT_TREE.fetch_add(1, Ordering::Relaxed)) };
+    if !main {
+        let _ = EXIT.try_with(|g| g.0.set(ts as usize));
+    }
+    // Release: the writer sees the started state.
+    if let Some(t) = THREADS.get(slot) {
+        t.store(ts, Ordering::Release);
+    }
     #[cfg(target_arch = "x86_64")]
     stubs::set_current(ts);
     ts
+}
+
+/// Hands a finished state's slot back and keeps the state for reuse (or frees it). Writer thread,
+/// after the state's last publication, once its slot no longer points to it.
+fn retire(slot: usize, ts: *mut ThreadState) {
+    // Safety: the owner thread finished (its last access) and the slot was emptied: only the
+    // caller holds `ts`.
+    unsafe { (*ts).recycle() };
+    let mut ts = Some(ts);
+    if let Ok(mut r) = RECYCLED.lock() {
+        r.slots.push(slot as u32);
+        if r.spares.len() < MAX_SPARES {
+            r.spares.extend(ts.take().map(|p| p as usize));
+        }
+    }
+    if let Some(p) = ts {
+        // Safety: as above; states are made by `Box::into_raw` in `register_thread`.
+        drop(unsafe { Box::from_raw(p) });
+    }
 }
 
 pub(crate) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
@@ -288,6 +393,8 @@ impl Instrumentation {
     }
 
     /// Publishes new tree nodes, cost deltas and flow events of every thread (writer thread).
+    /// A thread that has ended is published once more, with its final counts, and its slot and
+    /// state are recycled: the writer is the only reader of states, so none is reused while read.
     pub fn publish(&self, w: &Writer, now_ns: u64) {
         let k = clock::ns_per_tick();
         let n = THREAD_COUNT.load(Ordering::Acquire).min(MAX_THREADS);
@@ -297,13 +404,15 @@ impl Instrumentation {
         }
         let mut flow = Vec::new();
         for (slot, p) in published.iter_mut().enumerate().take(n) {
-            let ts = THREADS[slot].load(Ordering::Acquire);
-            if ts.is_null() {
+            let ptr = THREADS[slot].load(Ordering::Acquire);
+            if ptr.is_null() {
                 continue;
             }
-            // Safety: thread states are leaked and never freed; the writer only reads atomics
-            // and published nodes.
-            let ts = unsafe { &*ts };
+            // Safety: a state in a slot is freed or reused only below, by this thread; the writer
+            // only reads atomics, published nodes and fields set before the slot was filled.
+            let ts = unsafe { &*ptr };
+            // Before the counters: a state seen finished has its final counts.
+            let finished = ts.is_finished();
             p.ns_per_tick = k;
             let count = ts.node_count.load(Ordering::Acquire);
             if count > p.nodes_sent {
@@ -317,13 +426,13 @@ impl Instrumentation {
                 }
                 let first = p.nodes_sent;
                 p.nodes_sent += parents.len() as u32;
-                w.emit(&CallTreeNodes { os_tid: ts.os_tid, first, parents, functions }.into());
+                w.emit(&CallTreeNodes { os_tid: ts.os_tid, first, parents, functions, tree: ts.tree }.into());
             }
             let sent = p.nodes_sent;
             if p.last.len() < sent as usize {
                 p.last.resize(sent as usize, [0; 4]);
             }
-            let mut d = CallTreeDelta { os_tid: ts.os_tid, ts: now_ns, ..Default::default() };
+            let mut d = CallTreeDelta { os_tid: ts.os_tid, ts: now_ns, tree: ts.tree, ..Default::default() };
             for i in 0..sent {
                 let Some(node) = ts.node(i) else { break };
                 let cur = [
@@ -363,10 +472,19 @@ impl Instrumentation {
             if over > 0 {
                 crate::log_warn!("thread {}: {over} calls not recorded (call tree full or stack too deep)", ts.os_tid);
             }
+            if finished {
+                THREADS[slot].store(std::ptr::null_mut(), Ordering::Release);
+                *p = Published::default();
+                retire(slot, ptr);
+            }
         }
         let lost = THREADS_DROPPED.swap(0, Ordering::Relaxed);
         if lost > 0 {
-            crate::log_warn!("{lost} threads not instrumented (more than {MAX_THREADS} threads)");
+            crate::log_warn!("{lost} threads not instrumented (more than {MAX_THREADS} threads at once)");
+        }
+        let late = LATE_HOOKS.swap(0, Ordering::Relaxed);
+        if late > 0 {
+            crate::log_warn!("{late} calls not recorded (made by threads after their end was seen)");
         }
     }
 
@@ -704,6 +822,155 @@ mod tests {
             }
             // With the fast path switched off on the thread, the stubs only fall back.
             assert_eq!(lockstep(true, 0, stubs_, 7), 0);
+        }
+
+        /// Runs a script through the Rust hooks on `ts` with a scripted clock starting at `t0`.
+        fn run_script(ts: *mut ThreadState, steps: &[Step], t0: u64) {
+            let mut now = t0;
+            for s in steps {
+                now = now.wrapping_add(s.advance).max(1);
+                stubs::set_fake_ticks(now);
+                // Safety: `ts` is a live state only this thread uses; every FuncInfo is leaked.
+                match s.ev {
+                    Ev::Enter(func, sp) => hook_enter(ts, func, sp),
+                    Ev::Leave(func, sp) => hook_leave(ts, func, sp),
+                    Ev::Tail(func, sp) => hook_tailcall(ts, func, sp),
+                }
+            }
+        }
+
+        /// A state recycled after a big tree (several chunks, a deep shadow stack, overflowed
+        /// and far-find counters) accounts a script exactly as a new state does.
+        #[test]
+        fn a_recycled_state_starts_clean() {
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let f = funcs(14);
+            let big = script(5, 60_000, &f);
+            let steps = script(1, 20_000, &f);
+            let t0 = 1_000_000_000u64;
+            for timing in [true, false] {
+                stubs::set_fake_ticks(t0);
+                let fresh = Box::into_raw(Box::new(ThreadState::new(9, timing, 50, false)));
+                let used = Box::into_raw(Box::new(ThreadState::new(3, timing, 50, false)));
+                // Safety (this loop): both states are leaked and only this thread uses them.
+                unsafe { (*used).start(3, 1) };
+                run_script(used, &big, t0);
+                let before = unsafe { (*used).snapshot() };
+                assert!(before.nodes.len() > 600, "the big script fills several chunks: {}", before.nodes.len());
+                unsafe {
+                    (*used).finish();
+                    assert!((*used).is_finished());
+                    (*used).recycle();
+                    stubs::set_fake_ticks(t0);
+                    (*used).start(9, 2);
+                    (*fresh).start(9, 2);
+                    assert!(!(*used).is_finished());
+                    assert_eq!((*used).snapshot(), (*fresh).snapshot());
+                }
+                run_script(fresh, &steps, t0);
+                run_script(used, &steps, t0);
+                let (a, b) = unsafe { ((*fresh).snapshot(), (*used).snapshot()) };
+                assert_eq!(a, b, "timing = {timing}");
+                assert!(a.nodes.len() > 20);
+                // Freed (chunks and stack) without touching freed memory.
+                unsafe { drop(Box::from_raw(used)) };
+            }
+            stubs::set_fake_ticks(0);
+        }
+
+        /// Threads that start and end in rounds, publishing as they run: every call is published
+        /// exactly once (each thread's tree under its own number), slots and states are reused,
+        /// and no more slots are used than threads alive at once.
+        #[test]
+        fn ended_threads_are_published_once_and_their_states_reused() {
+            use super::super::{EltConfig, Instrumentation, RECYCLED, THREADS, THREAD_COUNT};
+            use crate::writer::{Sink, Writer};
+            use clrprof_trace::Record;
+            use std::collections::{HashMap, HashSet};
+
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            let path = std::env::temp_dir().join(format!("clrprof-elt-threads-{}.clrprof", std::process::id()));
+            let w = Writer::new(Sink::File(std::fs::File::create(&path).unwrap()), std::time::Duration::from_secs(60))
+                .unwrap();
+            let config = EltConfig { enabled: true, timing: false, ..Default::default() };
+            let (instr, _) = Instrumentation::new(config, 0);
+            let f: Vec<usize> = funcs(2).into_iter().map(|p| p as usize).collect();
+            let (rounds, per_round, k) = (6, 40, 25u64);
+            for _ in 0..rounds {
+                let handles: Vec<_> = (0..per_round)
+                    .map(|i| {
+                        let f = f.clone();
+                        std::thread::spawn(move || {
+                            let (root, g) = (f[0] as *const FuncInfo, f[1] as *const FuncInfo);
+                            let base = 0x7000_0000usize;
+                            // Safety: the FuncInfo records are leaked; the stubs find (or make)
+                            // this thread's state through its TLS slot.
+                            unsafe {
+                                stubs::call_enter(stubs::enter_counts_stub, root, base);
+                                for _ in 0..k {
+                                    stubs::call_enter(stubs::enter_counts_stub, g, base - 64);
+                                    stubs::call_leave(stubs::leave_counts_stub, g, base - 64);
+                                }
+                                if i % 3 == 0 {
+                                    std::thread::yield_now();
+                                }
+                                stubs::call_leave(stubs::leave_counts_stub, root, base);
+                            }
+                        })
+                    })
+                    .collect();
+                // Publications while the threads run and end.
+                for _ in 0..3 {
+                    instr.publish(&w, 1);
+                    std::thread::yield_now();
+                }
+                for h in handles {
+                    h.join().unwrap();
+                }
+                // Joined threads have run their exit guards: one more publication retires them.
+                instr.publish(&w, 2);
+                assert!(THREADS[..THREAD_COUNT.load(Ordering::Acquire)]
+                    .iter()
+                    .all(|t| t.load(Ordering::Acquire).is_null()));
+            }
+            w.flush();
+            assert!(
+                THREAD_COUNT.load(Ordering::Acquire) <= per_round,
+                "{} slots",
+                THREAD_COUNT.load(Ordering::Acquire)
+            );
+            let spares = RECYCLED.lock().unwrap().spares.len();
+            assert!(spares > 0 && spares <= per_round, "{spares} spare states");
+
+            let (records, _) = clrprof_trace::read_all(std::fs::File::open(&path).unwrap()).unwrap();
+            let _ = std::fs::remove_file(&path);
+            let mut trees: HashMap<(u32, u32), Vec<u64>> = HashMap::new();
+            let mut calls: HashMap<u64, u64> = HashMap::new();
+            for r in &records {
+                match r {
+                    Record::CallTreeNodes(n) => {
+                        assert_ne!(n.tree, 0);
+                        let t = trees.entry((n.os_tid, n.tree)).or_default();
+                        assert_eq!(n.first as usize, t.len(), "node ids are consecutive per tree");
+                        t.extend(&n.functions);
+                    }
+                    Record::CallTreeDelta(d) => {
+                        let t = &trees[&(d.os_tid, d.tree)];
+                        for (node, c) in d.nodes.iter().zip(&d.calls) {
+                            *calls.entry(t[*node as usize]).or_default() += c;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let threads = (rounds * per_round) as u64;
+            let numbers: HashSet<u32> = trees.keys().map(|k| k.1).collect();
+            assert_eq!(numbers.len() as u64, threads, "one tree per thread");
+            // Safety: the FuncInfo records are leaked.
+            let (root_id, g_id) =
+                unsafe { ((*(f[0] as *const FuncInfo)).id as u64, (*(f[1] as *const FuncInfo)).id as u64) };
+            assert_eq!(calls.get(&root_id), Some(&threads));
+            assert_eq!(calls.get(&g_id), Some(&(threads * k)));
         }
 
         #[test]

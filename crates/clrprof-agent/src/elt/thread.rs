@@ -1,10 +1,13 @@
 //! Per-thread state of the enter/leave hooks: a shadow stack and a calling-context tree (CCT)
 //! whose nodes accumulate calls and exclusive/suspended/profiler time. Only the owning thread
 //! writes a node; the writer thread reads counters with relaxed atomic loads (plain moves on
-//! x86_64) and publishes deltas. Nodes live in fixed-size chunks that never move, so readers
-//! never see a reallocation. Nothing here may panic: it runs inside JIT-compiled prologs.
+//! x86_64) and publishes deltas. Nodes live in chunks that never move while the thread runs (each
+//! twice the size of the one before), so readers never see a reallocation. When the thread ends,
+//! it marks its state finished; the writer publishes the last delta and recycles the state for a
+//! later thread ([`ThreadState::finish`], [`ThreadState::recycle`]). Nothing here may panic: it
+//! runs inside JIT-compiled prologs.
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::clock;
 
@@ -16,8 +19,13 @@ pub struct FuncInfo {
 }
 
 pub const NO_NODE: u32 = u32::MAX;
-const CHUNK: usize = 4096;
-const MAX_CHUNKS: usize = 4096;
+/// Nodes in a tree's first chunk (`log2`); chunk `k` holds `FIRST_CHUNK << k` nodes.
+const FIRST_CHUNK_LOG2: u32 = 8;
+const FIRST_CHUNK: usize = 1 << FIRST_CHUNK_LOG2;
+/// 16 chunks: 256 · (2¹⁶ − 1) ≈ 16.8 M nodes per thread.
+const MAX_CHUNKS: usize = 16;
+/// A recycled state keeps a shadow stack up to this many entries (a deeper one is reallocated).
+const KEEP_STACK: usize = 4096;
 pub const MAX_DEPTH: usize = 1 << 16;
 /// How many children of the caller's node the fast enter stubs compare with the callee.
 pub const FAST_SEARCH: usize = 8;
@@ -83,6 +91,7 @@ pub struct ShadowStack {
 
 impl ShadowStack {
     fn with_capacity(n: usize) -> ShadowStack {
+        let n = n.max(1);
         let mut v: Vec<Entry> = Vec::with_capacity(n);
         let s = ShadowStack { ptr: v.as_mut_ptr(), len: 0, cap: v.capacity() };
         std::mem::forget(v);
@@ -113,6 +122,16 @@ impl ShadowStack {
         // Safety: `len < cap` after `grow`.
         unsafe { self.ptr.add(self.len).write(e) };
         self.len += 1;
+    }
+
+    /// Frees the buffer (the stack must not be used afterwards without a new one).
+    fn free(&mut self) {
+        // Safety: (ptr, len, cap) came from a Vec<Entry> that was forgotten, never freed; the
+        // entries are plain data.
+        drop(unsafe { Vec::from_raw_parts(self.ptr, 0, self.cap) });
+        self.ptr = std::ptr::null_mut();
+        self.len = 0;
+        self.cap = 0;
     }
 
     #[cold]
@@ -157,6 +176,12 @@ impl FlowRing {
             slot.1.store(ticks, Ordering::Relaxed);
         }
         self.head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Forgets undrained events (the ring's single producer has ended).
+    fn clear(&self) {
+        self.tail.store(self.head.load(Ordering::Acquire), Ordering::Release);
+        self.dropped.store(0, Ordering::Relaxed);
     }
 
     /// Drains events (kind, function, ticks) — writer thread only.
@@ -210,7 +235,10 @@ pub struct ThreadState {
     /// Which fast stubs may handle common enters and leaves (`FAST_*`).
     fast: u8,
     pub os_tid: u32,
-    chunks: Box<[AtomicPtr<Node>]>,
+    /// Which calling-context tree of the process this is (one per thread lifetime, from 1; 0 for
+    /// private states): the kernel reuses thread ids, the tree number is not reused.
+    pub tree: u32,
+    chunks: [AtomicPtr<Node>; MAX_CHUNKS],
     /// Published node count (Release after a node is initialised).
     pub node_count: AtomicU32,
     /// The thread's root: parent of functions entered with nothing recorded above them (owned
@@ -225,6 +253,9 @@ pub struct ThreadState {
     pub overflowed: AtomicU64,
     /// Children found beyond the fast stubs' search window (`ThreadState::child`).
     far_finds: u32,
+    /// Set (Release) by the owner thread as its last access, when it ends: the counters are
+    /// final and the writer may publish them once more and recycle the state.
+    finished: AtomicBool,
 }
 
 // Safety: `Node::func` points into leaked, immutable FuncInfo records and node links point into
@@ -250,7 +281,8 @@ impl ThreadState {
                 (true, false) => FAST_NONE,
             },
             os_tid,
-            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            tree: 0,
+            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS],
             node_count: AtomicU32::new(0),
             _root: root,
             stack,
@@ -261,7 +293,78 @@ impl ThreadState {
             flow: flow.then(|| FlowRing::new(1 << 16)),
             overflowed: AtomicU64::new(0),
             far_finds: 0,
+            finished: AtomicBool::new(false),
         }
+    }
+
+    /// Starts a new (or recycled, see [`ThreadState::recycle`]) state on the calling thread:
+    /// its ids, and the clock readings the first event charges from.
+    pub fn start(&mut self, os_tid: u32, tree: u32) {
+        self.os_tid = os_tid;
+        self.tree = tree;
+        self.last = clock::ticks();
+        self.last_susp = SUSPENDED_TICKS.load(Ordering::Relaxed);
+        self.finished.store(false, Ordering::Relaxed);
+    }
+
+    /// The owner thread ends: its last access to the state. The writer publishes what it did
+    /// since the previous flush, then recycles the state.
+    pub fn finish(&self) {
+        self.finished.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner thread has ended (Acquire: every counter it wrote is visible). Read
+    /// before the counters, so that a state seen finished is published with its final counts.
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Makes a finished state as new for a later thread, keeping its first chunk and shadow
+    /// stack (a deep one is replaced by a small one). Writer thread only, after the last
+    /// publication, while no thread uses the state.
+    pub fn recycle(&mut self) {
+        let count = self.node_count.load(Ordering::Relaxed) as usize;
+        for (k, slot) in self.chunks.iter().enumerate() {
+            let c = slot.load(Ordering::Relaxed);
+            if c.is_null() {
+                continue;
+            }
+            let len = FIRST_CHUNK << k;
+            if k == 0 {
+                for i in 0..count.min(len) {
+                    // Safety: chunk 0 holds `len` initialised nodes, unused by any thread now.
+                    unsafe { c.add(i).write(Node::blank()) };
+                }
+            } else {
+                slot.store(std::ptr::null_mut(), Ordering::Relaxed);
+                // Safety: the chunk came from `Box<[Node]>` of `len` nodes in `new_node`, and
+                // no thread uses it any more.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, len)) });
+            }
+        }
+        self.node_count.store(0, Ordering::Relaxed);
+        *self._root = Node::blank();
+        if self.stack.cap > KEEP_STACK {
+            self.stack.free();
+            self.stack = ShadowStack::with_capacity(256);
+        }
+        self.stack.len = 0;
+        self.stack.push(Entry { node: &mut *self._root as *mut Node, sp: usize::MAX });
+        if let Some(f) = &self.flow {
+            f.clear();
+        }
+        self.overflowed.store(0, Ordering::Relaxed);
+        self.far_finds = 0;
+        self.os_tid = 0;
+        self.tree = 0;
+    }
+
+    /// Chunk index and offset of node `i`.
+    #[inline(always)]
+    fn chunk_of(i: u32) -> (usize, usize) {
+        let j = i as usize + FIRST_CHUNK;
+        let k = (usize::BITS - 1 - j.leading_zeros() - FIRST_CHUNK_LOG2) as usize;
+        (k, j - (FIRST_CHUNK << k))
     }
 
     /// The node with id `i`, if published.
@@ -269,32 +372,39 @@ impl ThreadState {
         if i >= self.node_count.load(Ordering::Acquire) {
             return None;
         }
-        let c = self.chunks.get(i as usize / CHUNK)?.load(Ordering::Acquire);
+        let (k, off) = Self::chunk_of(i);
+        let c = self.chunks.get(k)?.load(Ordering::Acquire);
         if c.is_null() {
             return None;
         }
-        // Safety: chunk `c` holds CHUNK initialised nodes; nodes below the published count are
-        // complete; chunks are never freed or moved while the process runs.
-        Some(unsafe { &*c.add(i as usize % CHUNK) })
+        // Safety: chunk `k` holds `FIRST_CHUNK << k` initialised nodes (`off` is below that);
+        // nodes below the published count are complete; chunks are freed only by `recycle`,
+        // which runs on the writer thread, the only reader, after its last read of this tree.
+        Some(unsafe { &*c.add(off) })
     }
 
     #[cold]
     fn new_node(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
         let i = self.node_count.load(Ordering::Relaxed);
-        let Some(slot) = self.chunks.get(i as usize / CHUNK) else {
+        if i == NO_NODE {
+            return std::ptr::null_mut();
+        }
+        let (k, off) = Self::chunk_of(i);
+        let Some(slot) = self.chunks.get(k) else {
             return std::ptr::null_mut();
         };
         let mut c = slot.load(Ordering::Relaxed);
         if c.is_null() {
-            // A new chunk: the only allocation on the hot path, once per 4096 call paths.
-            let chunk: Box<[Node]> = (0..CHUNK).map(|_| Node::blank()).collect();
+            // A new chunk: the only allocation on the hot path, 16 times at most per thread (256
+            // nodes, then twice as many each time).
+            let chunk: Box<[Node]> = (0..FIRST_CHUNK << k).map(|_| Node::blank()).collect();
             c = Box::into_raw(chunk) as *mut Node;
             slot.store(c, Ordering::Release);
         }
-        // Safety: `c` has CHUNK nodes; node `i` is not yet published, so only we touch it;
-        // `parent` is the root or a node of this state.
+        // Safety: chunk `k` has `FIRST_CHUNK << k` nodes (`off` is below that); node `i` is not
+        // yet published, so only we touch it; `parent` is the root or a node of this state.
         unsafe {
-            let n = c.add(i as usize % CHUNK);
+            let n = c.add(off);
             (*n).parent = (*parent).id;
             (*n).id = i;
             (*n).func = func;
@@ -460,6 +570,22 @@ impl ThreadState {
             // Safety: `func` is a leaked FuncInfo handed out by the mapper.
             f.push(kind, unsafe { (*func).id }, now);
         }
+    }
+}
+
+impl Drop for ThreadState {
+    /// Frees the chunks and the shadow stack (a state is dropped only when no thread uses it:
+    /// private states, or finished ones the writer does not keep for reuse).
+    fn drop(&mut self) {
+        self.recycle();
+        for slot in &self.chunks {
+            let c = slot.swap(std::ptr::null_mut(), Ordering::Relaxed);
+            if !c.is_null() {
+                // Safety: chunk 0 came from `Box<[Node]>` of FIRST_CHUNK nodes in `new_node`.
+                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, FIRST_CHUNK)) });
+            }
+        }
+        self.stack.free();
     }
 }
 
