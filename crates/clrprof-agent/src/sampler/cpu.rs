@@ -10,14 +10,17 @@
 //! On-stack replacement (OSR) frames need one extra step. An OSR method is entered mid-loop from
 //! its tier-0 version, whose frame stays on the stack: the runtime's patchpoint helper
 //! (`JIT_Patchpoint`, `vm/jithelpers.cpp`) sets SP 8 bytes below the tier-0 frame — a fake
-//! return-address slot, never written — and keeps the tier-0 RBP; the OSR prolog
-//! (`genFnProlog` / `genOSRRecordTier0CalleeSavedRegistersAndFrame`, `jit/codegenxarch.cpp`) pushes
-//! a copy of the tier-0 frame's saved RBP and points RBP at that copy. Walking it the usual way
-//! reads the stale fake slot as the return address and skips the tier-0 frame's real one, so the
-//! OSR method's caller is lost. The sampler thread publishes the code ranges of OSR versions
+//! return-address slot it does not fill (it still holds the return address of the helper call,
+//! in tier-0 code) — and keeps the tier-0 RBP. The OSR prolog pushes a copy of the tier-0 frame's
+//! saved RBP and points RBP at that copy (`mov rax, [rbp]; push rax; ...; lea rbp, [rsp+N]` in
+//! .NET 10's disassembly; the tier-0 frame is always an RBP frame that saves RBP first, see
+//! `genOSRRecordTier0CalleeSavedRegistersAndFrame` in `jit/codegenxarch.cpp`). Walked the usual
+//! way, the fake slot reads as the return address and the tier-0 frame's real one is skipped: the
+//! OSR method's caller is lost. The agent publishes the code ranges of OSR versions
 //! ([`add_osr_code`]); when a frame's code is OSR code, the walk moves up to the tier-0 frame —
 //! the slot above the fake one that holds the same saved RBP — and reads the return address there,
-//! as the runtime's own unwinder does with the OSR method's unwind info.
+//! as the runtime's own unwinder does from the OSR method's unwind info (which describes the
+//! tier-0 frame too).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -621,7 +621,7 @@ impl Sampler {
 }
 
 /// True when the code at `entry` starts with the x64 OSR prolog: `mov reg, [rbp]` then
-/// `push reg`. An OSR version is entered with the tier-0 frame's RBP and, when it builds an RBP
+/// `push reg` (what .NET 10's JIT emits, seen with `DOTNET_JitDisasm`). An OSR version is entered with the tier-0 frame's RBP and, when it builds an RBP
 /// frame, first copies the tier-0 frame's saved RBP (the caller's frame pointer) onto its own frame
 /// to keep the frame chain. Ordinary code never reads `[rbp]` at its entry, where RBP is still the
 /// caller's. (An OSR version without an RBP frame keeps the tier-0 RBP, and ordinary walks
@@ -650,6 +650,11 @@ fn code_ranges(info: &ProfilerInfo, start: usize) -> Vec<(u64, u64)> {
 }
 
 fn is_osr_prolog(b: &[u8; 6]) -> bool {
+    // push qword ptr [rbp+0] (FF /6, ModRM mod=01 rm=101, disp8 0): the same copy in one
+    // instruction, accepted in case another JIT version emits it.
+    if b[..3] == [0xFF, 0x75, 0x00] {
+        return true;
+    }
     // mov r64, qword ptr [rbp+0]: REX.W (+R) 8B, ModRM mod=01 rm=101 (rbp + disp8), disp8 0.
     if !matches!(b[0], 0x48 | 0x4C) || b[1] != 0x8B || b[2] & 0xC7 != 0x45 || b[3] != 0 {
         return false;
@@ -803,6 +808,10 @@ mod tests {
         assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x51, 0x00]));
         // mov rax, [rbp+8]; push rax
         assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x08, 0x50, 0x00]));
+        // push qword ptr [rbp]
+        assert!(is_osr_prolog(&[0xFF, 0x75, 0x00, 0x48, 0x83, 0xEC]));
+        // push qword ptr [rbp+8]
+        assert!(!is_osr_prolog(&[0xFF, 0x75, 0x08, 0x48, 0x83, 0xEC]));
         // mov r11, [rbp]; push rbx (no REX.B)
         assert!(!is_osr_prolog(&[0x4C, 0x8B, 0x5D, 0x00, 0x53, 0x00]));
     }
