@@ -4,6 +4,10 @@
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
 //   threads N ms  N threads, each spinning for ms then blocking until the end
 //   quick         returns at once
+//   osr           methods called once from Main whose hot loop moves to on-stack-replacement (OSR)
+//                 code: Osr.Spin spins 800 ms of CPU; Osr.SpinThenSleep spins, then sleeps 600 ms
+//                 inside its OSR code; Osr.Catch spins, throws, and its catch handler (a funclet of
+//                 the OSR code) calls Osr.SpinInCatch (600 ms of CPU), then sleeps 400 ms
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
@@ -30,6 +34,12 @@ public static class Program
                 Many.Run(int.Parse(args[1]), int.Parse(args[2]));
                 break;
             case "quick":
+                break;
+            case "osr":
+                // Called straight from Main: their only caller is Main.
+                Osr.Spin(800);
+                Osr.SpinThenSleep(300, 600);
+                Osr.Catch(600, 400);
                 break;
             default:
                 Console.Error.WriteLine($"unknown mode {mode}");
@@ -132,6 +142,82 @@ public static class Sleepy
             p.Refresh();
         } while (p.TotalProcessorTime < end);
         if (x == 42) Console.WriteLine("unlikely");
+    }
+}
+
+// Each method is called once and loops: tiered compilation starts it as tier-0 code with
+// patchpoints, and the runtime moves the running frame to an optimized OSR version mid-loop. The
+// OSR frame sits on top of the tier-0 frame, which stays on the stack.
+public static class Osr
+{
+    static long sink;
+
+    static TimeSpan Cpu(Process p)
+    {
+        p.Refresh();
+        return p.TotalProcessorTime;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static void Spin(int ms)
+    {
+        var p = Process.GetCurrentProcess();
+        var end = Cpu(p) + TimeSpan.FromMilliseconds(ms);
+        long x = 1;
+        do
+        {
+            for (int i = 0; i < 100000; i++) x = x * 31 + i;
+        } while (Cpu(p) < end);
+        sink += x;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static void SpinThenSleep(int spinMs, int sleepMs)
+    {
+        var p = Process.GetCurrentProcess();
+        var end = Cpu(p) + TimeSpan.FromMilliseconds(spinMs);
+        long x = 1;
+        do
+        {
+            for (int i = 0; i < 100000; i++) x = x * 31 + i;
+        } while (Cpu(p) < end);
+        // Blocked inside the OSR code: the wall sampler walks this frame with DoStackSnapshot.
+        Thread.Sleep(sleepMs);
+        sink += x;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static void Catch(int spinMs, int sleepMs)
+    {
+        long x = 1;
+        for (int i = 0; i < 50_000_000; i++) x = x * 31 + i; // moves this frame to OSR code
+        try
+        {
+            Throw(x);
+        }
+        catch (InvalidOperationException)
+        {
+            // The catch handler is a funclet of the OSR code.
+            SpinInCatch(spinMs);
+            Thread.Sleep(sleepMs);
+        }
+        sink += x;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Throw(long x) => throw new InvalidOperationException($"osr {x & 1}");
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static void SpinInCatch(int ms)
+    {
+        var p = Process.GetCurrentProcess();
+        var end = Cpu(p) + TimeSpan.FromMilliseconds(ms);
+        long x = 1;
+        do
+        {
+            for (int i = 0; i < 100000; i++) x = x * 31 + i;
+        } while (Cpu(p) < end);
+        sink += x;
     }
 }
 

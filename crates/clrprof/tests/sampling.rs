@@ -342,3 +342,96 @@ fn exports_parse_and_agree_with_the_report() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("to export"), "{}", text(&out.stderr));
 }
+
+/// The callers of `function` in the callers view: (name, ms), as printed.
+fn callers(trace: &std::path::Path, function: &str, weight: &str) -> (f64, Vec<(String, f64)>) {
+    let out = report(trace, &["--view", "callers", "--function", function, "--weight", weight]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let inclusive: f64 = t
+        .lines()
+        .find_map(|l| l.split("inclusive ").nth(1))
+        .and_then(|r| r.split(" ms").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no inclusive time for {function}:\n{t}"));
+    let mut lines = t.lines().skip_while(|l| !l.starts_with("CALLERS (")).skip(2);
+    let mut found = Vec::new();
+    for l in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
+        let mut cols = l.split_whitespace();
+        let (_calls, ms, _pct) = (cols.next(), cols.next(), cols.next());
+        let name = cols.collect::<Vec<_>>().join(" ");
+        found.push((name, ms.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"))));
+    }
+    (inclusive, found)
+}
+
+/// `function` is called from `caller` only, in the stacks of `weight`, and the caller's time
+/// through it is at least 90% of the function's own inclusive time.
+fn only_caller(trace: &std::path::Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
+    let (inclusive, found) = callers(trace, function, weight);
+    assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
+    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [caller], "{weight}: callers of {function}: {found:?}");
+    let through = found[0].1;
+    assert!(through >= inclusive * 0.9, "{weight}: {caller} → {function} {through} ms of {inclusive} ms");
+}
+
+#[test]
+fn stacks_through_on_stack_replacement_reach_the_real_callers() {
+    // Methods called once from Main whose loops move to OSR code mid-run (the tier-0 frame stays
+    // under the OSR frame); one of them runs its callee from a catch funclet of its OSR code.
+    let dir = scratch("sampling-osr");
+    let (trace, _) = record_ok(&dir, "osr", &["osr"], &[]);
+    let v = report_json(&trace);
+    for f in ["Sampling.Osr.Spin", "Sampling.Osr.SpinThenSleep", "Sampling.Osr.Catch", "Sampling.Osr.SpinInCatch"] {
+        // Tier 0, then the OSR version (called once: never rejitted at tier 1).
+        assert!(u(function(&v, f), "compilations") >= 2, "{f} got an OSR version: {}", function(&v, f));
+    }
+
+    // CPU stacks (frame-pointer walks in the signal handler).
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0);
+    // Wall stacks: running threads take their CPU stacks, blocked ones (the sleeps inside the OSR
+    // code and inside the catch funclet) are walked by the runtime.
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0);
+    let (sleep_wall, _) = callers(&trace, "System.Threading.Thread.Sleep", "wall");
+    assert!(sleep_wall >= 700.0, "the sleeps in OSR code and in the funclet: {sleep_wall} ms");
+
+    // The OSR version is named as its method: most of Spin's CPU samples have their leaf in it.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let spin = u(function(&v, "Sampling.Osr.Spin"), "id");
+    let tier0 = u(function(&v, "Sampling.Osr.Spin"), "code_start");
+    let osr: Vec<(u64, u64)> = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::CodeRange(c) if c.id == spin && c.start != tier0 => {
+                Some((c.start, c.start + c.size))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!osr.is_empty(), "a code range for Spin's OSR version");
+    let mut stacks = std::collections::HashMap::new();
+    let mut in_osr = 0;
+    for r in &records {
+        match r {
+            clrprof_trace::Record::SampleStack(s) => {
+                stacks.insert(s.id, s.clone());
+            }
+            clrprof_trace::Record::CpuSample(c) => {
+                let s = &stacks[&c.stack];
+                if s.ips.first().is_some_and(|ip| osr.iter().any(|&(a, b)| (a..b).contains(ip))) {
+                    assert_eq!(s.functions.first(), Some(&spin), "the OSR code is Spin's: {s:?}");
+                    in_osr += c.count;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(in_osr as u64 * 2 >= u(function(&v, "Sampling.Osr.Spin"), "samples_self"), "{in_osr} samples in OSR code");
+}

@@ -97,7 +97,7 @@ impl State {
         let (ts, tid) = (self.now(), os_tid());
         let collectible = self.function_is_collectible(id);
         if let Some(sm) = &self.sampler {
-            sm.code_compiled(id, collectible);
+            sm.code_compiled(id, collectible, kind == clrprof_trace::code_kind::JIT);
         }
         if collectible {
             self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);

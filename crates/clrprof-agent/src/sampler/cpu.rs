@@ -6,6 +6,21 @@
 //! against the thread's stack bounds) into the thread's preallocated ring ([`Slot`]). It does not
 //! allocate, lock, log or call the runtime; it finds its slot through the timer's `sigval`, so it
 //! needs no thread-local storage. Signals that are not ours go to the previous handler.
+//!
+//! On-stack replacement (OSR) frames need one extra step. An OSR method is entered mid-loop from
+//! its tier-0 version, whose frame stays on the stack: the runtime's patchpoint helper
+//! (`JIT_Patchpoint`, `vm/jithelpers.cpp`) sets SP 8 bytes below the tier-0 frame — a fake
+//! return-address slot it does not fill (it still holds the return address of the helper call,
+//! in tier-0 code) — and keeps the tier-0 RBP. The OSR prolog pushes a copy of the tier-0 frame's
+//! saved RBP and points RBP at that copy (`mov rax, [rbp]; push rax; ...; lea rbp, [rsp+N]` in
+//! .NET 10's disassembly; the tier-0 frame is always an RBP frame that saves RBP first, see
+//! `genOSRRecordTier0CalleeSavedRegistersAndFrame` in `jit/codegenxarch.cpp`). Walked the usual
+//! way, the fake slot reads as the return address and the tier-0 frame's real one is skipped: the
+//! OSR method's caller is lost. The agent publishes the code ranges of OSR versions
+//! ([`add_osr_code`]); when a frame's code is OSR code, the walk moves up to the tier-0 frame —
+//! the slot above the fake one that holds the same saved RBP — and reads the return address there,
+//! as the runtime's own unwinder does from the OSR method's unwind info (which describes the
+//! tier-0 frame too).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -68,6 +83,130 @@ unsafe impl Sync for Slot {}
 
 static SLOTS: [AtomicPtr<Slot>; MAX_SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_SLOTS];
 static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Most OSR code ranges the handler knows (later ones are walked the ordinary way).
+pub const MAX_OSR_RANGES: usize = 4096;
+/// Most bytes of a tier-0 frame searched for its saved RBP.
+const MAX_TIER0_FRAME: u64 = 64 * 1024;
+
+/// Code ranges of OSR code versions, sorted by start, shared with the signal handler. One writer
+/// (the sampler thread, serialized by `OSR_WRITER`) inserts; the handler only loads atomics. `seq`
+/// is odd while an insertion moves entries, and the handler then ignores the table for that
+/// sample. A stale or torn read can only make the walk try (or skip) an OSR step, and the step
+/// checks the stack itself.
+struct OsrRanges {
+    seq: AtomicU64,
+    len: AtomicUsize,
+    start: [AtomicU64; MAX_OSR_RANGES],
+    end: [AtomicU64; MAX_OSR_RANGES],
+}
+
+static OSR: OsrRanges = OsrRanges {
+    seq: AtomicU64::new(0),
+    len: AtomicUsize::new(0),
+    start: [const { AtomicU64::new(0) }; MAX_OSR_RANGES],
+    end: [const { AtomicU64::new(0) }; MAX_OSR_RANGES],
+};
+static OSR_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// A filter in front of the table: bit `(page % 4096)` is set for every 4 KiB page that holds OSR
+/// code (bits are only ever set, before their range is published), so most frames cost one load.
+static OSR_PAGES: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+fn page_bit(ip: u64) -> (usize, u64) {
+    let h = (ip >> 12) as usize % (64 * 64);
+    (h / 64, 1 << (h % 64))
+}
+
+/// Makes `[start, end)` known to the handler as the code of an OSR method version. False when the
+/// table is full or the range is empty (not on the signal path: it takes a lock).
+pub fn add_osr_code(start: u64, end: u64) -> bool {
+    if start >= end {
+        return false;
+    }
+    let _g = OSR_WRITER.lock();
+    let n = OSR.len.load(Ordering::Relaxed);
+    if (0..n).any(|i| OSR.start[i].load(Ordering::Relaxed) == start) {
+        return true;
+    }
+    if n >= MAX_OSR_RANGES {
+        return false;
+    }
+    let pos = (0..n).find(|&i| OSR.start[i].load(Ordering::Relaxed) > start).unwrap_or(n);
+    let pages = (end - 1) / 4096 - start / 4096;
+    for p in 0..=pages.min(64 * 64) {
+        let (w, b) = page_bit(start + p * 4096);
+        OSR_PAGES[w].fetch_or(b, Ordering::Relaxed);
+    }
+    OSR.seq.fetch_add(1, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+    for i in (pos..n).rev() {
+        OSR.start[i + 1].store(OSR.start[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        OSR.end[i + 1].store(OSR.end[i].load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    OSR.start[pos].store(start, Ordering::Relaxed);
+    OSR.end[pos].store(end, Ordering::Relaxed);
+    OSR.len.store(n + 1, Ordering::Relaxed);
+    OSR.seq.fetch_add(1, Ordering::Release);
+    true
+}
+
+/// True when `ip` is in a known OSR code range (not on the signal path).
+pub fn osr_code_known(ip: u64) -> bool {
+    let _g = OSR_WRITER.lock();
+    in_osr_code(OSR.len.load(Ordering::Relaxed).min(MAX_OSR_RANGES), ip)
+}
+
+/// Number of OSR ranges the handler may search now (0 while an insertion is under way).
+fn osr_len() -> usize {
+    if OSR.seq.load(Ordering::Acquire) & 1 == 1 {
+        return 0;
+    }
+    OSR.len.load(Ordering::Acquire).min(MAX_OSR_RANGES)
+}
+
+/// True when `ip` lies in one of the first `n` OSR ranges (binary search; async-signal-safe).
+fn in_osr_code(n: usize, ip: u64) -> bool {
+    let (w, b) = page_bit(ip);
+    if OSR_PAGES[w].load(Ordering::Relaxed) & b == 0 {
+        return false;
+    }
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if OSR.start[mid].load(Ordering::Relaxed) <= ip {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo > 0 && ip < OSR.end[lo - 1].load(Ordering::Relaxed)
+}
+
+/// The frame pointer of the tier-0 frame under the OSR frame at `fp`: the OSR prolog copied the
+/// tier-0 frame's saved RBP to `[fp]`, `[fp + 8]` is the fake return slot and the tier-0 frame
+/// starts at `fp + 16`; its saved RBP — the same value — is its highest word below the return
+/// address, under the caller's frame. Reads stay below `hi - 8`; None when not found.
+///
+/// # Safety
+/// `[fp, hi)` must be mapped stack of the current thread, `fp` 8-aligned.
+unsafe fn tier0_frame(fp: u64, hi: u64) -> Option<u64> {
+    let saved = *(fp as *const u64);
+    // A frame pointer lies above this frame; anything else (0 at the outermost frame, a native
+    // caller's scratch value) cannot be matched safely.
+    if saved <= fp + 16 || !saved.is_multiple_of(8) {
+        return None;
+    }
+    // The tier-0 frame's saved-RBP slot, its return address, then the caller's frame at `saved`.
+    let last = (saved - 16).min(hi.saturating_sub(16)).min(fp + 16 + MAX_TIER0_FRAME);
+    let mut a = fp + 16;
+    while a <= last {
+        if *(a as *const u64) == saved {
+            return Some(a);
+        }
+        a += 8;
+    }
+    None
+}
 
 /// The previous `SIGPROF` disposition, for chaining.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
@@ -380,9 +519,20 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let on_stack = hi != 0 && sp >= lo && sp <= hi - 8;
     e.sp_top = if on_stack && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
     let mut n = 1;
+    let osr = osr_len();
+    // The code that owns the frame at `fp`: the interrupted code, or — when the leaf has no frame
+    // of its own (frameless, prolog, native code without frame pointers) — the code it returns to.
+    let mut owner = ip;
+    let mut owner_alt = e.sp_top.wrapping_sub(1);
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
     // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
     while on_stack && n < MAX_FRAMES && fp >= sp && fp <= hi - 16 && fp.is_multiple_of(8) {
+        if osr != 0 && (in_osr_code(osr, owner) || (owner_alt != u64::MAX && in_osr_code(osr, owner_alt))) {
+            // An OSR frame: its caller's return address is in the tier-0 frame under it.
+            if let Some(t0) = tier0_frame(fp, hi) {
+                fp = t0;
+            }
+        }
         let ret = *((fp + 8) as *const u64);
         let next = *(fp as *const u64);
         if ret < 4096 {
@@ -394,7 +544,186 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
             break;
         }
         fp = next;
+        // Return addresses are looked up at the call, one byte earlier.
+        owner = ret - 1;
+        owner_alt = u64::MAX;
     }
     e.len = n as u32;
     slot.head.store(head.wrapping_add(1), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Fake code addresses (only compared, never executed or read).
+    const OSR_CODE: u64 = 0x5100_0000_0000;
+    const TIER0_AFTER_PATCHPOINT: u64 = 0x5000_0000_2050;
+    const RET_INTO_MAIN: u64 = 0x5000_0000_0100;
+    const RET_INTO_HOST: u64 = 0x7000_0000_1000;
+    const CALLEE: u64 = 0x5200_0000_0000;
+
+    /// Walks a fake thread stack (word `i` at `base + 8 i`) from the given registers, the way the
+    /// signal handler does; `sp`/`fp` are word indexes.
+    fn walk(words: &[u64], ip: u64, sp: usize, fp: usize) -> Vec<u64> {
+        let base = words.as_ptr() as u64;
+        let slot = Slot::new();
+        slot.state.store(ACTIVE, Ordering::Relaxed);
+        slot.stack_lo.store(base, Ordering::Relaxed);
+        slot.stack_hi.store(base + 8 * words.len() as u64, Ordering::Relaxed);
+        // Safety: a zeroed ucontext is a valid value; only three registers are read.
+        let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ip as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (base + 8 * sp as u64) as i64;
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = (base + 8 * fp as u64) as i64;
+        // Safety: the registers point into `words`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut out = Vec::new();
+        slot.drain(|ips, _| out = ips.to_vec());
+        out
+    }
+
+    /// Main's frame at word 60 (outermost), a tier-0 frame at 40 (its SP at 30), the runtime's
+    /// fake return slot at 29 (holding the stale return address of the patchpoint call) and the
+    /// OSR frame at 28 holding a copy of the tier-0 frame's saved RBP.
+    fn osr_stack() -> Vec<u64> {
+        let mut w: Vec<u64> = (0..64).map(|i| 0x1111_0000 + i).collect();
+        let base = w.as_ptr() as u64;
+        let at = |i: usize| base + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(60);
+        w[41] = RET_INTO_MAIN;
+        w[29] = TIER0_AFTER_PATCHPOINT;
+        w[28] = at(60);
+        w
+    }
+
+    #[test]
+    fn osr_frames_are_walked_through_their_tier0_frame() {
+        assert!(add_osr_code(OSR_CODE, OSR_CODE + 0x100));
+        let mut w = osr_stack();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+
+        // The leaf is the OSR code itself.
+        assert_eq!(walk(&w, OSR_CODE + 0x10, 20, 28), [OSR_CODE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // A callee with its own frame (word 15) called from the OSR code.
+        w[15] = at(&w, 28);
+        w[16] = OSR_CODE + 0x40;
+        assert_eq!(walk(&w, CALLEE, 10, 15), [CALLEE, OSR_CODE + 0x40, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // A frameless callee: RBP is still the OSR frame's, the return address is at SP (the
+        // sampler thread inserts it as the caller later).
+        w[19] = OSR_CODE + 0x40;
+        assert_eq!(walk(&w, CALLEE, 19, 28), [CALLEE, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // Code that is not OSR code is walked the ordinary way.
+        assert_eq!(walk(&w, CALLEE + 8, 20, 28), [CALLEE + 8, TIER0_AFTER_PATCHPOINT, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn an_osr_step_that_finds_no_tier0_frame_falls_back_and_stays_on_the_stack() {
+        const CODE: u64 = 0x5300_0000_0000;
+        assert!(add_osr_code(CODE, CODE + 0x100));
+        let mut w = osr_stack();
+        // The tier-0 frame's saved RBP does not match the copy: the ordinary walk goes on.
+        w[40] = 0x1234_5678;
+        assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT, RET_INTO_HOST]);
+        // A copy pointing past the stack's top: nothing is read beyond it.
+        let len = w.len();
+        w[28] = w.as_ptr() as u64 + 8 * len as u64 + 4096;
+        assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
+        // Not a frame pointer at all (the outermost frame's 0).
+        w[28] = 0;
+        assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
+    }
+
+    #[test]
+    fn osr_ranges_are_kept_sorted_and_searched() {
+        let b = 0x5400_0000_0000;
+        assert!(add_osr_code(b + 0x300, b + 0x380));
+        assert!(add_osr_code(b + 0x100, b + 0x180));
+        assert!(add_osr_code(b + 0x200, b + 0x280));
+        assert!(add_osr_code(b + 0x200, b + 0x280), "adding twice is harmless");
+        assert!(!add_osr_code(b + 0x500, b + 0x500), "empty range");
+        for ip in [b + 0x100, b + 0x17f, b + 0x200, b + 0x37f] {
+            assert!(osr_code_known(ip), "{ip:#x}");
+        }
+        for ip in [b + 0xff, b + 0x180, b + 0x1ff, b + 0x380, b + 0x500] {
+            assert!(!osr_code_known(ip), "{ip:#x}");
+        }
+        let n = OSR.len.load(Ordering::Relaxed);
+        let starts: Vec<u64> = (0..n).map(|i| OSR.start[i].load(Ordering::Relaxed)).collect();
+        assert!(starts.windows(2).all(|p| p[0] < p[1]), "{starts:x?}");
+    }
+}
+
+/// Cost of the handler's walk (not a test: `cargo test --release -p clrprof-agent --lib
+/// walk_cost -- --ignored --nocapture`, alone, so that the OSR table starts empty).
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// ns per `record` of a 32-frame chain of ordinary frames, leaf first.
+    fn time_walks(words: &[u64], ip: u64, sp: usize, fp: usize) -> f64 {
+        let base = words.as_ptr() as u64;
+        let slot = Slot::new();
+        slot.state.store(ACTIVE, Ordering::Relaxed);
+        slot.stack_lo.store(base, Ordering::Relaxed);
+        slot.stack_hi.store(base + 8 * words.len() as u64, Ordering::Relaxed);
+        // Safety: a zeroed ucontext is a valid value; only three registers are read.
+        let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ip as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (base + 8 * sp as u64) as i64;
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = (base + 8 * fp as u64) as i64;
+        let n = 2_000_000;
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                // Safety: the registers point into `words`, the slot's stack bounds.
+                unsafe { record(&slot, std::hint::black_box(&uc)) };
+                slot.tail.store(slot.head.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        best
+    }
+
+    /// 32 frames of 8 words each from word 8 up; frame `k`'s return address is `code + k`.
+    fn chain(code: u64) -> Vec<u64> {
+        let mut w = vec![0u64; 8 + 32 * 8 + 8];
+        let base = w.as_ptr() as u64;
+        for k in 0..32 {
+            let fp = 8 + 8 * k;
+            w[fp] = if k == 31 { 0 } else { base + 8 * (fp as u64 + 8) };
+            w[fp + 1] = code + k as u64;
+        }
+        w
+    }
+
+    #[test]
+    #[ignore]
+    fn walk_cost() {
+        let code = 0x5500_0000_0000;
+        let w = chain(code);
+        let empty = time_walks(&w, code + 0x1000, 4, 8);
+        // OSR code in the same pages as the stack's code (the filter passes every frame), then
+        // elsewhere.
+        for i in 0..16 {
+            add_osr_code(code + 0x40 + i * 0x10, code + 0x48 + i * 0x10);
+        }
+        let same_pages = time_walks(&w, code + 0x1000, 4, 8);
+        for i in 0..240 {
+            add_osr_code(0x5600_0000_0000 + i * 0x1000, 0x5600_0000_0800 + i * 0x1000);
+        }
+        let many = time_walks(&w, code + 0x1000, 4, 8);
+        let other = 0x5700_0080_0000; // page 0x800 of the filter, none of the ranges'
+        let elsewhere = time_walks(&chain(other), other + 0x1000, 4, 8);
+        println!(
+            "32-frame walk: {empty:.1} ns with no OSR code; {same_pages:.1} ns with 16 OSR ranges in the frames' \
+             code page, {many:.1} ns with 256; {elsewhere:.1} ns with 256 OSR ranges in other pages"
+        );
+    }
 }

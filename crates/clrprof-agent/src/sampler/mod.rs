@@ -141,8 +141,13 @@ impl Sampler {
     /// A function got native code (`JITCompilationFinished`, `JITCachedFunctionSearchFinished`):
     /// its code versions are looked up later, on the sampler thread.
     /// Code of collectible modules is looked up at once, on the compiling thread: its ids die at
-    /// unload and must never be handed to the runtime later.
-    pub fn code_compiled(&self, id: FunctionID, collectible: bool) {
+    /// unload and must never be handed to the runtime later. A JIT compilation that gave the
+    /// function a second code version may be an OSR version, which the running tier-0 frame
+    /// enters as soon as this callback returns: it is made known to the signal handler at once.
+    pub fn code_compiled(&self, id: FunctionID, collectible: bool, jitted: bool) {
+        if jitted && !collectible {
+            self.add_osr_versions(id);
+        }
         if collectible {
             for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
                 for r in self.info.get_code_info4(start).unwrap_or_default() {
@@ -160,6 +165,29 @@ impl Sampler {
         }
     }
 
+    /// Publishes the OSR code versions of `id` to the signal handler (its JIT compilations are
+    /// already published when `JITCompilationFinished` is raised). Only functions with several
+    /// code versions can have one: an OSR version always has its tier-0 version beside it.
+    fn add_osr_versions(&self, id: FunctionID) {
+        let starts = self.info.get_native_code_start_addresses(id).unwrap_or_default();
+        if starts.len() < 2 {
+            return;
+        }
+        for start in starts {
+            if start == 0 || cpu::osr_code_known(start as u64) {
+                continue;
+            }
+            let ranges: Vec<(u64, u64)> = code_ranges(&self.info, start);
+            // Safety: `ranges` are the code of a live code version of a function whose module
+            // never unloads (the caller checked).
+            if unsafe { is_osr_code(start as u64, &ranges) } {
+                for (a, n) in ranges {
+                    cpu::add_osr_code(a, a + n);
+                }
+            }
+        }
+    }
+
     /// Looks up the code versions of recently compiled functions (again a few times, as a new
     /// version is published a little after its compilation) and adds their ranges to the map of
     /// managed code. The map, not `GetFunctionFromIP`, names managed IPs: arbitrary addresses
@@ -172,16 +200,26 @@ impl Sampler {
             *tries += 1;
             if matches!(*tries, 1 | 3 | 10 | 30 | 100) {
                 for start in self.info.get_native_code_start_addresses(*id).unwrap_or_default() {
-                    if start == 0 || !st.code_starts.insert(start as u64) {
+                    if start == 0 || st.code_starts.contains(&(start as u64)) {
                         continue;
                     }
-                    for r in self.info.get_code_info4(start).unwrap_or_default() {
-                        if r.start_address == 0 || r.size == 0 {
-                            continue;
-                        }
-                        let (a, n) = (r.start_address as u64, r.size as u64);
+                    let ranges = code_ranges(&self.info, start);
+                    // Not published yet: looked up again at the next try.
+                    if ranges.is_empty() {
+                        continue;
+                    }
+                    st.code_starts.insert(start as u64);
+                    // Safety: `ranges` are the code of a live code version of a function whose
+                    // module never unloads (collectible code is handled in `code_compiled`).
+                    let osr = unsafe { is_osr_code(start as u64, &ranges) };
+                    for (a, n) in ranges {
                         st.code.insert(a, (a + n, *id as u64));
                         self.emit(CodeRange { id: *id as u64, start: a, size: n });
+                        if osr && !cpu::add_osr_code(a, a + n) && !st.osr_full {
+                            st.osr_full = true;
+                            let max = cpu::MAX_OSR_RANGES;
+                            log_warn!("sampler: over {max} OSR code ranges; later ones lose their callers");
+                        }
                     }
                 }
             }
@@ -582,6 +620,57 @@ impl Sampler {
     }
 }
 
+/// True when the code at `entry` starts with the x64 OSR prolog: `mov reg, [rbp]` then
+/// `push reg` (what .NET 10's JIT emits, seen with `DOTNET_JitDisasm`). An OSR version is entered with the tier-0 frame's RBP and, when it builds an RBP
+/// frame, first copies the tier-0 frame's saved RBP (the caller's frame pointer) onto its own frame
+/// to keep the frame chain. Ordinary code never reads `[rbp]` at its entry, where RBP is still the
+/// caller's. (An OSR version without an RBP frame keeps the tier-0 RBP, and ordinary walks
+/// already pass it.)
+///
+/// # Safety
+/// `ranges` (start, size) must be the live code of the code version that starts at `entry`.
+unsafe fn is_osr_code(entry: u64, ranges: &[(u64, u64)]) -> bool {
+    // Only bytes inside the code itself are read.
+    if !ranges.iter().any(|&(a, n)| a == entry && n >= 6) {
+        return false;
+    }
+    let mut b = [0u8; 6];
+    std::ptr::copy_nonoverlapping(entry as *const u8, b.as_mut_ptr(), b.len());
+    is_osr_prolog(&b)
+}
+
+/// The non-empty code ranges (start, size) of the code version that starts at `start`.
+fn code_ranges(info: &ProfilerInfo, start: usize) -> Vec<(u64, u64)> {
+    let ranges = info.get_code_info4(start).unwrap_or_default();
+    ranges
+        .iter()
+        .filter(|r| r.start_address != 0 && r.size != 0)
+        .map(|r| (r.start_address as u64, r.size as u64))
+        .collect()
+}
+
+fn is_osr_prolog(b: &[u8; 6]) -> bool {
+    // push qword ptr [rbp+0] (FF /6, ModRM mod=01 rm=101, disp8 0): the same copy in one
+    // instruction, accepted in case another JIT version emits it.
+    if b[..3] == [0xFF, 0x75, 0x00] {
+        return true;
+    }
+    // mov r64, qword ptr [rbp+0]: REX.W (+R) 8B, ModRM mod=01 rm=101 (rbp + disp8), disp8 0.
+    if !matches!(b[0], 0x48 | 0x4C) || b[1] != 0x8B || b[2] & 0xC7 != 0x45 || b[3] != 0 {
+        return false;
+    }
+    let reg = ((b[0] & 0x04) << 1) | ((b[2] >> 3) & 7);
+    if reg == 4 || reg == 5 {
+        return false; // rsp, rbp
+    }
+    // push r64: 50+r, or 41 50+r for r8–r15.
+    if reg < 8 {
+        b[4] == 0x50 + reg
+    } else {
+        b[4] == 0x41 && b[5] == 0x50 + (reg - 8)
+    }
+}
+
 /// CPU time of the calling thread.
 fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -691,10 +780,39 @@ struct LoopState {
     /// Managed code: start → (end, FunctionID), every code version.
     code: std::collections::BTreeMap<u64, (u64, u64)>,
     code_starts: std::collections::HashSet<u64>,
+    /// The handler's table of OSR code ranges filled up (said once in the log).
+    osr_full: bool,
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
     stat_files: StatFiles,
     /// Where the next wall tick starts in the thread list.
     wall_cursor: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_osr_prolog;
+
+    #[test]
+    fn the_osr_prolog_is_recognized() {
+        // mov rax, [rbp]; push rax (what .NET 10's JIT emits)
+        assert!(is_osr_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]));
+        // mov r11, [rbp]; push r11
+        assert!(is_osr_prolog(&[0x4C, 0x8B, 0x5D, 0x00, 0x41, 0x53]));
+        // push rbp; mov rbp, rsp: an ordinary prolog
+        assert!(!is_osr_prolog(&[0x55, 0x48, 0x89, 0xE5, 0x48, 0x83]));
+        // push rbp; sub rsp, 112
+        assert!(!is_osr_prolog(&[0x55, 0x48, 0x83, 0xEC, 0x70, 0x48]));
+        // mov rax, [rbp]; push rcx: another register pushed
+        assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x51, 0x00]));
+        // mov rax, [rbp+8]; push rax
+        assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x08, 0x50, 0x00]));
+        // push qword ptr [rbp]
+        assert!(is_osr_prolog(&[0xFF, 0x75, 0x00, 0x48, 0x83, 0xEC]));
+        // push qword ptr [rbp+8]
+        assert!(!is_osr_prolog(&[0xFF, 0x75, 0x08, 0x48, 0x83, 0xEC]));
+        // mov r11, [rbp]; push rbx (no REX.B)
+        assert!(!is_osr_prolog(&[0x4C, 0x8B, 0x5D, 0x00, 0x53, 0x00]));
+    }
 }
