@@ -555,11 +555,13 @@ impl Sampler {
             if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
                 && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
             {
-                // Waiting for a CPU is not blocking: when the thread did not get the CPU for most
-                // of the interval, its run-queue wait is noted, so that if it blocks before the
-                // next tick the wait counts as running time (read only then: one more file read).
+                // Waiting for a CPU is not blocking: when a thread that was running at its last
+                // tick too did not get the CPU for most of the interval, its run-queue wait is
+                // noted, so that if it blocks before the next tick the wait counts as running
+                // time (read only then: one more file read; not for threads that just woke up).
+                let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
                 t.runq_ns = None;
-                if dcpu < elapsed - elapsed / 10 {
+                if was_running && dcpu < elapsed - elapsed / 10 {
                     let r = st.stat_files.runq_wait_ns(key.os_tid);
                     if let Some(t) = st.threads.get_mut(&key) {
                         t.runq_ns = r;
