@@ -555,16 +555,17 @@ impl Sampler {
             if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
                 && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
             {
-                // Waiting for a CPU is not blocking: when a thread that was running at its last
-                // tick too did not get the CPU for most of the interval, its run-queue wait is
-                // noted, so that if it blocks before the next tick the wait counts as running
-                // time (read only then: one more file read; not for threads that just woke up).
+                // Waiting for a CPU is not blocking. At the second tick of a running stretch the
+                // thread's CPU time and run-queue wait are noted (one file read per stretch;
+                // threads that wake up for a moment never get there): when it blocks, the time
+                // since then that it neither ran nor waited for a CPU is its blocked time.
                 let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
-                t.runq_ns = None;
-                if was_running && dcpu < elapsed - elapsed / 10 {
-                    let r = st.stat_files.runq_wait_ns(key.os_tid);
+                if !was_running {
+                    t.stretch = None;
+                } else if t.stretch.is_none() {
+                    let q = st.stat_files.runq_wait_ns(key.os_tid);
                     if let Some(t) = st.threads.get_mut(&key) {
-                        t.runq_ns = r;
+                        t.stretch = q.map(|q| (now, cpu, q));
                     }
                 }
                 let Some(t) = st.threads.get_mut(&key) else { continue };
@@ -595,16 +596,20 @@ impl Sampler {
                 continue;
             }
             // Blocked. A thread that was running at its last tick ran `dcpu` of the interval on
-            // its running stack (plus the time it waited for a CPU) and has been blocked since:
-            // only the rest is blocked time.
+            // its running stack (and may have waited for a CPU) and has been blocked since: only
+            // the rest is blocked time. Over its running stretch, the time it neither ran nor
+            // waited for a CPU was blocked time (at most the interval's, as short waits in the
+            // stretch would count too).
             let blocked = if t.wall_stack.is_none() {
-                let waited = match t.runq_ns.take() {
-                    Some(before) => st.stat_files.runq_wait_ns(key.os_tid).map_or(0, |now| now.saturating_sub(before)),
-                    None => 0,
-                };
-                let ran = (dcpu + waited).min(elapsed);
-                self.charge_running(st, key, ran, 0);
-                elapsed - ran
+                let mut blocked = elapsed - dcpu;
+                if let Some((since, cpu0, q0)) = t.stretch.take() {
+                    if let Some(q) = st.stat_files.runq_wait_ns(key.os_tid) {
+                        let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
+                        blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
+                    }
+                }
+                self.charge_running(st, key, elapsed - blocked, 0);
+                blocked
             } else {
                 elapsed
             };
@@ -819,8 +824,9 @@ struct ThreadState {
     /// blocked: equal means its latest CPU sample is from before it blocked.
     cpu_batches: u64,
     cpu_batches_when_blocked: u64,
-    /// The thread's run-queue wait at its last tick, when it was running but short of a CPU.
-    runq_ns: Option<u64>,
+    /// Start of the thread's running stretch (its second tick running): (time, CPU time, run-queue
+    /// wait from `schedstat`).
+    stretch: Option<(u64, u64, u64)>,
     /// When the thread was last walked.
     walked_at: Option<u64>,
 }
@@ -843,7 +849,7 @@ impl ThreadState {
             unwalked_ticks: 0,
             cpu_batches: 0,
             cpu_batches_when_blocked: u64::MAX,
-            runq_ns: None,
+            stretch: None,
             walked_at: None,
         }
     }
