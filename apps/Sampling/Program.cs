@@ -1,6 +1,10 @@
 // Profiling target for the sampler: workloads with known CPU and wall-time shapes.
 //   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of its CPU time)
-//   sleep         Spinner spins 800 ms of CPU, then Sleeper sleeps 500 ms, on the same thread
+//   sleep [heartbeat]  Spinner spins 800 ms of CPU, then Sleeper sleeps 500 ms, on the same thread
+//                 (with a heartbeat thread that wakes every 15 ms for a little work, as timers do)
+//   blocking      four threads each spin 200 ms, then block 400 ms in a different way (Thread.Sleep,
+//                 Monitor.Wait, WaitHandle.WaitOne, Task.Wait), then exit; a heartbeat thread runs
+//                 beside them; prints each thread's measured blocked time
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
 //   threads N ms  N threads, each spinning for ms then blocking until the end
 //   quick         returns at once
@@ -25,7 +29,11 @@ public static class Program
                 Ratio.Run(args.Length > 1 ? int.Parse(args[1]) : 2000);
                 break;
             case "sleep":
-                Sleepy.Run();
+                using (args.Length > 1 && args[1] == "heartbeat" ? new Heartbeat() : null)
+                    Sleepy.Run();
+                break;
+            case "blocking":
+                Blocking.Run();
                 break;
             case "pinvoke":
                 Console.WriteLine($"adler={NativeWork.Run(args.Length > 1 ? int.Parse(args[1]) : 1500)}");
@@ -122,8 +130,14 @@ public static class Sleepy
 {
     public static void Run()
     {
+        var sw = Stopwatch.StartNew();
         Spinner(800);
+        long spin = (long)sw.Elapsed.TotalMicroseconds;
+        sw.Restart();
         Sleeper(500);
+        long sleep = (long)sw.Elapsed.TotalMicroseconds;
+        // Measured wall times, for tests to compare with the profile.
+        Console.WriteLine($"spin_wall_us={spin} sleep_wall_us={sleep}");
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -267,6 +281,106 @@ public static class Many
         Console.WriteLine($"threads={n}");
     }
 
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Spin(int ms)
+    {
+        var sw = Stopwatch.StartNew();
+        long x = 1;
+        while (sw.ElapsedMilliseconds < ms)
+            for (int i = 0; i < 1000; i++) x = x * 31 + i;
+        if (x == 42) Console.WriteLine("unlikely");
+    }
+}
+
+// A thread that wakes every 15 ms and works for about half a millisecond until disposed.
+public sealed class Heartbeat : IDisposable
+{
+    readonly Thread thread;
+    volatile bool stop;
+
+    public Heartbeat()
+    {
+        thread = new Thread(Beat) { Name = "heartbeat", IsBackground = true };
+        thread.Start();
+    }
+
+    void Beat()
+    {
+        long x = 1;
+        while (!stop)
+        {
+            Thread.Sleep(15);
+            var sw = Stopwatch.StartNew();
+            while (sw.Elapsed.TotalMilliseconds < 0.5)
+                for (int i = 0; i < 1000; i++) x = x * 31 + i;
+        }
+        if (x == 42) Console.WriteLine("unlikely");
+    }
+
+    public void Dispose()
+    {
+        stop = true;
+        thread.Join();
+    }
+}
+
+public static class Blocking
+{
+    const int SpinMs = 200;
+    const int BlockMs = 400;
+
+    public static void Run()
+    {
+        using var heartbeat = new Heartbeat();
+        var ways = new (string Name, Action<int> Block)[]
+        {
+            ("sleep", OnSleep),
+            ("monitor", OnMonitor),
+            ("event", OnEvent),
+            ("task", OnTask),
+        };
+        // Once on this thread first, so the blocking threads do not spend their time compiling.
+        foreach (var w in ways) w.Block(1);
+        var blocked = new double[ways.Length];
+        var threads = new Thread[ways.Length];
+        for (int i = 0; i < ways.Length; i++)
+        {
+            int k = i;
+            threads[k] = new Thread(() =>
+            {
+                Spin(SpinMs);
+                var sw = Stopwatch.StartNew();
+                ways[k].Block(BlockMs);
+                blocked[k] = sw.Elapsed.TotalMicroseconds;
+                Spin(20);
+            }) { Name = $"block-{ways[k].Name}" };
+            threads[k].Start();
+        }
+        foreach (var t in threads) t.Join();
+        for (int i = 0; i < ways.Length; i++) Console.WriteLine($"blocked_{ways[i].Name}_us={(long)blocked[i]}");
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void OnSleep(int ms) => Thread.Sleep(ms);
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void OnMonitor(int ms)
+    {
+        var gate = new object();
+        lock (gate) Monitor.Wait(gate, ms); // nobody pulses: the timeout ends the wait
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void OnEvent(int ms)
+    {
+        using var e = new ManualResetEvent(false);
+        e.WaitOne(ms);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void OnTask(int ms) => Task.Delay(ms).Wait();
+
+    // Spins for `ms` of wall time.
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Spin(int ms)
     {

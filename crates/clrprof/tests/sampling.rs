@@ -63,23 +63,53 @@ fn cpu_shares_follow_a_known_ratio_and_match_the_kernel() {
     );
 }
 
-#[test]
-fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
-    let dir = scratch("sampling-sleep");
-    let (trace, _) = record_ok(&dir, "sleep", &["sleep"], &[]);
-    let v = report_json(&trace);
+/// The main thread's profile of a `sleep` run: its functions only (`--thread`).
+fn main_thread_json(trace: &std::path::Path, stdout: &str) -> Value {
+    let tid = printed(stdout, "main_tid").to_string();
+    let out = report(trace, &["--format", "json", "--weight", "wall", "--thread", &tid]);
+    assert!(out.status.success(), "report failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report JSON parses")
+}
+
+/// Checks the `sleep` mode's profile: Spinner has the CPU time and its own wall time, the 500 ms
+/// sleep is 500 ms ± 5 % of wall time on `Thread.Sleep` and `Sleeper`, not on the spinning code.
+fn check_sleep_and_spin(trace: &std::path::Path, stdout: &str) {
+    let v = main_thread_json(trace, stdout);
     let sleeper = function(&v, "Sampling.Sleepy.Sleeper");
     let spinner = function(&v, "Sampling.Sleepy.Spinner");
     let (sleep_cpu, spin_cpu) = (u(sleeper, "cpu_total_ns"), u(spinner, "cpu_total_ns"));
     assert!(u(spinner, "samples_total") >= 40, "spinner sampled: {spinner}");
     assert!(sleep_cpu * 10 < spin_cpu, "sleeper CPU {sleep_cpu} ns vs spinner {spin_cpu} ns");
-    let sleep_wall = u(sleeper, "wall_total_ns");
     assert!(u(sleeper, "wall_samples_total") >= 10, "sleeper has wall samples: {sleeper}");
-    assert!((300_000_000..=800_000_000).contains(&sleep_wall), "sleeper wall time {sleep_wall} ns for a 500 ms sleep");
-    // 800 ms of CPU: at least that long in wall time (longer when the machine is busy).
+    let measured_sleep = printed(stdout, "sleep_wall_us") * 1000;
+    for f in ["Sampling.Sleepy.Sleeper", "System.Threading.Thread.Sleep"] {
+        let wall = u(function(&v, f), "wall_total_ns");
+        assert!(
+            (475_000_000..=525_000_000).contains(&wall),
+            "{f}: {:.1} ms of wall time for a 500 ms sleep (measured {:.1} ms)",
+            wall as f64 / 1e6,
+            measured_sleep as f64 / 1e6
+        );
+    }
+    // 800 ms of CPU: at least that long in wall time (longer when the machine is busy), and no
+    // more than the spinning took (the sleep after it is not the spinner's).
     let spin_wall = u(spinner, "wall_total_ns");
+    let measured_spin = printed(stdout, "spin_wall_us") * 1000;
     assert!(spin_wall >= 700_000_000, "spinner wall time {spin_wall} ns for 800 ms of CPU");
+    assert!(
+        spin_wall as f64 <= measured_spin as f64 * 1.05,
+        "spinner wall time {:.1} ms, measured {:.1} ms",
+        spin_wall as f64 / 1e6,
+        measured_spin as f64 / 1e6
+    );
     assert!(spin_cpu >= 650_000_000, "spinner CPU time {spin_cpu} ns for 800 ms");
+}
+
+#[test]
+fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
+    let dir = scratch("sampling-sleep");
+    let (trace, stdout) = record_ok(&dir, "sleep", &["sleep"], &[]);
+    check_sleep_and_spin(&trace, &stdout);
 
     // The reports say which weight they show.
     let out = report(&trace, &["--view", "modules", "--weight", "wall"]);
@@ -87,6 +117,58 @@ fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
     assert!(text(&out.stdout).contains("weight: wall time"), "{}", text(&out.stdout));
     let out = report(&trace, &["--view", "modules"]);
     assert!(text(&out.stdout).contains("weight: CPU time"), "{}", text(&out.stdout));
+}
+
+/// A thread that wakes every 15 ms makes the sampler suspend the runtime for a walk about every
+/// 100 ms (the limit), so the sleeping thread's walk usually waits: its blocked time must still go
+/// to the sleep, not to the code it ran before.
+#[test]
+fn a_sleep_keeps_its_wall_time_while_other_threads_wake_often() {
+    let dir = scratch("sampling-sleep-heartbeat");
+    let (trace, stdout) = record_ok(&dir, "sleep", &["sleep", "heartbeat"], &[]);
+    check_sleep_and_spin(&trace, &stdout);
+}
+
+/// Wall time adds up: each thread's total is its lifetime (created → destroyed in the thread
+/// table), and the blocked part is on the blocking call, for four ways of blocking.
+#[test]
+fn each_thread_s_wall_time_is_its_lifetime_and_blocking_calls_get_their_time() {
+    let dir = scratch("sampling-blocking");
+    let (trace, stdout) = record_ok(&dir, "blocking", &["blocking"], &[]);
+    let out = report(&trace, &["--format", "json", "--weight", "wall"]);
+    assert!(out.status.success(), "report failed: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sampled = v["sampling"]["threads"].as_array().unwrap();
+    for name in ["heartbeat", "block-sleep", "block-monitor", "block-event", "block-task"] {
+        let t = find(&v, "threads", name);
+        let life = u(t, "destroyed_ns") - u(t, "created_ns");
+        let s = sampled.iter().find(|s| s["os_tid"] == t["os_tid"]).unwrap_or_else(|| panic!("{name} sampled"));
+        let wall = u(s, "wall_ns");
+        assert!(
+            (wall as f64 - life as f64).abs() <= life as f64 * 0.05,
+            "{name}: {:.1} ms of wall time for a lifetime of {:.1} ms",
+            wall as f64 / 1e6,
+            life as f64 / 1e6
+        );
+    }
+    for (way, function_name) in [
+        ("sleep", "Sampling.Blocking.OnSleep"),
+        ("monitor", "Sampling.Blocking.OnMonitor"),
+        ("event", "Sampling.Blocking.OnEvent"),
+        ("task", "Sampling.Blocking.OnTask"),
+    ] {
+        let measured = printed(&stdout, &format!("blocked_{way}_us")) as f64 * 1000.0;
+        let out = report(&trace, &["--format", "json", "--weight", "wall", "--thread", &format!("block-{way}")]);
+        assert!(out.status.success(), "report failed: {}", text(&out.stderr));
+        let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let wall = u(function(&t, function_name), "wall_total_ns") as f64;
+        assert!(
+            (wall - measured).abs() <= measured * 0.05,
+            "{function_name}: {:.1} ms of wall time for {:.1} ms blocked",
+            wall / 1e6,
+            measured / 1e6
+        );
+    }
 }
 
 #[test]

@@ -73,6 +73,10 @@ pub struct Slot {
     pub final_cpu_ns: AtomicU64,
     /// CPU time (ns) the thread had used when it was registered.
     pub start_cpu_ns: AtomicU64,
+    /// When the thread was registered and when it died (ns since the agent started; 0 until
+    /// known), set by the sampler: its wall time runs from one to the other.
+    pub registered_ns: AtomicU64,
+    pub died_ns: AtomicU64,
     entries: UnsafeCell<[Entry; RING]>,
 }
 
@@ -231,6 +235,8 @@ impl Slot {
             dropped: AtomicU64::new(0),
             final_cpu_ns: AtomicU64::new(0),
             start_cpu_ns: AtomicU64::new(0),
+            registered_ns: AtomicU64::new(0),
+            died_ns: AtomicU64::new(0),
             entries: UnsafeCell::new(entries),
         })
     }

@@ -9,9 +9,16 @@
 //!
 //! Wall time: at each tick, a thread whose CPU clock did not move since its last wall sample is
 //! still blocked where it was, so its last stack is reused without a walk. A thread that is running
-//! //! or runnable (state `R` in `/proc/self/task/<tid>/stat`) takes its latest CPU-sample stack. Only
+//! or runnable (state `R` in `/proc/self/task/<tid>/stat`) takes its latest CPU-sample stack. Only
 //! the others — threads that ran a little and then blocked — are walked, a few per
 //! `SuspendRuntime` … `ResumeRuntime`.
+//!
+//! Every nanosecond of a thread's life, from its registration to its death (or the sampler's
+//! stop), is charged to exactly one stack: an interval in which the thread blocked or woke up is
+//! split by its CPU-clock delta (plus, when it blocked after waiting for a CPU, its run-queue wait
+//! from `schedstat`): the part it ran goes to its running stack, the rest to where it was
+//! blocked. Blocked time whose stack is not known yet (the walk was rate-limited) waits for the
+//! walk instead of going to the stack the thread ran before it blocked.
 
 pub mod build_id;
 pub mod cpu;
@@ -128,8 +135,12 @@ impl Sampler {
         if self.stop.load(Ordering::Acquire) {
             return;
         }
+        let registered = self.now().max(1);
         let (slot, err) = cpu::register_current(os_tid, id, Some(self.period_ns()));
-        if slot.is_some() {
+        if let Some(s) = slot {
+            s.died_ns.store(0, Ordering::Relaxed);
+            // Release: the sampler reads `start_cpu_ns` after seeing this.
+            s.registered_ns.store(registered, Ordering::Release);
             self.stats.threads.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(e) = err {
@@ -230,10 +241,21 @@ impl Sampler {
 
     /// `ThreadDestroyed`: waits for an in-flight walk, then retires the thread's slot.
     pub fn thread_destroyed(&self, id: ThreadID) {
+        // Its wall time ends now, not when an in-flight walk lets go of the lock (ticks leave a
+        // dying thread alone).
+        if let Some(s) = cpu::slot_of_thread(id) {
+            let _ = s.died_ns.compare_exchange(0, self.now().max(1), Ordering::AcqRel, Ordering::Relaxed);
+        }
         let _g = self.walk_lock.lock();
         if let Some(s) = cpu::slot_of_thread(id) {
-            cpu::unregister(s);
+            self.retire(s);
         }
+    }
+
+    /// Stops a thread's sampling, noting when (its wall time ends there).
+    fn retire(&self, s: &cpu::Slot) {
+        let _ = s.died_ns.compare_exchange(0, self.now().max(1), Ordering::AcqRel, Ordering::Relaxed);
+        cpu::unregister(s); // publishes `died_ns` (release store of the state)
     }
 
     fn emit(&self, r: impl Into<Record>) {
@@ -285,7 +307,7 @@ impl Sampler {
         // Last round: stop the timers, drain what they recorded, write everything pending.
         for s in cpu::slots() {
             if s.state.load(Ordering::Acquire) == cpu::ACTIVE {
-                cpu::unregister(s);
+                self.retire(s);
             }
         }
         self.emit_mappings(&mut st);
@@ -383,10 +405,18 @@ impl Sampler {
                 }
                 if let Some(ths) = st.threads.get_mut(&key) {
                     ths.last_cpu_stack = counts.last().map(|c| c.0);
+                    ths.cpu_batches += 1;
                 }
             }
             if state == cpu::DEAD {
+                let died = match slot.died_ns.load(Ordering::Relaxed) {
+                    0 => self.now(),
+                    t => t,
+                };
+                self.settle(st, key, died, slot.final_cpu_ns.load(Ordering::Relaxed));
                 self.flush_thread(st, key);
+                slot.registered_ns.store(0, Ordering::Relaxed);
+                slot.died_ns.store(0, Ordering::Relaxed);
                 st.threads.remove(&key);
                 st.stat_files.forget(key.os_tid);
                 cpu::release(slot);
@@ -430,32 +460,82 @@ impl Sampler {
         fns.insert(1, f);
     }
 
-    /// Charges wall time to the thread's last known stack (its last walk, else its last CPU
-    /// sample), or carries it to the thread's next sample when none is known yet.
-    fn reuse_known_stack(&self, st: &mut LoopState, key: SlotKey, elapsed: u64) {
-        let known = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
-        match known {
-            Some(s) => self.add_wall(st, key, s, elapsed),
+    /// Blocked time of a thread that needs a walk but is not walked at this tick (suspensions are
+    /// rate-limited). A thread seen blocked before keeps its blocked stack until its walk; the
+    /// blocked time of a thread that was running at its last tick waits for the walk (charged to the
+    /// stack it ran before it blocked, it would land on the wrong stack).
+    fn defer_walk(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        match t.wall_stack {
+            Some(s) => self.add_wall(st, key, s, blocked, 1),
             None => {
-                if let Some(t) = st.threads.get_mut(&key) {
-                    t.carry_ns += elapsed;
-                }
+                t.unwalked_ns += blocked;
+                t.unwalked_ticks += 1;
             }
         }
     }
 
-    fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64) {
+    /// Charges time the thread spent running to its running stack: its latest CPU sample, when
+    /// one was taken since the thread was last seen blocked; otherwise the time waits for the next
+    /// stack known (the sample from before the block is not where it runs now).
+    fn charge_running(&self, st: &mut LoopState, key: SlotKey, ns: u64, ticks: u32) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let fresh = t.cpu_batches != t.cpu_batches_when_blocked;
+        match t.last_cpu_stack.filter(|_| fresh) {
+            Some(s) => self.add_wall(st, key, s, ns, ticks),
+            None => {
+                t.carry_ns += ns;
+                t.carry_ticks += ticks;
+            }
+        }
+    }
+
+    /// A thread is gone (or the sampler stops): charges the time from its last tick to `until`
+    /// without a walk, then everything still waiting for a stack to its last known stack (an empty
+    /// one when none is known), so its wall time adds up to its lifetime.
+    fn settle(&self, st: &mut LoopState, key: SlotKey, until: u64, cpu_now: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        if let Some(last_ts) = t.wall_ts.take() {
+            let elapsed = until.saturating_sub(last_ts);
+            let dcpu = cpu_now.saturating_sub(t.wall_cpu).min(elapsed);
+            match t.wall_stack {
+                Some(b) => {
+                    self.add_wall(st, key, b, elapsed - dcpu, 0);
+                    self.charge_running(st, key, dcpu, 0);
+                }
+                None => self.charge_running(st, key, elapsed, 0),
+            }
+        }
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
+        if ns + t.carry_ns == 0 && ticks + t.carry_ticks == 0 {
+            return;
+        }
+        let s = match t.wall_stack.or(t.last_cpu_stack) {
+            Some(s) => s,
+            None => self.intern(st, &[], &[]),
+        };
+        self.add_wall(st, key, s, ns, ticks);
+    }
+
+    /// Adds `ns` (and `ticks` wall ticks) to the thread's pending wall sample of `stack`, with the
+    /// time carried from earlier ticks whose stack was not known.
+    fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64, ticks: u32) {
         let Some(t) = st.threads.get_mut(&key) else { return };
         let ns = ns + std::mem::take(&mut t.carry_ns);
+        let ticks = ticks + std::mem::take(&mut t.carry_ticks);
+        if ns == 0 && ticks == 0 {
+            return;
+        }
         match &mut t.pending {
             Some(p) if p.0 == stack => {
-                p.1 += 1;
+                p.1 += ticks;
                 p.2 += ns;
                 return;
             }
             _ => {}
         }
-        let old = t.pending.replace((stack, 1, ns));
+        let old = t.pending.replace((stack, ticks, ns));
         if let Some((s, c, w)) = old {
             self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
         }
@@ -487,6 +567,9 @@ impl Sampler {
         st.wall_cursor = first + take;
         for slot in (0..take).map(|i| all[(first + i) % n]) {
             let key = SlotKey::of(slot);
+            if slot.died_ns.load(Ordering::Acquire) != 0 {
+                continue; // dying: settled up to its death when its slot is drained
+            }
             let Some(cpu) = slot.cpu_ns() else { continue };
             let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             let Some(last_ts) = t.wall_ts.replace(now) else {
@@ -494,11 +577,12 @@ impl Sampler {
                 continue;
             };
             let elapsed = now.saturating_sub(last_ts);
-            let dcpu = cpu.saturating_sub(t.wall_cpu);
+            // It cannot have run longer than the interval (the clocks are read a little apart).
+            let dcpu = cpu.saturating_sub(t.wall_cpu).min(elapsed);
             t.wall_cpu = cpu;
             if dcpu == 0 {
                 if let Some(s) = t.wall_stack {
-                    self.add_wall(st, key, s, elapsed);
+                    self.add_wall(st, key, s, elapsed, 1);
                     continue;
                 }
             }
@@ -509,16 +593,68 @@ impl Sampler {
             if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
                 && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
             {
-                t.wall_stack = None; // it runs: a blocked stack from before is stale
-                match t.last_cpu_stack {
-                    Some(s) => self.add_wall(st, key, s, elapsed),
-                    // No CPU sample yet: the time goes with the first stack known.
-                    None => t.carry_ns += elapsed,
+                // Waiting for a CPU is not blocking. At the second tick of a running stretch the
+                // thread's CPU time and run-queue wait are noted (one file read per stretch;
+                // threads that wake up for a moment never get there): when it blocks, the time
+                // since then that it neither ran nor waited for a CPU is its blocked time.
+                let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
+                if !was_running {
+                    t.stretch = None;
+                } else if t.stretch.is_none() {
+                    let q = st.stat_files.runq_wait_ns(key.os_tid);
+                    if let Some(t) = st.threads.get_mut(&key) {
+                        t.stretch = q.map(|q| (now, cpu, q));
+                    }
                 }
+                let Some(t) = st.threads.get_mut(&key) else { continue };
+                // It runs. If it was blocked, it woke up in this interval: the part it did not
+                // run stays where it was blocked.
+                let running = match t.wall_stack.take() {
+                    Some(b) => {
+                        self.add_wall(st, key, b, elapsed - dcpu, 0);
+                        dcpu
+                    }
+                    None => elapsed,
+                };
+                // Blocked time never walked (it blocked and woke up between two suspensions)
+                // goes with the stack it ran before it blocked, as nothing better is known.
+                if let Some(t) = st.threads.get_mut(&key) {
+                    if t.unwalked_ticks > 0 {
+                        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
+                        match t.last_cpu_stack {
+                            Some(s) => self.add_wall(st, key, s, ns, ticks),
+                            None => {
+                                t.carry_ns += ns;
+                                t.carry_ticks += ticks;
+                            }
+                        }
+                    }
+                }
+                self.charge_running(st, key, running, 1);
                 continue;
             }
+            // Blocked. A thread that was running at its last tick ran `dcpu` of the interval on
+            // its running stack (and may have waited for a CPU) and has been blocked since: only
+            // the rest is blocked time. Over its running stretch, the time it neither ran nor
+            // waited for a CPU was blocked time (at most the interval's, as short waits in the
+            // stretch would count too).
+            let blocked = if t.wall_stack.is_none() {
+                let mut blocked = elapsed - dcpu;
+                if let Some((since, cpu0, q0)) = t.stretch.take() {
+                    if let Some(q) = st.stat_files.runq_wait_ns(key.os_tid) {
+                        let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
+                        blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
+                    }
+                }
+                self.charge_running(st, key, elapsed - blocked, 0);
+                blocked
+            } else {
+                elapsed
+            };
+            let Some(t) = st.threads.get_mut(&key) else { continue };
+            t.cpu_batches_when_blocked = t.cpu_batches;
             let tid = slot.thread_id.load(Ordering::Relaxed);
-            to_walk.push((key, tid, elapsed));
+            to_walk.push((key, tid, blocked));
         }
         if to_walk.is_empty() {
             return;
@@ -526,8 +662,8 @@ impl Sampler {
         // Suspensions stop every thread: at most one per MIN_SUSPEND_INTERVAL. Until the next
         // one, threads keep their last known stack.
         if st.last_suspend.is_some_and(|t| t.elapsed() < MIN_SUSPEND_INTERVAL) {
-            for (key, _, elapsed) in to_walk {
-                self.reuse_known_stack(st, key, elapsed);
+            for (key, _, blocked) in to_walk {
+                self.defer_walk(st, key, blocked);
             }
             return;
         }
@@ -536,8 +672,8 @@ impl Sampler {
         // first); the others keep their last known stack until their turn.
         if to_walk.len() > MAX_WALKS_PER_SUSPEND {
             to_walk.sort_by_key(|(k, _, _)| st.threads.get(k).map(|t| t.walked_at.unwrap_or(0)).unwrap_or(0));
-            for (key, _, elapsed) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
-                self.reuse_known_stack(st, key, elapsed);
+            for (key, _, blocked) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
+                self.defer_walk(st, key, blocked);
             }
         }
         for (key, _, _) in &to_walk {
@@ -571,8 +707,10 @@ impl Sampler {
                     }
                 }
                 let mut stacks = r.stacks.into_iter();
-                for ((key, _, elapsed), a) in to_walk.into_iter().zip(alive) {
+                for ((key, _, blocked), a) in to_walk.into_iter().zip(alive) {
                     if !a {
+                        // Gone: its time is settled when its slot is drained.
+                        self.defer_walk(st, key, blocked);
                         continue;
                     }
                     self.stats.walks.fetch_add(1, Ordering::Relaxed);
@@ -581,14 +719,11 @@ impl Sampler {
                             let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
                             let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
                             let id = self.intern(st, &ips, &fns);
-                            if let Some(t) = st.threads.get_mut(&key) {
-                                t.wall_stack = Some(id);
-                            }
-                            self.add_wall(st, key, id, elapsed);
+                            self.walked(st, key, id, blocked);
                         }
                         None => {
                             self.stats.walk_failures.fetch_add(1, Ordering::Relaxed);
-                            self.wall_fallback(st, key, elapsed);
+                            self.wall_fallback(st, key, blocked);
                         }
                     }
                 }
@@ -598,8 +733,8 @@ impl Sampler {
                 if n == 0 {
                     log_warn!("sampler: {e}; tick skipped (counted in SamplerStats)");
                 }
-                for (key, _, elapsed) in to_walk {
-                    self.wall_fallback(st, key, elapsed);
+                for (key, _, blocked) in to_walk {
+                    self.wall_fallback(st, key, blocked);
                 }
             }
         }
@@ -607,16 +742,22 @@ impl Sampler {
 
     /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
     /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
-    fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, elapsed: u64) {
+    fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
         let s = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
         let s = match s {
             Some(s) => s,
             None => self.intern(st, &[], &[]),
         };
-        if let Some(t) = st.threads.get_mut(&key) {
-            t.wall_stack = Some(s);
-        }
-        self.add_wall(st, key, s, elapsed);
+        self.walked(st, key, s, blocked);
+    }
+
+    /// The thread is blocked at `stack` (walked, or the fallback): it gets this tick's blocked
+    /// time and the blocked time that waited for the walk.
+    fn walked(&self, st: &mut LoopState, key: SlotKey, stack: u32, blocked: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        t.wall_stack = Some(stack);
+        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
+        self.add_wall(st, key, stack, blocked + ns, 1 + ticks);
     }
 }
 
@@ -681,10 +822,12 @@ fn own_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Open `/proc/self/task/<tid>/stat` files, re-read with `pread` (cheaper than opening each time).
+/// Open `/proc/self/task/<tid>/stat` and `schedstat` files, re-read with `pread` (cheaper than
+/// opening each time).
 #[derive(Default)]
 struct StatFiles {
     files: HashMap<u32, std::fs::File>,
+    schedstat: HashMap<u32, std::fs::File>,
 }
 
 /// Most stat files kept open.
@@ -708,8 +851,25 @@ impl StatFiles {
         Some(text.get(close + 2) == Some(&b'R'))
     }
 
+    /// Time the thread has spent waiting on a run queue, ns (the second field of `schedstat`).
+    fn runq_wait_ns(&mut self, tid: u32) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        if !self.schedstat.contains_key(&tid) {
+            if self.schedstat.len() >= MAX_STAT_FILES {
+                self.schedstat.clear();
+            }
+            let f = std::fs::File::open(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+            self.schedstat.insert(tid, f);
+        }
+        let mut buf = [0u8; 96];
+        let n = self.schedstat.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        text.split_ascii_whitespace().nth(1)?.parse().ok()
+    }
+
     fn forget(&mut self, tid: u32) {
         self.files.remove(&tid);
+        self.schedstat.remove(&tid);
     }
 }
 
@@ -742,22 +902,43 @@ struct ThreadState {
     wall_stack: Option<u32>,
     /// Wall samples not yet written: (stack, count, ns).
     pending: Option<(u32, u32, u64)>,
-    /// Wall time not yet given to a stack (no stack known yet).
+    /// Wall time (and ticks) not yet given to a stack (no running stack known yet).
     carry_ns: u64,
+    carry_ticks: u32,
+    /// Blocked time (and ticks) waiting for the thread's walk: it blocked after running, and the
+    /// walk that tells where was rate-limited.
+    unwalked_ns: u64,
+    unwalked_ticks: u32,
+    /// Batches of CPU samples drained so far, and how many when the thread was last seen
+    /// blocked: equal means its latest CPU sample is from before it blocked.
+    cpu_batches: u64,
+    cpu_batches_when_blocked: u64,
+    /// Start of the thread's running stretch (its second tick running): (time, CPU time, run-queue
+    /// wait from `schedstat`).
+    stretch: Option<(u64, u64, u64)>,
     /// When the thread was last walked.
     walked_at: Option<u64>,
 }
 
 impl ThreadState {
     fn new(slot: &cpu::Slot) -> ThreadState {
+        // Wall time starts at the thread's registration (when it is known already; otherwise at
+        // the first tick that sees the thread).
+        let registered = slot.registered_ns.load(Ordering::Acquire);
         ThreadState {
             cpu_accounted: slot.start_cpu_ns.load(Ordering::Relaxed),
             last_cpu_stack: None,
-            wall_ts: None,
-            wall_cpu: 0,
+            wall_ts: (registered != 0).then_some(registered),
+            wall_cpu: slot.start_cpu_ns.load(Ordering::Relaxed),
             wall_stack: None,
             pending: None,
             carry_ns: 0,
+            carry_ticks: 0,
+            unwalked_ns: 0,
+            unwalked_ticks: 0,
+            cpu_batches: 0,
+            cpu_batches_when_blocked: u64::MAX,
+            stretch: None,
             walked_at: None,
         }
     }
