@@ -1,11 +1,12 @@
 //! The profile's stacks in the formats other tools read (folded stacks, flame graphs, speedscope,
-//! pprof, Chrome/Perfetto timelines). Every format is an [`Exporter`] over the
+//! pprof, Chrome/Perfetto timelines, the Firefox Profiler). Every format is an [`Exporter`] over the
 //! same [`ExportInput`]: the query layer's stacks for one weight, merged over the selected threads
 //! and per thread.
 #![forbid(unsafe_code)]
 
 mod chrome;
 mod collapsed;
+mod firefox;
 mod flamegraph;
 mod pprof;
 mod speedscope;
@@ -18,6 +19,7 @@ use clrprof_query::Threads;
 
 pub use chrome::Chrome;
 pub use collapsed::Collapsed;
+pub use firefox::Firefox;
 pub use flamegraph::{FlameHtml, FlameSvg};
 pub use pprof::Pprof;
 pub use speedscope::Speedscope;
@@ -37,6 +39,8 @@ pub enum ExportFormat {
     Pprof,
     /// Chrome's Trace Event Format (Perfetto, chrome://tracing): a timeline per thread.
     Chrome,
+    /// The Firefox Profiler's (processed) profile format.
+    Firefox,
 }
 
 /// Why an export failed.
@@ -91,5 +95,6 @@ pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Speedscope => Box::new(Speedscope),
         ExportFormat::Pprof => Box::new(Pprof),
         ExportFormat::Chrome => Box::new(Chrome),
+        ExportFormat::Firefox => Box::new(Firefox),
     }
 }

@@ -111,6 +111,8 @@ enum ExportFormatArg {
     Pprof,
     /// Chrome Trace Event Format JSON (Perfetto, chrome://tracing): calls of --flow traces, else sampled stacks as slices, GCs and exceptions
     Chrome,
+    /// The Firefox Profiler's format (profiler.firefox.com): threads, samples with stacks, GC and exception markers
+    Firefox,
 }
 
 #[derive(Args, Debug)]
@@ -383,6 +385,7 @@ pub fn run() -> Result<ExitCode> {
                     ExportFormatArg::Speedscope => F::Speedscope,
                     ExportFormatArg::Pprof => F::Pprof,
                     ExportFormatArg::Chrome => F::Chrome,
+                    ExportFormatArg::Firefox => F::Firefox,
                 },
                 output: a.output,
                 weight: a.weight.map(WeightArg::metric),
