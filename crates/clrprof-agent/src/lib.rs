@@ -5,6 +5,28 @@
 //! Principles (DESIGN.md): never harm the host — no panic crosses FFI (every entry point is a
 //! `catch_unwind` shim in `clrprof-sys`), nothing on the app's stdout/stderr, no blocking on hot
 //! paths, and the app keeps running when the trace sink is gone.
+//!
+//! # Entry points and panics
+//!
+//! Every way the runtime or the kernel enters the agent, and what keeps a panic from harming the
+//! process:
+//!
+//! - **Caught**: `DllGetClassObject`, every `ICorProfilerCallback` method (the shims in
+//!   `clrprof_sys::callback` run each one under `catch_unwind`; a panic is logged and answered
+//!   with `S_OK`, or `E_FAIL` from `Initialize`, which unloads the agent cleanly), and the
+//!   `FunctionIDMapper2` callback (`elt::mapper`: a panic leaves the function unhooked). The panic
+//!   hook writes panics from the agent's own sources to the agent's log, never to the app's stderr.
+//! - **Written not to panic, not caught**: the enter/leave/tailcall paths (`elt::stubs`, naked
+//!   assembly, and their Rust slow paths `elt::hook_enter/leave/tailcall`), the SIGPROF handler
+//!   (`sampler::cpu::on_sigprof`) and the `DoStackSnapshot` frame callbacks (`sampler::wall`,
+//!   `events`). A `catch_unwind` there would cost on every call, and unwinding cannot cross the
+//!   JIT's frames or leave a signal handler. These paths check every pointer for null and every
+//!   read against the thread's stack bounds, index only through checked accessors, use wrapping or
+//!   saturating arithmetic (overflow checks are off for this crate in every profile). The hook
+//!   paths and the signal handler neither allocate nor lock; the frame callbacks, which run on the
+//!   walking thread outside any signal handler, only push into a vector bounded by a frame limit.
+//!   Should one panic all the same, Rust aborts the process at the `extern` boundary (unwinding out
+//!   of an `extern "C"`/`"system"` function aborts): a crash that is loud, never memory corruption.
 
 pub mod config;
 pub mod elt;
