@@ -21,6 +21,16 @@
 //! the slot above the fake one that holds the same saved RBP — and reads the return address there,
 //! as the runtime's own unwinder does from the OSR method's unwind info (which describes the
 //! tier-0 frame too).
+//!
+//! Optimized code without an RBP frame (an RSP-based frame of fixed size) needs another. Such code
+//! leaves RBP as its caller's (RBP is never a scratch register in x64 JIT code), so the walk from
+//! its callee's frame goes straight to its caller's frame and loses its caller. The agent reads
+//! the prolog of each code version and publishes the frameless ones with their frame size
+//! ([`add_frameless_code`]); when a return address read from the stack points into such code past
+//! its prolog, that code's SP at the call was just above the return slot, and its own return
+//! address lies its frame size higher: the walk records it (and goes on when it is frameless code
+//! too), reading only between the two frame records. The runtime's unwinder gets the same size
+//! from the method's unwind info, which the profiling API does not expose.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
