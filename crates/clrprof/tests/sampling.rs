@@ -517,3 +517,18 @@ fn stacks_through_on_stack_replacement_reach_the_real_callers() {
     }
     assert!(in_osr as u64 * 2 >= u(function(&v, "Sampling.Osr.Spin"), "samples_self"), "{in_osr} samples in OSR code");
 }
+
+#[test]
+fn frameless_methods_in_the_middle_of_a_stack_keep_their_callers() {
+    // At tier 1, Ratio.Light has no RBP frame (`push rax; call Unit`): a frame-pointer walk from
+    // Unit's frame skips it to Run's frame, and Run went missing from Light's stacks.
+    let dir = scratch("sampling-frameless");
+    let (trace, _) = record_ok(&dir, "ratio", &["ratio", "3000"], &[]);
+    let v = report_json(&trace);
+    only_caller(&trace, "Sampling.Ratio.Light", "Sampling.Ratio.Run", "cpu", 300.0);
+    only_caller(&trace, "Sampling.Ratio.Heavy", "Sampling.Ratio.Run", "cpu", 1000.0);
+    let total = |f: &str| u(function(&v, f), "cpu_total_ns") as f64;
+    let (run, heavy, light) =
+        (total("Sampling.Ratio.Run"), total("Sampling.Ratio.Heavy"), total("Sampling.Ratio.Light"));
+    assert!(run >= 0.95 * (heavy + light), "Run {run} ns of Heavy+Light {} ns", heavy + light);
+}

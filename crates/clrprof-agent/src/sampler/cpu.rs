@@ -21,6 +21,16 @@
 //! the slot above the fake one that holds the same saved RBP — and reads the return address there,
 //! as the runtime's own unwinder does from the OSR method's unwind info (which describes the
 //! tier-0 frame too).
+//!
+//! Optimized code without an RBP frame (an RSP-based frame of fixed size) needs another. Such code
+//! leaves RBP as its caller's (RBP is never a scratch register in x64 JIT code), so the walk from
+//! its callee's frame goes straight to its caller's frame and loses its caller. The agent reads
+//! the prolog of each code version and publishes the frameless ones with their frame size
+//! ([`add_frameless_code`]); when a return address read from the stack points into such code past
+//! its prolog, that code's SP at the call was just above the return slot, and its own return
+//! address lies its frame size higher: the walk records it (and goes on when it is frameless code
+//! too), reading only between the two frame records. The runtime's unwinder gets the same size
+//! from the method's unwind info, which the profiling API does not expose.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -90,31 +100,128 @@ static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Most OSR code ranges the handler knows (later ones are walked the ordinary way).
 pub const MAX_OSR_RANGES: usize = 4096;
+/// Most frameless code ranges the handler knows (later ones lose their callers, as before).
+pub const MAX_FRAMELESS_RANGES: usize = 16384;
 /// Most bytes of a tier-0 frame searched for its saved RBP.
 const MAX_TIER0_FRAME: u64 = 64 * 1024;
 
-/// Code ranges of OSR code versions, sorted by start, shared with the signal handler. One writer
-/// (the sampler thread, serialized by `OSR_WRITER`) inserts; the handler only loads atomics. `seq`
-/// is odd while an insertion moves entries, and the handler then ignores the table for that
-/// sample. A stale or torn read can only make the walk try (or skip) an OSR step, and the step
-/// checks the stack itself.
-struct OsrRanges {
+/// Code ranges shared with the signal handler, sorted by start, each with a word of information.
+/// One writer at a time (serialized by `writer`, not on the signal path) inserts; the handler only
+/// loads atomics. `seq` is odd while an insertion moves entries, and the handler then ignores the
+/// table for that sample. A stale or torn read can only make the walk try (or skip) a step, and
+/// every step checks the stack itself. Entries are never removed: only code that is never freed
+/// (not collectible) is published.
+struct CodeTable<const N: usize> {
     seq: AtomicU64,
     len: AtomicUsize,
-    start: [AtomicU64; MAX_OSR_RANGES],
-    end: [AtomicU64; MAX_OSR_RANGES],
+    start: [AtomicU64; N],
+    end: [AtomicU64; N],
+    info: [AtomicU64; N],
+    /// A filter in front of the table: bit `(page % 4096)` is set for every 4 KiB page that holds
+    /// code of the table (bits are only ever set, before their range is published), so most
+    /// lookups cost one load.
+    pages: [AtomicU64; 64],
+    writer: std::sync::Mutex<()>,
 }
 
-static OSR: OsrRanges = OsrRanges {
-    seq: AtomicU64::new(0),
-    len: AtomicUsize::new(0),
-    start: [const { AtomicU64::new(0) }; MAX_OSR_RANGES],
-    end: [const { AtomicU64::new(0) }; MAX_OSR_RANGES],
-};
-static OSR_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-/// A filter in front of the table: bit `(page % 4096)` is set for every 4 KiB page that holds OSR
-/// code (bits are only ever set, before their range is published), so most frames cost one load.
-static OSR_PAGES: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+impl<const N: usize> CodeTable<N> {
+    const fn new() -> Self {
+        CodeTable {
+            seq: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            start: [const { AtomicU64::new(0) }; N],
+            end: [const { AtomicU64::new(0) }; N],
+            info: [const { AtomicU64::new(0) }; N],
+            pages: [const { AtomicU64::new(0) }; 64],
+            writer: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// Inserts `[start, end)` with `info`; false when the table is full or the range empty. A
+    /// range already known (same start) is left as it is.
+    fn add(&self, start: u64, end: u64, info: u64) -> bool {
+        if start >= end {
+            return false;
+        }
+        let _g = self.writer.lock();
+        let n = self.len.load(Ordering::Relaxed);
+        if (0..n).any(|i| self.start[i].load(Ordering::Relaxed) == start) {
+            return true;
+        }
+        if n >= N {
+            return false;
+        }
+        let pos = (0..n).find(|&i| self.start[i].load(Ordering::Relaxed) > start).unwrap_or(n);
+        let pages = (end - 1) / 4096 - start / 4096;
+        for p in 0..=pages.min(64 * 64) {
+            let (w, b) = page_bit(start + p * 4096);
+            self.pages[w].fetch_or(b, Ordering::Relaxed);
+        }
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for i in (pos..n).rev() {
+            self.start[i + 1].store(self.start[i].load(Ordering::Relaxed), Ordering::Relaxed);
+            self.end[i + 1].store(self.end[i].load(Ordering::Relaxed), Ordering::Relaxed);
+            self.info[i + 1].store(self.info[i].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.start[pos].store(start, Ordering::Relaxed);
+        self.end[pos].store(end, Ordering::Relaxed);
+        self.info[pos].store(info, Ordering::Relaxed);
+        self.len.store(n + 1, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// The range holding `ip`, taking the writer's lock (not on the signal path).
+    fn known(&self, ip: u64) -> Option<(u64, u64)> {
+        let _g = self.writer.lock();
+        self.find(self.len.load(Ordering::Relaxed).min(N), ip)
+    }
+
+    /// Number of ranges the handler may search now (0 while an insertion is under way).
+    fn visible(&self) -> usize {
+        if self.seq.load(Ordering::Acquire) & 1 == 1 {
+            return 0;
+        }
+        self.len.load(Ordering::Acquire).min(N)
+    }
+
+    /// False when no range of the table lies in `ip`'s page (the filter; one load).
+    #[inline(always)]
+    fn may_hold(&self, ip: u64) -> bool {
+        let (w, b) = page_bit(ip);
+        self.pages[w].load(Ordering::Relaxed) & b != 0
+    }
+
+    /// (start, info) of the range among the first `n` that holds `ip` (binary search;
+    /// async-signal-safe).
+    fn find(&self, n: usize, ip: u64) -> Option<(u64, u64)> {
+        let (w, b) = page_bit(ip);
+        if n == 0 || self.pages[w].load(Ordering::Relaxed) & b == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.start[mid].load(Ordering::Relaxed) <= ip {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo > 0 && ip < self.end[lo - 1].load(Ordering::Relaxed) {
+            Some((self.start[lo - 1].load(Ordering::Relaxed), self.info[lo - 1].load(Ordering::Relaxed)))
+        } else {
+            None
+        }
+    }
+}
+
+/// Code ranges of OSR code versions.
+static OSR: CodeTable<MAX_OSR_RANGES> = CodeTable::new();
+/// Code of managed code versions without an RBP frame (RSP-based frames of fixed size), with
+/// their [`FramelessFrame`] packed by [`FramelessFrame::pack`].
+static FRAMELESS: CodeTable<MAX_FRAMELESS_RANGES> = CodeTable::new();
 
 fn page_bit(ip: u64) -> (usize, u64) {
     let h = (ip >> 12) as usize % (64 * 64);
@@ -124,66 +231,45 @@ fn page_bit(ip: u64) -> (usize, u64) {
 /// Makes `[start, end)` known to the handler as the code of an OSR method version. False when the
 /// table is full or the range is empty (not on the signal path: it takes a lock).
 pub fn add_osr_code(start: u64, end: u64) -> bool {
-    if start >= end {
-        return false;
-    }
-    let _g = OSR_WRITER.lock();
-    let n = OSR.len.load(Ordering::Relaxed);
-    if (0..n).any(|i| OSR.start[i].load(Ordering::Relaxed) == start) {
-        return true;
-    }
-    if n >= MAX_OSR_RANGES {
-        return false;
-    }
-    let pos = (0..n).find(|&i| OSR.start[i].load(Ordering::Relaxed) > start).unwrap_or(n);
-    let pages = (end - 1) / 4096 - start / 4096;
-    for p in 0..=pages.min(64 * 64) {
-        let (w, b) = page_bit(start + p * 4096);
-        OSR_PAGES[w].fetch_or(b, Ordering::Relaxed);
-    }
-    OSR.seq.fetch_add(1, Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Release);
-    for i in (pos..n).rev() {
-        OSR.start[i + 1].store(OSR.start[i].load(Ordering::Relaxed), Ordering::Relaxed);
-        OSR.end[i + 1].store(OSR.end[i].load(Ordering::Relaxed), Ordering::Relaxed);
-    }
-    OSR.start[pos].store(start, Ordering::Relaxed);
-    OSR.end[pos].store(end, Ordering::Relaxed);
-    OSR.len.store(n + 1, Ordering::Relaxed);
-    OSR.seq.fetch_add(1, Ordering::Release);
-    true
+    OSR.add(start, end, 0)
 }
 
 /// True when `ip` is in a known OSR code range (not on the signal path).
 pub fn osr_code_known(ip: u64) -> bool {
-    let _g = OSR_WRITER.lock();
-    in_osr_code(OSR.len.load(Ordering::Relaxed).min(MAX_OSR_RANGES), ip)
+    OSR.known(ip).is_some()
 }
 
-/// Number of OSR ranges the handler may search now (0 while an insertion is under way).
-fn osr_len() -> usize {
-    if OSR.seq.load(Ordering::Acquire) & 1 == 1 {
-        return 0;
-    }
-    OSR.len.load(Ordering::Acquire).min(MAX_OSR_RANGES)
+/// The fixed frame of a code version that does not set up RBP (the JIT's RSP-based frames: RBP
+/// is never a scratch register on x64, so such code leaves RBP as its caller's): after its prolog
+/// (`prolog` bytes from the entry: pushes of callee-saved registers, then `sub rsp, N` or
+/// `push rax`), its return address is `size` bytes above its SP, and SP does not move until the
+/// epilog (outgoing arguments have a fixed area; `localloc` requires an RBP frame). Calls are
+/// only made after the prolog, so at a return address into such code the frame is complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FramelessFrame {
+    pub size: u32,
+    pub prolog: u32,
 }
 
-/// True when `ip` lies in one of the first `n` OSR ranges (binary search; async-signal-safe).
-fn in_osr_code(n: usize, ip: u64) -> bool {
-    let (w, b) = page_bit(ip);
-    if OSR_PAGES[w].load(Ordering::Relaxed) & b == 0 {
-        return false;
+impl FramelessFrame {
+    fn pack(self) -> u64 {
+        (self.prolog as u64) << 32 | self.size as u64
     }
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if OSR.start[mid].load(Ordering::Relaxed) <= ip {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
+    fn unpack(v: u64) -> Self {
+        FramelessFrame { size: v as u32, prolog: (v >> 32) as u32 }
     }
-    lo > 0 && ip < OSR.end[lo - 1].load(Ordering::Relaxed)
+}
+
+/// Makes `[start, end)` known to the handler as code of a frameless code version whose entry is
+/// `start` (not on the signal path: it takes a lock). False when the table is full or the range
+/// is empty.
+pub fn add_frameless_code(start: u64, end: u64, frame: FramelessFrame) -> bool {
+    FRAMELESS.add(start, end, frame.pack())
+}
+
+/// True when `ip` is in a known frameless code range (not on the signal path).
+pub fn frameless_code_known(ip: u64) -> bool {
+    FRAMELESS.known(ip).is_some()
 }
 
 /// The frame pointer of the tier-0 frame under the OSR frame at `fp`: the OSR prolog copied the
@@ -210,6 +296,50 @@ unsafe fn tier0_frame(fp: u64, hi: u64) -> Option<u64> {
         a += 8;
     }
     None
+}
+
+/// Inserts the callers of frameless code above a frame. `ret` is a return address read from the
+/// stack at `at`; when it returns into frameless code past its prolog, that code's SP at the call
+/// was `at + 8` and its own return address is `size` bytes above: it is recorded, and checked in
+/// turn (frameless code called by frameless code). Every slot read lies at or above `at + 8`, on
+/// the stack (below `hi - 8`) and below the next frame record `next` when there is one (`next >
+/// at`): a frameless frame lies between its callee's frame and its caller's. Returns the new
+/// number of IPs and the last return address recorded (`ret` when none).
+///
+/// # Safety
+/// `[at, hi)` must be mapped stack of the current thread, `at` 8-aligned. Not inlined: the
+/// ordinary walk's loop stays as small as it was.
+#[inline(never)]
+unsafe fn frameless_callers(
+    e: &mut Entry,
+    mut n: usize,
+    tables: usize,
+    mut at: u64,
+    mut ret: u64,
+    next: u64,
+    hi: u64,
+) -> (usize, u64) {
+    let limit = if next > at { next.min(hi) } else { hi };
+    while n < MAX_FRAMES {
+        let Some((start, info)) = FRAMELESS.find(tables, ret - 1) else { break };
+        let f = FramelessFrame::unpack(info);
+        if ret - 1 < start + f.prolog as u64 {
+            break;
+        }
+        let slot = at + 8 + f.size as u64;
+        if slot < at || slot.saturating_add(8) > limit || !slot.is_multiple_of(8) {
+            break;
+        }
+        let r = *(slot as *const u64);
+        if r < 4096 {
+            break;
+        }
+        e.ips[n] = r;
+        n += 1;
+        at = slot;
+        ret = r;
+    }
+    (n, ret)
 }
 
 /// The previous `SIGPROF` disposition, for chaining.
@@ -525,7 +655,8 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let on_stack = hi != 0 && sp >= lo && sp <= hi - 8;
     e.sp_top = if on_stack && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
     let mut n = 1;
-    let osr = osr_len();
+    let osr = OSR.visible();
+    let frameless = FRAMELESS.visible();
     // The code that owns the frame at `fp`: the interrupted code, or — when the leaf has no frame
     // of its own (frameless, prolog, native code without frame pointers) — the code it returns to.
     let mut owner = ip;
@@ -533,7 +664,8 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
     // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
     while on_stack && n < MAX_FRAMES && fp >= sp && fp <= hi - 16 && fp.is_multiple_of(8) {
-        if osr != 0 && (in_osr_code(osr, owner) || (owner_alt != u64::MAX && in_osr_code(osr, owner_alt))) {
+        if osr != 0 && (OSR.find(osr, owner).is_some() || (owner_alt != u64::MAX && OSR.find(osr, owner_alt).is_some()))
+        {
             // An OSR frame: its caller's return address is in the tier-0 frame under it.
             if let Some(t0) = tier0_frame(fp, hi) {
                 fp = t0;
@@ -546,13 +678,20 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         }
         e.ips[n] = ret;
         n += 1;
+        // Return addresses are looked up at the call, one byte earlier.
+        owner = ret - 1;
+        owner_alt = u64::MAX;
+        if frameless != 0 && FRAMELESS.may_hold(owner) {
+            // Frameless callers between this frame and the next: their return addresses lie
+            // above this frame, at their fixed frame sizes.
+            let (added, last) = frameless_callers(e, n, frameless, fp + 8, ret, next, hi);
+            n = added;
+            owner = last - 1;
+        }
         if next <= fp {
             break;
         }
         fp = next;
-        // Return addresses are looked up at the call, one byte earlier.
-        owner = ret - 1;
-        owner_alt = u64::MAX;
     }
     e.len = n as u32;
     slot.head.store(head.wrapping_add(1), Ordering::Release);
@@ -605,8 +744,15 @@ mod tests {
         w
     }
 
+    /// The tables are shared by the tests, and a walk ignores a table while it is being changed.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn osr_frames_are_walked_through_their_tier0_frame() {
+        let _s = serial();
         assert!(add_osr_code(OSR_CODE, OSR_CODE + 0x100));
         let mut w = osr_stack();
         let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
@@ -630,6 +776,7 @@ mod tests {
 
     #[test]
     fn an_osr_step_that_finds_no_tier0_frame_falls_back_and_stays_on_the_stack() {
+        let _s = serial();
         const CODE: u64 = 0x5300_0000_0000;
         assert!(add_osr_code(CODE, CODE + 0x100));
         let mut w = osr_stack();
@@ -647,6 +794,7 @@ mod tests {
 
     #[test]
     fn osr_ranges_are_kept_sorted_and_searched() {
+        let _s = serial();
         let b = 0x5400_0000_0000;
         assert!(add_osr_code(b + 0x300, b + 0x380));
         assert!(add_osr_code(b + 0x100, b + 0x180));
@@ -662,6 +810,90 @@ mod tests {
         let n = OSR.len.load(Ordering::Relaxed);
         let starts: Vec<u64> = (0..n).map(|i| OSR.start[i].load(Ordering::Relaxed)).collect();
         assert!(starts.windows(2).all(|p| p[0] < p[1]), "{starts:x?}");
+    }
+
+    // Frameless code (fake addresses): LIGHT has an 8-byte frame (`push rax`) and a 1-byte
+    // prolog, OUTER a 24-byte frame (two pushes, `push rax`), both called after their prologs.
+    const LIGHT: u64 = 0x5800_0000_0000;
+    const OUTER: u64 = 0x5800_0000_1000;
+    const UNIT: u64 = 0x5900_0000_0000;
+    const RET_INTO_RUN: u64 = 0x5000_0000_0400;
+
+    fn add_frameless() {
+        assert!(add_frameless_code(LIGHT, LIGHT + 0x20, FramelessFrame { size: 8, prolog: 1 }));
+        assert!(add_frameless_code(OUTER, OUTER + 0x40, FramelessFrame { size: 24, prolog: 4 }));
+    }
+
+    /// Main's frame at word 60, Run's frame at 40; a frameless method called by Run has its frame
+    /// just under Run's; the leaf (UNIT, an RBP frame) at word 10 was called by the frameless code.
+    fn frameless_stack() -> Vec<u64> {
+        let mut w: Vec<u64> = (0..64).map(|i| 0x2222_0000 + i).collect();
+        let base = w.as_ptr() as u64;
+        let at = |i: usize| base + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(60);
+        w[41] = RET_INTO_MAIN;
+        w[10] = at(40);
+        w
+    }
+
+    #[test]
+    fn a_frameless_caller_in_the_middle_of_the_stack_is_recovered() {
+        let _s = serial();
+        add_frameless();
+        let mut w = frameless_stack();
+        // UNIT's frame record at 10: return into LIGHT at 11; LIGHT's SP at the call was word 12,
+        // its 8-byte frame is word 12 and its return address (into Run) word 13.
+        w[11] = LIGHT + 0x10;
+        w[13] = RET_INTO_RUN;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // Frameless code called by frameless code: LIGHT called from OUTER (24-byte frame at words
+        // 14–16, its return address at 17).
+        w[13] = OUTER + 0x20;
+        w[17] = RET_INTO_RUN;
+        assert_eq!(
+            walk(&w, UNIT + 5, 8, 10),
+            [UNIT + 5, LIGHT + 0x10, OUTER + 0x20, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]
+        );
+
+        // Code that is not known to be frameless is walked the ordinary way.
+        w[11] = CALLEE + 0x10;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn frameless_steps_only_read_between_the_frames_and_on_the_stack() {
+        let _s = serial();
+        add_frameless();
+        let mut w = frameless_stack();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        // A return address inside the prolog (never a call site): nothing inserted.
+        w[11] = LIGHT + 1;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 1, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // The frame would reach the next frame record (Run's at word 14): nothing inserted.
+        w[11] = OUTER + 0x20;
+        w[10] = at(&w, 14);
+        w[14] = at(&w, 60);
+        w[15] = RET_INTO_MAIN;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, OUTER + 0x20, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // The outermost frame (no next frame record): the frame must fit on the stack.
+        let len = w.len();
+        w[len - 4] = 0;
+        w[len - 3] = LIGHT + 0x10;
+        w[len - 1] = RET_INTO_RUN;
+        assert_eq!(walk(&w, UNIT + 5, 8, len - 4), [UNIT + 5, LIGHT + 0x10, RET_INTO_RUN]);
+        w[len - 3] = OUTER + 0x20;
+        assert_eq!(walk(&w, UNIT + 5, 8, len - 4), [UNIT + 5, OUTER + 0x20]);
+
+        // A zero where the return address should be ends the insertion.
+        let mut w = frameless_stack();
+        w[11] = LIGHT + 0x10;
+        w[13] = 0;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
     }
 }
 
@@ -730,6 +962,27 @@ mod bench {
         println!(
             "32-frame walk: {empty:.1} ns with no OSR code; {same_pages:.1} ns with 16 OSR ranges in the frames' \
              code page, {many:.1} ns with 256; {elsewhere:.1} ns with 256 OSR ranges in other pages"
+        );
+        // Frameless code: first in other pages than the frames' (the filter stops every lookup),
+        // then a stack where every frame returns into frameless code (8-byte frames, one
+        // frameless caller inserted per frame: 64 IPs).
+        let other = 0x5a00_0040_0000; // page 0x400: none of the OSR ranges' pages
+        let plain = chain(other);
+        let fl = 0x5b00_0050_0000;
+        for i in 0..256 {
+            add_frameless_code(fl + i * 0x20, fl + i * 0x20 + 0x20, FramelessFrame { size: 8, prolog: 1 });
+        }
+        let fl_elsewhere = time_walks(&plain, other + 0x1000, 4, 8);
+        let mut w = chain(other);
+        for k in 0..32 {
+            let fp = 8 + 8 * k;
+            w[fp + 3] = w[fp + 1];
+            w[fp + 1] = fl + (k as u64 % 256) * 0x20 + 0x10;
+        }
+        let fl_every = time_walks(&w, other + 0x1000, 4, 8);
+        println!(
+            "32-frame walk with 256 frameless ranges: {fl_elsewhere:.1} ns when none is on the stack; \
+             {fl_every:.1} ns when every frame returns into one (64 IPs recorded)"
         );
     }
 }

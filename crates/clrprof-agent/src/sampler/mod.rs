@@ -223,6 +223,8 @@ impl Sampler {
                     // Safety: `ranges` are the code of a live code version of a function whose
                     // module never unloads (collectible code is handled in `code_compiled`).
                     let osr = unsafe { is_osr_code(start as u64, &ranges) };
+                    // Safety: as above.
+                    let frameless = if osr { None } else { unsafe { frameless_frame_of(start as u64, &ranges) } };
                     for (a, n) in ranges {
                         st.code.insert(a, (a + n, *id as u64));
                         self.emit(CodeRange { id: *id as u64, start: a, size: n });
@@ -230,6 +232,14 @@ impl Sampler {
                             st.osr_full = true;
                             let max = cpu::MAX_OSR_RANGES;
                             log_warn!("sampler: over {max} OSR code ranges; later ones lose their callers");
+                        }
+                        // Only the range holding the entry (and the prolog that was read).
+                        if let Some(f) = frameless.filter(|_| a == start as u64) {
+                            if !cpu::add_frameless_code(a, a + n, f) && !st.frameless_full {
+                                st.frameless_full = true;
+                                let max = cpu::MAX_FRAMELESS_RANGES;
+                                log_warn!("sampler: over {max} frameless code ranges; later ones lose their callers");
+                            }
                         }
                     }
                 }
@@ -812,6 +822,83 @@ fn is_osr_prolog(b: &[u8; 6]) -> bool {
     }
 }
 
+/// Most prolog bytes read from a code version's entry.
+const PROLOG_BYTES: usize = 24;
+
+/// The fixed frame of the code version at `entry` when it does not set up RBP (see
+/// [`frameless_frame`]).
+///
+/// # Safety
+/// `ranges` (start, size) must be the live code of the code version that starts at `entry`.
+unsafe fn frameless_frame_of(entry: u64, ranges: &[(u64, u64)]) -> Option<cpu::FramelessFrame> {
+    // Only bytes inside the code itself are read.
+    let &(_, size) = ranges.iter().find(|&&(a, _)| a == entry)?;
+    let mut b = [0u8; PROLOG_BYTES];
+    let len = (size as usize).min(PROLOG_BYTES);
+    std::ptr::copy_nonoverlapping(entry as *const u8, b.as_mut_ptr(), len);
+    frameless_frame(&b[..len])
+}
+
+/// Recognizes the x64 prolog of JIT code without an RBP frame (`rsp based frame` in
+/// `DOTNET_JitDisasm`): pushes of callee-saved registers other than RBP (`push rbx`, `push r12`–
+/// `push r15`; RBP is never a scratch register on x64, as `ETW_EBP_FRAMED` is set), then the
+/// local area: `push rax` (8 bytes), `sub rsp, imm8` or `sub rsp, imm32` below a page (larger
+/// frames are probed first and are not recognized). The frame must keep the SysV stack alignment
+/// at calls (return address + frame a multiple of 16), which code that calls anything does, so a
+/// return address can only point into code whose frame passes this check. An RBP frame starts
+/// with `push rbp`, an OSR version with `mov reg, [rbp]`: neither matches. Returns the frame's
+/// size (bytes between SP after the prolog and the return address) and the prolog's length.
+fn frameless_frame(b: &[u8]) -> Option<cpu::FramelessFrame> {
+    let (mut i, mut size) = (0usize, 0u32);
+    loop {
+        match b.get(i..) {
+            // push rbx
+            Some([0x53, ..]) => i += 1,
+            // push r12–r15
+            Some([0x41, 0x54..=0x57, ..]) => i += 2,
+            _ => break,
+        }
+        size += 8;
+    }
+    match b.get(i..) {
+        // push rax: an 8-byte local area
+        Some([0x50, ..]) => {
+            size += 8;
+            i += 1;
+        }
+        // sub rsp, imm8 (sign-extended: positive only)
+        Some([0x48, 0x83, 0xEC, n, ..]) if *n < 0x80 => {
+            size += *n as u32;
+            i += 4;
+        }
+        // sub rsp, imm32
+        Some([0x48, 0x81, 0xEC, a, b2, c, d, ..]) => {
+            let n = u32::from_le_bytes([*a, *b2, *c, *d]);
+            if n >= 4096 {
+                return None;
+            }
+            size += n;
+            i += 7;
+        }
+        _ => {}
+    }
+    // Anything that could still be building a frame after that (another push, RBP set up) is
+    // not a prolog this recognizes.
+    if matches!(
+        b.get(i..),
+        Some(
+            [0x50..=0x57, ..]
+                | [0x41, 0x50..=0x57, ..]
+                | [0x48, 0x8D, 0x6C | 0xAC, 0x24, ..]
+                | [0x48, 0x89, 0xE5, ..]
+                | [0x48, 0x8B, 0xEC, ..]
+        )
+    ) {
+        return None;
+    }
+    (size % 16 == 8).then_some(cpu::FramelessFrame { size, prolog: i as u32 })
+}
+
 /// CPU time of the calling thread.
 fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -963,6 +1050,8 @@ struct LoopState {
     code_starts: std::collections::HashSet<u64>,
     /// The handler's table of OSR code ranges filled up (said once in the log).
     osr_full: bool,
+    /// The handler's table of frameless code ranges filled up (said once in the log).
+    frameless_full: bool,
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
@@ -973,7 +1062,42 @@ struct LoopState {
 
 #[cfg(test)]
 mod tests {
-    use super::is_osr_prolog;
+    use super::{frameless_frame, is_osr_prolog};
+    use crate::sampler::cpu::FramelessFrame;
+
+    #[test]
+    fn frameless_prologs_are_recognized() {
+        let f = |size, prolog| Some(FramelessFrame { size, prolog });
+        // push rax; call [...]: Ratio.Light at tier 1 on .NET 10
+        assert_eq!(frameless_frame(&[0x50, 0xFF, 0x15, 0, 0, 0, 0]), f(8, 1));
+        // push r15; push rbx; push rax
+        assert_eq!(frameless_frame(&[0x41, 0x57, 0x53, 0x50, 0x48, 0x8B]), f(24, 4));
+        // push rbx; sub rsp, 0x20
+        assert_eq!(frameless_frame(&[0x53, 0x48, 0x83, 0xEC, 0x20, 0x48]), f(40, 5));
+        // sub rsp, 0x18
+        assert_eq!(frameless_frame(&[0x48, 0x83, 0xEC, 0x18, 0xE8]), f(24, 4));
+        // push r14; push rbx; sub rsp, 0x128 (imm32)
+        assert_eq!(frameless_frame(&[0x41, 0x56, 0x53, 0x48, 0x81, 0xEC, 0x28, 0x01, 0, 0, 0x90]), f(312, 10));
+        // push rbx: 8 bytes, aligned
+        assert_eq!(frameless_frame(&[0x53, 0xE8, 0, 0, 0, 0]), f(8, 1));
+        // push rbp; mov rbp, rsp: an RBP frame
+        assert_eq!(frameless_frame(&[0x55, 0x48, 0x89, 0xE5]), None);
+        // push rbx; push rbp: RBP pushed
+        assert_eq!(frameless_frame(&[0x53, 0x55, 0x48, 0x8D, 0x6C, 0x24]), None);
+        // push rbx; sub rsp, 0x10; lea rbp, [rsp+0x10]: RBP set up after the pushes
+        assert_eq!(frameless_frame(&[0x53, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x10]), None);
+        // mov rax, [rbp]; push rax: an OSR prolog
+        assert_eq!(frameless_frame(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]), None);
+        // No frame at all (a leaf): nothing to step over, and never a caller.
+        assert_eq!(frameless_frame(&[0x48, 0x8B, 0x07, 0xC3]), None);
+        // Misaligned frames (not code that calls): sub rsp, 0x10 after no push
+        assert_eq!(frameless_frame(&[0x48, 0x83, 0xEC, 0x10, 0x90]), None);
+        // A page or more: probed, not recognized.
+        assert_eq!(frameless_frame(&[0x48, 0x81, 0xEC, 0x08, 0x10, 0, 0, 0x90]), None);
+        // Cut short.
+        assert_eq!(frameless_frame(&[0x41]), None);
+        assert_eq!(frameless_frame(&[]), None);
+    }
 
     #[test]
     fn the_osr_prolog_is_recognized() {
