@@ -128,23 +128,66 @@ fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min_ms:
     assert!(found[0].1 >= inclusive * 0.9, "{weight}: {caller} → {function} {} ms of {inclusive} ms", found[0].1);
 }
 
+/// Milliseconds of `weight` in samples whose stack could not be walked past a leaf in libc (a system
+/// call wrapper: `open`, `readlink`): the call tree's `UNKNOWN` roots (of one thread, or of all),
+/// whose children must all be such leaves.
+fn unwalked_open_ms(trace: &Path, weight: &str, thread: Option<&str>) -> f64 {
+    let mut args = vec!["--view", "calltree", "--weight", weight, "--depth", "2", "--min-percent", "0"];
+    if let Some(t) = thread {
+        args.extend(["--thread", t]);
+    }
+    let out = report(trace, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let lines: Vec<&str> = t.lines().collect();
+    let mut total = 0.0;
+    for (i, l) in lines.iter().enumerate() {
+        let Some(col) = l.strip_suffix("  UNKNOWN").map(|p| p.len() + 2) else { continue };
+        total += l.split_whitespace().nth(1).and_then(|ms| ms.parse::<f64>().ok()).unwrap_or_else(|| panic!("{l:?}"));
+        // Its children: the lines indented under it, up to the next root.
+        for c in lines[i + 1..].iter().take_while(|c| c.get(col..col + 1) == Some(" ")) {
+            let leaf = c.get(col..).unwrap_or("").trim();
+            assert!(leaf.starts_with("libc.so.6!"), "unwalkable samples elsewhere than in a libc leaf:\n{t}");
+        }
+    }
+    total
+}
+
+/// Known .NET 8 issue (found by this matrix): samples whose leaf is a libc system call wrapper
+/// (`open`, `readlink`: reached from `Process.Refresh`, which the Sampling app calls in its spin loops
+/// to read its CPU time) are not walked past the leaf: their stack is `UNKNOWN → libc.so.6!__open`,
+/// so their time reaches neither the spinning method nor its callers (the frame-pointer walk loses
+/// the chain in .NET 8's `libSystem.Native`; .NET 9 and 10 walk the same calls, though a lone
+/// `UNKNOWN → libc.so.6!readlink` sample at start-up shows up there too now and then). On .NET 8 that time (measured in the same trace) is allowed off the
+/// spinning methods' minimum times; everything else is asserted as on 9 and 10. 0 elsewhere.
+fn net8_unwalked_ms(major: &str, trace: &Path, weight: &str, thread: Option<&str>) -> f64 {
+    if major != "8" {
+        return 0.0;
+    }
+    let ms = unwalked_open_ms(trace, weight, thread);
+    eprintln!("KNOWN ISSUE (.NET 8): {ms:.1} ms of {weight} in unwalkable samples (UNKNOWN → libc leaf) allowed off the spin minimums");
+    ms
+}
+
 /// As `sampling.rs`: CPU and wall stacks through on-stack replacement reach the real callers.
 fn sampled_osr_callers(runtime: &str, major: &str) {
     let (trace, _, _) = record_ok(runtime, "osr", "Sampling", &["osr"], &[]);
     let v = report_json(&trace);
     check_runtime(&v, major);
+    let (cpu_lost, wall_lost) =
+        (net8_unwalked_ms(major, &trace, "cpu", None), net8_unwalked_ms(major, &trace, "wall", None));
     for f in ["Sampling.Osr.Spin", "Sampling.Osr.SpinThenSleep", "Sampling.Osr.Catch", "Sampling.Osr.SpinInCatch"] {
         let func = find(&v, "functions", f);
         assert!(u(func, "compilations") >= 2, "{f} got an OSR version: {func}");
     }
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0);
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0);
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0 - wall_lost);
 }
 
 /// As `sampling.rs`: a 500 ms sleep is 500 ms ± 5 % of wall time and no CPU time; the spinning
@@ -161,7 +204,8 @@ fn sampled_sleep_wall_time(runtime: &str, major: &str) {
     let (sleep_cpu, spin_cpu) = (u(sleeper, "cpu_total_ns"), u(spinner, "cpu_total_ns"));
     assert!(u(spinner, "samples_total") >= 40, "spinner sampled: {spinner}");
     assert!(sleep_cpu * 10 < spin_cpu, "sleeper CPU {sleep_cpu} ns vs spinner {spin_cpu} ns");
-    assert!(spin_cpu >= 650_000_000, "spinner CPU time {spin_cpu} ns for 800 ms");
+    let lost = (net8_unwalked_ms(major, &trace, "cpu", Some(&tid)) * 1e6) as u64;
+    assert!(spin_cpu + lost >= 650_000_000, "spinner CPU time {spin_cpu} ns (+ {lost} ns unwalkable) for 800 ms");
     for f in ["Sampling.Sleepy.Sleeper", "System.Threading.Thread.Sleep"] {
         let wall = u(find(&v, "functions", f), "wall_total_ns");
         assert!(
