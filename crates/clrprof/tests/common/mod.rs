@@ -55,6 +55,91 @@ pub fn app_dll(name: &str) -> PathBuf {
     dll
 }
 
+/// The runtimes of the end-to-end matrix (`tests/runtimes.rs`): target framework and the runtime
+/// version its apps are published with. .NET 8 and 9 are pinned to patches the package feed has (the
+/// SDK would ask for its own idea of the latest patch); .NET 10 takes the SDK's own runtime.
+pub const RUNTIMES: [(&str, Option<&str>); 3] =
+    [("net8.0", Some("8.0.33")), ("net9.0", Some("9.0.22")), ("net10.0", None)];
+
+/// Copies an app's sources (not its `bin`/`obj`) from `from` into `to`.
+fn copy_sources(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if e.file_type().unwrap().is_dir() {
+            if name != "bin" && name != "obj" {
+                copy_sources(&e.path(), &to.join(&name));
+            }
+        } else {
+            let dest = to.join(&name);
+            // Keep the copy's time stamp when nothing changed: the publish stays incremental.
+            if std::fs::read(&dest).ok() != Some(std::fs::read(e.path()).unwrap()) {
+                std::fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+}
+
+/// Publishes `apps/<name>` self-contained for `runtime` (a target framework of `RUNTIMES`), once per
+/// test binary, and returns its executable (the apphost). The sources are copied under the test
+/// target's scratch directory so the publish never touches `apps/<name>/obj` (where `app_dll` builds
+/// for .NET 10); the runtime packs come through the publish's NuGet restore.
+pub fn app_for(runtime: &str, name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<(String, String), PathBuf>>> = OnceLock::new();
+    let m = BUILT.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut built = m.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (runtime.to_string(), name.to_string());
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    let (_, pin) = RUNTIMES
+        .iter()
+        .find(|(tfm, _)| *tfm == runtime)
+        .unwrap_or_else(|| panic!("{runtime} is not one of {RUNTIMES:?}"));
+    let apps = repo_root().join("apps");
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtimes").join(runtime);
+    let src = base.join("src");
+    copy_sources(&apps.join(name), &src.join(name));
+    for f in ["Directory.Build.props", "Directory.Build.targets"] {
+        std::fs::copy(apps.join(f), src.join(f)).unwrap();
+    }
+    let out_dir = base.join("out").join(name);
+    let mut c = Command::new("dotnet");
+    c.args(["publish", "-nologo", "-v", "q", "-c", "Release", "-r", "linux-x64", "--self-contained"])
+        .arg(src.join(name))
+        .arg("-o")
+        .arg(&out_dir)
+        .arg(format!("-p:AppTfm={runtime}"))
+        // Only the runtime pack of Microsoft.NETCore.App, not ASP.NET Core's.
+        .arg("-p:DisableTransitiveFrameworkReferenceDownloads=true")
+        .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+        .env("DOTNET_NOLOGO", "1");
+    if let Some(v) = pin {
+        c.arg(format!("-p:RuntimeFrameworkVersion={v}")).arg(format!("-p:AppTargetingPackVersion={v}"));
+    }
+    let out = c.output().expect("`dotnet` is required for the end-to-end tests (install the .NET SDK)");
+    assert!(
+        out.status.success(),
+        "dotnet publish {name} for {runtime} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = out_dir.join(name);
+    assert!(exe.is_file(), "{} missing after publish", exe.display());
+    built.insert(key, exe.clone());
+    exe
+}
+
+/// `clrprof record -o <trace> [extra] -- <app's apphost> args` on the app published for `runtime`.
+pub fn record_on(runtime: &str, app: &str, args: &[&str], trace: &Path, extra: &[&str]) -> Output {
+    let exe = app_for(runtime, app);
+    let mut c = Command::new(clrprof_exe());
+    c.arg("record").arg("-o").arg(trace).arg("--agent").arg(agent_path());
+    c.args(extra).arg("--").arg(&exe).args(args).stdin(Stdio::null());
+    c.output().expect("run clrprof record")
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(test: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("clrprof-test-{}-{test}", std::process::id()));

@@ -1,0 +1,349 @@
+//! End to end on every supported runtime: the representative checks of the other end-to-end tests
+//! (exact instrumented call counts, sampled CPU and wall attribution, exact exception counts, GCs,
+//! allocations and the runtime version in the trace) on apps published self-contained for .NET 8,
+//! 9 and 10 (`common::app_for`) and run through their apphost. The rest of the suite runs on .NET 10.
+//!
+//! One module per runtime (`cargo test --test runtimes net8::`); every module runs the same checks.
+
+mod common;
+use common::*;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// `key=value` from the app's stdout.
+fn printed(stdout: &str, key: &str) -> u64 {
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key}= not printed in {stdout:?}"))
+}
+
+/// Records `app args` on `runtime` into a fresh scratch directory; the run must succeed.
+fn record_ok(runtime: &str, test: &str, app: &str, args: &[&str], extra: &[&str]) -> (PathBuf, String, String) {
+    let dir = scratch(&format!("rt-{runtime}-{test}"));
+    let trace = dir.join(format!("{test}.clrprof"));
+    let out = record_on(runtime, app, args, &trace, extra);
+    assert!(
+        out.status.success(),
+        "{runtime}: record {app} {args:?} failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (trace, text(&out.stdout), text(&out.stderr))
+}
+
+/// The trace's header names the runtime the app ran on.
+fn check_runtime(v: &Value, major: &str) {
+    let version =
+        v["process"]["runtime_version"].as_str().unwrap_or_else(|| panic!("no runtime_version: {}", v["process"]));
+    assert!(version.starts_with(&format!("{major}.")), "runtime_version {version:?}, expected .NET {major}");
+}
+
+fn calls(v: &Value, name: &str) -> u64 {
+    find(v, "functions", name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
+}
+
+/// As `instrument.rs`: enter/leave hooks count every call exactly and preserve every register.
+fn instrumented_calls(runtime: &str, major: &str) {
+    let (trace, stdout, _) = record_ok(runtime, "calls", "Calls", &[], &["--instrument"]);
+    assert!(stdout.contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"), "{stdout}");
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    assert_eq!(calls(&v, "Calls.Counted.Tick"), 1000);
+    assert_eq!(calls(&v, "Calls.Counted.Run"), 1);
+    assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
+    for f in
+        ["Calls.Exceptions.Level1", "Calls.Exceptions.Level2", "Calls.Exceptions.Level3", "Calls.ProbeException..ctor"]
+    {
+        assert_eq!(calls(&v, f), 50, "{f}");
+    }
+    assert_eq!(calls(&v, "Calls.ProbeException.get_Depth"), 50, "the filter ran 50 times");
+    assert_eq!(calls(&v, "Calls.Square.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Circle.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Triangle.Area"), 100);
+    assert_eq!(calls(&v, "Calls.Shape.Describe"), 200);
+    assert_eq!(calls(&v, "Calls.Circle.Describe"), 100);
+    assert_eq!(calls(&v, "Calls.Generic.Identity<int>"), 100);
+    assert_eq!(calls(&v, "Calls.Generic.Identity<__Canon>"), 100);
+    assert_eq!(calls(&v, "Calls.Shared.Work"), 10_000);
+    let workers: Vec<&Value> = v["thread_hotspots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap_or("").starts_with("calls-worker-"))
+        .collect();
+    assert_eq!(workers.len(), 4);
+    for t in workers {
+        let work = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "Calls.Shared.Work").unwrap();
+        assert_eq!(work["calls"], 2500, "{}", t["name"]);
+    }
+    assert_eq!(calls(&v, "Calls.AsyncWork.Step"), 10);
+    assert_eq!(calls(&v, "Calls.AsyncWork.Run"), 1);
+    let spin = find(&v, "functions", "Calls.Spin.For");
+    assert_eq!(spin["calls"], 1);
+    assert!(u(spin, "inclusive_ns") >= 280_000_000, "{spin}");
+    let gc = find(&v, "functions", "Calls.Collector.Run");
+    assert_eq!(gc["calls"], 1);
+    assert!(u(gc, "suspended_ns") > 0, "{gc}");
+    for f in v["functions"].as_array().unwrap() {
+        if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
+            assert!(i >= e, "{}: inclusive {i} < exclusive {e}", f["name"]);
+        }
+    }
+}
+
+/// The callers of `function` in the callers view: (inclusive ms, [(caller, ms)]), as printed.
+fn callers(trace: &Path, function: &str, weight: &str) -> (f64, Vec<(String, f64)>) {
+    let out = report(trace, &["--view", "callers", "--function", function, "--weight", weight]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let inclusive: f64 = t
+        .lines()
+        .find_map(|l| l.split("inclusive ").nth(1))
+        .and_then(|r| r.split(" ms").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no inclusive time for {function}:\n{t}"));
+    let mut found = Vec::new();
+    for l in t.lines().skip_while(|l| !l.starts_with("CALLERS (")).skip(2).take_while(|l| !l.trim().is_empty()) {
+        let mut cols = l.split_whitespace();
+        let (_calls, ms, _pct) = (cols.next(), cols.next(), cols.next());
+        let name = cols.collect::<Vec<_>>().join(" ");
+        found.push((name, ms.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"))));
+    }
+    (inclusive, found)
+}
+
+/// `function` is called from `caller` only, which has at least 90% of its inclusive time.
+fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
+    let (inclusive, found) = callers(trace, function, weight);
+    assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
+    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [caller], "{weight}: callers of {function}: {found:?}");
+    assert!(found[0].1 >= inclusive * 0.9, "{weight}: {caller} → {function} {} ms of {inclusive} ms", found[0].1);
+}
+
+/// Milliseconds of `weight` in samples whose stack could not be walked past a leaf in libc (a system
+/// call wrapper: `open`, `readlink`): the call tree's `UNKNOWN` roots (of one thread, or of all),
+/// whose children must all be such leaves.
+fn unwalked_open_ms(trace: &Path, weight: &str, thread: Option<&str>) -> f64 {
+    let mut args = vec!["--view", "calltree", "--weight", weight, "--depth", "2", "--min-percent", "0"];
+    if let Some(t) = thread {
+        args.extend(["--thread", t]);
+    }
+    let out = report(trace, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let lines: Vec<&str> = t.lines().collect();
+    let mut total = 0.0;
+    for (i, l) in lines.iter().enumerate() {
+        let Some(col) = l.strip_suffix("  UNKNOWN").map(|p| p.len() + 2) else { continue };
+        total += l.split_whitespace().nth(1).and_then(|ms| ms.parse::<f64>().ok()).unwrap_or_else(|| panic!("{l:?}"));
+        // Its children: the lines indented under it, up to the next root.
+        for c in lines[i + 1..].iter().take_while(|c| c.get(col..col + 1) == Some(" ")) {
+            let leaf = c.get(col..).unwrap_or("").trim();
+            assert!(leaf.starts_with("libc.so.6!"), "unwalkable samples elsewhere than in a libc leaf:\n{t}");
+        }
+    }
+    total
+}
+
+/// Known .NET 8 issue (found by this matrix): samples whose leaf is a libc system call wrapper
+/// (`open`, `readlink`: reached from `Process.Refresh`, which the Sampling app calls in its spin loops
+/// to read its CPU time) are not walked past the leaf: their stack is `UNKNOWN → libc.so.6!__open`,
+/// so their time reaches neither the spinning method nor its callers. The walk stops at an
+/// unresolved frame right above the frameless libc leaf (`libSystem.Native` keeps frame pointers on
+/// all three runtimes; the cause is not yet known). .NET 9 and 10 walk the same calls (a lone
+/// `UNKNOWN → libc.so.6!readlink` sample at start-up shows up there now and then). On .NET 8 that
+/// time, measured in the same trace, is allowed off the spinning methods' minimum times; everything
+/// else is asserted as on 9 and 10. 0 on the other runtimes.
+fn net8_unwalked_ms(major: &str, trace: &Path, weight: &str, thread: Option<&str>) -> f64 {
+    if major != "8" {
+        return 0.0;
+    }
+    let ms = unwalked_open_ms(trace, weight, thread);
+    eprintln!("KNOWN ISSUE (.NET 8): {ms:.1} ms of {weight} in unwalkable samples (UNKNOWN → libc leaf) allowed off the spin minimums");
+    ms
+}
+
+/// As `sampling.rs`: CPU and wall stacks through on-stack replacement reach the real callers.
+fn sampled_osr_callers(runtime: &str, major: &str) {
+    let (trace, _, _) = record_ok(runtime, "osr", "Sampling", &["osr"], &[]);
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    let (cpu_lost, wall_lost) =
+        (net8_unwalked_ms(major, &trace, "cpu", None), net8_unwalked_ms(major, &trace, "wall", None));
+    for f in ["Sampling.Osr.Spin", "Sampling.Osr.SpinThenSleep", "Sampling.Osr.Catch", "Sampling.Osr.SpinInCatch"] {
+        let func = find(&v, "functions", f);
+        assert!(u(func, "compilations") >= 2, "{f} got an OSR version: {func}");
+    }
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0 - cpu_lost);
+    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0 - wall_lost);
+    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0 - wall_lost);
+}
+
+/// As `sampling.rs`: a 500 ms sleep is 500 ms ± 5 % of wall time and no CPU time; the spinning
+/// before it has the CPU time.
+fn sampled_sleep_wall_time(runtime: &str, major: &str) {
+    let (trace, stdout, _) = record_ok(runtime, "sleep", "Sampling", &["sleep"], &[]);
+    check_runtime(&report_json(&trace), major);
+    let tid = printed(&stdout, "main_tid").to_string();
+    let out = report(&trace, &["--format", "json", "--weight", "wall", "--thread", &tid]);
+    assert!(out.status.success(), "report failed: {}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sleeper = find(&v, "functions", "Sampling.Sleepy.Sleeper");
+    let spinner = find(&v, "functions", "Sampling.Sleepy.Spinner");
+    let (sleep_cpu, spin_cpu) = (u(sleeper, "cpu_total_ns"), u(spinner, "cpu_total_ns"));
+    assert!(u(spinner, "samples_total") >= 40, "spinner sampled: {spinner}");
+    assert!(sleep_cpu * 10 < spin_cpu, "sleeper CPU {sleep_cpu} ns vs spinner {spin_cpu} ns");
+    let lost = (net8_unwalked_ms(major, &trace, "cpu", Some(&tid)) * 1e6) as u64;
+    assert!(spin_cpu + lost >= 650_000_000, "spinner CPU time {spin_cpu} ns (+ {lost} ns unwalkable) for 800 ms");
+    for f in ["Sampling.Sleepy.Sleeper", "System.Threading.Thread.Sleep"] {
+        let wall = u(find(&v, "functions", f), "wall_total_ns");
+        assert!(
+            (475_000_000..=525_000_000).contains(&wall),
+            "{f}: {:.1} ms of wall time for a 500 ms sleep (measured {:.1} ms)",
+            wall as f64 / 1e6,
+            printed(&stdout, "sleep_wall_us") as f64 / 1e3
+        );
+    }
+}
+
+/// As `events.rs`: every exception counted exactly, with its filter, finally, catch and frames.
+fn exact_exceptions(runtime: &str, major: &str) {
+    const N: u64 = 40;
+    let (trace, stdout, _) = record_ok(runtime, "exceptions", "Events", &["exceptions", &N.to_string()], &[]);
+    assert_eq!(stdout, format!("thrown {N} caught {N} finally {N} filter {N}\n"));
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    let g = v["exceptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "EventsApp.BoomException")
+        .unwrap_or_else(|| panic!("no BoomException group: {}", v["exceptions"]));
+    assert_eq!(g["thrown"], N);
+    assert_eq!(g["caught"], N);
+    assert_eq!(g["uncaught"], 0);
+    assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
+    assert_eq!(g["passes"]["filters"], N, "one filter run per exception");
+    assert_eq!(g["passes"]["finallies"], N, "one finally per exception");
+    assert_eq!(g["passes"]["catches"], N);
+    assert_eq!(g["passes"]["search_frames"], 4 * N);
+    assert_eq!(g["passes"]["unwind_frames"], 4 * N);
+    assert_eq!(g["catch_sites"], serde_json::json!([{"function": "EventsApp.Program.Catcher", "count": N}]));
+    let sites = g["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "one throw stack: {sites:?}");
+    assert_eq!(sites[0]["count"], 32, "stacks of the first 32 throws");
+    let stack: Vec<&str> = sites[0]["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(
+        &stack[..4],
+        [
+            "EventsApp.Program.Thrower",
+            "EventsApp.Program.Inner",
+            "EventsApp.Program.Middle",
+            "EventsApp.Program.Catcher"
+        ]
+    );
+}
+
+/// As `events.rs`: induced collections all seen; allocations counted exactly (`--alloc exact`) and
+/// sampled by default (`AllocationSampled` on .NET 10, `GCAllocationTick` before: both estimate).
+fn gc_and_allocations(runtime: &str, major: &str) {
+    const K: usize = 3;
+    let (trace, _, _) = record_ok(runtime, "gc", "Events", &["gc", &K.to_string()], &[]);
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    let gcs = v["gcs"].as_array().unwrap();
+    let induced: Vec<&Value> = gcs.iter().filter(|g| g["reason"] == "induced").collect();
+    assert!(induced.len() >= K, "{} induced of {} GCs", induced.len(), gcs.len());
+    for g in &induced {
+        assert_eq!(g["generation"], 2, "GC.Collect() collects everything");
+        assert_eq!(g["finished"], true);
+        assert!(u(g, "pause_ns") > 0, "a blocking GC suspends the runtime");
+    }
+
+    const M: u64 = 54_321;
+    let (trace, _, stderr) =
+        record_ok(runtime, "alloc-exact", "Events", &["alloc", &M.to_string()], &["--alloc", "exact"]);
+    assert!(stderr.contains("slows every allocation"), "{stderr}");
+    let v = report_json(&trace);
+    let w = v["allocations"].as_array().unwrap().iter().find(|a| a["type"] == "EventsApp.Widget").expect("Widget");
+    assert_eq!(w["count"], M);
+    assert_eq!(w["bytes"], M * 24, "24 bytes per Widget on x64");
+    assert_eq!(w["exact"], true);
+
+    let (trace, _, _) = record_ok(runtime, "alloc-sampled", "Events", &["mix", "100"], &[]);
+    let v = report_json(&trace);
+    let allocs = v["allocations"].as_array().unwrap();
+    let heavy = allocs.iter().find(|a| a["type"] == "EventsApp.HeavyNode").expect("HeavyNode sampled");
+    let light = allocs.iter().find(|a| a["type"] == "EventsApp.LightNode").expect("LightNode sampled");
+    assert_eq!(heavy["exact"], false);
+    assert!(u(heavy, "samples") > 100, "{heavy}");
+    assert_eq!(allocs[0]["type"], "EventsApp.HeavyNode", "the type with 90% of the bytes has the biggest estimate");
+    assert!(u(heavy, "bytes") > 4 * u(light, "bytes"));
+    let site = v["allocation_sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["type"] == "EventsApp.HeavyNode")
+        .expect("a site for HeavyNode");
+    assert_eq!(site["function"], "EventsApp.Program.AllocHeavy");
+    // The samples' source: .NET 10's randomized `AllocationSampled` (0), or before .NET 10 (no such
+    // event) `GCAllocationTick` (1), which also says how many bytes were allocated since the last tick.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let mut samples = 0;
+    for r in &records {
+        if let clrprof_trace::Record::AllocationSample(a) = r {
+            samples += 1;
+            if major == "10" {
+                assert_eq!((a.source, a.amount), (0, 0), "{a:?}");
+            } else {
+                assert_eq!(a.source, 1, "{a:?}");
+                assert!(a.amount > 0, "{a:?}");
+            }
+        }
+    }
+    assert!(samples > 100, "{samples} allocation samples");
+}
+
+macro_rules! runtime_matrix {
+    ($module:ident, $tfm:literal, $major:literal) => {
+        mod $module {
+            #[test]
+            fn instrumented_calls() {
+                super::instrumented_calls($tfm, $major);
+            }
+            #[test]
+            fn sampled_osr_callers() {
+                super::sampled_osr_callers($tfm, $major);
+            }
+            #[test]
+            fn sampled_sleep_wall_time() {
+                super::sampled_sleep_wall_time($tfm, $major);
+            }
+            #[test]
+            fn exact_exceptions() {
+                super::exact_exceptions($tfm, $major);
+            }
+            #[test]
+            fn gc_and_allocations() {
+                super::gc_and_allocations($tfm, $major);
+            }
+        }
+    };
+}
+
+runtime_matrix!(net8, "net8.0", "8");
+runtime_matrix!(net9, "net9.0", "9");
+runtime_matrix!(net10, "net10.0", "10");
