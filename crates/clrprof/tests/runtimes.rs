@@ -98,36 +98,6 @@ fn instrumented_calls(runtime: &str, major: &str) {
     }
 }
 
-/// The callers of `function` in the callers view: (inclusive ms, [(caller, ms)]), as printed.
-fn callers(trace: &Path, function: &str, weight: &str) -> (f64, Vec<(String, f64)>) {
-    let out = report(trace, &["--view", "callers", "--function", function, "--weight", weight]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = text(&out.stdout);
-    let inclusive: f64 = t
-        .lines()
-        .find_map(|l| l.split("inclusive ").nth(1))
-        .and_then(|r| r.split(" ms").next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no inclusive time for {function}:\n{t}"));
-    let mut found = Vec::new();
-    for l in t.lines().skip_while(|l| !l.starts_with("CALLERS (")).skip(2).take_while(|l| !l.trim().is_empty()) {
-        let mut cols = l.split_whitespace();
-        let (_calls, ms, _pct) = (cols.next(), cols.next(), cols.next());
-        let name = cols.collect::<Vec<_>>().join(" ");
-        found.push((name, ms.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"))));
-    }
-    (inclusive, found)
-}
-
-/// `function` is called from `caller` only, which has at least 90% of its inclusive time.
-fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
-    let (inclusive, found) = callers(trace, function, weight);
-    assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
-    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, [caller], "{weight}: callers of {function}: {found:?}");
-    assert!(found[0].1 >= inclusive * 0.9, "{weight}: {caller} → {function} {} ms of {inclusive} ms", found[0].1);
-}
-
 /// Milliseconds of `weight` in samples whose stack could not be walked past a leaf in libc (a system
 /// call wrapper: `open`, `readlink`): the call tree's `UNKNOWN` roots (of one thread, or of all),
 /// whose children must all be such leaves.

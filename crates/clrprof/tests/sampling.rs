@@ -425,39 +425,6 @@ fn exports_parse_and_agree_with_the_report() {
     assert!(text(&out.stderr).contains("to export"), "{}", text(&out.stderr));
 }
 
-/// The callers of `function` in the callers view: (name, ms), as printed.
-fn callers(trace: &std::path::Path, function: &str, weight: &str) -> (f64, Vec<(String, f64)>) {
-    let out = report(trace, &["--view", "callers", "--function", function, "--weight", weight]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = text(&out.stdout);
-    let inclusive: f64 = t
-        .lines()
-        .find_map(|l| l.split("inclusive ").nth(1))
-        .and_then(|r| r.split(" ms").next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no inclusive time for {function}:\n{t}"));
-    let mut lines = t.lines().skip_while(|l| !l.starts_with("CALLERS (")).skip(2);
-    let mut found = Vec::new();
-    for l in lines.by_ref().take_while(|l| !l.trim().is_empty()) {
-        let mut cols = l.split_whitespace();
-        let (_calls, ms, _pct) = (cols.next(), cols.next(), cols.next());
-        let name = cols.collect::<Vec<_>>().join(" ");
-        found.push((name, ms.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"))));
-    }
-    (inclusive, found)
-}
-
-/// `function` is called from `caller` only, in the stacks of `weight`, and the caller's time
-/// through it is at least 90% of the function's own inclusive time.
-fn only_caller(trace: &std::path::Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
-    let (inclusive, found) = callers(trace, function, weight);
-    assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
-    let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, [caller], "{weight}: callers of {function}: {found:?}");
-    let through = found[0].1;
-    assert!(through >= inclusive * 0.9, "{weight}: {caller} → {function} {through} ms of {inclusive} ms");
-}
-
 #[test]
 fn stacks_through_on_stack_replacement_reach_the_real_callers() {
     // Methods called once from Main whose loops move to OSR code mid-run (the tier-0 frame stays

@@ -202,3 +202,41 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The callers of `function` in the callers view: (inclusive ms, [(caller, ms)]), as printed.
+pub fn callers(trace: &Path, function: &str, weight: &str) -> (f64, Vec<(String, f64)>) {
+    let out = report(trace, &["--view", "callers", "--function", function, "--weight", weight]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let inclusive: f64 = t
+        .lines()
+        .find_map(|l| l.split("inclusive ").nth(1))
+        .and_then(|r| r.split(" ms").next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no inclusive time for {function}:\n{t}"));
+    let mut found = Vec::new();
+    for l in t.lines().skip_while(|l| !l.starts_with("CALLERS (")).skip(2).take_while(|l| !l.trim().is_empty()) {
+        let mut cols = l.split_whitespace();
+        let (_calls, ms, _pct) = (cols.next(), cols.next(), cols.next());
+        let name = cols.collect::<Vec<_>>().join(" ");
+        found.push((name, ms.and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("bad line {l:?}"))));
+    }
+    (inclusive, found)
+}
+
+/// `function` is called from `caller` only, in the stacks of `weight`, and the caller's time
+/// through it is at least 90% of the function's own inclusive time. One exception, bounded: a
+/// sample taken inside the runtime while it moves the running method to its OSR version (the
+/// patchpoint helper in libcoreclr is then under the method for a few instructions) can show
+/// libcoreclr as the caller; such callers may hold at most 2% of the inclusive time.
+pub fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
+    let (inclusive, found) = callers(trace, function, weight);
+    assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
+    let (runtime, others): (Vec<_>, Vec<_>) = found.iter().partition(|(n, _)| n.starts_with("libcoreclr.so!"));
+    let names: Vec<&str> = others.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, [caller], "{weight}: callers of {function}: {found:?}");
+    let in_runtime: f64 = runtime.iter().map(|(_, ms)| ms).sum();
+    assert!(in_runtime <= inclusive * 0.02, "{weight}: {in_runtime} ms of {function} under the runtime: {found:?}");
+    let through = others[0].1;
+    assert!(through >= inclusive * 0.9, "{weight}: {caller} → {function} {through} ms of {inclusive} ms");
+}
