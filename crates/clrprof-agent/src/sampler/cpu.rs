@@ -708,9 +708,9 @@ mod tests {
     const RET_INTO_HOST: u64 = 0x7000_0000_1000;
     const CALLEE: u64 = 0x5200_0000_0000;
 
-    /// Walks a fake thread stack (word `i` at `base + 8 i`) from the given registers, the way the
-    /// signal handler does; `sp`/`fp` are word indexes.
-    fn walk(words: &[u64], ip: u64, sp: usize, fp: usize) -> Vec<u64> {
+    /// A registered thread whose stack is `words` (word `i` at `base + 8 i`), and the registers of
+    /// a signal taken at `ip` with `sp`/`fp` as word indexes.
+    pub(super) fn fake_thread(words: &[u64], ip: u64, sp: usize, fp: usize) -> (Box<Slot>, libc::ucontext_t) {
         let base = words.as_ptr() as u64;
         let slot = Slot::new();
         slot.state.store(ACTIVE, Ordering::Relaxed);
@@ -721,6 +721,13 @@ mod tests {
         uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ip as i64;
         uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (base + 8 * sp as u64) as i64;
         uc.uc_mcontext.gregs[libc::REG_RBP as usize] = (base + 8 * fp as u64) as i64;
+        (slot, uc)
+    }
+
+    /// Walks a fake thread stack (word `i` at `base + 8 i`) from the given registers, the way the
+    /// signal handler does; `sp`/`fp` are word indexes.
+    fn walk(words: &[u64], ip: u64, sp: usize, fp: usize) -> Vec<u64> {
+        let (slot, uc) = fake_thread(words, ip, sp, fp);
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = Vec::new();
@@ -905,16 +912,7 @@ mod bench {
 
     /// ns per `record` of a 32-frame chain of ordinary frames, leaf first.
     fn time_walks(words: &[u64], ip: u64, sp: usize, fp: usize) -> f64 {
-        let base = words.as_ptr() as u64;
-        let slot = Slot::new();
-        slot.state.store(ACTIVE, Ordering::Relaxed);
-        slot.stack_lo.store(base, Ordering::Relaxed);
-        slot.stack_hi.store(base + 8 * words.len() as u64, Ordering::Relaxed);
-        // Safety: a zeroed ucontext is a valid value; only three registers are read.
-        let mut uc: libc::ucontext_t = unsafe { std::mem::zeroed() };
-        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ip as i64;
-        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (base + 8 * sp as u64) as i64;
-        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = (base + 8 * fp as u64) as i64;
+        let (slot, uc) = super::tests::fake_thread(words, ip, sp, fp);
         let n = 2_000_000;
         let mut best = f64::MAX;
         for _ in 0..5 {
