@@ -45,57 +45,13 @@ fn check_runtime(v: &Value, major: &str) {
     assert!(version.starts_with(&format!("{major}.")), "runtime_version {version:?}, expected .NET {major}");
 }
 
-fn calls(v: &Value, name: &str) -> u64 {
-    find(v, "functions", name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
-}
-
 /// As `instrument.rs`: enter/leave hooks count every call exactly and preserve every register.
 fn instrumented_calls(runtime: &str, major: &str) {
     let (trace, stdout, _) = record_ok(runtime, "calls", "Calls", &[], &["--instrument"]);
     assert!(stdout.contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"), "{stdout}");
     let v = report_json(&trace);
     check_runtime(&v, major);
-    assert_eq!(calls(&v, "Calls.Counted.Tick"), 1000);
-    assert_eq!(calls(&v, "Calls.Counted.Run"), 1);
-    assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
-    for f in
-        ["Calls.Exceptions.Level1", "Calls.Exceptions.Level2", "Calls.Exceptions.Level3", "Calls.ProbeException..ctor"]
-    {
-        assert_eq!(calls(&v, f), 50, "{f}");
-    }
-    assert_eq!(calls(&v, "Calls.ProbeException.get_Depth"), 50, "the filter ran 50 times");
-    assert_eq!(calls(&v, "Calls.Square.Area"), 100);
-    assert_eq!(calls(&v, "Calls.Circle.Area"), 100);
-    assert_eq!(calls(&v, "Calls.Triangle.Area"), 100);
-    assert_eq!(calls(&v, "Calls.Shape.Describe"), 200);
-    assert_eq!(calls(&v, "Calls.Circle.Describe"), 100);
-    assert_eq!(calls(&v, "Calls.Generic.Identity<int>"), 100);
-    assert_eq!(calls(&v, "Calls.Generic.Identity<__Canon>"), 100);
-    assert_eq!(calls(&v, "Calls.Shared.Work"), 10_000);
-    let workers: Vec<&Value> = v["thread_hotspots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["name"].as_str().unwrap_or("").starts_with("calls-worker-"))
-        .collect();
-    assert_eq!(workers.len(), 4);
-    for t in workers {
-        let work = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "Calls.Shared.Work").unwrap();
-        assert_eq!(work["calls"], 2500, "{}", t["name"]);
-    }
-    assert_eq!(calls(&v, "Calls.AsyncWork.Step"), 10);
-    assert_eq!(calls(&v, "Calls.AsyncWork.Run"), 1);
-    let spin = find(&v, "functions", "Calls.Spin.For");
-    assert_eq!(spin["calls"], 1);
-    assert!(u(spin, "inclusive_ns") >= 280_000_000, "{spin}");
-    let gc = find(&v, "functions", "Calls.Collector.Run");
-    assert_eq!(gc["calls"], 1);
-    assert!(u(gc, "suspended_ns") > 0, "{gc}");
-    for f in v["functions"].as_array().unwrap() {
-        if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
-            assert!(i >= e, "{}: inclusive {i} < exclusive {e}", f["name"]);
-        }
-    }
+    check_calls_app(&v);
 }
 
 /// Milliseconds of `weight` in samples whose stack could not be walked past a leaf in libc (a system
@@ -196,35 +152,8 @@ fn exact_exceptions(runtime: &str, major: &str) {
     assert_eq!(stdout, format!("thrown {N} caught {N} finally {N} filter {N}\n"));
     let v = report_json(&trace);
     check_runtime(&v, major);
-    let g = v["exceptions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "EventsApp.BoomException")
-        .unwrap_or_else(|| panic!("no BoomException group: {}", v["exceptions"]));
-    assert_eq!(g["thrown"], N);
-    assert_eq!(g["caught"], N);
-    assert_eq!(g["uncaught"], 0);
-    assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
-    assert_eq!(g["passes"]["filters"], N, "one filter run per exception");
-    assert_eq!(g["passes"]["finallies"], N, "one finally per exception");
-    assert_eq!(g["passes"]["catches"], N);
-    assert_eq!(g["passes"]["search_frames"], 4 * N);
-    assert_eq!(g["passes"]["unwind_frames"], 4 * N);
-    assert_eq!(g["catch_sites"], serde_json::json!([{"function": "EventsApp.Program.Catcher", "count": N}]));
-    let sites = g["sites"].as_array().unwrap();
-    assert_eq!(sites.len(), 1, "one throw stack: {sites:?}");
-    assert_eq!(sites[0]["count"], 32, "stacks of the first 32 throws");
-    let stack: Vec<&str> = sites[0]["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    assert_eq!(
-        &stack[..4],
-        [
-            "EventsApp.Program.Thrower",
-            "EventsApp.Program.Inner",
-            "EventsApp.Program.Middle",
-            "EventsApp.Program.Catcher"
-        ]
-    );
+    let g = check_boom_exceptions(&v, N);
+    assert_eq!(g["sites"][0]["count"], 32, "stacks of the first 32 throws");
 }
 
 /// As `events.rs`: induced collections all seen; allocations counted exactly (`--alloc exact`) and

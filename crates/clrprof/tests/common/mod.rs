@@ -240,3 +240,104 @@ pub fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min
     let through = others[0].1;
     assert!(through >= inclusive * 0.9, "{weight}: {caller} → {function} {through} ms of {inclusive} ms");
 }
+
+/// The call count of a function in the JSON report (instrumented traces).
+pub fn calls(v: &serde_json::Value, name: &str) -> u64 {
+    find(v, "functions", name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
+}
+
+/// The exact counts of `apps/Calls` run whole under `--instrument` (one run of every scenario),
+/// checked in its JSON report: the same on every runtime.
+pub fn check_calls_app(v: &serde_json::Value) {
+    assert_eq!(calls(v, "Calls.Counted.Tick"), 1000);
+    assert_eq!(calls(v, "Calls.Counted.Run"), 1);
+    // fib(20) makes 2·fib(21) − 1 calls.
+    assert_eq!(calls(v, "Calls.Recursion.Fib"), 21891);
+    // Exceptions through three frames with a finally and a filter, 50 times.
+    for f in
+        ["Calls.Exceptions.Level1", "Calls.Exceptions.Level2", "Calls.Exceptions.Level3", "Calls.ProbeException..ctor"]
+    {
+        assert_eq!(calls(v, f), 50, "{f}");
+    }
+    assert_eq!(calls(v, "Calls.ProbeException.get_Depth"), 50, "the filter ran 50 times");
+    assert_eq!(calls(v, "Calls.Exceptions.Run"), 1);
+    // Virtual and interface dispatch.
+    assert_eq!(calls(v, "Calls.Square.Area"), 100);
+    assert_eq!(calls(v, "Calls.Circle.Area"), 100);
+    assert_eq!(calls(v, "Calls.Triangle.Area"), 100);
+    assert_eq!(calls(v, "Calls.Shape.Describe"), 200);
+    assert_eq!(calls(v, "Calls.Circle.Describe"), 100);
+    // A generic method with two instantiations (value type and shared reference-type code).
+    assert_eq!(calls(v, "Calls.Generic.Identity<int>"), 100);
+    assert_eq!(calls(v, "Calls.Generic.Identity<__Canon>"), 100);
+    // The same method on 4 threads.
+    assert_eq!(calls(v, "Calls.Shared.Work"), 10_000);
+    let workers: Vec<&serde_json::Value> = v["thread_hotspots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap_or("").starts_with("calls-worker-"))
+        .collect();
+    assert_eq!(workers.len(), 4);
+    for t in workers {
+        let work = t["functions"].as_array().unwrap().iter().find(|f| f["name"] == "Calls.Shared.Work").unwrap();
+        assert_eq!(work["calls"], 2500, "{}", t["name"]);
+    }
+    // Async methods: every awaited step is counted, whichever thread resumed it.
+    assert_eq!(calls(v, "Calls.AsyncWork.Step"), 10);
+    assert_eq!(calls(v, "Calls.AsyncWork.Run"), 1);
+    // A method spinning ~300 ms shows at least 280 ms inclusive.
+    let spin = find(v, "functions", "Calls.Spin.For");
+    assert_eq!(spin["calls"], 1);
+    assert!(spin["inclusive_ns"].as_u64().unwrap() >= 280_000_000, "{spin}");
+    // Induced GCs suspend the runtime: that time is suspended time, not exclusive time.
+    let gc = find(v, "functions", "Calls.Collector.Run");
+    assert_eq!(gc["calls"], 1);
+    assert!(gc["suspended_ns"].as_u64().unwrap() > 0, "{gc}");
+    for f in v["functions"].as_array().unwrap() {
+        if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
+            assert!(i >= e, "{}: inclusive {i} < exclusive {e}", f["name"]);
+        }
+    }
+}
+
+/// The exception group of a type in the JSON report.
+pub fn exception_group<'a>(v: &'a serde_json::Value, type_name: &str) -> &'a serde_json::Value {
+    v["exceptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == type_name)
+        .unwrap_or_else(|| panic!("no exception group {type_name}: {}", v["exceptions"]))
+}
+
+/// `apps/Events exceptions N`, all observed: N `BoomException`s thrown by `Thrower`, each through
+/// one filter, one `finally` and four frames searched and unwound, all caught in `Catcher`, from
+/// one throw stack. Returns the group for the caller's further checks.
+pub fn check_boom_exceptions(v: &serde_json::Value, n: u64) -> &serde_json::Value {
+    let g = exception_group(v, "EventsApp.BoomException");
+    assert_eq!(g["thrown"], n);
+    assert_eq!(g["caught"], n);
+    assert_eq!(g["uncaught"], 0);
+    assert_eq!(g["throw_site"], "EventsApp.Program.Thrower");
+    assert_eq!(g["passes"]["filters"], n, "one filter run per exception");
+    assert_eq!(g["passes"]["finallies"], n, "one finally per exception");
+    assert_eq!(g["passes"]["catches"], n);
+    // Thrower, Inner, Middle and Catcher are searched and unwound once each.
+    assert_eq!(g["passes"]["search_frames"], 4 * n);
+    assert_eq!(g["passes"]["unwind_frames"], 4 * n);
+    assert_eq!(g["catch_sites"], serde_json::json!([{"function": "EventsApp.Program.Catcher", "count": n}]));
+    let sites = g["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "one throw stack: {sites:?}");
+    let stack: Vec<&str> = sites[0]["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(
+        &stack[..4],
+        [
+            "EventsApp.Program.Thrower",
+            "EventsApp.Program.Inner",
+            "EventsApp.Program.Middle",
+            "EventsApp.Program.Catcher"
+        ]
+    );
+    g
+}
