@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod costs;
+pub mod diff;
 pub mod document;
 pub mod events;
 pub mod select;
