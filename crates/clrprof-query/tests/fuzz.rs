@@ -116,3 +116,138 @@ fn damaged_traces_never_panic() {
         }
     }
 }
+
+/// Interesting bytes for text formats: separators, quotes, digits, line ends, invalid UTF-8.
+const SPICE: &[u8] = b"\",;!\n\r .0912-%\t\xff\x00eE";
+
+/// One damaged copy of a text file: bytes flipped, set, dropped, duplicated (whole lines too),
+/// huge numbers inserted; sometimes cut short.
+fn mutate_text(text: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut t = text.to_vec();
+    for _ in 0..1 + rng.below(6) {
+        if t.is_empty() {
+            t.extend_from_slice(b"a;b 1\n");
+        }
+        let i = rng.below(t.len());
+        match rng.below(8) {
+            0 => t[i] ^= 1 << rng.below(8),
+            1 => t[i] = SPICE[rng.below(SPICE.len())],
+            2 => t.insert(i, SPICE[rng.below(SPICE.len())]),
+            3 => {
+                let n = rng.below(32).min(t.len() - i);
+                t.drain(i..i + n);
+            }
+            4 => {
+                let n = rng.below(64).min(t.len() - i);
+                let dup: Vec<u8> = t[i..i + n].to_vec();
+                t.splice(i..i, dup);
+            }
+            5 => {
+                let big: &[u8] =
+                    [&b"99999999999999999999999"[..], b"18446744073709551615", b"1e308", b"4294967296"][rng.below(4)];
+                t.splice(i..i, big.iter().copied());
+            }
+            6 => {
+                // A whole line repeated.
+                let start = t[..i].iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+                let end = t[i..].iter().position(|&b| b == b'\n').map_or(t.len(), |p| i + p + 1);
+                let line: Vec<u8> = t[start..end].to_vec();
+                for _ in 0..1 + rng.below(3) {
+                    t.splice(end..end, line.iter().copied());
+                }
+            }
+            _ => {
+                // A level, type or count field changed to another small number.
+                let d = b'0' + rng.below(10) as u8;
+                t[i] = d;
+            }
+        }
+    }
+    if rng.below(8) == 0 {
+        let cut = rng.below(t.len() + 1);
+        t.truncate(cut);
+    }
+    t
+}
+
+/// Reads a damaged import both through the reader asked for and through the sniffing loader,
+/// and runs every view and a diff on what comes out.
+fn exercise_import(bytes: Vec<u8>, format: clrprof_query::import::Format) {
+    use clrprof_query::diff::{diff, diff_tree, DiffQuery};
+    use clrprof_query::import::{import, ImportOptions};
+    let opts = ImportOptions::default();
+    let direct = import(&bytes, format, &opts);
+    let loaded = Loader::open_with(TraceSource::Bytes(bytes), &opts)
+        .and_then(|mut l| l.read_to_end().map(|_| l))
+        .ok()
+        .filter(|l| l.format() != format)
+        .map(|l| l.profile(TimeRange::ALL, &mut NoSymbols));
+    // The loader's profile is the direct one when it sniffed the same format: views run once.
+    for p in [direct.ok(), loaded].into_iter().flatten() {
+        let doc = clrprof_query::document::document(&p, &Threads::all(), None);
+        let _ = serde_json::to_string(&doc).unwrap();
+        let q = clrprof_query::costs::CostQuery { depth: Some(20), ..Default::default() };
+        let _ = clrprof_query::costs::hotspots(&p, &q, None);
+        let _ = clrprof_query::costs::call_tree(&p, &q, None);
+        let _ = clrprof_query::costs::callers(&p, &q, None);
+        let _ = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+        let d = DiffQuery { normalize: true, ..Default::default() };
+        let _ = diff(&p, &p, &d);
+        let _ = diff(&clrprof_model::Profile::default(), &p, &DiffQuery::default());
+        let _ = diff_tree(&p, &p, &d);
+    }
+}
+
+/// Folded stacks of a real trace (its sampled CPU stacks), as `export -f collapsed` writes them.
+fn folded_from_trace(path: &std::path::Path) -> Vec<u8> {
+    let (b, _) = Loader::load(TraceSource::File(path.to_path_buf())).unwrap();
+    let p = b.profile(TimeRange::ALL, &mut NoSymbols);
+    let st = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+    let mut out = String::new();
+    for s in &st.merged {
+        let names: Vec<&str> = s.frames.iter().map(|f| p.costs.stacks.frames[f.0 as usize].name.as_str()).collect();
+        out += &format!("{} {}\n", names.join(";").replace('\n', " "), s.samples);
+    }
+    out.into_bytes()
+}
+
+#[test]
+fn damaged_imports_never_panic() {
+    use clrprof_query::import::Format;
+    let iterations: usize = std::env::var("CLRPROF_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut names: Vec<PathBuf> =
+        std::fs::read_dir(root.join("testdata/import")).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    let mut collapsed: Vec<(String, Vec<u8>)> = vec![(
+        "folded stacks of testdata/traces/v1/events.clrprof".into(),
+        folded_from_trace(&root.join("testdata/traces/v1/events.clrprof")),
+    )];
+    let mut csv: Vec<(String, Vec<u8>)> = Vec::new();
+    for n in &names {
+        let entry = (n.display().to_string(), std::fs::read(n).unwrap());
+        if n.extension().is_some_and(|e| e == "csv") {
+            csv.push(entry);
+        } else {
+            collapsed.push(entry);
+        }
+    }
+    let readers = [(Format::Collapsed, &collapsed), (Format::VsPerfCsv, &csv)];
+    let mut rng = Rng(0x5eed_1a40_c5f0_0d02);
+    let mut counts = [0usize; 2];
+    // `iterations` inputs per reader.
+    for i in 0..iterations * readers.len() {
+        let r = i % readers.len();
+        let (format, corpus) = readers[r];
+        let (name, text) = &corpus[rng.below(corpus.len())];
+        let input = mutate_text(text, &mut rng);
+        let kept = input.clone();
+        counts[r] += 1;
+        if std::panic::catch_unwind(|| exercise_import(input, format)).is_err() {
+            let path = std::env::temp_dir().join(format!("clrprof-fuzz-import-{i}.txt"));
+            std::fs::write(&path, kept).unwrap();
+            panic!("import input {i} (from {name}) panicked; saved as {}", path.display());
+        }
+    }
+    eprintln!("fuzzed {} collapsed-stack and {} vsperfreport CSV inputs", counts[0], counts[1]);
+}

@@ -85,7 +85,7 @@ pub fn read(bytes: &[u8], opts: &ImportOptions) -> Result<Profile, ImportError> 
         "imported collapsed stacks: {lines} lines, {total} samples; each sample counted as {} of CPU time",
         crate::import::vsperf::ms(opts.sample_period_ns)
     );
-    Ok(b.finish(note, opts.sample_period_ns))
+    b.finish(note, opts.sample_period_ns)
 }
 
 #[cfg(test)]

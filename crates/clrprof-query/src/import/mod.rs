@@ -129,7 +129,14 @@ pub(crate) struct Builder {
     p: Profile,
     frames: HashMap<(String, String), FrameId>,
     modules: HashMap<String, u64>,
+    /// Sums of every column so far; a file whose sums pass [`MAX_TOTAL`] is refused, so no
+    /// view's sum can overflow.
+    total: Cost,
+    too_large: bool,
 }
+
+/// The largest sum of one cost column an imported file may have.
+pub const MAX_TOTAL: u64 = u64::MAX / 4;
 
 /// A frame's kind from its name and module: labels (`[GC]`, `UNKNOWN`) are synthetic, frames of a
 /// `.so` (or a module without a managed extension) native, the rest managed.
@@ -161,7 +168,7 @@ impl Builder {
             names: vec![(0, "imported".into())],
             ..Default::default()
         });
-        Builder { p, frames: HashMap::new(), modules: HashMap::new() }
+        Builder { p, frames: HashMap::new(), modules: HashMap::new(), total: Cost::default(), too_large: false }
     }
 
     /// The frame of a function; `name` as it is displayed (`Ns.Type.Method`, `libc.so.6!write`).
@@ -207,13 +214,34 @@ impl Builder {
     }
 
     pub(crate) fn add(&mut self, stack: StackId, cost: &Cost) {
-        if !cost.is_zero() {
+        if cost.is_zero() || self.too_large {
+            return;
+        }
+        let t = &mut self.total;
+        for (sum, v) in [
+            (&mut t.calls, cost.calls),
+            (&mut t.time_ns, cost.time_ns),
+            (&mut t.cpu_samples, cost.cpu_samples),
+            (&mut t.cpu_ns, cost.cpu_ns),
+        ] {
+            match sum.checked_add(v).filter(|&s| s <= MAX_TOTAL) {
+                Some(s) => *sum = s,
+                None => self.too_large = true,
+            }
+        }
+        if !self.too_large {
             self.p.costs.add(IMPORTED_TID, stack, cost);
         }
     }
 
     /// The profile, with sampling totals and a note on where it came from.
-    pub(crate) fn finish(mut self, note: String, sample_period_ns: u64) -> Profile {
+    pub(crate) fn finish(mut self, note: String, sample_period_ns: u64) -> Result<Profile, ImportError> {
+        if self.too_large {
+            return Err(ImportError(format!(
+                "{}: the values add up to more than {MAX_TOTAL} (samples, calls or ns): not a real profile",
+                self.p.process.command_line.trim_matches(|c| c == '(' || c == ')')
+            )));
+        }
         let total = crate::select::totals(&self.p);
         let s = &mut self.p.sampling;
         s.cpu_samples = total.cpu_samples;
@@ -225,7 +253,7 @@ impl Builder {
             self.p.instrumentation = Some(Default::default());
         }
         self.p.messages.push(note);
-        self.p
+        Ok(self.p)
     }
 }
 

@@ -289,7 +289,7 @@ pub fn read(bytes: &[u8], opts: &ImportOptions) -> Result<Profile, ImportError> 
     if report == "CallerCallee" {
         note += "; a caller/callee summary has no call paths: self values are exact, inclusive values count one level of callers only (the CallTree report has the paths)";
     }
-    Ok(b.finish(note, opts.sample_period_ns))
+    b.finish(note, opts.sample_period_ns)
 }
 
 fn call_tree(rd: &Reader<'_>, b: &mut Builder, body: &[Vec<String>]) -> Result<&'static str, ImportError> {
