@@ -101,7 +101,7 @@ fn sampled_call_trees_in_both_layouts_and_locales() {
 fn instrumented_call_trees_with_times_or_averages() {
     for name in ["vs2010_instrumentation_CallTreeSummary.csv", "vs2012_instrumentation_CallTreeSummary.csv"] {
         let (_, p) = load(name);
-        assert!(p.instrumentation.is_some());
+        assert_eq!(clrprof_query::select::totals(&p).calls, 76);
         assert_eq!(
             functions(&p, Metric::Time),
             [
@@ -123,8 +123,9 @@ fn instrumented_call_trees_with_times_or_averages() {
 
 #[test]
 fn caller_callee_summaries_keep_exact_self_values() {
-    // A caller/callee summary has no paths: self values are exact; each function's inclusive
-    // value covers its own self value and its direct callees' (documented).
+    // A caller/callee summary has no paths: they are estimated from the callers' shares. Self
+    // values are exact; here, where every function has one path per caller, the estimate is the
+    // real call tree.
     for (name, modules) in [("seed_CallerCalleeSummary.csv", false), ("vs2012_sampling_CallerCalleeSummary.csv", true)]
     {
         let (f, p) = load(name);
@@ -135,7 +136,7 @@ fn caller_callee_summaries_keep_exact_self_values() {
             [
                 row(HASH, hashing, 7000 * SAMPLE, 7000 * SAMPLE, 0),
                 row(PARSE, app, 1000 * SAMPLE, 3000 * SAMPLE, 0),
-                row(MAIN, app, 0, 3000 * SAMPLE, 0),
+                row(MAIN, app, 0, 10000 * SAMPLE, 0),
                 row(WORK, app, 2000 * SAMPLE, 7000 * SAMPLE, 0),
             ],
             "{name}"
@@ -145,7 +146,18 @@ fn caller_callee_summaries_keep_exact_self_values() {
             c.callers.iter().map(|e| (e.name.clone(), e.cost.cpu_samples)).collect();
         assert_eq!(edges, [(Some(WORK.to_string()), 5000), (Some(PARSE.to_string()), 2000)], "{name}");
         let note = p.messages.iter().find(|m| m.contains("CallerCallee")).unwrap();
-        assert!(note.contains("no call paths"), "{note}");
+        assert!(note.contains("no call paths: they are estimated"), "{note}");
+        assert_eq!(
+            paths(&p, Metric::Cpu),
+            [
+                (MAIN.to_string(), 10000 * SAMPLE),
+                (format!("{MAIN} > {PARSE}"), 3000 * SAMPLE),
+                (format!("{MAIN} > {PARSE} > {HASH}"), 2000 * SAMPLE),
+                (format!("{MAIN} > {WORK}"), 7000 * SAMPLE),
+                (format!("{MAIN} > {WORK} > {HASH}"), 5000 * SAMPLE),
+            ],
+            "{name}"
+        );
     }
     // Instrumented, numeric types, ',' decimals, UTF-16: Hash's 69.25 ms are split over its
     // callers by their calls (40 and 20), the parts summing exactly.
@@ -155,7 +167,7 @@ fn caller_callee_summaries_keep_exact_self_values() {
         [
             row(HASH, "Hashing.dll", 69_250_000, 69_250_000, 60),
             row(PARSE, "App.exe", 10_500_000, 10_500_000 + 23_083_333, 5),
-            row(MAIN, "App.exe", 500_000, 31_250_000, 1),
+            row(MAIN, "App.exe", 500_000, 100_500_000, 1),
             row(WORK, "App.exe", 20_250_000, 20_250_000 + 46_166_667, 10),
         ]
     );
@@ -194,4 +206,23 @@ fn unknown_formats_name_what_was_seen() {
     assert!(err(b"Type,Function Name,Foo\n").contains("no 'Exclusive Samples'"));
     // A trace is still a trace, and an imported file is not one.
     assert!(matches!(Loader::load(TraceSource::File(fixture("program.folded"))), Err(LoadError::Import(_))));
+}
+
+#[test]
+fn caller_callee_recursion_and_cycles_keep_self_values() {
+    // F calls itself, G and H; G and H call each other.
+    let csv = "Type,Function Name,Inclusive Samples,Exclusive Samples,Inclusive Samples %,Exclusive Samples %\n\
+               Root,F,100,10,100.00,10.00\nCaller,F,50,5,50.00,5.00\nCallee,G,60,30,60.00,30.00\n\
+               Root,G,60,30,60.00,30.00\nCaller,F,40,20,40.00,20.00\nCaller,H,20,10,20.00,10.00\n\
+               Root,H,40,40,40.00,40.00\nCaller,G,20,20,20.00,20.00\nCaller,F,20,20,20.00,20.00\n";
+    let (l, _) = Loader::read(TraceSource::Bytes(csv.as_bytes().to_vec()), &ImportOptions::default()).unwrap();
+    let p = l.profile(TimeRange::ALL, &mut NoSymbols);
+    let rows = functions(&p, Metric::Cpu);
+    let selfs: Vec<(&str, u64)> = rows.iter().map(|r| (r.0.as_str(), r.2 / SAMPLE)).collect();
+    assert_eq!(selfs, [("F", 10), ("G", 30), ("H", 40)]);
+    // Everything hangs under F, the one function whose callers are all on its own paths.
+    let v = callers(&p, &CostQuery::default(), None).unwrap();
+    let roots: Vec<&str> = v.entry_points.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(roots, ["F"]);
+    assert_eq!(v.entry_total, 80 * SAMPLE);
 }

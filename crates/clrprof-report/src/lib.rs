@@ -175,6 +175,14 @@ pub fn percent(part: u64, total: u64) -> String {
 /// The header every text report starts with.
 pub fn title(p: &Profile, what: &str) -> String {
     let pr = &p.process;
+    if pr.pid == 0 && pr.start_unix_ns == 0 && pr.duration_ns == 0 && pr.runtime_version.is_empty() {
+        // An imported profile (folded stacks, vsperfreport CSV): no process, no run time.
+        let mut s = format!("clrprof {what} — {}\n", pr.command_line.trim_matches(|c| c == '(' || c == ')'));
+        for m in &p.messages {
+            s += &format!("note: {m}\n");
+        }
+        return s;
+    }
     let mut s = format!("clrprof {what} — pid {}", pr.pid);
     if !pr.runtime_version.is_empty() {
         s += &format!(", .NET {}", pr.runtime_version);

@@ -213,6 +213,11 @@ impl Builder {
         self.p.costs.stacks.intern_stack(frames)
     }
 
+    /// The stack `parent` → `frame`.
+    pub(crate) fn call(&mut self, parent: StackId, frame: FrameId) -> StackId {
+        self.p.costs.stacks.intern_call(Some(parent), frame)
+    }
+
     pub(crate) fn add(&mut self, stack: StackId, cost: &Cost) {
         if cost.is_zero() || self.too_large {
             return;
@@ -249,9 +254,8 @@ impl Builder {
         if total.cpu_samples > 0 && sample_period_ns > 0 {
             s.cpu_rate_hz = (1_000_000_000 / sample_period_ns).min(u32::MAX as u64) as u32;
         }
-        if total.calls > 0 || total.time_ns > 0 {
-            self.p.instrumentation = Some(Default::default());
-        }
+        // `instrumentation` stays `None`: it describes clrprof's hooks (inlining, tiering, ...),
+        // which an imported file says nothing about; its calls and times are in `costs`.
         self.p.messages.push(note);
         Ok(self.p)
     }

@@ -7,10 +7,12 @@
 //!   depth. Each row becomes a stack with the row's exclusive value, so every path is exact.
 //! - **CallerCallee** (`Type,Function Name,…` or, without a header, the seed's
 //!   `"Root","_wmain",14,0,"100,00","0,00"`): per function a `Root` row and its `Caller`/`Callee`
-//!   rows (`Type` is the word or 0/1/2). A caller/callee summary has no paths: each function's
-//!   exclusive value is put on the stacks `caller → function`, split over its callers by their
-//!   calls (instrumented) or inclusive values (sampled), so self values are exact and inclusive
-//!   values count one level of callers only (a profile message says so).
+//!   rows (`Type` is the word or 0/1/2). A caller/callee summary has no paths, so they are
+//!   estimated (as VsPerfView's "adjusted values" do): a function's paths are its callers' paths
+//!   extended by it, each caller weighted by its calls (instrumented) or inclusive samples
+//!   (sampled) — at most 64 paths per function, recursion left out. Each function's exclusive
+//!   value is split over its paths, so self values and totals are exact; inclusive values, edges
+//!   above the direct callers and entry points are estimates (a profile message says so).
 //!
 //! Values: `Inclusive/Exclusive Samples` (sampling: samples, each standing for the import's
 //! sample period) or `Number of Calls` with `Elapsed Exclusive Time` (instrumentation, in ms;
@@ -18,7 +20,10 @@
 //! Time` when neither). Numbers may be quoted, with thousands separators; the decimal separator
 //! (`.` or `,`) is taken from the percentage columns. UTF-16 files (`vsperfreport /U`) are read.
 
-use clrprof_model::{Cost, FrameId, Profile};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use clrprof_model::{Cost, FrameId, Profile, StackId};
 
 use super::{samples, Builder, ImportError, ImportOptions};
 
@@ -287,7 +292,7 @@ pub fn read(bytes: &[u8], opts: &ImportOptions) -> Result<Profile, ImportError> 
         if comma { ',' } else { '.' }
     );
     if report == "CallerCallee" {
-        note += "; a caller/callee summary has no call paths: self values are exact, inclusive values count one level of callers only (the CallTree report has the paths)";
+        note += "; a caller/callee summary has no call paths: they are estimated from the callers' shares (self values exact; inclusive values and paths estimated; the CallTree report has the real paths)";
     }
     b.finish(note, opts.sample_period_ns)
 }
@@ -358,6 +363,70 @@ fn split_cost(c: &Cost, weights: &[f64]) -> Vec<Cost> {
         .collect()
 }
 
+/// At most this many estimated call paths per function (the likeliest; their shares renormalized).
+const MAX_PATHS: usize = 64;
+/// Paths are not extended above this depth (their top becomes a root).
+const MAX_DEPTH: usize = 256;
+
+/// Estimated call paths of functions from a caller/callee summary: a function's paths are its
+/// callers' paths extended by it, each caller weighted by its share of the function (calls or
+/// inclusive samples); a function without callers is a root. A caller already on the path being
+/// built (recursion) is left out.
+struct Paths<'a> {
+    callers_of: &'a HashMap<FrameId, Vec<(FrameId, f64)>>,
+    memo: HashMap<FrameId, Rc<Vec<(StackId, f64)>>>,
+    visiting: Vec<FrameId>,
+}
+
+impl Paths<'_> {
+    /// The paths ending in `f`, each with its share (the shares sum to 1).
+    fn of(&mut self, b: &mut Builder, f: FrameId, depth: usize) -> Rc<Vec<(StackId, f64)>> {
+        if let Some(p) = self.memo.get(&f) {
+            return p.clone();
+        }
+        let root = |b: &mut Builder| Rc::new(b.stack(&[f]).map(|s| vec![(s, 1.0)]).unwrap_or_default());
+        if depth >= MAX_DEPTH || self.visiting.contains(&f) {
+            return root(b);
+        }
+        let callers: Vec<(FrameId, f64)> = self
+            .callers_of
+            .get(&f)
+            .map(|v| v.iter().copied().filter(|(c, _)| *c != f && !self.visiting.contains(c)).collect())
+            .unwrap_or_default();
+        if callers.is_empty() {
+            let r = root(b);
+            self.memo.insert(f, r.clone());
+            return r;
+        }
+        self.visiting.push(f);
+        let sum: f64 = callers.iter().map(|&(_, w)| w).sum();
+        let n = callers.len() as f64;
+        let mut out: Vec<(StackId, f64)> = Vec::new();
+        for (c, w) in callers {
+            let share = if sum > 0.0 && sum.is_finite() { w / sum } else { 1.0 / n };
+            for &(s, part) in self.of(b, c, depth + 1).iter() {
+                let st = b.call(s, f);
+                match out.iter_mut().find(|(x, _)| *x == st) {
+                    Some(e) => e.1 += part * share,
+                    None => out.push((st, part * share)),
+                }
+            }
+        }
+        self.visiting.pop();
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        out.truncate(MAX_PATHS);
+        let total: f64 = out.iter().map(|&(_, p)| p).sum();
+        if total > 0.0 && total.is_finite() {
+            for e in &mut out {
+                e.1 /= total;
+            }
+        }
+        let r = if out.is_empty() { root(b) } else { Rc::new(out) };
+        self.memo.insert(f, r.clone());
+        r
+    }
+}
+
 fn caller_callee(rd: &Reader<'_>, b: &mut Builder, body: &[Vec<String>]) -> Result<&'static str, ImportError> {
     let kind_col = rd.c.kind.unwrap_or(0);
     // Blocks as the seed describes them: a Root row, then its Caller and Callee rows (rows
@@ -370,7 +439,7 @@ fn caller_callee(rd: &Reader<'_>, b: &mut Builder, body: &[Vec<String>]) -> Resu
     }
     let mut blocks: Vec<Block> = Vec::new();
     let mut pending: Vec<(FrameId, f64, Option<String>)> = Vec::new();
-    let mut by_name: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut by_name: HashMap<String, usize> = HashMap::new();
     for (i, r) in body.iter().enumerate() {
         let line = i + 2;
         let kind = r.get(kind_col).map(|s| s.as_str()).unwrap_or("");
@@ -415,18 +484,23 @@ fn caller_callee(rd: &Reader<'_>, b: &mut Builder, body: &[Vec<String>]) -> Resu
             pending = keep;
         }
     }
+    // Callers per function (a function's first Root block), merged by caller.
+    let mut callers_of: HashMap<FrameId, Vec<(FrameId, f64)>> = HashMap::new();
     for bl in &blocks {
-        if bl.callers.is_empty() {
-            if let Some(s) = b.stack(&[bl.root]) {
-                b.add(s, &bl.excl);
+        let v = callers_of.entry(bl.root).or_default();
+        for &(c, w) in &bl.callers {
+            match v.iter_mut().find(|(f, _)| *f == c) {
+                Some(e) => e.1 += w,
+                None => v.push((c, w)),
             }
-            continue;
         }
-        let weights: Vec<f64> = bl.callers.iter().map(|&(_, w)| w).collect();
-        for ((cf, _), part) in bl.callers.iter().zip(split_cost(&bl.excl, &weights)) {
-            if let Some(s) = b.stack(&[*cf, bl.root]) {
-                b.add(s, &part);
-            }
+    }
+    let mut paths = Paths { callers_of: &callers_of, memo: HashMap::new(), visiting: Vec::new() };
+    for bl in &blocks {
+        let ps = paths.of(b, bl.root, 0);
+        let weights: Vec<f64> = ps.iter().map(|&(_, f)| f).collect();
+        for ((s, _), part) in ps.iter().zip(split_cost(&bl.excl, &weights)) {
+            b.add(*s, &part);
         }
     }
     Ok("CallerCallee")
