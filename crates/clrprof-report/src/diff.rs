@@ -29,7 +29,7 @@ fn change(r: &DiffRow, base: i64, delta: i64) -> String {
     match r.only_in {
         Some(Side::New) => "new".into(),
         Some(Side::Base) => "gone".into(),
-        None if base == 0 && delta == 0 => "0.0%".into(),
+        None if delta == 0 => "0.0%".into(),
         None if base == 0 => "n/a".into(),
         None => format!("{:+.1}%", delta as f64 * 100.0 / base as f64),
     }
