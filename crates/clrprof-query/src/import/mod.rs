@@ -193,7 +193,10 @@ impl Builder {
             }
             m
         };
-        let (class_name, short) = match name.rfind('.') {
+        // `Ns.Type.Method(args)`: the class is what comes before the last dot outside the
+        // parameter list.
+        let head = &name[..name.find('(').unwrap_or(name.len())];
+        let (class_name, short) = match head.rfind('.') {
             Some(i) if frame.kind == FrameKind::Managed && i > 0 => (&name[..i], &name[i + 1..]),
             _ => ("", name),
         };
@@ -202,6 +205,8 @@ impl Builder {
             name: short.to_string(),
             class_name: class_name.to_string(),
             module: module_id,
+            // Neither JIT-compiled nor precompiled as far as we know: "other".
+            kind: u8::MAX,
             ..Default::default()
         });
         self.frames.insert((module.to_string(), name.to_string()), f);
