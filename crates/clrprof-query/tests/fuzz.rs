@@ -243,6 +243,9 @@ fn damaged_imports_never_panic() {
         let input = mutate_text(text, &mut rng);
         let kept = input.clone();
         counts[r] += 1;
+        if (i + 1) % 100_000 == 0 {
+            eprintln!("… {} collapsed-stack and {} vsperfreport CSV inputs so far", counts[0], counts[1]);
+        }
         if std::panic::catch_unwind(|| exercise_import(input, format)).is_err() {
             let path = std::env::temp_dir().join(format!("clrprof-fuzz-import-{i}.txt"));
             std::fs::write(&path, kept).unwrap();
