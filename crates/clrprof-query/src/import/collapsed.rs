@@ -138,6 +138,17 @@ mod tests {
     }
 
     #[test]
+    fn sums_that_would_overflow_are_refused() {
+        // Found while writing the fuzzer: two huge counts summed past u64 in every view.
+        let e = read(b"a 18446744073709551615\nb 99999999999999999999999\n", &ImportOptions::default()).unwrap_err();
+        assert!(e.0.starts_with("imported collapsed stacks: the values add up to more than"), "{}", e.0);
+        let e = read(b"a 2000000000000\n", &ImportOptions::default()).unwrap_err();
+        assert!(e.0.contains("add up to more than"), "{}", e.0);
+        // Large but possible: a billion samples.
+        assert!(read(b"a 1000000000\n", &ImportOptions::default()).is_ok());
+    }
+
+    #[test]
     fn sniffing() {
         assert!(looks_like("a;b;c 12\na 3\npartial line wit"));
         assert!(!looks_like("Level,Function Name\n"));

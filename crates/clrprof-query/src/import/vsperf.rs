@@ -530,6 +530,18 @@ mod tests {
     }
 
     #[test]
+    fn huge_or_odd_values_are_refused_or_read_without_panic() {
+        let opts = ImportOptions::default();
+        let e = read(b"Level,Function Name,Number of Calls,Elapsed Exclusive Time\n1,a,1,1e300\n2,b,1,1e300\n", &opts)
+            .unwrap_err();
+        assert!(e.0.contains("add up to more than"), "{}", e.0);
+        // Levels that jump, go back below the first one, or are huge nest as far as they can.
+        let p = read(b"Level,Function Name,Exclusive Samples\n5,a,1\n99999999999,b,2\n0,c,3\n", &opts).unwrap();
+        assert_eq!(crate::select::totals(&p).cpu_samples, 6);
+        assert_eq!(p.costs.stacks.nodes.len(), 3);
+    }
+
+    #[test]
     fn splits_sum_exactly() {
         assert_eq!(split(10, &[1.0, 1.0, 1.0]), vec![4, 3, 3]);
         assert_eq!(split(7, &[0.0, 0.0]), vec![4, 3]);
