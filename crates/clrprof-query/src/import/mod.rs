@@ -92,7 +92,8 @@ pub fn sniff(head: &[u8]) -> Result<Format, ImportError> {
         return Err(ImportError("the file is empty".into()));
     }
     let magic = &clrprof_trace::MAGIC;
-    if head.starts_with(&magic[..magic.len().min(head.len())]) && head.len() >= 4 {
+    // A trace still being written may hold only the first bytes of its magic yet.
+    if head.starts_with(&magic[..magic.len().min(head.len())]) {
         return Ok(Format::Trace);
     }
     let t = text(head);
@@ -269,4 +270,28 @@ impl Builder {
 /// A sampled cost: `n` samples of `period` ns each.
 pub(crate) fn samples(n: u64, period: u64) -> Cost {
     Cost { cpu_samples: n, cpu_ns: n.saturating_mul(period), ..Default::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_told_by_content() {
+        assert_eq!(sniff(b"CLRPROF\0\x01\0\0\0"), Ok(Format::Trace));
+        // A trace file caught while its first bytes are being written.
+        assert_eq!(sniff(b"CL"), Ok(Format::Trace));
+        assert_eq!(sniff(b"\xef\xbb\xbfLevel,Function Name,Exclusive Samples\r\n"), Ok(Format::VsPerfCsv));
+        assert_eq!(sniff(b"\"Root\",\"_wmain\",14,0,\"100,00\",\"0,00\"\n"), Ok(Format::VsPerfCsv));
+        assert_eq!(sniff(b"main;work 12\nmain 3\n"), Ok(Format::Collapsed));
+        let long = format!("{}\n", "x".repeat(100));
+        assert_eq!(
+            sniff(long.as_bytes()).unwrap_err().0,
+            format!(
+                "not a clrprof trace, collapsed stacks or vsperfreport CSV: first line starts with \"{}…\"",
+                "x".repeat(40)
+            )
+        );
+        assert_eq!(sniff(b"").unwrap_err().0, "the file is empty");
+    }
 }
