@@ -155,6 +155,15 @@ impl Collector {
         }
     }
 
+    /// Marks the runs this collector is receiving as cut off (for a collector asked to stop: its
+    /// streams end with the process). Safe to call from another thread while serving.
+    pub fn stopper(&self) -> impl Fn() + Send + Sync + 'static {
+        let inner = Arc::clone(&self.inner);
+        move || {
+            let _ = inner.store.recover(&inner.identity);
+        }
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
     }
