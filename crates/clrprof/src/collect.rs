@@ -20,8 +20,12 @@ fn store_spec(store: Option<&str>) -> String {
     store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
 }
 
+/// Opens a store to read: an SQLite file must exist (a typo is not a new, empty store).
 fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
     let spec = store_spec(store);
+    if !spec.contains("://") && !std::path::Path::new(&spec).is_file() {
+        bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
+    }
     open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))
 }
 
@@ -40,7 +44,8 @@ fn redact(spec: &str) -> String {
 }
 
 pub fn collect(c: &CollectCommand) -> Result<()> {
-    let store = open(c.store.as_deref())?;
+    let spec = store_spec(c.store.as_deref());
+    let store = open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))?;
     let collector = Collector::builder()
         .listen(c.listen.clone())
         .token(c.token.clone())

@@ -254,8 +254,11 @@ fn a_web_app_under_load_streams_to_the_collector() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("Work.Primes"));
     // Bad run names are one-line errors.
-    for (run, msg) in [("run:99", "no run 99"), ("run:x", "expected run:ID")] {
-        let o = report_run(run, &store, &[]);
+    let missing = dir.join("typo.db").to_string_lossy().into_owned();
+    for (run, store, msg) in
+        [("run:99", &store, "no run 99"), ("run:x", &store, "expected run:ID"), ("run:1", &missing, "no run store at")]
+    {
+        let o = report_run(run, store, &[]);
         assert_eq!(o.status.code(), Some(2));
         assert!(text(&o.stderr).contains(msg), "{}", text(&o.stderr));
     }
