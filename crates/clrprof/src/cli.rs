@@ -46,6 +46,16 @@ enum Command {
         after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv"
     )]
     Diff(DiffArgs),
+    /// Receive the traces of agents started with `record --server` (or CLRPROF_SERVER) and keep them as runs.
+    #[command(
+        after_help = "Examples:\n  clrprof collect\n  clrprof collect --listen 0.0.0.0:7878 --token \"$TOKEN\" --store /var/lib/clrprof/runs.db\n  clrprof collect --store postgresql://clrprof@db:5432/clrprof --max-run-bytes 2G\n  clrprof record --server 127.0.0.1:7878 -- dotnet app.dll\n  CLRPROF_SERVER=10.0.0.5:7878 CLRPROF_TOKEN=… (with the CORECLR_* variables) dotnet app.dll"
+    )]
+    Collect(CollectArgs),
+    /// List the runs of a store (what `clrprof collect` received).
+    #[command(
+        after_help = "Examples:\n  clrprof runs\n  clrprof runs --store postgresql://clrprof@db:5432/clrprof --format json\n  clrprof report run:latest\n  clrprof export run:3 -f svg"
+    )]
+    Runs(RunsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -79,8 +89,41 @@ struct DiffArgs {
 }
 
 #[derive(Args, Debug)]
+struct CollectArgs {
+    /// Address to listen on; an address other than loopback requires --token
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Where runs are kept: an SQLite file, or a postgresql:// URL shared by several collectors
+    /// [default: clrprof-runs.db in the current directory]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
+    /// The token agents must present (CLRPROF_TOKEN on their side) [default: $CLRPROF_TOKEN]
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Largest trace kept per run (bytes, or with K/M/G); a longer stream is cut off at the limit
+    #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
+    max_run_bytes: u64,
+}
+
+#[derive(Args, Debug)]
+struct RunsArgs {
+    /// The run store: an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
+    /// Output format
+    #[arg(short, long, value_enum, default_value_t = RunsFormatArg::Text)]
+    format: RunsFormatArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RunsFormatArg {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
 struct ExportArgs {
-    /// The trace file
+    /// The trace file, or a run of a store: run:ID or run:latest (see `clrprof runs`, --store)
     #[arg(value_name = "FILE")]
     trace: PathBuf,
     /// Output format
@@ -120,6 +163,9 @@ struct ReadArgs {
     /// Imported folded stacks and vsperfreport sampling reports: the CPU time one sample stands for
     #[arg(long, value_name = "TIME", value_parser = time_arg, default_value = "10ms")]
     sample_period: u64,
+    /// The run store `run:ID` is read from: an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
 }
 
 impl ReadArgs {
@@ -133,6 +179,7 @@ impl ReadArgs {
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
             import: clrprof_query::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
+            store: self.store,
         })
     }
 }
@@ -215,6 +262,13 @@ struct RecordArgs {
     /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
+    /// only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "ADDR:PORT")]
+    server: Option<String>,
+    /// The collector's token [default: $CLRPROF_TOKEN]
+    #[arg(long, value_name = "TOKEN", requires = "server")]
+    token: Option<String>,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -222,7 +276,7 @@ struct RecordArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// The trace file
+    /// The trace file, or a run of a store: run:ID or run:latest (see `clrprof runs`, --store)
     #[arg(value_name = "FILE")]
     trace: PathBuf,
     /// What to show [default: hotspots when the trace has costs, else tables]
@@ -355,6 +409,8 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
+                server: a.server,
+                token: a.token,
                 sample_rate: a.rate,
                 sampling: !a.no_sample,
                 events: crate::record::EventOptions {
@@ -451,6 +507,23 @@ pub fn run() -> Result<ExitCode> {
                 thread: a.thread,
             };
             crate::diff::diff(&cmd)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Collect(a) => {
+            let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+            crate::collect::collect(&crate::collect::CollectCommand {
+                listen: a.listen,
+                store: a.store,
+                token,
+                max_run_bytes: a.max_run_bytes,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs(a) => {
+            crate::collect::runs(&crate::collect::RunsCommand {
+                store: a.store,
+                json: matches!(a.format, RunsFormatArg::Json),
+            })?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod diff;
+mod collect;
 mod export;
 mod load;
 mod record;
