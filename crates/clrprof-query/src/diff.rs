@@ -4,7 +4,9 @@
 //!
 //! Functions are matched across the two profiles by name, module and signature (a function's ids
 //! differ between runs); frames of one profile with the same key (the same method in two
-//! collectible contexts, say) are one function here. Each profile is taken as given: its time
+//! collectible contexts, say) are one function here. A function without a module (folded stacks
+//! name none for managed frames) matches the one function of its name that has a module, if
+//! there is exactly one. Each profile is taken as given: its time
 //! window was chosen when it was built ([`crate::source::Loader::profile`]), and each side has its
 //! own thread selection (thread ids differ between runs too).
 //!
@@ -144,6 +146,44 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// Key ids of both profiles' frames. A function without a module (folded stacks name no
+    /// module for managed frames, nor signatures) is the function of the same name (and
+    /// signature, when it has one) that has a module, when exactly one exists, so a trace and
+    /// its folded export match.
+    fn both(base: &Profile, new: &Profile) -> (Keys, Vec<u32>, Vec<u32>) {
+        let mut keys = Keys::default();
+        let mut bk = keys.frames_of(base);
+        let mut nk = keys.frames_of(new);
+        let mut with_module: HashMap<&str, Vec<(u32, &str)>> = HashMap::new();
+        for (k, &id) in &keys.ids {
+            if !k.module.is_empty() {
+                with_module.entry(k.name.as_str()).or_default().push((id, k.signature.as_str()));
+            }
+        }
+        let mut alias: Vec<u32> = (0..keys.display.len() as u32).collect();
+        for (k, &id) in &keys.ids {
+            if !k.module.is_empty() {
+                continue;
+            }
+            // Folded stacks carry no signature either: any signature matches an empty one.
+            let same: Vec<u32> = with_module
+                .get(k.name.as_str())
+                .map(|v| {
+                    v.iter().filter(|(_, sig)| k.signature.is_empty() || *sig == k.signature).map(|&(i, _)| i).collect()
+                })
+                .unwrap_or_default();
+            if let [one] = same[..] {
+                alias[id as usize] = one;
+            }
+        }
+        for k in bk.iter_mut().chain(nk.iter_mut()) {
+            *k = alias[*k as usize];
+        }
+        (keys, bk, nk)
+    }
+}
+
 /// Per key, self and inclusive cost of one profile's selection.
 fn per_key(p: &Profile, threads: &Threads, key_of: &[u32], nkeys: usize) -> (Vec<Cost>, Vec<Cost>) {
     let merged = threads.with_filter(|f| p.costs.merged(f));
@@ -208,9 +248,7 @@ fn clamp(v: u64) -> i64 {
 /// The delta table of `new` against `base`.
 pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
     let m = diff_metric(base, new, q.metric);
-    let mut keys = Keys::default();
-    let bk = keys.frames_of(base);
-    let nk = keys.frames_of(new);
+    let (keys, bk, nk) = Keys::both(base, new);
     let nkeys = keys.display.len();
     let (bs, bi) = per_key(base, &q.base_threads, &bk, nkeys);
     let (ns, ni) = per_key(new, &q.new_threads, &nk, nkeys);
@@ -337,9 +375,7 @@ impl DiffTree {
 /// The differential tree of `new` against `base` (`q.top` is not used).
 pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     let m = diff_metric(base, new, q.metric);
-    let mut keys = Keys::default();
-    let bk = keys.frames_of(base);
-    let nk = keys.frames_of(new);
+    let (keys, bk, nk) = Keys::both(base, new);
     let (base_raw, new_sum, scale) = sums(base, new, q, m);
     // Raw self values per merged path, both sides.
     let mut index: HashMap<(Option<u32>, u32), u32> = HashMap::new();
@@ -533,6 +569,20 @@ mod tests {
         assert_eq!(v.count, 7);
         let top = diff(&base(), &new(), &DiffQuery { top: Some(2), ..Default::default() });
         assert_eq!((top.count, top.functions.len()), (7, 2));
+    }
+
+    #[test]
+    fn a_function_without_a_module_matches_the_one_with_a_module() {
+        let b = profile(1, &[(&["Main@a.dll", "A@a.dll"], 1, 30), (&["Main@a.dll", "B@a.dll"], 1, 10)]);
+        // Folded stacks: no modules; B exists in two modules on the other side, so it stays apart.
+        let n = profile(9, &[(&["Main@", "A@"], 1, 60), (&["Main@", "B@"], 1, 10), (&["Main@", "B@c.dll"], 1, 1)]);
+        let v = diff(&b, &n, &DiffQuery::default());
+        let a = row(&v, "A");
+        assert_eq!((a.module.as_str(), a.base, a.new, a.only_in), ("a.dll", 30, 60, None));
+        assert_eq!(row(&v, "Main").new_total, 71);
+        let bs: Vec<(&str, i64, i64)> =
+            v.functions.iter().filter(|r| r.name == "B").map(|r| (r.module.as_str(), r.base, r.new)).collect();
+        assert_eq!(bs.len(), 3, "{bs:?}");
     }
 
     #[test]

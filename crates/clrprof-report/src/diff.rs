@@ -97,7 +97,8 @@ fn text(v: &DiffView, base: &str, new: &str) -> String {
     }
     s += &t.render();
     if v.count > v.functions.len() {
-        s += &format!("({} more functions; --top N shows more)\n", v.count - v.functions.len());
+        let more = v.count - v.functions.len();
+        s += &format!("({more} more function{}; --top N shows more)\n", if more == 1 { "" } else { "s" });
     }
     if v.functions.is_empty() {
         s += "(no function has a cost for this weight in either profile)\n";
@@ -183,4 +184,73 @@ fn json_text(v: &DiffView) -> String {
     let mut s = serde_json::to_string_pretty(&json(v)).unwrap_or_default();
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::{FrameKind, Metric};
+    use clrprof_query::diff::CallsDelta;
+
+    fn view(calls: bool) -> DiffView {
+        let row = |name: &str, base: i64, new: i64, only_in| DiffRow {
+            name: name.into(),
+            module: "a.dll".into(),
+            kind: FrameKind::Managed,
+            base,
+            new,
+            delta: new - base,
+            base_total: base * 2,
+            new_total: new * 2,
+            delta_total: (new - base) * 2,
+            only_in,
+            calls: calls.then_some(CallsDelta { base: 3, new: 5, delta: 2 }),
+        };
+        DiffView {
+            metric: Metric::Cpu,
+            unit: "ns",
+            normalized: false,
+            scale: 1.0,
+            base_sum: 3_000_000,
+            new_sum: 5_500_000,
+            base_sum_raw: 3_000_000,
+            calls,
+            count: 3,
+            functions: vec![
+                row("Grew", 1_000_000, 3_500_000, None),
+                row("Gone, \"quoted\"", 2_000_000, 0, Some(Side::Base)),
+            ],
+        }
+    }
+
+    #[test]
+    fn json_has_exactly_the_documented_fields() {
+        let v: Value = serde_json::from_str(&render(&view(false), "a", "b", Format::Json)).unwrap();
+        assert_eq!(
+            v,
+            json!({"weight": "cpu", "unit": "ns", "normalized": false, "functions": [
+                {"name": "Grew", "module": "a.dll", "base": 1_000_000, "new": 3_500_000, "delta": 2_500_000,
+                 "base_total": 2_000_000, "new_total": 7_000_000, "delta_total": 5_000_000},
+                {"name": "Gone, \"quoted\"", "module": "a.dll", "base": 2_000_000, "new": 0, "delta": -2_000_000,
+                 "base_total": 4_000_000, "new_total": 0, "delta_total": -4_000_000}]})
+        );
+        let v: Value = serde_json::from_str(&render(&view(true), "a", "b", Format::Json)).unwrap();
+        assert_eq!((&v["functions"][0]["base_calls"], &v["functions"][0]["delta_calls"]), (&json!(3), &json!(2)));
+    }
+
+    #[test]
+    fn csv_and_text() {
+        let csv = render(&view(true), "a", "b", Format::Csv);
+        assert_eq!(
+            csv,
+            "name,module,base,new,delta,base_total,new_total,delta_total,base_calls,new_calls,delta_calls,only_in\n\
+             Grew,a.dll,1000000,3500000,2500000,2000000,7000000,5000000,3,5,2,\n\
+             \"Gone, \"\"quoted\"\"\",a.dll,2000000,0,-2000000,4000000,0,-4000000,3,5,2,base\n"
+        );
+        let t = render(&view(false), "old.clrprof", "new.clrprof", Format::Text);
+        assert!(t.starts_with("clrprof diff — weight: cpu (ms)\nbase: old.clrprof — total 3.000 ms\nnew:  new.clrprof — total 5.500 ms\nchange: +2.500 ms (+83.3%)\n"), "{t}");
+        assert!(t.contains("  +2.500  +250.0%      1.000     3.500   +5.000       2.000      7.000  Grew"), "{t}");
+        assert!(t.contains("-2.000     gone"), "{t}");
+        assert!(t.ends_with("(1 more function; --top N shows more)\n"), "{t}");
+    }
 }
