@@ -1,7 +1,9 @@
 //! `clrprof`: launch a .NET program under the profiler and turn its trace into reports.
 
+mod attach;
 mod cli;
 mod export;
+mod ipc;
 mod load;
 mod record;
 mod report;

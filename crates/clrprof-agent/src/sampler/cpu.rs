@@ -72,6 +72,9 @@ pub struct Slot {
     pub thread_id: AtomicUsize,
     stack_lo: AtomicU64,
     stack_hi: AtomicU64,
+    /// The interrupted SP of the latest sample taken while the stack bounds were unknown (a
+    /// thread registered from another thread at attach): the sampler finds the stack from it.
+    seen_sp: AtomicU64,
     /// Kernel timer id, -1 when none.
     timer: AtomicI64,
     period_ns: AtomicU64,
@@ -357,6 +360,7 @@ impl Slot {
             thread_id: AtomicUsize::new(0),
             stack_lo: AtomicU64::new(0),
             stack_hi: AtomicU64::new(0),
+            seen_sp: AtomicU64::new(0),
             timer: AtomicI64::new(-1),
             period_ns: AtomicU64::new(10_000_000),
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -430,6 +434,7 @@ fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
         s.thread_id.store(thread_id, Ordering::Relaxed);
         s.stack_lo.store(0, Ordering::Relaxed);
         s.stack_hi.store(0, Ordering::Relaxed);
+        s.seen_sp.store(0, Ordering::Relaxed);
         s.rng.store(0x9e37_79b9_7f4a_7c15 ^ ((os_tid as u64) << 17 | 1), Ordering::Relaxed);
         s
     };
@@ -485,11 +490,10 @@ pub fn register_current(
     };
     // Safety: gettid has no preconditions.
     let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    if me == os_tid {
-        if let Some((lo, hi)) = current_stack_bounds() {
-            slot.stack_lo.store(lo, Ordering::Relaxed);
-            slot.stack_hi.store(hi, Ordering::Relaxed);
-        }
+    let bounds = if me == os_tid { current_stack_bounds() } else { stack_bounds_of(os_tid) };
+    if let Some((lo, hi)) = bounds {
+        slot.stack_lo.store(lo, Ordering::Relaxed);
+        slot.stack_hi.store(hi, Ordering::Relaxed);
     }
     slot.head.store(0, Ordering::Relaxed);
     slot.tail.store(0, Ordering::Relaxed);
@@ -521,6 +525,68 @@ pub fn unregister(slot: &Slot) {
 pub fn release(slot: &Slot) {
     slot.thread_id.store(0, Ordering::Relaxed);
     slot.state.store(FREE, Ordering::Release);
+}
+
+/// Learns the stack bounds of threads registered from another thread (threads that existed
+/// before `clrprof attach`) while they are unknown: the stack pointer of a thread blocked in a
+/// system call (`/proc/self/task/TID/syscall`), or the one its signal handler saw, lies in its
+/// stack's mapping. Until then its samples hold only the interrupted IP. Sampler thread only.
+pub fn learn_stack_bounds() {
+    let pending: Vec<&Slot> = slots()
+        .filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.stack_hi.load(Ordering::Relaxed) == 0)
+        .collect();
+    if pending.is_empty() {
+        return;
+    }
+    // The SP a sample saw first (no file to read), else a blocked thread's.
+    let sps: Vec<(&Slot, u64)> = pending
+        .into_iter()
+        .filter_map(|s| match s.seen_sp.load(Ordering::Relaxed) {
+            0 => syscall_sp(s.os_tid.load(Ordering::Relaxed)).map(|sp| (s, sp)),
+            sp => Some((s, sp)),
+        })
+        .collect();
+    if sps.is_empty() {
+        return;
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+    for (slot, sp) in sps {
+        match stack_mapping(&maps, sp) {
+            Some((lo, hi)) => {
+                slot.stack_lo.store(lo, Ordering::Relaxed);
+                slot.stack_hi.store(hi, Ordering::Release);
+            }
+            // Not a thread stack (an alternate signal stack): wait for another sample.
+            None => slot.seen_sp.store(0, Ordering::Relaxed),
+        }
+    }
+}
+
+/// The user stack pointer of a thread blocked in a system call.
+fn syscall_sp(tid: u32) -> Option<u64> {
+    let sys = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    // "NR arg1 … arg6 SP PC" while in a system call; "running" (or "-1 SP PC") otherwise.
+    let fields: Vec<&str> = sys.split_whitespace().collect();
+    if fields.len() < 9 || fields[0] == "running" || fields[0] == "-1" {
+        return None;
+    }
+    u64::from_str_radix(fields[fields.len() - 2].trim_start_matches("0x"), 16).ok().filter(|&sp| sp != 0)
+}
+
+fn stack_bounds_of(tid: u32) -> Option<(u64, u64)> {
+    let sp = syscall_sp(tid)?;
+    stack_mapping(&std::fs::read_to_string("/proc/self/maps").ok()?, sp)
+}
+
+/// The writable mapping of `maps` (`/proc/PID/maps` text) that contains `sp`.
+pub fn stack_mapping(maps: &str, sp: u64) -> Option<(u64, u64)> {
+    maps.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (range, perms) = (it.next()?, it.next()?);
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+        (a <= sp && sp < b && perms.starts_with("rw") && b - a >= 128 << 10).then_some((a, b))
+    })
 }
 
 fn current_stack_bounds() -> Option<(u64, u64)> {
@@ -648,6 +714,9 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let sp = g[libc::REG_RSP as usize] as u64;
     let lo = slot.stack_lo.load(Ordering::Relaxed);
     let hi = slot.stack_hi.load(Ordering::Relaxed);
+    if hi == 0 {
+        slot.seen_sp.store(sp, Ordering::Relaxed);
+    }
     e.ips[0] = ip;
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
     // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
@@ -982,5 +1051,16 @@ mod bench {
             "32-frame walk with 256 frameless ranges: {fl_elsewhere:.1} ns when none is on the stack; \
              {fl_every:.1} ns when every frame returns into one (64 IPs recorded)"
         );
+    }
+}
+
+#[cfg(test)]
+mod stack_mapping_tests {
+    #[test]
+    fn the_writable_mapping_holding_sp_is_the_stack() {
+        let maps = "7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n7f0000001000-7f0000081000 rw-p 00000000 00:00 0 \n7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]\n";
+        assert_eq!(super::stack_mapping(maps, 0x7f0000080000), Some((0x7f0000001000, 0x7f0000081000)));
+        assert_eq!(super::stack_mapping(maps, 0x7ffc00020ff8), Some((0x7ffc00000000, 0x7ffc00021000)));
+        assert_eq!(super::stack_mapping(maps, 0x7f0000000800), None);
     }
 }
