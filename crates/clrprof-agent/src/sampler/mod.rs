@@ -350,9 +350,14 @@ impl Sampler {
                 self.emit_mappings(&mut st);
                 last_maps = Some(Instant::now());
             }
-            // Threads registered at attach whose stack is not known yet (cheap when none).
-            cpu::learn_stack_bounds();
             self.update_code(&mut st);
+            // Threads registered at attach start recording once their stack is found and the
+            // code above is published (cheap when none waits); their CPU time counts from then.
+            for s in cpu::learn_stack_bounds() {
+                if let Some(ths) = st.threads.get_mut(&SlotKey::of(s)) {
+                    ths.cpu_accounted = s.start_cpu_ns.load(Ordering::Relaxed);
+                }
+            }
             self.drain_cpu(&mut st);
             if wall {
                 self.wall_tick(&mut st);
