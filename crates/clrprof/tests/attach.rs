@@ -155,6 +155,26 @@ fn attach_to_a_web_server_under_load_three_times() {
         assert!(v["process"]["exit_code"].is_null());
         assert!(web.0.try_wait().unwrap().is_none(), "the server died in round {round}");
     }
+    // A fourth session, stopped with Ctrl-C (SIGINT to the CLI): the trace is complete too.
+    let trace = dir.join("web-ctrl-c.clrprof");
+    let mut c = attach_cmd(pid, &["-o"]);
+    c.arg(&trace).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("Ctrl-C to stop"), "{first}");
+    std::thread::sleep(Duration::from_secs(3));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{first}{rest}");
+    assert!(rest.contains("trace written to"), "{rest}");
+    let v = report_json(&trace);
+    assert_eq!(v["process"]["clean_shutdown"], true);
+    assert!(find(&v, "functions", "Work.Primes")["cpu_total_ns"].as_u64().unwrap() > 0);
+    assert!(web.0.try_wait().unwrap().is_none(), "the server died after Ctrl-C");
+
     requests += load.finish();
     // The server ran on, answering every request, and printed nothing extra.
     assert_eq!(get(&addr, "/"), 200);
