@@ -383,3 +383,40 @@ fn process_filter_profiles_only_the_matching_child() {
     let v = report_json(&dir.join(&recs[0]));
     assert!(v["process"]["command_line"].as_str().unwrap().contains("Calls.dll"), "{}", v["process"]);
 }
+
+/// Attach on every runtime of the matrix (.NET 8, 9 and 10, self-contained apphosts): twice to one
+/// process running apps/Sampling's 3:1 workload; each trace names the runtime, and Heavy and
+/// Light share the CPU about 3:1 (as `record` measures it in tests/sampling.rs).
+#[test]
+fn attach_works_on_every_runtime() {
+    let dir = scratch("attach-runtimes");
+    for (runtime, _) in RUNTIMES {
+        let exe = app_for(runtime, "Sampling");
+        let mut app = KillOnDrop(
+            Command::new(&exe).args(["ratio", "60000"]).stdin(Stdio::null()).stdout(Stdio::null()).spawn().unwrap(),
+        );
+        let pid = app.0.id();
+        // Attach once its runtime is up (its diagnostics socket exists).
+        std::thread::sleep(Duration::from_secs(2));
+        for round in 1..=2 {
+            let trace = dir.join(format!("{runtime}-{round}.clrprof"));
+            let o = attach_cmd(pid, &["-d", "3", "-o"]).arg(&trace).output().unwrap();
+            assert!(o.status.success(), "{runtime} round {round}: {}", text(&o.stderr));
+            let v = report_json(&trace);
+            let major = runtime.trim_start_matches("net").split('.').next().unwrap();
+            assert!(
+                v["process"]["runtime_version"].as_str().unwrap().starts_with(&format!("{major}.")),
+                "{runtime}: {}",
+                v["process"]
+            );
+            let cpu = |f: &str| find(&v, "functions", f)["cpu_total_ns"].as_u64().unwrap() as f64;
+            let (heavy, light) = (cpu("Sampling.Ratio.Heavy"), cpu("Sampling.Ratio.Light"));
+            let share = heavy / (heavy + light);
+            assert!(
+                (0.6..=0.9).contains(&share),
+                "{runtime} round {round}: Heavy has {share:.3} of Heavy+Light CPU ({heavy} / {light} ns), expected about 0.75"
+            );
+            assert!(app.0.try_wait().unwrap().is_none(), "{runtime}: the app died");
+        }
+    }
+}
