@@ -274,6 +274,8 @@ fn attach_errors_are_clear() {
     let rec = KillOnDrop(rec);
     let server = child_pids(rec.0.id())[0];
     let e = attach_error(server, &["-d", "1"]);
+    // The server first: killing `clrprof record` alone would leave it running.
+    unsafe { libc::kill(server as i32, libc::SIGKILL) };
     assert!(e.contains("a profiler is already loaded"), "{e}");
     drop(rec);
 
