@@ -197,6 +197,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         }
         None => format!("{}-{{pid}}.clrprof", program_name(&opts.command)),
     };
+    if template.contains("{name}") || template.contains("{time}") {
+        bail!("-o takes `{{pid}}` only: `{{name}}` and `{{time}}` are for CLRPROF_OUTPUT without `clrprof record` (record names its trace <program>-<pid>.clrprof)");
+    }
     check_output_dir(Path::new(&template))?;
     if std::env::var("DOTNET_EnableDiagnostics").as_deref() == Ok("0") {
         eprintln!("clrprof: warning: DOTNET_EnableDiagnostics=0 may stop the runtime from loading the profiler");
