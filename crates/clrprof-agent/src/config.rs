@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
-    /// `CLRPROF_OUTPUT`: trace path; `{pid}` is replaced by the process id. Default
-    /// `clrprof-{pid}.clrprof` in the working directory.
+    /// `CLRPROF_OUTPUT`: trace path; `{pid}` is replaced by the process id, `{name}` by the
+    /// program's name (the main assembly's for `dotnet app.dll`), `{time}` by the start time
+    /// (UTC, `YYYYMMDD-HHMMSS`). Default `clrprof-{pid}.clrprof` in the working directory.
     pub output: String,
     /// `CLRPROF_LOG`: diagnostics file. Default: none.
     pub log: Option<String>,
@@ -44,6 +45,10 @@ pub struct Config {
     pub server: Option<String>,
     /// `CLRPROF_TOKEN`: the collector's token. Never written to the trace.
     pub token: Option<String>,
+    /// `CLRPROF_PROCESS`: only profile processes matching one of these globs (`;`-separated; `*`
+    /// and `?`), tried on the executable's name, the main assembly's file name and the command
+    /// line. Default: every process.
+    pub process: Vec<String>,
 }
 
 /// How allocations are recorded.
@@ -84,6 +89,7 @@ impl Default for Config {
             locks: true,
             server: None,
             token: None,
+            process: Vec::new(),
         }
     }
 }
@@ -207,13 +213,26 @@ impl Config {
             }
         }
         c.token = get("CLRPROF_TOKEN").filter(|v| !v.is_empty());
+        c.process = list(get("CLRPROF_PROCESS"));
         problems.extend(more);
         (c, problems)
     }
 
-    /// The output path with `{pid}` expanded.
+    /// The output path with `{pid}` expanded (and `{name}`, `{time}` as "app" and 0: see
+    /// [`Config::output_path_for`]).
     pub fn output_path(&self, pid: u32) -> String {
-        self.output.replace("{pid}", &pid.to_string())
+        self.output_path_for(pid, "app", 0)
+    }
+
+    /// The output path with `{pid}`, `{name}` (made safe for a file name) and `{time}` (UTC
+    /// `YYYYMMDD-HHMMSS` of `unix_secs`) expanded.
+    pub fn output_path_for(&self, pid: u32, name: &str, unix_secs: u64) -> String {
+        let name: String =
+            name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+        self.output
+            .replace("{pid}", &pid.to_string())
+            .replace("{name}", if name.is_empty() { "app" } else { &name })
+            .replace("{time}", &utc_stamp(unix_secs))
     }
 
     /// Every exception is observed, with no storm rate limit: asked for, or implied by the event log.
@@ -245,6 +264,9 @@ impl Config {
         if let Some(s) = &self.server {
             m.insert("server", s.clone());
         }
+        if !self.process.is_empty() {
+            m.insert("process", self.process.join(";"));
+        }
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
@@ -255,6 +277,112 @@ impl Config {
         }
         m.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
+}
+
+/// `YYYYMMDD-HHMMSS` (UTC) of a Unix time.
+pub fn utc_stamp(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let rem = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Who the process is, for `CLRPROF_PROCESS` and `{name}`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcessIdentity {
+    /// The executable's file name (`dotnet`, `MyApp`).
+    pub executable: String,
+    /// The main assembly's file name for `dotnet [options] app.dll`.
+    pub assembly: Option<String>,
+    /// Arguments joined by spaces.
+    pub command_line: String,
+}
+
+impl ProcessIdentity {
+    /// From the executable path and the arguments (`/proc/self/exe`, `/proc/self/cmdline`).
+    pub fn new(exe: &str, args: &[String]) -> ProcessIdentity {
+        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+        let executable = base(exe);
+        let host = executable == "dotnet" || args.first().is_some_and(|a| base(a) == "dotnet");
+        let assembly = if host {
+            args.iter().skip(1).find(|a| a.ends_with(".dll") || a.ends_with(".exe")).map(|a| base(a))
+        } else {
+            None
+        };
+        ProcessIdentity { executable, assembly, command_line: args.join(" ") }
+    }
+
+    /// This process.
+    pub fn current() -> ProcessIdentity {
+        let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let args: Vec<String> = std::fs::read("/proc/self/cmdline")
+            .map(|b| {
+                b.split(|&c| c == 0)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ProcessIdentity::new(&exe, &args)
+    }
+
+    /// The program's name: the main assembly's without `.dll`, else the executable's.
+    pub fn name(&self) -> String {
+        match &self.assembly {
+            Some(a) => a.trim_end_matches(".dll").trim_end_matches(".exe").to_string(),
+            None => self.executable.clone(),
+        }
+    }
+
+    /// True when one of `patterns` matches the executable's name, the main assembly's file name
+    /// (with or without its extension) or the whole command line; true when there is none.
+    pub fn matches(&self, patterns: &[String]) -> bool {
+        if patterns.is_empty() {
+            return true;
+        }
+        let mut names = vec![self.executable.as_str(), self.command_line.as_str()];
+        let stem = self.assembly.as_ref().map(|_| self.name());
+        if let Some(a) = &self.assembly {
+            names.push(a);
+        }
+        if let Some(s) = &stem {
+            names.push(s);
+        }
+        patterns.iter().any(|p| names.iter().any(|n| glob(p, n)))
+    }
+}
+
+/// Shell-style matching of the whole text: `*` any run of characters, `?` one character.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]
@@ -344,5 +472,35 @@ mod tests {
         let (c, p) = Config::from_lookup(env(&[("CLRPROF_EXCEPTIONS", "some")]));
         assert!(c.exceptions && !c.exceptions_exact);
         assert!(p[0].to_string().contains("1, 0 or exact"), "{p:?}");
+    }
+
+    #[test]
+    fn process_filter() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let web = ProcessIdentity::new("/usr/share/dotnet/dotnet", &v(&["dotnet", "/srv/bin/Web.dll", "--port", "80"]));
+        assert_eq!(web.assembly.as_deref(), Some("Web.dll"));
+        assert_eq!(web.name(), "Web");
+        assert!(web.matches(&[]));
+        assert!(web.matches(&v(&["Web.dll"])));
+        assert!(web.matches(&v(&["Web"])));
+        assert!(web.matches(&v(&["Other", "W?b*"])));
+        assert!(web.matches(&v(&["*--port 80"])));
+        assert!(!web.matches(&v(&["Calls", "web"])));
+        let app = ProcessIdentity::new("/opt/app/MyApp", &v(&["/opt/app/MyApp", "x.dll"]));
+        assert_eq!((app.assembly.as_deref(), app.name().as_str()), (None, "MyApp"));
+        assert!(app.matches(&v(&["My*"])));
+        assert!(!app.matches(&v(&["x.dll"])));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_PROCESS", "Web; Calls*;")]));
+        assert!(p.is_empty());
+        assert_eq!(c.process, v(&["Web", "Calls*"]));
+        assert!(glob("*", "") && glob("a*c", "abbc") && !glob("a*c", "abcd") && glob("*.dll", "x.dll"));
+    }
+
+    #[test]
+    fn output_placeholders() {
+        let (c, _) = Config::from_lookup(env(&[("CLRPROF_OUTPUT", "/t/{name}-{pid}-{time}.clrprof")]));
+        assert_eq!(c.output_path_for(42, "My App", 1_795_370_928), "/t/My_App-42-20261122-180848.clrprof");
+        assert_eq!(utc_stamp(0), "19700101-000000");
+        assert_eq!(utc_stamp(951_782_400), "20000229-000000");
     }
 }

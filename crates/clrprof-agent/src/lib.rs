@@ -53,6 +53,12 @@ fn make_profiler() -> Option<*mut c_void> {
     Some(ComObject::create(profiler::Profiler::new()))
 }
 
+/// After `ProfilerDetachSucceeded` (an attach session ended), the next attach loads the same
+/// image (`-z nodelete`) and needs a new profiler object.
+pub(crate) fn allow_new_profiler() {
+    CREATED.store(false, Ordering::Release);
+}
+
 static FACTORY: ClassFactory = ClassFactory::new(make_profiler);
 
 fn clsid() -> GUID {

@@ -183,6 +183,7 @@ impl Remote {
 pub type Tick = Box<dyn Fn(&Writer) + Send + Sync>;
 
 pub struct Writer {
+    id: u64,
     buffers: Mutex<Vec<Arc<ThreadBuf>>>,
     /// Records of threads whose thread-local storage is gone (thread teardown).
     orphan: Mutex<Vec<u8>>,
@@ -201,14 +202,19 @@ pub struct Writer {
 }
 
 thread_local! {
-    static LOCAL: RefCell<Option<Arc<ThreadBuf>>> = const { RefCell::new(None) };
+    /// The thread's buffer and the id of the writer it belongs to: after an attach session ends
+    /// and a new one starts in the same process, a thread's old buffer is replaced.
+    static LOCAL: RefCell<Option<(u64, Arc<ThreadBuf>)>> = const { RefCell::new(None) };
 }
+
+static NEXT_WRITER_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Writer {
     /// Writes the header synchronously and returns a writer that is not yet flushing.
     pub fn new(mut sink: Sink, flush_interval: Duration) -> std::io::Result<Writer> {
         sink.write_all(&clrprof_trace::header())?;
         Ok(Writer {
+            id: NEXT_WRITER_ID.fetch_add(1, Ordering::Relaxed),
             buffers: Mutex::new(Vec::new()),
             orphan: Mutex::new(Vec::new()),
             sink: Mutex::new(Some(sink)),
@@ -260,14 +266,16 @@ impl Writer {
     pub fn emit(&self, record: &Record) {
         let done = LOCAL.try_with(|l| {
             let mut slot = l.borrow_mut();
-            let buf = slot.get_or_insert_with(|| {
+            if slot.as_ref().is_none_or(|(id, _)| *id != self.id) {
                 let b = Arc::new(ThreadBuf { data: Mutex::new(Vec::with_capacity(4096)) });
                 if let Ok(mut all) = self.buffers.lock() {
                     all.push(Arc::clone(&b));
                 }
-                b
-            });
-            self.append(&buf.data, record);
+                *slot = Some((self.id, b));
+            }
+            if let Some((_, buf)) = slot.as_ref() {
+                self.append(&buf.data, record);
+            }
         });
         if done.is_err() {
             self.append(&self.orphan, record);

@@ -120,6 +120,7 @@ impl Function {
             code_kind::JIT => "jit",
             code_kind::PRECOMPILED => "precompiled",
             code_kind::DYNAMIC => "dynamic",
+            code_kind::EXISTING => "existing",
             _ => "other",
         }
     }

@@ -77,8 +77,11 @@ pub struct JitTotals<'a> {
 }
 
 pub fn jit_totals(p: &Profile) -> JitTotals<'_> {
-    let methods: Vec<&Function> =
-        p.functions.iter().filter(|f| f.kind != clrprof_trace::code_kind::PRECOMPILED).collect();
+    let methods: Vec<&Function> = p
+        .functions
+        .iter()
+        .filter(|f| !matches!(f.kind, clrprof_trace::code_kind::PRECOMPILED | clrprof_trace::code_kind::EXISTING))
+        .collect();
     JitTotals {
         code_versions: methods.iter().map(|f| f.compilations as u64).sum(),
         jit_ns: methods.iter().map(|f| f.jit_ns).sum(),

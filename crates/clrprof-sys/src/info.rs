@@ -515,6 +515,53 @@ impl ProfilerInfo {
         }
     }
 
+    /// Every loaded module (`ICorProfilerInfo3::EnumModules`): the attach catch-up.
+    pub fn enum_modules(&self) -> HrResult<Vec<ModuleID>> {
+        let f = slot!(self, 66, "EnumModules", fn(*mut *mut c_void));
+        let mut e: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with writable out-param.
+        check("EnumModules", unsafe { f(self.ptr, &mut e) })?;
+        // Safety: `e` is an ICorProfilerModuleEnum (IUnknown + Skip, Reset, Clone, GetCount, Next).
+        Ok(unsafe { drain_enum::<ModuleID>(e) })
+    }
+
+    /// Every function with JIT-compiled code (`ICorProfilerInfo4::EnumJITedFunctions2`, or
+    /// `ICorProfilerInfo3::EnumJITedFunctions` on older interfaces): the attach catch-up. The
+    /// runtime walks its JIT code heaps, so ReadyToRun code is not listed.
+    pub fn enum_jited_functions(&self) -> HrResult<Vec<FunctionID>> {
+        let (idx, name) = if self.version >= 4 { (79, "EnumJITedFunctions2") } else { (57, "EnumJITedFunctions") };
+        let raw = self.slot_checked(idx, name)?;
+        // Safety: both slots take one `ICorProfilerFunctionEnum**` out-param (corprof.idl).
+        let f: unsafe extern "system" fn(*mut c_void, *mut *mut c_void) -> HRESULT = unsafe { transmute(raw) };
+        let mut e: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with writable out-param.
+        check(name, unsafe { f(self.ptr, &mut e) })?;
+        // Safety: `e` is an ICorProfilerFunctionEnum whose elements are COR_PRF_FUNCTION
+        // { FunctionID, ReJITID }.
+        let all = unsafe { drain_enum::<[usize; 2]>(e) };
+        let mut ids: Vec<FunctionID> = all.into_iter().map(|f| f[0]).filter(|&f| f != 0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// Asks the runtime to detach the profiler (`ICorProfilerInfo3::RequestProfilerDetach`): once
+    /// no thread is inside the profiler, the runtime calls `ProfilerDetachSucceeded` and unloads
+    /// the library. Call it from the profiler's last own thread, which must then exit without
+    /// calling the runtime again.
+    pub fn request_profiler_detach(&self, expected_ms: u32) -> HrResult<()> {
+        let f = slot!(self, 58, "RequestProfilerDetach", fn(u32));
+        // Safety: valid call.
+        check("RequestProfilerDetach", unsafe { f(self.ptr, expected_ms) })
+    }
+
+    /// Ends an in-process EventPipe session (`ICorProfilerInfo12::EventPipeStopSession`).
+    pub fn event_pipe_stop_session(&self, session: u64) -> HrResult<()> {
+        let f = slot!(self, 103, "EventPipeStopSession", fn(u64));
+        // Safety: valid call.
+        check("EventPipeStopSession", unsafe { f(self.ptr, session) })
+    }
+
     pub fn get_token_and_metadata_from_function(
         &self,
         id: FunctionID,
@@ -607,5 +654,33 @@ impl ProfilerInfo {
             0x3 if body.len() >= 8 => Some(u32::from_le_bytes([body[4], body[5], body[6], body[7]])),
             _ => None,
         })
+    }
+}
+
+/// Reads every element of a profiling-API enumerator (`Next` at slot 7) and releases it.
+///
+/// # Safety
+/// `e` is null or a live enumerator whose `Next(ULONG, T*, ULONG*)` fills elements of type `T`.
+unsafe fn drain_enum<T: Copy + Default>(e: *mut c_void) -> Vec<T> {
+    if e.is_null() {
+        return Vec::new();
+    }
+    // Safety: per the contract above.
+    unsafe {
+        let vt = *(e as *const *const usize);
+        let next: unsafe extern "system" fn(*mut c_void, u32, *mut T, *mut u32) -> HRESULT = transmute(*vt.add(7));
+        let release: unsafe extern "system" fn(*mut c_void) -> u32 = transmute(*vt.add(2));
+        let mut out = Vec::new();
+        let mut buf = [T::default(); 64];
+        loop {
+            let mut got = 0u32;
+            let hr = next(e, buf.len() as u32, buf.as_mut_ptr(), &mut got);
+            out.extend_from_slice(&buf[..(got as usize).min(buf.len())]);
+            if hr != S_OK || got == 0 {
+                break;
+            }
+        }
+        release(e);
+        out
     }
 }

@@ -100,6 +100,9 @@ pub mod code_kind {
     pub const PRECOMPILED: u8 = 1;
     /// A dynamic method (`DynamicMethodJITCompilationFinished`): LCG, IL stubs.
     pub const DYNAMIC: u8 = 2;
+    /// Code that existed before the profiler attached (`EnumJITedFunctions2` at attach): not a
+    /// compilation seen by the profiler.
+    pub const EXISTING: u8 = 3;
 }
 
 /// Steps of exception handling (`ExceptionPhase.phase`), in the runtime's callback order.

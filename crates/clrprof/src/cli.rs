@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -30,6 +31,11 @@ enum Command {
         after_help = "Examples:\n  clrprof record -- dotnet app.dll\n  clrprof record -o app.clrprof --log agent.log -- dotnet app.dll --port 8080"
     )]
     Record(RecordArgs),
+    /// Profile a running .NET process (8 or newer) without restarting it, for a while.
+    #[command(
+        after_help = "Examples:\n  clrprof attach 4242 --duration 10\n  clrprof attach 4242 -o web.clrprof      (Ctrl-C to stop)\n  clrprof attach 4242 -d 30 --rate 500 --no-exceptions\n\nThe process keeps running; the agent detaches when the session ends, and the\nprocess can be attached again. Enter/leave instrumentation (--instrument) needs\n`clrprof record`: the runtime only allows it at start-up."
+    )]
+    Attach(AttachArgs),
     /// Print a report from a trace.
     #[command(
         after_help = "Examples:\n  clrprof report app.clrprof\n  clrprof report app.clrprof --view calltree --depth 6 --min-percent 1\n  clrprof report app.clrprof --view callers --function Demo.Primes.Count\n  clrprof report app.clrprof --view hotspots --format csv -o hotspots.csv\n  clrprof report app.clrprof --view tables --format json\n  clrprof report app.clrprof --view exceptions\n  clrprof report app.clrprof --view gc"
@@ -269,9 +275,74 @@ struct RecordArgs {
     /// The collector's token [default: $CLRPROF_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "server")]
     token: Option<String>,
+    /// Only profile the .NET processes matching one of these globs (`;`-separated, `*` and `?`),
+    /// tried on the executable's name, the main assembly's file name (`app.dll` or `app` for
+    /// `dotnet app.dll`) and the command line; the others run unprofiled (`CLRPROF_PROCESS`)
+    #[arg(long, value_name = "GLOB[;GLOB…]")]
+    process: Option<String>,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct AttachArgs {
+    /// The process id of a running .NET 8+ process
+    #[arg(value_name = "PID")]
+    pid: u32,
+    /// Stop after this many seconds [default: at Ctrl-C]
+    #[arg(short, long, value_name = "SECONDS", value_parser = seconds_arg)]
+    duration: Option<Duration>,
+    /// Trace file to write [default: <name>-<pid>-<unix time>.clrprof in the current directory]
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
+    #[arg(long, value_name = "PATH")]
+    agent: Option<PathBuf>,
+    /// Write the agent's diagnostics to this file
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// How long the runtime may take to load the agent, in seconds
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
+    timeout: Duration,
+    /// Sampling rate per thread, in samples per second (CPU time and wall time)
+    #[arg(short = 'r', long, value_name = "HZ", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rate: u32,
+    /// Do not sample (no CPU or wall-time profile)
+    #[arg(long)]
+    no_sample: bool,
+    /// Refused: enter/leave hooks can only be set at start-up (use `clrprof record --instrument`)
+    #[arg(long, hide = true)]
+    instrument: bool,
+    /// Do not record class loads
+    #[arg(long)]
+    no_classes: bool,
+    /// Do not record exceptions
+    #[arg(long, conflicts_with = "exact_exceptions")]
+    no_exceptions: bool,
+    /// Observe every exception however many are thrown (no storm sampling)
+    #[arg(long)]
+    exact_exceptions: bool,
+    /// Do not record garbage collections and GC suspensions
+    #[arg(long)]
+    no_gc: bool,
+    /// Allocations: sampled (the runtime's allocation sampling) or off; exact needs `record`
+    #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
+    alloc: AllocArg,
+    /// Do not record Monitor lock contention
+    #[arg(long)]
+    no_locks: bool,
+    /// Keep the full runtime event log for `--view events`
+    #[arg(long)]
+    events: bool,
+}
+
+fn seconds_arg(s: &str) -> Result<Duration, String> {
+    match s.trim().trim_end_matches('s').parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v < 1e9 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("expected a positive number of seconds, got {s:?}")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -411,6 +482,7 @@ pub fn run() -> Result<ExitCode> {
                 command: a.command,
                 server: a.server,
                 token: a.token,
+                process: a.process,
                 sample_rate: a.rate,
                 sampling: !a.no_sample,
                 events: crate::record::EventOptions {
@@ -427,6 +499,43 @@ pub fn run() -> Result<ExitCode> {
                 },
             };
             crate::record::record(&opts)
+        }
+        Command::Attach(a) => {
+            if a.instrument {
+                anyhow::bail!("--instrument needs `record`: the runtime only allows enter/leave hooks at start-up; `attach` samples (CPU and wall time) and records runtime events");
+            }
+            if matches!(a.alloc, AllocArg::Exact) {
+                anyhow::bail!("--alloc exact needs `record`: the runtime only allows per-object allocation callbacks at start-up; `attach` samples allocations (--alloc sampled)");
+            }
+            let b = |v: bool| if v { "1" } else { "0" }.to_string();
+            let vars = vec![
+                ("CLRPROF_CLASSES".to_string(), b(!a.no_classes)),
+                ("CLRPROF_SAMPLING".to_string(), b(!a.no_sample)),
+                ("CLRPROF_SAMPLE_RATE".to_string(), a.rate.to_string()),
+                (
+                    "CLRPROF_EXCEPTIONS".to_string(),
+                    match (a.no_exceptions, a.exact_exceptions) {
+                        (true, _) => "0".to_string(),
+                        (false, true) => "exact".to_string(),
+                        (false, false) => "1".to_string(),
+                    },
+                ),
+                ("CLRPROF_GC".to_string(), b(!a.no_gc)),
+                ("CLRPROF_ALLOC".to_string(), if matches!(a.alloc, AllocArg::Off) { "off" } else { "sampled" }.into()),
+                ("CLRPROF_LOCKS".to_string(), b(!a.no_locks)),
+                ("CLRPROF_EVENTS".to_string(), b(a.events)),
+            ];
+            let opts = crate::attach::AttachOptions {
+                pid: a.pid,
+                duration: a.duration,
+                output: a.output,
+                agent: a.agent,
+                log: a.log,
+                vars,
+                timeout: a.timeout,
+            };
+            crate::attach::attach(&opts)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {
             let cmd = crate::report::ReportCommand {
@@ -543,6 +652,9 @@ pub fn hint_for(e: &anyhow::Error) -> Option<&'static str> {
                     return Some("install the .NET SDK or runtime (8 or newer) and make sure `dotnet` is on PATH");
                 }
             }
+        }
+        if cause.downcast_ref::<crate::attach::AttachError>().is_some() {
+            return None;
         }
         if let Some(crate::record::AgentMissing(_)) = cause.downcast_ref() {
             return Some("build the agent with `cargo build --release -p clrprof-agent`, or pass --agent /path/to/libclrprof_agent.so");

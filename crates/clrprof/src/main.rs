@@ -1,9 +1,11 @@
 //! `clrprof`: launch a .NET program under the profiler and turn its trace into reports.
 
+mod attach;
 mod cli;
 mod diff;
 mod collect;
 mod export;
+mod ipc;
 mod load;
 mod record;
 mod report;

@@ -29,6 +29,8 @@ pub struct RecordOptions {
     pub server: Option<String>,
     /// The collector's token (`CLRPROF_TOKEN`); `None` keeps the inherited variable.
     pub token: Option<String>,
+    /// `CLRPROF_PROCESS`: only processes matching these globs are profiled.
+    pub process: Option<String>,
     /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
     pub sample_rate: u32,
     /// Run the sampler (`CLRPROF_SAMPLING`).
@@ -166,7 +168,7 @@ impl Default for EventOptions {
 
 /// The trace's directory must exist and take new files before the program starts: otherwise the
 /// agent could not write and the user would only learn it after the run.
-fn check_output_dir(trace: &Path) -> Result<()> {
+pub fn check_output_dir(trace: &Path) -> Result<()> {
     let dir = match trace.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -199,6 +201,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         }
         None => format!("{}-{{pid}}.clrprof", program_name(&opts.command)),
     };
+    if template.contains("{name}") || template.contains("{time}") {
+        bail!("-o takes `{{pid}}` only: `{{name}}` and `{{time}}` are for CLRPROF_OUTPUT without `clrprof record` (record names its trace <program>-<pid>.clrprof)");
+    }
     check_output_dir(Path::new(&template))?;
     if std::env::var("DOTNET_EnableDiagnostics").as_deref() == Ok("0") {
         eprintln!("clrprof: warning: DOTNET_EnableDiagnostics=0 may stop the runtime from loading the profiler");
@@ -238,6 +243,9 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if opts.events.alloc == "exact" {
         eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
     }
+    if let Some(p) = &opts.process {
+        cmd.env("CLRPROF_PROCESS", p);
+    }
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }
@@ -247,6 +255,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
             cmd.env("CLRPROF_TOKEN", t);
         }
     }
+    let started_at = std::time::SystemTime::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", opts.command[0]))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     install_forwarding();
@@ -270,7 +279,20 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         }
         run
     });
-    if trace.is_file() {
+    if !trace.is_file() && streamed.is_none() && opts.process.is_some() {
+        // The process filter may have picked a descendant: its trace has its own pid.
+        let others = traces_of_template(&template, started_at);
+        if others.is_empty() {
+            eprintln!(
+                "clrprof: warning: no process matched --process {}: no trace was written",
+                opts.process.as_deref().unwrap_or_default()
+            );
+        }
+        for o in others {
+            let size = std::fs::metadata(&o).map(|m| m.len()).unwrap_or(0);
+            eprintln!("clrprof: trace written to {} ({})", o.display(), human_size(size));
+        }
+    } else if trace.is_file() {
         if opts.server.is_some() {
             eprintln!(
                 "clrprof: warning: the collector at {} was unreachable or went away during the run; the rest of the trace is in the file below{}",
@@ -328,6 +350,31 @@ fn exit_notice(server: &str, token: &str, pid: u32, exit_code: i32, end_unix_ns:
         (wire::status::ACCEPTED, run) => Some(run),
         _ => None,
     }
+}
+
+/// Trace files written since `since` whose names fit `template` with `{pid}` as digits.
+fn traces_of_template(template: &str, since: std::time::SystemTime) -> Vec<PathBuf> {
+    let path = Path::new(template);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some((pre, post)) = name.split_once("{pid}") else { return Vec::new() };
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let mid = n.strip_prefix(pre).and_then(|r| r.strip_suffix(post));
+            mid.is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+                && e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= since)
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
 }
 
 fn append_exit(trace: &Path, exit: &ProcessExit) -> Result<()> {

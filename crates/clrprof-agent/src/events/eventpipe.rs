@@ -32,11 +32,12 @@ const EVENT_ALLOCATION_SAMPLED: u32 = 303;
 const EVENT_CONTENTION_START: u32 = 81;
 const EVENT_CONTENTION_STOP: u32 = 91;
 
-/// Starts the session when the configuration needs it; failures are logged and recorded, the app runs.
-pub fn start(s: &State, runtime_major: u16) {
+/// Starts the session when the configuration needs it; failures are logged and recorded, the app
+/// runs. Returns the session's id.
+pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
     let (_, high) = s.info.get_event_mask2().unwrap_or((0, 0));
     if high & clrprof_sys::high::MONITOR_EVENT_PIPE == 0 {
-        return;
+        return None;
     }
     let mut keywords = 0;
     let mut level = LEVEL_INFORMATIONAL;
@@ -56,7 +57,10 @@ pub fn start(s: &State, runtime_major: u16) {
         }
     }
     match s.info.event_pipe_start_session(&[(PROVIDER, keywords, level)], false) {
-        Ok(id) => log_info!("EventPipe session {id} on {PROVIDER}, keywords 0x{keywords:x}, level {level}"),
+        Ok(id) => {
+            log_info!("EventPipe session {id} on {PROVIDER}, keywords 0x{keywords:x}, level {level}");
+            Some(id)
+        }
         Err(e) => {
             log_warn!("cannot start the EventPipe session ({e}): no allocation samples, no GC types");
             s.emit(clrprof_trace::Message {
@@ -64,6 +68,7 @@ pub fn start(s: &State, runtime_major: u16) {
                 level: 1,
                 text: format!("EventPipe session not started ({e}): allocations not sampled, GC types unknown"),
             });
+            None
         }
     }
 }

@@ -18,11 +18,37 @@ impl ProfilerCallback for Profiler {
     // Start-up and shut-down (`startup`).
 
     fn initialize(&self, info: RawPtr) -> CallbackResult {
-        self.start(info, false)
+        self.start(info, None)
     }
 
-    fn initialize_for_attach(&self, info: RawPtr, _data: RawPtr, _len: u32) -> CallbackResult {
-        self.start(info, true)
+    // The pointer comes from the runtime with its length; it is only read here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn initialize_for_attach(&self, info: RawPtr, data: RawPtr, len: u32) -> CallbackResult {
+        let bytes = if data.is_null() || len == 0 {
+            &[][..]
+        } else {
+            // Safety: the runtime passes the client data it received, `len` bytes at `data`.
+            unsafe { clrprof_sys::info::slice_from_raw(data as *const u8, len as usize) }
+        };
+        let r = self.start(info, Some(super::attach::ClientData::parse(bytes)));
+        if r.is_err() {
+            // The runtime unloads the agent without `ProfilerDetachSucceeded`: a later attach
+            // must get a new profiler object.
+            crate::allow_new_profiler();
+        }
+        r
+    }
+
+    fn profiler_attach_complete(&self) -> CallbackResult {
+        // Safety: the profiler object is never freed (`ComObject::create`).
+        let me: &'static Profiler = unsafe { &*(self as *const Profiler) };
+        me.attach_complete();
+        Ok(())
+    }
+
+    fn profiler_detach_succeeded(&self) -> CallbackResult {
+        self.detached();
+        Ok(())
     }
 
     fn shutdown(&self) -> CallbackResult {

@@ -97,7 +97,9 @@ impl State {
         let (ts, tid) = (self.now(), os_tid());
         let collectible = self.function_is_collectible(id);
         if let Some(sm) = &self.sampler {
-            sm.code_compiled(id, collectible, kind == clrprof_trace::code_kind::JIT);
+            // Code found at attach may include OSR versions, like fresh JIT code.
+            let jitted = matches!(kind, clrprof_trace::code_kind::JIT | clrprof_trace::code_kind::EXISTING);
+            sm.code_compiled(id, collectible, jitted);
         }
         if collectible {
             self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);

@@ -5,18 +5,20 @@
 //! - [`callbacks`]: the `ICorProfilerCallback` methods, grouped by what they record. Each is a safe
 //!   `&self` method; the COM entry points that call them are `catch_unwind` shims in
 //!   `clrprof_sys::callback`.
+//! - [`attach`]: `clrprof attach` sessions: catch-up, the control thread, detach.
 //! - [`functions`]: the loads/JIT recorder's names and code of functions and classes (the General
 //!   Code Profiler's tables), resolved off the app's threads.
 //!
 //! The other recorders live beside this module: `crate::elt` (enter/leave hooks), `crate::sampler`
 //! and `crate::events` (exceptions, GC, allocations, EventPipe).
 
+mod attach;
 mod callbacks;
 mod functions;
 mod startup;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -64,6 +66,10 @@ pub struct State {
     pub instrumentation: Option<crate::elt::Instrumentation>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
     pub events: Arc<crate::events::Events>,
+    /// Where the trace is written.
+    pub trace_path: String,
+    /// The in-process EventPipe session (0 when none), stopped before an attach session detaches.
+    pub eventpipe_session: AtomicU64,
 }
 
 impl State {

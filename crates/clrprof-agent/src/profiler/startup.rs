@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -103,10 +103,24 @@ fn event_mask(config: &Config, info: &ProfilerInfo) -> (u32, u32) {
 impl Profiler {
     /// `Initialize` (or `InitializeForAttach`): everything the agent needs, or an error that
     /// leaves the profiler unloaded and the app running.
-    pub(super) fn start(&self, unknown: RawPtr, attach: bool) -> CallbackResult {
+    pub(super) fn start(&self, unknown: RawPtr, attach: Option<super::attach::ClientData>) -> CallbackResult {
         let start = Instant::now();
         let start_unix = unix_now_ns();
-        let (config, problems) = Config::from_lookup(|k| std::env::var(k).ok());
+        // Start-up: the process environment. Attach: the client data, the same variables.
+        let (config, problems) = match &attach {
+            Some(data) => Config::from_lookup(|k| data.get(k)),
+            None => Config::from_lookup(|k| std::env::var(k).ok()),
+        };
+        let identity = crate::config::ProcessIdentity::current();
+        if attach.is_none() && !identity.matches(&config.process) {
+            // Exported machine-wide, the variables reach every .NET process: this one is not
+            // wanted. Initialize fails, the runtime unloads the agent, nothing is written.
+            if let Some(l) = &config.log {
+                crate::log::init(l);
+                log_info!("process {} does not match CLRPROF_PROCESS; not profiled", identity.command_line);
+            }
+            return Err(CallbackError("not a process CLRPROF_PROCESS selects".into()));
+        }
         if let Some(l) = &config.log {
             crate::log::init(l);
         }
@@ -114,7 +128,7 @@ impl Profiler {
         log_info!(
             "clrprof agent {} loading ({})",
             env!("CARGO_PKG_VERSION"),
-            if attach { "attach" } else { "startup" }
+            if attach.is_some() { "attach" } else { "startup" }
         );
         for p in &problems {
             log_warn!("{p}");
@@ -134,12 +148,21 @@ impl Profiler {
             info.version()
         );
 
-        let (low, high) = event_mask(&config, &info);
+        if attach.is_some() && config.instrument.enabled {
+            return Err(CallbackError("enter/leave instrumentation cannot be enabled after attach".into()));
+        }
+        let (mut low, mut high) = event_mask(&config, &info);
+        if attach.is_some() {
+            // Only what the runtime allows after attach (per-object allocations are refused by the CLI).
+            low &= super::attach::ALLOWED_LOW;
+            high &= super::attach::ALLOWED_HIGH;
+        }
         info.set_event_mask2(low, high)?;
         let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
         log_info!("event mask requested 0x{low:08x}/0x{high:08x}, granted 0x{glow:08x}/0x{ghigh:08x}");
 
-        let path = config.output_path(std::process::id());
+        let path = config.output_path_for(std::process::id(), &identity.name(), start_unix / 1_000_000_000);
+        super::attach::set_control_path(attach.as_ref().and_then(|d| d.get("CLRPROF_CONTROL")));
         let writer = match open_remote(&config, &path, start_unix, &rt) {
             Some(w) => Arc::new(w),
             None => {
@@ -166,6 +189,16 @@ impl Profiler {
         .into()];
         for p in &problems {
             first.push(Message { ts: 0, level: 1, text: p.to_string() }.into());
+        }
+        if attach.is_some() {
+            first.push(
+                Message {
+                    ts: 0,
+                    level: 0,
+                    text: "attached to the running process: what happened before is not in the trace; the session ends with the process still running".into(),
+                }
+                .into(),
+            );
         }
         let instrumentation = if config.instrument.enabled {
             let (i, rec) =
@@ -211,6 +244,8 @@ impl Profiler {
             sampler,
             instrumentation,
             events,
+            trace_path: path,
+            eventpipe_session: AtomicU64::new(0),
         };
         self.state.set(state).map_err(|_| CallbackError("initialized twice".into()))?;
         if let Some(s) = self.state.get() {
@@ -218,6 +253,13 @@ impl Profiler {
             // lives for the rest of the process.
             let st: &'static State = unsafe { &*(s as *const State) };
             st.writer.add_tick(Box::new(move |w| st.resolve_deferred(w)));
+            if attach.is_some() {
+                if let Some(sm) = &st.sampler {
+                    sm.name_precompiled_code(Box::new(move |id| {
+                        st.function_compiled(id, 0, clrprof_trace::code_kind::PRECOMPILED)
+                    }));
+                }
+            }
             if st.instrumentation.is_some() {
                 crate::elt::Instrumentation::install(&st.info, st)?;
                 st.writer.add_tick(Box::new(move |w| {
@@ -230,7 +272,9 @@ impl Profiler {
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
             }
-            crate::events::eventpipe::start(s, rt.major);
+            if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
+                s.eventpipe_session.store(id, Ordering::Release);
+            }
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())

@@ -72,6 +72,16 @@ pub struct Slot {
     pub thread_id: AtomicUsize,
     stack_lo: AtomicU64,
     stack_hi: AtomicU64,
+    /// The interrupted SP of the latest sample taken while the stack bounds were unknown (a
+    /// thread registered from another thread at attach): the sampler finds the stack from it.
+    seen_sp: AtomicU64,
+    /// A thread registered from another thread (at attach): it records no sample until the
+    /// sampler has found its stack (its signals note the stack pointer meanwhile; a sample without
+    /// the stack would hold only the leaf) and has published the code that existed before the
+    /// attach to the handler's tables (OSR and frameless code, without which callers are lost).
+    /// 0: recording; 1: registered, not seen by the sampler yet; 2: seen once (the code queued
+    /// before the registration is published by the next pass).
+    probe: AtomicU32,
     /// Kernel timer id, -1 when none.
     timer: AtomicI64,
     period_ns: AtomicU64,
@@ -357,6 +367,8 @@ impl Slot {
             thread_id: AtomicUsize::new(0),
             stack_lo: AtomicU64::new(0),
             stack_hi: AtomicU64::new(0),
+            seen_sp: AtomicU64::new(0),
+            probe: AtomicU32::new(0),
             timer: AtomicI64::new(-1),
             period_ns: AtomicU64::new(10_000_000),
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
@@ -430,6 +442,8 @@ fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
         s.thread_id.store(thread_id, Ordering::Relaxed);
         s.stack_lo.store(0, Ordering::Relaxed);
         s.stack_hi.store(0, Ordering::Relaxed);
+        s.seen_sp.store(0, Ordering::Relaxed);
+        s.probe.store(0, Ordering::Relaxed);
         s.rng.store(0x9e37_79b9_7f4a_7c15 ^ ((os_tid as u64) << 17 | 1), Ordering::Relaxed);
         s
     };
@@ -485,11 +499,10 @@ pub fn register_current(
     };
     // Safety: gettid has no preconditions.
     let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    if me == os_tid {
-        if let Some((lo, hi)) = current_stack_bounds() {
-            slot.stack_lo.store(lo, Ordering::Relaxed);
-            slot.stack_hi.store(hi, Ordering::Relaxed);
-        }
+    let bounds = if me == os_tid { current_stack_bounds() } else { stack_bounds_of(os_tid) };
+    if let Some((lo, hi)) = bounds {
+        slot.stack_lo.store(lo, Ordering::Relaxed);
+        slot.stack_hi.store(hi, Ordering::Relaxed);
     }
     slot.head.store(0, Ordering::Relaxed);
     slot.tail.store(0, Ordering::Relaxed);
@@ -497,6 +510,8 @@ pub fn register_current(
     slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
     let Some(period_ns) = period_ns else { return (Some(slot), None) };
     slot.period_ns.store(period_ns.max(1000), Ordering::Relaxed);
+    // A thread registered at attach records samples once the sampler lets it (see `probe`).
+    slot.probe.store(if me != os_tid { 1 } else { 0 }, Ordering::Release);
     match create_timer(slot, os_tid) {
         Ok(id) => {
             slot.timer.store(id as i64, Ordering::Release);
@@ -521,6 +536,87 @@ pub fn unregister(slot: &Slot) {
 pub fn release(slot: &Slot) {
     slot.thread_id.store(0, Ordering::Relaxed);
     slot.state.store(FREE, Ordering::Release);
+}
+
+/// Lets threads registered from another thread (threads that existed before `clrprof attach`)
+/// record samples once their stack is known: the stack pointer of a thread blocked in a system
+/// call or preempted (`/proc/self/task/TID/syscall`), or the one its signal handler noted, lies
+/// in its stack's mapping. Called on the sampler thread after it published the code known so
+/// far; returns the slots that start recording now (their CPU time counts from now). Cheap when
+/// no thread waits.
+pub fn learn_stack_bounds() -> Vec<&'static Slot> {
+    let mut known = Vec::new();
+    let pending: Vec<&'static Slot> =
+        slots().filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.probe.load(Ordering::Acquire) != 0).collect();
+    if pending.is_empty() {
+        return known;
+    }
+    let mut maps: Option<String> = None;
+    for slot in pending {
+        if slot.stack_hi.load(Ordering::Relaxed) == 0 {
+            // The SP a signal noted (no file to read), else the SP of a thread off the CPU.
+            let sp = match slot.seen_sp.load(Ordering::Relaxed) {
+                0 => syscall_sp(slot.os_tid.load(Ordering::Relaxed)),
+                sp => Some(sp),
+            };
+            let Some(sp) = sp else { continue };
+            let m = maps.get_or_insert_with(|| std::fs::read_to_string("/proc/self/maps").unwrap_or_default());
+            match stack_mapping(m, sp) {
+                Some((lo, hi)) => {
+                    slot.stack_lo.store(lo, Ordering::Relaxed);
+                    slot.stack_hi.store(hi, Ordering::Release);
+                }
+                // Not a thread stack (an alternate signal stack): wait for another signal.
+                None => {
+                    slot.seen_sp.store(0, Ordering::Relaxed);
+                    continue;
+                }
+            }
+        }
+        // The code queued before the thread was registered is published by the pass that ran
+        // just before this call only if the sampler saw the thread once already.
+        if slot.probe.load(Ordering::Acquire) == 1 {
+            slot.probe.store(2, Ordering::Release);
+            continue;
+        }
+        slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
+        slot.probe.store(0, Ordering::Release);
+        known.push(slot);
+    }
+    known
+}
+
+/// The user stack pointer of a thread that is not on a CPU right now: blocked in a system call
+/// (`NR ARG1 … ARG6 SP PC`) or preempted (`-1 SP PC`); None while it runs (`running`).
+fn syscall_sp(tid: u32) -> Option<u64> {
+    let sys = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    parse_syscall_sp(&sys)
+}
+
+fn parse_syscall_sp(text: &str) -> Option<u64> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let sp = match fields.as_slice() {
+        ["-1", sp, _pc] => sp,
+        [_nr, _, _, _, _, _, _, sp, _pc] => sp,
+        _ => return None,
+    };
+    u64::from_str_radix(sp.trim_start_matches("0x"), 16).ok().filter(|&sp| sp != 0)
+}
+
+fn stack_bounds_of(tid: u32) -> Option<(u64, u64)> {
+    let sp = syscall_sp(tid)?;
+    stack_mapping(&std::fs::read_to_string("/proc/self/maps").ok()?, sp)
+}
+
+/// The writable mapping of `maps` (`/proc/PID/maps` text) that contains `sp`.
+pub fn stack_mapping(maps: &str, sp: u64) -> Option<(u64, u64)> {
+    maps.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (range, perms) = (it.next()?, it.next()?);
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+        (a <= sp && sp < b && perms.starts_with("rw") && b - a >= 128 << 10).then_some((a, b))
+    })
 }
 
 fn current_stack_bounds() -> Option<(u64, u64)> {
@@ -648,6 +744,12 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let sp = g[libc::REG_RSP as usize] as u64;
     let lo = slot.stack_lo.load(Ordering::Relaxed);
     let hi = slot.stack_hi.load(Ordering::Relaxed);
+    if slot.probe.load(Ordering::Acquire) != 0 {
+        if hi == 0 {
+            slot.seen_sp.store(sp, Ordering::Relaxed);
+        }
+        return;
+    }
     e.ips[0] = ip;
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
     // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
@@ -982,5 +1084,24 @@ mod bench {
             "32-frame walk with 256 frameless ranges: {fl_elsewhere:.1} ns when none is on the stack; \
              {fl_every:.1} ns when every frame returns into one (64 IPs recorded)"
         );
+    }
+}
+
+#[cfg(test)]
+mod stack_mapping_tests {
+    #[test]
+    fn the_writable_mapping_holding_sp_is_the_stack() {
+        let maps = "7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n7f0000001000-7f0000081000 rw-p 00000000 00:00 0 \n7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]\n";
+        assert_eq!(super::stack_mapping(maps, 0x7f0000080000), Some((0x7f0000001000, 0x7f0000081000)));
+        assert_eq!(super::stack_mapping(maps, 0x7ffc00020ff8), Some((0x7ffc00000000, 0x7ffc00021000)));
+        assert_eq!(super::stack_mapping(maps, 0x7f0000000800), None);
+    }
+
+    #[test]
+    fn stack_pointers_of_threads_off_cpu() {
+        let blocked = "202 0x7f00000010a0 0x80 0x0 0x0 0x0 0x0 0x7f0000080f00 0x7f43ca2c010\n";
+        assert_eq!(super::parse_syscall_sp(blocked), Some(0x7f0000080f00));
+        assert_eq!(super::parse_syscall_sp("-1 0x7ffc00020ff8 0x7f43ca2c010\n"), Some(0x7ffc00020ff8));
+        assert_eq!(super::parse_syscall_sp("running\n"), None);
     }
 }

@@ -78,6 +78,9 @@ pub struct Sampler {
     stats: Stats,
     /// Functions that got native code since the sampler last looked (JIT or ReadyToRun).
     new_code: Mutex<Vec<FunctionID>>,
+    /// Attach: ReadyToRun code loaded before the agent is named from sampled addresses
+    /// (`GetFunctionFromIP`); this records each function found that way.
+    precompiled_found: std::sync::OnceLock<Box<dyn Fn(FunctionID) + Send + Sync>>,
 }
 
 impl Sampler {
@@ -92,7 +95,51 @@ impl Sampler {
             walk_lock: Mutex::new(()),
             stats: Stats::default(),
             new_code: Mutex::new(Vec::new()),
+            precompiled_found: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Attach: names sampled addresses in managed images that no code callback reported
+    /// (ReadyToRun code loaded before the agent) through `GetFunctionFromIP`, and calls `found`
+    /// once for each function found that way.
+    pub fn name_precompiled_code(&self, found: Box<dyn Fn(FunctionID) + Send + Sync>) {
+        let _ = self.precompiled_found.set(found);
+    }
+
+    /// Looks up the sampled addresses in managed images that the map of managed code does not
+    /// hold (attach only): each is asked of the runtime once; a function found has all its code
+    /// versions added to the map.
+    fn find_precompiled(&self, st: &mut LoopState, ips: &[u64]) {
+        let Some(found) = self.precompiled_found.get() else { return };
+        for (i, &ip) in ips.iter().enumerate() {
+            let at = if i > 0 { ip.saturating_sub(1) } else { ip };
+            if st.function_at(at).is_some() || !st.maps.is_managed_image(at) || st.not_code.contains(&at) {
+                continue;
+            }
+            let id = match self.info.get_function_from_ip(at as usize) {
+                Ok(id) if id != 0 => id,
+                _ => {
+                    if st.not_code.len() >= 1 << 20 {
+                        st.not_code.clear();
+                    }
+                    st.not_code.insert(at);
+                    continue;
+                }
+            };
+            for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
+                if start == 0 || !st.code_starts.insert(start as u64) {
+                    continue;
+                }
+                for (a, n) in code_ranges(&self.info, start) {
+                    st.code.insert(a, (a + n, id as u64));
+                    self.emit(CodeRange { id: id as u64, start: a, size: n });
+                }
+            }
+            if st.function_at(at).is_none() {
+                st.not_code.insert(at);
+            }
+            found(id);
+        }
     }
 
     fn now(&self) -> u64 {
@@ -304,6 +351,13 @@ impl Sampler {
                 last_maps = Some(Instant::now());
             }
             self.update_code(&mut st);
+            // Threads registered at attach start recording once their stack is found and the
+            // code above is published (cheap when none waits); their CPU time counts from then.
+            for s in cpu::learn_stack_bounds() {
+                if let Some(ths) = st.threads.get_mut(&SlotKey::of(s)) {
+                    ths.cpu_accounted = s.start_cpu_ns.load(Ordering::Relaxed);
+                }
+            }
             self.drain_cpu(&mut st);
             if wall {
                 self.wall_tick(&mut st);
@@ -396,6 +450,7 @@ impl Sampler {
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 let mut counts: Vec<(u32, u32)> = Vec::new();
                 for (ips, sp_top) in &mut batch {
+                    self.find_precompiled(st, ips);
                     let mut fns = self.managed_functions(st, ips);
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
                     let id = self.intern(st, ips, &fns);
@@ -1048,6 +1103,8 @@ struct LoopState {
     /// Managed code: start → (end, FunctionID), every code version.
     code: std::collections::BTreeMap<u64, (u64, u64)>,
     code_starts: std::collections::HashSet<u64>,
+    /// Attach: sampled addresses in managed images that are no function's code.
+    not_code: std::collections::HashSet<u64>,
     /// The handler's table of OSR code ranges filled up (said once in the log).
     osr_full: bool,
     /// The handler's table of frameless code ranges filled up (said once in the log).

@@ -45,6 +45,8 @@ pub struct MapTracker {
     seen: HashSet<Mapping>,
     /// Sorted ranges of native code.
     native: Vec<(u64, u64)>,
+    /// Sorted executable ranges of managed images (`.dll`/`.exe` files: ReadyToRun code).
+    managed: Vec<(u64, u64)>,
     /// Build-ids by path, each file read once.
     build_ids: HashMap<String, Vec<u8>>,
 }
@@ -55,6 +57,12 @@ impl MapTracker {
     pub fn is_native(&self, ip: u64) -> bool {
         let i = self.native.partition_point(|r| r.0 <= ip);
         i > 0 && ip < self.native[i - 1].1
+    }
+
+    /// Whether `ip` lies in the executable part of a mapped managed image (ReadyToRun code).
+    pub fn is_managed_image(&self, ip: u64) -> bool {
+        let i = self.managed.partition_point(|r| r.0 <= ip);
+        i > 0 && ip < self.managed[i - 1].1
     }
 
     pub fn new_mappings(&mut self) -> Vec<Mapping> {
@@ -68,6 +76,13 @@ impl MapTracker {
                 .map(|m| (m.start, m.end))
                 .collect();
             self.native.sort_unstable();
+            self.managed = self
+                .seen
+                .iter()
+                .filter(|m| m.path.ends_with(".dll") || m.path.ends_with(".exe"))
+                .map(|m| (m.start, m.end))
+                .collect();
+            self.managed.sort_unstable();
         }
         fresh
     }

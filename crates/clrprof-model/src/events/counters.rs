@@ -146,7 +146,10 @@ pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<
         }
     }
     for func in &p.functions {
-        if func.kind != clrprof_trace::code_kind::PRECOMPILED && func.first_compiled_ns > 0 {
+        if func.kind != clrprof_trace::code_kind::PRECOMPILED
+            && func.kind != clrprof_trace::code_kind::EXISTING
+            && func.first_compiled_ns > 0
+        {
             if let Some(i) = bucket(func.first_compiled_ns) {
                 rows[i].methods_jitted += 1;
             }

@@ -1,0 +1,410 @@
+//! `clrprof attach PID`: loads the agent into a running .NET process through the diagnostics IPC
+//! (`AttachProfiler`), lets it record for `--duration` or until Ctrl-C, then ends the session
+//! through a control socket: the agent completes the trace and detaches; the process runs on.
+//!
+//! The configuration travels as the client data of `AttachProfiler` (`CLRPROF_*=value` lines, the
+//! variables `record` sets), plus `CLRPROF_CONTROL`, the Unix socket this command listens on and
+//! the agent connects to. Protocol on that socket, one line each: agent `started PATH`; CLI
+//! `stop`; agent `stopped RECORDS BYTES`, then `detached` once the runtime unloaded it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clrprof_trace::AGENT_CLSID;
+
+use crate::ipc::{self, hr, SendError};
+
+/// Options of `clrprof attach`.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct AttachOptions {
+    pub pid: u32,
+    /// Stop after this long; `None` = at Ctrl-C.
+    pub duration: Option<Duration>,
+    /// Trace path; `None` = `<name>-<pid>-<unix time>.clrprof` in the current directory.
+    pub output: Option<PathBuf>,
+    pub agent: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    /// `CLRPROF_*` variables for the agent (the same as `record`'s).
+    pub vars: Vec<(String, String)>,
+    /// How long the runtime may take to load the agent.
+    pub timeout: Duration,
+}
+
+/// A process attach could not reach, with the reason in words.
+#[derive(Debug)]
+pub struct AttachError(pub String);
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AttachError {}
+
+fn fail<T>(msg: String) -> Result<T> {
+    Err(AttachError(msg).into())
+}
+
+/// What `/proc/PID` says about the target.
+struct Target {
+    pid: u32,
+    name: String,
+    uid: u32,
+    environ: Option<Vec<(String, String)>>,
+    /// The directory of its `libcoreclr.so`, when loaded.
+    coreclr: Option<PathBuf>,
+}
+
+impl Target {
+    fn inspect(pid: u32) -> Result<Target> {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let status = match std::fs::read_to_string(proc.join("status")) {
+            Ok(s) => s,
+            Err(_) => return fail(format!("no process with id {pid}")),
+        };
+        let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string());
+        let name = field("Name:").unwrap_or_default();
+        let uid = field("Uid:").and_then(|v| v.split_whitespace().next().and_then(|u| u.parse().ok())).unwrap_or(0);
+        let environ = std::fs::read(proc.join("environ")).ok().map(|b| {
+            b.split(|&c| c == 0)
+                .filter_map(|kv| {
+                    let s = String::from_utf8_lossy(kv);
+                    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect()
+        });
+        let coreclr = std::fs::read_to_string(proc.join("maps")).ok().and_then(|m| {
+            m.lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .find(|p| p.ends_with("/libcoreclr.so"))
+                .map(|p| Path::new(p).parent().unwrap_or(Path::new("/")).to_path_buf())
+        });
+        Ok(Target { pid, name, uid, environ, coreclr })
+    }
+
+    fn env(&self, key: &str) -> Option<&str> {
+        self.environ.as_ref()?.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The runtime's major version, from the directory of its `libcoreclr.so` (`…/8.0.11/`).
+    fn runtime_major(&self) -> Option<u32> {
+        let dir = self.coreclr.as_ref()?.file_name()?.to_string_lossy().into_owned();
+        dir.split('.').next()?.parse().ok()
+    }
+
+    /// The directory of its diagnostics socket: its `TMPDIR`, else /tmp.
+    fn tmpdir(&self) -> PathBuf {
+        match self.env("TMPDIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => PathBuf::from("/tmp"),
+        }
+    }
+}
+
+fn euid() -> u32 {
+    // Safety: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Why a process has no diagnostics socket.
+fn explain_no_socket(t: &Target, dir: &Path) -> String {
+    let pid = t.pid;
+    if t.coreclr.is_none() && t.environ.is_some() {
+        return format!("process {pid} ({}) is not a .NET process (no CoreCLR runtime loaded)", t.name);
+    }
+    for k in ["DOTNET_EnableDiagnostics", "COMPlus_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC"] {
+        if t.env(k) == Some("0") {
+            return format!("diagnostics are disabled in process {pid} ({k}=0): the runtime opened no diagnostics socket, so a profiler cannot attach; restart it without {k}=0, or use `clrprof record`");
+        }
+    }
+    if t.coreclr.is_none() {
+        return format!(
+            "process {pid} ({}) has no .NET diagnostics socket in {}: not a .NET process?",
+            t.name,
+            dir.display()
+        );
+    }
+    format!(
+        "process {pid} ({}) runs .NET but has no diagnostics socket in {} (diagnostics disabled, or another TMPDIR / mount namespace)",
+        t.name,
+        dir.display()
+    )
+}
+
+fn explain_hresult(code: u32, t: &Target, agent: &Path) -> String {
+    let pid = t.pid;
+    match code {
+        hr::UNKNOWN_COMMAND | hr::NOT_SUPPORTED => format!(
+            "the runtime of process {pid} is too old for attach (it does not know AttachProfiler); clrprof attaches to .NET 8 or newer"
+        ),
+        hr::PROFILER_ALREADY_ACTIVE => format!(
+            "a profiler is already loaded in process {pid} (another `clrprof attach` session, a start-up profiler such as `clrprof record`, or another tool); one profiler per process"
+        ),
+        hr::PROFILER_CANCEL_ACTIVATION => format!(
+            "a profiler is already loaded in process {pid}: the clrprof agent itself (the process runs under `clrprof record`, or another `clrprof attach` session is still active)"
+        ),
+        hr::NOT_YET_AVAILABLE | hr::RUNTIME_UNINITIALIZED => {
+            format!("the runtime of process {pid} is still starting; try again in a moment")
+        }
+        hr::MOD_NOT_FOUND => format!(
+            "process {pid} could not load the agent {}: the file is not visible there (another container or mount namespace?)",
+            agent.display()
+        ),
+        hr::ACCESS_DENIED => format!("process {pid} may not read the agent {}", agent.display()),
+        hr::BAD_ENCODING | hr::UNKNOWN_MAGIC => {
+            format!("the runtime of process {pid} rejected the attach request (HRESULT 0x{code:08X})")
+        }
+        hr::PROFILER_NOT_ATTACHABLE => format!("the agent refused to attach to process {pid}"),
+        _ => format!(
+            "the agent could not start in process {pid} (HRESULT 0x{code:08X}); re-run with --log FILE for the agent's diagnostics"
+        ),
+    }
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_sig: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop_handler() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // Safety: installs a handler that only stores to an atomic.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The pid at the other end of a Unix socket (`SO_PEERCRED`).
+fn peer_pid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // Safety: getsockopt writes at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.pid as u32)
+}
+
+/// Removes the control socket's file when the command ends, however it ends.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn attach(opts: &AttachOptions) -> Result<()> {
+    let t = Target::inspect(opts.pid)?;
+    let me = euid();
+    if me != 0 && t.uid != me {
+        return fail(format!(
+            "process {} ({}) belongs to user id {}, not to you (user id {me}): attach as that user or as root",
+            t.pid, t.name, t.uid
+        ));
+    }
+    if let Some(major) = t.runtime_major() {
+        if major < 8 {
+            return fail(format!("process {} runs .NET {major}, too old: clrprof attaches to .NET 8 or newer", t.pid));
+        }
+    }
+    let dir = t.tmpdir();
+    let Some(socket) = ipc::find_socket(&dir, t.pid) else { return fail(explain_no_socket(&t, &dir)) };
+    let agent = crate::record::find_agent(opts.agent.as_deref())?;
+
+    let output = match &opts.output {
+        Some(p) => {
+            if p.exists() {
+                std::fs::remove_file(p).with_context(|| format!("cannot replace {}", p.display()))?;
+            }
+            std::path::absolute(p).unwrap_or_else(|_| p.clone())
+        }
+        None => {
+            let name: String =
+                t.name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+            std::path::absolute(format!("{name}-{}-{}.clrprof", t.pid, unix_secs()))?
+        }
+    };
+    crate::record::check_output_dir(&output)?;
+
+    // The control socket, next to the runtime's own (visible to the target, short enough).
+    let control = std::env::temp_dir().join(format!("clrprof-attach-{}-{}.sock", std::process::id(), unix_secs()));
+    let _ = std::fs::remove_file(&control);
+    let listener = UnixListener::bind(&control).with_context(|| format!("cannot listen on {}", control.display()))?;
+    let _cleanup = SocketFile(control.clone());
+    if t.uid != me {
+        // The agent runs as the target's user: it must be able to connect (the peer is checked).
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o666));
+    }
+
+    let mut data = String::new();
+    data.push_str(&format!("CLRPROF_OUTPUT={}\n", output.display()));
+    data.push_str(&format!("CLRPROF_CONTROL={}\n", control.display()));
+    if let Some(l) = &opts.log {
+        data.push_str(&format!("CLRPROF_LOG={}\n", std::path::absolute(l).unwrap_or_else(|_| l.clone()).display()));
+    }
+    for (k, v) in &opts.vars {
+        data.push_str(&format!("{k}={v}\n"));
+    }
+    let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
+    let agent_text = agent.to_string_lossy();
+    let Some(message) = ipc::attach_message(10_000, &clsid, &agent_text, data.as_bytes()) else {
+        bail!("the attach request is too large (over 64 KiB): shorten the paths or patterns");
+    };
+
+    install_stop_handler();
+    let t0 = Instant::now();
+    let reply = ipc::send(&socket, &message, opts.timeout);
+    match reply {
+        Ok(Ok(_)) => {}
+        Ok(Err(code)) => return fail(explain_hresult(code, &t, &agent)),
+        Err(SendError::Connect(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return fail(format!(
+                "permission denied on the diagnostics socket of process {} ({}): it belongs to another user; attach as that user or as root",
+                t.pid,
+                socket.display()
+            ))
+        }
+        Err(SendError::Connect(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return fail(format!(
+                "process {} does not answer on its diagnostics socket {} (it exited, or the socket is stale)",
+                t.pid,
+                socket.display()
+            ))
+        }
+        Err(SendError::Connect(e)) => {
+            return Err(e).with_context(|| format!("cannot connect to {}", socket.display()))
+        }
+        Err(SendError::TimedOut) => {
+            return fail(format!(
+                "attach to process {} timed out after {} s: the runtime did not answer (suspended, or busy); try --timeout",
+                t.pid,
+                opts.timeout.as_secs()
+            ))
+        }
+        Err(SendError::Io(e)) => {
+            return Err(e).with_context(|| format!("talking to the diagnostics socket of process {}", t.pid))
+        }
+        Err(SendError::Protocol(m)) => return fail(m),
+    }
+    let loaded = t0.elapsed();
+
+    // The agent's control thread connects once the catch-up is done.
+    listener.set_nonblocking(true)?;
+    let conn = loop {
+        match listener.accept() {
+            Ok((s, _)) if peer_pid(&s) == Some(t.pid) => break s,
+            Ok(_) => continue, // not the target: ignored
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if t0.elapsed() > opts.timeout + Duration::from_secs(5) {
+                    return fail(format!(
+                        "the agent loaded in process {} but never reported back; see --log FILE",
+                        t.pid
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e).context("waiting for the agent"),
+        }
+    };
+    conn.set_nonblocking(false)?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).context("reading from the agent")?;
+    let trace = line.trim().strip_prefix("started ").map(PathBuf::from).unwrap_or(output.clone());
+    eprintln!(
+        "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
+        t.pid,
+        t.name,
+        loaded.as_millis(),
+        trace.display(),
+        match opts.duration {
+            Some(d) => format!(" for {} s", d.as_secs_f64()),
+            None => "; Ctrl-C to stop".into(),
+        }
+    );
+
+    // Wait for the duration, Ctrl-C, or the process ending (the agent closes the connection).
+    conn.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let started = Instant::now();
+    let mut exited = false;
+    loop {
+        if STOP.load(Ordering::SeqCst) || opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        let mut l = String::new();
+        match reader.read_line(&mut l) {
+            Ok(0) => {
+                exited = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                exited = true;
+                break;
+            }
+        }
+    }
+    if exited {
+        eprintln!("clrprof: process {} ended during the session", t.pid);
+    } else {
+        let mut w = conn.try_clone()?;
+        let _ = writeln!(w, "stop");
+        conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut detached = false;
+        let mut stopped = false;
+        loop {
+            let mut l = String::new();
+            match reader.read_line(&mut l) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let l = l.trim();
+                    if l.starts_with("stopped") {
+                        stopped = true;
+                        conn.set_read_timeout(Some(Duration::from_secs(15)))?;
+                    } else if l == "detached" {
+                        detached = true;
+                        break;
+                    } else if let Some(code) = l.strip_prefix("detach-refused ") {
+                        eprintln!("clrprof: note: the runtime kept the agent loaded (detach refused, {code}); it stays idle, and a later attach to this process is refused");
+                        break;
+                    }
+                }
+            }
+        }
+        if !stopped {
+            eprintln!("clrprof: warning: the agent did not confirm the end of the session; the trace may be cut off");
+        } else if !detached {
+            eprintln!("clrprof: note: the agent has not detached yet; a new attach may have to wait a moment");
+        }
+    }
+    let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
+    eprintln!("clrprof: trace written to {} ({})", trace.display(), crate::record::human_size(size));
+    Ok(())
+}
