@@ -110,6 +110,21 @@ struct Web {
     stderr: Arc<Mutex<String>>,
 }
 
+impl Drop for Web {
+    /// A failed test still stops the app: SIGTERM reaches it through `clrprof record` (the SIGKILL of
+    /// `KillOnDrop` would leave it running).
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.0.try_wait() {
+            // Safety: signalling our own child.
+            unsafe { libc::kill(self.child.0.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(self.child.0.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
 impl Web {
     /// SIGTERM to `clrprof record` (forwarded to the app); waits for both; (app stdout, record stderr).
     fn stop(mut self) -> (String, String) {
