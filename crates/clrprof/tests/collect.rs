@@ -31,6 +31,8 @@ impl Collector {
             .spawn()
             .expect("start clrprof collect");
         let mut err = BufReader::new(child.stderr.take().unwrap());
+        // Killed even if the start-up checks below fail.
+        let child = KillOnDrop(child);
         // Lines before "listening on" (runs recovered from a previous collector) are kept too.
         let mut first = String::new();
         let addr = loop {
@@ -50,7 +52,7 @@ impl Collector {
                 line.clear();
             }
         });
-        Collector { child: KillOnDrop(child), addr, log }
+        Collector { child, addr, log }
     }
 
     fn log(&self) -> String {
