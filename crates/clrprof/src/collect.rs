@@ -54,7 +54,9 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
         .build()?;
     let addr = collector.local_addr();
     stop_on_signals(collector.stopper());
-    eprintln!(
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "clrprof collect: listening on {addr}{}, store {}",
         if c.token.is_some() { " (token required)" } else { "" },
         redact(&store_spec(c.store.as_deref()))
@@ -77,7 +79,9 @@ fn stop_on_signals(stop: impl Fn() + Send + 'static) {
             let mut sig = 0;
             libc::sigwait(&set, &mut sig);
             stop();
-            eprintln!("clrprof collect: stopped");
+            // Standard error may be a closed pipe by now: a failed write must not stop the exit.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "clrprof collect: stopped");
             std::process::exit(0);
         });
     }
