@@ -33,6 +33,9 @@ pub struct AttachOptions {
     pub vars: Vec<(String, String)>,
     /// How long the runtime may take to load the agent.
     pub timeout: Duration,
+    /// Stream to this `clrprof collect` (`ADDR:PORT`) instead of the file; the file is written only
+    /// if the collector cannot be reached or goes away.
+    pub server: Option<String>,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -341,7 +344,10 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         t.pid,
         t.name,
         loaded.as_millis(),
-        trace.display(),
+        match &opts.server {
+            Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
+            None => trace.display().to_string(),
+        },
         match opts.duration {
             Some(d) => format!(" for {} s", d.as_secs_f64()),
             None => "; Ctrl-C to stop".into(),
@@ -403,6 +409,15 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         } else if !detached {
             eprintln!("clrprof: note: the agent has not detached yet; a new attach may have to wait a moment");
         }
+    }
+    if let (Some(server), false) = (&opts.server, trace.is_file()) {
+        eprintln!("clrprof: trace streamed to the collector at {server} (`clrprof runs`, `clrprof report run:latest`)");
+        return Ok(());
+    }
+    if let Some(server) = &opts.server {
+        eprintln!(
+            "clrprof: warning: the collector at {server} was unreachable or went away during the session; the rest of the trace is in the file below"
+        );
     }
     let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
     eprintln!("clrprof: trace written to {} ({})", trace.display(), crate::record::human_size(size));

@@ -336,6 +336,13 @@ struct AttachArgs {
     /// Keep the full runtime event log for `--view events`
     #[arg(long)]
     events: bool,
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
+    /// only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "ADDR:PORT")]
+    server: Option<String>,
+    /// The collector's token [default: $CLRPROF_TOKEN]
+    #[arg(long, value_name = "TOKEN", requires = "server")]
+    token: Option<String>,
 }
 
 fn seconds_arg(s: &str) -> Result<Duration, String> {
@@ -508,7 +515,7 @@ pub fn run() -> Result<ExitCode> {
                 anyhow::bail!("--alloc exact needs `record`: the runtime only allows per-object allocation callbacks at start-up; `attach` samples allocations (--alloc sampled)");
             }
             let b = |v: bool| if v { "1" } else { "0" }.to_string();
-            let vars = vec![
+            let mut vars = vec![
                 ("CLRPROF_CLASSES".to_string(), b(!a.no_classes)),
                 ("CLRPROF_SAMPLING".to_string(), b(!a.no_sample)),
                 ("CLRPROF_SAMPLE_RATE".to_string(), a.rate.to_string()),
@@ -525,6 +532,13 @@ pub fn run() -> Result<ExitCode> {
                 ("CLRPROF_LOCKS".to_string(), b(!a.no_locks)),
                 ("CLRPROF_EVENTS".to_string(), b(a.events)),
             ];
+            let token = a.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+            if let Some(server) = &a.server {
+                vars.push(("CLRPROF_SERVER".to_string(), server.clone()));
+                if let Some(t) = &token {
+                    vars.push(("CLRPROF_TOKEN".to_string(), t.clone()));
+                }
+            }
             let opts = crate::attach::AttachOptions {
                 pid: a.pid,
                 duration: a.duration,
@@ -533,6 +547,7 @@ pub fn run() -> Result<ExitCode> {
                 log: a.log,
                 vars,
                 timeout: a.timeout,
+                server: a.server,
             };
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)

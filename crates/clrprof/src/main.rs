@@ -2,8 +2,8 @@
 
 mod attach;
 mod cli;
-mod diff;
 mod collect;
+mod diff;
 mod export;
 mod ipc;
 mod load;
