@@ -249,6 +249,7 @@ impl ProfileBuilder {
             }
             R::SamplingStart(_)
             | R::CodeRange(_)
+            | R::TypeLoad(_)
             | R::NativeMapping(_)
             | R::SampleStack(_)
             | R::CpuSample(_)

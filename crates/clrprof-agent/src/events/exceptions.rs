@@ -90,6 +90,10 @@ impl Limiter {
         };
         let Some(next) = next else { return };
         let callbacks_on = next != mode::PAUSED;
+        if !callbacks_on {
+            // The catches that end the threads' exception dispatches will not be seen.
+            crate::sampler::cpu::clear_exception_activity();
+        }
         if let Err(e) = set_callbacks(s, callbacks_on) {
             crate::log_warn!(
                 "cannot switch exception callbacks {}: {e}; every exception stays observed",
