@@ -250,9 +250,10 @@ fn type_load(s: &State, event_id: u32, data: &[u8]) {
         cpu::activity_begin(ra::pack(ra::TYPE_LOAD, id as u64));
         let _ = LOADS.try_with(|l| {
             if let Ok(mut l) = l.try_borrow_mut() {
-                if l.len() < 64 {
-                    l.push((id, taken));
+                if l.len() >= 64 {
+                    l.clear(); // loads that failed and never stopped
                 }
+                l.push((id, taken));
             }
         });
         return;

@@ -298,6 +298,7 @@ impl ProfilerCallback for Profiler {
 
     fn exception_catcher_enter(&self, id: FunctionID, _object: ObjectID) -> CallbackResult {
         activity_exception(false);
+        crate::sampler::cpu::activity_unwound();
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_ENTER, id))
     }
 

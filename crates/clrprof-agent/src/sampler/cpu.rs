@@ -480,6 +480,20 @@ pub fn activity_end(word: u64) {
     }
 }
 
+/// A managed `catch` runs on the calling thread (`ExceptionCatcherEnter`): work that never runs
+/// managed code (JIT compilations, type loads, ReadyToRun lookups) cannot be in progress under it,
+/// so such entries were left by a load that failed with an exception (whose stop event never
+/// came). The stack is cut at the oldest of them.
+pub fn activity_unwound() {
+    use clrprof_trace::runtime_activity as ra;
+    let Some(s) = current() else { return };
+    let d = (s.act_depth.load(Ordering::Relaxed) as usize).min(ACT_DEPTH);
+    let native_only = |w: u64| matches!(ra::unpack(w).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN);
+    if let Some(i) = (0..d).find(|&i| native_only(s.act[i].load(Ordering::Relaxed))) {
+        s.act_depth.store(i as u32, Ordering::Release);
+    }
+}
+
 /// Samples the calling thread's handler has taken so far (wrapping), None when the thread is
 /// not sampled.
 pub fn samples_taken() -> Option<u32> {
@@ -917,6 +931,60 @@ mod tests {
         // Not a frame pointer at all (the outermost frame's 0).
         w[28] = 0;
         assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
+    }
+
+    #[test]
+    fn runtime_activities_nest_and_failed_loads_are_cut_at_a_catch() {
+        use clrprof_trace::runtime_activity as ra;
+        let _g = serial();
+        // The test thread registers itself, as `ThreadAssignedToOSThread` does (no timer).
+        let me = crate::profiler::os_tid();
+        let (slot, _) = register_current(me, 0x7e57, None);
+        let slot = slot.expect("a slot");
+        let jit = ra::pack(ra::JIT, 0x10);
+        let load = ra::pack(ra::TYPE_LOAD, 7);
+        let asm = ra::pack(ra::ASSEMBLY_LOAD, 0x20);
+        assert_eq!(slot.activity(), 0);
+        activity_begin(asm);
+        activity_begin(jit);
+        activity_begin(load);
+        assert_eq!(slot.activity(), load, "the innermost wins");
+        activity_end(load);
+        assert_eq!(slot.activity(), jit);
+        activity_exception(true);
+        activity_gc(IN_GC, true);
+        assert_eq!(slot.activity(), ra::pack(ra::GC, 0), "a GC wins over everything");
+        activity_gc(IN_GC, false);
+        assert_eq!(slot.activity(), jit);
+        // A type load that failed (no stop) under the assembly load: cut at the catch.
+        activity_end(jit);
+        activity_begin(load);
+        assert_eq!(slot.activity(), load);
+        activity_exception(false);
+        activity_unwound();
+        assert_eq!(slot.activity(), asm, "the assembly load (which runs managed code) stays");
+        activity_end(ra::pack(ra::JIT, 0x99)); // unknown: ignored
+        assert_eq!(slot.activity(), asm);
+        activity_end(asm);
+        assert_eq!(slot.activity(), 0);
+        activity_exception(true);
+        assert_eq!(slot.activity(), ra::pack(ra::EXCEPTION, 0));
+        clear_exception_activity();
+        assert_eq!(slot.activity(), 0);
+        // Deeper than kept: counted, and unwound in order.
+        for i in 0..(ACT_DEPTH as u64 + 3) {
+            activity_begin(ra::pack(ra::JIT, i + 1));
+        }
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64));
+        for _ in 0..3 {
+            activity_end(0);
+        }
+        activity_end(ra::pack(ra::JIT, ACT_DEPTH as u64));
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1));
+        unregister(slot);
+        release(slot);
+        activity_begin(jit);
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1), "a released slot is not written");
     }
 
     #[test]
