@@ -101,7 +101,10 @@ impl ActivityNames {
         };
         Some(match kind {
             ra::JIT => named("[JIT]", self.functions.get(&id)),
-            ra::TYPE_LOAD => named("[type load]", u32::try_from(id).ok().and_then(|i| self.type_loads.get(&i))),
+            ra::TYPE_LOAD => {
+                let name = u32::try_from(id).ok().and_then(|i| self.type_loads.get(&i)).map(|n| tidy_type_name(n));
+                named("[type load]", name.as_ref())
+            }
             ra::ASSEMBLY_LOAD => named("[assembly load]", self.assemblies.get(&id)),
             ra::MODULE_LOAD => match self.modules.get(&id) {
                 Some((a, file)) => match self.assemblies.get(a) {
@@ -163,6 +166,30 @@ pub fn attribute(classes: &[FrameClass], has_activity: bool) -> Option<Vec<Optio
         out.extend((lead..classes.len()).map(Some));
     }
     Some(out)
+}
+
+/// A type name as the runtime's events write it (`Dictionary`2<A,B>`) in the profile's style
+/// (`Dictionary<A, B>`): arity markers dropped, a space after each comma.
+pub fn tidy_type_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '`' if chars.peek().is_some_and(|d| d.is_ascii_digit()) => {
+                while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+                    chars.next();
+                }
+            }
+            ',' => {
+                out.push_str(", ");
+                while chars.peek() == Some(&' ') {
+                    chars.next();
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The label of a rewritten run without a recorded activity (`jit`: the run has frames in the
@@ -247,5 +274,14 @@ mod tests {
         assert_eq!(n.label(ra::pack(ra::GC, 0)).as_deref(), Some("[GC]"));
         assert_eq!(n.label(ra::pack(ra::EXCEPTION, 0)).as_deref(), Some("[exception dispatch]"));
         assert_eq!(n.label(0), None);
+        let n = ActivityNames::of(
+            &p,
+            &HashMap::from([(9, "System.Collections.Generic.Dictionary`2<App.S1,App.S2>".into())]),
+        );
+        assert_eq!(
+            n.label(ra::pack(ra::TYPE_LOAD, 9)).as_deref(),
+            Some("[type load] System.Collections.Generic.Dictionary<App.S1, App.S2>")
+        );
+        assert_eq!(tidy_type_name("A`1<B`2<C,D>>[]"), "A<B<C, D>>[]");
     }
 }
