@@ -215,6 +215,7 @@ impl ProfileBuilder {
             | R::ExceptionPhase(_)
             | R::ExceptionCaught(_)
             | R::ExceptionMonitoring(_)
+            | R::ExceptionCount(_)
             | R::GcStarted(_)
             | R::GcFinished(_)
             | R::RuntimeSuspended(_)

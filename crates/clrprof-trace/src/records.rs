@@ -428,6 +428,10 @@ records! {
     /// A type load during which the thread was sampled (EventPipe `TypeLoadStop`): names the
     /// `runtime_activity::TYPE_LOAD` word `load_id` of those samples.
     83 TypeLoad { ts: u64, os_tid: u32, load_id: u32, class: u64, type_name: String }
+    /// Exceptions thrown in the process so far by the runtime's own count (EventPipe
+    /// `ExceptionThrown_V1`, delivered even while the exception callbacks are paused), written
+    /// when it changed, at the agent's flushes, while the exception rate limit is in force.
+    84 ExceptionCount { ts: u64, thrown: u64 }
 }
 
 /// What a thread was doing inside the runtime (`SampleStack.activity`): the kind in the top byte,

@@ -23,6 +23,8 @@ const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 const KEYWORD_GC: u64 = 0x1;
 const KEYWORD_CONTENTION: u64 = 0x4000;
 const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x0800_0000_0000;
+/// `Exception`: ExceptionThrown_V1, the runtime's count of throws while the callbacks are paused.
+const KEYWORD_EXCEPTION: u64 = 0x8000;
 /// `TypeDiagnostic`: TypeLoadStart/Stop, which bracket type loads for the sampler.
 const KEYWORD_TYPE_DIAGNOSTIC: u64 = 0x80_0000_0000;
 const LEVEL_INFORMATIONAL: u32 = 4;
@@ -34,6 +36,7 @@ const EVENT_ALLOCATION_SAMPLED: u32 = 303;
 const EVENT_CONTENTION_START: u32 = 81;
 const EVENT_CONTENTION_STOP: u32 = 91;
 const EVENT_TYPE_LOAD_START: u32 = 73;
+const EVENT_EXCEPTION_THROWN: u32 = 80;
 const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app runs.
@@ -52,6 +55,9 @@ pub fn start(s: &State, runtime_major: u16) {
     }
     if s.config.sampling {
         keywords |= KEYWORD_TYPE_DIAGNOSTIC;
+    }
+    if s.config.exceptions && !s.config.every_exception() {
+        keywords |= KEYWORD_EXCEPTION;
     }
     if s.config.alloc == AllocMode::Sampled {
         if runtime_major >= 10 {
@@ -285,6 +291,11 @@ fn type_load(s: &State, event_id: u32, data: &[u8]) {
 }
 
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
+    if event_id == EVENT_EXCEPTION_THROWN {
+        // Counted only (the callbacks, when on, record the details).
+        s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Ok(());
+    }
     if event_id == EVENT_TYPE_LOAD_START || event_id == EVENT_TYPE_LOAD_STOP {
         type_load(s, event_id, data);
         return Ok(());
