@@ -34,6 +34,17 @@ public static class Program
                 Thread.Sleep(300);
                 Environment.FailFast("deliberate failfast");
                 return 1;
+            case "failfast-early":
+                // Dies N ms into Main (default 20): before most of the agent's flushes.
+                Work.Chunk(1);
+                Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
+                Environment.FailFast("deliberate early failfast");
+                return 1;
+            case "throw-early":
+                // An unhandled exception N ms into Main (default 20).
+                Work.Chunk(1);
+                Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
+                throw new InvalidOperationException("deliberate early crash");
             case "quick":
                 return 3;
             case "unload":
