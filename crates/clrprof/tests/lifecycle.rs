@@ -142,12 +142,12 @@ fn crash_and_failfast_pass_their_status_through_and_keep_the_trace() {
     }
 }
 
-/// A process that dies 20 ms into `Main` (FailFast, or an unhandled exception: the runtime aborts
-/// without `Shutdown`, after resetting signal handlers) still leaves its assemblies and the names
-/// of the functions it ran: the agent flushes every few ms during start-up.
+/// A process that dies 20 ms into `Main` (FailFast, an unhandled exception or a stack overflow: the
+/// runtime aborts without `Shutdown`, after resetting signal handlers) still leaves its assemblies
+/// and the names of the functions it ran: the agent flushes every few ms during start-up.
 #[test]
 fn a_process_that_dies_within_50_ms_leaves_its_assemblies_and_functions() {
-    for mode in ["failfast-early", "throw-early"] {
+    for mode in ["failfast-early", "throw-early", "overflow-early"] {
         for round in 0..3 {
             let dir = scratch(&format!("{mode}-{round}"));
             let trace = dir.join("t.clrprof");
@@ -159,6 +159,9 @@ fn a_process_that_dies_within_50_ms_leaves_its_assemblies_and_functions() {
             find(&v, "assemblies", "System.Private.CoreLib");
             find(&v, "functions", "Program.Main");
             find(&v, "functions", "Work.Chunk");
+            if mode == "overflow-early" {
+                find(&v, "functions", "Overflow.Down");
+            }
             let _ = std::fs::remove_dir_all(dir);
         }
     }
