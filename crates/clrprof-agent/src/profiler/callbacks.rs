@@ -149,6 +149,8 @@ impl ProfilerCallback for Profiler {
 
     fn class_unload_started(&self, id: ClassID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        // Exact allocation counts of the class are named and written before its name is forgotten.
+        s.events.alloc.unloading(id, &s.names, &s.writer, s.now());
         s.names.forget_class(id);
         crate::events::eventpipe::forget_class(s, id as u64);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
