@@ -2,6 +2,12 @@
 // interrupted or killed, crashing, failing fast and exiting early.
 using System.Runtime.CompilerServices;
 
+public static class Overflow
+{
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static int Down(int n) => n == 0 ? 0 : Down(n + 1) + 1;
+}
+
 public static class Program
 {
     public static int Main(string[] args)
@@ -34,6 +40,22 @@ public static class Program
                 Thread.Sleep(300);
                 Environment.FailFast("deliberate failfast");
                 return 1;
+            case "failfast-early":
+                // Dies N ms into Main (default 20): before most of the agent's flushes.
+                Work.Chunk(1);
+                Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
+                Environment.FailFast("deliberate early failfast");
+                return 1;
+            case "throw-early":
+                // An unhandled exception N ms into Main (default 20).
+                Work.Chunk(1);
+                Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
+                throw new InvalidOperationException("deliberate early crash");
+            case "overflow-early":
+                // A stack overflow N ms into Main (default 20): the runtime prints it and aborts.
+                Work.Chunk(1);
+                Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
+                return Overflow.Down(1);
             case "quick":
                 return 3;
             case "unload":

@@ -27,6 +27,12 @@
 //!   walking thread outside any signal handler, only push into a vector bounded by a frame limit.
 //!   Should one panic all the same, Rust aborts the process at the `extern` boundary (unwinding out
 //!   of an `extern "C"`/`"system"` function aborts): a crash that is loud, never memory corruption.
+//!   The signal handler also reads the thread's runtime activity (`sampler::cpu::Slot::activity`:
+//!   atomic loads of a fixed array, index clamped), which the thread's own callbacks write through
+//!   `sampler::cpu::activity_begin/end` — caught callbacks, no allocation, one thread-local read.
+//! - **Agent threads** (the writer, the sampler): a panic ends only that thread; the sampler's
+//!   walks hold the runtime suspended through a guard that resumes it on every exit, unwinding
+//!   included (`sampler::wall`), so the app never stays stopped.
 
 pub mod config;
 pub mod elt;

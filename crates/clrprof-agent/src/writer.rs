@@ -193,6 +193,8 @@ pub struct Writer {
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     flush_interval: Duration,
+    /// When the writer was created: it flushes more often in the process's first moments.
+    created: std::time::Instant,
     /// Work the writer thread does before each flush (deferred lookups, publishing aggregates).
     ticks: Mutex<Vec<Tick>>,
     pub records: AtomicU64,
@@ -200,6 +202,10 @@ pub struct Writer {
     pub dropped_bytes: AtomicU64,
     pub written_bytes: AtomicU64,
 }
+
+/// How long after start-up the writer flushes every [`EARLY_FLUSH`] at most.
+const EARLY: Duration = Duration::from_secs(2);
+const EARLY_FLUSH: Duration = Duration::from_millis(5);
 
 thread_local! {
     /// The thread's buffer and the id of the writer it belongs to: after an attach session ends
@@ -223,6 +229,7 @@ impl Writer {
             stopping: AtomicBool::new(false),
             thread: Mutex::new(None),
             flush_interval,
+            created: std::time::Instant::now(),
             ticks: Mutex::new(Vec::new()),
             records: AtomicU64::new(0),
             dropped_records: AtomicU64::new(0),
@@ -306,7 +313,16 @@ impl Writer {
                 break;
             }
             if let Ok(g) = self.wake_lock.lock() {
-                let _ = self.wake.wait_timeout(g, self.flush_interval);
+                // A process that dies in its first moments (`Environment.FailFast`, an unhandled
+                // exception: the runtime aborts without `Shutdown`, and resets signal handlers first)
+                // keeps what the last flush wrote, so start-up flushes often: its assemblies and the
+                // names of its first functions reach the file within a few ms.
+                let interval = if self.created.elapsed() < EARLY {
+                    self.flush_interval.min(EARLY_FLUSH)
+                } else {
+                    self.flush_interval
+                };
+                let _ = self.wake.wait_timeout(g, interval);
             }
         }
     }

@@ -215,6 +215,7 @@ impl ProfileBuilder {
             | R::ExceptionPhase(_)
             | R::ExceptionCaught(_)
             | R::ExceptionMonitoring(_)
+            | R::ExceptionCount(_)
             | R::GcStarted(_)
             | R::GcFinished(_)
             | R::RuntimeSuspended(_)
@@ -249,6 +250,7 @@ impl ProfileBuilder {
             }
             R::SamplingStart(_)
             | R::CodeRange(_)
+            | R::TypeLoad(_)
             | R::NativeMapping(_)
             | R::SampleStack(_)
             | R::CpuSample(_)

@@ -7,6 +7,7 @@ pub mod codemap;
 pub mod events;
 pub mod instrumented;
 mod profile;
+pub mod runtime;
 pub mod samples;
 pub mod stacks;
 pub mod time;

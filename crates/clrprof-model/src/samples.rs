@@ -9,6 +9,7 @@ use clrprof_trace::Record;
 
 use crate::codemap::CodeMap;
 use crate::profile::Profile;
+use crate::runtime::FrameClass;
 use crate::stacks::{Cost, FrameId, FrameKey, StackId};
 use crate::time::TimeRange;
 
@@ -124,12 +125,15 @@ pub struct TimedSample {
 pub struct SampleData {
     summary: Sampling,
     mappings: Vec<Mapping>,
-    defs: Vec<(Vec<u64>, Vec<u64>)>,
+    /// Stack definitions: IPs, FunctionIDs, runtime activity.
+    defs: Vec<(Vec<u64>, Vec<u64>, u64)>,
     ids: HashMap<u32, usize>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
     code: Vec<(u64, u64, u64)>,
+    /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
+    type_loads: HashMap<u32, String>,
 }
 
 impl SampleData {
@@ -147,9 +151,12 @@ impl SampleData {
                 build_id: m.build_id.clone(),
             }),
             Record::CodeRange(c) => self.code.push((c.start, c.size, c.id)),
+            Record::TypeLoad(t) => {
+                self.type_loads.insert(t.load_id, t.type_name.clone());
+            }
             Record::SampleStack(s) => {
                 self.ids.insert(s.id, self.defs.len());
-                self.defs.push((s.ips.clone(), s.functions.clone()));
+                self.defs.push((s.ips.clone(), s.functions.clone(), s.activity));
             }
             Record::CpuSample(s) => {
                 let def = self.def(s.stack);
@@ -193,7 +200,7 @@ impl SampleData {
             return d;
         }
         self.ids.insert(id, self.defs.len());
-        self.defs.push((Vec::new(), Vec::new()));
+        self.defs.push((Vec::new(), Vec::new(), 0));
         self.defs.len() - 1
     }
 
@@ -204,6 +211,7 @@ impl SampleData {
         let mut mappings = self.mappings.clone();
         mappings.sort_by_key(|m| (m.start, m.end));
         let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: HashMap::new() };
+        let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
         let mut costs: HashMap<(u32, usize), Cost> = HashMap::new();
@@ -231,14 +239,32 @@ impl SampleData {
         let mut addresses = HashMap::new();
         for ((tid, def), cost) in entries {
             let s = *stack_of.entry(def).or_insert_with(|| {
-                let (ips, fns) = &self.defs[def];
+                let (ips, fns, activity) = &self.defs[def];
                 let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len().max(1));
+                let mut classes: Vec<FrameClass> = Vec::with_capacity(ips.len());
+                // Whether the leaf's non-managed run has frames in the JIT's library.
+                let mut jit = false;
                 for (i, &ip) in ips.iter().enumerate() {
                     let function = fns.get(i).copied().unwrap_or(0);
                     let (key, addr) = resolver.frame(ip, i > 0, function);
                     // Runs of unnamed code of one module (stripped libraries) collapse into one
                     // frame: they cannot be told apart anyway.
                     let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
+                    let class = match &key {
+                        FrameKey::Function(_) => FrameClass::Managed,
+                        FrameKey::Native { module, symbol } => {
+                            let runtime = crate::runtime::is_runtime_library(module);
+                            jit |= classes.iter().all(|c| *c != FrameClass::Managed)
+                                && module == crate::runtime::JIT_LIBRARY;
+                            if symbol.is_empty() {
+                                FrameClass::Unnamed { runtime }
+                            } else {
+                                FrameClass::Named { runtime }
+                            }
+                        }
+                        FrameKey::Label(_) if ip == 0 => FrameClass::NoIp,
+                        FrameKey::Label(_) => FrameClass::Unmapped,
+                    };
                     let f = p.costs.stacks.intern_frame(key);
                     if let Some(a) = addr {
                         addresses.entry(f).or_insert(a);
@@ -247,6 +273,15 @@ impl SampleData {
                         continue;
                     }
                     frames.push(f);
+                    classes.push(class);
+                }
+                // The runtime's own code named by what the thread was doing (`crate::runtime`).
+                let label = activity_names.label(*activity);
+                if let Some(keep) = crate::runtime::attribute(&classes, label.is_some()) {
+                    let label = label.unwrap_or_else(|| crate::runtime::fallback_label(&classes, jit).to_string());
+                    let lf = p.costs.stacks.intern_frame(FrameKey::Label(label));
+                    p.costs.stacks.frames[lf.0 as usize].module = crate::runtime::RUNTIME_MODULE.to_string();
+                    frames = keep.into_iter().map(|k| k.map_or(lf, |i| frames[i])).collect();
                 }
                 if frames.is_empty() {
                     // A wall sample of a thread the runtime could not walk (no managed frames yet,
@@ -447,11 +482,11 @@ mod tests {
             }
             .into(),
             // leaf adler32_z ← App.Work ← App.Main (return addresses point after the calls)
-            SampleStack { id: 1, ips: vec![0x7000_0410, 0x2010, 0x1020], functions: vec![] }.into(),
-            SampleStack { id: 2, ips: vec![0x2050, 0x1020], functions: vec![] }.into(),
-            SampleStack { id: 3, ips: vec![0xdead_0000, 0x1001], functions: vec![] }.into(),
+            SampleStack { id: 1, ips: vec![0x7000_0410, 0x2010, 0x1020], functions: vec![], activity: 0 }.into(),
+            SampleStack { id: 2, ips: vec![0x2050, 0x1020], functions: vec![], activity: 0 }.into(),
+            SampleStack { id: 3, ips: vec![0xdead_0000, 0x1001], functions: vec![], activity: 0 }.into(),
             // a walked stack: FunctionIDs given
-            SampleStack { id: 4, ips: vec![0, 0x1030], functions: vec![0, 10] }.into(),
+            SampleStack { id: 4, ips: vec![0, 0x1030], functions: vec![0, 10], activity: 0 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
             CpuSample { ts: 5, os_tid: 8, stack: 3, count: 2, cpu_ns: 20 }.into(),
@@ -473,7 +508,8 @@ mod tests {
         assert_eq!(by_name("App.Work").self_cost.cpu_samples, 1);
         assert_eq!(by_name("App.Work").inclusive.cpu_samples, 4);
         assert_eq!(by_name("App.Main").inclusive.cpu_ns, 60);
-        assert_eq!(by_name("UNKNOWN").self_cost.cpu_samples, 2, "an IP in no code range or mapping");
+        assert_eq!(by_name("[stub]").self_cost.cpu_samples, 2, "an IP in no code range or mapping");
+        assert_eq!(by_name("[stub]").inclusive.cpu_samples, 2);
         assert_eq!(by_name("UNKNOWN").self_cost.wall_samples, 5, "the native run of a walk");
         assert_eq!(by_name("App.Main").inclusive.wall_ns, 50);
         let f = rows.iter().find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == "libz.so.1!adler32_z").unwrap();

@@ -343,6 +343,8 @@ pub struct ExceptionSamplingDoc {
     pub sampled: bool,
     pub observed: u64,
     pub estimated_total: u64,
+    /// Throws by the runtime's own count (null when the trace has none).
+    pub runtime_total: Option<u64>,
     pub first_pause_ns: u64,
     pub paused_ns: u64,
     pub window_ns: u64,
@@ -626,6 +628,7 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
                 sampled: sm.sampled,
                 observed: sm.observed,
                 estimated_total: sm.estimated_total,
+                runtime_total: sm.runtime_total,
                 first_pause_ns: sm.first_pause_ns,
                 paused_ns: sm.paused_ns,
                 window_ns: sm.window_ns,

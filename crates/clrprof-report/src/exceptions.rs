@@ -13,12 +13,22 @@ pub fn render(p: &Profile) -> String {
         clrprof_query::events::exception_totals(p);
     let sm = &p.events.exception_sampling;
     if sm.sampled {
+        let thrown = match sm.runtime_total {
+            Some(n) => format!("{n} exceptions thrown (the runtime's own count),"),
+            None => format!("about {thrown} exceptions thrown,"),
+        };
+        let scaled = if sm.runtime_total.is_some() {
+            "the rows' counts (marked ~) share\nthe runtime's count of throws in the proportions the windows saw \
+             (types, sites and catches are estimates)."
+        } else {
+            "the windows' counts were scaled to the paused time (rows marked ~; callbacks slow\nthrowing down in the \
+             windows, so in code that does little but throw the estimates are low)."
+        };
         out += &format!(
-            "\nabout {thrown} exceptions thrown, about {caught} caught, {uncaught} uncaught — ESTIMATES: an exception \
+            "\n{thrown} about {caught} caught, {uncaught} uncaught — ESTIMATES: an exception \
              storm\nfrom {:.3} s on: every exception was observed up to a budget (a burst of {}, then {}/s), \
              then the\nruntime's exception callbacks were paused for {:.3} s and sampled in windows totalling {:.3} s; \
-             {} exceptions\nwere observed and the windows' counts were scaled to the paused time (rows marked ~; \
-             callbacks slow\nthrowing down in the windows, so in code that does little but throw the estimates are low). \
+             {} exceptions\nwere observed and {scaled} \
              {} observed\nexceptions were in flight when a pause began (catch not followed; in no row). \
              `record --exact-exceptions` observes\nevery exception (it slows a throw-heavy app by 35–45%).\n",
             sm.first_pause_ns as f64 / 1e9,

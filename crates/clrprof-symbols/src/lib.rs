@@ -30,6 +30,8 @@ struct Parsed {
     symbols: FileSymbols,
     /// Empty when the file has no build-id note.
     build_id: Vec<u8>,
+    /// The file name in its `.gnu_debuglink` section (the separate debug file), if any.
+    debuglink: Option<String>,
 }
 
 /// Why a file could not be used.
@@ -44,6 +46,13 @@ impl FileSymbols {
     fn parse(data: &[u8]) -> Result<Parsed, String> {
         let file = object::File::parse(data).map_err(|e| e.to_string())?;
         let build_id = file.build_id().ok().flatten().unwrap_or_default().to_vec();
+        let debuglink = file
+            .gnu_debuglink()
+            .ok()
+            .flatten()
+            .and_then(|(name, _crc)| std::str::from_utf8(name).ok())
+            .filter(|n| !n.is_empty() && !n.contains('/'))
+            .map(String::from);
         let segments = file
             .segments()
             .map(|s| {
@@ -60,21 +69,30 @@ impl FileSymbols {
             .collect();
         symbols.sort();
         symbols.dedup_by_key(|s| s.0);
-        Ok(Parsed { symbols: FileSymbols { segments, symbols }, build_id })
+        Ok(Parsed { symbols: FileSymbols { segments, symbols }, build_id, debuglink })
     }
 
-    /// The symbols of the file at `path` when its build-id is `build_id` (any build-id when
-    /// `build_id` is empty).
-    fn read_matching(path: &Path, build_id: &[u8]) -> Result<FileSymbols, Unusable> {
+    /// The file at `path` parsed, when its build-id is `build_id` (any build-id when `build_id` is
+    /// empty).
+    fn read_matching(path: &Path, build_id: &[u8]) -> Result<Parsed, Unusable> {
         let data =
             std::fs::read(path).map_err(|e| Unusable::Unreadable(format!("cannot read {} ({e})", path.display())))?;
         let parsed = FileSymbols::parse(&data)
             .map_err(|e| Unusable::Unreadable(format!("{} is not an ELF file ({e})", path.display())))?;
         if build_id.is_empty() || parsed.build_id == build_id {
-            Ok(parsed.symbols)
+            Ok(parsed)
         } else {
             Err(Unusable::OtherBuild(parsed.build_id))
         }
+    }
+
+    /// Adds the function symbols of a separate debug file of the same build (a stripped library
+    /// keeps only its exported symbols; its debug file has them all). The library's own segments
+    /// stay: a debug file's segments have no file contents.
+    fn merge(&mut self, debug: FileSymbols) {
+        self.symbols.extend(debug.symbols);
+        self.symbols.sort();
+        self.symbols.dedup_by_key(|s| s.0);
     }
 
     fn lookup(&self, file_offset: u64) -> Option<(String, u64)> {
@@ -144,11 +162,43 @@ impl ElfSymbols {
         ElfSymbols { debug_dirs, files: HashMap::new(), diagnostics: BTreeMap::new() }
     }
 
-    /// The symbols for a recorded file: the file at `path` when it is the recorded build, else a
-    /// debug file of that build; `None` (with a diagnostic) when there is neither.
+    /// Separate debug files that may belong to the file at `path`, in the order GDB looks: by
+    /// build-id under the debug directories, then by its `.gnu_debuglink` name beside it, in
+    /// `.debug/` beside it, and under each debug directory followed by the file's directory.
+    fn debug_candidates(&self, path: &Path, build_id: &[u8], debuglink: Option<&str>) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = self.debug_dirs.iter().filter_map(|d| debug_file_path(d, build_id)).collect();
+        if let (Some(link), Some(dir)) = (debuglink, path.parent()) {
+            out.push(dir.join(link));
+            out.push(dir.join(".debug").join(link));
+            for d in &self.debug_dirs {
+                out.push(d.join(dir.strip_prefix("/").unwrap_or(dir)).join(link));
+            }
+        }
+        out.retain(|p| p != path);
+        out
+    }
+
+    /// The symbols of the first debug file among `candidates` whose build-id is `build_id`.
+    fn debug_symbols(candidates: &[PathBuf], build_id: &[u8]) -> Option<FileSymbols> {
+        if build_id.is_empty() {
+            return None; // nothing to prove the debug file is of this build
+        }
+        candidates.iter().find_map(|c| FileSymbols::read_matching(c, build_id).ok()).map(|p| p.symbols)
+    }
+
+    /// The symbols for a recorded file: the file at `path` when it is the recorded build (with the
+    /// symbols of its separate debug file when one is installed), else a debug file of that build;
+    /// `None` (with a diagnostic) when there is neither.
     fn open(&mut self, path: &str, build_id: &[u8]) -> Option<FileSymbols> {
         let why = match FileSymbols::read_matching(Path::new(path), build_id) {
-            Ok(f) => return Some(f),
+            Ok(parsed) => {
+                let mut f = parsed.symbols;
+                let candidates = self.debug_candidates(Path::new(path), &parsed.build_id, parsed.debuglink.as_deref());
+                if let Some(debug) = Self::debug_symbols(&candidates, &parsed.build_id) {
+                    f.merge(debug);
+                }
+                return Some(f);
+            }
             // An old trace (no recorded build-id) and a file that is gone: nothing to say, as before.
             Err(_) if build_id.is_empty() => return None,
             Err(Unusable::Unreadable(why)) => why,
@@ -162,7 +212,7 @@ impl ElfSymbols {
         for dir in &self.debug_dirs {
             let Some(debug) = debug_file_path(dir, build_id) else { continue };
             if let Ok(f) = FileSymbols::read_matching(&debug, build_id) {
-                return Some(f);
+                return Some(f.symbols);
             }
         }
         let module = path.rsplit('/').next().unwrap_or(path);
@@ -299,5 +349,55 @@ mod tests {
         assert_eq!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"), "core::ptr::drop_in_place");
         assert_eq!(demangle("_ZN10MethodDesc7GetNameEv"), "MethodDesc::GetName()");
         assert_eq!(demangle("memcpy"), "memcpy");
+    }
+
+    /// Builds a shared library with a local (non-exported) function, strips it down to its exported
+    /// symbols and keeps the rest in a separate debug file named by `.gnu_debuglink`, as runtime
+    /// packages ship `libcoreclr.so` with `libcoreclr.so.dbg`. None when no C toolchain is there.
+    fn stripped_library(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+        let run = |cmd: &str, args: &[&str]| {
+            std::process::Command::new(cmd)
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        std::fs::write(
+            dir.join("work.c"),
+            "static int __attribute__((noinline)) hidden_work(int n) { int s = 0; for (int i = 0; i < n; i++) s += i * i; return s; }\n\
+             int exported_entry(int n) { return hidden_work(n) + 1; }\n",
+        )
+        .ok()?;
+        let ok = run("cc", &["-O1", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-o", "libwork.so", "work.c"])
+            && run("objcopy", &["--only-keep-debug", "libwork.so", "libwork.so.dbg"])
+            && run("strip", &["--strip-unneeded", "libwork.so"])
+            && run("objcopy", &["--add-gnu-debuglink=libwork.so.dbg", "libwork.so"]);
+        ok.then(|| (dir.join("libwork.so"), dir.join("libwork.so.dbg")))
+    }
+
+    #[test]
+    fn a_stripped_library_is_named_from_its_debuglink_debug_file() {
+        let dir = scratch("debuglink");
+        let Some((lib, dbg)) = stripped_library(&dir) else { return };
+        let parsed = FileSymbols::parse(&std::fs::read(&lib).unwrap()).unwrap();
+        assert_eq!(parsed.debuglink.as_deref(), Some("libwork.so.dbg"));
+        assert!(!parsed.symbols.symbols.iter().any(|s| s.2 == "hidden_work"), "stripped");
+        let full = FileSymbols::parse(&std::fs::read(&dbg).unwrap()).unwrap();
+        let &(addr, size, _) = full.symbols.symbols.iter().find(|s| s.2 == "hidden_work").expect("in the debug file");
+        let &(off, _, vaddr) =
+            parsed.symbols.segments.iter().find(|&&(_, n, v)| v <= addr && addr < v + n).expect("a segment");
+        let at = addr - vaddr + off + size / 2;
+        let path = lib.to_str().unwrap();
+        let mut e = ElfSymbols::with_debug_dirs(vec![dir.join("none")]);
+        assert_eq!(e.symbol(path, &parsed.build_id, at).map(|s| s.0), Some("hidden_work".to_string()));
+        assert!(e.diagnostics().is_empty());
+        // A debug file of another build is not used.
+        let mut data = std::fs::read(&dbg).unwrap();
+        let i = data.windows(parsed.build_id.len()).position(|w| w == parsed.build_id).unwrap();
+        data[i] ^= 1;
+        std::fs::write(&dbg, data).unwrap();
+        let mut e = ElfSymbols::with_debug_dirs(vec![dir.join("none")]);
+        assert_eq!(e.symbol(path, &parsed.build_id, at), None);
     }
 }

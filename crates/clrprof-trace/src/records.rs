@@ -285,7 +285,14 @@ records! {
     /// A sampled stack, leaf first, interned by `id` (a later definition of the same id replaces
     /// the earlier one). `functions` is empty (resolve `ips` through code ranges and mappings) or
     /// has one FunctionID per frame, 0 where the walker had none.
-    52 SampleStack { id: u32, ips: Vec<u64>, functions: Vec<u64> }
+    52 SampleStack {
+        id: u32,
+        ips: Vec<u64>,
+        functions: Vec<u64>,
+        /// What the thread was doing in the runtime when it was sampled (see [`runtime_activity`]):
+        /// 0 when nothing was recorded (and in traces written before the field existed).
+        activity: u64,
+    }
     /// `count` CPU-time samples of one thread with one stack, standing for `cpu_ns` of the
     /// thread's CPU time (measured from its CPU clock, spread over its samples).
     53 CpuSample { ts: u64, os_tid: u32, stack: u32, count: u32, cpu_ns: u64 }
@@ -420,6 +427,48 @@ records! {
         mode: u8,
         /// Throws the agent had seen in all, when the mode changed.
         observed: u64,
+    }
+    /// A type load during which the thread was sampled (EventPipe `TypeLoadStop`): names the
+    /// `runtime_activity::TYPE_LOAD` word `load_id` of those samples.
+    83 TypeLoad { ts: u64, os_tid: u32, load_id: u32, class: u64, type_name: String }
+    /// Exceptions thrown in the process so far by the runtime's own count (EventPipe
+    /// `ExceptionThrown_V1`, delivered even while the exception callbacks are paused), written
+    /// when it changed, at the agent's flushes, while the exception rate limit is in force.
+    84 ExceptionCount { ts: u64, thrown: u64 }
+}
+
+/// What a thread was doing inside the runtime (`SampleStack.activity`): the kind in the top byte,
+/// the subject's runtime id (FunctionID, ClassID, AssemblyID, ModuleID; 0 for none) in the low 56
+/// bits. Set by the agent between the runtime's own start and finish callbacks on that thread;
+/// readers name the runtime's native code of such a sample by it (`[JIT] Namespace.Type.Method`).
+pub mod runtime_activity {
+    /// JIT compilation of a function (`JITCompilationStarted` … `Finished`), id = FunctionID.
+    pub const JIT: u8 = 1;
+    /// A type load (EventPipe `TypeLoadStart` … `TypeLoadStop`), id = the runtime's
+    /// `TypeLoadStartID`, named by a [`TypeLoad`](crate::TypeLoad) record.
+    pub const TYPE_LOAD: u8 = 2;
+    /// An assembly load (`AssemblyLoadStarted` … `Finished`), id = AssemblyID.
+    pub const ASSEMBLY_LOAD: u8 = 3;
+    /// A module load (`ModuleLoadStarted` … `Finished`), id = ModuleID.
+    pub const MODULE_LOAD: u8 = 4;
+    /// A garbage collection, or the runtime suspension for one, on the thread doing it.
+    pub const GC: u8 = 5;
+    /// Exception dispatch: from `ExceptionThrown` to `ExceptionCatcherEnter` on that thread.
+    pub const EXCEPTION: u8 = 6;
+    /// Preparing a function's precompiled (ReadyToRun) code for its first call: the image lookup and
+    /// its fixups (`JITCachedFunctionSearchStarted` … `Finished`), id = FunctionID.
+    pub const READY_TO_RUN: u8 = 7;
+
+    const ID_MASK: u64 = (1 << 56) - 1;
+
+    /// The packed activity word.
+    pub fn pack(kind: u8, id: u64) -> u64 {
+        (kind as u64) << 56 | (id & ID_MASK)
+    }
+
+    /// (kind, id) of an activity word.
+    pub fn unpack(word: u64) -> (u8, u64) {
+        ((word >> 56) as u8, word & ID_MASK)
     }
 }
 

@@ -142,6 +142,31 @@ fn crash_and_failfast_pass_their_status_through_and_keep_the_trace() {
     }
 }
 
+/// A process that dies 20 ms into `Main` (FailFast, an unhandled exception or a stack overflow: the
+/// runtime aborts without `Shutdown`, after resetting signal handlers) still leaves its assemblies
+/// and the names of the functions it ran: the agent flushes every few ms during start-up.
+#[test]
+fn a_process_that_dies_within_50_ms_leaves_its_assemblies_and_functions() {
+    for mode in ["failfast-early", "throw-early", "overflow-early"] {
+        for round in 0..3 {
+            let dir = scratch(&format!("{mode}-{round}"));
+            let trace = dir.join("t.clrprof");
+            let out = record("Lifecycle", &[mode, "20"], &trace, &[]);
+            assert!(!out.status.success(), "{mode} ends the process: {}", text(&out.stderr));
+            let v = report_json(&trace);
+            assert_eq!(v["process"]["signal"], 6, "{mode} aborts: {}", v["process"]);
+            find(&v, "assemblies", "Lifecycle");
+            find(&v, "assemblies", "System.Private.CoreLib");
+            find(&v, "functions", "Program.Main");
+            find(&v, "functions", "Work.Chunk");
+            if mode == "overflow-early" {
+                find(&v, "functions", "Overflow.Down");
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 #[test]
 fn a_target_that_exits_at_once_gives_a_trace() {
     let dir = scratch("quick");

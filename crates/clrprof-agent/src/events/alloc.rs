@@ -41,6 +41,27 @@ impl ExactCounts {
     }
 }
 
+impl ExactCounts {
+    /// A class is about to unload (`ClassUnloadStarted`, the id still valid): its counts not yet
+    /// drained are written now, named through the one class-name cache while the runtime can still
+    /// name it (the caller then forgets the name). Later allocations of a reused id start afresh.
+    pub fn unloading(&self, class: ClassID, names: &Names, writer: &Writer, ts: u64) {
+        let (mut count, mut bytes) = (0u64, 0u64);
+        for sh in &self.shards {
+            if let Ok(mut m) = sh.lock() {
+                if let Some((n, b)) = m.remove(&class) {
+                    count += n;
+                    bytes += b;
+                }
+            }
+        }
+        if count > 0 {
+            let type_name = names.class_name(class).to_string();
+            writer.emit(&AllocationCounts { ts, class: class as u64, type_name, count, bytes }.into());
+        }
+    }
+}
+
 pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult {
     let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
     let shard = &s.events.alloc.shards[os_tid() as usize % SHARDS];

@@ -23,6 +23,10 @@ const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 const KEYWORD_GC: u64 = 0x1;
 const KEYWORD_CONTENTION: u64 = 0x4000;
 const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x0800_0000_0000;
+/// `Exception`: ExceptionThrown_V1, the runtime's count of throws while the callbacks are paused.
+const KEYWORD_EXCEPTION: u64 = 0x8000;
+/// `TypeDiagnostic`: TypeLoadStart/Stop, which bracket type loads for the sampler.
+const KEYWORD_TYPE_DIAGNOSTIC: u64 = 0x80_0000_0000;
 const LEVEL_INFORMATIONAL: u32 = 4;
 const LEVEL_VERBOSE: u32 = 5;
 
@@ -31,6 +35,9 @@ const EVENT_ALLOCATION_TICK: u32 = 10;
 const EVENT_ALLOCATION_SAMPLED: u32 = 303;
 const EVENT_CONTENTION_START: u32 = 81;
 const EVENT_CONTENTION_STOP: u32 = 91;
+const EVENT_TYPE_LOAD_START: u32 = 73;
+const EVENT_EXCEPTION_THROWN: u32 = 80;
+const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app
 /// runs. Returns the session's id.
@@ -46,6 +53,12 @@ pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
     }
     if s.config.locks {
         keywords |= KEYWORD_CONTENTION;
+    }
+    if s.config.sampling {
+        keywords |= KEYWORD_TYPE_DIAGNOSTIC;
+    }
+    if s.config.exceptions && !s.config.every_exception() {
+        keywords |= KEYWORD_EXCEPTION;
     }
     if s.config.alloc == AllocMode::Sampled {
         if runtime_major >= 10 {
@@ -230,7 +243,68 @@ pub fn forget_class(s: &State, class: u64) {
     }
 }
 
+/// `TypeLoadStart` {u32 TypeLoadStartID, u16 ClrInstanceID} and `TypeLoadStop` {u32
+/// TypeLoadStartID, u16 ClrInstanceID, u16 LoadLevel, u64 TypeID, UTF-16z TypeName}: the thread's
+/// type load activity for the sampler; a `TypeLoad` record names it when a sample was taken
+/// during the load.
+fn type_load(s: &State, event_id: u32, data: &[u8]) {
+    use crate::sampler::cpu;
+    use clrprof_trace::runtime_activity as ra;
+    thread_local! {
+        /// Type loads in progress on this thread: (TypeLoadStartID, samples taken at the start).
+        static LOADS: std::cell::RefCell<Vec<(u32, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let mut p = Payload { b: data, at: 0 };
+    let Some(id) = p.u32() else { return };
+    if event_id == EVENT_TYPE_LOAD_START {
+        let Some(taken) = cpu::samples_taken() else { return };
+        cpu::activity_begin(ra::pack(ra::TYPE_LOAD, id as u64));
+        let _ = LOADS.try_with(|l| {
+            if let Ok(mut l) = l.try_borrow_mut() {
+                if l.len() >= 64 {
+                    l.clear(); // loads that failed and never stopped
+                }
+                l.push((id, taken));
+            }
+        });
+        return;
+    }
+    cpu::activity_end(ra::pack(ra::TYPE_LOAD, id as u64));
+    let start = LOADS
+        .try_with(|l| {
+            let mut l = l.try_borrow_mut().ok()?;
+            let i = l.iter().rposition(|e| e.0 == id)?;
+            let start = l[i].1;
+            l.truncate(i);
+            Some(start)
+        })
+        .ok()
+        .flatten();
+    let (Some(start), Some(now)) = (start, cpu::samples_taken()) else { return };
+    if now == start {
+        return; // not sampled during the load: nothing to name
+    }
+    let mut q = || -> Option<(u64, String)> {
+        let _clr = p.u16()?;
+        let _level = p.u16()?;
+        let class = p.u64()?;
+        Some((class, p.utf16z()?))
+    };
+    if let Some((class, type_name)) = q() {
+        s.emit(clrprof_trace::TypeLoad { ts: s.now(), os_tid: os_tid(), load_id: id, class, type_name });
+    }
+}
+
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
+    if event_id == EVENT_EXCEPTION_THROWN {
+        // Counted only (the callbacks, when on, record the details).
+        s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Ok(());
+    }
+    if event_id == EVENT_TYPE_LOAD_START || event_id == EVENT_TYPE_LOAD_STOP {
+        type_load(s, event_id, data);
+        return Ok(());
+    }
     // One lookup per sample: whether the type's name was written, and whether to walk this one.
     // The stack walk is most of the cost of a sample (about 10 µs inside the allocation path): the
     // first samples of each type are walked, then one in `WALK_EVERY`; type totals use every sample

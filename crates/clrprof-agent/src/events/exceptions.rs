@@ -14,8 +14,8 @@ use std::sync::Mutex;
 
 use clrprof_sys::{monitor, CallbackResult, ClassID, FunctionID, ObjectID};
 use clrprof_trace::{
-    exception_monitoring as mode, exception_phase, ExceptionCaught, ExceptionMonitoring, ExceptionPhase,
-    ExceptionThrown,
+    exception_monitoring as mode, exception_phase, ExceptionCaught, ExceptionCount, ExceptionMonitoring,
+    ExceptionPhase, ExceptionThrown,
 };
 
 use crate::profiler::{os_tid, State};
@@ -32,6 +32,10 @@ const PAUSE_NS: u64 = mode::PAUSE_NS;
 pub struct Limiter {
     /// Throws seen by the `ExceptionThrown` callback.
     observed: AtomicU64,
+    /// Throws counted from the runtime's `ExceptionThrown_V1` events (every one, paused or not),
+    /// and the count last written.
+    pub runtime_thrown: AtomicU64,
+    runtime_written: AtomicU64,
     /// Bumped each time the callbacks come back: steps of an exception thrown in an earlier epoch
     /// were partly missed, so its catch is not reported.
     epoch: AtomicU32,
@@ -53,6 +57,10 @@ struct Control {
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
     pub fn tick(&self, s: &State, w: &Writer) {
+        let thrown = self.runtime_thrown.load(Ordering::Relaxed);
+        if self.runtime_written.swap(thrown, Ordering::Relaxed) != thrown {
+            w.write_now(&[ExceptionCount { ts: s.now(), thrown }.into()]);
+        }
         let Ok(mut c) = self.ctl.lock() else { return };
         if c.disabled {
             return;
@@ -90,6 +98,10 @@ impl Limiter {
         };
         let Some(next) = next else { return };
         let callbacks_on = next != mode::PAUSED;
+        if !callbacks_on {
+            // The catches that end the threads' exception dispatches will not be seen.
+            crate::sampler::cpu::clear_exception_activity();
+        }
         if let Err(e) = set_callbacks(s, callbacks_on) {
             crate::log_warn!(
                 "cannot switch exception callbacks {}: {e}; every exception stays observed",

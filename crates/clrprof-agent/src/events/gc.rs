@@ -12,6 +12,11 @@ use crate::profiler::{os_tid, State};
 const SUSPEND_FOR_GC: u32 = 1;
 const SUSPEND_FOR_GC_PREP: u32 = 6;
 
+/// A suspension for a collection (`COR_PRF_SUSPEND_FOR_GC` or `_GC_PREP`).
+pub fn is_gc_suspension(reason: u32) -> bool {
+    reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP
+}
+
 #[derive(Default)]
 pub struct GcState {
     /// The suspension in progress was recorded (suspensions never overlap).

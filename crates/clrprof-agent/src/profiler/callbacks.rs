@@ -13,6 +13,8 @@ use clrprof_trace::*;
 use super::Profiler;
 use crate::events::{alloc, eventpipe, exceptions, gc};
 use crate::log_error;
+use crate::sampler::cpu::{activity_begin, activity_end, activity_exception, activity_gc, IN_GC, IN_GC_SUSPENSION};
+use clrprof_trace::runtime_activity as ra;
 
 impl ProfilerCallback for Profiler {
     // Start-up and shut-down (`startup`).
@@ -83,12 +85,14 @@ impl ProfilerCallback for Profiler {
     }
 
     fn assembly_load_started(&self, id: AssemblyID) -> CallbackResult {
+        activity_begin(ra::pack(ra::ASSEMBLY_LOAD, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         s.mark_start(id);
         Ok(())
     }
 
     fn assembly_load_finished(&self, id: AssemblyID, hr: HRESULT) -> CallbackResult {
+        activity_end(ra::pack(ra::ASSEMBLY_LOAD, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         let load_ns = s.since_start(id);
         if hr < 0 {
@@ -113,12 +117,14 @@ impl ProfilerCallback for Profiler {
     }
 
     fn module_load_started(&self, id: ModuleID) -> CallbackResult {
+        activity_begin(ra::pack(ra::MODULE_LOAD, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         s.mark_start(id);
         Ok(())
     }
 
     fn module_load_finished(&self, id: ModuleID, hr: HRESULT) -> CallbackResult {
+        activity_end(ra::pack(ra::MODULE_LOAD, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         let load_ns = s.since_start(id);
         if hr < 0 {
@@ -169,6 +175,8 @@ impl ProfilerCallback for Profiler {
 
     fn class_unload_started(&self, id: ClassID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        // Exact allocation counts of the class are named and written before its name is forgotten.
+        s.events.alloc.unloading(id, &s.names, &s.writer, s.now());
         s.names.forget_class(id);
         crate::events::eventpipe::forget_class(s, id as u64);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
@@ -184,12 +192,14 @@ impl ProfilerCallback for Profiler {
     }
 
     fn jit_compilation_started(&self, id: FunctionID, _safe: i32) -> CallbackResult {
+        activity_begin(ra::pack(ra::JIT, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         s.mark_start(id);
         Ok(())
     }
 
     fn jit_compilation_finished(&self, id: FunctionID, hr: HRESULT, _safe: i32) -> CallbackResult {
+        activity_end(ra::pack(ra::JIT, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         let jit_ns = s.since_start(id);
         if hr >= 0 {
@@ -198,12 +208,14 @@ impl ProfilerCallback for Profiler {
         Ok(())
     }
 
-    fn jit_cached_function_search_started(&self, _id: FunctionID, use_cached: OutBool) -> CallbackResult {
+    fn jit_cached_function_search_started(&self, id: FunctionID, use_cached: OutBool) -> CallbackResult {
+        activity_begin(ra::pack(ra::READY_TO_RUN, id as u64));
         use_cached.set(true);
         Ok(())
     }
 
     fn jit_cached_function_search_finished(&self, id: FunctionID, result: u32) -> CallbackResult {
+        activity_end(ra::pack(ra::READY_TO_RUN, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         // COR_PRF_CACHED_FUNCTION_FOUND = 0
         if result == 0 {
@@ -251,6 +263,9 @@ impl ProfilerCallback for Profiler {
     // Runtime suspension: GC pauses (`crate::events::gc`) and the instrumentation's suspended time.
 
     fn runtime_suspend_started(&self, reason: u32) -> CallbackResult {
+        if gc::is_gc_suspension(reason) {
+            activity_gc(IN_GC_SUSPENSION, true);
+        }
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::suspend_started();
         }
@@ -259,6 +274,7 @@ impl ProfilerCallback for Profiler {
     }
 
     fn runtime_resume_finished(&self) -> CallbackResult {
+        activity_gc(IN_GC_SUSPENSION, false);
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::resume_finished();
         }
@@ -268,6 +284,7 @@ impl ProfilerCallback for Profiler {
     // Exceptions: each a one-line delegation to `crate::events::exceptions`.
 
     fn exception_thrown(&self, object: ObjectID) -> CallbackResult {
+        activity_exception(true);
         self.state().map_or(Ok(()), |s| exceptions::thrown(s, object))
     }
 
@@ -308,6 +325,8 @@ impl ProfilerCallback for Profiler {
     }
 
     fn exception_catcher_enter(&self, id: FunctionID, _object: ObjectID) -> CallbackResult {
+        activity_exception(false);
+        crate::sampler::cpu::activity_unwound();
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_ENTER, id))
     }
 
@@ -322,10 +341,12 @@ impl ProfilerCallback for Profiler {
     fn garbage_collection_started(&self, generations: i32, collected: *const BOOL, reason: u32) -> CallbackResult {
         // Safety: the runtime passes `generations` BOOLs valid for the callback.
         let collected = unsafe { clrprof_sys::info::slice_from_raw(collected, generations.max(0) as usize) };
+        activity_gc(IN_GC, true);
         self.state().map_or(Ok(()), |s| gc::started(s, collected, reason))
     }
 
     fn garbage_collection_finished(&self) -> CallbackResult {
+        activity_gc(IN_GC, false);
         self.state().map_or(Ok(()), gc::finished)
     }
 

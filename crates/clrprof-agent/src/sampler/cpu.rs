@@ -53,6 +53,8 @@ pub struct Entry {
     /// The word at the interrupted SP: the return address when the leaf has no frame yet (or
     /// none at all); checked off the signal path.
     pub sp_top: u64,
+    /// What the thread was doing in the runtime ([`Slot::activity`]), 0 for nothing known.
+    pub activity: u64,
     pub ips: [u64; MAX_FRAMES],
 }
 
@@ -97,8 +99,24 @@ pub struct Slot {
     /// known), set by the sampler: its wall time runs from one to the other.
     pub registered_ns: AtomicU64,
     pub died_ns: AtomicU64,
+    /// The runtime work in progress on the thread (JIT compilations, type, assembly and module
+    /// loads, nested: innermost last), written by the thread's own callbacks and read by its
+    /// signal handler (`clrprof_trace::runtime_activity` words). `act_depth` may exceed the
+    /// array: deeper entries are counted, not kept.
+    act: [AtomicU64; ACT_DEPTH],
+    act_depth: AtomicU32,
+    /// Bits [`IN_GC`] and [`IN_GC_SUSPENSION`]: the thread is collecting or suspending for a GC.
+    act_gc: AtomicU32,
+    /// The thread is dispatching an exception (thrown, no catch entered yet).
+    act_exception: AtomicBool,
     entries: UnsafeCell<[Entry; RING]>,
 }
+
+/// Nested runtime activities a slot keeps (deeper ones are counted only).
+const ACT_DEPTH: usize = 8;
+/// `Slot::act_gc` bits.
+pub const IN_GC: u32 = 1;
+pub const IN_GC_SUSPENSION: u32 = 2;
 
 // Safety: `entries` is a single-producer (the slot's thread, in its signal handler, which cannot
 // nest because SIGPROF is blocked while it runs) single-consumer (the sampler thread) ring whose
@@ -379,12 +397,16 @@ impl Slot {
             start_cpu_ns: AtomicU64::new(0),
             registered_ns: AtomicU64::new(0),
             died_ns: AtomicU64::new(0),
+            act: [const { AtomicU64::new(0) }; ACT_DEPTH],
+            act_depth: AtomicU32::new(0),
+            act_gc: AtomicU32::new(0),
+            act_exception: AtomicBool::new(false),
             entries: UnsafeCell::new(entries),
         })
     }
 
     /// Copies out the samples recorded since the last call (sampler thread only).
-    pub fn drain(&self, mut f: impl FnMut(&[u64], u64)) -> usize {
+    pub fn drain(&self, mut f: impl FnMut(&[u64], u64, u64)) -> usize {
         let tail = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
         let mut n = 0;
@@ -393,7 +415,7 @@ impl Slot {
             // Safety: entries in tail..head were published by the producer (release on head) and
             // are not written again until `tail` moves past them.
             let e = unsafe { &(*self.entries.get())[t as usize % RING] };
-            f(&e.ips[..(e.len as usize).min(MAX_FRAMES)], e.sp_top);
+            f(&e.ips[..(e.len as usize).min(MAX_FRAMES)], e.sp_top, e.activity);
             t = t.wrapping_add(1);
             n += 1;
         }
@@ -404,6 +426,115 @@ impl Slot {
     /// The thread's CPU time so far, ns (None once the thread is gone).
     pub fn cpu_ns(&self) -> Option<u64> {
         thread_cpu_ns(self.os_tid.load(Ordering::Relaxed))
+    }
+
+    /// The runtime work the thread is doing now (a `runtime_activity` word, 0 for none): the
+    /// innermost GC, else the innermost nested load or compilation, else exception dispatch.
+    /// Async-signal-safe (atomic loads only).
+    pub fn activity(&self) -> u64 {
+        use clrprof_trace::runtime_activity as ra;
+        if self.act_gc.load(Ordering::Relaxed) != 0 {
+            return ra::pack(ra::GC, 0);
+        }
+        let d = self.act_depth.load(Ordering::Acquire) as usize;
+        if d > 0 {
+            return self.act[d.min(ACT_DEPTH) - 1].load(Ordering::Relaxed);
+        }
+        if self.act_exception.load(Ordering::Relaxed) {
+            return ra::pack(ra::EXCEPTION, 0);
+        }
+        0
+    }
+
+    fn reset_activity(&self) {
+        self.act_depth.store(0, Ordering::Relaxed);
+        self.act_gc.store(0, Ordering::Relaxed);
+        self.act_exception.store(false, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    /// The calling thread's slot (set when the thread registers itself), for its callbacks.
+    static CURRENT: std::cell::Cell<Option<&'static Slot>> = const { std::cell::Cell::new(None) };
+}
+
+/// The calling thread's active slot, if it registered itself and still owns it.
+fn current() -> Option<&'static Slot> {
+    let s = CURRENT.try_with(|c| c.get()).ok().flatten()?;
+    // A slot is reused after its thread died: never write into another thread's slot.
+    (s.state.load(Ordering::Acquire) == ACTIVE && s.os_tid.load(Ordering::Relaxed) == crate::profiler::os_tid())
+        .then_some(s)
+}
+
+/// The calling thread starts runtime work `word` (a `runtime_activity` word): samples taken until
+/// the matching [`activity_end`] carry it.
+pub fn activity_begin(word: u64) {
+    let Some(s) = current() else { return };
+    let d = s.act_depth.load(Ordering::Relaxed) as usize;
+    if d < ACT_DEPTH {
+        s.act[d].store(word, Ordering::Relaxed);
+    }
+    // Release: the handler that sees the new depth sees the entry.
+    s.act_depth.store((d + 1) as u32, Ordering::Release);
+}
+
+/// The calling thread finished runtime work `word`: it and anything begun inside it and not
+/// finished (a failed load whose finish never came) end. Unknown words are ignored.
+pub fn activity_end(word: u64) {
+    let Some(s) = current() else { return };
+    let d = s.act_depth.load(Ordering::Relaxed) as usize;
+    if d > ACT_DEPTH {
+        s.act_depth.store((d - 1) as u32, Ordering::Release);
+        return;
+    }
+    if let Some(i) = (0..d).rev().find(|&i| s.act[i].load(Ordering::Relaxed) == word) {
+        s.act_depth.store(i as u32, Ordering::Release);
+    }
+}
+
+/// A managed `catch` runs on the calling thread (`ExceptionCatcherEnter`): work that never runs
+/// managed code (JIT compilations, type loads, ReadyToRun lookups) cannot be in progress under it,
+/// so such entries were left by a load that failed with an exception (whose stop event never
+/// came). The stack is cut at the oldest of them.
+pub fn activity_unwound() {
+    use clrprof_trace::runtime_activity as ra;
+    let Some(s) = current() else { return };
+    let d = (s.act_depth.load(Ordering::Relaxed) as usize).min(ACT_DEPTH);
+    let native_only = |w: u64| matches!(ra::unpack(w).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN);
+    if let Some(i) = (0..d).find(|&i| native_only(s.act[i].load(Ordering::Relaxed))) {
+        s.act_depth.store(i as u32, Ordering::Release);
+    }
+}
+
+/// Samples the calling thread's handler has taken so far (wrapping), None when the thread is
+/// not sampled.
+pub fn samples_taken() -> Option<u32> {
+    current().map(|s| s.head.load(Ordering::Relaxed).wrapping_add(s.dropped.load(Ordering::Relaxed) as u32))
+}
+
+/// Sets or clears a GC bit ([`IN_GC`], [`IN_GC_SUSPENSION`]) of the calling thread.
+pub fn activity_gc(bit: u32, on: bool) {
+    let Some(s) = current() else { return };
+    if on {
+        s.act_gc.fetch_or(bit, Ordering::Relaxed);
+    } else {
+        s.act_gc.fetch_and(!bit, Ordering::Relaxed);
+    }
+}
+
+/// The calling thread starts (`ExceptionThrown`) or ends (`ExceptionCatcherEnter`) an exception
+/// dispatch.
+pub fn activity_exception(on: bool) {
+    if let Some(s) = current() {
+        s.act_exception.store(on, Ordering::Relaxed);
+    }
+}
+
+/// Clears every thread's exception-dispatch mark: when the exception callbacks are paused, the
+/// catches that would clear them are not seen.
+pub fn clear_exception_activity() {
+    for s in slots() {
+        s.act_exception.store(false, Ordering::Relaxed);
     }
 }
 
@@ -445,6 +576,7 @@ fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
         s.seen_sp.store(0, Ordering::Relaxed);
         s.probe.store(0, Ordering::Relaxed);
         s.rng.store(0x9e37_79b9_7f4a_7c15 ^ ((os_tid as u64) << 17 | 1), Ordering::Relaxed);
+        s.reset_activity();
         s
     };
     for s in slots() {
@@ -499,7 +631,12 @@ pub fn register_current(
     };
     // Safety: gettid has no preconditions.
     let me = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    let bounds = if me == os_tid { current_stack_bounds() } else { stack_bounds_of(os_tid) };
+    let bounds = if me == os_tid {
+        let _ = CURRENT.try_with(|c| c.set(Some(slot)));
+        current_stack_bounds()
+    } else {
+        stack_bounds_of(os_tid)
+    };
     if let Some((lo, hi)) = bounds {
         slot.stack_lo.store(lo, Ordering::Relaxed);
         slot.stack_hi.store(hi, Ordering::Relaxed);
@@ -751,6 +888,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         return;
     }
     e.ips[0] = ip;
+    e.activity = slot.activity();
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
     // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
     // stack), only the IP is recorded.
@@ -833,7 +971,7 @@ mod tests {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = Vec::new();
-        slot.drain(|ips, _| out = ips.to_vec());
+        slot.drain(|ips, _, _| out = ips.to_vec());
         out
     }
 
@@ -899,6 +1037,60 @@ mod tests {
         // Not a frame pointer at all (the outermost frame's 0).
         w[28] = 0;
         assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
+    }
+
+    #[test]
+    fn runtime_activities_nest_and_failed_loads_are_cut_at_a_catch() {
+        use clrprof_trace::runtime_activity as ra;
+        let _g = serial();
+        // The test thread registers itself, as `ThreadAssignedToOSThread` does (no timer).
+        let me = crate::profiler::os_tid();
+        let (slot, _) = register_current(me, 0x7e57, None);
+        let slot = slot.expect("a slot");
+        let jit = ra::pack(ra::JIT, 0x10);
+        let load = ra::pack(ra::TYPE_LOAD, 7);
+        let asm = ra::pack(ra::ASSEMBLY_LOAD, 0x20);
+        assert_eq!(slot.activity(), 0);
+        activity_begin(asm);
+        activity_begin(jit);
+        activity_begin(load);
+        assert_eq!(slot.activity(), load, "the innermost wins");
+        activity_end(load);
+        assert_eq!(slot.activity(), jit);
+        activity_exception(true);
+        activity_gc(IN_GC, true);
+        assert_eq!(slot.activity(), ra::pack(ra::GC, 0), "a GC wins over everything");
+        activity_gc(IN_GC, false);
+        assert_eq!(slot.activity(), jit);
+        // A type load that failed (no stop) under the assembly load: cut at the catch.
+        activity_end(jit);
+        activity_begin(load);
+        assert_eq!(slot.activity(), load);
+        activity_exception(false);
+        activity_unwound();
+        assert_eq!(slot.activity(), asm, "the assembly load (which runs managed code) stays");
+        activity_end(ra::pack(ra::JIT, 0x99)); // unknown: ignored
+        assert_eq!(slot.activity(), asm);
+        activity_end(asm);
+        assert_eq!(slot.activity(), 0);
+        activity_exception(true);
+        assert_eq!(slot.activity(), ra::pack(ra::EXCEPTION, 0));
+        clear_exception_activity();
+        assert_eq!(slot.activity(), 0);
+        // Deeper than kept: counted, and unwound in order.
+        for i in 0..(ACT_DEPTH as u64 + 3) {
+            activity_begin(ra::pack(ra::JIT, i + 1));
+        }
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64));
+        for _ in 0..3 {
+            activity_end(0);
+        }
+        activity_end(ra::pack(ra::JIT, ACT_DEPTH as u64));
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1));
+        unregister(slot);
+        release(slot);
+        activity_begin(jit);
+        assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1), "a released slot is not written");
     }
 
     #[test]

@@ -415,7 +415,12 @@ impl Sampler {
 
     /// Interned id of a stack, writing its definition the first time.
     fn intern(&self, st: &mut LoopState, ips: &[u64], functions: &[u64]) -> u32 {
-        if let Some(&id) = st.stacks.get(&(ips.to_vec(), functions.to_vec())) {
+        self.intern_activity(st, ips, functions, 0)
+    }
+
+    /// Interned id of a stack taken while the thread did `activity` in the runtime.
+    fn intern_activity(&self, st: &mut LoopState, ips: &[u64], functions: &[u64], activity: u64) -> u32 {
+        if let Some(&id) = st.stacks.get(&(ips.to_vec(), functions.to_vec(), activity)) {
             return id;
         }
         if st.stacks.len() >= MAX_INTERNED {
@@ -423,14 +428,14 @@ impl Sampler {
         }
         let id = st.next_stack;
         st.next_stack = st.next_stack.wrapping_add(1);
-        st.stacks.insert((ips.to_vec(), functions.to_vec()), id);
-        self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec() });
+        st.stacks.insert((ips.to_vec(), functions.to_vec(), activity), id);
+        self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec(), activity });
         id
     }
 
     fn drain_cpu(&self, st: &mut LoopState) {
         let ts = self.now();
-        let mut batch: Vec<(Vec<u64>, u64)> = Vec::new();
+        let mut batch: Vec<(Vec<u64>, u64, u64)> = Vec::new();
         for slot in cpu::slots() {
             let state = slot.state.load(Ordering::Acquire);
             if state == cpu::FREE {
@@ -438,7 +443,7 @@ impl Sampler {
             }
             let key = SlotKey::of(slot);
             batch.clear();
-            slot.drain(|ips, sp_top| batch.push((ips.to_vec(), sp_top)));
+            slot.drain(|ips, sp_top, activity| batch.push((ips.to_vec(), sp_top, activity)));
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
                 let cpu_now = if state == cpu::DEAD {
@@ -449,11 +454,11 @@ impl Sampler {
                 let delta = cpu_now.saturating_sub(ths.cpu_accounted);
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 let mut counts: Vec<(u32, u32)> = Vec::new();
-                for (ips, sp_top) in &mut batch {
+                for (ips, sp_top, activity) in &mut batch {
                     self.find_precompiled(st, ips);
                     let mut fns = self.managed_functions(st, ips);
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
-                    let id = self.intern(st, ips, &fns);
+                    let id = self.intern_activity(st, ips, &fns, *activity);
                     match counts.iter_mut().find(|(s, _)| *s == id) {
                         Some(c) => c.1 += 1,
                         None => counts.push((id, 1)),
@@ -1096,7 +1101,7 @@ impl LoopState {
 
 #[derive(Default)]
 struct LoopState {
-    stacks: HashMap<(Vec<u64>, Vec<u64>), u32>,
+    stacks: HashMap<(Vec<u64>, Vec<u64>, u64), u32>,
     next_stack: u32,
     maps: native::MapTracker,
     threads: HashMap<SlotKey, ThreadState>,

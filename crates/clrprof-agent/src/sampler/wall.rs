@@ -41,6 +41,32 @@ pub struct WalkResult {
     pub first_error: Option<clrprof_sys::HrError>,
 }
 
+/// Resumes the runtime when dropped, unless resumed already: whatever goes wrong between
+/// `SuspendRuntime` and `ResumeRuntime` (an early return, a panic unwinding the sampler thread),
+/// the app's threads run again.
+struct ResumeGuard<'a> {
+    info: &'a ProfilerInfo,
+    resumed: bool,
+}
+
+impl ResumeGuard<'_> {
+    fn resume(mut self) -> Result<(), clrprof_sys::HrError> {
+        self.resumed = true;
+        self.info.resume_runtime()
+    }
+}
+
+impl Drop for ResumeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.resumed {
+            self.resumed = true;
+            if let Err(e) = self.info.resume_runtime() {
+                crate::log_error!("ResumeRuntime (after a failed walk) failed: {e}");
+            }
+        }
+    }
+}
+
 /// Suspends the runtime, walks `threads` and resumes. `Err` when the runtime could not be
 /// suspended (the tick is skipped). Walks that fail leave `None`.
 pub fn walk_suspended(info: &ProfilerInfo, threads: &[ThreadID]) -> Result<WalkResult, clrprof_sys::HrError> {
@@ -49,6 +75,7 @@ pub fn walk_suspended(info: &ProfilerInfo, threads: &[ThreadID]) -> Result<WalkR
     let mut first_error = None;
     let t0 = std::time::Instant::now();
     info.suspend_runtime()?;
+    let guard = ResumeGuard { info, resumed: false };
     for (i, &t) in threads.iter().enumerate() {
         let buf = &mut bufs[i];
         // Safety: `on_frame` treats the data pointer as `&mut Walked`, which `buf` is.
@@ -63,8 +90,8 @@ pub fn walk_suspended(info: &ProfilerInfo, threads: &[ThreadID]) -> Result<WalkR
             }
         }
     }
-    // Always resume, whatever happened above.
-    let resumed = info.resume_runtime();
+    // Always resume, whatever happened above (the guard resumes on a panic).
+    let resumed = guard.resume();
     let suspended_ns = t0.elapsed().as_nanos() as u64;
     if let Err(e) = resumed {
         crate::log_error!("ResumeRuntime failed: {e}");

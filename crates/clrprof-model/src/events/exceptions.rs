@@ -61,12 +61,16 @@ pub struct ExceptionSampling {
     /// When the first pause began (ns since process start; the range's start when the range
     /// begins inside a storm).
     pub first_pause_ns: u64,
-    /// Exceptions observed, and the estimate of all thrown.
+    /// Exceptions observed, and the estimate of all thrown (the runtime's own count when known).
     pub observed: u64,
     pub estimated_total: u64,
+    /// Exceptions thrown by the runtime's own count (`ExceptionCount` records; exact for the whole
+    /// run, to the agent's flush interval at the edges of a time window); None when the trace
+    /// has none. In a storm the estimated groups are scaled so that all groups add up to it.
     /// Observed exceptions whose catch was not followed (a pause began while they were in flight):
     /// counted here only, in no group.
     pub unfollowed: u64,
+    pub runtime_total: Option<u64>,
 }
 
 /// An exception between its throw and its catch.
@@ -106,6 +110,8 @@ pub(super) struct ExceptionFacts {
     throws: Vec<(u64, u32)>,
     /// `ExceptionMonitoring` changes (ts, mode), sorted; empty when every exception was observed.
     monitor: Vec<(u64, u8)>,
+    /// The runtime's cumulative count of throws (ts, thrown), sorted (`ExceptionCount`).
+    counts: Vec<(u64, u64)>,
 }
 
 /// Counts of one group (or of the part of a group seen in one storm's windows).
@@ -444,6 +450,24 @@ impl ExceptionFacts {
         }
     }
 
+    pub fn count(&mut self, c: &clrprof_trace::ExceptionCount) {
+        let at = self.counts.partition_point(|&(t, _)| t <= c.ts);
+        self.counts.insert(at, (c.ts, c.thrown));
+    }
+
+    /// Throws in `range` by the runtime's count: the count at its end minus the count before it.
+    fn runtime_total(&self, range: TimeRange) -> Option<u64> {
+        if self.counts.is_empty() {
+            return None;
+        }
+        let at = |t: u64| {
+            let i = self.counts.partition_point(|&(ts, _)| ts <= t);
+            i.checked_sub(1).map_or(0, |i| self.counts[i].1)
+        };
+        let before = range.from.checked_sub(1).map_or(0, at);
+        Some(at(range.to).saturating_sub(before))
+    }
+
     pub fn monitoring(&mut self, m: &ExceptionMonitoring) {
         // Written by one thread in order; keep them sorted whatever happens.
         let at = self.monitor.partition_point(|&(t, _)| t <= m.ts);
@@ -483,7 +507,33 @@ impl ExceptionFacts {
         let spans = tally.fold_storms(&storms, range);
         let mut groups = tally.groups;
         groups.retain(|k, g| g.thrown > 0 || g.uncaught > 0 || observed.contains_key(k));
-        sm.estimated_total = if sm.sampled { groups.values().map(|g| g.thrown).sum() } else { sm.observed };
+        sm.runtime_total = self.runtime_total(range);
+        if let (true, Some(total)) = (sm.sampled, sm.runtime_total) {
+            // The runtime counted every throw: the estimated groups share what the exactly
+            // observed ones leave, in the proportions the windows gave them.
+            let is_estimated = |k: &GroupKey, g: &GroupAcc| observed.get(k).copied().unwrap_or(0) != g.thrown;
+            let (mut exact, mut estimated) = (0u64, 0u64);
+            for (k, g) in &groups {
+                if is_estimated(k, g) {
+                    estimated += g.thrown;
+                } else {
+                    exact += g.thrown;
+                }
+            }
+            if estimated > 0 && total > exact {
+                let k = (total - exact) as f64 / estimated as f64;
+                for (key, g) in groups.iter_mut() {
+                    if observed.get(key).copied().unwrap_or(0) != g.thrown {
+                        g.scale(k);
+                    }
+                }
+            }
+        }
+        sm.estimated_total = if sm.sampled {
+            sm.runtime_total.unwrap_or_else(|| groups.values().map(|g| g.thrown).sum())
+        } else {
+            sm.observed
+        };
 
         let mut keys: Vec<GroupKey> = groups.keys().copied().collect();
         keys.sort_unstable();

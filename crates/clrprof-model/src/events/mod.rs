@@ -207,6 +207,7 @@ impl EventsBuilder {
             }
             R::ExceptionCaught(x) => self.exceptions.caught(x),
             R::ExceptionMonitoring(m) => self.exceptions.monitoring(m),
+            R::ExceptionCount(c) => self.exceptions.count(c),
             R::GcStarted(g) => {
                 self.gcs.started(g);
                 let what = format!("gc gen{} {}", g.generation, if g.reason == 1 { "induced" } else { "" });
