@@ -8,7 +8,7 @@ mod chrome;
 mod collapsed;
 mod firefox;
 mod flamegraph;
-mod pprof;
+pub mod pprof;
 mod speedscope;
 
 use std::io::Write;
