@@ -69,7 +69,9 @@ pub struct Stats {
     pub retries: u64,
     /// Bytes of profiles sent.
     pub bytes_sent: u64,
-    /// Profiles built.
+    /// Windows built (one per run and interval, and one at each run's end).
+    pub windows: u64,
+    /// Profiles built (one per kind with samples in a window).
     pub built: u64,
     /// Time spent building and encoding profiles, ns.
     pub build_ns: u64,
@@ -82,6 +84,7 @@ struct Counters {
     failed: AtomicU64,
     retries: AtomicU64,
     bytes_sent: AtomicU64,
+    windows: AtomicU64,
     built: AtomicU64,
     build_ns: AtomicU64,
 }
@@ -122,6 +125,7 @@ impl Shared {
             failed: c.failed.load(Ordering::Relaxed),
             retries: c.retries.load(Ordering::Relaxed),
             bytes_sent: c.bytes_sent.load(Ordering::Relaxed),
+            windows: c.windows.load(Ordering::Relaxed),
             built: c.built.load(Ordering::Relaxed),
             build_ns: c.build_ns.load(Ordering::Relaxed),
         }
@@ -278,6 +282,7 @@ fn build_loop(s: &Shared, tx: SyncSender<Push>) {
             drop(p);
             s.counters.build_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             s.counters.built.fetch_add(pushes.len() as u64, Ordering::Relaxed);
+            s.counters.windows.fetch_add(1, Ordering::Relaxed);
             for push in pushes {
                 offer(s, &tx, push, stopping, &mut drops_logged);
             }
