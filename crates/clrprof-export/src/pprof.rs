@@ -246,7 +246,13 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         out.message(2, s);
     }
     used.sort();
-    let module_path: HashMap<&str, &str> = p.modules.iter().map(|m| (m.file_name(), m.path.as_str())).collect();
+    // Managed modules by file name (path and base address); native libraries by file name (the
+    // first executable mapping of the file: address range, offset, build id).
+    let managed: HashMap<&str, &clrprof_model::Module> = p.modules.iter().map(|m| (m.file_name(), m)).collect();
+    let mut native: HashMap<&str, &clrprof_model::samples::Mapping> = HashMap::new();
+    for m in &p.sampling.mappings {
+        native.entry(m.path.rsplit('/').next().unwrap_or(&m.path)).or_insert(m);
+    }
     let mut mappings: Vec<&str> = used.iter().map(|f| st.frames[f.0 as usize].module.as_str()).collect();
     mappings.retain(|m| !m.is_empty());
     mappings.sort();
@@ -254,7 +260,22 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
     for (i, m) in mappings.iter().enumerate() {
         let mut mp = Pb::default();
         mp.uint(1, i as u64 + 1);
-        mp.uint(5, strings.id(module_path.get(m).copied().unwrap_or(m)));
+        let file = if let Some(n) = native.get(m) {
+            mp.uint(2, n.start);
+            mp.uint(3, n.end);
+            mp.uint(4, n.file_offset);
+            n.path.as_str()
+        } else if let Some(md) = managed.get(m) {
+            mp.uint(2, md.base_address);
+            md.path.as_str()
+        } else {
+            m
+        };
+        mp.uint(5, strings.id(file));
+        if let Some(n) = native.get(m).filter(|n| !n.build_id.is_empty()) {
+            let hex: String = n.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            mp.uint(6, strings.id(&hex));
+        }
         mp.uint(7, 1); // has_functions
         out.message(3, mp);
     }
