@@ -44,6 +44,11 @@ pub struct Config {
     pub service: String,
     /// `CLRPROF_LABELS`: the user's own labels, `key=value,key=value`. Default: none.
     pub labels: Vec<(String, String)>,
+    /// `CLRPROF_SERVER`: `ADDR:PORT` of a `clrprof collect` to stream the trace to; the trace file
+    /// (`CLRPROF_OUTPUT`) is written only if the collector cannot be reached or goes. Default: none.
+    pub server: Option<String>,
+    /// `CLRPROF_TOKEN`: the collector's token. Never written to the trace.
+    pub token: Option<String>,
 }
 
 /// How allocations are recorded.
@@ -84,6 +89,8 @@ impl Default for Config {
             locks: true,
             service: String::new(),
             labels: Vec::new(),
+            server: None,
+            token: None,
         }
     }
 }
@@ -206,6 +213,20 @@ impl Config {
                 }
             }
         }
+        if let Some(v) = get("CLRPROF_SERVER").filter(|v| !v.trim().is_empty()) {
+            let v = v.trim();
+            match v.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().map(|p| p > 0).unwrap_or(false) => {
+                    c.server = Some(v.to_string())
+                }
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_SERVER",
+                    value: v.to_string(),
+                    reason: "expected ADDR:PORT; writing the trace file instead".into(),
+                }),
+            }
+        }
+        c.token = get("CLRPROF_TOKEN").filter(|v| !v.is_empty());
         problems.extend(more);
         (c, problems)
     }
@@ -246,6 +267,9 @@ impl Config {
         m.insert("alloc", self.alloc.name().to_string());
         m.insert("events", self.events.to_string());
         m.insert("locks", self.locks.to_string());
+        if let Some(s) = &self.server {
+            m.insert("server", s.clone());
+        }
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
@@ -322,6 +346,19 @@ mod tests {
         let (c, p) = Config::from_lookup(env(&[("CLRPROF_SAMPLE_RATE", "1000"), ("CLRPROF_SAMPLING", "0")]));
         assert!(p.is_empty());
         assert_eq!((c.sample_rate, c.sampling), (1000, false));
+    }
+
+    #[test]
+    fn collector_settings() {
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", "127.0.0.1:7878"), ("CLRPROF_TOKEN", "s3cret")]));
+        assert!(p.is_empty());
+        assert_eq!((c.server.as_deref(), c.token.as_deref()), (Some("127.0.0.1:7878"), Some("s3cret")));
+        assert!(c.describe().contains("server=127.0.0.1:7878") && !c.describe().contains("s3cret"));
+        for bad in ["nohost", ":80", "host:0", "host:http", "host:99999"] {
+            let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", bad)]));
+            assert_eq!(c.server, None, "{bad}");
+            assert!(p[0].to_string().contains("ADDR:PORT"), "{bad}");
+        }
     }
 
     #[test]

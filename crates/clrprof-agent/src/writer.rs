@@ -2,8 +2,10 @@
 //!
 //! A thread encodes records into its own buffer (a mutex only the writer ever contends for). Every
 //! flush interval the writer swaps each buffer out, frames the bytes as one block and writes it, so
-//! a crash loses at most one interval. If the sink fails (disk full, collector gone) the agent keeps
-//! running: data is dropped and counted.
+//! a crash loses at most one interval. If the sink fails (disk full) the agent keeps running: data
+//! is dropped and counted. Streaming to a collector ([`Remote`]) that becomes unreachable, the
+//! writer falls back to the local trace file, which it starts with the header and the definition
+//! records (names, loads, stacks, …) already sent, so that the file is readable on its own.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -26,15 +28,154 @@ struct ThreadBuf {
 /// Where blocks go.
 pub enum Sink {
     File(std::fs::File),
-    Tcp(std::net::TcpStream),
+    /// A collector (`CLRPROF_SERVER`), with the local file to fall back to.
+    Remote(Remote),
 }
 
 impl Sink {
     fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
         match self {
             Sink::File(f) => f.write_all(b),
-            Sink::Tcp(s) => s.write_all(b),
+            Sink::Remote(r) => send_all(&r.stream, b),
         }
+    }
+}
+
+/// Opens the local trace file when the collector goes: the file and its path.
+pub type OpenFallback = Box<dyn Fn() -> std::io::Result<(std::fs::File, String)> + Send + Sync>;
+
+/// Time to connect to the collector and to get its answer, at start-up.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+const ANSWER_TIMEOUT: Duration = Duration::from_millis(2000);
+/// A write the collector does not take within this time ends the stream (fallback to the file).
+const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Definition records kept for the fallback file, at most; beyond, the fallback file may lack
+/// names of what was sent before (it stays readable).
+const KEEP_CAP: usize = 256 << 20;
+
+/// A stream to the collector.
+pub struct Remote {
+    stream: std::net::TcpStream,
+    server: String,
+    fallback: OpenFallback,
+    /// The definition records sent so far, encoded (see `clrprof_trace::wire::is_definition`).
+    kept: Vec<u8>,
+    keeping: bool,
+}
+
+/// Writes all of `b` to the socket without raising SIGPIPE in the host process; the socket's send
+/// timeout bounds each write.
+fn send_all(stream: &std::net::TcpStream, mut b: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !b.is_empty() {
+        // Safety: `b` is a live buffer of `b.len()` bytes; the fd belongs to `stream`.
+        let n =
+            unsafe { libc::send(stream.as_raw_fd(), b.as_ptr() as *const libc::c_void, b.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        b = &b[n as usize..];
+    }
+    Ok(())
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // Safety: the buffer is writable for its length.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if r != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl Remote {
+    /// Connects to `server` (`ADDR:PORT`), sends the hello and waits for the collector's answer.
+    /// Bounded by [`CONNECT_TIMEOUT`] per address and [`ANSWER_TIMEOUT`].
+    pub fn connect(
+        server: &str,
+        hello: &clrprof_trace::wire::Hello,
+        fallback: OpenFallback,
+    ) -> std::io::Result<Remote> {
+        use std::net::ToSocketAddrs;
+        let mut last = std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{server}: no address"));
+        let mut stream = None;
+        for a in server.to_socket_addrs()? {
+            match std::net::TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let stream = stream.ok_or(last)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+        stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        send_all(&stream, &hello.encode())?;
+        let mut answer = [0u8; 9];
+        std::io::Read::read_exact(&mut &stream, &mut answer)?;
+        let (status, run) = clrprof_trace::wire::decode_answer(&answer);
+        if status != clrprof_trace::wire::status::ACCEPTED {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("the collector refused the run: {}", clrprof_trace::wire::status::name(status)),
+            ));
+        }
+        stream.set_write_timeout(Some(SEND_TIMEOUT))?;
+        crate::log_info!("streaming to the collector at {server} as run {run}");
+        Ok(Remote { stream, server: server.to_string(), fallback, kept: Vec::new(), keeping: true })
+    }
+
+    /// Keeps the definition records of a payload that was sent.
+    fn keep(&mut self, payload: &[u8]) {
+        if !self.keeping {
+            return;
+        }
+        let kept = &mut self.kept;
+        clrprof_trace::wire::for_each_record(payload, |tag, rec| {
+            if clrprof_trace::wire::is_definition(tag) {
+                kept.extend_from_slice(rec);
+            }
+        });
+        if self.kept.len() > KEEP_CAP {
+            crate::log_warn!("more than {} MiB of names sent; a fallback file would lack the oldest", KEEP_CAP >> 20);
+            self.keeping = false;
+            self.kept = Vec::new();
+        }
+    }
+
+    /// The collector is gone: opens the local file and writes the header and the kept records.
+    fn fall_back(&mut self, why: &std::io::Error) -> std::io::Result<std::fs::File> {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        let (mut f, path) = (self.fallback)()?;
+        crate::log_warn!("the collector at {} is gone ({why}); writing the rest of the run to {path}", self.server);
+        f.write_all(&clrprof_trace::header())?;
+        let kept = std::mem::take(&mut self.kept);
+        let mut pos = 0;
+        // Whole records, in blocks of at most BLOCK_TARGET bytes.
+        while pos < kept.len() {
+            let mut end = pos;
+            clrprof_trace::wire::for_each_record(&kept[pos..], |_, rec| {
+                if end == pos || end - pos + rec.len() <= BLOCK_TARGET {
+                    end += rec.len();
+                }
+            });
+            let end = if end == pos { kept.len() } else { end };
+            f.write_all(&encode_block(&kept[pos..end]))?;
+            pos = end;
+        }
+        Ok(f)
     }
 }
 
@@ -205,6 +346,24 @@ impl Writer {
         let block = encode_block(payload);
         let Ok(mut sink) = self.sink.lock() else { return };
         let ok = match sink.as_mut() {
+            Some(Sink::Remote(r)) => match send_all(&r.stream, &block) {
+                Ok(()) => {
+                    r.keep(payload);
+                    true
+                }
+                Err(e) => match r.fall_back(&e) {
+                    Ok(mut f) => {
+                        let ok = f.write_all(&block).is_ok();
+                        *sink = Some(Sink::File(f));
+                        ok
+                    }
+                    Err(fe) => {
+                        crate::log_error!("the collector is gone ({e}) and the local trace file cannot be written ({fe}); dropping data from now on");
+                        *sink = None;
+                        false
+                    }
+                },
+            },
             Some(s) => s.write_all(&block).is_ok(),
             None => false,
         };
@@ -235,8 +394,15 @@ impl Writer {
         let recs = last(self);
         self.write_now(&recs);
         if let Ok(mut s) = self.sink.lock() {
-            if let Some(Sink::File(f)) = s.as_mut() {
-                let _ = f.flush();
+            match s.as_mut() {
+                Some(Sink::File(f)) => {
+                    let _ = f.flush();
+                }
+                // The collector sees the end of a complete stream.
+                Some(Sink::Remote(r)) => {
+                    let _ = r.stream.shutdown(std::net::Shutdown::Write);
+                }
+                None => {}
             }
         }
     }

@@ -151,6 +151,11 @@ impl Shared {
 /// Live runs pushed to Pyroscope.
 pub struct Pyroscope {
     shared: Arc<Shared>,
+    threads: Mutex<Threads>,
+}
+
+#[derive(Default)]
+struct Threads {
     builder: Option<JoinHandle<()>>,
     sender: Option<JoinHandle<()>>,
 }
@@ -177,7 +182,7 @@ impl Pyroscope {
         let builder = std::thread::Builder::new().name("pyroscope-build".into()).spawn(move || build_loop(&s, tx))?;
         let s = shared.clone();
         let sender = std::thread::Builder::new().name("pyroscope-send".into()).spawn(move || send_loop(&s, rx))?;
-        Ok(Pyroscope { shared, builder: Some(builder), sender: Some(sender) })
+        Ok(Pyroscope { shared, threads: Mutex::new(Threads { builder: Some(builder), sender: Some(sender) }) })
     }
 
     /// A new live run.
@@ -212,11 +217,14 @@ impl Pyroscope {
 
     /// Pushes what every run has not pushed yet, waits up to `wait` for the queue to be sent, and
     /// stops. Pushes still queued then are counted as failed.
-    pub fn shutdown(mut self, wait: Duration) -> Stats {
+    pub fn shutdown(self, wait: Duration) -> Stats {
         self.stop(wait)
     }
 
-    fn stop(&mut self, wait: Duration) -> Stats {
+    /// [`Pyroscope::shutdown`] through a shared reference (a signal handler's thread); later
+    /// calls only return the figures.
+    pub fn stop(&self, wait: Duration) -> Stats {
+        let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
         let deadline = Instant::now() + wait;
         *self.shared.abandon_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
         for r in self.shared.runs.lock().unwrap_or_else(|e| e.into_inner()).values() {
@@ -224,16 +232,16 @@ impl Pyroscope {
         }
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake();
-        if let Some(b) = self.builder.take() {
+        if let Some(b) = threads.builder.take() {
             let _ = b.join();
         }
         // The sender ends once the queue is empty (the builder dropped its end of the queue) or
         // the deadline passed; a request in flight to an unresponsive Pyroscope ends by its own
         // timeout, and is not waited for.
-        while self.sender.as_ref().is_some_and(|s| !s.is_finished()) && Instant::now() < deadline {
+        while threads.sender.as_ref().is_some_and(|s| !s.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if let Some(s) = self.sender.take() {
+        if let Some(s) = threads.sender.take() {
             if s.is_finished() {
                 let _ = s.join();
             }
@@ -244,9 +252,7 @@ impl Pyroscope {
 
 impl Drop for Pyroscope {
     fn drop(&mut self) {
-        if self.builder.is_some() {
-            self.stop(Duration::from_secs(0));
-        }
+        self.stop(Duration::from_secs(0));
     }
 }
 

@@ -40,11 +40,66 @@ enum Command {
         after_help = "Examples:\n  clrprof export app.clrprof -f svg\n  clrprof export app.clrprof -f collapsed -o - | inferno-flamegraph > cpu.svg\n  clrprof export app.clrprof -f speedscope --weight wall -o app.speedscope.json\n  clrprof export app.clrprof -f html --thread worker-1"
     )]
     Export(ExportArgs),
+    /// Receive the traces of agents started with `record --server` (or CLRPROF_SERVER) and keep them as runs.
+    #[command(
+        after_help = "Examples:\n  clrprof collect\n  clrprof collect --listen 0.0.0.0:7878 --token \"$TOKEN\" --store /var/lib/clrprof/runs.db\n  clrprof collect --store postgresql://clrprof@db:5432/clrprof --max-run-bytes 2G\n  clrprof record --server 127.0.0.1:7878 -- dotnet app.dll\n  CLRPROF_SERVER=10.0.0.5:7878 CLRPROF_TOKEN=… (with the CORECLR_* variables) dotnet app.dll"
+    )]
+    Collect(CollectArgs),
+    /// List the runs of a store (what `clrprof collect` received).
+    #[command(
+        after_help = "Examples:\n  clrprof runs\n  clrprof runs --store postgresql://clrprof@db:5432/clrprof --format json\n  clrprof report run:latest\n  clrprof export run:3 -f svg"
+    )]
+    Runs(RunsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CollectArgs {
+    /// Address to listen on; an address other than loopback requires --token
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Where runs are kept: an SQLite file, or a postgresql:// URL shared by several collectors
+    /// [default: clrprof-runs.db in the current directory]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
+    /// The token agents must present (CLRPROF_TOKEN on their side) [default: $CLRPROF_TOKEN]
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Largest trace kept per run (bytes, or with K/M/G); a longer stream is cut off at the limit
+    #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
+    max_run_bytes: u64,
+    /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
+    /// Grafana Pyroscope at this URL every --interval (plain http://; put a TLS proxy in front of an
+    /// https:// Pyroscope)
+    #[arg(long, value_name = "URL")]
+    pyroscope: Option<String>,
+    /// Pyroscope credentials: USER:PASSWORD (Basic, e.g. Grafana Cloud's user id and API token) or a
+    /// bearer token [default: $CLRPROF_PYROSCOPE_TOKEN]
+    #[arg(long, value_name = "TOKEN", requires = "pyroscope")]
+    pyroscope_token: Option<String>,
+    /// Length of each profile pushed to Pyroscope (1s..1h)
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "pyroscope")]
+    interval: u64,
+}
+
+#[derive(Args, Debug)]
+struct RunsArgs {
+    /// The run store: an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
+    /// Output format
+    #[arg(short, long, value_enum, default_value_t = RunsFormatArg::Text)]
+    format: RunsFormatArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RunsFormatArg {
+    Text,
+    Json,
 }
 
 #[derive(Args, Debug)]
 struct ExportArgs {
-    /// The trace file
+    /// The trace file, or a run of a store: run:ID or run:latest (see `clrprof runs`, --store)
     #[arg(value_name = "FILE")]
     trace: PathBuf,
     /// Output format
@@ -81,6 +136,9 @@ struct ReadArgs {
     /// /usr/lib/debug is always searched)
     #[arg(long, value_name = "DIR")]
     symbols: Vec<PathBuf>,
+    /// The run store `run:ID` is read from: an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
 }
 
 impl ReadArgs {
@@ -93,6 +151,7 @@ impl ReadArgs {
             range: TimeRange::new(from, to),
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
+            store: self.store,
         })
     }
 }
@@ -175,6 +234,13 @@ struct RecordArgs {
     /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
+    /// only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "ADDR:PORT")]
+    server: Option<String>,
+    /// The collector's token [default: $CLRPROF_TOKEN]
+    #[arg(long, value_name = "TOKEN", requires = "server")]
+    token: Option<String>,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -182,7 +248,7 @@ struct RecordArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// The trace file
+    /// The trace file, or a run of a store: run:ID or run:latest (see `clrprof runs`, --store)
     #[arg(value_name = "FILE")]
     trace: PathBuf,
     /// What to show [default: hotspots when the trace has costs, else tables]
@@ -315,6 +381,8 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
+                server: a.server,
+                token: a.token,
                 sample_rate: a.rate,
                 sampling: !a.no_sample,
                 events: crate::record::EventOptions {
@@ -394,11 +462,45 @@ pub fn run() -> Result<ExitCode> {
             crate::export::export(&cmd)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Collect(a) => {
+            let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+            let pyroscope = a.pyroscope.map(|url| crate::collect::PyroscopeOptions {
+                url,
+                token: a
+                    .pyroscope_token
+                    .or_else(|| std::env::var("CLRPROF_PYROSCOPE_TOKEN").ok())
+                    .filter(|t| !t.is_empty()),
+                interval: std::time::Duration::from_nanos(a.interval),
+            });
+            crate::collect::collect(&crate::collect::CollectCommand {
+                listen: a.listen,
+                store: a.store,
+                token,
+                max_run_bytes: a.max_run_bytes,
+                pyroscope,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Runs(a) => {
+            crate::collect::runs(&crate::collect::RunsCommand {
+                store: a.store,
+                json: matches!(a.format, RunsFormatArg::Json),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
 fn time_arg(s: &str) -> Result<u64, String> {
     parse_time(s)
+}
+
+fn interval_arg(s: &str) -> Result<u64, String> {
+    let ns = parse_time(s)?;
+    if !(1_000_000_000..=3_600_000_000_000).contains(&ns) {
+        return Err("expected an interval from 1s to 1h (e.g. 10s)".into());
+    }
+    Ok(ns)
 }
 
 /// A fix for errors users commonly hit.

@@ -24,6 +24,10 @@ pub struct ExportCommand {
 /// Default output: the trace's path with the weight and the format's extension
 /// (`app.clrprof` → `app.cpu.svg`).
 fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
+    if let Some(spec) = crate::collect::run_spec(trace) {
+        // `run:7` → `run-7.cpu.svg` in the working directory.
+        return PathBuf::from(format!("run-{spec}.{}.{ext}", metric.name()));
+    }
     let stem = trace.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "profile".into());
     trace.with_file_name(format!("{stem}.{}.{ext}", metric.name()))
 }

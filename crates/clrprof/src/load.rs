@@ -16,24 +16,38 @@ pub struct ReadOptions {
     pub native_symbols: bool,
     /// Directories searched for separate debug files by build-id (besides /usr/lib/debug).
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// The run store `run:ID` is read from (`None`: the default store).
+    pub store: Option<String>,
 }
 
 /// Loads a trace for a time range. Corrupt, foreign, empty or newer-version files are errors; a
 /// truncated trace is read up to the damage with a warning on stderr (also kept in
 /// `Profile::messages`).
+///
+/// `path` may name a run of a store instead (`run:ID`, `run:latest`; see `clrprof runs`).
 pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
-    let (builder, diagnostics) = Loader::load(TraceSource::File(path.to_path_buf())).map_err(|e| {
-        let what = match &e {
-            LoadError::Open(_) => format!("cannot open trace {}", path.display()),
-            LoadError::Decode { records, .. } if *records > 0 => {
-                format!("cannot read {} (after {records} records)", path.display())
+    let (source, label) = match crate::collect::run_spec(path) {
+        Some(spec) => {
+            let (source, run, warnings) = crate::collect::run_source(spec, read.store.as_deref())?;
+            for w in warnings {
+                eprintln!("clrprof: warning: {w}");
             }
-            _ => format!("cannot read {}", path.display()),
+            (source, format!("run:{}", run.id))
+        }
+        None => (TraceSource::File(path.to_path_buf()), path.display().to_string()),
+    };
+    let (builder, diagnostics) = Loader::load(source).map_err(|e| {
+        let what = match &e {
+            LoadError::Open(_) => format!("cannot open trace {label}"),
+            LoadError::Decode { records, .. } if *records > 0 => {
+                format!("cannot read {label} (after {records} records)")
+            }
+            _ => format!("cannot read {label}"),
         };
         anyhow::Error::new(e).context(what)
     })?;
     if let Some(t) = diagnostics.truncation {
-        eprintln!("clrprof: warning: {}: {t}", path.display());
+        eprintln!("clrprof: warning: {label}: {t}");
     }
     Ok(if read.native_symbols {
         builder.profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))

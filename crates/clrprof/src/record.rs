@@ -25,6 +25,10 @@ pub struct RecordOptions {
     pub instrument: InstrumentOptions,
     /// Program and arguments.
     pub command: Vec<String>,
+    /// Stream to this collector (`CLRPROF_SERVER`) instead of writing the file.
+    pub server: Option<String>,
+    /// The collector's token (`CLRPROF_TOKEN`); `None` keeps the inherited variable.
+    pub token: Option<String>,
     /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
     pub sample_rate: u32,
     /// Run the sampler (`CLRPROF_SAMPLING`).
@@ -237,6 +241,12 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     if let Some(l) = &opts.log {
         cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
     }
+    if let Some(server) = &opts.server {
+        cmd.env("CLRPROF_SERVER", server);
+        if let Some(t) = &opts.token {
+            cmd.env("CLRPROF_TOKEN", t);
+        }
+    }
     let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", opts.command[0]))?;
     CHILD.store(child.id() as i32, Ordering::SeqCst);
     install_forwarding();
@@ -247,12 +257,32 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
     use std::os::unix::process::ExitStatusExt;
     let exit = ProcessExit { end_unix_ns, exit_code: status.code(), signal: status.signal() };
     let trace = PathBuf::from(template.replace("{pid}", &child.id().to_string()));
+    let streamed = opts.server.as_deref().and_then(|server| {
+        let code = match (exit.exit_code, exit.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => -s - 1,
+            _ => -1,
+        };
+        let token = opts.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).unwrap_or_default();
+        let run = exit_notice(server, &token, child.id(), code, end_unix_ns);
+        if let Some(run) = run {
+            eprintln!("clrprof: run {run} streamed to the collector at {server} (`clrprof report run:{run}`)");
+        }
+        run
+    });
     if trace.is_file() {
+        if opts.server.is_some() {
+            eprintln!(
+                "clrprof: warning: the collector at {} was unreachable or went away during the run; the rest of the trace is in the file below{}",
+                opts.server.as_deref().unwrap_or_default(),
+                if opts.log.is_some() { " (see the agent log)" } else { "" }
+            );
+        }
         append_exit(&trace, &exit)?;
         let size = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
         eprintln!("clrprof: trace written to {} ({})", trace.display(), human_size(size));
         report_sibling_traces(&trace);
-    } else {
+    } else if streamed.is_none() {
         eprintln!(
             "clrprof: warning: no trace was written to {}: the profiler did not load (is `{}` a .NET program?{})",
             trace.display(),
@@ -269,6 +299,35 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Tells the collector how the child ended (it appends `ProcessExit` to the run); the run's id,
+/// or `None` when the collector has no run of this process or cannot be reached.
+fn exit_notice(server: &str, token: &str, pid: u32, exit_code: i32, end_unix_ns: u64) -> Option<u64> {
+    use clrprof_trace::wire::{self, Hello};
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let timeout = std::time::Duration::from_secs(15);
+    let addr = server.to_socket_addrs().ok()?.next()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    s.set_write_timeout(Some(timeout)).ok()?;
+    let hello = Hello {
+        kind: wire::kind::EXIT,
+        token: token.to_string(),
+        host: clrprof_collect::hostname(),
+        pid,
+        start_unix_ns: end_unix_ns,
+        exit_code,
+        ..Default::default()
+    };
+    s.write_all(&hello.encode()).ok()?;
+    let mut a = [0u8; 9];
+    s.read_exact(&mut a).ok()?;
+    match wire::decode_answer(&a) {
+        (wire::status::ACCEPTED, run) => Some(run),
+        _ => None,
+    }
 }
 
 fn append_exit(trace: &Path, exit: &ProcessExit) -> Result<()> {

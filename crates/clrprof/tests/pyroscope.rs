@@ -233,3 +233,106 @@ fn a_live_run_is_pushed_every_interval_with_its_labels() {
     assert!((0.65..=0.85).contains(&share), "Heavy has {share:.3} of Heavy+Light CPU, expected 0.75 ± 0.10");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Sends SIGTERM to a child and waits for it.
+fn terminate(c: &mut std::process::Child) -> std::process::ExitStatus {
+    // Safety: kill(2) on the pid of a child this test started and has not reaped.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    c.wait().unwrap()
+}
+
+#[test]
+fn clrprof_collect_pushes_the_runs_it_receives() {
+    let dir = scratch("pyroscope-collect");
+    let (rport, got) = receiver();
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut collector = Command::new(clrprof_exe())
+        .args(["collect", "--listen", &listen, "--store"])
+        .arg(dir.join("runs.db"))
+        .args(["--pyroscope", &format!("http://127.0.0.1:{rport}"), "--interval", "1s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its messages, as they come.
+    let stderr = collector.stderr.take().unwrap();
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    let t = std::time::Instant::now();
+    while !lines.lock().unwrap().iter().any(|l| l.contains("listening on")) {
+        assert!(t.elapsed() < Duration::from_secs(30), "the collector did not start: {lines:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(lines.lock().unwrap()[0].contains("pushing to Pyroscope at http://127.0.0.1:"), "{lines:?}");
+
+    let out = Command::new(clrprof_exe())
+        .args(["record", "--server", &listen, "--agent"])
+        .arg(agent_path())
+        .args(["--", "dotnet"])
+        .arg(app_dll("Sampling"))
+        .args(["ratio", "1500"])
+        .env("CLRPROF_SERVICE", "orders")
+        .env("CLRPROF_LABELS", "env=ci")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record failed: {}", text(&out.stderr));
+    // The run's end is pushed as soon as the collector sees it end.
+    let t = std::time::Instant::now();
+    let cpu_bodies = loop {
+        let g = got.lock().unwrap();
+        let ended = lines.lock().unwrap().iter().any(|l| l.contains("ended") || l.contains("complete"));
+        let cpu: Vec<(String, Vec<u8>)> = g
+            .iter()
+            .filter(|r| percent_decode(query_param(&r.0, "name")).starts_with("orders.cpu{service_name=orders,"))
+            .map(|r| (r.0.clone(), r.2.clone()))
+            .collect();
+        if !cpu.is_empty() && (ended || t.elapsed() > Duration::from_secs(20)) {
+            break cpu;
+        }
+        assert!(t.elapsed() < Duration::from_secs(90), "no cpu profile arrived: {lines:?}");
+        drop(g);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let status = terminate(&mut collector);
+    assert!(status.success(), "{status:?}");
+    let lines = lines.lock().unwrap();
+    let summary = lines.iter().find(|l| l.contains("profiles sent")).expect("the collector's Pyroscope summary");
+    assert!(summary.contains(" 0 dropped, 0 failed"), "{summary}");
+    // Every CPU sample of the run reached Pyroscope: the windows add up to the stored run's export.
+    let mut samples = 0;
+    let cpu = got
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| percent_decode(query_param(&r.0, "name")).starts_with("orders.cpu{"))
+        .map(|r| r.2.clone())
+        .collect::<Vec<_>>();
+    assert!(cpu.len() >= cpu_bodies.len());
+    for (i, body) in cpu.iter().enumerate() {
+        let f = dir.join(format!("cpu{i}.pb.gz"));
+        std::fs::write(&f, body).unwrap();
+        samples += top(&f, "samples", "minimum").0;
+    }
+    let name = percent_decode(query_param(&cpu_bodies[0].0, "name"));
+    assert!(name.ends_with(",env=ci}") && name.contains(",pid=") && name.contains(",host="), "{name}");
+    let whole = dir.join("whole.pb.gz");
+    let out = Command::new(clrprof_exe())
+        .args(["export", "run:latest", "--store"])
+        .arg(dir.join("runs.db"))
+        .args(["-f", "pprof", "--no-native-symbols", "-o"])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(samples, top(&whole, "samples", "minimum").0, "cpu samples pushed against the stored run's");
+    let _ = std::fs::remove_dir_all(dir);
+}

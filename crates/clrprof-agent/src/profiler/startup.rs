@@ -45,6 +45,32 @@ fn command_line() -> String {
         .unwrap_or_default()
 }
 
+/// With `CLRPROF_SERVER`: a writer streaming to the collector, or `None` (said once in the log)
+/// when it cannot be reached or refuses the run, and the trace file is written instead.
+fn open_remote(config: &Config, path: &str, start_unix_ns: u64, rt: &clrprof_sys::info::RuntimeInfo) -> Option<Writer> {
+    let server = config.server.as_deref()?;
+    let hello = clrprof_trace::wire::Hello {
+        kind: clrprof_trace::wire::kind::RUN,
+        token: config.token.clone().unwrap_or_default(),
+        host: crate::writer::hostname(),
+        pid: std::process::id(),
+        start_unix_ns,
+        command: command_line(),
+        runtime: if rt.major > 0 { format!("{}.{}.{}", rt.major, rt.minor, rt.build) } else { String::new() },
+        exit_code: 0,
+    };
+    let fallback_path = path.to_string();
+    let remote = crate::writer::Remote::connect(server, &hello, Box::new(move || open_output(&fallback_path)))
+        .and_then(|r| Writer::new(Sink::Remote(r), Duration::from_millis(config.flush_ms)));
+    match remote {
+        Ok(w) => Some(w),
+        Err(e) => {
+            log_warn!("collector at {server} unreachable ({e}); writing the trace to {path}");
+            None
+        }
+    }
+}
+
 fn unix_now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
@@ -114,12 +140,17 @@ impl Profiler {
         log_info!("event mask requested 0x{low:08x}/0x{high:08x}, granted 0x{glow:08x}/0x{ghigh:08x}");
 
         let path = config.output_path(std::process::id());
-        let (file, path) = open_output(&path).map_err(|e| {
-            log_error!("cannot create trace file {path}: {e}; profiler not loaded");
-            CallbackError(format!("cannot create {path}: {e}"))
-        })?;
-        log_info!("writing trace to {path}");
-        let writer = Arc::new(Writer::new(Sink::File(file), Duration::from_millis(config.flush_ms))?);
+        let writer = match open_remote(&config, &path, start_unix, &rt) {
+            Some(w) => Arc::new(w),
+            None => {
+                let (file, path) = open_output(&path).map_err(|e| {
+                    log_error!("cannot create trace file {path}: {e}; profiler not loaded");
+                    CallbackError(format!("cannot create {path}: {e}"))
+                })?;
+                log_info!("writing trace to {path}");
+                Arc::new(Writer::new(Sink::File(file), Duration::from_millis(config.flush_ms))?)
+            }
+        };
         let mut first: Vec<Record> = vec![ProcessStart {
             pid: std::process::id(),
             start_unix_ns: start_unix,

@@ -1,0 +1,304 @@
+//! `clrprof collect` (the server agents stream to), `clrprof runs` (what a store holds), and
+//! `run:ID` / `run:latest` as a trace source for every reader.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use clrprof_collect::{open_store, Collector, RunId, RunInfo, RunState, RunStore, DEFAULT_STORE};
+use clrprof_trace::TraceSource;
+
+/// Options of `clrprof collect`.
+#[derive(Clone, Debug)]
+pub struct CollectCommand {
+    pub listen: String,
+    pub store: Option<String>,
+    pub token: Option<String>,
+    pub max_run_bytes: u64,
+    /// Push every run to Pyroscope.
+    pub pyroscope: Option<PyroscopeOptions>,
+}
+
+/// `--pyroscope URL [--pyroscope-token T] [--interval 10s]`.
+#[derive(Clone, Debug)]
+pub struct PyroscopeOptions {
+    pub url: String,
+    pub token: Option<String>,
+    pub interval: std::time::Duration,
+}
+
+/// The Pyroscope pusher as one of the collector's sinks: it copies the bytes and returns (its
+/// threads decode, build and send).
+struct PyroscopeSink(clrprof_pyroscope::Pyroscope);
+
+impl clrprof_collect::RunObserver for PyroscopeSink {
+    fn run_started(&self, run: &RunInfo) {
+        self.0.run_started(run.id.0 as u64);
+    }
+    fn run_data(&self, run: RunId, bytes: &[u8]) {
+        self.0.run_data(run.0 as u64, bytes);
+    }
+    fn run_ended(&self, run: RunId, _complete: bool) {
+        self.0.run_ended(run.0 as u64);
+    }
+}
+
+fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
+    let endpoint = clrprof_pyroscope::Endpoint::parse(&o.url, o.token.as_deref())?;
+    let mut cfg = clrprof_pyroscope::Config::new(endpoint);
+    cfg.interval = o.interval;
+    let log: clrprof_pyroscope::Log = Arc::new(|m: &str| eprintln!("clrprof collect: pyroscope: {m}"));
+    let p = clrprof_pyroscope::Pyroscope::start(cfg, log).context("cannot start the Pyroscope pusher")?;
+    Ok(Arc::new(PyroscopeSink(p)))
+}
+
+fn store_spec(store: Option<&str>) -> String {
+    store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
+}
+
+fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
+    let spec = store_spec(store);
+    open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))
+}
+
+/// A store URL without its password, for messages.
+fn redact(spec: &str) -> String {
+    match (spec.find("://"), spec.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let cred = &spec[s + 3..at];
+            match cred.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &spec[..s + 3], &spec[at..]),
+                None => spec.to_string(),
+            }
+        }
+        _ => spec.to_string(),
+    }
+}
+
+pub fn collect(c: &CollectCommand) -> Result<()> {
+    // Before any thread starts (the Pyroscope pusher's): every thread inherits the mask, so only
+    // the signal-waiting thread takes SIGINT/SIGTERM.
+    block_stop_signals();
+    let pyro = c.pyroscope.as_ref().map(pyroscope).transpose()?;
+    let store = open(c.store.as_deref())?;
+    let mut builder = Collector::builder()
+        .listen(c.listen.clone())
+        .token(c.token.clone())
+        .max_run_bytes(c.max_run_bytes)
+        .store(store);
+    if let Some(p) = &pyro {
+        builder = builder.observer(p.clone());
+    }
+    let collector = builder.build()?;
+    let addr = collector.local_addr();
+    let stop = collector.stopper();
+    let sink = pyro.clone();
+    stop_on_signals(move || {
+        stop();
+        // The runs' last windows go out before the collector exits (a dead Pyroscope gets 5 s).
+        if let Some(p) = &sink {
+            let s = p.0.stop(std::time::Duration::from_secs(5));
+            eprintln!(
+                "clrprof collect: pyroscope: {} profiles sent ({} bytes), {} dropped, {} failed",
+                s.sent, s.bytes_sent, s.dropped, s.failed
+            );
+        }
+    });
+    eprintln!(
+        "clrprof collect: listening on {addr}{}, store {}{}",
+        if c.token.is_some() { " (token required)" } else { "" },
+        redact(&store_spec(c.store.as_deref())),
+        c.pyroscope
+            .as_ref()
+            .map(|p| format!(", pushing to Pyroscope at {} every {:?}", redact(&p.url), p.interval))
+            .unwrap_or_default()
+    );
+    collector.serve();
+    Ok(())
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts later).
+fn block_stop_signals() {
+    // Safety: plain signal-mask calls on a zeroed set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// On SIGINT/SIGTERM: marks the runs still streaming as cut off, then exits.
+fn stop_on_signals(stop: impl Fn() + Send + 'static) {
+    // Safety: plain signal-mask calls on a zeroed set; done before any other thread starts, so
+    // every thread inherits the mask and only the waiting thread takes these signals.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            libc::sigwait(&set, &mut sig);
+            stop();
+            eprintln!("clrprof collect: stopped");
+            std::process::exit(0);
+        });
+    }
+}
+
+/// Options of `clrprof runs`.
+#[derive(Clone, Debug)]
+pub struct RunsCommand {
+    pub store: Option<String>,
+    pub json: bool,
+}
+
+pub fn runs(c: &RunsCommand) -> Result<()> {
+    let runs = open(c.store.as_deref())?.list()?;
+    let text = if c.json {
+        let mut s = serde_json::to_string_pretty(&runs)?;
+        s.push('\n');
+        s
+    } else {
+        runs_table(&runs)
+    };
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+    Ok(())
+}
+
+fn runs_table(runs: &[RunInfo]) -> String {
+    if runs.is_empty() {
+        return "no runs\n".into();
+    }
+    let header = ["ID", "HOST", "PID", "STARTED (UTC)", "DURATION", "BYTES", "STATE", "EXIT", "COMMAND"];
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                r.host.clone(),
+                r.pid.to_string(),
+                utc(r.start),
+                r.end.map(|e| format!("{:.1}s", (e - r.start) as f64 / 1000.0)).unwrap_or_else(|| "-".into()),
+                crate::record::human_size(r.bytes),
+                match (&r.state, &r.reason) {
+                    (RunState::CutOff, Some(reason)) => format!("cut off ({reason})"),
+                    (s, _) => s.name().replace('_', " "),
+                },
+                r.exit_status.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
+                r.command.clone(),
+            ]
+        })
+        .collect();
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&" ".repeat(w[i] - c.chars().count() + 2));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of a Unix time in milliseconds.
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// `run:ID` or `run:latest`, if `trace` names a run.
+pub fn run_spec(trace: &std::path::Path) -> Option<&str> {
+    trace.to_str().and_then(|s| s.strip_prefix("run:"))
+}
+
+/// The trace of a run as a source, with warnings to print (still streaming, cut off).
+pub fn run_source(spec: &str, store: Option<&str>) -> Result<(TraceSource, RunInfo, Vec<String>)> {
+    let s = open(store)?;
+    let run = if spec == "latest" {
+        s.latest()?.with_context(|| format!("the run store {} holds no runs", redact(&store_spec(store))))?
+    } else {
+        let id: i64 = match spec.parse() {
+            Ok(id) => id,
+            Err(_) => bail!("`run:{spec}`: expected run:ID (a number, see `clrprof runs`) or run:latest"),
+        };
+        s.get(RunId(id))?
+            .with_context(|| format!("no run {id} in the store {} (see `clrprof runs`)", redact(&store_spec(store))))?
+    };
+    let bytes = s.read(run.id, 0)?;
+    let mut warnings = Vec::new();
+    match run.state {
+        RunState::Running => warnings.push(format!("run {} is still streaming; this is what arrived so far", run.id)),
+        RunState::CutOff => warnings.push(format!(
+            "run {} was cut off ({}); read up to the cut",
+            run.id,
+            run.reason.as_deref().unwrap_or("unknown reason")
+        )),
+        RunState::Complete => {}
+    }
+    Ok((TraceSource::Bytes(bytes), run, warnings))
+}
+
+/// Parses a size: bytes, or with a K/M/G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}`: expected a size in bytes, e.g. 500M or 2G"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_795_370_434_000), "2026-11-22 18:00:34");
+        assert_eq!(parse_size("500M"), Ok(500 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("0").is_err() && parse_size("lots").is_err());
+        assert_eq!(redact("postgresql://u:pw@h:5/db"), "postgresql://u:***@h:5/db");
+        assert_eq!(redact("runs.db"), "runs.db");
+        assert_eq!(run_spec(std::path::Path::new("run:latest")), Some("latest"));
+        assert_eq!(run_spec(std::path::Path::new("a.clrprof")), None);
+    }
+}
