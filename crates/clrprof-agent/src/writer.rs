@@ -454,4 +454,59 @@ mod tests {
         // /dev/full fails the header write already.
         assert!(w.is_err());
     }
+
+    /// A collector that takes the hello and `keep` bytes of trace, then vanishes: the writer goes on
+    /// into the local file, which starts with the header and the definitions sent before.
+    #[test]
+    fn a_collector_gone_mid_run_leaves_a_local_file_readable_on_its_own() {
+        use clrprof_trace::wire::{self, Hello};
+        use clrprof_trace::{CpuSample, ProcessStart, ThreadNamed};
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let h = Hello::read(&mut s).unwrap();
+            s.write_all(&wire::encode_answer(wire::status::ACCEPTED, 5)).unwrap();
+            let mut got = vec![0u8; 16];
+            s.read_exact(&mut got).unwrap();
+            (h, got)
+        });
+        let path = std::env::temp_dir().join(format!("clrprof-fallback-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let p2 = path.clone();
+        let hello = Hello { host: "h".into(), pid: 9, command: "app".into(), ..Default::default() };
+        let remote = Remote::connect(
+            &addr,
+            &hello,
+            Box::new(move || Ok((std::fs::File::create(&p2)?, p2.display().to_string()))),
+        )
+        .unwrap();
+        let w = Writer::new(Sink::Remote(remote), Duration::from_secs(60)).unwrap();
+        w.write_now(&[ProcessStart { pid: 9, ..Default::default() }.into()]);
+        w.emit(&ThreadNamed { ts: 1, id: 1, name: "main".into() }.into());
+        w.emit(&CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());
+        w.flush();
+        let (h, header) = server.join().unwrap();
+        assert_eq!((h.pid, h.command.as_str()), (9, "app"));
+        assert_eq!(header, clrprof_trace::header(), "the trace follows the hello");
+        // The collector is gone: keep writing until the socket reports it.
+        for i in 0..200u64 {
+            w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());
+            w.flush();
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        w.stop(|_| vec![]);
+        let (recs, trunc) = clrprof_trace::read_all(std::fs::File::open(&path).unwrap()).unwrap();
+        assert!(trunc.is_none());
+        // Definitions first (process, thread name), never the samples sent before the cut.
+        assert!(matches!(&recs[0], Record::ProcessStart(p) if p.pid == 9), "{recs:?}");
+        assert!(matches!(&recs[1], Record::ThreadNamed(t) if t.name == "main"), "{recs:?}");
+        assert!(!recs.iter().any(|r| matches!(r, Record::CpuSample(c) if c.ts == 2)));
+        assert!(recs.iter().any(|r| matches!(r, Record::CpuSample(_))), "the rest of the run is in the file");
+        let _ = std::fs::remove_file(&path);
+    }
 }

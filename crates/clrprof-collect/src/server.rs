@@ -218,6 +218,7 @@ impl Inner {
 
     fn connection(&self, mut stream: TcpStream, peer: &str) {
         let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
+        keepalive(&stream);
         let hello = match Hello::read(&mut stream) {
             Ok(h) => h,
             Err(e) => {
@@ -418,6 +419,29 @@ fn fitting_prefix(bytes: &[u8], stored: u64, max: u64) -> usize {
         pos = next;
     }
     pos
+}
+
+/// TCP keep-alive probes after 60 s of silence, so that a stream whose host vanished (no FIN, no
+/// RST) ends as cut off within minutes instead of holding its thread forever.
+fn keepalive(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    let set = |level: libc::c_int, name: libc::c_int, v: libc::c_int| {
+        // Safety: `v` outlives the call and its size is passed; `fd` belongs to `stream`.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                &v as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6);
 }
 
 /// This machine's host name.

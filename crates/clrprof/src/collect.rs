@@ -55,8 +55,12 @@ fn store_spec(store: Option<&str>) -> String {
     store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
 }
 
+/// Opens a store to read: an SQLite file must exist (a typo is not a new, empty store).
 fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
     let spec = store_spec(store);
+    if !spec.contains("://") && !std::path::Path::new(&spec).is_file() {
+        bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
+    }
     open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))
 }
 
@@ -79,7 +83,8 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     // the signal-waiting thread takes SIGINT/SIGTERM.
     block_stop_signals();
     let pyro = c.pyroscope.as_ref().map(pyroscope).transpose()?;
-    let store = open(c.store.as_deref())?;
+    let spec = store_spec(c.store.as_deref());
+    let store = open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))?;
     let mut builder = Collector::builder()
         .listen(c.listen.clone())
         .token(c.token.clone())
