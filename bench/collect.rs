@@ -179,9 +179,21 @@ fn main() {
     let base = common::median(&mut results[0].clone());
     println!("\n| configuration | median req/s | vs no profiler |\n|---|---:|---:|");
     for (i, (name, _)) in configs.iter().enumerate() {
-        let m = common::median(&mut results[i]);
+        let m = common::median(&mut results[i].clone());
         println!("| {name} | {m:.0} | {:+.1}% |", (m / base - 1.0) * 100.0);
     }
+    // Per-round ratios (each round's configurations ran back to back), medians: steadier than
+    // ratios of medians on a machine whose load drifts between rounds.
+    let ratio = |a: usize, b: usize| {
+        let mut r: Vec<f64> = (0..rounds).map(|i| results[a][i] / results[b][i]).collect();
+        (common::median(&mut r) - 1.0) * 100.0
+    };
+    println!(
+        "median per-round change: file vs none {:+.1}%, collector vs none {:+.1}%, collector vs file {:+.1}%",
+        ratio(1, 0),
+        ratio(2, 0),
+        ratio(2, 1)
+    );
     let fallbacks = std::fs::read_dir(&dir)
         .unwrap()
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("fallback"))

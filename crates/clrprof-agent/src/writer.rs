@@ -462,13 +462,19 @@ mod tests {
         use clrprof_trace::wire::{self, Hello};
         use clrprof_trace::{CpuSample, ProcessStart, ThreadNamed};
         use std::io::Read;
+        let start: Record = ProcessStart { pid: 9, ..Default::default() }.into();
+        let named: Record = ThreadNamed { ts: 1, id: 1, name: "main".into() }.into();
+        let sample: Record = CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into();
+        // The collector takes the header and the first two blocks, then vanishes.
+        let sent =
+            16 + clrprof_trace::encode_records([&start]).len() + clrprof_trace::encode_records([&named, &sample]).len();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             let h = Hello::read(&mut s).unwrap();
             s.write_all(&wire::encode_answer(wire::status::ACCEPTED, 5)).unwrap();
-            let mut got = vec![0u8; 16];
+            let mut got = vec![0u8; sent];
             s.read_exact(&mut got).unwrap();
             (h, got)
         });
@@ -483,13 +489,14 @@ mod tests {
         )
         .unwrap();
         let w = Writer::new(Sink::Remote(remote), Duration::from_secs(60)).unwrap();
-        w.write_now(&[ProcessStart { pid: 9, ..Default::default() }.into()]);
-        w.emit(&ThreadNamed { ts: 1, id: 1, name: "main".into() }.into());
-        w.emit(&CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());
+        w.write_now(std::slice::from_ref(&start));
+        w.emit(&named);
+        w.emit(&sample);
         w.flush();
-        let (h, header) = server.join().unwrap();
+        let (h, got) = server.join().unwrap();
         assert_eq!((h.pid, h.command.as_str()), (9, "app"));
-        assert_eq!(header, clrprof_trace::header(), "the trace follows the hello");
+        let (recs, _) = clrprof_trace::read_all(&got[..]).unwrap();
+        assert_eq!(recs, vec![start, named, sample], "the trace follows the hello");
         // The collector is gone: keep writing until the socket reports it.
         for i in 0..200u64 {
             w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());

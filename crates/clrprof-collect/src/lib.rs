@@ -154,6 +154,30 @@ impl dyn RunStore {
     }
 }
 
+/// Follows a run as it grows (a live view): each [`RunTail::poll`] returns the trace bytes stored
+/// since the previous one — whole blocks, the header first — to feed a
+/// [`clrprof_trace::StreamDecoder`].
+pub struct RunTail {
+    store: Arc<dyn RunStore>,
+    run: RunId,
+    offset: u64,
+}
+
+impl RunTail {
+    pub fn new(store: Arc<dyn RunStore>, run: RunId) -> RunTail {
+        RunTail { store, run, offset: 0 }
+    }
+
+    /// New bytes (empty when nothing arrived), and the run as it stands now.
+    pub fn poll(&mut self) -> StoreResult<(Vec<u8>, Option<RunInfo>)> {
+        // Read the state first: bytes stored before it said "ended" are all there is.
+        let info = self.store.get(self.run)?;
+        let bytes = self.store.read(self.run, self.offset)?;
+        self.offset += bytes.len() as u64;
+        Ok((bytes, info))
+    }
+}
+
 /// Opens a store: a `postgresql://…` (or `postgres://…`) URL, else an SQLite file path (created if
 /// missing).
 pub fn open_store(spec: &str) -> StoreResult<Arc<dyn RunStore>> {

@@ -99,7 +99,14 @@ impl CollectorBuilder {
             TcpListener::bind(&addrs[..]).map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
         let identity = format!("{}:{}", hostname(), addr.port());
-        let log: Arc<LogFn> = self.log.unwrap_or_else(|| Arc::new(|m: &str| eprintln!("clrprof collect: {m}")));
+        // Never `eprintln!`: it panics when standard error is a closed pipe, and a collector must
+        // outlive the terminal or pipe that started it.
+        let log: Arc<LogFn> = self.log.unwrap_or_else(|| {
+            Arc::new(|m: &str| {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "clrprof collect: {m}");
+            })
+        });
         let recovered = store.recover(&identity)?;
         if recovered > 0 {
             log(&format!("{recovered} run(s) left streaming by a previous collector marked cut off"));
@@ -180,7 +187,8 @@ impl Collector {
             }
             let spawned = std::thread::Builder::new().name("clrprof-collect-conn".into()).spawn(move || {
                 let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-                inner.connection(stream, &peer);
+                // A bug in one connection must not take the count (or anything else) with it.
+                let _ = catch_unwind(AssertUnwindSafe(|| inner.connection(stream, &peer)));
                 inner.connections.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {

@@ -195,6 +195,11 @@ fn a_restarted_collector_keeps_runs_and_marks_open_ones_cut_off() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // A live reader follows the open run: what was stored so far, then nothing new.
+    let mut tail = clrprof_collect::RunTail::new(Arc::clone(&store), RunId(open_id as i64));
+    let (first, info) = tail.poll().unwrap();
+    assert_eq!((first, info.unwrap().state), (partial.clone(), RunState::Running));
+    assert!(tail.poll().unwrap().0.is_empty());
     let again = SqliteStore::open(&db).unwrap();
     let identity = format!("{}:{}", clrprof_collect::hostname(), addr.port());
     assert_eq!(again.recover(&identity).unwrap(), 1);

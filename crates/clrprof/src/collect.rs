@@ -46,7 +46,11 @@ fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
     let endpoint = clrprof_pyroscope::Endpoint::parse(&o.url, o.token.as_deref())?;
     let mut cfg = clrprof_pyroscope::Config::new(endpoint);
     cfg.interval = o.interval;
-    let log: clrprof_pyroscope::Log = Arc::new(|m: &str| eprintln!("clrprof collect: pyroscope: {m}"));
+    // A closed standard error must not stop the collector: write errors are ignored.
+    let log: clrprof_pyroscope::Log = Arc::new(|m: &str| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "clrprof collect: pyroscope: {m}");
+    });
     let p = clrprof_pyroscope::Pyroscope::start(cfg, log).context("cannot start the Pyroscope pusher")?;
     Ok(Arc::new(PyroscopeSink(p)))
 }
@@ -102,13 +106,20 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
         // The runs' last windows go out before the collector exits (a dead Pyroscope gets 5 s).
         if let Some(p) = &sink {
             let s = p.0.stop(std::time::Duration::from_secs(5));
-            eprintln!(
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "clrprof collect: pyroscope: {} profiles sent ({} bytes), {} dropped, {} failed",
-                s.sent, s.bytes_sent, s.dropped, s.failed
+                s.sent,
+                s.bytes_sent,
+                s.dropped,
+                s.failed
             );
         }
     });
-    eprintln!(
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "clrprof collect: listening on {addr}{}, store {}{}",
         if c.token.is_some() { " (token required)" } else { "" },
         redact(&store_spec(c.store.as_deref())),
@@ -147,7 +158,9 @@ fn stop_on_signals(stop: impl Fn() + Send + 'static) {
             let mut sig = 0;
             libc::sigwait(&set, &mut sig);
             stop();
-            eprintln!("clrprof collect: stopped");
+            // Standard error may be a closed pipe by now: a failed write must not stop the exit.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "clrprof collect: stopped");
             std::process::exit(0);
         });
     }

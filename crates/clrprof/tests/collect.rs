@@ -31,6 +31,8 @@ impl Collector {
             .spawn()
             .expect("start clrprof collect");
         let mut err = BufReader::new(child.stderr.take().unwrap());
+        // Killed even if the start-up checks below fail.
+        let child = KillOnDrop(child);
         // Lines before "listening on" (runs recovered from a previous collector) are kept too.
         let mut first = String::new();
         let addr = loop {
@@ -50,7 +52,7 @@ impl Collector {
                 line.clear();
             }
         });
-        Collector { child: KillOnDrop(child), addr, log }
+        Collector { child, addr, log }
     }
 
     fn log(&self) -> String {
@@ -108,6 +110,21 @@ struct Web {
     port: u16,
     stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for Web {
+    /// A failed test still stops the app: SIGTERM reaches it through `clrprof record` (the SIGKILL of
+    /// `KillOnDrop` would leave it running).
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.0.try_wait() {
+            // Safety: signalling our own child.
+            unsafe { libc::kill(self.child.0.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(self.child.0.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
 }
 
 impl Web {
@@ -514,4 +531,42 @@ fn a_postgresql_store_shared_by_two_collectors_survives_restarts() {
         exact_counts(&report_run_json(&format!("run:{}", r["id"]), &url));
     }
     exact_counts(&report_run_json("run:latest", &url));
+}
+
+#[test]
+fn a_collector_whose_stderr_is_gone_keeps_working_and_stops_on_sigterm() {
+    use clrprof_trace::{encode_records, header, AgentStop, ProcessStart};
+    let dir = scratch("collect-stderr");
+    let store = store_path(&dir);
+    let mut child = Command::new(clrprof_exe())
+        .args(["collect", "--store", &store, "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut child = KillOnDrop(child);
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line.strip_prefix("clrprof collect: listening on ").unwrap().split(',').next().unwrap().to_string();
+    // The terminal or pipe that started it goes away: its log lines now fail to print.
+    drop(err);
+    let mut t = header().to_vec();
+    t.extend(encode_records(&[
+        ProcessStart { pid: 7, command_line: "app".into(), ..Default::default() }.into(),
+        AgentStop { ts: 1, ..Default::default() }.into(),
+    ]));
+    for pid in [7, 8] {
+        replay(&addr, pid, &t);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while runs(&store).iter().filter(|r| r["complete"] == true).count() < 2 {
+        assert!(Instant::now() < deadline, "{:?}", runs(&store));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Safety: signalling our own child.
+    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status}");
 }
