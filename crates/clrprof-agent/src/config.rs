@@ -40,6 +40,11 @@ pub struct Config {
     pub events: bool,
     /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
     pub locks: bool,
+    /// `CLRPROF_SERVICE`: the service this process belongs to (continuous profiling names its
+    /// profiles after it). Default: none (the process name is used).
+    pub service: String,
+    /// `CLRPROF_LABELS`: the user's own labels, `key=value,key=value`. Default: none.
+    pub labels: Vec<(String, String)>,
     /// `CLRPROF_SERVER`: `ADDR:PORT` of a `clrprof collect` to stream the trace to; the trace file
     /// (`CLRPROF_OUTPUT`) is written only if the collector cannot be reached or goes. Default: none.
     pub server: Option<String>,
@@ -87,6 +92,8 @@ impl Default for Config {
             alloc: AllocMode::Sampled,
             events: false,
             locks: true,
+            service: String::new(),
+            labels: Vec::new(),
             server: None,
             token: None,
             process: Vec::new(),
@@ -199,6 +206,19 @@ impl Config {
                 _ => bad("CLRPROF_ALLOC", &v, "expected sampled, exact or off; using sampled"),
             }
         }
+        if let Some(v) = get("CLRPROF_SERVICE") {
+            c.service = v.trim().to_string();
+        }
+        if let Some(v) = get("CLRPROF_LABELS") {
+            for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                match item.split_once('=') {
+                    Some((k, val)) if !k.trim().is_empty() && !k.contains('\n') && !val.contains('\n') => {
+                        c.labels.push((k.trim().to_string(), val.trim().to_string()))
+                    }
+                    _ => bad("CLRPROF_LABELS", item, "expected key=value; label skipped"),
+                }
+            }
+        }
         if let Some(v) = get("CLRPROF_SERVER").filter(|v| !v.trim().is_empty()) {
             let v = v.trim();
             match v.rsplit_once(':') {
@@ -216,6 +236,11 @@ impl Config {
         c.process = list(get("CLRPROF_PROCESS"));
         problems.extend(more);
         (c, problems)
+    }
+
+    /// `CLRPROF_LABELS` as `key=value` lines for the trace's `ProcessStart.labels`.
+    pub fn labels_lines(&self) -> String {
+        self.labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 
     /// The output path with `{pid}` expanded (and `{name}`, `{time}` as "app" and 0: see
@@ -415,6 +440,19 @@ mod tests {
         assert_eq!(c.flush_ms, 20);
         assert!(!c.classes);
         assert_eq!(c.log.as_deref(), Some("/tmp/log"));
+    }
+
+    #[test]
+    fn service_and_labels() {
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_SERVICE", " checkout "),
+            ("CLRPROF_LABELS", "env=prod, region = eu-west-1,,broken,=x"),
+        ]));
+        assert_eq!(c.service, "checkout");
+        assert_eq!(c.labels, vec![("env".into(), "prod".into()), ("region".into(), "eu-west-1".into())]);
+        assert_eq!(c.labels_lines(), "env=prod\nregion=eu-west-1\n");
+        let bad: Vec<&str> = p.iter().map(|p| p.value.as_str()).collect();
+        assert_eq!(bad, ["broken", "=x"], "{p:?}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod chrome;
 mod collapsed;
 mod firefox;
 mod flamegraph;
-mod pprof;
+pub mod pprof;
 mod speedscope;
 
 use std::io::Write;
@@ -49,7 +49,18 @@ pub enum ExportError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("cannot write JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
+}
+
+impl From<serde_json::Error> for ExportError {
+    /// A failed write stays an I/O error (a closed pipe is then recognised as one).
+    fn from(e: serde_json::Error) -> Self {
+        if e.is_io() {
+            ExportError::Io(e.into())
+        } else {
+            ExportError::Json(e)
+        }
+    }
 }
 
 pub type Result<T, E = ExportError> = std::result::Result<T, E>;

@@ -77,17 +77,16 @@ struct SampleType {
     name: &'static str,
     unit: &'static str,
     of: fn(&Cost) -> u64,
-    metric: Option<Metric>,
 }
 
 const COST_TYPES: [SampleType; 7] = [
-    SampleType { name: "samples", unit: "count", of: |c| c.cpu_samples, metric: None },
-    SampleType { name: "cpu", unit: "nanoseconds", of: |c| c.cpu_ns, metric: Some(Metric::Cpu) },
-    SampleType { name: "wall", unit: "nanoseconds", of: |c| c.wall_ns, metric: Some(Metric::Wall) },
-    SampleType { name: "alloc_objects", unit: "count", of: |c| c.alloc_count, metric: Some(Metric::AllocCount) },
-    SampleType { name: "alloc_space", unit: "bytes", of: |c| c.alloc_bytes, metric: Some(Metric::AllocBytes) },
-    SampleType { name: "calls", unit: "count", of: |c| c.calls, metric: Some(Metric::Calls) },
-    SampleType { name: "time", unit: "nanoseconds", of: |c| c.time_ns, metric: Some(Metric::Time) },
+    SampleType { name: "samples", unit: "count", of: |c| c.cpu_samples },
+    SampleType { name: "cpu", unit: "nanoseconds", of: |c| c.cpu_ns },
+    SampleType { name: "wall", unit: "nanoseconds", of: |c| c.wall_ns },
+    SampleType { name: "alloc_objects", unit: "count", of: |c| c.alloc_count },
+    SampleType { name: "alloc_space", unit: "bytes", of: |c| c.alloc_bytes },
+    SampleType { name: "calls", unit: "count", of: |c| c.calls },
+    SampleType { name: "time", unit: "nanoseconds", of: |c| c.time_ns },
 ];
 
 /// One pprof sample before encoding: its stack, values and labels.
@@ -120,9 +119,30 @@ fn apportion(total: u64, w: &[u64]) -> Vec<u64> {
     out
 }
 
+/// The pprof sample type name of a cost metric.
+pub fn sample_type_name(m: Metric) -> &'static str {
+    match m {
+        Metric::Cpu => "cpu",
+        Metric::Wall => "wall",
+        Metric::AllocCount => "alloc_objects",
+        Metric::AllocBytes => "alloc_space",
+        Metric::Calls => "calls",
+        Metric::Time => "time",
+    }
+}
+
 /// The encoded (not yet compressed) profile of `p` for a thread selection, with `default` as the
 /// default sample type.
 pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
+    encode_types(p, threads, None, sample_type_name(default)).0
+}
+
+/// The encoded (not yet compressed) profile of `p` for a thread selection with only the sample
+/// types named in `only` (all the trace holds when `None`; names as in [`sample_type_name`], plus
+/// `samples`, `exceptions`, `contentions` and `delay`), `default` as the default sample type and
+/// period type. Samples whose kept values are all zero are left out. Returns the bytes and the
+/// number of samples.
+pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, default: &str) -> (Vec<u8>, usize) {
     let totals = select::totals_for(p, threads);
     // Which cost sample types the trace holds.
     let present: Vec<usize> = (0..COST_TYPES.len()).filter(|&i| (COST_TYPES[i].of)(&totals) > 0).collect();
@@ -140,6 +160,8 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
         types.push(("delay", "nanoseconds"));
     }
     let width = types.len();
+    // The columns kept, in order.
+    let keep: Vec<usize> = (0..width).filter(|&i| only.is_none_or(|o| o.contains(&types[i].0))).collect();
 
     let mut rows: Vec<Row> = Vec::new();
     for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
@@ -184,6 +206,12 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
         }
     }
 
+    let types: Vec<(&str, &str)> = keep.iter().map(|&i| types[i]).collect();
+    for r in &mut rows {
+        r.values = keep.iter().map(|&i| r.values[i]).collect();
+    }
+    rows.retain(|r| r.values.iter().any(|&v| v != 0));
+
     let mut strings = Strings::new();
     let mut out = Pb::default();
     for (name, unit) in &types {
@@ -218,7 +246,13 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
         out.message(2, s);
     }
     used.sort();
-    let module_path: HashMap<&str, &str> = p.modules.iter().map(|m| (m.file_name(), m.path.as_str())).collect();
+    // Managed modules by file name (path and base address); native libraries by file name (the
+    // first executable mapping of the file: address range, offset, build id).
+    let managed: HashMap<&str, &clrprof_model::Module> = p.modules.iter().map(|m| (m.file_name(), m)).collect();
+    let mut native: HashMap<&str, &clrprof_model::samples::Mapping> = HashMap::new();
+    for m in &p.sampling.mappings {
+        native.entry(m.path.rsplit('/').next().unwrap_or(&m.path)).or_insert(m);
+    }
     let mut mappings: Vec<&str> = used.iter().map(|f| st.frames[f.0 as usize].module.as_str()).collect();
     mappings.retain(|m| !m.is_empty());
     mappings.sort();
@@ -226,7 +260,22 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
     for (i, m) in mappings.iter().enumerate() {
         let mut mp = Pb::default();
         mp.uint(1, i as u64 + 1);
-        mp.uint(5, strings.id(module_path.get(m).copied().unwrap_or(m)));
+        let file = if let Some(n) = native.get(m) {
+            mp.uint(2, n.start);
+            mp.uint(3, n.end);
+            mp.uint(4, n.file_offset);
+            n.path.as_str()
+        } else if let Some(md) = managed.get(m) {
+            mp.uint(2, md.base_address);
+            md.path.as_str()
+        } else {
+            m
+        };
+        mp.uint(5, strings.id(file));
+        if let Some(n) = native.get(m).filter(|n| !n.build_id.is_empty()) {
+            let hex: String = n.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            mp.uint(6, strings.id(&hex));
+        }
         mp.uint(7, 1); // has_functions
         out.message(3, mp);
     }
@@ -256,21 +305,14 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
         out.message(5, func);
     }
     let (from, to) = p.span();
-    let default_type = match default {
-        Metric::Cpu => "cpu",
-        Metric::Wall => "wall",
-        Metric::AllocCount => "alloc_objects",
-        Metric::AllocBytes => "alloc_space",
-        Metric::Calls => "calls",
-        Metric::Time => "time",
-    };
-    let default_id = strings.id(default_type);
-    let period = match default {
-        Metric::Cpu if p.sampling.cpu_rate_hz > 0 => 1_000_000_000 / p.sampling.cpu_rate_hz as u64,
-        Metric::Wall if p.sampling.wall_rate_hz > 0 => 1_000_000_000 / p.sampling.wall_rate_hz as u64,
+    let default = types.iter().find(|t| t.0 == default).or(types.first()).copied().unwrap_or(("samples", "count"));
+    let default_id = strings.id(default.0);
+    let period = match default.0 {
+        "cpu" if p.sampling.cpu_rate_hz > 0 => 1_000_000_000 / p.sampling.cpu_rate_hz as u64,
+        "wall" if p.sampling.wall_rate_hz > 0 => 1_000_000_000 / p.sampling.wall_rate_hz as u64,
         _ => 1,
     };
-    let period_unit = strings.id(COST_TYPES.iter().find(|t| t.metric == Some(default)).map_or("count", |t| t.unit));
+    let period_unit = strings.id(default.1);
     for s in &strings.list {
         out.bytes(6, s.as_bytes());
     }
@@ -282,7 +324,7 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
     out.message(11, pt);
     out.uint(12, period);
     out.uint(14, default_id);
-    out.0
+    (out.0, rows.len())
 }
 
 impl Exporter for Pprof {

@@ -72,6 +72,10 @@ impl ProfileBuilder {
                 p.event_mask_low = s.event_mask_low;
                 p.event_mask_high = s.event_mask_high;
                 p.start_unix_ns = s.start_unix_ns;
+                p.host = s.host.clone();
+                p.service = s.service.clone();
+                p.labels =
+                    s.labels.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.into(), v.into())).collect();
                 self.events.set_log_enabled(s.config.lines().any(|l| l == "events=true"));
             }
             R::AgentStop(s) => {

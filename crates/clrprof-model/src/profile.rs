@@ -28,6 +28,15 @@ pub struct Process {
     /// True when the agent's `Shutdown` ran (no crash, no kill).
     pub clean_shutdown: bool,
     pub records_dropped: u64,
+    /// The machine's host name, when the agent recorded it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// `CLRPROF_SERVICE`, when set.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service: String,
+    /// `CLRPROF_LABELS`, in order: the user's own labels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]

@@ -61,6 +61,8 @@ pub struct Sampling {
     pub sampler_cpu_ns: u64,
     /// Start address of native and managed routines that samples hit (for the modules view).
     pub addresses: HashMap<FrameId, u64>,
+    /// The process's executable file mappings, by start address.
+    pub mappings: Vec<Mapping>,
 }
 
 impl Sampling {
@@ -78,13 +80,15 @@ impl Sampling {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Mapping {
-    start: u64,
-    end: u64,
-    file_offset: u64,
-    path: String,
-    build_id: Vec<u8>,
+/// An executable file mapping of the process (`NativeMapping`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: String,
+    /// GNU build-id; empty when unknown.
+    pub build_id: Vec<u8>,
 }
 
 /// Which clock a sample is of.
@@ -311,6 +315,7 @@ impl SampleData {
             }
         }
         summary.addresses = addresses;
+        summary.mappings = mappings;
         p.sampling = summary;
         p.messages.extend(symbols.diagnostics());
     }

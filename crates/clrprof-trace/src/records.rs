@@ -155,6 +155,12 @@ records! {
         agent_version: String,
         /// The agent's effective configuration, `key=value` lines.
         config: String,
+        /// The machine's host name (`/proc/sys/kernel/hostname`); empty: not recorded.
+        host: String,
+        /// `CLRPROF_SERVICE`: the service the process belongs to; empty: not set.
+        service: String,
+        /// `CLRPROF_LABELS`: the user's own labels, `key=value` lines; empty: none.
+        labels: String,
     }
     /// The agent stopped cleanly (`Shutdown`); absent after a crash or `kill -9`.
     2 AgentStop { ts: u64, records_written: u64, records_dropped: u64, bytes_dropped: u64 }

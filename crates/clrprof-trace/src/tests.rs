@@ -13,6 +13,9 @@ fn sample() -> Vec<Record> {
             event_mask_high: 0x10,
             agent_version: "0.1.0".into(),
             config: "rate=100".into(),
+            host: "web-1".into(),
+            service: "shop".into(),
+            labels: "env=prod\n".into(),
         }
         .into(),
         ThreadCreated { ts: 5, id: 0xdead }.into(),

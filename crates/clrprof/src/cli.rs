@@ -109,6 +109,18 @@ struct CollectArgs {
     /// Largest trace kept per run (bytes, or with K/M/G); a longer stream is cut off at the limit
     #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
     max_run_bytes: u64,
+    /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
+    /// Grafana Pyroscope at this URL every --interval (plain http://; put a TLS proxy in front of an
+    /// https:// Pyroscope)
+    #[arg(long, value_name = "URL")]
+    pyroscope: Option<String>,
+    /// Pyroscope credentials: USER:PASSWORD (Basic, e.g. Grafana Cloud's user id and API token) or a
+    /// bearer token [default: $CLRPROF_PYROSCOPE_TOKEN]
+    #[arg(long, value_name = "TOKEN", requires = "pyroscope")]
+    pyroscope_token: Option<String>,
+    /// Length of each profile pushed to Pyroscope (1s..1h)
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "pyroscope")]
+    interval: u64,
 }
 
 #[derive(Args, Debug)]
@@ -635,11 +647,20 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Collect(a) => {
             let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+            let pyroscope = a.pyroscope.map(|url| crate::collect::PyroscopeOptions {
+                url,
+                token: a
+                    .pyroscope_token
+                    .or_else(|| std::env::var("CLRPROF_PYROSCOPE_TOKEN").ok())
+                    .filter(|t| !t.is_empty()),
+                interval: std::time::Duration::from_nanos(a.interval),
+            });
             crate::collect::collect(&crate::collect::CollectCommand {
                 listen: a.listen,
                 store: a.store,
                 token,
                 max_run_bytes: a.max_run_bytes,
+                pyroscope,
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -655,6 +676,14 @@ pub fn run() -> Result<ExitCode> {
 
 fn time_arg(s: &str) -> Result<u64, String> {
     parse_time(s)
+}
+
+fn interval_arg(s: &str) -> Result<u64, String> {
+    let ns = parse_time(s)?;
+    if !(1_000_000_000..=3_600_000_000_000).contains(&ns) {
+        return Err("expected an interval from 1s to 1h (e.g. 10s)".into());
+    }
+    Ok(ns)
 }
 
 /// A fix for errors users commonly hit.

@@ -14,6 +14,45 @@ pub struct CollectCommand {
     pub store: Option<String>,
     pub token: Option<String>,
     pub max_run_bytes: u64,
+    /// Push every run to Pyroscope.
+    pub pyroscope: Option<PyroscopeOptions>,
+}
+
+/// `--pyroscope URL [--pyroscope-token T] [--interval 10s]`.
+#[derive(Clone, Debug)]
+pub struct PyroscopeOptions {
+    pub url: String,
+    pub token: Option<String>,
+    pub interval: std::time::Duration,
+}
+
+/// The Pyroscope pusher as one of the collector's sinks: it copies the bytes and returns (its
+/// threads decode, build and send).
+struct PyroscopeSink(clrprof_pyroscope::Pyroscope);
+
+impl clrprof_collect::RunObserver for PyroscopeSink {
+    fn run_started(&self, run: &RunInfo) {
+        self.0.run_started(run.id.0 as u64);
+    }
+    fn run_data(&self, run: RunId, bytes: &[u8]) {
+        self.0.run_data(run.0 as u64, bytes);
+    }
+    fn run_ended(&self, run: RunId, _complete: bool) {
+        self.0.run_ended(run.0 as u64);
+    }
+}
+
+fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
+    let endpoint = clrprof_pyroscope::Endpoint::parse(&o.url, o.token.as_deref())?;
+    let mut cfg = clrprof_pyroscope::Config::new(endpoint);
+    cfg.interval = o.interval;
+    // A closed standard error must not stop the collector: write errors are ignored.
+    let log: clrprof_pyroscope::Log = Arc::new(|m: &str| {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "clrprof collect: pyroscope: {m}");
+    });
+    let p = clrprof_pyroscope::Pyroscope::start(cfg, log).context("cannot start the Pyroscope pusher")?;
+    Ok(Arc::new(PyroscopeSink(p)))
 }
 
 fn store_spec(store: Option<&str>) -> String {
@@ -44,25 +83,65 @@ fn redact(spec: &str) -> String {
 }
 
 pub fn collect(c: &CollectCommand) -> Result<()> {
+    // Before any thread starts (the Pyroscope pusher's): every thread inherits the mask, so only
+    // the signal-waiting thread takes SIGINT/SIGTERM.
+    block_stop_signals();
+    let pyro = c.pyroscope.as_ref().map(pyroscope).transpose()?;
     let spec = store_spec(c.store.as_deref());
     let store = open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))?;
-    let collector = Collector::builder()
+    let mut builder = Collector::builder()
         .listen(c.listen.clone())
         .token(c.token.clone())
         .max_run_bytes(c.max_run_bytes)
-        .store(store)
-        .build()?;
+        .store(store);
+    if let Some(p) = &pyro {
+        builder = builder.observer(p.clone());
+    }
+    let collector = builder.build()?;
     let addr = collector.local_addr();
-    stop_on_signals(collector.stopper());
+    let stop = collector.stopper();
+    let sink = pyro.clone();
+    stop_on_signals(move || {
+        stop();
+        // The runs' last windows go out before the collector exits (a dead Pyroscope gets 5 s).
+        if let Some(p) = &sink {
+            let s = p.0.stop(std::time::Duration::from_secs(5));
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "clrprof collect: pyroscope: {} profiles sent ({} bytes), {} dropped, {} failed",
+                s.sent,
+                s.bytes_sent,
+                s.dropped,
+                s.failed
+            );
+        }
+    });
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "clrprof collect: listening on {addr}{}, store {}",
+        "clrprof collect: listening on {addr}{}, store {}{}",
         if c.token.is_some() { " (token required)" } else { "" },
-        redact(&store_spec(c.store.as_deref()))
+        redact(&store_spec(c.store.as_deref())),
+        c.pyroscope
+            .as_ref()
+            .map(|p| format!(", pushing to Pyroscope at {} every {:?}", redact(&p.url), p.interval))
+            .unwrap_or_default()
     );
     collector.serve();
     Ok(())
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts later).
+fn block_stop_signals() {
+    // Safety: plain signal-mask calls on a zeroed set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// On SIGINT/SIGTERM: marks the runs still streaming as cut off, then exits.

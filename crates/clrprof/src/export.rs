@@ -41,16 +41,27 @@ pub fn export(c: &ExportCommand) -> Result<()> {
     }
     let inp = ExportInput { profile: &p, stacks, threads };
     let ex = exporter(c.format);
-    let mut buf = Vec::new();
-    ex.write(&inp, &mut buf)?;
     match &c.output {
         Some(o) if o.as_os_str() == "-" => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(&buf).and_then(|_| out.flush());
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            // A closed pipe (`| head`) is not an error worth reporting.
+            match ex.write(&inp, &mut out).map_err(anyhow::Error::from).and_then(|_| Ok(out.flush()?)) {
+                Err(e) if is_broken_pipe(&e) => {}
+                r => r?,
+            }
         }
         o => {
             let path = o.clone().unwrap_or_else(|| default_output(&c.trace, inp.stacks.metric, ex.extension()));
-            std::fs::write(&path, &buf).with_context(|| format!("cannot write {}", path.display()))?;
+            // Written as it is made (large exports never sit whole in memory); a failed export
+            // leaves no partial file behind.
+            let f = std::fs::File::create(&path).with_context(|| format!("cannot write {}", path.display()))?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
+            let written = ex.write(&inp, &mut out).map_err(anyhow::Error::from).and_then(|_| Ok(out.flush()?));
+            if let Err(e) = written {
+                drop(out);
+                let _ = std::fs::remove_file(&path);
+                return Err(e.context(format!("cannot write {}", path.display())));
+            }
             eprintln!(
                 "clrprof: {} ({}, {} stacks) written to {}",
                 ex.extension(),
@@ -61,4 +72,13 @@ pub fn export(c: &ExportCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<clrprof_export::ExportError>().is_some_and(
+                |x| matches!(x, clrprof_export::ExportError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe),
+            )
+    })
 }

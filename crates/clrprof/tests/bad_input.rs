@@ -207,3 +207,29 @@ fn bad_clrprof_values_are_reported_and_the_app_runs() {
     assert!(l.contains("cannot create trace file /nonexistent-dir/x.clrprof"), "{l}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn bad_pyroscope_options_are_refused_before_the_collector_starts() {
+    let dir = scratch("bad-pyroscope");
+    let store = dir.join("runs.db");
+    let collect = |extra: &[&str]| {
+        Command::new(clrprof_exe())
+            .args(["collect", "--listen", "127.0.0.1:0", "--store"])
+            .arg(&store)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let e = one_line_error(&collect(&["--pyroscope", "https://profiles.example.com"]));
+    assert!(e.contains("https is not supported") && e.contains("TLS proxy"), "{e}");
+    let e = one_line_error(&collect(&["--pyroscope", "http://host:port"]));
+    assert!(e.contains("expected http://HOST[:PORT][/PATH]"), "{e}");
+    let out = collect(&["--pyroscope", "http://localhost:4040", "--interval", "100ms"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("expected an interval from 1s to 1h"), "{}", text(&out.stderr));
+    let out = collect(&["--pyroscope-token", "t"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--pyroscope <URL>"), "{}", text(&out.stderr));
+    assert!(!store.exists(), "nothing was started");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -101,5 +101,30 @@ fn pprof_carries_exceptions_contention_threads_and_the_run_s_time() {
     assert!(raw.contains("thread id:[7973]") && raw.contains("thread name:[many-1]"), "{raw}");
     assert!(!raw.contains("thread id:[7972]"), "only the selected thread");
     assert!(raw.contains("Duration: 637.") && raw.contains("Period: 10000000"), "{raw}");
+    // Mappings: native libraries with their executable mapping's range and offset, managed
+    // modules with their path and base address; every location points into one of them.
+    let mappings: Vec<&str> = raw.lines().skip_while(|l| *l != "Mappings").skip(1).collect();
+    let coreclr = mappings.iter().find(|l| l.ends_with("/libcoreclr.so  [FN]")).expect("libcoreclr mapping");
+    let range: Vec<u64> = coreclr
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert!(range[0] > 0 && range[1] > range[0], "{coreclr}");
+    assert!(
+        mappings.iter().any(|l| l.contains(" /") && l.ends_with("/Sampling.dll  [FN]") && !l.contains(" 0x0/")),
+        "{mappings:?}"
+    );
+    let locations: Vec<&str> =
+        raw.lines().skip_while(|l| *l != "Locations").skip(1).take_while(|l| *l != "Mappings").collect();
+    // (A frame of no module — the UNKNOWN bucket of unresolvable IPs — has no mapping.)
+    assert!(!locations.is_empty(), "{raw}");
+    for l in &locations {
+        assert_eq!(l.contains(" M="), !l.contains(" :0 "), "{l}");
+    }
+    // One function per method: full name, module as file name.
+    assert!(locations.iter().any(|l| l.contains(" Sampling.Many.Spin Sampling.dll:0 ")), "{locations:?}");
     let _ = std::fs::remove_dir_all(dir);
 }

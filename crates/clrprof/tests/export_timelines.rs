@@ -166,3 +166,26 @@ fn firefox_profiles_hold_every_sample_gc_and_exception() {
         assert_eq!(n, count, "{name}: {marker} markers");
     }
 }
+
+#[test]
+fn an_export_to_a_closed_pipe_ends_quietly() {
+    // Written as it is made: a reader that stops early (`| head`) closes the pipe mid-export.
+    let trace = repo_root().join("testdata/traces/v1/sampled.clrprof");
+    for f in ["chrome", "firefox", "pprof"] {
+        let mut c = Command::new(clrprof_exe())
+            .arg("export")
+            .arg(&trace)
+            .args(["-f", f, "-o", "-", "--no-native-symbols"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 16];
+        use std::io::Read;
+        c.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // stdout dropped: the pipe is closed.
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{f}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stderr), "", "{f}");
+    }
+}

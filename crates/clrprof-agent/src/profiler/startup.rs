@@ -185,6 +185,9 @@ impl Profiler {
             event_mask_high: ghigh,
             agent_version: env!("CARGO_PKG_VERSION").into(),
             config: config.describe(),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+            service: config.service.clone(),
+            labels: config.labels_lines(),
         }
         .into()];
         for p in &problems {
