@@ -7,6 +7,7 @@
 pub mod costs;
 pub mod document;
 pub mod events;
+pub mod explore;
 pub mod select;
 pub mod source;
 pub mod stacks;
