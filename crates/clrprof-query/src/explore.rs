@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use clrprof_model::{FrameKind, Metric, Profile};
 use serde::{Deserialize, Serialize};
 
-use crate::select::{self, Threads};
+use crate::select;
 use crate::{QueryError, Result};
 
 /// Frames that wait rather than work (blocked, sleeping, polling), greyed in the viewer. Matched

@@ -48,6 +48,12 @@ impl Loader {
 
     /// Adds every record the source has now; returns how many were added (0: nothing new).
     pub fn update(&mut self) -> Result<u64, LoadError> {
+        self.update_with(&mut |_| {})
+    }
+
+    /// [`Loader::update`], calling `progress` with the records read so far after each batch (a
+    /// command shows progress while a big trace loads).
+    pub fn update_with(&mut self, progress: &mut dyn FnMut(u64)) -> Result<u64, LoadError> {
         let before = self.builder.records();
         loop {
             let n = self
@@ -57,6 +63,7 @@ impl Loader {
             for r in self.batch.drain(..) {
                 self.builder.add(&r);
             }
+            progress(self.builder.records());
             if n == 0 {
                 return Ok(self.builder.records() - before);
             }
@@ -87,6 +94,11 @@ impl Loader {
 
     pub fn builder(&self) -> &ProfileBuilder {
         &self.builder
+    }
+
+    /// The builder, for a source read to its end.
+    pub fn into_builder(self) -> ProfileBuilder {
+        self.builder
     }
 
     /// The profile of what arrived so far, for a time range.

@@ -5,6 +5,7 @@ mod export;
 mod load;
 mod record;
 mod report;
+mod view;
 
 use std::process::ExitCode;
 
