@@ -713,6 +713,8 @@ impl StackView {
         let scale = if root.total == 0 { 0.0 } else { width / root.total as f64 };
         let mut cells = Vec::new();
         let mut matched = 0u64;
+        // The whole view's root (the empty stack) is not drawn: its children are the top row.
+        let base = root.depth + u32::from(node == 0);
         // Explicit stack: (node, x in value units from the zoom root, inside a match).
         let mut stack: Vec<(u32, u64, bool)> = vec![(node, 0, false)];
         while let Some((id, x, in_match)) = stack.pop() {
@@ -726,7 +728,7 @@ impl StackView {
                 }
                 cells.push(FlameCell {
                     id,
-                    depth: n.depth - root.depth,
+                    depth: n.depth - base,
                     x,
                     width: n.total,
                     name: f.name.clone(),
@@ -756,7 +758,7 @@ impl StackView {
             if hidden > 0 {
                 cells.push(FlameCell {
                     id,
-                    depth: n.depth + 1 - root.depth,
+                    depth: n.depth + 1 - base,
                     x: hidden_x.unwrap_or(cx),
                     width: hidden_value,
                     name: format!("{hidden} more"),

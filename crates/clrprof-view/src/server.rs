@@ -192,6 +192,10 @@ fn respond(req: Request, session: &Session, token: &str, cookie: &str) {
         let _ = req.respond(text(405, "only GET is served\n"));
         return;
     }
+    if path == "/favicon.ico" {
+        let _ = req.respond(with_security_headers(Response::empty(204)));
+        return;
+    }
     let name = if path == "/" { "index.html" } else { path.strip_prefix("/assets/").unwrap_or("") };
     if path == "/" || path.starts_with("/assets/") {
         let Some((_, mime, body)) = ASSETS.iter().find(|(n, _, _)| *n == name) else {
