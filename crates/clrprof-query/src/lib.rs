@@ -5,9 +5,11 @@
 #![forbid(unsafe_code)]
 
 pub mod costs;
+pub mod diff;
 pub mod document;
 pub mod events;
 pub mod explore;
+pub mod import;
 pub mod select;
 pub mod source;
 pub mod stacks;

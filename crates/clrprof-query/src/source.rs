@@ -2,9 +2,17 @@
 //! incrementally: [`Loader::update`] adds what has arrived, and [`Loader::profile`] can be asked
 //! between updates, answering exactly as a one-shot load of the same records would. Nothing is
 //! printed: problems come back as errors or [`Diagnostics`].
+//!
+//! A source need not be a clrprof trace: [`Loader::open`] sniffs the content and reads folded
+//! stacks and vsperfreport CSV summaries through [`crate::import`] into the same [`Profile`].
+//! Imported files have no timestamps: their profile is the same for every time range.
+
+use std::io::Read;
 
 use clrprof_model::{NativeSymbols, Profile, ProfileBuilder, TimeRange};
 use clrprof_trace::{DecodeError, Record, TraceReader, TraceSource, Truncation};
+
+use crate::import::{self, Format, ImportError, ImportOptions};
 
 /// Why a trace cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +28,16 @@ pub enum LoadError {
     },
     #[error("the trace holds no records: the profiled process ended before the agent wrote anything")]
     NoRecords,
+    /// Not a trace, and not a format that can be imported (the message names what was seen), or
+    /// an imported file that cannot be read.
+    #[error("{0}")]
+    Import(ImportError),
+}
+
+impl From<ImportError> for LoadError {
+    fn from(e: ImportError) -> Self {
+        LoadError::Import(e)
+    }
 }
 
 /// What a complete read found besides the records.
@@ -35,15 +53,55 @@ pub struct Loader {
     reader: TraceReader,
     builder: ProfileBuilder,
     batch: Vec<Record>,
+    /// Set for an imported file: its whole profile.
+    imported: Option<(Format, Profile)>,
+}
+
+/// Bytes read to tell a format.
+const SNIFF_LEN: usize = 64 * 1024;
+
+fn read_head(path: &std::path::Path) -> Result<Vec<u8>, LoadError> {
+    let f = std::fs::File::open(path).map_err(LoadError::Open)?;
+    let mut head = Vec::new();
+    f.take(SNIFF_LEN as u64).read_to_end(&mut head).map_err(LoadError::Open)?;
+    Ok(head)
 }
 
 impl Loader {
+    /// Opens a source with the default import options (see [`Loader::open_with`]).
     pub fn open(source: TraceSource) -> Result<Loader, LoadError> {
-        Ok(Loader {
-            reader: TraceReader::open(source).map_err(LoadError::Open)?,
-            builder: ProfileBuilder::new(),
-            batch: Vec::new(),
-        })
+        Loader::open_with(source, &ImportOptions::default())
+    }
+
+    /// Opens a source: a clrprof trace is decoded as it arrives; folded stacks and vsperfreport
+    /// CSV are read whole now (a growing file is read as it is now). Anything else is an error
+    /// naming what was seen. An empty file or a trace still being written counts as a trace.
+    pub fn open_with(source: TraceSource, opts: &ImportOptions) -> Result<Loader, LoadError> {
+        let head = match &source {
+            TraceSource::File(p) | TraceSource::Growing(p) => read_head(p)?,
+            TraceSource::Bytes(b) => b[..b.len().min(SNIFF_LEN)].to_vec(),
+        };
+        let format = if head.is_empty() { Format::Trace } else { import::sniff(&head)? };
+        let imported = match format {
+            Format::Trace => None,
+            f => {
+                let bytes = match &source {
+                    TraceSource::File(p) | TraceSource::Growing(p) => std::fs::read(p).map_err(LoadError::Open)?,
+                    TraceSource::Bytes(b) => b.clone(),
+                };
+                Some((f, import::import(&bytes, f, opts)?))
+            }
+        };
+        let reader = match imported {
+            Some(_) => TraceReader::open(TraceSource::Bytes(Vec::new())).map_err(LoadError::Open)?,
+            None => TraceReader::open(source).map_err(LoadError::Open)?,
+        };
+        Ok(Loader { reader, builder: ProfileBuilder::new(), batch: Vec::new(), imported })
+    }
+
+    /// What the source holds.
+    pub fn format(&self) -> Format {
+        self.imported.as_ref().map_or(Format::Trace, |(f, _)| *f)
     }
 
     /// Adds every record the source has now; returns how many were added (0: nothing new).
@@ -54,6 +112,9 @@ impl Loader {
     /// [`Loader::update`], calling `progress` with the records read so far after each batch (a
     /// command shows progress while a big trace loads).
     pub fn update_with(&mut self, progress: &mut dyn FnMut(u64)) -> Result<u64, LoadError> {
+        if self.imported.is_some() {
+            return Ok(0);
+        }
         let before = self.builder.records();
         loop {
             let n = self
@@ -73,6 +134,9 @@ impl Loader {
     /// Reads a finished source to its end. A truncated trace is read up to the damage, and the
     /// truncation is kept with the profile's messages too.
     pub fn read_to_end(&mut self) -> Result<Diagnostics, LoadError> {
+        if self.imported.is_some() {
+            return Ok(Diagnostics::default());
+        }
         self.update()?;
         let records = self.builder.records();
         let truncation = self.reader.finish().map_err(|source| LoadError::Decode { source, records })?;
@@ -85,24 +149,35 @@ impl Loader {
         Ok(Diagnostics { truncation, records })
     }
 
-    /// One-shot: the whole source read into a builder.
+    /// One-shot: the whole of a clrprof trace read into a builder (an imported file is an
+    /// error here: use [`Loader::read`]).
     pub fn load(source: TraceSource) -> Result<(ProfileBuilder, Diagnostics), LoadError> {
         let mut l = Loader::open(source)?;
+        if let Some((f, _)) = &l.imported {
+            return Err(ImportError(format!("a {} file has no trace records", f.name())).into());
+        }
         let d = l.read_to_end()?;
         Ok((l.builder, d))
     }
 
-    pub fn builder(&self) -> &ProfileBuilder {
-        &self.builder
+    /// One-shot: the whole source — a trace or an imported file — read.
+    pub fn read(source: TraceSource, opts: &ImportOptions) -> Result<(Loader, Diagnostics), LoadError> {
+        let mut l = Loader::open_with(source, opts)?;
+        let d = l.read_to_end()?;
+        Ok((l, d))
     }
 
-    /// The builder, for a source read to its end.
-    pub fn into_builder(self) -> ProfileBuilder {
-        self.builder
+    /// The record builder of a trace (`None` for an imported file).
+    pub fn builder(&self) -> Option<&ProfileBuilder> {
+        self.imported.is_none().then_some(&self.builder)
     }
 
-    /// The profile of what arrived so far, for a time range.
+    /// The profile of what arrived so far, for a time range (an imported file has no times: its
+    /// whole profile, whatever the range).
     pub fn profile(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
-        self.builder.profile(range, symbols)
+        match &self.imported {
+            Some((_, p)) => p.clone(),
+            None => self.builder.profile(range, symbols),
+        }
     }
 }

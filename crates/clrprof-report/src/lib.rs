@@ -6,6 +6,7 @@ mod allocations;
 mod callers;
 mod calltree;
 mod counters;
+pub mod diff;
 mod events;
 mod exceptions;
 mod flow;

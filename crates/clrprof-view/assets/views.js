@@ -176,7 +176,8 @@ function flameCells(ctx, box, fl, diffOf) {
     const cls = ['cell', c.wait ? 'wait' : '', c.more ? 'more' : '', c.matched ? 'matched' : '',
       !c.more && c.name === ctx.state.sel ? 'selected' : '', d || ''].join(' ');
     const title = c.more ? `${c.name} (narrower than a pixel): ${fmt(c.width, ctx.unit)} — click to zoom into the parent`
-      : `${c.name}\n${c.module}\n${fmt(c.width, ctx.unit)} (${((100 * c.width) / (fl.view_total || 1)).toFixed(1)}% of all)`;
+      : `${c.name}\n${c.module}\n${fmt(c.width, ctx.unit)} (${((100 * c.width) / (fl.view_total || 1)).toFixed(1)}% of all)`
+        + (c.delta === undefined ? '' : `\nbaseline ${fmt(c.base, ctx.unit)}, change ${c.delta > 0 ? '+' : ''}${fmt(c.delta, ctx.unit)}${c.only ? ` (only in ${c.only})` : ''}`);
     return el('div', { class: cls, title, dataset: { id: String(c.id), name: c.name, depth: String(c.depth) },
       style: `left:${(c.x * scale).toFixed(1)}px;width:${Math.max(1, c.width * scale).toFixed(1)}px;top:${c.depth * 17}px;${c.more || c.wait || d ? '' : `background:${colour(key)}`}`,
       onclick: () => {
@@ -280,11 +281,12 @@ export async function diff(ctx) {
   if (!ctx.meta.baseline) { put(ctx.main, 'start with --baseline OLD to compare two traces'); return; }
   const norm = el('label', {}, el('input', { type: 'checkbox', id: 'normalize', checked: state.norm === '1',
     onchange: (e) => ctx.setState({ norm: e.target.checked ? '1' : '0' }) }), ' normalize to equal totals');
-  const r = await api('diff', ctx.params({ normalize: state.norm === '1' ? 1 : '', q: state.q, re: state.re === '1' ? 1 : '', limit: 300 }));
+  const W = ctx.main.clientWidth - 20;
+  const r = await api('diff', ctx.params({ normalize: state.norm === '1' ? 1 : '', q: state.q, re: state.re === '1' ? 1 : '', limit: 300, width: W }));
   if (!ctx.gen()) return;
   const d = r;
   const rows = d.functions.map((f) => el('tr', { dataset: { name: f.name } },
-    nameCell(f.name, () => ctx.select(f.name, [], f.module), f.only ? el('span', { class: 'only' }, ` only in ${f.only}`) : null),
+    nameCell(f.name, () => ctx.select(f.name, [], f.module), f.only ? el('span', { class: 'only' }, ` only in ${f.only === 'base' ? 'baseline' : 'new'}`) : null),
     el('td', {}, f.module), numCell(f.base, ctx.unit), numCell(f.new, ctx.unit), numCell(f.delta, ctx.unit),
     numCell(f.base_total, ctx.unit), numCell(f.new_total, ctx.unit), numCell(f.delta_total, ctx.unit),
     el('td', { class: 'num' }, f.calls_delta === null || f.calls_delta === undefined ? '' : String(f.calls_delta))));
@@ -295,9 +297,9 @@ export async function diff(ctx) {
     el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls']
       .map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))), el('tbody', {}, rows)));
   const fl = d.flame;
-  flameCells({ ...ctx, setState: () => {}, state: { ...state, sel: state.sel } }, box, fl, (c) => {
-    const x = d.cells_delta[String(c.id)];
-    if (x === undefined || c.more) return null;
-    return x > 0 ? 'grew' : x < 0 ? 'shrank' : null;
+  const threshold = Math.abs(fl.total) / 200;
+  flameCells({ ...ctx, setState: () => {} }, box, fl, (c) => {
+    if (c.more || Math.abs(c.delta) < threshold) return null;
+    return c.delta > 0 ? 'grew' : 'shrank';
   });
 }

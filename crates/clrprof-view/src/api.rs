@@ -463,15 +463,21 @@ impl Session {
         if self.baseline.is_none() {
             return Err(bad("no baseline: start with --baseline OLD"));
         }
-        let new = self.view_of(Side::Trace, q)?;
-        let base = self.view_of(Side::Baseline, q)?;
-        Ok(crate::diff::diff(
+        let range = self.range(q)?;
+        let new = self.profile(Side::Trace, range)?;
+        let base = self.profile(Side::Baseline, range)?;
+        let metric = q.get("w").map(|_| self.metric(q)).transpose()?;
+        crate::diff::diff_json(
             &base,
             &new,
-            q.flag("normalize"),
-            q.num::<usize>("limit", 200)?.min(5000),
-            q.get("q"),
-            q.flag("re"),
-        )?)
+            &crate::diff::DiffAsk {
+                metric,
+                normalize: q.flag("normalize"),
+                limit: q.num::<usize>("limit", 200)?.min(5000),
+                search: q.get("q"),
+                regex: q.flag("re"),
+                width_px: q.num("width", 1000)?,
+            },
+        )
     }
 }

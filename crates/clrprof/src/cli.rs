@@ -45,6 +45,12 @@ enum Command {
         after_help = "Examples:\n  clrprof view app.clrprof\n  clrprof view new.clrprof --baseline old.clrprof\n  clrprof view app.clrprof --port 8080 --no-browser"
     )]
     View(ViewArgs),
+    /// Compare two profiles (traces or imported files): per function, self and inclusive values
+    /// of the baseline and the new one, sorted by the largest change.
+    #[command(
+        after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv"
+    )]
+    Diff(DiffArgs),
 }
 
 #[derive(Args, Debug)]
@@ -73,6 +79,36 @@ struct ViewArgs {
     /// Also look for separate debug files in DIR (repeatable)
     #[arg(long, value_name = "DIR")]
     symbols: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// The baseline: a trace, folded stacks or a vsperfreport CSV
+    #[arg(value_name = "OLD")]
+    old: PathBuf,
+    /// The new profile
+    #[arg(value_name = "NEW")]
+    new: PathBuf,
+    /// Cost to compare [default: the new profile's natural weight: time for instrumented traces, else cpu]
+    #[arg(short, long, value_enum)]
+    weight: Option<WeightArg>,
+    /// Scale the baseline so that its total equals the new total (compare shares, not amounts)
+    #[arg(long)]
+    normalize: bool,
+    /// Show the first N functions
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Output format
+    #[arg(short, long, value_enum, default_value_t = FormatArg::Text)]
+    format: FormatArg,
+    /// Write to FILE instead of standard output
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Only this thread, in both profiles: OS thread id, runtime ThreadID (0x…) or thread name
+    #[arg(long, value_name = "ID|NAME")]
+    thread: Option<String>,
+    #[command(flatten)]
+    read: ReadArgs,
 }
 
 #[derive(Args, Debug)]
@@ -114,6 +150,9 @@ struct ReadArgs {
     /// /usr/lib/debug is always searched)
     #[arg(long, value_name = "DIR")]
     symbols: Vec<PathBuf>,
+    /// Imported folded stacks and vsperfreport sampling reports: the CPU time one sample stands for
+    #[arg(long, value_name = "TIME", value_parser = time_arg, default_value = "10ms")]
+    sample_period: u64,
 }
 
 impl ReadArgs {
@@ -126,6 +165,7 @@ impl ReadArgs {
             range: TimeRange::new(from, to),
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
+            import: clrprof_query::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
         })
     }
 }
@@ -438,6 +478,25 @@ pub fn run() -> Result<ExitCode> {
                 native_symbols: !a.no_native_symbols,
                 debug_dirs: a.symbols,
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Diff(a) => {
+            let cmd = crate::diff::DiffCommand {
+                read: a.read.options()?,
+                old: a.old,
+                new: a.new,
+                weight: a.weight.map(WeightArg::metric),
+                normalize: a.normalize,
+                top: a.top,
+                format: match a.format {
+                    FormatArg::Text => Format::Text,
+                    FormatArg::Json => Format::Json,
+                    FormatArg::Csv => Format::Csv,
+                },
+                output: a.output,
+                thread: a.thread,
+            };
+            crate::diff::diff(&cmd)?;
             Ok(ExitCode::SUCCESS)
         }
     }

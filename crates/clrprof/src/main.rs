@@ -1,6 +1,7 @@
 //! `clrprof`: launch a .NET program under the profiler and turn its trace into reports.
 
 mod cli;
+mod diff;
 mod export;
 mod load;
 mod record;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
+use clrprof_model::{NoSymbols, Profile, TimeRange};
+use clrprof_query::import::Format;
 use clrprof_query::source::{LoadError, Loader};
 use clrprof_trace::TraceSource;
 use clrprof_view::{ProfileSource, ServeOptions, Session, Viewer};
@@ -27,25 +28,25 @@ pub struct ViewCommand {
     pub debug_dirs: Vec<PathBuf>,
 }
 
-/// A loaded trace: profiles for any time range from its builder.
-struct BuilderSource {
-    builder: ProfileBuilder,
+/// A loaded trace or imported file: profiles for any time range.
+struct LoadedSource {
+    loader: Loader,
     native_symbols: bool,
     debug_dirs: Vec<PathBuf>,
 }
 
-impl ProfileSource for BuilderSource {
+impl ProfileSource for LoadedSource {
     fn profile(&self, range: TimeRange) -> Profile {
         if self.native_symbols {
-            self.builder.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
+            self.loader.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
         } else {
-            self.builder.profile(range, &mut NoSymbols)
+            self.loader.profile(range, &mut NoSymbols)
         }
     }
 }
 
-/// Reads a trace with a progress line on stderr every half second.
-fn load(path: &Path, cmd: &ViewCommand) -> Result<BuilderSource> {
+/// Reads a trace (or an imported file) with a progress line on stderr every half second.
+fn load(path: &Path, cmd: &ViewCommand) -> Result<LoadedSource> {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let what = |e: &LoadError| match e {
         LoadError::Decode { records, .. } if *records > 0 => {
@@ -69,10 +70,15 @@ fn load(path: &Path, cmd: &ViewCommand) -> Result<BuilderSource> {
         }
     };
     let r = l.update_with(&mut progress).and_then(|_| l.read_to_end());
+    let d = match r {
+        // An imported file has no records to count.
+        Ok(d) if l.format() != Format::Trace => Ok(d),
+        r => r,
+    };
     if shown {
         eprintln!();
     }
-    let d = r.map_err(|e| {
+    let d = d.map_err(|e| {
         let w = what(&e);
         anyhow::Error::new(e).context(w)
     })?;
@@ -82,11 +88,7 @@ fn load(path: &Path, cmd: &ViewCommand) -> Result<BuilderSource> {
     if size > 50_000_000 {
         eprintln!("clrprof: loaded {} records in {:.1} s", d.records, started.elapsed().as_secs_f64());
     }
-    Ok(BuilderSource {
-        builder: l.into_builder(),
-        native_symbols: cmd.native_symbols,
-        debug_dirs: cmd.debug_dirs.clone(),
-    })
+    Ok(LoadedSource { loader: l, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() })
 }
 
 /// A token given on the command line must be long and URL/cookie safe.

@@ -1,0 +1,633 @@
+//! Differences between two profiles (a baseline and a new run) for one weight: a per-function
+//! delta table sorted by |Δ| ([`diff`]) and a per-call-path differential tree for a differential
+//! flame graph ([`diff_tree`]).
+//!
+//! Functions are matched across the two profiles by name, module and signature (a function's ids
+//! differ between runs); frames of one profile with the same key (the same method in two
+//! collectible contexts, say) are one function here. Each profile is taken as given: its time
+//! window was chosen when it was built ([`crate::source::Loader::profile`]), and each side has its
+//! own thread selection (thread ids differ between runs too).
+//!
+//! With `normalize`, the baseline's values are scaled so that its total equals the new total
+//! (pprof's `-normalize`): a function whose share did not change gets Δ 0. Scaled values are
+//! rounded to whole units. Call counts (instrumented traces) are never scaled.
+
+use std::collections::HashMap;
+
+use clrprof_model::{Cost, FrameKind, Metric, Profile, StackId};
+use serde::Serialize;
+
+use crate::select::{self, Threads};
+
+/// Which profile something is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Base,
+    New,
+}
+
+/// What a diff is asked.
+#[derive(Clone, Debug, Default)]
+pub struct DiffQuery {
+    /// `None`: the new profile's natural weight ([`select::metric`]), or the baseline's when the
+    /// new profile has no data.
+    pub metric: Option<Metric>,
+    /// Threads of the baseline and of the new profile (resolve each with [`Threads::resolve`]).
+    pub base_threads: Threads,
+    pub new_threads: Threads,
+    /// Scale the baseline to the new total.
+    pub normalize: bool,
+    /// At most this many function rows ([`DiffView::count`] keeps the number before the cut).
+    pub top: Option<usize>,
+}
+
+/// Call counts of a function on both sides, when both profiles are instrumented (exact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CallsDelta {
+    pub base: u64,
+    pub new: u64,
+    pub delta: i64,
+}
+
+/// One function in both profiles. `base`/`new` are self values in the weight's unit, `*_total`
+/// inclusive (recursion counted once); a function missing on one side has 0 there.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffRow {
+    /// Display name (managed overloads get their parameter list when one profile has several).
+    pub name: String,
+    /// Module file name, empty when unknown.
+    pub module: String,
+    pub kind: FrameKind,
+    pub base: i64,
+    pub new: i64,
+    pub delta: i64,
+    pub base_total: i64,
+    pub new_total: i64,
+    pub delta_total: i64,
+    /// Set when the function has a cost in only one profile.
+    pub only_in: Option<Side>,
+    /// Entered calls on both sides, when both profiles are instrumented.
+    pub calls: Option<CallsDelta>,
+}
+
+/// The delta table.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffView {
+    pub metric: Metric,
+    /// `ns`, `calls`, `bytes` or `objects`.
+    pub unit: &'static str,
+    pub normalized: bool,
+    /// Factor applied to the baseline's values (1 unless normalized).
+    pub scale: f64,
+    /// Sum of the weight over the selection of each profile (self values), the baseline's as
+    /// scaled.
+    pub base_sum: i64,
+    pub new_sum: i64,
+    /// The baseline's sum before scaling.
+    pub base_sum_raw: u64,
+    /// True when both profiles are instrumented: rows carry [`DiffRow::calls`].
+    pub calls: bool,
+    /// Rows before `top` cut them.
+    pub count: usize,
+    /// Sorted by |delta| (self), then |delta_total|, then name and module.
+    pub functions: Vec<DiffRow>,
+}
+
+/// Unit of a metric's values in diffs.
+pub fn unit(m: Metric) -> &'static str {
+    match m {
+        Metric::Time | Metric::Cpu | Metric::Wall => "ns",
+        Metric::Calls => "calls",
+        Metric::AllocBytes => "bytes",
+        Metric::AllocCount => "objects",
+    }
+}
+
+/// The identity of a function across profiles.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
+    name: String,
+    module: String,
+    signature: String,
+}
+
+/// A function's key, display name and kind, indexed by key id.
+#[derive(Default)]
+struct Keys {
+    ids: HashMap<Key, u32>,
+    display: Vec<String>,
+    module: Vec<String>,
+    kind: Vec<FrameKind>,
+}
+
+impl Keys {
+    /// Key id of every frame of `p` (new keys added).
+    fn frames_of(&mut self, p: &Profile) -> Vec<u32> {
+        let names = select::display_names(p);
+        p.costs
+            .stacks
+            .frames
+            .iter()
+            .zip(names)
+            .map(|(f, display)| {
+                let k = Key { name: f.name.clone(), module: f.module.clone(), signature: f.signature.clone() };
+                let next = self.display.len() as u32;
+                *self.ids.entry(k).or_insert_with(|| {
+                    self.display.push(display);
+                    self.module.push(f.module.clone());
+                    self.kind.push(f.kind);
+                    next
+                })
+            })
+            .collect()
+    }
+}
+
+/// Per key, self and inclusive cost of one profile's selection.
+fn per_key(p: &Profile, threads: &Threads, key_of: &[u32], nkeys: usize) -> (Vec<Cost>, Vec<Cost>) {
+    let merged = threads.with_filter(|f| p.costs.merged(f));
+    let mut selfc = vec![Cost::default(); nkeys];
+    let mut inc = vec![Cost::default(); nkeys];
+    let mut stamp = vec![u32::MAX; nkeys];
+    let st = &p.costs.stacks;
+    for (i, c) in merged.iter().enumerate() {
+        if c.is_zero() {
+            continue;
+        }
+        let s = StackId(i as u32);
+        selfc[key_of[st.node(s).frame.0 as usize] as usize].add(c);
+        let mut cur = Some(s);
+        while let Some(n) = cur {
+            let node = st.node(n);
+            let k = key_of[node.frame.0 as usize] as usize;
+            if stamp[k] != i as u32 {
+                stamp[k] = i as u32;
+                inc[k].add(c);
+            }
+            cur = node.parent;
+        }
+    }
+    (selfc, inc)
+}
+
+fn both_instrumented(base: &Profile, new: &Profile) -> bool {
+    let calls = |p: &Profile| p.instrumentation.is_some() || select::totals(p).calls > 0;
+    calls(base) && calls(new)
+}
+
+/// The metric a diff compares.
+pub fn diff_metric(base: &Profile, new: &Profile, asked: Option<Metric>) -> Metric {
+    match asked {
+        Some(m) => m,
+        None if select::totals(new).is_zero() => select::metric(base, None),
+        None => select::metric(new, None),
+    }
+}
+
+/// Sums and the baseline's scale factor.
+fn sums(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (u64, u64, f64) {
+    let b = m.of(&select::totals_for(base, &q.base_threads));
+    let n = m.of(&select::totals_for(new, &q.new_threads));
+    let scale = if q.normalize && b > 0 { n as f64 / b as f64 } else { 1.0 };
+    (b, n, scale)
+}
+
+fn scaled(v: u64, scale: f64) -> i64 {
+    if scale == 1.0 {
+        v.min(i64::MAX as u64) as i64
+    } else {
+        (v as f64 * scale).round().min(i64::MAX as f64) as i64
+    }
+}
+
+fn clamp(v: u64) -> i64 {
+    v.min(i64::MAX as u64) as i64
+}
+
+/// The delta table of `new` against `base`.
+pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
+    let m = diff_metric(base, new, q.metric);
+    let mut keys = Keys::default();
+    let bk = keys.frames_of(base);
+    let nk = keys.frames_of(new);
+    let nkeys = keys.display.len();
+    let (bs, bi) = per_key(base, &q.base_threads, &bk, nkeys);
+    let (ns, ni) = per_key(new, &q.new_threads, &nk, nkeys);
+    let (base_raw, new_sum, scale) = sums(base, new, q, m);
+    let with_calls = both_instrumented(base, new);
+    let mut rows: Vec<DiffRow> = (0..nkeys)
+        .filter_map(|k| {
+            let (b, n) = (scaled(m.of(&bs[k]), scale), clamp(m.of(&ns[k])));
+            let (bt, nt) = (scaled(m.of(&bi[k]), scale), clamp(m.of(&ni[k])));
+            if b == 0 && n == 0 && bt == 0 && nt == 0 {
+                return None;
+            }
+            // "Only in" goes by any cost at all, so a function the weight rounds to 0 on one side
+            // is not called missing.
+            let in_base = !bi[k].is_zero();
+            let in_new = !ni[k].is_zero();
+            let only_in = match (in_base, in_new) {
+                (true, false) => Some(Side::Base),
+                (false, true) => Some(Side::New),
+                _ => None,
+            };
+            let calls = with_calls.then(|| CallsDelta {
+                base: bs[k].calls,
+                new: ns[k].calls,
+                delta: clamp(ns[k].calls) - clamp(bs[k].calls),
+            });
+            Some(DiffRow {
+                name: keys.display[k].clone(),
+                module: keys.module[k].clone(),
+                kind: keys.kind[k],
+                base: b,
+                new: n,
+                delta: n.saturating_sub(b),
+                base_total: bt,
+                new_total: nt,
+                delta_total: nt.saturating_sub(bt),
+                only_in,
+                calls,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.delta
+            .unsigned_abs()
+            .cmp(&a.delta.unsigned_abs())
+            .then(b.delta_total.unsigned_abs().cmp(&a.delta_total.unsigned_abs()))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.module.cmp(&b.module))
+    });
+    let count = rows.len();
+    rows.truncate(q.top.unwrap_or(count));
+    DiffView {
+        metric: m,
+        unit: unit(m),
+        normalized: q.normalize,
+        scale,
+        base_sum: scaled(base_raw, scale),
+        new_sum: clamp(new_sum),
+        base_sum_raw: base_raw,
+        calls: with_calls,
+        count,
+        functions: rows,
+    }
+}
+
+/// One call path of the differential tree: the path of its parent plus one function.
+/// Values as in [`DiffRow`]: `*_self` spent with this exact path on top, `*_total` in the subtree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffNode {
+    /// Index in [`DiffTree::nodes`]; `None` for a root.
+    pub parent: Option<u32>,
+    /// Index in [`DiffTree::functions`].
+    pub function: u32,
+    pub depth: u32,
+    pub base_self: i64,
+    pub new_self: i64,
+    pub base_total: i64,
+    pub new_total: i64,
+    /// Set when the path has a cost in only one profile.
+    pub only_in: Option<Side>,
+    /// Children by the larger of `base_total` and `new_total`, most first, then by name.
+    pub children: Vec<u32>,
+}
+
+/// A function of the differential tree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffFunction {
+    pub name: String,
+    pub module: String,
+    pub kind: FrameKind,
+}
+
+/// The per-call-path differential of two profiles (the selected threads merged), for a
+/// differential flame graph. Nodes come parents before children; `roots` and every node's
+/// `children` are sorted for display. Only paths with a cost on either side are present.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiffTree {
+    pub metric: Metric,
+    pub unit: &'static str,
+    pub normalized: bool,
+    pub scale: f64,
+    pub base_sum: i64,
+    pub new_sum: i64,
+    pub functions: Vec<DiffFunction>,
+    pub nodes: Vec<DiffNode>,
+    pub roots: Vec<u32>,
+}
+
+impl DiffTree {
+    /// The functions of a node's path, root first.
+    pub fn path(&self, node: u32) -> Vec<u32> {
+        let mut v = Vec::new();
+        let mut cur = Some(node);
+        while let Some(n) = cur {
+            let d = &self.nodes[n as usize];
+            v.push(d.function);
+            cur = d.parent;
+        }
+        v.reverse();
+        v
+    }
+}
+
+/// The differential tree of `new` against `base` (`q.top` is not used).
+pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
+    let m = diff_metric(base, new, q.metric);
+    let mut keys = Keys::default();
+    let bk = keys.frames_of(base);
+    let nk = keys.frames_of(new);
+    let (base_raw, new_sum, scale) = sums(base, new, q, m);
+    // Raw self values per merged path, both sides.
+    let mut index: HashMap<(Option<u32>, u32), u32> = HashMap::new();
+    let mut nodes: Vec<DiffNode> = Vec::new();
+    let mut raw: Vec<[u64; 2]> = Vec::new();
+    let mut any: Vec<[bool; 2]> = Vec::new();
+    for (side, p, key_of, threads) in [(0, base, &bk, &q.base_threads), (1, new, &nk, &q.new_threads)] {
+        let merged = threads.with_filter(|f| p.costs.merged(f));
+        let st = &p.costs.stacks;
+        // Profile stack id → merged node, filled in table order (parents come first).
+        let mut map: Vec<u32> = vec![u32::MAX; st.nodes.len()];
+        let incl = p.costs.inclusive(&merged);
+        for (i, n) in st.nodes.iter().enumerate() {
+            if incl[i].is_zero() {
+                continue;
+            }
+            let parent = n.parent.map(|s| map[s.0 as usize]);
+            let function = key_of[n.frame.0 as usize];
+            let id = *index.entry((parent, function)).or_insert_with(|| {
+                nodes.push(DiffNode {
+                    parent,
+                    function,
+                    depth: n.depth,
+                    base_self: 0,
+                    new_self: 0,
+                    base_total: 0,
+                    new_total: 0,
+                    only_in: None,
+                    children: Vec::new(),
+                });
+                raw.push([0, 0]);
+                any.push([false, false]);
+                (nodes.len() - 1) as u32
+            });
+            map[i] = id;
+            raw[id as usize][side] += m.of(&merged[i]);
+            any[id as usize][side] = true;
+        }
+    }
+    // Inclusive values: children were created after their parents.
+    let mut total = raw.clone();
+    for i in (0..nodes.len()).rev() {
+        if let Some(p) = nodes[i].parent {
+            let t = total[i];
+            total[p as usize][0] += t[0];
+            total[p as usize][1] += t[1];
+        }
+    }
+    let mut roots = Vec::new();
+    for i in 0..nodes.len() {
+        let n = &mut nodes[i];
+        n.base_self = scaled(raw[i][0], scale);
+        n.new_self = clamp(raw[i][1]);
+        n.base_total = scaled(total[i][0], scale);
+        n.new_total = clamp(total[i][1]);
+        n.only_in = match any[i] {
+            [true, false] => Some(Side::Base),
+            [false, true] => Some(Side::New),
+            _ => None,
+        };
+        match n.parent {
+            Some(p) => nodes[p as usize].children.push(i as u32),
+            None => roots.push(i as u32),
+        }
+    }
+    let order = |nodes: &[DiffNode], v: &mut Vec<u32>| {
+        v.sort_by(|&a, &b| {
+            let (x, y) = (&nodes[a as usize], &nodes[b as usize]);
+            y.base_total
+                .max(y.new_total)
+                .cmp(&x.base_total.max(x.new_total))
+                .then_with(|| keys.display[x.function as usize].cmp(&keys.display[y.function as usize]))
+                .then(a.cmp(&b))
+        })
+    };
+    order(&nodes, &mut roots);
+    for i in 0..nodes.len() {
+        let mut kids = std::mem::take(&mut nodes[i].children);
+        order(&nodes, &mut kids);
+        nodes[i].children = kids;
+    }
+    let functions = (0..keys.display.len())
+        .map(|k| DiffFunction { name: keys.display[k].clone(), module: keys.module[k].clone(), kind: keys.kind[k] })
+        .collect();
+    DiffTree {
+        metric: m,
+        unit: unit(m),
+        normalized: q.normalize,
+        scale,
+        base_sum: scaled(base_raw, scale),
+        new_sum: clamp(new_sum),
+        functions,
+        nodes,
+        roots,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::FrameKey;
+
+    /// A profile of CPU samples: each entry is a stack (root first, `name@module` frames), a
+    /// thread and its CPU ns. Function ids start at `first_id` so they differ between profiles.
+    fn profile(first_id: u64, stacks: &[(&[&str], u32, u64)]) -> Profile {
+        let mut p = Profile::default();
+        let mut ids: HashMap<String, u64> = HashMap::new();
+        for (frames, tid, ns) in stacks {
+            let mut path = Vec::new();
+            for f in *frames {
+                let next = first_id + ids.len() as u64;
+                let id = *ids.entry(f.to_string()).or_insert(next);
+                let fr = p.costs.stacks.intern_frame(FrameKey::Function(id));
+                let (name, module) = f.split_once('@').unwrap();
+                let frame = &mut p.costs.stacks.frames[fr.0 as usize];
+                frame.name = name.into();
+                frame.module = module.into();
+                path.push(fr);
+            }
+            let s = p.costs.stacks.intern_stack(&path).unwrap();
+            p.costs.add(*tid, s, &Cost { cpu_samples: ns / 10, cpu_ns: *ns, ..Default::default() });
+        }
+        p
+    }
+
+    fn row<'a>(v: &'a DiffView, name: &str) -> &'a DiffRow {
+        v.functions.iter().find(|r| r.name == name).unwrap_or_else(|| panic!("no row {name}: {v:?}"))
+    }
+
+    fn base() -> Profile {
+        profile(
+            1,
+            &[
+                (&["Main@a.dll", "Work@a.dll"], 1, 100),
+                (&["Main@a.dll", "Work@a.dll", "Hash@b.dll"], 1, 50),
+                (&["Main@a.dll", "Same@a.dll"], 2, 30),
+                (&["Main@a.dll", "Gone@a.dll"], 2, 20),
+            ],
+        )
+    }
+
+    fn new() -> Profile {
+        profile(
+            100,
+            &[
+                (&["Main@a.dll", "Same@a.dll"], 7, 30),
+                (&["Main@a.dll", "Work@a.dll"], 7, 200),
+                (&["Main@a.dll", "Work@a.dll", "Hash@b.dll"], 8, 50),
+                (&["Main@a.dll", "Fresh@a.dll"], 8, 5),
+                // The same name in another module is another function.
+                (&["Main@a.dll", "Work@c.dll"], 8, 1),
+            ],
+        )
+    }
+
+    #[test]
+    fn functions_match_by_name_and_module_and_sort_by_absolute_delta() {
+        let v = diff(&base(), &new(), &DiffQuery::default());
+        assert_eq!(v.metric, Metric::Cpu);
+        assert_eq!((v.unit, v.normalized, v.scale), ("ns", false, 1.0));
+        assert_eq!((v.base_sum, v.new_sum, v.base_sum_raw), (200, 286, 200));
+        assert!(!v.calls);
+        let names: Vec<(&str, &str)> = v.functions.iter().map(|r| (r.name.as_str(), r.module.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("Work", "a.dll"),
+                ("Gone", "a.dll"),
+                ("Fresh", "a.dll"),
+                ("Work", "c.dll"),
+                ("Main", "a.dll"),
+                ("Hash", "b.dll"),
+                ("Same", "a.dll"),
+            ]
+        );
+        let w = &v.functions[0];
+        assert_eq!((w.base, w.new, w.delta), (100, 200, 100));
+        assert_eq!((w.base_total, w.new_total, w.delta_total), (150, 250, 100));
+        assert_eq!(w.only_in, None);
+        let g = row(&v, "Gone");
+        assert_eq!(
+            (g.base, g.new, g.delta, g.base_total, g.new_total, g.only_in),
+            (20, 0, -20, 20, 0, Some(Side::Base))
+        );
+        let f = row(&v, "Fresh");
+        assert_eq!((f.base, f.new, f.delta, f.delta_total, f.only_in), (0, 5, 5, 5, Some(Side::New)));
+        let m = row(&v, "Main");
+        assert_eq!((m.base, m.new, m.base_total, m.new_total, m.delta_total), (0, 0, 200, 286, 86));
+        let s = row(&v, "Same");
+        assert_eq!((s.delta, s.delta_total), (0, 0));
+        assert_eq!(v.count, 7);
+        let top = diff(&base(), &new(), &DiffQuery { top: Some(2), ..Default::default() });
+        assert_eq!((top.count, top.functions.len()), (7, 2));
+    }
+
+    #[test]
+    fn normalize_scales_the_baseline_to_the_new_total() {
+        // Everything doubled: normalized, nothing changed.
+        let b = profile(1, &[(&["Main@a.dll", "A@a.dll"], 1, 30), (&["Main@a.dll", "B@a.dll"], 1, 70)]);
+        let n = profile(9, &[(&["Main@a.dll", "A@a.dll"], 2, 60), (&["Main@a.dll", "B@a.dll"], 2, 140)]);
+        let v = diff(&b, &n, &DiffQuery { normalize: true, ..Default::default() });
+        assert_eq!((v.scale, v.base_sum, v.new_sum, v.base_sum_raw), (2.0, 200, 200, 100));
+        assert!(v.functions.iter().all(|r| r.delta == 0 && r.delta_total == 0), "{v:?}");
+        assert_eq!(row(&v, "B").base, 140);
+        let raw = diff(&b, &n, &DiffQuery::default());
+        assert_eq!((row(&raw, "B").delta, row(&raw, "A").delta, row(&raw, "Main").delta_total), (70, 30, 100));
+    }
+
+    #[test]
+    fn threads_are_selected_per_side() {
+        let q = DiffQuery { base_threads: Threads::one(2), new_threads: Threads::one(7), ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        assert_eq!((v.base_sum, v.new_sum), (50, 230));
+        let w = row(&v, "Work");
+        assert_eq!((w.base, w.new, w.only_in), (0, 200, Some(Side::New)));
+        assert!(v.functions.iter().all(|r| r.name != "Hash"));
+    }
+
+    #[test]
+    fn recursion_counts_once_in_totals() {
+        let b = profile(1, &[(&["R@a.dll", "R@a.dll", "R@a.dll"], 1, 10)]);
+        let n = profile(5, &[(&["R@a.dll", "R@a.dll"], 1, 10), (&["R@a.dll"], 1, 4)]);
+        let v = diff(&b, &n, &DiffQuery::default());
+        let r = row(&v, "R");
+        assert_eq!((r.base, r.new, r.base_total, r.new_total), (10, 14, 10, 14));
+    }
+
+    #[test]
+    fn call_counts_when_both_are_instrumented() {
+        let mut b = profile(1, &[(&["Main@a.dll", "F@a.dll"], 1, 0)]);
+        let mut n = profile(3, &[(&["Main@a.dll", "F@a.dll"], 1, 0), (&["Main@a.dll", "G@a.dll"], 1, 0)]);
+        let add = |p: &mut Profile, path: &[u32], calls: u64, time_ns: u64| {
+            let path: Vec<_> = path.iter().map(|&f| clrprof_model::FrameId(f)).collect();
+            let s = p.costs.stacks.intern_stack(&path).unwrap();
+            p.costs.add(1, s, &Cost { calls, time_ns, ..Default::default() });
+        };
+        add(&mut b, &[0], 1, 5);
+        add(&mut b, &[0, 1], 10, 100);
+        add(&mut n, &[0], 1, 5);
+        add(&mut n, &[0, 1], 25, 250);
+        add(&mut n, &[0, 2], 3, 9);
+        let v = diff(&b, &n, &DiffQuery { metric: Some(Metric::Time), ..Default::default() });
+        assert!(v.calls);
+        assert_eq!(row(&v, "F").calls, Some(CallsDelta { base: 10, new: 25, delta: 15 }));
+        assert_eq!(row(&v, "G").calls, Some(CallsDelta { base: 0, new: 3, delta: 3 }));
+        assert_eq!(row(&v, "Main").calls, Some(CallsDelta { base: 1, new: 1, delta: 0 }));
+        assert_eq!((row(&v, "F").delta, row(&v, "Main").delta_total), (150, 159));
+        // Not when one side is sampled only.
+        let s = profile(7, &[(&["Main@a.dll", "F@a.dll"], 1, 10)]);
+        assert!(!diff(&s, &n, &DiffQuery { metric: Some(Metric::Time), ..Default::default() }).calls);
+    }
+
+    #[test]
+    fn the_tree_pairs_call_paths() {
+        let t = diff_tree(&base(), &new(), &DiffQuery::default());
+        assert_eq!((t.base_sum, t.new_sum, t.unit), (200, 286, "ns"));
+        let name = |n: u32| t.functions[t.nodes[n as usize].function as usize].name.as_str();
+        assert_eq!(t.roots.len(), 1);
+        let main = &t.nodes[t.roots[0] as usize];
+        assert_eq!((name(t.roots[0]), main.base_total, main.new_total, main.depth), ("Main", 200, 286, 0));
+        let kids: Vec<(&str, i64, i64, Option<Side>)> = main
+            .children
+            .iter()
+            .map(|&c| {
+                let n = &t.nodes[c as usize];
+                (name(c), n.base_total, n.new_total, n.only_in)
+            })
+            .collect();
+        assert_eq!(
+            kids,
+            [
+                ("Work", 150, 250, None),
+                ("Same", 30, 30, None),
+                ("Gone", 20, 0, Some(Side::Base)),
+                ("Fresh", 0, 5, Some(Side::New)),
+                ("Work", 0, 1, Some(Side::New)),
+            ]
+        );
+        let work = &t.nodes[main.children[0] as usize];
+        assert_eq!((work.base_self, work.new_self), (100, 200));
+        let hash = work.children[0];
+        assert_eq!((t.nodes[hash as usize].base_self, t.nodes[hash as usize].new_total), (50, 50));
+        let path: Vec<&str> = t.path(hash).iter().map(|&f| t.functions[f as usize].name.as_str()).collect();
+        assert_eq!(path, ["Main", "Work", "Hash"]);
+        assert_eq!(t.functions[t.nodes[main.children[4] as usize].function as usize].module, "c.dll");
+        // Normalized: the baseline scaled by 286/200.
+        let t = diff_tree(&base(), &new(), &DiffQuery { normalize: true, ..Default::default() });
+        assert_eq!((t.base_sum, t.nodes[t.roots[0] as usize].base_total), (286, 286));
+        assert_eq!(t.nodes[t.nodes[t.roots[0] as usize].children[0] as usize].base_self, 143);
+    }
+}

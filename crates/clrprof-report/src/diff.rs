@@ -1,0 +1,186 @@
+//! `clrprof diff`: the delta table of `clrprof_query::diff` as text, CSV or JSON.
+
+use clrprof_query::diff::{DiffRow, DiffView, Side};
+use serde_json::{json, Map, Value};
+
+use crate::table::{Align, TextTable};
+use crate::{ms, Format};
+
+/// A value in the unit, for text: ms for times, plain otherwise; signed.
+fn value(v: &DiffView, x: i64) -> String {
+    let s = if v.unit == "ns" { ms(x.unsigned_abs()) } else { x.unsigned_abs().to_string() };
+    if x < 0 {
+        format!("-{s}")
+    } else {
+        s
+    }
+}
+
+fn signed(v: &DiffView, x: i64) -> String {
+    if x > 0 {
+        format!("+{}", value(v, x))
+    } else {
+        value(v, x)
+    }
+}
+
+/// Change relative to the baseline's self value: `+100.0%`, `new`, `gone`.
+fn change(r: &DiffRow, base: i64, delta: i64) -> String {
+    match r.only_in {
+        Some(Side::New) => "new".into(),
+        Some(Side::Base) => "gone".into(),
+        None if base == 0 && delta == 0 => "0.0%".into(),
+        None if base == 0 => "n/a".into(),
+        None => format!("{:+.1}%", delta as f64 * 100.0 / base as f64),
+    }
+}
+
+/// Renders a diff. `base` and `new` name the two sources in the text header.
+pub fn render(v: &DiffView, base: &str, new: &str, format: Format) -> String {
+    match format {
+        Format::Json => json_text(v),
+        Format::Csv => csv(v),
+        Format::Text => text(v, base, new),
+    }
+}
+
+fn text(v: &DiffView, base: &str, new: &str) -> String {
+    let shown = if v.unit == "ns" { "ms" } else { v.unit };
+    let mut s = format!("clrprof diff — weight: {} ({shown})\n", v.metric.name());
+    s += &format!("base: {base} — total {} {shown}\n", value(v, v.base_sum));
+    s += &format!("new:  {new} — total {} {shown}\n", value(v, v.new_sum));
+    let change_all = if v.base_sum > 0 {
+        format!("{:+.1}%", (v.new_sum - v.base_sum) as f64 * 100.0 / v.base_sum as f64)
+    } else {
+        "n/a".into()
+    };
+    s += &format!("change: {} {shown} ({change_all})\n", signed(v, v.new_sum - v.base_sum));
+    if v.normalized {
+        s += &format!(
+            "normalized: the baseline's values are scaled by {:.4} so its total equals the new total (raw baseline total {} {shown})\n",
+            v.scale,
+            value(v, v.base_sum_raw.min(i64::MAX as u64) as i64)
+        );
+    }
+    s += "Δ = new − base; self values ranked by |Δ self|; total = inclusive (recursion counted once)\n\n";
+    let mut headers = vec![
+        ("Δ self", Align::Right),
+        ("change", Align::Right),
+        ("base self", Align::Right),
+        ("new self", Align::Right),
+        ("Δ total", Align::Right),
+        ("base total", Align::Right),
+        ("new total", Align::Right),
+    ];
+    if v.calls {
+        headers.extend([("base calls", Align::Right), ("new calls", Align::Right), ("Δ calls", Align::Right)]);
+    }
+    headers.extend([("function", Align::Left), ("module", Align::Left)]);
+    let mut t = TextTable::new(&headers);
+    for r in &v.functions {
+        let mut cells = vec![
+            signed(v, r.delta),
+            change(r, r.base, r.delta),
+            value(v, r.base),
+            value(v, r.new),
+            signed(v, r.delta_total),
+            value(v, r.base_total),
+            value(v, r.new_total),
+        ];
+        if let Some(c) = r.calls {
+            cells.extend([c.base.to_string(), c.new.to_string(), format!("{:+}", c.delta)]);
+        } else if v.calls {
+            cells.extend(["".into(), "".into(), "".into()]);
+        }
+        cells.extend([r.name.clone(), r.module.clone()]);
+        t.row(cells);
+    }
+    s += &t.render();
+    if v.count > v.functions.len() {
+        s += &format!("({} more functions; --top N shows more)\n", v.count - v.functions.len());
+    }
+    if v.functions.is_empty() {
+        s += "(no function has a cost for this weight in either profile)\n";
+    }
+    s
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn csv(v: &DiffView) -> String {
+    let mut s = String::from("name,module,base,new,delta,base_total,new_total,delta_total");
+    if v.calls {
+        s += ",base_calls,new_calls,delta_calls";
+    }
+    s += ",only_in\n";
+    for r in &v.functions {
+        s += &format!(
+            "{},{},{},{},{},{},{},{}",
+            csv_field(&r.name),
+            csv_field(&r.module),
+            r.base,
+            r.new,
+            r.delta,
+            r.base_total,
+            r.new_total,
+            r.delta_total
+        );
+        if v.calls {
+            match r.calls {
+                Some(c) => s += &format!(",{},{},{}", c.base, c.new, c.delta),
+                None => s += ",,,",
+            }
+        }
+        s += match r.only_in {
+            Some(Side::Base) => ",base\n",
+            Some(Side::New) => ",new\n",
+            None => ",\n",
+        };
+    }
+    s
+}
+
+/// The JSON document: `{"weight", "unit", "normalized", "functions": [{"name", "module", "base",
+/// "new", "delta", "base_total", "new_total", "delta_total"}]}`; functions also carry
+/// `base_calls`, `new_calls` and `delta_calls` when both profiles are instrumented.
+pub fn json(v: &DiffView) -> Value {
+    let functions: Vec<Value> = v
+        .functions
+        .iter()
+        .map(|r| {
+            let mut o = Map::new();
+            o.insert("name".into(), json!(r.name));
+            o.insert("module".into(), json!(r.module));
+            o.insert("base".into(), json!(r.base));
+            o.insert("new".into(), json!(r.new));
+            o.insert("delta".into(), json!(r.delta));
+            o.insert("base_total".into(), json!(r.base_total));
+            o.insert("new_total".into(), json!(r.new_total));
+            o.insert("delta_total".into(), json!(r.delta_total));
+            if let Some(c) = r.calls {
+                o.insert("base_calls".into(), json!(c.base));
+                o.insert("new_calls".into(), json!(c.new));
+                o.insert("delta_calls".into(), json!(c.delta));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    json!({
+        "weight": v.metric.name(),
+        "unit": v.unit,
+        "normalized": v.normalized,
+        "functions": functions,
+    })
+}
+
+fn json_text(v: &DiffView) -> String {
+    let mut s = serde_json::to_string_pretty(&json(v)).unwrap_or_default();
+    s.push('\n');
+    s
+}
