@@ -430,3 +430,37 @@ fn command_line_errors_are_one_line() {
     let v = Viewer::start(&t, &["--token", "abcdefghijklmnopqrstuvwxyz012345"]);
     assert_eq!(v.token, "abcdefghijklmnopqrstuvwxyz012345");
 }
+
+#[test]
+fn the_diff_view_compares_with_the_baseline() {
+    // New: apps/Calls `threads`; baseline: apps/Calls `counted`.
+    let v = Viewer::start(&trace("counted.clrprof"), &["--baseline", trace("instrumented.clrprof").to_str().unwrap()]);
+    let meta = v.api("meta", &[]);
+    assert!(meta["baseline"].as_str().unwrap().ends_with("instrumented.clrprof"));
+    let d = v.api("diff", &[("w", "calls"), ("width", "800")]);
+    assert_eq!(d["weight"], "calls");
+    assert_eq!(d["instrumented"], true);
+    let rows = d["functions"].as_array().unwrap();
+    assert_eq!(rows[0]["name"], "Calls.Shared.Work", "sorted by |Δ|: {}", rows[0]);
+    assert_eq!((u(&rows[0]["base"]), u(&rows[0]["new"]), rows[0]["delta"].as_i64().unwrap()), (0, 10000, 10000));
+    assert_eq!(rows[0]["only"], "new");
+    let tick = row(rows, "Calls.Counted.Tick");
+    assert_eq!((u(&tick["base"]), u(&tick["new"]), tick["delta"].as_i64().unwrap()), (1000, 0, -1000));
+    assert_eq!(tick["only"], "base");
+    assert_eq!(tick["calls_delta"].as_i64().unwrap(), -1000);
+    assert_eq!(u(&d["base_total"]), 1004);
+    assert_eq!(u(&d["new_total"]), 10009);
+    // Normalized: the baseline scaled to the new total.
+    let n = v.api("diff", &[("w", "calls"), ("normalize", "1")]);
+    assert_eq!(n["normalized"], true);
+    assert_eq!(u(&n["base_total"]), 10009);
+    // The differential flame graph has the new profile's shape and each cell's change.
+    let cells = d["flame"]["cells"].as_array().unwrap();
+    let work = cells.iter().find(|c| c["name"] == "Calls.Shared.Work").expect("Work drawn");
+    assert!(work["delta"].as_i64().unwrap() > 0 && work["only"] == "new", "{work}");
+    let top: u64 = cells.iter().filter(|c| c["depth"] == 0).map(|c| u(&c["width"])).sum();
+    assert_eq!(top, 10009);
+    // Search narrows the table.
+    let s = v.api("diff", &[("w", "calls"), ("q", "counted")]);
+    assert!(s["functions"].as_array().unwrap().iter().all(|r| r["name"].as_str().unwrap().contains("Counted")));
+}
