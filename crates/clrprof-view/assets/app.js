@@ -212,6 +212,7 @@ function brush() {
 
 async function render() {
   const gen = ++generation;
+  document.body.dataset.busy = '1';
   renderHeader();
   renderTransforms();
   renderSelection();
@@ -221,13 +222,11 @@ async function render() {
     main: $('view'), status };
   try {
     await (views[state.view] || views.hotspots)(ctx);
-    if (gen === generation) {
-      status(api.last ? `${api.last.what}: ${Math.round(api.last.ms)} ms` : '');
-      document.body.dataset.ready = String(gen);
-    }
+    if (gen === generation) status(api.last ? `${api.last.what}: ${Math.round(api.last.ms)} ms` : '');
   } catch (e) {
-    if (gen === generation) { status(e.message, true); document.body.dataset.ready = String(gen); }
+    if (gen === generation) status(e.message, true);
   }
+  if (gen === generation) delete document.body.dataset.busy;
 }
 
 async function start() {
@@ -235,6 +234,7 @@ async function start() {
     meta = await api('meta', {});
   } catch (e) {
     status(`cannot load the trace: ${e.message}`, true);
+    delete document.body.dataset.busy;
     return;
   }
   $('trace').textContent = `${meta.trace} — ${meta.command}`;

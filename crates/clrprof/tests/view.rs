@@ -464,3 +464,39 @@ fn the_diff_view_compares_with_the_baseline() {
     let s = v.api("diff", &[("w", "calls"), ("q", "counted")]);
     assert!(s["functions"].as_array().unwrap().iter().all(|r| r["name"].as_str().unwrap().contains("Counted")));
 }
+
+/// The browser end to end (crates/clrprof-view/e2e/e2e.mjs): Debian's chromium driven by
+/// playwright-core opens a real trace, selects a function and checks the butterfly, zooms and
+/// searches the flame graph, brushes a time range, applies and undoes a transform, reloads the
+/// URL and finds the same state, renders hostile names as text, and opens a diff. Set
+/// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
+#[test]
+fn browser_end_to_end() {
+    let e2e = repo_root().join("crates/clrprof-view/e2e");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
+        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
+        e2e.display()
+    );
+    let dir = scratch("view-browser");
+    let (hostile, _) = hostile_trace(&dir);
+    let mut c = Command::new("node");
+    c.arg("e2e.mjs")
+        .current_dir(&e2e)
+        .env("CLRPROF", clrprof_exe())
+        .env("TRACES", repo_root().join("testdata/traces/v1"))
+        .env("HOSTILE", &hostile)
+        .env("CHROMIUM", &chromium)
+        .stdin(Stdio::null());
+    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
+        c.env("SCREENSHOTS", shots);
+    }
+    let out = c.output().expect("run node");
+    assert!(
+        out.status.success() && text(&out.stdout).contains("e2e: all checks passed"),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
