@@ -231,7 +231,17 @@ async function render() {
 
 async function start() {
   try {
-    meta = await api('meta', {});
+    // While the trace loads, the server answers 503 with its progress.
+    for (;;) {
+      try {
+        meta = await api('meta', {});
+        break;
+      } catch (e) {
+        if (e.status !== 503) throw e;
+        status(e.message);
+        await new Promise((ok) => setTimeout(ok, 300));
+      }
+    }
   } catch (e) {
     status(`cannot load the trace: ${e.message}`, true);
     delete document.body.dataset.busy;

@@ -10,7 +10,11 @@ export async function api(what, params) {
   const started = performance.now();
   const r = await fetch(`/api/${what}?${q}`, { credentials: 'same-origin' });
   const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
-  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+  if (!r.ok) {
+    const e = new Error(body.error || `HTTP ${r.status}`);
+    e.status = r.status;
+    throw e;
+  }
   api.last = { what, ms: performance.now() - started };
   return body;
 }

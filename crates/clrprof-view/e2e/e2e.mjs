@@ -43,9 +43,18 @@ const texts = (page, sel) => page.$$eval(sel, (els) => els.map((e) => e.textCont
 
 async function main() {
   const browser = await chromium.launch({ executablePath: env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  try {
+    await checks(browser);
+  } finally {
+    await browser.close();
+  }
+}
+
+async function checks(browser) {
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
   const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+  // 503: the API's answer while a trace is still loading (the page polls it).
+  page.on('console', (m) => { if (m.type() === 'error' && !/status of 503/.test(m.text())) problems.push(m.text()); });
   page.on('pageerror', (e) => problems.push(e.message));
 
   // 1. Open a real trace: hot spots.
@@ -188,7 +197,6 @@ async function main() {
   const csp = problems.filter((p) => /Content Security Policy|Refused/.test(p));
   check(csp.length === 0, `CSP violations: ${csp.join(' | ')}`);
   check(problems.length === 0, `page errors: ${problems.join(' | ')}`);
-  await browser.close();
 }
 
 main()

@@ -3,7 +3,7 @@
 //! (range, weight, threads, transforms) and report documents per range are kept in small caches.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use clrprof_model::{Metric, Profile, TimeRange};
 use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
@@ -76,8 +76,8 @@ struct ViewKey {
     transforms: Vec<Transform>,
 }
 
-/// One viewer session: the trace, an optional baseline and the caches.
-pub struct Session {
+/// A loaded session: the trace, an optional baseline and the caches.
+struct Loaded {
     trace_name: String,
     source: Box<dyn ProfileSource>,
     baseline: Option<(String, Box<dyn ProfileSource>)>,
@@ -133,15 +133,15 @@ fn is_pool_thread(name: &str) -> bool {
     name.contains(".NET TP Worker") || name.contains("ThreadPool") || name.contains(".NET Long Running Task")
 }
 
-impl Session {
-    pub fn new(
+impl Loaded {
+    fn new(
         trace_name: String,
         source: Box<dyn ProfileSource>,
         baseline: Option<(String, Box<dyn ProfileSource>)>,
-    ) -> Session {
+    ) -> Loaded {
         let whole = Arc::new(source.profile(TimeRange::ALL));
         let whole_baseline = baseline.as_ref().map(|(_, b)| Arc::new(b.profile(TimeRange::ALL)));
-        Session {
+        Loaded {
             trace_name,
             source,
             baseline,
@@ -479,5 +479,57 @@ impl Session {
                 width_px: q.num("width", 1000)?,
             },
         )
+    }
+}
+
+/// One viewer session. It answers while the trace is still loading: every API request gets `503`
+/// with the progress, which the page shows until the data is there.
+pub struct Session {
+    trace_name: String,
+    loaded: OnceLock<Loaded>,
+    progress: Mutex<String>,
+}
+
+impl Session {
+    /// A session whose trace is still being read ([`Session::finish`] completes it).
+    pub fn loading(trace_name: String) -> Session {
+        Session { trace_name, loaded: OnceLock::new(), progress: Mutex::new("starting".into()) }
+    }
+
+    /// A session over loaded sources.
+    pub fn new(
+        trace_name: String,
+        source: Box<dyn ProfileSource>,
+        baseline: Option<(String, Box<dyn ProfileSource>)>,
+    ) -> Session {
+        let s = Session::loading(trace_name);
+        s.finish(source, baseline);
+        s
+    }
+
+    /// What loading has done so far, for the page.
+    pub fn set_progress(&self, text: String) {
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = text;
+    }
+
+    /// The sources are read: compute the whole-run profiles and start answering.
+    pub fn finish(&self, source: Box<dyn ProfileSource>, baseline: Option<(String, Box<dyn ProfileSource>)>) {
+        self.set_progress("computing the profile".into());
+        let _ = self.loaded.set(Loaded::new(self.trace_name.clone(), source, baseline));
+    }
+
+    /// Answers `GET /api/<what>?params`.
+    pub fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        match self.loaded.get() {
+            Some(l) => l.handle(what, q),
+            None => Err(ApiError {
+                status: 503,
+                message: format!(
+                    "loading {}: {}",
+                    self.trace_name,
+                    self.progress.lock().unwrap_or_else(|e| e.into_inner())
+                ),
+            }),
+        }
     }
 }

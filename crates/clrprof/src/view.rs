@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clrprof_model::{NoSymbols, Profile, TimeRange};
-use clrprof_query::import::Format;
 use clrprof_query::source::{LoadError, Loader};
 use clrprof_trace::TraceSource;
 use clrprof_view::{ProfileSource, ServeOptions, Session, Viewer};
+use signal_hook::iterator::Signals;
 
 /// What `clrprof view` was asked.
 #[derive(Clone, Debug)]
@@ -45,43 +45,54 @@ impl ProfileSource for LoadedSource {
     }
 }
 
-/// Reads a trace (or an imported file) with a progress line on stderr every half second.
-fn load(path: &Path, cmd: &ViewCommand) -> Result<LoadedSource> {
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    let what = |e: &LoadError| match e {
+fn describe(path: &Path, e: LoadError) -> anyhow::Error {
+    let what = match &e {
         LoadError::Decode { records, .. } if *records > 0 => {
             format!("cannot read {} (after {records} records)", path.display())
         }
         LoadError::Open(_) => format!("cannot open trace {}", path.display()),
         _ => format!("cannot read {}", path.display()),
     };
+    anyhow::Error::new(e).context(what)
+}
+
+/// Opens a trace (or an imported file): a missing file or an unknown format fails here, before
+/// anything is served.
+fn open(path: &Path) -> Result<Loader> {
+    Loader::open(TraceSource::File(path.to_path_buf())).map_err(|e| describe(path, e))
+}
+
+/// Reads an opened trace with a progress line on stderr and in the page every half second.
+/// Ctrl-C or SIGTERM while loading ends the command.
+fn read(
+    path: &Path,
+    mut l: Loader,
+    cmd: &ViewCommand,
+    session: &Session,
+    signals: &mut Signals,
+) -> Result<LoadedSource> {
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let started = Instant::now();
-    let mut l = Loader::open(TraceSource::File(path.to_path_buf())).map_err(|e| {
-        let w = what(&e);
-        anyhow::Error::new(e).context(w)
-    })?;
     let mut last = Instant::now();
     let mut shown = false;
     let mut progress = |records: u64| {
         if last.elapsed() >= Duration::from_millis(500) {
+            if signals.pending().next().is_some() {
+                eprintln!();
+                std::process::exit(130);
+            }
             last = Instant::now();
             shown = true;
-            eprint!("\rclrprof: loading {} ({:.1} MB): {records} records", path.display(), size as f64 / 1e6);
+            let text = format!("{records} records of {} ({:.1} MB)", path.display(), size as f64 / 1e6);
+            eprint!("\rclrprof: loading: {text}");
+            session.set_progress(text);
         }
     };
     let r = l.update_with(&mut progress).and_then(|_| l.read_to_end());
-    let d = match r {
-        // An imported file has no records to count.
-        Ok(d) if l.format() != Format::Trace => Ok(d),
-        r => r,
-    };
     if shown {
         eprintln!();
     }
-    let d = d.map_err(|e| {
-        let w = what(&e);
-        anyhow::Error::new(e).context(w)
-    })?;
+    let d = r.map_err(|e| describe(path, e))?;
     if let Some(t) = d.truncation {
         eprintln!("clrprof: warning: {}: {t}", path.display());
     }
@@ -134,15 +145,13 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
         Some(t) => t.clone(),
         None => clrprof_view::new_token().context("cannot read /dev/urandom for a session token")?,
     };
-    let source = load(&cmd.trace, cmd)?;
-    let baseline = match &cmd.baseline {
-        Some(b) => Some((b.display().to_string(), Box::new(load(b, cmd)?) as Box<dyn ProfileSource>)),
-        None => None,
-    };
-    let session = Arc::new(Session::new(cmd.trace.display().to_string(), Box::new(source), baseline));
-    let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-        .context("cannot watch for Ctrl-C")?;
-    let viewer = Viewer::start(session, &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
+    let trace = open(&cmd.trace)?;
+    let baseline = cmd.baseline.as_ref().map(|b| open(b).map(|l| (b, l))).transpose()?;
+    let mut signals =
+        Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
+    // Serve at once: the page shows the loading progress until the trace is read.
+    let session = Arc::new(Session::loading(cmd.trace.display().to_string()));
+    let viewer = Viewer::start(session.clone(), &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     let url = viewer.url();
     {
         let mut out = std::io::stdout().lock();
@@ -152,7 +161,25 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     if cmd.open_browser {
         open_browser(&url);
     }
-    let mut signals = signals;
+    let loaded = (|| -> Result<_> {
+        let source = read(&cmd.trace, trace, cmd, &session, &mut signals)?;
+        let baseline = match baseline {
+            Some((b, l)) => {
+                let s = read(b, l, cmd, &session, &mut signals)?;
+                Some((b.display().to_string(), Box::new(s) as Box<dyn ProfileSource>))
+            }
+            None => None,
+        };
+        Ok((source, baseline))
+    })();
+    let (source, baseline) = match loaded {
+        Ok(x) => x,
+        Err(e) => {
+            viewer.stop();
+            return Err(e);
+        }
+    };
+    session.finish(Box::new(source), baseline);
     let _ = signals.forever().next();
     viewer.stop();
     Ok(())

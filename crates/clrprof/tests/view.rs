@@ -40,7 +40,19 @@ impl Viewer {
         let (host, token) = rest.split_once("/?token=").unwrap();
         assert_eq!(token.len(), 32, "{url}");
         assert!(host.starts_with("127.0.0.1:"), "loopback by default: {url}");
-        Viewer { _child: KillOnDrop(child), host: host.to_string(), token: token.to_string() }
+        let v = Viewer { _child: KillOnDrop(child), host: host.to_string(), token: token.to_string() };
+        // The URL comes first; until the trace is read, the API answers 503 with the progress.
+        let started = std::time::Instant::now();
+        loop {
+            let (status, _, body) = v.get("/api/meta");
+            if status != 503 {
+                break;
+            }
+            assert!(body.contains("loading"), "{body}");
+            assert!(started.elapsed().as_secs() < 120, "still loading: {body}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        v
     }
 
     /// GET with the token: (status, headers, body).
