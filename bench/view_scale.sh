@@ -29,9 +29,14 @@ printf 'URL printed after %.2f s\n' "$(echo "$ready - $start" | bc)"
 URL=$(cat "$OUT/url")
 BASE=${URL%%/?token=*}
 TOKEN=${URL##*token=}
+# Until the trace is read the API answers 503 (the page shows the progress).
+while [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/api/meta?token=$TOKEN")" = 503 ]; do sleep 0.05; done
+loaded=$(date +%s.%N)
+printf 'trace loaded, first view servable after %.2f s\n' "$(echo "$loaded - $start" | bc)"
 t() { # name path
     local s
     s=$(curl -s -o /dev/null -w '%{time_total}' "$BASE$2&token=$TOKEN")
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE$2&token=$TOKEN")" = 200 ] || echo "  $1: not 200"
     printf '  %-44s %7.0f ms\n' "$1" "$(echo "$s * 1000" | bc)"
 }
 FN=Sampling.Many.Spin
