@@ -253,11 +253,19 @@ impl StackView {
         raw.sort_by_key(|r| (r.0, r.1));
         let mut unique: HashMap<Vec<FuncId>, usize> = HashMap::new();
         let mut buf = Vec::new();
+        let mut roots: HashMap<u32, FuncId> = HashMap::new();
         for (root, s, value, count) in raw {
             buf.clear();
             if let Some(tid) = root {
-                let label = format!("thread {}", select::thread_label(p, tid));
-                buf.push(v.intern(&label, "", FrameKind::Synthetic));
+                let f = match roots.get(&tid) {
+                    Some(&f) => f,
+                    None => {
+                        let f = v.intern(&format!("thread {}", select::thread_label(p, tid)), "", FrameKind::Synthetic);
+                        roots.insert(tid, f);
+                        f
+                    }
+                };
+                buf.push(f);
             }
             let base = buf.len();
             let mut cur = Some(clrprof_model::StackId(s as u32));

@@ -16,6 +16,9 @@ function nameCell(name, onclick, extra) {
 
 export async function hotspots(ctx) {
   const { state } = ctx;
+  // Exact time: self_count is the function's own calls, so per-call averages are exact too
+  // (a recursive function's total counts its outermost calls' time once).
+  const perCall = state.w === 'time';
   const body = el('tbody');
   const sortBy = (s) => () => ctx.setState({ sort: s });
   const arrow = (s) => (state.sort === s ? ' ▼' : '');
@@ -27,7 +30,9 @@ export async function hotspots(ctx) {
       el('th', { class: 'num' }, 'Self %'),
       el('th', { class: 'num', onclick: sortBy('total') }, `Total${arrow('total')}`),
       el('th', { class: 'num' }, 'Total %'),
-      el('th', { class: 'num', onclick: sortBy('count') }, `Samples/calls${arrow('count')}`))),
+      el('th', { class: 'num', onclick: sortBy('count') }, `Samples/calls${arrow('count')}`),
+      perCall ? el('th', { class: 'num' }, 'Avg self/call') : null,
+      perCall ? el('th', { class: 'num' }, 'Avg total/call') : null)),
     body);
   const summary = el('div', { id: 'hotspots-summary' });
   const load = async (offset) => {
@@ -41,7 +46,9 @@ export async function hotspots(ctx) {
         el('td', {}, row.module),
         numCell(row.self, ctx.unit), el('td', { class: 'num' }, pct(row.self_percent)),
         numCell(row.total, ctx.unit), el('td', { class: 'num' }, pct(row.total_percent)),
-        el('td', { class: 'num' }, String(row.count))));
+        el('td', { class: 'num' }, String(row.count)),
+        perCall ? numCell(row.self_count ? row.self / row.self_count : 0, ctx.unit) : null,
+        perCall ? numCell(row.self_count ? row.total / row.self_count : 0, ctx.unit) : null));
     }
     const shown = offset + p.rows.length;
     if (shown < p.count) {
