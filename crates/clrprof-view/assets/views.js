@@ -139,7 +139,7 @@ function edgeTable(id, title, rows, more, ctx) {
       el('td', {}, e.module), numCell(e.value, ctx.unit),
       el('td', { class: 'num' }, [el('span', { class: 'bar', style: `width:${Math.round(e.percent / 2)}px` }), pct(e.percent)]),
       el('td', { class: 'num' }, String(e.count)))),
-    more.count ? el('tr', { class: 'more' }, el('td', { colspan: 5 }, `${more.count} more (${fmt(more.value, ctx.unit)})`)) : null))];
+    more.count ? el('tr', { class: 'more', onclick: more.expand }, el('td', { colspan: 5 }, `${more.count} more (${fmt(more.value, ctx.unit)})`)) : null))];
 }
 
 export async function butterfly(ctx) {
@@ -152,8 +152,9 @@ export async function butterfly(ctx) {
     return;
   }
   let r;
+  const limit = ctx.butterflyLimit || 100;
   try {
-    r = await api('butterfly', ctx.params({ fn: state.sel, limit: 100 }));
+    r = await api('butterfly', ctx.params({ fn: state.sel, limit }));
   } catch (e) {
     if (!ctx.gen()) return;
     put(ctx.main, el('p', { id: 'butterfly-missing' }, `${e.message} (with the current weight, range and transforms)`));
@@ -161,6 +162,10 @@ export async function butterfly(ctx) {
   }
   if (!ctx.gen()) return;
   const f = r.function;
+  // "N more" loads every edge (up to the API's 1000).
+  const expand = () => butterfly({ ...ctx, butterflyLimit: 1000 });
+  f.more_callers.expand = expand;
+  f.more_callees.expand = expand;
   put(ctx.main, el('div', { id: 'butterfly' },
     edgeTable('callers', 'Callers', f.callers, f.more_callers, ctx),
     el('div', { class: 'section-title', id: 'butterfly-function' }, `▶ ${f.name}`),
