@@ -8,6 +8,7 @@ pub mod costs;
 pub mod diff;
 pub mod document;
 pub mod events;
+pub mod explore;
 pub mod import;
 pub mod select;
 pub mod source;

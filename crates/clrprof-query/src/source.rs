@@ -106,6 +106,12 @@ impl Loader {
 
     /// Adds every record the source has now; returns how many were added (0: nothing new).
     pub fn update(&mut self) -> Result<u64, LoadError> {
+        self.update_with(&mut |_| {})
+    }
+
+    /// [`Loader::update`], calling `progress` with the records read so far after each batch (a
+    /// command shows progress while a big trace loads).
+    pub fn update_with(&mut self, progress: &mut dyn FnMut(u64)) -> Result<u64, LoadError> {
         if self.imported.is_some() {
             return Ok(0);
         }
@@ -118,6 +124,7 @@ impl Loader {
             for r in self.batch.drain(..) {
                 self.builder.add(&r);
             }
+            progress(self.builder.records());
             if n == 0 {
                 return Ok(self.builder.records() - before);
             }

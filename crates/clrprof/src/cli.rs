@@ -46,6 +46,11 @@ enum Command {
         after_help = "Examples:\n  clrprof export app.clrprof -f svg\n  clrprof export app.clrprof -f collapsed -o - | inferno-flamegraph > cpu.svg\n  clrprof export app.clrprof -f speedscope --weight wall -o app.speedscope.json\n  clrprof export app.clrprof -f html --thread worker-1"
     )]
     Export(ExportArgs),
+    /// Browse a trace interactively in a web browser (local, token-protected).
+    #[command(
+        after_help = "Examples:\n  clrprof view app.clrprof\n  clrprof view new.clrprof --baseline old.clrprof\n  clrprof view app.clrprof --port 8080 --no-browser"
+    )]
+    View(ViewArgs),
     /// Compare two profiles (traces or imported files): per function, self and inclusive values
     /// of the baseline and the new one, sorted by the largest change.
     #[command(
@@ -62,6 +67,34 @@ enum Command {
         after_help = "Examples:\n  clrprof runs\n  clrprof runs --store postgresql://clrprof@db:5432/clrprof --format json\n  clrprof report run:latest\n  clrprof export run:3 -f svg"
     )]
     Runs(RunsArgs),
+}
+
+#[derive(Args, Debug)]
+struct ViewArgs {
+    /// The trace file
+    #[arg(value_name = "FILE")]
+    trace: PathBuf,
+    /// A trace to compare with (the diff view)
+    #[arg(long, value_name = "OLD")]
+    baseline: Option<PathBuf>,
+    /// Port to listen on [default: a free one]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    port: u16,
+    /// Address to listen on [default: 127.0.0.1]; any other needs --token
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<std::net::IpAddr>,
+    /// Session token [default: a random one]
+    #[arg(long, value_name = "T")]
+    token: Option<String>,
+    /// Do not open a browser
+    #[arg(long)]
+    no_browser: bool,
+    /// Leave native frames as `module!<unknown>`
+    #[arg(long)]
+    no_native_symbols: bool,
+    /// Also look for separate debug files in DIR (repeatable)
+    #[arg(long, value_name = "DIR")]
+    symbols: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -624,6 +657,19 @@ pub fn run() -> Result<ExitCode> {
                 thread: a.thread,
             };
             crate::export::export(&cmd)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::View(a) => {
+            crate::view::view(&crate::view::ViewCommand {
+                trace: a.trace,
+                baseline: a.baseline,
+                port: a.port,
+                bind: a.bind,
+                token: a.token,
+                open_browser: !a.no_browser,
+                native_symbols: !a.no_native_symbols,
+                debug_dirs: a.symbols,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Diff(a) => {

@@ -9,6 +9,7 @@ mod ipc;
 mod load;
 mod record;
 mod report;
+mod view;
 
 use std::process::ExitCode;
 

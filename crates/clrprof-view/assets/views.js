@@ -1,0 +1,317 @@
+// The views. Each takes the page context (state, params(), select, setState, addTransform, unit,
+// main) and renders into ctx.main from the server's answers. Names are always set as text.
+import { api, el, put, fmt, pct, colour, namespaceOf } from './util.js';
+
+const PAGE = 100;
+
+function numCell(v, unit) {
+  return el('td', { class: 'num' }, fmt(v, unit));
+}
+
+function nameCell(name, onclick, extra) {
+  return el('td', { class: 'name', title: name }, el('a', { href: '#', onclick: (e) => { e.preventDefault(); onclick(); } }, name), extra);
+}
+
+// ---- hot spots ----
+
+export async function hotspots(ctx) {
+  const { state } = ctx;
+  // Exact time: self_count is the function's own calls, so per-call averages are exact too
+  // (a recursive function's total counts its outermost calls' time once).
+  const perCall = state.w === 'time';
+  const body = el('tbody');
+  const sortBy = (s) => () => ctx.setState({ sort: s });
+  const arrow = (s) => (state.sort === s ? ' ▼' : '');
+  const table = el('table', { id: 'hotspots' },
+    el('thead', {}, el('tr', {},
+      el('th', { onclick: sortBy('name') }, `Function${arrow('name')}`),
+      el('th', {}, 'Module'),
+      el('th', { class: 'num', onclick: sortBy('self') }, `Self${arrow('self')}`),
+      el('th', { class: 'num' }, 'Self %'),
+      el('th', { class: 'num', onclick: sortBy('total') }, `Total${arrow('total')}`),
+      el('th', { class: 'num' }, 'Total %'),
+      el('th', { class: 'num', onclick: sortBy('count') }, `Samples/calls${arrow('count')}`),
+      perCall ? el('th', { class: 'num' }, 'Avg self/call') : null,
+      perCall ? el('th', { class: 'num' }, 'Avg total/call') : null)),
+    body);
+  const summary = el('div', { id: 'hotspots-summary' });
+  const load = async (offset) => {
+    const r = await api('hotspots', ctx.params({ sort: state.sort, q: state.q, re: state.re === '1' ? 1 : '', offset, limit: PAGE }));
+    if (!ctx.gen()) return;
+    const p = r.page;
+    body.querySelector('tr.more')?.remove();
+    for (const row of p.rows) {
+      body.append(el('tr', { class: [row.name === state.sel ? 'selected' : '', row.wait ? 'wait' : ''].join(' '), dataset: { name: row.name } },
+        nameCell(row.name, () => ctx.select(row.name, [], row.module)),
+        el('td', {}, row.module),
+        numCell(row.self, ctx.unit), el('td', { class: 'num' }, pct(row.self_percent)),
+        numCell(row.total, ctx.unit), el('td', { class: 'num' }, pct(row.total_percent)),
+        el('td', { class: 'num' }, String(row.count)),
+        perCall ? numCell(row.self_count ? row.self / row.self_count : 0, ctx.unit) : null,
+        perCall ? numCell(row.self_count ? row.total / row.self_count : 0, ctx.unit) : null));
+    }
+    const shown = offset + p.rows.length;
+    if (shown < p.count) {
+      body.append(el('tr', { class: 'more', onclick: () => load(shown) }, el('td', { colspan: 7 }, `${p.count - shown} more functions`)));
+    }
+    put(summary, `${p.count} functions${state.q ? ' matching' : ''}; total ${fmt(p.total, ctx.unit)}`);
+  };
+  put(ctx.main, summary, table);
+  await load(0);
+}
+
+// ---- call tree ----
+
+export async function tree(ctx) {
+  const { state } = ctx;
+  const inv = state.inv === '1' ? 1 : '';
+  const body = el('tbody');
+  const table = el('table', { id: 'calltree' },
+    el('thead', {}, el('tr', {}, el('th', {}, state.inv === '1' ? 'Function (inverted: callers below)' : 'Function'),
+      el('th', { class: 'num' }, 'Total'), el('th', { class: 'num' }, '% total'), el('th', { class: 'num' }, '% parent'),
+      el('th', { class: 'num' }, 'Self'), el('th', { class: 'num' }, 'Samples/calls'))),
+    body);
+  put(ctx.main, table);
+  const rowsUnder = (tr) => {
+    const out = [];
+    const d = Number(tr.dataset.depth);
+    for (let n = tr.nextElementSibling; n && Number(n.dataset.depth) > d; n = n.nextElementSibling) out.push(n);
+    return out;
+  };
+  const expand = async (node, after, depth, path, offset = 0) => {
+    const r = await api('tree', ctx.params({ node, inv, offset, limit: 50 }));
+    if (!ctx.gen()) return [];
+    const p = r.page;
+    const made = [];
+    for (const row of p.rows) {
+      const rowPath = [...path, row.name];
+      const twist = el('span', { class: 'twist' }, row.children ? '▸' : ' ');
+      const tr = el('tr', { class: [row.name === state.sel ? 'selected' : '', row.wait ? 'wait' : ''].join(' '),
+        dataset: { id: String(row.id), depth: String(depth), name: row.name } },
+      el('td', { class: 'name', style: `padding-left:${depth * 14 + 4}px`, title: row.name }, twist,
+        el('a', { href: '#', onclick: (e) => { e.preventDefault(); ctx.select(row.name, state.inv === '1' ? [] : rowPath, row.module); } }, row.name)),
+      numCell(row.total, ctx.unit), el('td', { class: 'num' }, pct(row.percent)),
+      el('td', { class: 'num' }, pct(row.percent_of_parent)), numCell(row.self, ctx.unit), el('td', { class: 'num' }, String(row.count)));
+      tr.rowPath = rowPath;
+      if (row.children) {
+        twist.addEventListener('click', async () => {
+          if (tr.dataset.open) { rowsUnder(tr).forEach((n) => n.remove()); delete tr.dataset.open; twist.textContent = '▸'; return; }
+          tr.dataset.open = '1';
+          twist.textContent = '▾';
+          await expand(row.id, tr, depth + 1, rowPath);
+        });
+      }
+      made.push(tr);
+    }
+    if (p.more.count > 0) {
+      const shown = offset + p.rows.length;
+      const more = el('tr', { class: 'more', dataset: { depth: String(depth) } },
+        el('td', { colspan: 6, style: `padding-left:${depth * 14 + 4}px` }, `${p.more.count} more (${fmt(p.more.value, ctx.unit)})`));
+      more.addEventListener('click', async () => {
+        const anchor = more.previousElementSibling;
+        more.remove();
+        await expand(node, anchor, depth, path, shown);
+      });
+      made.push(more);
+    }
+    if (after) after.after(...made); else body.append(...made);
+    return made.filter((m) => m.dataset.id).map((m) => [m, p.rows.find((r) => String(r.id) === m.dataset.id)]);
+  };
+  // Open the hot path: follow the heaviest child while it holds most of its parent.
+  let level = await expand(0, null, 0, []);
+  for (let d = 0; d < 12 && level.length; d++) {
+    const [tr, row] = level[0];
+    if (!row.children || (d > 0 && row.percent_of_parent < 50)) break;
+    tr.dataset.open = '1';
+    tr.querySelector('.twist').textContent = '▾';
+    level = await expand(row.id, tr, d + 1, tr.rowPath);
+  }
+}
+
+// ---- butterfly ----
+
+function edgeTable(id, title, rows, more, ctx) {
+  return [el('div', { class: 'section-title' }, title),
+    el('table', { id }, el('thead', {}, el('tr', {}, el('th', {}, 'Function'), el('th', {}, 'Module'),
+      el('th', { class: 'num' }, 'Value'), el('th', { class: 'num' }, '% of selected'), el('th', { class: 'num' }, 'Samples/calls'))),
+    el('tbody', {}, rows.map((e) => el('tr', { class: e.wait ? 'wait' : '', dataset: { name: e.name } },
+      e.entry ? el('td', { class: 'name' }, e.name) : nameCell(e.name, () => ctx.select(e.name, [], e.module)),
+      el('td', {}, e.module), numCell(e.value, ctx.unit),
+      el('td', { class: 'num' }, [el('span', { class: 'bar', style: `width:${Math.round(e.percent / 2)}px` }), pct(e.percent)]),
+      el('td', { class: 'num' }, String(e.count)))),
+    more.count ? el('tr', { class: 'more', onclick: more.expand }, el('td', { colspan: 5 }, `${more.count} more (${fmt(more.value, ctx.unit)})`)) : null))];
+}
+
+export async function butterfly(ctx) {
+  const { state } = ctx;
+  if (!state.sel) {
+    const r = await api('entries', ctx.params({ limit: 200 }));
+    if (!ctx.gen()) return;
+    put(ctx.main, el('p', {}, 'Entry points (functions no one calls: stack roots). Select one, or any function in another view.'),
+      edgeTable('entries', `Entry points (${r.count})`, r.entries.map((e) => ({ ...e, entry: false })), { count: r.count - r.entries.length, value: 0 }, ctx));
+    return;
+  }
+  let r;
+  const limit = ctx.butterflyLimit || 100;
+  try {
+    r = await api('butterfly', ctx.params({ fn: state.sel, limit }));
+  } catch (e) {
+    if (!ctx.gen()) return;
+    put(ctx.main, el('p', { id: 'butterfly-missing' }, `${e.message} (with the current weight, range and transforms)`));
+    return;
+  }
+  if (!ctx.gen()) return;
+  const f = r.function;
+  // "N more" loads every edge (up to the API's 1000).
+  const expand = () => butterfly({ ...ctx, butterflyLimit: 1000 });
+  f.more_callers.expand = expand;
+  f.more_callees.expand = expand;
+  put(ctx.main, el('div', { id: 'butterfly' },
+    edgeTable('callers', 'Callers', f.callers, f.more_callers, ctx),
+    el('div', { class: 'section-title', id: 'butterfly-function' }, `▶ ${f.name}`),
+    el('table', { id: 'butterfly-totals' }, el('tbody', {},
+      el('tr', {}, el('td', {}, 'total (inclusive)'), numCell(f.total, ctx.unit), el('td', { class: 'num' }, pct(f.percent)), el('td', { class: 'num' }, `${f.count} samples/calls`)),
+      el('tr', {}, el('td', {}, 'self (exclusive)'), numCell(f.self, ctx.unit), el('td', { class: 'num' }, pct(f.view_total ? (100 * f.self) / f.view_total : 0)), el('td', { class: 'num' }, `${f.self_count} samples/calls`)))),
+    edgeTable('callees', 'Callees', f.callees, f.more_callees, ctx)));
+}
+
+// ---- flame graph ----
+
+function flameCells(ctx, box, fl, diffOf) {
+  const W = box.clientWidth || 1000;
+  const scale = fl.total ? W / fl.total : 0;
+  const maxDepth = fl.cells.reduce((m, c) => Math.max(m, c.depth), 0);
+  box.style.height = `${(maxDepth + 1) * 17 + 4}px`;
+  const cells = fl.cells.map((c) => {
+    const key = ctx.state.colour === 'namespace' ? namespaceOf(c.name) : (c.module || c.name.split('!')[0]);
+    const d = diffOf ? diffOf(c) : null;
+    const cls = ['cell', c.wait ? 'wait' : '', c.more ? 'more' : '', c.matched ? 'matched' : '',
+      !c.more && c.name === ctx.state.sel ? 'selected' : '', d || ''].join(' ');
+    const title = c.more ? `${c.name} (narrower than a pixel): ${fmt(c.width, ctx.unit)} — click to zoom into the parent`
+      : `${c.name}\n${c.module}\n${fmt(c.width, ctx.unit)} (${((100 * c.width) / (fl.view_total || 1)).toFixed(1)}% of all)`
+        + (c.delta === undefined ? '' : `\nbaseline ${fmt(c.base, ctx.unit)}, change ${c.delta > 0 ? '+' : ''}${fmt(c.delta, ctx.unit)}${c.only ? ` (only in ${c.only})` : ''}`);
+    return el('div', { class: cls, title, dataset: { id: String(c.id), name: c.name, depth: String(c.depth) },
+      style: `left:${(c.x * scale).toFixed(1)}px;width:${Math.max(1, c.width * scale).toFixed(1)}px;top:${c.depth * 17}px;${c.more || c.wait || d ? '' : `background:${colour(key)}`}`,
+      onclick: () => {
+        if (c.more) { ctx.setState({ zoom: String(c.id) }); return; }
+        ctx.setState({ zoom: String(c.id), sel: c.name, selm: c.module, path: [] });
+      } }, c.name);
+  });
+  put(box, cells);
+}
+
+export async function flame(ctx) {
+  const { state } = ctx;
+  const box = el('div', { id: 'flame' });
+  const crumbs = el('div', { class: 'crumbs', id: 'crumbs' });
+  const info = el('div', { id: 'flame-info' });
+  const colourSel = el('select', { id: 'colour', onchange: (e) => ctx.setState({ colour: e.target.value }) },
+    el('option', { value: 'module', selected: state.colour === 'module' }, 'colour by module'),
+    el('option', { value: 'namespace', selected: state.colour === 'namespace' }, 'colour by namespace'));
+  put(ctx.main, el('div', {}, colourSel, ' ', info), crumbs, box);
+  const W = ctx.main.clientWidth - 20;
+  const r = await api('flame', ctx.params({ node: state.zoom, width: W, q: state.q, re: state.re === '1' ? 1 : '', inv: state.inv === '1' ? 1 : '' }));
+  if (!ctx.gen()) return;
+  const fl = r.flame;
+  put(crumbs, el('span', { onclick: () => ctx.setState({ zoom: '0' }) }, 'all'),
+    fl.path.map((p) => el('span', { dataset: { id: String(p.id) }, onclick: () => ctx.setState({ zoom: String(p.id) }) }, p.name)));
+  if (fl.path.length && state.inv !== '1') {
+    crumbs.append(el('button', { id: 'tf-zoom-subtree', onclick: () => ctx.addTransform({ op: 'focus-subtree', path: fl.path.map((p) => p.name) }) }, 'focus on this subtree'));
+  }
+  put(info, `${fmt(fl.total, ctx.unit)} shown of ${fmt(fl.view_total, ctx.unit)}`,
+    state.q ? el('span', { id: 'match-share' }, ` — matches of “${state.q}”: ${fmt(fl.matched, ctx.unit)} (${pct(fl.matched_percent)})`) : null);
+  flameCells(ctx, box, fl, null);
+}
+
+// ---- events ----
+
+const TABLES = [['exceptions', 'Exceptions (type, site, stack at throw)'], ['gcs', 'GCs'], ['allocations', 'Allocations by type'],
+  ['allocation_sites', 'Allocations by site'], ['contentions', 'Lock contention'], ['jit', 'JIT'], ['counters', 'Counters'],
+  ['threads', 'Threads'], ['modules', 'Modules'], ['assemblies', 'Assemblies'], ['classes', 'Classes'], ['functions', 'Functions']];
+
+function cellOf(v) {
+  if (v !== null && typeof v === 'object') {
+    const n = Array.isArray(v) ? `${v.length} items` : 'details';
+    return el('td', {}, el('details', {}, el('summary', {}, n), el('pre', {}, JSON.stringify(v, null, 1))));
+  }
+  return el('td', { class: typeof v === 'number' ? 'num' : '' }, v === null ? '' : String(v));
+}
+
+function counterChart(rows) {
+  const keys = ['time_in_gc_pct', 'alloc_bytes_per_sec', 'exceptions_per_sec', 'threads', 'lock_contentions'];
+  const c = el('canvas', { width: 900, height: keys.length * 40, id: 'counter-chart' });
+  const g = c.getContext('2d');
+  g.font = '10px sans-serif';
+  keys.forEach((k, r) => {
+    const vals = rows.map((x) => Number(x[k]) || 0);
+    const max = Math.max(1e-9, ...vals);
+    g.fillStyle = '#333';
+    g.fillText(`${k} (max ${Math.round(max * 100) / 100})`, 2, r * 40 + 10);
+    g.strokeStyle = '#36c';
+    g.beginPath();
+    vals.forEach((v, i) => {
+      const x = 150 + (i / Math.max(1, vals.length - 1)) * 740;
+      const y = r * 40 + 36 - (v / max) * 24;
+      if (i) g.lineTo(x, y); else g.moveTo(x, y);
+    });
+    g.stroke();
+  });
+  return c;
+}
+
+export async function events(ctx) {
+  const { state } = ctx;
+  const pick = el('select', { id: 'table', onchange: (e) => ctx.setState({ table: e.target.value }) },
+    TABLES.map(([k, label]) => el('option', { value: k, selected: k === state.table }, label)));
+  const search = el('input', { type: 'search', id: 'table-search', placeholder: 'search rows', value: state.tq });
+  let t = null;
+  search.addEventListener('input', () => { clearTimeout(t); t = setTimeout(() => ctx.setState({ tq: search.value }, false), 300); });
+  const out = el('div', { id: 'table-out' });
+  put(ctx.main, el('div', {}, pick, ' ', search), out);
+  const load = async (offset, body) => {
+    const r = await api('table', { name: state.table, q: state.tq, offset, limit: 200, from: state.from, to: state.to });
+    if (!ctx.gen()) return;
+    if (!body) {
+      body = el('tbody');
+      put(out, el('div', {}, `${r.count} rows`),
+        r.summary && typeof r.summary === 'object' ? el('details', {}, el('summary', {}, 'summary'), el('pre', {}, JSON.stringify(r.summary, null, 1))) : null,
+        state.table === 'counters' && r.rows.length ? counterChart(r.rows) : null,
+        el('table', { id: 'events-table' }, el('thead', {}, el('tr', {}, r.columns.map((c) => el('th', {}, c)))), body));
+    }
+    body.querySelector('tr.more')?.remove();
+    for (const row of r.rows) body.append(el('tr', {}, r.columns.map((c) => cellOf(row[c]))));
+    const shown = offset + r.rows.length;
+    if (shown < r.count) body.append(el('tr', { class: 'more', onclick: () => load(shown, body) }, el('td', { colspan: r.columns.length }, `${r.count - shown} more rows`)));
+  };
+  await load(0, null);
+}
+
+// ---- diff ----
+
+export async function diff(ctx) {
+  const { state } = ctx;
+  if (!ctx.meta.baseline) { put(ctx.main, 'start with --baseline OLD to compare two traces'); return; }
+  const norm = el('label', {}, el('input', { type: 'checkbox', id: 'normalize', checked: state.norm === '1',
+    onchange: (e) => ctx.setState({ norm: e.target.checked ? '1' : '0' }) }), ' normalize to equal totals');
+  const W = ctx.main.clientWidth - 20;
+  const r = await api('diff', ctx.params({ normalize: state.norm === '1' ? 1 : '', q: state.q, re: state.re === '1' ? 1 : '', limit: 300, width: W }));
+  if (!ctx.gen()) return;
+  const d = r;
+  const rows = d.functions.map((f) => el('tr', { dataset: { name: f.name } },
+    nameCell(f.name, () => ctx.select(f.name, [], f.module), f.only ? el('span', { class: 'only' }, ` only in ${f.only === 'base' ? 'baseline' : 'new'}`) : null),
+    el('td', {}, f.module), numCell(f.base, ctx.unit), numCell(f.new, ctx.unit), numCell(f.delta, ctx.unit),
+    numCell(f.base_total, ctx.unit), numCell(f.new_total, ctx.unit), numCell(f.delta_total, ctx.unit),
+    el('td', { class: 'num' }, f.calls_delta === null || f.calls_delta === undefined ? '' : String(f.calls_delta))));
+  const box = el('div', { id: 'flame' });
+  put(ctx.main, el('div', {}, norm, ` baseline ${ctx.meta.baseline}: total ${fmt(d.base_total, ctx.unit)} → ${fmt(d.new_total, ctx.unit)}`),
+    el('div', { class: 'section-title' }, 'Differential flame graph (red grew, blue shrank, width = new)'), box,
+    el('div', { class: 'section-title' }, `Functions by |Δ| (${d.count})`),
+    el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls']
+      .map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))), el('tbody', {}, rows)));
+  const fl = d.flame;
+  const threshold = Math.abs(fl.total) / 200;
+  flameCells({ ...ctx, setState: () => {} }, box, fl, (c) => {
+    if (c.more || Math.abs(c.delta) < threshold) return null;
+    return c.delta > 0 ? 'grew' : 'shrank';
+  });
+}

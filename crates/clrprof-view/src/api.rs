@@ -1,0 +1,535 @@
+//! The page's JSON API (documented in docs/viewer-api.md): each request's parameters become one
+//! query-layer call, and its typed answer becomes JSON. Profiles per time range, stack views per
+//! (range, weight, threads, transforms) and report documents per range are kept in small caches.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use clrprof_model::{Metric, Profile, TimeRange};
+use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
+use clrprof_query::select::{self, Threads};
+use serde_json::{json, Value};
+
+/// Where profiles come from: the trace (and a baseline) computed for a time range.
+pub trait ProfileSource: Send + Sync {
+    fn profile(&self, range: TimeRange) -> Profile;
+}
+
+/// A request the API cannot answer: HTTP status and a one-line message.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError { status: 400, message: message.into() }
+}
+
+impl From<clrprof_query::QueryError> for ApiError {
+    fn from(e: clrprof_query::QueryError) -> Self {
+        bad(e.to_string())
+    }
+}
+
+type ApiResult = Result<Value, ApiError>;
+
+/// A small most-recently-used cache.
+struct Lru<K, V> {
+    items: Vec<(K, Arc<V>)>,
+    cap: usize,
+}
+
+impl<K: PartialEq + Clone, V> Lru<K, V> {
+    fn new(cap: usize) -> Self {
+        Lru { items: Vec::new(), cap }
+    }
+
+    fn get(&mut self, k: &K) -> Option<Arc<V>> {
+        let i = self.items.iter().position(|(x, _)| x == k)?;
+        let item = self.items.remove(i);
+        let v = item.1.clone();
+        self.items.insert(0, item);
+        Some(v)
+    }
+
+    fn put(&mut self, k: K, v: Arc<V>) {
+        self.items.retain(|(x, _)| x != &k);
+        self.items.insert(0, (k, v));
+        self.items.truncate(self.cap);
+    }
+}
+
+/// Which trace a request is about.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Trace,
+    Baseline,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+struct ViewKey {
+    side: Side,
+    range: TimeRange,
+    metric: Metric,
+    threads: ThreadMode,
+    transforms: Vec<Transform>,
+}
+
+/// A loaded session: the trace, an optional baseline and the caches.
+struct Loaded {
+    trace_name: String,
+    source: Box<dyn ProfileSource>,
+    baseline: Option<(String, Box<dyn ProfileSource>)>,
+    whole: Arc<Profile>,
+    whole_baseline: Option<Arc<Profile>>,
+    profiles: Mutex<Lru<(Side, TimeRange), Profile>>,
+    views: Mutex<Lru<ViewKey, StackView>>,
+    docs: Mutex<Lru<TimeRange, Value>>,
+}
+
+/// The request's parameters.
+pub struct Params(pub HashMap<String, String>);
+
+impl Params {
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str).filter(|s| !s.is_empty())
+    }
+
+    fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, ApiError> {
+        match self.get(k) {
+            None => Ok(default),
+            Some(s) => s.parse().map_err(|_| bad(format!("parameter '{k}' is not a number: '{}'", clip(s)))),
+        }
+    }
+
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("1" | "true" | "yes"))
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// Weight names as the API spells them.
+pub fn metric_from_name(s: &str) -> Option<Metric> {
+    Some(match s {
+        "cpu" => Metric::Cpu,
+        "wall" => Metric::Wall,
+        "time" => Metric::Time,
+        "calls" => Metric::Calls,
+        "alloc-bytes" => Metric::AllocBytes,
+        "alloc-count" => Metric::AllocCount,
+        _ => return None,
+    })
+}
+
+const ALL_METRICS: [Metric; 6] =
+    [Metric::Cpu, Metric::Wall, Metric::Time, Metric::Calls, Metric::AllocBytes, Metric::AllocCount];
+
+/// True for thread-pool threads (grouped in the timeline).
+fn is_pool_thread(name: &str) -> bool {
+    name.contains(".NET TP Worker") || name.contains("ThreadPool") || name.contains(".NET Long Running Task")
+}
+
+impl Loaded {
+    fn new(
+        trace_name: String,
+        source: Box<dyn ProfileSource>,
+        baseline: Option<(String, Box<dyn ProfileSource>)>,
+    ) -> Loaded {
+        let whole = Arc::new(source.profile(TimeRange::ALL));
+        let whole_baseline = baseline.as_ref().map(|(_, b)| Arc::new(b.profile(TimeRange::ALL)));
+        Loaded {
+            trace_name,
+            source,
+            baseline,
+            whole,
+            whole_baseline,
+            profiles: Mutex::new(Lru::new(4)),
+            views: Mutex::new(Lru::new(12)),
+            docs: Mutex::new(Lru::new(2)),
+        }
+    }
+
+    /// Answers `GET /api/<what>?params`.
+    pub fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        match what {
+            "meta" => self.meta(),
+            "hotspots" => self.hotspots(q),
+            "tree" => self.tree(q),
+            "butterfly" => self.butterfly(q),
+            "entries" => self.entries(q),
+            "flame" => self.flame(q),
+            "timeline" => self.timeline(q),
+            "table" => self.table(q),
+            "diff" => self.diff(q),
+            _ => Err(ApiError { status: 404, message: format!("no API '{}'", clip(what)) }),
+        }
+    }
+
+    fn range(&self, q: &Params) -> Result<TimeRange, ApiError> {
+        let from: Option<u64> =
+            q.get("from").map(|s| s.parse()).transpose().map_err(|_| bad("'from' is not a time in ns"))?;
+        let to: Option<u64> =
+            q.get("to").map(|s| s.parse()).transpose().map_err(|_| bad("'to' is not a time in ns"))?;
+        Ok(match (from, to) {
+            (None, None) => TimeRange::ALL,
+            (f, t) => TimeRange::new(f.unwrap_or(0), t.unwrap_or(u64::MAX)),
+        })
+    }
+
+    fn profile(&self, side: Side, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
+        if range.is_all() {
+            return match side {
+                Side::Trace => Ok(self.whole.clone()),
+                Side::Baseline => {
+                    self.whole_baseline.clone().ok_or_else(|| bad("no baseline: start with --baseline OLD"))
+                }
+            };
+        }
+        if let Some(p) = self.profiles.lock().unwrap_or_else(|e| e.into_inner()).get(&(side, range)) {
+            return Ok(p);
+        }
+        let p = Arc::new(match side {
+            Side::Trace => self.source.profile(range),
+            Side::Baseline => {
+                self.baseline.as_ref().ok_or_else(|| bad("no baseline: start with --baseline OLD"))?.1.profile(range)
+            }
+        });
+        self.profiles.lock().unwrap_or_else(|e| e.into_inner()).put((side, range), p.clone());
+        Ok(p)
+    }
+
+    fn metric(&self, q: &Params) -> Result<Metric, ApiError> {
+        match q.get("w") {
+            None => Ok(select::metric(&self.whole, None)),
+            Some(w) => metric_from_name(w).ok_or_else(|| {
+                bad(format!("unknown weight '{}': cpu, wall, time, calls, alloc-bytes or alloc-count", clip(w)))
+            }),
+        }
+    }
+
+    fn spec(&self, q: &Params) -> Result<ViewSpec, ApiError> {
+        let threads =
+            match q.get("threads") {
+                None | Some("merged") => ThreadMode::Merged,
+                Some("each") => ThreadMode::PerThread,
+                Some(t) => ThreadMode::Only(t.parse().map_err(|_| {
+                    bad(format!("'threads' must be merged, each or an OS thread id, not '{}'", clip(t)))
+                })?),
+            };
+        Ok(ViewSpec { metric: self.metric(q)?, threads, transforms: Transform::parse_list(q.get("t").unwrap_or(""))? })
+    }
+
+    fn view_of(&self, side: Side, q: &Params) -> Result<Arc<StackView>, ApiError> {
+        let spec = self.spec(q)?;
+        let range = self.range(q)?;
+        let key = ViewKey {
+            side,
+            range,
+            metric: spec.metric,
+            threads: spec.threads.clone(),
+            transforms: spec.transforms.clone(),
+        };
+        if let Some(v) = self.views.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(v);
+        }
+        let p = self.profile(side, range)?;
+        let v = Arc::new(StackView::build(&p, &spec));
+        self.views.lock().unwrap_or_else(|e| e.into_inner()).put(key, v.clone());
+        Ok(v)
+    }
+
+    fn view(&self, q: &Params) -> Result<Arc<StackView>, ApiError> {
+        self.view_of(Side::Trace, q)
+    }
+
+    fn weights(p: &Profile) -> Vec<Value> {
+        let total = select::totals(p);
+        ALL_METRICS
+            .iter()
+            .filter_map(|&m| {
+                let (count, value) = select::measure(m, &total);
+                let (label, unit) = clrprof_query::stacks::weight_name_and_unit(m);
+                (value > 0 || count > 0)
+                    .then(|| json!({"name": m.name(), "label": label, "unit": unit, "total": value, "count": count}))
+            })
+            .collect()
+    }
+
+    fn meta(&self) -> ApiResult {
+        let p = &self.whole;
+        let (start, end) = p.span();
+        let mut threads: Vec<Value> = p
+            .costs
+            .threads
+            .iter()
+            .map(|t| {
+                let mut c = clrprof_model::Cost::default();
+                for x in t.costs.values() {
+                    c.add(x);
+                }
+                let name = select::thread_name(p, t.os_tid);
+                json!({"os_tid": t.os_tid, "name": name, "label": select::thread_label(p, t.os_tid),
+                       "pool": is_pool_thread(&name), "cpu_ns": c.cpu_ns, "wall_ns": c.wall_ns,
+                       "time_ns": c.time_ns, "calls": c.calls})
+            })
+            .collect();
+        threads
+            .sort_by_key(|t| std::cmp::Reverse(t["cpu_ns"].as_u64().unwrap_or(0) + t["time_ns"].as_u64().unwrap_or(0)));
+        Ok(json!({
+            "trace": self.trace_name,
+            "command": p.process.command_line,
+            "pid": p.process.pid,
+            "runtime": p.process.runtime_version,
+            "start_ns": start,
+            "end_ns": end,
+            "weights": Self::weights(p),
+            "default_weight": select::metric(p, None).name(),
+            "threads": threads,
+            "messages": p.messages,
+            "baseline": self.baseline.as_ref().map(|(n, _)| n.clone()),
+            "wait_functions": clrprof_query::explore::WAIT_FUNCTIONS,
+            "wait_symbols": clrprof_query::explore::WAIT_SYMBOLS,
+        }))
+    }
+
+    fn hotspots(&self, q: &Params) -> ApiResult {
+        let v = self.view(q)?;
+        let sort = match q.get("sort") {
+            None | Some("self") => HotspotSort::SelfValue,
+            Some("total") => HotspotSort::Total,
+            Some("count") => HotspotSort::Count,
+            Some("name") => HotspotSort::Name,
+            Some(s) => return Err(bad(format!("unknown sort '{}': self, total, count or name", clip(s)))),
+        };
+        let page = v.hotspots(&HotspotQuery {
+            sort,
+            search: q.get("q").map(str::to_string),
+            regex: q.flag("re"),
+            offset: q.num("offset", 0)?,
+            limit: q.num::<usize>("limit", 100)?.min(1000),
+        })?;
+        Ok(json!({"weight": v.metric.name(), "page": page}))
+    }
+
+    fn tree(&self, q: &Params) -> ApiResult {
+        let v = self.view(q)?;
+        let page =
+            v.children(q.flag("inv"), q.num("node", 0)?, q.num("offset", 0)?, q.num::<usize>("limit", 50)?.min(1000))?;
+        Ok(json!({"weight": v.metric.name(), "inverted": q.flag("inv"), "page": page}))
+    }
+
+    fn butterfly(&self, q: &Params) -> ApiResult {
+        let v = self.view(q)?;
+        let f = q.get("fn").ok_or_else(|| bad("'fn' (a function name) is required"))?;
+        let b = v.butterfly(f, q.num::<usize>("limit", 50)?.min(1000))?;
+        Ok(json!({"weight": v.metric.name(), "function": b}))
+    }
+
+    fn entries(&self, q: &Params) -> ApiResult {
+        let v = self.view(q)?;
+        let mut e = v.entry_points();
+        let count = e.len();
+        e.truncate(q.num::<usize>("limit", 100)?.min(1000));
+        Ok(json!({"weight": v.metric.name(), "total": v.total, "count": count, "entries": e}))
+    }
+
+    fn flame(&self, q: &Params) -> ApiResult {
+        let v = self.view(q)?;
+        let f = v.flame(q.flag("inv"), q.num("node", 0)?, q.num("width", 1000)?, q.get("q"), q.flag("re"))?;
+        Ok(json!({"weight": v.metric.name(), "flame": f}))
+    }
+
+    fn timeline(&self, q: &Params) -> ApiResult {
+        let p = &self.whole;
+        let (start, end) = p.span();
+        let buckets = q.num::<u64>("buckets", 200)?.clamp(1, 2000);
+        let bucket = (end.saturating_sub(start)).div_ceil(buckets).max(1);
+        let t = clrprof_query::timeline::timeline(p, &Threads::all(), Some(bucket));
+        let n = t.buckets;
+        let at = |ts: u64| (ts.saturating_sub(t.start_ns) / t.bucket_ns).min(n as u64 - 1) as usize;
+        let mut exceptions = vec![0u64; n];
+        let mut rows: Vec<Value> = Vec::new();
+        let mut order: Vec<(u64, usize)> = Vec::new();
+        for (i, th) in t.threads.iter().enumerate() {
+            for (k, e) in th.exceptions.iter().enumerate() {
+                exceptions[k] += e;
+            }
+            let activity: u64 = th.cpu_ns.iter().sum::<u64>() * 4 + th.wall_ns.iter().sum::<u64>();
+            order.push((activity, i));
+        }
+        // Busy first; the thread pool grouped after the named threads of equal rank.
+        order.sort_by_key(|&(a, i)| (is_pool_thread(&t.threads[i].name), std::cmp::Reverse(a), t.threads[i].os_tid));
+        for (_, i) in order {
+            let th = &t.threads[i];
+            rows.push(json!({"os_tid": th.os_tid, "name": th.name, "label": select::thread_label(p, th.os_tid),
+                             "pool": is_pool_thread(&th.name), "cpu_ns": th.cpu_ns, "wall_ns": th.wall_ns,
+                             "exceptions": th.exceptions}));
+        }
+        let mut contention_ns = vec![0u64; n];
+        for &(ts, _, ns) in &p.events.times.contentions {
+            contention_ns[at(ts)] += ns;
+        }
+        let mut alloc_bytes = vec![0u64; n];
+        for &(ts, _, b) in &p.events.times.allocations {
+            alloc_bytes[at(ts)] += b;
+        }
+        let mut jit = vec![0u64; n];
+        for f in &p.functions {
+            if f.compilations > 0 && f.first_compiled_ns >= start && f.first_compiled_ns < end.max(start + 1) {
+                jit[at(f.first_compiled_ns)] += 1;
+            }
+        }
+        Ok(json!({
+            "start_ns": t.start_ns, "end_ns": t.end_ns, "bucket_ns": t.bucket_ns, "buckets": n,
+            "threads": rows,
+            "markers": {"gc_pause_ns": t.gc_pause_ns, "gcs": t.gcs, "exceptions": exceptions,
+                        "jit": jit, "contention_ns": contention_ns, "alloc_bytes": alloc_bytes},
+        }))
+    }
+
+    fn document(&self, range: TimeRange) -> Result<Arc<Value>, ApiError> {
+        if let Some(d) = self.docs.lock().unwrap_or_else(|e| e.into_inner()).get(&range) {
+            return Ok(d);
+        }
+        let p = self.profile(Side::Trace, range)?;
+        let doc = clrprof_query::document::document(&p, &Threads::all(), None);
+        let v = Arc::new(serde_json::to_value(&doc).map_err(|e| ApiError { status: 500, message: e.to_string() })?);
+        self.docs.lock().unwrap_or_else(|e| e.into_inner()).put(range, v.clone());
+        Ok(v)
+    }
+
+    /// One page of an event or GCP table, rows whose JSON text contains the search.
+    fn table(&self, q: &Params) -> ApiResult {
+        const TABLES: &[&str] = &[
+            "exceptions",
+            "gcs",
+            "allocations",
+            "allocation_sites",
+            "contentions",
+            "counters",
+            "jit",
+            "threads",
+            "modules",
+            "assemblies",
+            "classes",
+            "functions",
+        ];
+        let name = q.get("name").ok_or_else(|| bad(format!("'name' is required: {}", TABLES.join(", "))))?;
+        if !TABLES.contains(&name) {
+            return Err(bad(format!("unknown table '{}': {}", clip(name), TABLES.join(", "))));
+        }
+        let doc = self.document(self.range(q)?)?;
+        let rows: &[Value] = match name {
+            "counters" => doc["counters"]["rows"].as_array(),
+            "jit" => doc["jit"]["il_sizes"].as_array(),
+            n => doc[n].as_array(),
+        }
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+        let matcher = clrprof_query::explore::Matcher::new(q.get("q"), q.flag("re"))?;
+        let matching: Vec<&Value> = if matcher.active() {
+            rows.iter().filter(|r| matcher.matches(&r.to_string())).collect()
+        } else {
+            rows.iter().collect()
+        };
+        let offset = q.num::<usize>("offset", 0)?;
+        let limit = q.num::<usize>("limit", 100)?.min(1000);
+        let mut columns: Vec<String> = Vec::new();
+        if let Some(Value::Object(first)) = rows.first() {
+            columns = first.keys().cloned().collect();
+        }
+        let summary = match name {
+            "jit" => {
+                let mut j = doc["jit"].clone();
+                if let Some(o) = j.as_object_mut() {
+                    o.remove("il_sizes");
+                }
+                j
+            }
+            "gcs" => doc["gc_totals"].clone(),
+            "exceptions" => doc["exception_sampling"].clone(),
+            _ => Value::Null,
+        };
+        Ok(json!({"name": name, "count": matching.len(), "offset": offset, "columns": columns,
+                  "summary": summary,
+                  "rows": matching.iter().skip(offset).take(limit).collect::<Vec<_>>()}))
+    }
+
+    fn diff(&self, q: &Params) -> ApiResult {
+        if self.baseline.is_none() {
+            return Err(bad("no baseline: start with --baseline OLD"));
+        }
+        let range = self.range(q)?;
+        let new = self.profile(Side::Trace, range)?;
+        let base = self.profile(Side::Baseline, range)?;
+        let metric = q.get("w").map(|_| self.metric(q)).transpose()?;
+        crate::diff::diff_json(
+            &base,
+            &new,
+            &crate::diff::DiffAsk {
+                metric,
+                normalize: q.flag("normalize"),
+                limit: q.num::<usize>("limit", 200)?.min(5000),
+                search: q.get("q"),
+                regex: q.flag("re"),
+                width_px: q.num("width", 1000)?,
+            },
+        )
+    }
+}
+
+/// One viewer session. It answers while the trace is still loading: every API request gets `503`
+/// with the progress, which the page shows until the data is there.
+pub struct Session {
+    trace_name: String,
+    loaded: OnceLock<Loaded>,
+    progress: Mutex<String>,
+}
+
+impl Session {
+    /// A session whose trace is still being read ([`Session::finish`] completes it).
+    pub fn loading(trace_name: String) -> Session {
+        Session { trace_name, loaded: OnceLock::new(), progress: Mutex::new("starting".into()) }
+    }
+
+    /// A session over loaded sources.
+    pub fn new(
+        trace_name: String,
+        source: Box<dyn ProfileSource>,
+        baseline: Option<(String, Box<dyn ProfileSource>)>,
+    ) -> Session {
+        let s = Session::loading(trace_name);
+        s.finish(source, baseline);
+        s
+    }
+
+    /// What loading has done so far, for the page.
+    pub fn set_progress(&self, text: String) {
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = text;
+    }
+
+    /// The sources are read: compute the whole-run profiles and start answering.
+    pub fn finish(&self, source: Box<dyn ProfileSource>, baseline: Option<(String, Box<dyn ProfileSource>)>) {
+        self.set_progress("computing the profile".into());
+        let _ = self.loaded.set(Loaded::new(self.trace_name.clone(), source, baseline));
+    }
+
+    /// Answers `GET /api/<what>?params`.
+    pub fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        match self.loaded.get() {
+            Some(l) => l.handle(what, q),
+            None => Err(ApiError {
+                status: 503,
+                message: format!(
+                    "loading {}: {}",
+                    self.trace_name,
+                    self.progress.lock().unwrap_or_else(|e| e.into_inner())
+                ),
+            }),
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The baseline comparison the page shows: the delta table and the differential flame graph,
+//! both from the query layer's diff ([`clrprof_query::diff`]); this module only cuts the tree
+//! into cells a pixel or wider and shapes the JSON.
+
+use clrprof_model::{Metric, Profile};
+use clrprof_query::diff::{diff, diff_tree, DiffQuery, DiffTree, Side};
+use clrprof_query::explore::Matcher;
+use serde_json::{json, Value};
+
+use crate::api::ApiError;
+
+/// What the page asks of a diff.
+pub struct DiffAsk<'a> {
+    pub metric: Option<Metric>,
+    pub normalize: bool,
+    pub limit: usize,
+    pub search: Option<&'a str>,
+    pub regex: bool,
+    pub width_px: u32,
+}
+
+fn side(s: Option<Side>) -> Value {
+    match s {
+        Some(Side::Base) => json!("base"),
+        Some(Side::New) => json!("new"),
+        None => Value::Null,
+    }
+}
+
+/// Cells of the differential flame graph: the new profile's shape (width = new inclusive value),
+/// each cell with its inclusive change; children under a pixel merged into one `more` cell.
+fn flame(t: &DiffTree, width_px: u32) -> Value {
+    let total: i64 = t.roots.iter().map(|&r| t.nodes[r as usize].new_total).sum();
+    let scale = if total <= 0 { 0.0 } else { width_px.clamp(1, 20_000) as f64 / total as f64 };
+    let mut cells = Vec::new();
+    // (children, x, depth)
+    let mut stack: Vec<(Vec<u32>, i64, u32)> = vec![(t.roots.clone(), 0, 0)];
+    while let Some((kids, x0, depth)) = stack.pop() {
+        let (mut x, mut hidden, mut hidden_w, mut hidden_x) = (x0, 0usize, 0i64, None);
+        for k in kids {
+            let n = &t.nodes[k as usize];
+            if n.new_total <= 0 {
+                continue;
+            }
+            if n.new_total as f64 * scale >= 1.0 {
+                let f = &t.functions[n.function as usize];
+                cells.push(json!({"id": k, "depth": depth, "x": x, "width": n.new_total, "name": f.name,
+                    "module": f.module, "wait": clrprof_query::explore::is_wait(&f.name), "matched": false, "more": 0,
+                    "base": n.base_total, "delta": n.new_total - n.base_total, "only": side(n.only_in)}));
+                stack.push((n.children.clone(), x, depth + 1));
+                if cells.len() > 100_000 {
+                    break;
+                }
+            } else {
+                hidden += 1;
+                hidden_w += n.new_total;
+                hidden_x.get_or_insert(x);
+            }
+            x += n.new_total;
+        }
+        if hidden > 0 {
+            cells.push(json!({"id": 0, "depth": depth, "x": hidden_x.unwrap_or(x), "width": hidden_w,
+                "name": format!("{hidden} more"), "module": "", "wait": false, "matched": false, "more": hidden,
+                "base": 0, "delta": 0, "only": null}));
+        }
+    }
+    json!({"node": 0, "path": [], "total": total, "view_total": total, "matched": 0, "matched_percent": 0.0, "cells": cells})
+}
+
+/// The delta table (sorted by |Δ|, rows matching the search) and the differential flame graph.
+pub fn diff_json(base: &Profile, new: &Profile, ask: &DiffAsk) -> Result<Value, ApiError> {
+    let q = DiffQuery { metric: ask.metric, normalize: ask.normalize, ..Default::default() };
+    let d = diff(base, new, &q);
+    let matcher = Matcher::new(ask.search, ask.regex)?;
+    let rows: Vec<Value> = d
+        .functions
+        .iter()
+        .filter(|r| matcher.matches(&r.name))
+        .take(ask.limit)
+        .map(|r| {
+            json!({"name": r.name, "module": r.module, "base": r.base, "new": r.new, "delta": r.delta,
+                   "base_total": r.base_total, "new_total": r.new_total, "delta_total": r.delta_total,
+                   "only": side(r.only_in), "calls": r.calls,
+                   "calls_delta": r.calls.map(|c| c.delta)})
+        })
+        .collect();
+    let t = diff_tree(base, new, &q);
+    Ok(json!({
+        "weight": d.metric.name(), "unit": d.unit, "normalized": d.normalized, "scale": d.scale,
+        "base_total": d.base_sum, "new_total": d.new_sum, "base_total_raw": d.base_sum_raw,
+        "instrumented": d.calls, "count": d.count, "functions": rows,
+        "flame": flame(&t, ask.width_px),
+    }))
+}
