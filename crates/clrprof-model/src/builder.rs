@@ -223,7 +223,9 @@ impl ProfileBuilder {
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
             | R::ContentionStarted(_)
-            | R::ContentionEnded(_) => {
+            | R::ContentionEnded(_)
+            | R::ContentionStack(_)
+            | R::ContentionCounts(_) => {
                 if let Some(ts) = event_ts(r) {
                     self.last_ts = self.last_ts.max(ts);
                 }
@@ -236,6 +238,13 @@ impl ProfileBuilder {
             R::CallTreeDelta(d) => {
                 self.last_ts = self.last_ts.max(d.ts);
                 self.cct.delta(d);
+            }
+            R::CallTreeCosts(c) => {
+                self.last_ts = self.last_ts.max(c.ts);
+                match c.unpack() {
+                    Ok(d) => self.cct.delta(&d),
+                    Err(_) => self.cct.problems += 1,
+                }
             }
             R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
             R::FunctionHooked(h) => {

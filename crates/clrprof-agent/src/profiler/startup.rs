@@ -199,6 +199,9 @@ impl Profiler {
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
             }
+            if st.config.locks && !st.config.events {
+                st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
+            }
             crate::events::eventpipe::start(s, rt.major);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
