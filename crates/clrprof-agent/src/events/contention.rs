@@ -94,10 +94,10 @@ impl Contention {
         }
         let mut out: Vec<Record> =
             g.new_stacks.drain(..).map(|(id, stack)| ContentionStack { id, stack }.into()).collect();
-        let current = now / INTERVAL_NS;
-        let done = if last { g.counts.split_off(&(u64::MAX, 0)) } else { g.counts.split_off(&(current, 0)) };
-        // `split_off` leaves the earlier intervals in `counts`: those are published.
-        let ready = std::mem::replace(&mut g.counts, done);
+        // Intervals from the current one on stay (all are published at the end).
+        let keep_from = if last { u64::MAX } else { now / INTERVAL_NS };
+        let later = g.counts.split_off(&(keep_from, 0));
+        let ready = std::mem::replace(&mut g.counts, later);
         let mut rec: Option<ContentionCounts> = None;
         for ((interval, stack), c) in ready {
             let ts = interval * INTERVAL_NS;
