@@ -424,13 +424,13 @@ records! {
     }
     /// A waiting stack of Monitor contention (FunctionIDs, innermost first), numbered for
     /// `ContentionCounts`; written once, before the first counts that refer to it.
-    83 ContentionStack { id: u32, stack: Vec<u64> }
+    85 ContentionStack { id: u32, stack: Vec<u64> }
     /// Monitor contention aggregated by the agent: the contentions that started in
     /// `[ts, ts + interval_ns)`, per waiting stack (`stacks[i]`, a `ContentionStack` id): how many
     /// ended, their total and longest wait, and how many were never seen to end (the trace ended
     /// while they waited, or the thread's next contention began first). Contentions of one interval
     /// and stack may come in several records (those that ended later): readers add them up.
-    84 ContentionCounts {
+    86 ContentionCounts {
         ts: u64,
         interval_ns: u64,
         stacks: Vec<u32>,
