@@ -228,7 +228,9 @@ impl ProfileBuilder {
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
             | R::ContentionStarted(_)
-            | R::ContentionEnded(_) => {
+            | R::ContentionEnded(_)
+            | R::ContentionStack(_)
+            | R::ContentionCounts(_) => {
                 if let Some(ts) = event_ts(r) {
                     self.last_ts = self.last_ts.max(ts);
                 }
@@ -241,6 +243,13 @@ impl ProfileBuilder {
             R::CallTreeDelta(d) => {
                 self.last_ts = self.last_ts.max(d.ts);
                 self.cct.delta(d);
+            }
+            R::CallTreeCosts(c) => {
+                self.last_ts = self.last_ts.max(c.ts);
+                match c.unpack() {
+                    Ok(d) => self.cct.delta(&d),
+                    Err(_) => self.cct.problems += 1,
+                }
             }
             R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
             R::FunctionHooked(h) => {
@@ -415,5 +424,79 @@ mod tests {
         assert!(!rows.is_empty() && rows.len() <= 100_000, "{} rows", rows.len());
         assert_eq!(rows.last().unwrap().end_ns, 1 << 62);
         assert_eq!(p.events.counter_interval_ns % 1_000_000_000, 0, "whole seconds");
+    }
+
+    /// Call-tree costs packed (`CallTreeCosts`, what the agent writes now) read back as the same
+    /// profile as the plain deltas of older traces; a damaged packing is skipped and counted.
+    #[test]
+    fn packed_call_tree_costs_read_back_the_same_profile() {
+        let deltas = [
+            CallTreeDelta {
+                os_tid: 7,
+                ts: 1_000,
+                nodes: vec![0, 2],
+                calls: vec![1, 40],
+                time_ns: vec![500, 90_000],
+                suspended_ns: vec![0, 10],
+                profiler_ns: vec![20, 800],
+                tree: 1,
+            },
+            CallTreeDelta {
+                os_tid: 7,
+                ts: 2_000,
+                nodes: vec![1, 2],
+                calls: vec![3, 5],
+                time_ns: vec![7_000, 1_000],
+                suspended_ns: vec![0, 0],
+                profiler_ns: vec![60, 100],
+                tree: 1,
+            },
+        ];
+        let profile = |packed: bool| {
+            let mut b = ProfileBuilder::new();
+            b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
+            for (id, name) in [(10u64, "Main"), (20, "A"), (30, "B")] {
+                b.add(&FunctionCompiled { ts: 1, id, name: name.into(), ..Default::default() }.into());
+            }
+            b.add(
+                &CallTreeNodes {
+                    os_tid: 7,
+                    first: 0,
+                    parents: vec![u32::MAX, 0, 1],
+                    functions: vec![10, 20, 30],
+                    tree: 1,
+                }
+                .into(),
+            );
+            for d in &deltas {
+                b.add(&if packed { CallTreeCosts::pack(d).unwrap().into() } else { d.clone().into() });
+            }
+            b.finish()
+        };
+        let (plain, packed) = (profile(false), profile(true));
+        let costs = |p: &Profile| {
+            let mut v: Vec<String> = p
+                .costs
+                .threads
+                .iter()
+                .flat_map(|t| {
+                    t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(costs(&plain), costs(&packed));
+        assert_eq!(costs(&plain).len(), 3);
+        assert_eq!(plain.process.duration_ns, packed.process.duration_ns);
+        let total: u64 = packed.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum();
+        assert_eq!(total, 49);
+        // A damaged packing: no costs from it, no panic.
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
+        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        b.add(&CallTreeCosts { os_tid: 7, ts: 5, tree: 1, count: 2, packed: vec![0, 1, 2] }.into());
+        let p = b.finish();
+        assert_eq!(p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum::<u64>(), 0);
     }
 }

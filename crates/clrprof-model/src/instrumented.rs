@@ -81,7 +81,8 @@ pub struct CallDelta {
 }
 
 /// Maps each thread's agent-side node ids to interned stacks, and keeps every delta with its time
-/// (the agent publishes deltas every flush, so instrumented costs are known to a flush interval).
+/// (the agent publishes deltas every second — every flush before — so instrumented costs are known
+/// to that interval).
 ///
 /// Node ids are per tree: one tree per thread lifetime, keyed by `(os_tid, tree)`. The kernel
 /// reuses thread ids, so threads one after the other can share an `os_tid`; their trees do not

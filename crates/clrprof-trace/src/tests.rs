@@ -201,6 +201,17 @@ fn runtime_event_records_round_trip() {
         .into(),
         ContentionStarted { ts: 9, os_tid: 2, stack: vec![6, 5] }.into(),
         ContentionEnded { ts: 10, os_tid: 2, duration_ns: 1 }.into(),
+        ContentionStack { id: 1, stack: vec![6, 5] }.into(),
+        ContentionCounts {
+            ts: 0,
+            interval_ns: 100_000_000,
+            stacks: vec![1],
+            counts: vec![3],
+            wait_ns: vec![30],
+            max_wait_ns: vec![20],
+            unended: vec![1],
+        }
+        .into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
@@ -261,4 +272,65 @@ fn decoder_counts_skipped_unknown_tags() {
     }
     assert_eq!(known, 1);
     assert_eq!(d.skipped().iter().map(|(t, n)| (*t, *n)).collect::<Vec<_>>(), vec![(999, 2), (1000, 1)]);
+}
+
+#[test]
+fn packed_call_tree_costs_hold_the_same_delta() {
+    let d = CallTreeDelta {
+        os_tid: 7,
+        ts: 123,
+        nodes: vec![0, 1, 5, 300, 70_000, u32::MAX - 1],
+        calls: vec![1, 0, 127, 128, u64::MAX, 3],
+        time_ns: vec![0, 1 << 40, 5, 16_383, 16_384, 9],
+        suspended_ns: vec![0; 6],
+        profiler_ns: vec![2, 3, 4, 5, 6, u64::MAX],
+        tree: 4,
+    };
+    let c = CallTreeCosts::pack(&d).unwrap();
+    assert_eq!(c.unpack().unwrap(), d);
+    // Through the format, and smaller than the plain record for small figures.
+    let small = CallTreeDelta {
+        os_tid: 1,
+        ts: 5,
+        nodes: (0..100).map(|i| i * 2).collect(),
+        calls: vec![3; 100],
+        time_ns: vec![40_000; 100],
+        suspended_ns: vec![0; 100],
+        profiler_ns: vec![900; 100],
+        tree: 1,
+    };
+    let packed = CallTreeCosts::pack(&small).unwrap();
+    let (plain, tight) =
+        (encode_records([&Record::from(small.clone())]), encode_records([&Record::from(packed.clone())]));
+    assert!(tight.len() * 3 < plain.len(), "{} vs {}", tight.len(), plain.len());
+    let mut file = header().to_vec();
+    file.extend(tight);
+    match read_all(&file[..]).unwrap().0.as_slice() {
+        [Record::CallTreeCosts(c)] => assert_eq!(c.unpack().unwrap(), small),
+        other => panic!("{other:?}"),
+    }
+    // Nodes out of order or vectors of different lengths do not pack.
+    assert!(CallTreeCosts::pack(&CallTreeDelta {
+        nodes: vec![2, 1],
+        calls: vec![1, 1],
+        time_ns: vec![0, 0],
+        suspended_ns: vec![0, 0],
+        profiler_ns: vec![0, 0],
+        ..Default::default()
+    })
+    .is_none());
+    assert!(CallTreeCosts::pack(&CallTreeDelta { nodes: vec![1], ..Default::default() }).is_none());
+    // Damaged packing: an error, never a panic.
+    for cut in 0..packed.packed.len() {
+        let mut c = packed.clone();
+        c.packed.truncate(cut);
+        assert!(c.unpack().is_err());
+    }
+    let mut c = packed.clone();
+    c.count += 1;
+    assert!(c.unpack().is_err());
+    c.count = u32::MAX;
+    assert!(c.unpack().is_err());
+    let over = CallTreeCosts { count: 1, packed: vec![0xff; 11], ..Default::default() };
+    assert!(over.unpack().is_err());
 }

@@ -298,4 +298,35 @@ fn monitor_contention_is_reported_with_the_waiting_stack() {
     let t = text(&report(&trace, &["--view", "locks"]).stdout);
     assert!(t.contains("waiter"), "{t}");
     assert!(t.contains(&format!("{N} Monitor lock contentions")), "{t}");
+    // Aggregated in the agent: counts per stack, no record per contention.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let counted: u64 = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::ContentionCounts(c) => Some(c.counts.iter().chain(&c.unended).sum::<u64>()),
+            _ => None,
+        })
+        .sum();
+    assert!(counted >= N, "{counted} contentions counted");
+    assert!(!records.iter().any(|r| matches!(r, clrprof_trace::Record::ContentionStarted(_))));
+}
+
+/// With the event log on, every contention is its own pair of records (for the per-thread log):
+/// the figures are the same as the aggregated ones.
+#[test]
+fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
+    const N: u64 = 3;
+    let (out, trace) = run("locks-log", &["contention", &N.to_string()], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let sites = v["contentions"].as_array().unwrap();
+    let s = sites.iter().find(|s| s["site"] == "EventsApp.Program.WaitForGate").unwrap_or_else(|| panic!("{sites:?}"));
+    assert_eq!(s["count"], N, "one contended wait per round");
+    assert!(s["max_wait_ns"].as_u64().unwrap() > 1_000_000, "{s}");
+    let rows = v["counters"]["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["lock_contentions"].as_u64().unwrap()).sum::<u64>(), N);
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    assert!(!records.iter().any(|r| matches!(r, clrprof_trace::Record::ContentionCounts(_))));
+    let log = text(&report(&trace, &["--view", "events"]).stdout);
+    assert!(log.contains("lock contention"), "{log}");
 }

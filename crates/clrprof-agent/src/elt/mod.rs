@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use clrprof_sys::{monitor, FunctionID, HrResult, ModuleID, ProfilerInfo, BOOL, FALSE, TRUE};
-use clrprof_trace::{CallTreeDelta, CallTreeNodes, FlowEvents, FunctionHooked, InstrumentationInfo};
+use clrprof_trace::{CallTreeCosts, CallTreeDelta, CallTreeNodes, FlowEvents, FunctionHooked, InstrumentationInfo};
 
 use crate::profiler::{os_tid, State};
 use crate::writer::Writer;
@@ -272,6 +272,8 @@ pub struct Instrumentation {
     clients: Mutex<HashMap<FunctionID, usize>>,
     assemblies: Mutex<HashMap<ModuleID, String>>,
     published: Mutex<Vec<Published>>,
+    /// When cost deltas were last published (`DELTA_INTERVAL_NS`).
+    last_deltas_ns: AtomicU64,
     base_offset_ns: u64,
     base_ticks: u64,
 }
@@ -282,6 +284,11 @@ struct Published {
     last: Vec<[u64; 4]>,
     ns_per_tick: f64,
 }
+
+/// Cost deltas are published at most this often (and when a thread ends, and at the end): a busy
+/// server changes thousands of nodes every flush, and deltas every flush made megabytes a second.
+/// New nodes are still published every flush. A crash loses at most this long of counts.
+pub const DELTA_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl Instrumentation {
     /// Event-mask bits for instrumentation.
@@ -325,6 +332,7 @@ impl Instrumentation {
             clients: Mutex::new(HashMap::new()),
             assemblies: Mutex::new(HashMap::new()),
             published: Mutex::new(Vec::new()),
+            last_deltas_ns: AtomicU64::new(now_ns),
             base_offset_ns: now_ns,
             base_ticks: clock::ticks(),
         };
@@ -403,6 +411,11 @@ impl Instrumentation {
             published.push(Published::default());
         }
         let mut flow = Vec::new();
+        let all_deltas =
+            w.is_stopping() || now_ns.saturating_sub(self.last_deltas_ns.load(Ordering::Relaxed)) >= DELTA_INTERVAL_NS;
+        if all_deltas {
+            self.last_deltas_ns.store(now_ns, Ordering::Relaxed);
+        }
         for (slot, p) in published.iter_mut().enumerate().take(n) {
             let ptr = THREADS[slot].load(Ordering::Acquire);
             if ptr.is_null() {
@@ -432,6 +445,10 @@ impl Instrumentation {
             if p.last.len() < sent as usize {
                 p.last.resize(sent as usize, [0; 4]);
             }
+            if !(all_deltas || finished) {
+                self.publish_flow(w, ts, &mut flow, k);
+                continue;
+            }
             let mut d = CallTreeDelta { os_tid: ts.os_tid, ts: now_ns, tree: ts.tree, ..Default::default() };
             for i in 0..sent {
                 let Some(node) = ts.node(i) else { break };
@@ -452,22 +469,13 @@ impl Instrumentation {
                 }
             }
             if !d.nodes.is_empty() {
-                w.emit(&d.into());
-            }
-            if let Some(ring) = &ts.flow {
-                flow.clear();
-                ring.drain(&mut flow);
-                let dropped = ring.dropped.swap(0, Ordering::Relaxed);
-                if !flow.is_empty() || dropped > 0 {
-                    let mut fe = FlowEvents { os_tid: ts.os_tid, dropped, ..Default::default() };
-                    for &(kind, func, t) in &flow {
-                        fe.kinds.push(kind);
-                        fe.functions.push(func);
-                        fe.ts.push(self.base_offset_ns + (t.saturating_sub(self.base_ticks) as f64 * k) as u64);
-                    }
-                    w.emit(&fe.into());
+                // Nodes ascend, so the delta always packs.
+                match CallTreeCosts::pack(&d) {
+                    Some(c) => w.emit(&c.into()),
+                    None => w.emit(&d.into()),
                 }
             }
+            self.publish_flow(w, ts, &mut flow, k);
             let over = ts.overflowed.swap(0, Ordering::Relaxed);
             if over > 0 {
                 crate::log_warn!("thread {}: {over} calls not recorded (call tree full or stack too deep)", ts.os_tid);
@@ -485,6 +493,23 @@ impl Instrumentation {
         let late = LATE_HOOKS.swap(0, Ordering::Relaxed);
         if late > 0 {
             crate::log_warn!("{late} calls not recorded (made by threads after their end was seen)");
+        }
+    }
+
+    /// Publishes the thread's flow events (`--flow`), every flush.
+    fn publish_flow(&self, w: &Writer, ts: &ThreadState, flow: &mut Vec<(u8, u64, u64)>, k: f64) {
+        let Some(ring) = &ts.flow else { return };
+        flow.clear();
+        ring.drain(flow);
+        let dropped = ring.dropped.swap(0, Ordering::Relaxed);
+        if !flow.is_empty() || dropped > 0 {
+            let mut fe = FlowEvents { os_tid: ts.os_tid, dropped, ..Default::default() };
+            for &(kind, func, t) in flow.iter() {
+                fe.kinds.push(kind);
+                fe.functions.push(func);
+                fe.ts.push(self.base_offset_ns + (t.saturating_sub(self.base_ticks) as f64 * k) as u64);
+            }
+            w.emit(&fe.into());
         }
     }
 
@@ -954,7 +979,9 @@ mod tests {
                         assert_eq!(n.first as usize, t.len(), "node ids are consecutive per tree");
                         t.extend(&n.functions);
                     }
-                    Record::CallTreeDelta(d) => {
+                    Record::CallTreeDelta(_) => panic!("deltas are written packed"),
+                    Record::CallTreeCosts(c) => {
+                        let d = c.unpack().unwrap();
                         let t = &trees[&(d.os_tid, d.tree)];
                         for (node, c) in d.nodes.iter().zip(&d.calls) {
                             *calls.entry(t[*node as usize]).or_default() += c;

@@ -337,7 +337,14 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
         Some(Record::ContentionStarted(mut c)) => {
             // Contention blocks the thread anyway: walk its stack every time.
             c.stack = super::current_stack(s);
-            s.emit(c);
+            if s.config.events {
+                s.emit(c);
+            } else {
+                s.events.contention.started(c.ts, c.os_tid, c.stack);
+            }
+        }
+        Some(Record::ContentionEnded(c)) if !s.config.events => {
+            s.events.contention.ended(c.ts, c.os_tid, c.duration_ns);
         }
         Some(r) => s.emit(r),
         None => {}

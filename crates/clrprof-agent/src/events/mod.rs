@@ -6,6 +6,7 @@
 //! that can trigger a GC, payloads copied before returning.
 
 pub mod alloc;
+pub mod contention;
 pub mod eventpipe;
 pub mod exceptions;
 pub mod gc;
@@ -30,6 +31,8 @@ pub struct Events {
     /// Allocation samples seen per type: how many (to sample their stack walks) and whether the
     /// type's name was written (with its first sample only).
     pub alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
+    /// Monitor contention counted per waiting stack (unless the event log keeps every one).
+    pub contention: contention::Contention,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

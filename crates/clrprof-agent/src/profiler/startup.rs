@@ -275,6 +275,9 @@ impl Profiler {
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
             }
+            if st.config.locks && !st.config.events {
+                st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
+            }
             if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
                 s.eventpipe_session.store(id, Ordering::Release);
             }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use clrprof_trace::{ContentionEnded, ContentionStarted};
+use clrprof_trace::{ContentionCounts, ContentionEnded, ContentionStack, ContentionStarted};
 
 use super::Interner;
 use crate::stacks::{CostTree, FrameKey, StackId};
@@ -33,6 +33,21 @@ struct Contention {
     wait_ns: Option<u64>,
 }
 
+/// Contentions aggregated by the agent (`ContentionCounts`): one interval, one waiting stack.
+#[derive(Clone, Debug)]
+struct Aggregate {
+    /// Start of the interval the contentions started in.
+    ts: u64,
+    /// The waiting stack (interned), `None` while its `ContentionStack` has not been read.
+    stack: Option<u32>,
+    /// The agent's stack id, to resolve `stack` later.
+    agent_stack: u32,
+    count: u64,
+    wait_ns: u64,
+    max_wait_ns: u64,
+    unended: u64,
+}
+
 /// Contention facts as they arrive.
 #[derive(Clone, Debug, Default)]
 pub(super) struct ContentionFacts {
@@ -40,6 +55,9 @@ pub(super) struct ContentionFacts {
     all: Vec<Contention>,
     /// The open contention of each thread (index in `all`).
     open: HashMap<u32, usize>,
+    /// The agent's contention stack ids (`ContentionStack`), interned.
+    agent_stacks: HashMap<u32, u32>,
+    aggregates: Vec<Aggregate>,
 }
 
 /// Contentions of one stack: (count, total wait, longest wait).
@@ -50,8 +68,8 @@ pub(super) struct ContentionResult {
     pub sites: Vec<ContentionSite>,
     /// Ended contentions (start, os_tid, wait) by start.
     pub times: Vec<(u64, u32, u64)>,
-    /// Starts of every contention (ended or not), for the counters.
-    pub starts: Vec<u64>,
+    /// Starts of every contention (ended or not), for the counters: (time, how many).
+    pub starts: Vec<(u64, u64)>,
 }
 
 impl ContentionFacts {
@@ -68,13 +86,50 @@ impl ContentionFacts {
         }
     }
 
-    /// Contention that started inside `range`, by waiting site.
+    pub fn stack(&mut self, c: &ContentionStack) {
+        let stack = self.stacks.id(c.stack.as_slice());
+        // A later definition of the same id replaces the earlier one.
+        self.agent_stacks.insert(c.id, stack);
+    }
+
+    pub fn counts(&mut self, c: &ContentionCounts) {
+        for (i, &agent_stack) in c.stacks.iter().enumerate() {
+            let at = |v: &Vec<u64>| v.get(i).copied().unwrap_or(0);
+            self.aggregates.push(Aggregate {
+                ts: c.ts,
+                stack: self.agent_stacks.get(&agent_stack).copied(),
+                agent_stack,
+                count: at(&c.counts),
+                wait_ns: at(&c.wait_ns),
+                max_wait_ns: at(&c.max_wait_ns),
+                unended: at(&c.unended),
+            });
+        }
+    }
+
+    /// Contention that started inside `range`, by waiting site. Aggregated contention counts at
+    /// the start of its interval.
     pub fn finish(&self, costs: &mut CostTree, name: &dyn Fn(u64) -> String, range: TimeRange) -> ContentionResult {
         let mut starts = Vec::new();
         let mut times = Vec::new();
         let mut by_stack: HashMap<u32, Waits> = HashMap::new();
+        // Counts of a stack never defined (a damaged trace) still count, with an empty stack.
+        let mut unknown: Waits = (0, 0, 0);
+        for a in self.aggregates.iter().filter(|a| range.contains(a.ts)) {
+            starts.push((a.ts, a.count + a.unended));
+            if a.count == 0 {
+                continue;
+            }
+            let e = match a.stack.or_else(|| self.agent_stacks.get(&a.agent_stack).copied()) {
+                Some(s) => by_stack.entry(s).or_default(),
+                None => &mut unknown,
+            };
+            e.0 += a.count;
+            e.1 += a.wait_ns;
+            e.2 = e.2.max(a.max_wait_ns);
+        }
         for c in self.all.iter().filter(|c| range.contains(c.ts)) {
-            starts.push(c.ts);
+            starts.push((c.ts, 1));
             let Some(wait) = c.wait_ns else { continue };
             times.push((c.ts, c.os_tid, wait));
             let e = by_stack.entry(c.stack).or_default();
@@ -83,7 +138,12 @@ impl ContentionFacts {
             e.2 = e.2.max(wait);
         }
         times.sort_unstable();
+        starts.sort_unstable();
+        let empty = Vec::new();
         let mut stacks: Vec<(&Vec<u64>, Waits)> = by_stack.into_iter().map(|(s, v)| (self.stacks.get(s), v)).collect();
+        if unknown.0 > 0 {
+            stacks.push((&empty, unknown));
+        }
         stacks.sort();
         let mut by_site: HashMap<String, ContentionSite> = HashMap::new();
         for (stack, (n, wait, max)) in stacks {

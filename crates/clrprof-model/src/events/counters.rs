@@ -40,8 +40,8 @@ pub(super) struct CounterFacts<'a> {
     pub storms: &'a [(u64, u64, f64)],
     /// (ts, os_tid, bytes)
     pub allocs: &'a [(u64, u32, u64)],
-    /// Contention starts.
-    pub contentions: &'a [u64],
+    /// Contention starts: (time, how many started then).
+    pub contentions: &'a [(u64, u64)],
 }
 
 /// Rows of the counter series at most.
@@ -135,9 +135,9 @@ pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<
             r.exceptions_per_sec += count * ov as f64 / len;
         }
     }
-    for &t in f.contentions {
+    for &(t, n) in f.contentions {
         if let Some(i) = bucket(t) {
-            rows[i].lock_contentions += 1;
+            rows[i].lock_contentions += n;
         }
     }
     for &(t, _, b) in f.allocs {

@@ -234,6 +234,8 @@ impl EventsBuilder {
                 self.contention.ended(c);
                 log.push(c.ts, c.os_tid, "lock contention".into(), -1);
             }
+            R::ContentionStack(c) => self.contention.stack(c),
+            R::ContentionCounts(c) => self.contention.counts(c),
             R::AllocationCounts(a) => self.allocs.counts(a),
             R::AllocationSample(a) => {
                 let type_name = self.allocs.sample(a);

@@ -714,3 +714,71 @@ fn counter_rows_count_threads_and_assemblies_as_the_per_row_filter() {
         assert_eq!((r.threads, r.assemblies_loaded), (threads, assemblies), "{r:?}");
     }
 }
+
+/// The same contentions as the agent writes them with the event log on (one record each) and
+/// aggregated per 100 ms and stack (the default): every figure of the views is the same.
+#[test]
+fn aggregated_contention_reads_back_the_same_figures_as_single_records() {
+    // (start, os_tid, end, runtime duration, stack); the last one never ends.
+    type Wait = (u64, u32, Option<u64>, u64, Vec<u64>);
+    let all: Vec<Wait> = vec![
+        (110 * MS, 1, Some(112 * MS), 0, vec![20, 10]),
+        (130 * MS, 2, Some(180 * MS), 40 * MS, vec![20, 10]),
+        (150 * MS, 3, Some(420 * MS), 0, vec![30]),
+        (320 * MS, 1, Some(330 * MS), 3 * MS, vec![20, 10]),
+        (360 * MS, 2, None, 0, vec![30]),
+        (710 * MS, 3, Some(720 * MS), 0, vec![20, 10]),
+    ];
+    let mut single = vec![ProcessStart::default().into()];
+    for (start, tid, end, d, stack) in &all {
+        single.push(ContentionStarted { ts: *start, os_tid: *tid, stack: stack.clone() }.into());
+        if let Some(end) = end {
+            single.push(ContentionEnded { ts: *end, os_tid: *tid, duration_ns: *d }.into());
+        }
+    }
+    // As the agent publishes them: stacks first; the 150 ms contention ended after interval 100 ms
+    // was published, so that interval comes in two records.
+    let counts = |ts: u64, stacks: Vec<u32>, counts: Vec<u64>, wait: Vec<u64>, max: Vec<u64>, unended: Vec<u64>| {
+        Record::from(ContentionCounts {
+            ts,
+            interval_ns: 100 * MS,
+            stacks,
+            counts,
+            wait_ns: wait,
+            max_wait_ns: max,
+            unended,
+        })
+    };
+    let aggregated: Vec<Record> = vec![
+        ProcessStart::default().into(),
+        ContentionStack { id: 1, stack: vec![20, 10] }.into(),
+        ContentionStack { id: 2, stack: vec![30] }.into(),
+        counts(100 * MS, vec![1], vec![2], vec![42 * MS], vec![40 * MS], vec![0]),
+        counts(300 * MS, vec![1], vec![1], vec![3 * MS], vec![3 * MS], vec![0]),
+        counts(100 * MS, vec![2], vec![1], vec![270 * MS], vec![270 * MS], vec![0]),
+        counts(700 * MS, vec![1], vec![1], vec![10 * MS], vec![10 * MS], vec![0]),
+        counts(300 * MS, vec![2], vec![0], vec![0], vec![0], vec![1]),
+    ];
+    let a = events_builder(&single);
+    let b = events_builder(&aggregated);
+    for range in [TimeRange::ALL, TimeRange::new(100 * MS, 300 * MS), TimeRange::new(300 * MS, 800 * MS)] {
+        let mut p = finished(&a, 1000 * MS, range);
+        let mut q = finished(&b, 1000 * MS, range);
+        assert!(!p.events.contentions.is_empty());
+        let rows = |p: &Profile| p.events.counters.iter().map(|r| r.lock_contentions).collect::<Vec<_>>();
+        assert_eq!(rows(&p), rows(&q), "{range:?}");
+        // Aggregates carry no per-thread times (no view shows them); the rest is the same.
+        p.events.times.contentions.clear();
+        q.events.times.contentions.clear();
+        // The log is kept only with the event log on: compare the contention figures.
+        p.events.log.clear();
+        q.events.log.clear();
+        p.events.log_unpaired = 0;
+        assert_eq!(normalized(&p), normalized(&q), "{range:?}");
+    }
+    let p = finished(&b, 1000 * MS, TimeRange::ALL);
+    let sites: Vec<_> =
+        p.events.contentions.iter().map(|c| (c.site.as_str(), c.count, c.wait_ns, c.max_wait_ns)).collect();
+    assert_eq!(sites, vec![("F30", 1, 270 * MS, 270 * MS), ("F20", 4, 55 * MS, 40 * MS)]);
+    assert_eq!(p.events.counters.iter().map(|r| r.lock_contentions).sum::<u64>(), 6);
+}
