@@ -16,6 +16,11 @@ use crate::time::TimeRange;
 pub const UNKNOWN: &str = "UNKNOWN";
 /// The label of wall samples of threads whose stack could not be walked.
 pub const NOT_WALKABLE: &str = "[thread not walkable]";
+/// The root frame of a sampled stack the sampler cut at its depth limit (`SamplingStart`'s
+/// `max_frames`): the outermost frames are missing. `[stack cut at 128 frames]`.
+pub fn cut_label(max_frames: u32) -> String {
+    format!("[stack cut at {max_frames} frames]")
+}
 
 /// Names native code: `path` is a mapped file, `build_id` its GNU build-id as recorded (empty in
 /// traces written before build-ids were recorded), `file_offset` an offset into it. Returns the
@@ -123,6 +128,8 @@ pub struct TimedSample {
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
     summary: Sampling,
+    /// The sampler's stack depth limit (0: unknown).
+    max_frames: u32,
     mappings: Vec<Mapping>,
     defs: Vec<(Vec<u64>, Vec<u64>)>,
     ids: HashMap<u32, usize>,
@@ -138,6 +145,7 @@ impl SampleData {
             Record::SamplingStart(s) => {
                 self.summary.cpu_rate_hz = s.cpu_rate_hz;
                 self.summary.wall_rate_hz = s.wall_rate_hz;
+                self.max_frames = s.max_frames;
             }
             Record::NativeMapping(m) => self.mappings.push(Mapping {
                 start: m.start,
@@ -247,6 +255,11 @@ impl SampleData {
                         continue;
                     }
                     frames.push(f);
+                }
+                if self.max_frames > 0 && ips.len() >= self.max_frames as usize {
+                    // Cut at the sampler's limit: say so at the root rather than pass the
+                    // innermost frames off as the whole stack.
+                    frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(self.max_frames))));
                 }
                 if frames.is_empty() {
                     // A wall sample of a thread the runtime could not walk (no managed frames yet,
@@ -486,5 +499,30 @@ mod tests {
         }
         let p = b.finish();
         assert!(p.costs.stacks.frames.iter().any(|f| f.name == "libz.so.1!<unknown>"));
+    }
+
+    #[test]
+    fn a_stack_cut_at_the_sampler_limit_is_marked_at_its_root() {
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 3 }.into(),
+            FunctionCompiled { ts: 1, id: 10, name: "App.Rec".into(), ..Default::default() }.into(),
+            SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10] }.into(),
+            SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10] }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+        ];
+        let mut b = ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.finish();
+        let rows = crate::views::function_rows(&p.costs, None);
+        let cut = rows
+            .iter()
+            .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(3))
+            .expect("the cut stack has the label at its root");
+        assert_eq!(cut.inclusive.cpu_samples, 4, "only the stack as deep as the limit");
+        assert_eq!(cut.self_cost.cpu_samples, 0);
     }
 }
