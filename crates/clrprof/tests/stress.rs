@@ -403,8 +403,9 @@ fn a_long_run_at_1khz_keeps_memory_bounded() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The representative cases on .NET 8 and 9 too: generated code named in samples, and exact counts
-/// through emitted types and across short-lived threads.
+/// The representative cases on .NET 8 and 9 too: generated code named in samples (the
+/// DynamicMethod) and counted (emitted types, counts only), and exact counts across short-lived
+/// threads.
 #[test]
 fn dynamic_code_and_thread_churn_on_net8_and_net9() {
     for rt in ["net8.0", "net9.0"] {
@@ -413,18 +414,20 @@ fn dynamic_code_and_thread_churn_on_net8_and_net9() {
         let out = record_on(rt, "Stress", &["dynamic", "200", "400"], &trace, &[]);
         ok_line(&out, "dynamic");
         only_caller(&trace, "StressApp.Dyn.Spin", "[dynamic] StressDynSpin", "wall", 200.0);
-        let trace = dir.join("c.clrprof");
-        let out = record_on(rt, "Stress", &["churn", "3000", "8"], &trace, &["--instrument", "--no-sample"]);
-        ok_line(&out, "churn");
-        let v = report_json(&trace);
-        assert_eq!(calls(&v, "StressApp.Churn.Body"), 3000, "{rt}");
-        assert_eq!(calls(&v, "StressApp.Churn.Leaf"), 9000, "{rt}");
-        let trace = dir.join("e.clrprof");
-        let out = record_on(rt, "Stress", &["dynamic", "200", "10"], &trace, &["--instrument", "--no-sample"]);
+        let counts_only = ["--instrument", "--counts-only", "--no-sample"];
+        let trace = dir.join("h.clrprof");
+        let out = record_on(rt, "Stress", &["dynamic", "200", "1"], &trace, &counts_only);
         ok_line(&out, "dynamic");
         let v = report_json(&trace);
         assert_eq!(calls(&v, "Emitted.Calculator.Compute"), 200, "{rt}");
         assert_eq!(calls(&v, "Collectible.Calculator.Compute"), 200, "{rt}");
+        assert_eq!(function(&v, "[dynamic] StressDyn")["hooked"], false, "{rt}");
+        let trace = dir.join("c.clrprof");
+        let out = record_on(rt, "Stress", &["churn", "3000", "8"], &trace, &counts_only);
+        ok_line(&out, "churn");
+        let v = report_json(&trace);
+        assert_eq!(calls(&v, "StressApp.Churn.Body"), 3000, "{rt}");
+        assert_eq!(calls(&v, "StressApp.Churn.Leaf"), 9000, "{rt}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
