@@ -233,6 +233,11 @@ impl SampleData {
                 }
             }
         }
+        // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
+        // samples refer to. Wall samples refer to the runtime's walks (a deeper limit) or reuse
+        // a CPU stack, which a CPU sample then refers to as well.
+        let cpu_defs: std::collections::HashSet<u32> =
+            self.events.iter().filter(|e| e.weight == SampleWeight::Cpu).map(|e| e.def).collect();
         let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
         let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);
@@ -256,7 +261,7 @@ impl SampleData {
                     }
                     frames.push(f);
                 }
-                if self.max_frames > 0 && ips.len() >= self.max_frames as usize {
+                if self.max_frames > 0 && ips.len() >= self.max_frames as usize && cpu_defs.contains(&(def as u32)) {
                     // Cut at the sampler's limit: say so at the root rather than pass the
                     // innermost frames off as the whole stack.
                     frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(self.max_frames))));
@@ -511,6 +516,11 @@ mod tests {
             SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10] }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+            // The runtime's walk (wall samples) has a deeper limit of its own: not cut here.
+            SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10] }.into(),
+            WallSample { ts: 6, os_tid: 7, stack: 3, count: 2, wall_ns: 20 }.into(),
+            // A wall sample that reuses the cut CPU stack is cut too.
+            WallSample { ts: 7, os_tid: 7, stack: 1, count: 1, wall_ns: 10 }.into(),
         ];
         let mut b = ProfileBuilder::new();
         for r in &recs {
@@ -522,7 +532,8 @@ mod tests {
             .iter()
             .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(3))
             .expect("the cut stack has the label at its root");
-        assert_eq!(cut.inclusive.cpu_samples, 4, "only the stack as deep as the limit");
+        assert_eq!(cut.inclusive.cpu_samples, 4, "only the CPU stack as deep as the limit");
         assert_eq!(cut.self_cost.cpu_samples, 0);
+        assert_eq!(cut.inclusive.wall_samples, 1, "the wall sample on the cut CPU stack, not the walked one");
     }
 }
