@@ -238,8 +238,9 @@ public static class Dyn
     }
 }
 
-/// Recursion `depth` deep (Recurse is called depth + 1 times), spinning `ms` at the bottom, on a
-/// thread with a 256 MiB stack.
+/// Recursion `depth` deep (Recurse is called depth + 1 times), spinning `ms` at the bottom and then
+/// sleeping `ms` (CPU samples walk the spin; the runtime's walks take the blocked thread's stacks),
+/// on a thread with a 256 MiB stack.
 public static class Deep
 {
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -251,6 +252,7 @@ public static class Deep
         var sw = Stopwatch.StartNew();
         long acc = 0;
         while (sw.ElapsedMilliseconds < ms) { for (int i = 0; i < 10_000; i++) acc += i ^ (acc >> 3); }
+        Thread.Sleep(ms);
         return acc & 0xff;
     }
 

@@ -128,8 +128,9 @@ pub struct TimedSample {
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
     summary: Sampling,
-    /// The sampler's stack depth limit (0: unknown).
+    /// The stack depth limits of the CPU sampler's walk and of the runtime's walks (0: unknown).
     max_frames: u32,
+    max_walk_frames: u32,
     mappings: Vec<Mapping>,
     defs: Vec<(Vec<u64>, Vec<u64>)>,
     ids: HashMap<u32, usize>,
@@ -146,6 +147,7 @@ impl SampleData {
                 self.summary.cpu_rate_hz = s.cpu_rate_hz;
                 self.summary.wall_rate_hz = s.wall_rate_hz;
                 self.max_frames = s.max_frames;
+                self.max_walk_frames = s.max_walk_frames;
             }
             Record::NativeMapping(m) => self.mappings.push(Mapping {
                 start: m.start,
@@ -234,7 +236,7 @@ impl SampleData {
             }
         }
         // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
-        // samples refer to. Wall samples refer to the runtime's walks (a deeper limit) or reuse
+        // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
         let cpu_defs: std::collections::HashSet<u32> =
             self.events.iter().filter(|e| e.weight == SampleWeight::Cpu).map(|e| e.def).collect();
@@ -261,10 +263,11 @@ impl SampleData {
                     }
                     frames.push(f);
                 }
-                if self.max_frames > 0 && ips.len() >= self.max_frames as usize && cpu_defs.contains(&(def as u32)) {
-                    // Cut at the sampler's limit: say so at the root rather than pass the
-                    // innermost frames off as the whole stack.
-                    frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(self.max_frames))));
+                // Cut at its walk's limit: say so at the root rather than pass the innermost
+                // frames off as the whole stack.
+                let limit = if cpu_defs.contains(&(def as u32)) { self.max_frames } else { self.max_walk_frames };
+                if limit > 0 && ips.len() >= limit as usize {
+                    frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(limit))));
                 }
                 if frames.is_empty() {
                     // A wall sample of a thread the runtime could not walk (no managed frames yet,
@@ -436,7 +439,7 @@ mod tests {
     fn samples_resolve_to_managed_native_and_unknown_frames() {
         let recs: Vec<Record> = vec![
             ProcessStart { pid: 1, ..Default::default() }.into(),
-            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128 }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128, max_walk_frames: 256 }.into(),
             FunctionCompiled {
                 ts: 1,
                 id: 10,
@@ -510,15 +513,18 @@ mod tests {
     fn a_stack_cut_at_the_sampler_limit_is_marked_at_its_root() {
         let recs: Vec<Record> = vec![
             ProcessStart { pid: 1, ..Default::default() }.into(),
-            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 3 }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 3, max_walk_frames: 5 }.into(),
             FunctionCompiled { ts: 1, id: 10, name: "App.Rec".into(), ..Default::default() }.into(),
             SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10] }.into(),
             SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10] }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
-            // The runtime's walk (wall samples) has a deeper limit of its own: not cut here.
+            // The runtime's walk (wall samples) has a deeper limit of its own: not cut at 3 frames,
+            // cut at 5.
             SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10] }.into(),
             WallSample { ts: 6, os_tid: 7, stack: 3, count: 2, wall_ns: 20 }.into(),
+            SampleStack { id: 4, ips: vec![1, 2, 3, 4, 5], functions: vec![10; 5] }.into(),
+            WallSample { ts: 6, os_tid: 7, stack: 4, count: 3, wall_ns: 30 }.into(),
             // A wall sample that reuses the cut CPU stack is cut too.
             WallSample { ts: 7, os_tid: 7, stack: 1, count: 1, wall_ns: 10 }.into(),
         ];
@@ -535,5 +541,10 @@ mod tests {
         assert_eq!(cut.inclusive.cpu_samples, 4, "only the CPU stack as deep as the limit");
         assert_eq!(cut.self_cost.cpu_samples, 0);
         assert_eq!(cut.inclusive.wall_samples, 1, "the wall sample on the cut CPU stack, not the walked one");
+        let walk_cut = rows
+            .iter()
+            .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(5))
+            .expect("the walked stack as deep as the walk's limit is marked");
+        assert_eq!(walk_cut.inclusive.wall_samples, 3);
     }
 }

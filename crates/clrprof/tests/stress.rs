@@ -198,6 +198,22 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
         assert!(stack.split(';').filter(|f| *f == "StressApp.Deep.Recurse").count() >= max_frames - 8, "{l}");
     }
     assert!(names(&v, "functions", "name").contains(&"StressApp.Deep.Bottom".to_string()));
+    // Wall samples of the sleep come from the runtime's walks, kept to 256 frames: marked too.
+    let wall = Command::new(clrprof_exe())
+        .arg("export")
+        .arg(&trace)
+        .args(["--format", "collapsed", "--weight", "wall", "-o", "-"])
+        .output()
+        .unwrap();
+    let folded = text(&wall.stdout);
+    let walk_cut = "[stack cut at 256 frames]";
+    let bottom: Vec<&str> = folded.lines().filter(|l| l.contains("StressApp.Deep.Bottom")).collect();
+    assert!(bottom.iter().all(|l| l.starts_with(&cut) || l.starts_with(walk_cut)), "{bottom:?}");
+    let walked: Vec<&&str> = bottom.iter().filter(|l| l.starts_with(walk_cut)).collect();
+    assert!(!walked.is_empty(), "the sleep's walked stacks: {bottom:?}");
+    for l in walked {
+        assert!(l.split(';').filter(|f| *f == "StressApp.Deep.Recurse").count() >= 240, "{l}");
+    }
     python_reads_json(&trace);
     let _ = std::fs::remove_dir_all(dir);
 }
