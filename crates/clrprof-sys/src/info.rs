@@ -363,7 +363,6 @@ impl ProfilerInfo {
         Ok((hr == S_OK).then_some((et, base, rank)))
     }
 
-    /// Native code regions of a compiled function.
     /// `IsFunctionDynamic` (Info8): true for a method without metadata (a `DynamicMethod`, a
     /// compiled expression, an IL stub).
     pub fn is_function_dynamic(&self, id: FunctionID) -> HrResult<bool> {
@@ -395,6 +394,7 @@ impl ProfilerInfo {
         Ok((module, name))
     }
 
+    /// Native code regions of a compiled function.
     pub fn get_code_info2(&self, id: FunctionID) -> HrResult<Vec<CodeInfo>> {
         let f = slot!(self, 42, "GetCodeInfo2", fn(FunctionID, u32, *mut u32, *mut CodeInfo));
         let mut infos = [CodeInfo::default(); 4];

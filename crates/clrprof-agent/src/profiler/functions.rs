@@ -11,10 +11,10 @@ use clrprof_trace::{ClassLoaded, FunctionCompiled};
 
 use super::{os_tid, State};
 use crate::names::FunctionNames;
+use crate::writer::Writer;
 
 /// How dynamic methods' names start (`names::dynamic_name`).
 const DYNAMIC_PREFIX: &str = "[dynamic] ";
-use crate::writer::Writer;
 
 /// A runtime notification whose names are looked up later (see `State::resolve_deferred`).
 pub(super) enum Deferred {
