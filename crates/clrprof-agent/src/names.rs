@@ -166,6 +166,14 @@ impl Names {
     /// Names of a function: `Ns.Type<args>.Method<margs>`, its class, and its signature.
     pub fn function(&self, id: FunctionID) -> FunctionNames {
         let mut f = FunctionNames::default();
+        // A method without metadata (DynamicMethod, compiled expression, IL stub): its token and
+        // class mean nothing; the runtime knows the name it was given.
+        if self.info.is_function_dynamic(id).unwrap_or(false) {
+            let (module, name) = self.info.get_dynamic_function_info(id).unwrap_or_default();
+            f.module = module;
+            f.name = dynamic_name(&name);
+            return f;
+        }
         let (class, module, token, margs) = match self.info.get_function_info2(id) {
             Ok(v) => v,
             Err(_) => {
@@ -211,6 +219,17 @@ impl Names {
                 .unwrap_or_else(|| "<unreadable signature>".into());
         }
         f
+    }
+}
+
+/// The display name of a dynamic method: `[dynamic] Name` (the `DynamicMethod`'s name as given;
+/// `[dynamic] <unnamed>` when the runtime gives none).
+pub fn dynamic_name(name: &str) -> String {
+    let name = name.trim();
+    if name.is_empty() {
+        "[dynamic] <unnamed>".into()
+    } else {
+        format!("[dynamic] {name}")
     }
 }
 

@@ -256,6 +256,7 @@ impl ProfileBuilder {
                 if let Some(i) = self.p.instrumentation.as_mut() {
                     if h.hooked {
                         i.hooked_functions += 1;
+                        i.hooked.insert(h.id);
                     } else {
                         i.filtered_functions += 1;
                     }

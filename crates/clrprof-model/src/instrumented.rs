@@ -25,6 +25,10 @@ pub struct Instrumentation {
     /// Functions that got hooks / that the filters left out.
     pub hooked_functions: u64,
     pub filtered_functions: u64,
+    /// The FunctionIDs that got hooks. A function missing here has no call count (filtered out,
+    /// or never offered to the mapper: methods without metadata such as DynamicMethods).
+    #[serde(skip)]
+    pub hooked: std::collections::HashSet<u64>,
 }
 
 impl Instrumentation {
@@ -42,6 +46,7 @@ impl Instrumentation {
             hook_cost_ns: r.hook_cost_ns,
             hooked_functions: 0,
             filtered_functions: 0,
+            hooked: Default::default(),
         }
     }
 }

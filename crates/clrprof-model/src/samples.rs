@@ -17,6 +17,11 @@ use crate::time::TimeRange;
 pub const UNKNOWN: &str = "UNKNOWN";
 /// The label of wall samples of threads whose stack could not be walked.
 pub const NOT_WALKABLE: &str = "[thread not walkable]";
+/// The root frame of a sampled stack the sampler cut at its depth limit (`SamplingStart`'s
+/// `max_frames`): the outermost frames are missing. `[stack cut at 128 frames]`.
+pub fn cut_label(max_frames: u32) -> String {
+    format!("[stack cut at {max_frames} frames]")
+}
 
 /// Names native code: `path` is a mapped file, `build_id` its GNU build-id as recorded (empty in
 /// traces written before build-ids were recorded), `file_offset` an offset into it. Returns the
@@ -128,6 +133,9 @@ pub struct TimedSample {
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
     summary: Sampling,
+    /// The stack depth limits of the CPU sampler's walk and of the runtime's walks (0: unknown).
+    max_frames: u32,
+    max_walk_frames: u32,
     mappings: Vec<Mapping>,
     /// Stack definitions: IPs, FunctionIDs, runtime activity.
     defs: Vec<(Vec<u64>, Vec<u64>, u64)>,
@@ -146,6 +154,8 @@ impl SampleData {
             Record::SamplingStart(s) => {
                 self.summary.cpu_rate_hz = s.cpu_rate_hz;
                 self.summary.wall_rate_hz = s.wall_rate_hz;
+                self.max_frames = s.max_frames;
+                self.max_walk_frames = s.max_walk_frames;
             }
             Record::NativeMapping(m) => self.mappings.push(Mapping {
                 start: m.start,
@@ -237,6 +247,11 @@ impl SampleData {
                 }
             }
         }
+        // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
+        // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
+        // a CPU stack, which a CPU sample then refers to as well.
+        let cpu_defs: std::collections::HashSet<u32> =
+            self.events.iter().filter(|e| e.weight == SampleWeight::Cpu).map(|e| e.def).collect();
         let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
         let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);
@@ -286,6 +301,12 @@ impl SampleData {
                     let lf = p.costs.stacks.intern_frame(FrameKey::Label(label));
                     p.costs.stacks.frames[lf.0 as usize].module = crate::runtime::RUNTIME_MODULE.to_string();
                     frames = keep.into_iter().map(|k| k.map_or(lf, |i| frames[i])).collect();
+                }
+                // Cut at its walk's limit: say so at the root rather than pass the innermost
+                // frames off as the whole stack.
+                let limit = if cpu_defs.contains(&(def as u32)) { self.max_frames } else { self.max_walk_frames };
+                if limit > 0 && ips.len() >= limit as usize {
+                    frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(limit))));
                 }
                 if frames.is_empty() {
                     // A wall sample of a thread the runtime could not walk (no managed frames yet,
@@ -458,7 +479,7 @@ mod tests {
     fn samples_resolve_to_managed_native_and_unknown_frames() {
         let recs: Vec<Record> = vec![
             ProcessStart { pid: 1, ..Default::default() }.into(),
-            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128 }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128, max_walk_frames: 256 }.into(),
             FunctionCompiled {
                 ts: 1,
                 id: 10,
@@ -527,5 +548,44 @@ mod tests {
         }
         let p = b.finish();
         assert!(p.costs.stacks.frames.iter().any(|f| f.name == "libz.so.1!<unknown>"));
+    }
+
+    #[test]
+    fn a_stack_cut_at_the_sampler_limit_is_marked_at_its_root() {
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 3, max_walk_frames: 5 }.into(),
+            FunctionCompiled { ts: 1, id: 10, name: "App.Rec".into(), ..Default::default() }.into(),
+            SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10] }.into(),
+            SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10] }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+            // The runtime's walk (wall samples) has a deeper limit of its own: not cut at 3 frames,
+            // cut at 5.
+            SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10] }.into(),
+            WallSample { ts: 6, os_tid: 7, stack: 3, count: 2, wall_ns: 20 }.into(),
+            SampleStack { id: 4, ips: vec![1, 2, 3, 4, 5], functions: vec![10; 5] }.into(),
+            WallSample { ts: 6, os_tid: 7, stack: 4, count: 3, wall_ns: 30 }.into(),
+            // A wall sample that reuses the cut CPU stack is cut too.
+            WallSample { ts: 7, os_tid: 7, stack: 1, count: 1, wall_ns: 10 }.into(),
+        ];
+        let mut b = ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.finish();
+        let rows = crate::views::function_rows(&p.costs, None);
+        let cut = rows
+            .iter()
+            .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(3))
+            .expect("the cut stack has the label at its root");
+        assert_eq!(cut.inclusive.cpu_samples, 4, "only the CPU stack as deep as the limit");
+        assert_eq!(cut.self_cost.cpu_samples, 0);
+        assert_eq!(cut.inclusive.wall_samples, 1, "the wall sample on the cut CPU stack, not the walked one");
+        let walk_cut = rows
+            .iter()
+            .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(5))
+            .expect("the walked stack as deep as the walk's limit is marked");
+        assert_eq!(walk_cut.inclusive.wall_samples, 3);
     }
 }

@@ -182,6 +182,10 @@ pub struct FunctionDoc {
     pub compilations: u32,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub instrumented: Option<InstrumentedCostDoc>,
+    /// Instrumented traces: whether the function got enter/leave hooks. `false`: its `calls` are
+    /// not counted (filtered out, or a method the runtime never hooks, such as a DynamicMethod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooked: Option<bool>,
     pub samples_self: u64,
     pub samples_total: u64,
     pub cpu_self_ns: u64,
@@ -591,6 +595,7 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
                     kind: f.kind_name(),
                     compilations: f.compilations,
                     instrumented: instrumented.then(|| InstrumentedCostDoc::of(&sc, &ic)),
+                    hooked: p.instrumentation.as_ref().map(|i| i.hooked.contains(&f.id)),
                     samples_self: sc.cpu_samples,
                     samples_total: ic.cpu_samples,
                     cpu_self_ns: sc.cpu_ns,

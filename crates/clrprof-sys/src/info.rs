@@ -363,6 +363,37 @@ impl ProfilerInfo {
         Ok((hr == S_OK).then_some((et, base, rank)))
     }
 
+    /// `IsFunctionDynamic` (Info8): true for a method without metadata (a `DynamicMethod`, a
+    /// compiled expression, an IL stub).
+    pub fn is_function_dynamic(&self, id: FunctionID) -> HrResult<bool> {
+        let f = slot!(self, 87, "IsFunctionDynamic", fn(FunctionID, *mut BOOL));
+        let mut b: BOOL = 0;
+        // Safety: valid call with a writable BOOL.
+        check("IsFunctionDynamic", unsafe { f(self.ptr, id, &mut b) })?;
+        Ok(b != 0)
+    }
+
+    /// `GetDynamicFunctionInfo` (Info8): the module and the name a dynamic method was given
+    /// (`new DynamicMethod("Name", …)`, `lambda_method12`, `IL_STUB_PInvoke`).
+    pub fn get_dynamic_function_info(&self, id: FunctionID) -> HrResult<(ModuleID, String)> {
+        let f = slot!(
+            self,
+            89,
+            "GetDynamicFunctionInfo",
+            fn(FunctionID, *mut ModuleID, *mut *const u8, *mut u32, u32, *mut u32, *mut u16)
+        );
+        let mut module: ModuleID = 0;
+        let name = read_string(
+            |n, needed, buf| {
+                let (mut sig, mut sig_len) = (std::ptr::null::<u8>(), 0u32);
+                // Safety: valid call; `buf` holds `n` WCHARs.
+                unsafe { f(self.ptr, id, &mut module, &mut sig, &mut sig_len, n, needed, buf) }
+            },
+            "GetDynamicFunctionInfo",
+        )?;
+        Ok((module, name))
+    }
+
     /// Native code regions of a compiled function.
     pub fn get_code_info2(&self, id: FunctionID) -> HrResult<Vec<CodeInfo>> {
         let f = slot!(self, 42, "GetCodeInfo2", fn(FunctionID, u32, *mut u32, *mut CodeInfo));

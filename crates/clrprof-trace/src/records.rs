@@ -277,8 +277,10 @@ records! {
         cpu_rate_hz: u32,
         /// Wall-clock sampling rate (ticks per second), 0 when wall sampling is off.
         wall_rate_hz: u32,
-        /// Deepest stack recorded (frames).
+        /// Deepest stack recorded (frames) by the CPU sampler's walk.
         max_frames: u32,
+        /// Deepest stack kept from the runtime's walks (wall samples); 0 in older traces.
+        max_walk_frames: u32,
     }
     /// An executable file mapping of the process (`/proc/self/maps`), for naming native IPs.
     51 NativeMapping {

@@ -208,6 +208,36 @@ impl ProfilerCallback for Profiler {
         Ok(())
     }
 
+    /// A method without metadata (`DynamicMethod`, compiled expression, IL stub) is compiled:
+    /// reported like JIT-compiled code, named `[dynamic] Name`. The runtime compiles these without
+    /// enter/leave hooks, so `--instrument` cannot count calls through them (docs/stress.md).
+    fn dynamic_method_jit_compilation_started(
+        &self,
+        id: FunctionID,
+        _safe: i32,
+        _il: RawPtr,
+        _len: u32,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.mark_start(id);
+        Ok(())
+    }
+
+    fn dynamic_method_jit_compilation_finished(&self, id: FunctionID, hr: HRESULT, _safe: i32) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        let jit_ns = s.since_start(id);
+        if hr >= 0 {
+            s.function_compiled(id, jit_ns, code_kind::DYNAMIC);
+        }
+        Ok(())
+    }
+
+    fn dynamic_method_unloaded(&self, id: FunctionID) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        s.emit(FunctionUnloaded { ts: s.now(), id: id as u64 });
+        Ok(())
+    }
+
     fn jit_cached_function_search_started(&self, id: FunctionID, use_cached: OutBool) -> CallbackResult {
         activity_begin(ra::pack(ra::READY_TO_RUN, id as u64));
         use_cached.set(true);

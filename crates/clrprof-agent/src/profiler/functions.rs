@@ -13,6 +13,9 @@ use super::{os_tid, State};
 use crate::names::FunctionNames;
 use crate::writer::Writer;
 
+/// How dynamic methods' names start (`names::dynamic_name`).
+const DYNAMIC_PREFIX: &str = "[dynamic] ";
+
 /// A runtime notification whose names are looked up later (see `State::resolve_deferred`).
 pub(super) enum Deferred {
     Function { id: FunctionID, ts: u64, os_tid: u32, jit_ns: u64, kind: u8 },
@@ -59,6 +62,11 @@ impl State {
             return f;
         }
         let f = Arc::new(self.names.function(id));
+        // A dynamic method's id can be reused by another one once it is collected: not cached
+        // (its names are looked up once anyway, when it is compiled).
+        if f.name.starts_with(DYNAMIC_PREFIX) {
+            return f;
+        }
         if let Ok(mut m) = self.functions.lock() {
             m.insert(id, Arc::clone(&f));
         }
@@ -82,8 +90,12 @@ impl State {
         c
     }
 
-    /// True when `id` belongs to a collectible module (or its module cannot be told).
+    /// True when `id` belongs to a collectible module (or its module cannot be told), or is a
+    /// dynamic method (which the runtime collects when it is no longer referenced).
     fn function_is_collectible(&self, id: FunctionID) -> bool {
+        if self.info.is_function_dynamic(id).unwrap_or(false) {
+            return true;
+        }
         match self.info.get_function_info(id) {
             Ok((_, module, _)) => self.is_collectible(module),
             Err(_) => true,

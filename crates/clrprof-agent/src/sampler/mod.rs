@@ -332,6 +332,7 @@ impl Sampler {
             cpu_rate_hz: self.rate_hz,
             wall_rate_hz: if wall { self.wall_hz() } else { 0 },
             max_frames: cpu::MAX_FRAMES as u32,
+            max_walk_frames: wall::MAX_WALK_FRAMES as u32,
         });
         log_info!("sampler: {} Hz CPU, {} Hz wall", self.rate_hz, if wall { self.wall_hz() } else { 0 });
         let mut st = LoopState::default();
