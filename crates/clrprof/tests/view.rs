@@ -226,7 +226,26 @@ fn sampled_figures_equal_the_report() {
     let page = &v.api("tree", &[("w", "cpu"), ("node", "0")])["page"];
     let roots: u64 = page["rows"].as_array().unwrap().iter().map(|r| u(&r["total"])).sum();
     assert_eq!(roots, u(&page["total"]));
-    let first = u(&page["rows"][0]["id"]).to_string();
+    // The first node (breadth first, three levels deep) with at least two children.
+    let mut queue: Vec<String> = page["rows"].as_array().unwrap().iter().map(|r| u(&r["id"]).to_string()).collect();
+    let mut first = None;
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for id in &queue {
+            let p = v.api("tree", &[("w", "cpu"), ("node", id)]);
+            let rows = p["page"]["rows"].as_array().unwrap();
+            if rows.len() >= 2 {
+                first = Some(id.clone());
+                break;
+            }
+            next.extend(rows.iter().map(|r| u(&r["id"]).to_string()));
+        }
+        if first.is_some() {
+            break;
+        }
+        queue = next;
+    }
+    let first = first.expect("a node with two or more children");
     let all = &v.api("tree", &[("w", "cpu"), ("node", &first)])["page"];
     let one = &v.api("tree", &[("w", "cpu"), ("node", &first), ("limit", "1")])["page"];
     let n = all["rows"].as_array().unwrap().len();
