@@ -55,12 +55,12 @@ fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
     Ok(Arc::new(PyroscopeSink(p)))
 }
 
-fn store_spec(store: Option<&str>) -> String {
+pub fn store_spec(store: Option<&str>) -> String {
     store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
 }
 
 /// Opens a store to read: an SQLite file must exist (a typo is not a new, empty store).
-fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
+pub fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
     let spec = store_spec(store);
     if !spec.contains("://") && !std::path::Path::new(&spec).is_file() {
         bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
@@ -69,7 +69,7 @@ fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
 }
 
 /// A store URL without its password, for messages.
-fn redact(spec: &str) -> String {
+pub fn redact(spec: &str) -> String {
     match (spec.find("://"), spec.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let cred = &spec[s + 3..at];
