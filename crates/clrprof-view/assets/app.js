@@ -300,13 +300,16 @@ async function start() {
   if (state.run) {
     api.run = state.run;
   } else {
-    let runs = null;
+    // A store session lists its runs; a trace session answers `store: null`.
+    let runs;
     try {
       runs = await api('runs', {});
     } catch (e) {
-      if (e.status !== 404) { status(e.message, true); return; }
+      status(e.message, true);
+      delete document.body.dataset.busy;
+      return;
     }
-    if (runs) { await showRuns(runs); return; }
+    if (runs.store !== null) { await showRuns(runs); return; }
   }
   try {
     // While the trace loads, the server answers 503 with its progress.

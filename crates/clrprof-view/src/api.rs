@@ -668,8 +668,12 @@ impl Session {
         if let Some(s) = &self.store {
             return s.handle(what, q);
         }
-        if what == "runs" || what == "status" {
-            return Err(ApiError { status: 404, message: "not a store: start with `clrprof view --store S`".into() });
+        if what == "runs" {
+            // Not a store: the page opens the trace.
+            return Ok(json!({ "store": null, "runs": [] }));
+        }
+        if what == "status" {
+            return Err(bad("not a store: `status` needs `clrprof view --store S`"));
         }
         match self.loaded.get() {
             Some(l) => l.handle(what, q),

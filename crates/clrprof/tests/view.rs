@@ -480,7 +480,8 @@ fn the_diff_view_compares_with_the_baseline() {
 /// The browser end to end (crates/clrprof-view/e2e/e2e.mjs): Debian's chromium driven by
 /// playwright-core opens a real trace, selects a function and checks the butterfly, zooms and
 /// searches the flame graph, brushes a time range, applies and undoes a transform, reloads the
-/// URL and finds the same state, renders hostile names as text, and opens a diff. Set
+/// URL and finds the same state, renders hostile names as text, opens a diff, and lists a run
+/// store's runs and opens one. Set
 /// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
 #[test]
 fn browser_end_to_end() {
@@ -493,12 +494,29 @@ fn browser_end_to_end() {
     );
     let dir = scratch("view-browser");
     let (hostile, _) = hostile_trace(&dir);
+    // A run store for the runs list: run 1 complete (sampled.clrprof), run 2 still streaming.
+    let store = dir.join("runs.db");
+    {
+        use clrprof_collect::{NewRun, RunEnd, RunState, RunStore, SqliteStore};
+        let s = SqliteStore::open(&store).unwrap();
+        for (name, complete) in [("sampled.clrprof", true), ("counted.clrprof", false)] {
+            let start = clrprof_collect::now_ms() - 60_000;
+            let new =
+                NewRun { host: "e2e".into(), pid: 42, command: format!("dotnet {name}"), start, ..Default::default() };
+            let id = s.create_run(&new).unwrap();
+            s.append(id, &std::fs::read(trace(name)).unwrap()).unwrap();
+            if complete {
+                s.finish(id, &RunEnd { end: start + 2500, state: RunState::Complete, reason: None }).unwrap();
+            }
+        }
+    }
     let mut c = Command::new("node");
     c.arg("e2e.mjs")
         .current_dir(&e2e)
         .env("CLRPROF", clrprof_exe())
         .env("TRACES", repo_root().join("testdata/traces/v1"))
         .env("HOSTILE", &hostile)
+        .env("STORE", &store)
         .env("CHROMIUM", &chromium)
         .stdin(Stdio::null());
     if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
