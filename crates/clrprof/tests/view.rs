@@ -438,6 +438,26 @@ fn command_line_errors_are_one_line() {
     let out = run(&[junk.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stderr).lines().count(), 1, "{}", text(&out.stderr));
+    // Stores and runs: a missing store, an unknown run, a baseline without a trace.
+    let store = dir.join("runs.db");
+    clrprof_collect::SqliteStore::open(&store).unwrap();
+    let missing_store = dir.join("typo.db");
+    for (args, msg) in [
+        (vec!["--store", missing_store.to_str().unwrap()], "no run store at"),
+        (vec!["run:9", "--store", store.to_str().unwrap()], "no run 9 in the store"),
+        (vec!["run:latest", "--store", store.to_str().unwrap()], "holds no runs"),
+        (vec!["--store", store.to_str().unwrap(), "--baseline", t.to_str().unwrap()], "--baseline needs a TRACE"),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(msg) && err.lines().count() == 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    // No trace and no store: the default store, which is not there.
+    let out = Command::new(clrprof_exe()).args(["view", "--no-browser"]).current_dir(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no run store at clrprof-runs.db"), "{}", text(&out.stderr));
     // An explicit token is used as given.
     let v = Viewer::start(&t, &["--token", "abcdefghijklmnopqrstuvwxyz012345"]);
     assert_eq!(v.token, "abcdefghijklmnopqrstuvwxyz012345");
