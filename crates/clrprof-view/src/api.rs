@@ -688,3 +688,130 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::{NoSymbols, ProfileBuilder};
+    use clrprof_trace::StreamDecoder;
+
+    /// A run that grows by a third of a real trace per refresh, then ends.
+    struct Growing {
+        bytes: Vec<u8>,
+        state: Mutex<(usize, u64, StreamDecoder, ProfileBuilder)>,
+    }
+
+    impl ProfileSource for Growing {
+        fn profile(&self, range: TimeRange) -> Profile {
+            self.state.lock().unwrap().3.profile(range, &mut NoSymbols)
+        }
+    }
+
+    impl LiveRun for Growing {
+        fn refresh(&self) -> Result<RunStatus, String> {
+            let mut s = self.state.lock().unwrap();
+            let (at, generation, decoder, builder) = &mut *s;
+            if *at < self.bytes.len() {
+                let end = (*at + self.bytes.len() / 3 + 1).min(self.bytes.len());
+                let mut out = Vec::new();
+                decoder.push(&self.bytes[*at..end], &mut out).map_err(|e| e.to_string())?;
+                for r in &out {
+                    builder.add(r);
+                }
+                *at = end;
+                *generation += 1;
+            }
+            let state = if *at == self.bytes.len() { "complete" } else { "running" };
+            Ok(RunStatus {
+                id: 1,
+                generation: *generation,
+                bytes: *at as u64,
+                records: builder.records(),
+                state: state.into(),
+            })
+        }
+    }
+
+    struct OneRun(Vec<u8>);
+
+    impl RunCatalog for OneRun {
+        fn runs(&self) -> Result<Vec<Value>, String> {
+            Ok(vec![json!({"id": 1, "state": "running"})])
+        }
+        fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String> {
+            if id != 1 {
+                return Err(format!("no run {id} in this store"));
+            }
+            Ok(Arc::new(Growing {
+                bytes: self.0.clone(),
+                state: Mutex::new((0, 0, StreamDecoder::new(), ProfileBuilder::new())),
+            }))
+        }
+    }
+
+    fn params(kv: &[(&str, &str)]) -> Params {
+        Params(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    fn cpu_count(meta: &Value) -> u64 {
+        meta["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "cpu")
+            .map_or(0, |w| w["count"].as_u64().unwrap())
+    }
+
+    #[test]
+    fn a_store_session_follows_a_growing_run() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/v1/sampled.clrprof");
+        let bytes = std::fs::read(path).unwrap();
+        let whole = {
+            let mut d = StreamDecoder::new();
+            let mut out = Vec::new();
+            d.push(&bytes, &mut out).unwrap();
+            let mut b = ProfileBuilder::new();
+            out.iter().for_each(|r| b.add(r));
+            b.profile(TimeRange::ALL, &mut NoSymbols)
+        };
+        let s = Session::store("test.db".into(), Box::new(OneRun(bytes.clone())));
+        let runs = s.handle("runs", &params(&[])).unwrap();
+        assert_eq!(runs["store"], "test.db");
+        assert_eq!(runs["runs"][0]["id"], 1);
+        // Opened: the first third.
+        let run = params(&[("run", "1")]);
+        let first = s.handle("meta", &run).unwrap();
+        assert_eq!(first["run"]["generation"], 1);
+        assert_eq!(first["run"]["state"], "running");
+        assert_eq!(first["trace"], "run:1");
+        // Each status reads more; the views are recomputed from it.
+        let mut last = cpu_count(&first);
+        for generation in [2, 3] {
+            let st = s.handle("status", &run).unwrap();
+            assert_eq!(st["generation"], generation);
+            let meta = s.handle("meta", &run).unwrap();
+            assert_eq!(meta["generation"], generation);
+            assert!(cpu_count(&meta) >= last, "{generation}");
+            last = cpu_count(&meta);
+        }
+        let end = s.handle("status", &run).unwrap();
+        assert_eq!((end["state"].as_str(), end["bytes"].as_u64()), (Some("complete"), Some(bytes.len() as u64)));
+        // All of it: the figures of a one-shot load.
+        let hot = s.handle("hotspots", &params(&[("run", "1"), ("w", "cpu"), ("limit", "100000")])).unwrap();
+        let total: u64 = hot["page"]["rows"].as_array().unwrap().iter().map(|r| r["self"].as_u64().unwrap()).sum();
+        assert_eq!(total, select::totals(&whole).cpu_ns);
+        assert_eq!(last, select::measure(Metric::Cpu, &select::totals(&whole)).0);
+        // Errors.
+        assert_eq!(s.handle("meta", &params(&[("run", "2")])).unwrap_err().status, 404);
+        assert_eq!(s.handle("meta", &params(&[])).unwrap_err().status, 400);
+        assert_eq!(s.handle("meta", &params(&[("run", "x")])).unwrap_err().status, 400);
+        // A trace session says it is not a store.
+        let t = Session::new(
+            "t".into(),
+            Box::new(Growing { bytes: vec![], state: Mutex::new((0, 0, StreamDecoder::new(), ProfileBuilder::new())) }),
+            None,
+        );
+        assert!(t.handle("runs", &params(&[])).unwrap()["store"].is_null());
+        assert_eq!(t.handle("status", &params(&[("run", "1")])).unwrap_err().status, 400);
+    }
+}

@@ -332,8 +332,10 @@ impl LiveRun for StoreRun {
                 // Everything stored before the state said "ended" was read above.
                 f.ended = true;
                 if f.failed.is_none() {
-                    if let Ok(Some(t)) = f.decoder.finish() {
-                        f.builder.warn(t.to_string());
+                    match f.decoder.finish() {
+                        Ok(Some(t)) => f.builder.warn(t.to_string()),
+                        Ok(None) => {}
+                        Err(e) => f.builder.warn(format!("run {}: the stored trace ends badly: {e}", self.id)),
                     }
                 }
             }
