@@ -531,6 +531,20 @@ fn a_postgresql_store_shared_by_two_collectors_survives_restarts() {
         exact_counts(&report_run_json(&format!("run:{}", r["id"]), &url));
     }
     exact_counts(&report_run_json("run:latest", &url));
+    // The viewer reads the shared store too: both runs listed, each opened with its exact calls.
+    let v = StoreViewer::start(&["--store", &url]);
+    let listed = v.api("runs", "");
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["store"], url.as_str(), "no password to hide");
+    for r in &all {
+        let q = format!("run={}", r["id"]);
+        assert_eq!(v.api("status", &q)["state"], "complete");
+        let h = v.api("hotspots", &format!("{q}&w=calls&limit=100000"));
+        let rows = h["page"]["rows"].as_array().unwrap();
+        let calls = |name: &str| rows.iter().find(|x| x["name"] == name).map(|x| x["self"].as_u64().unwrap());
+        assert_eq!(calls("Calls.Counted.Tick"), Some(1000), "{q}");
+        assert_eq!(calls("Calls.Recursion.Fib"), Some(21891), "{q}");
+    }
 }
 
 #[test]
