@@ -315,6 +315,12 @@ fn the_collector_killed_mid_run_harms_nothing_and_loses_nothing() {
     assert!(text(&o.stderr).contains("was cut off"), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(has_function(&v, "Work.Primes"), "the first part of the run is in the store");
+    // The viewer shows it cut off, every stored byte read, with the report's figures.
+    let view = StoreViewer::start(&["--store", &store]);
+    assert_eq!(view.api("runs", "")["runs"][0]["state"], "cut_off");
+    let s = view.api("status", "run=1");
+    assert_eq!((s["state"].as_str(), &s["bytes"]), (Some("cut_off"), &r["bytes"]), "{s}");
+    hotspots_equal_report(&view, "run=1", &v, 3);
 }
 
 #[test]
@@ -643,7 +649,7 @@ fn cpu_samples(meta: &serde_json::Value) -> u64 {
 
 /// The viewer's CPU hot spots equal the report's functions (self, total, samples), for every
 /// function with CPU time and a unique name; Work.Primes among them.
-fn hotspots_equal_report(v: &StoreViewer, query: &str, doc: &serde_json::Value) {
+fn hotspots_equal_report(v: &StoreViewer, query: &str, doc: &serde_json::Value, min_compared: usize) {
     let h = v.api("hotspots", &format!("{query}&w=cpu&limit=100000"));
     let rows = h["page"]["rows"].as_array().unwrap();
     assert_eq!(rows.len() as u64, h["page"]["count"].as_u64().unwrap());
@@ -660,7 +666,7 @@ fn hotspots_equal_report(v: &StoreViewer, query: &str, doc: &serde_json::Value) 
         assert_eq!(r["self_count"], f["samples_self"], "{name} samples");
         compared += 1;
     }
-    assert!(compared >= 10, "{compared} functions compared");
+    assert!(compared >= min_compared, "{compared} functions compared");
     assert!(rows.iter().any(|r| r["name"] == "Work.Primes"), "Work.Primes sampled");
 }
 
@@ -714,7 +720,7 @@ fn view_store_follows_a_running_run_and_ends_equal_to_the_report() {
     assert_eq!(meta["generation"], s["generation"]);
     assert_eq!(meta["pid"], stored["pid"]);
     let doc = report_run_json("run:1", &store);
-    hotspots_equal_report(&v, "run=1", &doc);
+    hotspots_equal_report(&v, "run=1", &doc, 10);
     assert_eq!(v.api("runs", "")["runs"][0]["state"], "complete");
     // Bad runs are one-line errors.
     for (q, msg) in [("run=9", "no run 9"), ("run=x", "not a run id"), ("", "'run' is required")] {
@@ -726,7 +732,7 @@ fn view_store_follows_a_running_run_and_ends_equal_to_the_report() {
     // `view run:ID --store S` reads the run through the same run source as `report`.
     let one = StoreViewer::start(&["run:latest", "--store", &store]);
     assert_eq!(one.api("meta", "")["trace"], "run:1");
-    hotspots_equal_report(&one, "", &doc);
+    hotspots_equal_report(&one, "", &doc, 10);
     // So does `diff`: a run against itself changes nothing.
     let out = Command::new(clrprof_exe())
         .args(["diff", "run:1", "run:latest", "--store", &store, "--format", "json", "--no-native-symbols"])
