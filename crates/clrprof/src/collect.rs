@@ -286,6 +286,31 @@ pub fn run_source(spec: &str, store: Option<&str>) -> Result<(TraceSource, RunIn
     Ok((TraceSource::Bytes(bytes), run, warnings))
 }
 
+/// What a reader names as its input — a trace file (or an imported file), or `run:ID`/`run:latest`
+/// of `store` — as a source, with its label for messages and its size in bytes. A run's warnings
+/// (still streaming, cut off) go to stderr. `report`, `export`, `diff` and `view` all read through
+/// this.
+pub fn trace_source(path: &std::path::Path, store: Option<&str>) -> Result<(TraceSource, String, u64)> {
+    Ok(match run_spec(path) {
+        Some(spec) => {
+            let (source, run, warnings) = run_source(spec, store)?;
+            for w in warnings {
+                eprintln!("clrprof: warning: {w}");
+            }
+            let size = match &source {
+                TraceSource::Bytes(b) => b.len() as u64,
+                _ => run.bytes,
+            };
+            (source, format!("run:{}", run.id), size)
+        }
+        None => (
+            TraceSource::File(path.to_path_buf()),
+            path.display().to_string(),
+            std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        ),
+    })
+}
+
 /// Parses a size: bytes, or with a K/M/G suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();

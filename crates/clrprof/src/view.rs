@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use clrprof_collect::{RunId, RunState, RunStore, RunTail};
 use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
 use clrprof_query::source::{LoadError, Loader};
-use clrprof_trace::{Record, StreamDecoder, TraceSource};
+use clrprof_trace::{Record, StreamDecoder};
 use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
 use signal_hook::iterator::Signals;
 
@@ -66,23 +66,10 @@ struct Opened {
 }
 
 /// Opens a trace, an imported file or a run of a store (`run:ID`, read through the same
-/// `run_source` as `report` and `diff`): a missing file, an unknown run or an unknown format fails
-/// here, before anything is served.
+/// `trace_source` as `report`, `export` and `diff`): a missing file, an unknown run or an unknown
+/// format fails here, before anything is served.
 fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
-    let (source, label, size) = match crate::collect::run_spec(path) {
-        Some(spec) => {
-            let (source, run, warnings) = crate::collect::run_source(spec, store)?;
-            for w in warnings {
-                eprintln!("clrprof: warning: {w}");
-            }
-            (source, format!("run:{}", run.id), run.bytes)
-        }
-        None => (
-            TraceSource::File(path.to_path_buf()),
-            path.display().to_string(),
-            std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        ),
-    };
+    let (source, label, size) = crate::collect::trace_source(path, store)?;
     let loader = Loader::open(source).map_err(|e| describe(&label, e))?;
     Ok(Opened { loader, label, size })
 }
