@@ -1,11 +1,11 @@
 // The page: state (kept in the URL's hash, so a reload or a shared link shows the same view),
 // the header controls, the timeline with its brush, the transform and selection bars, and the
 // tabs. Every figure comes from the server's JSON API; the page renders and navigates.
-import { api, el, put, time, namespaceOf } from './util.js';
+import { api, el, put, time, namespaceOf, fmt } from './util.js';
 import * as views from './views.js';
 
 const DEFAULTS = { view: 'hotspots', w: '', threads: 'merged', inv: '0', t: [], sel: '', path: [], q: '', re: '0',
-  from: '', to: '', zoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '' };
+  from: '', to: '', zoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '' };
 
 const $ = (id) => document.getElementById(id);
 let meta = null;
@@ -229,7 +229,88 @@ async function render() {
   if (gen === generation) delete document.body.dataset.busy;
 }
 
+// ---- a run store (`clrprof view --store`) ----
+
+function openRun(id) {
+  location.hash = id ? `run=${id}` : '';
+  location.reload();
+}
+
+function duration(r) {
+  const end = r.end === null || r.end === undefined ? Date.now() : r.end;
+  return `${((end - r.start) / 1000).toFixed(1)} s`;
+}
+
+function runState(r) {
+  if (r.state === 'cut_off') return r.reason ? `cut off (${r.reason})` : 'cut off';
+  return r.state;
+}
+
+/** The store's runs, newest first; a click opens one. Refreshed every 2 s (running runs grow). */
+async function showRuns(first) {
+  for (const id of ['timeline-box', 'transforms', 'selection', 'tabs']) $(id).hidden = true;
+  for (const id of ['weight', 'threads', 'inverted', 'jmc', 'search', 'regex']) { const e = $(id); (e.closest('label') || e).hidden = true; }
+  $('trace').textContent = `runs of ${first.store || 'the store'}`;
+  const draw = (runs) => {
+    const head = el('tr', {}, ['id', 'host', 'pid', 'command', 'started', 'duration', 'bytes', 'state']
+      .map((h) => el('th', {}, h)));
+    const rows = runs.map((r) => el('tr', { class: 'run', dataset: { run: String(r.id), state: r.state } },
+      el('td', { class: 'num' }, el('a', { href: `#run=${r.id}`, onclick: (e) => { e.preventDefault(); openRun(r.id); } },
+        String(r.id))),
+      el('td', {}, r.host), el('td', { class: 'num' }, String(r.pid)), el('td', {}, r.command),
+      el('td', {}, new Date(r.start).toISOString().replace('T', ' ').slice(0, 19)),
+      el('td', { class: 'num' }, duration(r)), el('td', { class: 'num' }, fmt(r.bytes, 'bytes')),
+      el('td', {}, runState(r))));
+    put($('view'), runs.length ? el('table', { id: 'runs' }, el('thead', {}, head), el('tbody', {}, rows))
+      : el('p', {}, 'no runs yet: start `clrprof collect` and profile an app with `clrprof record --server`'));
+    status(`${runs.length} runs`);
+  };
+  draw(first.runs);
+  delete document.body.dataset.busy;
+  for (;;) {
+    await new Promise((ok) => setTimeout(ok, 2000));
+    try { draw((await api('runs', {})).runs); } catch (e) { status(e.message, true); }
+  }
+}
+
+/** Follows an opened run while it streams: when its generation changes, the views recompute. */
+async function follow() {
+  while (meta.run && meta.run.state === 'running') {
+    await new Promise((ok) => setTimeout(ok, 2000));
+    let s;
+    try { s = await api('status', {}); } catch (e) { status(e.message, true); continue; }
+    if (s.generation === meta.run.generation) continue;
+    try {
+      meta = await api('meta', {});
+      timelineData = await api('timeline', { buckets: 400 });
+    } catch (e) { status(e.message, true); continue; }
+    showTitle();
+    render();
+  }
+}
+
+function showTitle() {
+  const run = meta.run ? ` (${runState(meta.run)}, ${fmt(meta.run.bytes, 'bytes')})` : '';
+  put($('trace'), meta.run ? el('a', { href: '#', onclick: (e) => { e.preventDefault(); openRun(''); } }, 'runs') : null,
+    meta.run ? ' / ' : null, `${meta.trace}${run} — ${meta.command}`);
+}
+
 async function start() {
+  state = readHash();
+  if (state.run) {
+    api.run = state.run;
+  } else {
+    // A store session lists its runs; a trace session answers `store: null`.
+    let runs;
+    try {
+      runs = await api('runs', {});
+    } catch (e) {
+      status(e.message, true);
+      delete document.body.dataset.busy;
+      return;
+    }
+    if (runs.store !== null) { await showRuns(runs); return; }
+  }
   try {
     // While the trace loads, the server answers 503 with its progress.
     for (;;) {
@@ -247,7 +328,7 @@ async function start() {
     delete document.body.dataset.busy;
     return;
   }
-  $('trace').textContent = `${meta.trace} — ${meta.command}`;
+  showTitle();
   put($('messages'), meta.messages.map((m) => el('div', {}, m)));
   state = readHash();
   $('weight').addEventListener('change', (e) => setState({ w: e.target.value, zoom: '0' }));
@@ -262,7 +343,11 @@ async function start() {
   });
   $('regex').addEventListener('change', (e) => setState({ re: e.target.checked ? '1' : '0' }));
   for (const b of document.querySelectorAll('#tabs button')) b.addEventListener('click', () => setState({ view: b.dataset.tab }));
-  window.addEventListener('popstate', () => { state = readHash(); render(); });
+  window.addEventListener('popstate', () => {
+    state = readHash();
+    if (state.run !== (api.run || '')) { location.reload(); return; }
+    render();
+  });
   window.addEventListener('resize', () => { drawTimeline(); if (state.view === 'flame') render(); });
   brush();
   try {
@@ -271,6 +356,7 @@ async function start() {
     status(e.message, true);
   }
   render();
+  follow();
 }
 
 start();

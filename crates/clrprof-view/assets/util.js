@@ -4,6 +4,8 @@
 /** GETs /api/<what> with the parameters; resolves to the JSON answer or throws its error. */
 export async function api(what, params) {
   const q = new URLSearchParams();
+  // A store session: every call names the opened run.
+  if (api.run) q.set('run', api.run);
   for (const [k, v] of Object.entries(params || {})) {
     if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
   }

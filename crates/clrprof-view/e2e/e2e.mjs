@@ -1,6 +1,7 @@
 // Browser end-to-end test of `clrprof view`: Debian's chromium driven by playwright-core.
 // Environment: CLRPROF (the binary), TRACES (testdata/traces/v1), HOSTILE (a trace with hostile
-// names), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a directory: write one per view).
+// names), STORE (a run store with 2 runs), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a
+// directory: write one per view).
 // Exits 0 when every check passed; prints what failed otherwise.
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -193,6 +194,20 @@ async function checks(browser) {
   check((await page.$$eval('#diff-table .only', (o) => o.length)) > 0, 'only-in-one marked');
   check((await page.$$eval('#flame .cell.grew', (c) => c.length)) > 0, 'differential flame graph: grew');
   await shot(page, 'diff');
+
+  // 8. A run store: the runs list, newest first, with their states; a click opens a run.
+  if (env.STORE) {
+    const surl = await startViewer(['--store', env.STORE]);
+    await page.goto(surl);
+    await settled(page);
+    const runs = await page.$$eval('#runs tbody tr', (rs) => rs.map((r) => `${r.dataset.run}:${r.dataset.state}`));
+    check(runs.join(',') === '2:running,1:complete', `runs list: ${runs}`);
+    await shot(page, 'runs');
+    await page.click('#runs tbody tr[data-run="1"] a');
+    await page.waitForSelector('#hotspots tr[data-name="Sampling.Many.Spin"]');
+    await settled(page);
+    check((await page.textContent('#trace')).includes('run:1 (complete'), 'run title');
+  }
 
   const csp = problems.filter((p) => /Content Security Policy|Refused/.test(p));
   check(csp.length === 0, `CSP violations: ${csp.join(' | ')}`);

@@ -482,18 +482,163 @@ impl Loaded {
     }
 }
 
+/// Where a run of a store stands, as `GET /api/status?run=ID` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RunStatus {
+    pub id: i64,
+    /// Changes whenever the profile does (more data arrived, or the run ended): the page
+    /// recomputes its views when it sees a new one.
+    pub generation: u64,
+    /// Trace bytes read so far.
+    pub bytes: u64,
+    /// Records decoded so far.
+    pub records: u64,
+    /// `running`, `complete` or `cut_off`.
+    pub state: String,
+}
+
+/// A run being followed: a profile source over what arrived so far.
+pub trait LiveRun: ProfileSource {
+    /// Reads what the store received since the previous call and returns where the run stands.
+    fn refresh(&self) -> Result<RunStatus, String>;
+}
+
+/// A run store as the viewer sees it (the CLI implements it over `clrprof-collect`).
+pub trait RunCatalog: Send + Sync {
+    /// The store's runs as JSON objects (id, host, pid, command, start, end, bytes, state, …).
+    fn runs(&self) -> Result<Vec<Value>, String>;
+    /// Opens a run to view (`Err` with a message for an unknown run or an unreadable store).
+    fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String>;
+}
+
+/// The `ProfileSource` of a followed run (shared with the run's entry).
+struct LiveSource(Arc<dyn LiveRun>);
+
+impl ProfileSource for LiveSource {
+    fn profile(&self, range: TimeRange) -> Profile {
+        self.0.profile(range)
+    }
+}
+
+/// An opened run: its source, the status last read and the views over that state.
+struct OpenRun {
+    live: Arc<dyn LiveRun>,
+    status: RunStatus,
+    loaded: Arc<Loaded>,
+    refreshed: std::time::Instant,
+    used: std::time::Instant,
+}
+
+/// The store behind `clrprof view --store`: runs are opened on first request and followed while
+/// they grow.
+struct StoreSession {
+    name: String,
+    catalog: Box<dyn RunCatalog>,
+    open: Mutex<HashMap<i64, Arc<Mutex<OpenRun>>>>,
+}
+
+/// Runs kept open at once (the least recently used one is dropped beyond this).
+const OPEN_RUNS: usize = 6;
+/// A running run is re-read at most this often by requests other than `status`.
+const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(1000);
+
+fn run_error(e: String) -> ApiError {
+    ApiError { status: 404, message: e }
+}
+
+impl StoreSession {
+    fn entry(&self, id: i64) -> Result<Arc<Mutex<OpenRun>>, ApiError> {
+        if let Some(e) = self.open.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            return Ok(e.clone());
+        }
+        // Read outside the map's lock: a big run takes a while and other runs stay answerable.
+        let live = self.catalog.open(id).map_err(run_error)?;
+        let status = live.refresh().map_err(|e| ApiError { status: 500, message: e })?;
+        let loaded = Arc::new(Loaded::new(format!("run:{id}"), Box::new(LiveSource(live.clone())), None));
+        let now = std::time::Instant::now();
+        let entry = Arc::new(Mutex::new(OpenRun { live, status, loaded, refreshed: now, used: now }));
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = open.entry(id).or_insert(entry).clone();
+        while open.len() > OPEN_RUNS {
+            let oldest = open
+                .iter()
+                .filter(|(k, _)| **k != id)
+                .min_by_key(|(_, v)| v.try_lock().map(|r| r.used).unwrap_or(now))
+                .map(|(k, _)| *k);
+            match oldest {
+                Some(k) => open.remove(&k),
+                None => break,
+            };
+        }
+        Ok(entry)
+    }
+
+    /// The run's views, re-read first if it may have grown (`force`: always).
+    fn current(&self, id: i64, force: bool) -> Result<(RunStatus, Arc<Loaded>), ApiError> {
+        let entry = self.entry(id)?;
+        let mut r = entry.lock().unwrap_or_else(|e| e.into_inner());
+        r.used = std::time::Instant::now();
+        let stale = r.status.state == "running" && r.refreshed.elapsed() >= REFRESH_EVERY;
+        if force || stale {
+            let status = r.live.refresh().map_err(|e| ApiError { status: 500, message: e })?;
+            r.refreshed = std::time::Instant::now();
+            if status.generation != r.status.generation {
+                r.loaded = Arc::new(Loaded::new(format!("run:{id}"), Box::new(LiveSource(r.live.clone())), None));
+            }
+            r.status = status;
+        }
+        Ok((r.status.clone(), r.loaded.clone()))
+    }
+
+    fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        if what == "runs" {
+            let runs = self.catalog.runs().map_err(|e| ApiError { status: 500, message: e })?;
+            return Ok(json!({ "store": self.name, "runs": runs }));
+        }
+        let id: i64 = match q.get("run") {
+            Some(r) => r.parse().map_err(|_| bad(format!("'run' is not a run id: '{}'", clip(r))))?,
+            None => return Err(bad("'run' is required: a run id from /api/runs")),
+        };
+        if what == "status" {
+            let (status, _) = self.current(id, true)?;
+            return serde_json::to_value(status).map_err(|e| ApiError { status: 500, message: e.to_string() });
+        }
+        let (status, loaded) = self.current(id, false)?;
+        let mut v = loaded.handle(what, q)?;
+        if let Value::Object(o) = &mut v {
+            o.insert("generation".into(), json!(status.generation));
+            if what == "meta" {
+                o.insert("run".into(), json!(status));
+            }
+        }
+        Ok(v)
+    }
+}
+
 /// One viewer session. It answers while the trace is still loading: every API request gets `503`
-/// with the progress, which the page shows until the data is there.
+/// with the progress, which the page shows until the data is there. A store session
+/// ([`Session::store`]) lists the store's runs and answers for any of them (`?run=ID`).
 pub struct Session {
     trace_name: String,
     loaded: OnceLock<Loaded>,
     progress: Mutex<String>,
+    store: Option<StoreSession>,
 }
 
 impl Session {
     /// A session whose trace is still being read ([`Session::finish`] completes it).
     pub fn loading(trace_name: String) -> Session {
-        Session { trace_name, loaded: OnceLock::new(), progress: Mutex::new("starting".into()) }
+        Session { trace_name, loaded: OnceLock::new(), progress: Mutex::new("starting".into()), store: None }
+    }
+
+    /// A session over a run store: `/api/runs` lists its runs, every other API takes `run=ID`.
+    pub fn store(store_name: String, catalog: Box<dyn RunCatalog>) -> Session {
+        Session {
+            trace_name: store_name.clone(),
+            loaded: OnceLock::new(),
+            progress: Mutex::new(String::new()),
+            store: Some(StoreSession { name: store_name, catalog, open: Mutex::new(HashMap::new()) }),
+        }
     }
 
     /// A session over loaded sources.
@@ -520,6 +665,16 @@ impl Session {
 
     /// Answers `GET /api/<what>?params`.
     pub fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        if let Some(s) = &self.store {
+            return s.handle(what, q);
+        }
+        if what == "runs" {
+            // Not a store: the page opens the trace.
+            return Ok(json!({ "store": null, "runs": [] }));
+        }
+        if what == "status" {
+            return Err(bad("not a store: `status` needs `clrprof view --store S`"));
+        }
         match self.loaded.get() {
             Some(l) => l.handle(what, q),
             None => Err(ApiError {
@@ -531,5 +686,132 @@ impl Session {
                 ),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::{NoSymbols, ProfileBuilder};
+    use clrprof_trace::StreamDecoder;
+
+    /// A run that grows by a third of a real trace per refresh, then ends.
+    struct Growing {
+        bytes: Vec<u8>,
+        state: Mutex<(usize, u64, StreamDecoder, ProfileBuilder)>,
+    }
+
+    impl ProfileSource for Growing {
+        fn profile(&self, range: TimeRange) -> Profile {
+            self.state.lock().unwrap().3.profile(range, &mut NoSymbols)
+        }
+    }
+
+    impl LiveRun for Growing {
+        fn refresh(&self) -> Result<RunStatus, String> {
+            let mut s = self.state.lock().unwrap();
+            let (at, generation, decoder, builder) = &mut *s;
+            if *at < self.bytes.len() {
+                let end = (*at + self.bytes.len() / 3 + 1).min(self.bytes.len());
+                let mut out = Vec::new();
+                decoder.push(&self.bytes[*at..end], &mut out).map_err(|e| e.to_string())?;
+                for r in &out {
+                    builder.add(r);
+                }
+                *at = end;
+                *generation += 1;
+            }
+            let state = if *at == self.bytes.len() { "complete" } else { "running" };
+            Ok(RunStatus {
+                id: 1,
+                generation: *generation,
+                bytes: *at as u64,
+                records: builder.records(),
+                state: state.into(),
+            })
+        }
+    }
+
+    struct OneRun(Vec<u8>);
+
+    impl RunCatalog for OneRun {
+        fn runs(&self) -> Result<Vec<Value>, String> {
+            Ok(vec![json!({"id": 1, "state": "running"})])
+        }
+        fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String> {
+            if id != 1 {
+                return Err(format!("no run {id} in this store"));
+            }
+            Ok(Arc::new(Growing {
+                bytes: self.0.clone(),
+                state: Mutex::new((0, 0, StreamDecoder::new(), ProfileBuilder::new())),
+            }))
+        }
+    }
+
+    fn params(kv: &[(&str, &str)]) -> Params {
+        Params(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    fn cpu_count(meta: &Value) -> u64 {
+        meta["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == "cpu")
+            .map_or(0, |w| w["count"].as_u64().unwrap())
+    }
+
+    #[test]
+    fn a_store_session_follows_a_growing_run() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/v1/sampled.clrprof");
+        let bytes = std::fs::read(path).unwrap();
+        let whole = {
+            let mut d = StreamDecoder::new();
+            let mut out = Vec::new();
+            d.push(&bytes, &mut out).unwrap();
+            let mut b = ProfileBuilder::new();
+            out.iter().for_each(|r| b.add(r));
+            b.profile(TimeRange::ALL, &mut NoSymbols)
+        };
+        let s = Session::store("test.db".into(), Box::new(OneRun(bytes.clone())));
+        let runs = s.handle("runs", &params(&[])).unwrap();
+        assert_eq!(runs["store"], "test.db");
+        assert_eq!(runs["runs"][0]["id"], 1);
+        // Opened: the first third.
+        let run = params(&[("run", "1")]);
+        let first = s.handle("meta", &run).unwrap();
+        assert_eq!(first["run"]["generation"], 1);
+        assert_eq!(first["run"]["state"], "running");
+        assert_eq!(first["trace"], "run:1");
+        // Each status reads more; the views are recomputed from it.
+        let mut last = cpu_count(&first);
+        for generation in [2, 3] {
+            let st = s.handle("status", &run).unwrap();
+            assert_eq!(st["generation"], generation);
+            let meta = s.handle("meta", &run).unwrap();
+            assert_eq!(meta["generation"], generation);
+            assert!(cpu_count(&meta) >= last, "{generation}");
+            last = cpu_count(&meta);
+        }
+        let end = s.handle("status", &run).unwrap();
+        assert_eq!((end["state"].as_str(), end["bytes"].as_u64()), (Some("complete"), Some(bytes.len() as u64)));
+        // All of it: the figures of a one-shot load.
+        let hot = s.handle("hotspots", &params(&[("run", "1"), ("w", "cpu"), ("limit", "100000")])).unwrap();
+        let total: u64 = hot["page"]["rows"].as_array().unwrap().iter().map(|r| r["self"].as_u64().unwrap()).sum();
+        assert_eq!(total, select::totals(&whole).cpu_ns);
+        assert_eq!(last, select::measure(Metric::Cpu, &select::totals(&whole)).0);
+        // Errors.
+        assert_eq!(s.handle("meta", &params(&[("run", "2")])).unwrap_err().status, 404);
+        assert_eq!(s.handle("meta", &params(&[])).unwrap_err().status, 400);
+        assert_eq!(s.handle("meta", &params(&[("run", "x")])).unwrap_err().status, 400);
+        // A trace session says it is not a store.
+        let t = Session::new(
+            "t".into(),
+            Box::new(Growing { bytes: vec![], state: Mutex::new((0, 0, StreamDecoder::new(), ProfileBuilder::new())) }),
+            None,
+        );
+        assert!(t.handle("runs", &params(&[])).unwrap()["store"].is_null());
+        assert_eq!(t.handle("status", &params(&[("run", "1")])).unwrap_err().status, 400);
     }
 }

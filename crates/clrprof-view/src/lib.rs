@@ -7,5 +7,5 @@ pub mod api;
 pub mod diff;
 pub mod server;
 
-pub use api::{ProfileSource, Session};
+pub use api::{LiveRun, ProfileSource, RunCatalog, RunStatus, Session};
 pub use server::{new_token, ServeOptions, Viewer, CSP};

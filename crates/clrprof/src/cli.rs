@@ -48,7 +48,7 @@ enum Command {
     Export(ExportArgs),
     /// Browse a trace interactively in a web browser (local, token-protected).
     #[command(
-        after_help = "Examples:\n  clrprof view app.clrprof\n  clrprof view new.clrprof --baseline old.clrprof\n  clrprof view app.clrprof --port 8080 --no-browser"
+        after_help = "Examples:\n  clrprof view app.clrprof\n  clrprof view new.clrprof --baseline old.clrprof\n  clrprof view app.clrprof --port 8080 --no-browser\n  clrprof view --store runs.db      (the runs list; a running run is followed as it grows)\n  clrprof view run:latest --store runs.db"
     )]
     View(ViewArgs),
     /// Compare two profiles (traces or imported files): per function, self and inclusive values
@@ -71,9 +71,12 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ViewArgs {
-    /// The trace file
+    /// The trace file, or a run of a store: run:ID or run:latest; without it, --store's runs are listed
     #[arg(value_name = "FILE")]
-    trace: PathBuf,
+    trace: Option<PathBuf>,
+    /// The run store (run:ID, or the runs list): an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
+    #[arg(long, value_name = "PATH|URL")]
+    store: Option<String>,
     /// A trace to compare with (the diff view)
     #[arg(long, value_name = "OLD")]
     baseline: Option<PathBuf>,
@@ -662,6 +665,7 @@ pub fn run() -> Result<ExitCode> {
         Command::View(a) => {
             crate::view::view(&crate::view::ViewCommand {
                 trace: a.trace,
+                store: a.store,
                 baseline: a.baseline,
                 port: a.port,
                 bind: a.bind,

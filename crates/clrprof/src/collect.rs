@@ -55,12 +55,12 @@ fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
     Ok(Arc::new(PyroscopeSink(p)))
 }
 
-fn store_spec(store: Option<&str>) -> String {
+pub fn store_spec(store: Option<&str>) -> String {
     store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
 }
 
 /// Opens a store to read: an SQLite file must exist (a typo is not a new, empty store).
-fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
+pub fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
     let spec = store_spec(store);
     if !spec.contains("://") && !std::path::Path::new(&spec).is_file() {
         bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
@@ -69,7 +69,7 @@ fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
 }
 
 /// A store URL without its password, for messages.
-fn redact(spec: &str) -> String {
+pub fn redact(spec: &str) -> String {
     match (spec.find("://"), spec.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let cred = &spec[s + 3..at];
@@ -284,6 +284,31 @@ pub fn run_source(spec: &str, store: Option<&str>) -> Result<(TraceSource, RunIn
         RunState::Complete => {}
     }
     Ok((TraceSource::Bytes(bytes), run, warnings))
+}
+
+/// What a reader names as its input — a trace file (or an imported file), or `run:ID`/`run:latest`
+/// of `store` — as a source, with its label for messages and its size in bytes. A run's warnings
+/// (still streaming, cut off) go to stderr. `report`, `export`, `diff` and `view` all read through
+/// this.
+pub fn trace_source(path: &std::path::Path, store: Option<&str>) -> Result<(TraceSource, String, u64)> {
+    Ok(match run_spec(path) {
+        Some(spec) => {
+            let (source, run, warnings) = run_source(spec, store)?;
+            for w in warnings {
+                eprintln!("clrprof: warning: {w}");
+            }
+            let size = match &source {
+                TraceSource::Bytes(b) => b.len() as u64,
+                _ => run.bytes,
+            };
+            (source, format!("run:{}", run.id), size)
+        }
+        None => (
+            TraceSource::File(path.to_path_buf()),
+            path.display().to_string(),
+            std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+        ),
+    })
 }
 
 /// Parses a size: bytes, or with a K/M/G suffix (powers of 1024).

@@ -6,7 +6,6 @@ use anyhow::Result;
 use clrprof_model::{NoSymbols, Profile, TimeRange};
 use clrprof_query::import::{Format, ImportOptions};
 use clrprof_query::source::{LoadError, Loader};
-use clrprof_trace::TraceSource;
 
 /// How to read a trace.
 #[derive(Clone, Debug, Default)]
@@ -29,16 +28,7 @@ pub struct ReadOptions {
 ///
 /// `path` may name a run of a store instead (`run:ID`, `run:latest`; see `clrprof runs`).
 pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
-    let (source, label) = match crate::collect::run_spec(path) {
-        Some(spec) => {
-            let (source, run, warnings) = crate::collect::run_source(spec, read.store.as_deref())?;
-            for w in warnings {
-                eprintln!("clrprof: warning: {w}");
-            }
-            (source, format!("run:{}", run.id))
-        }
-        None => (TraceSource::File(path.to_path_buf()), path.display().to_string()),
-    };
+    let (source, label, _) = crate::collect::trace_source(path, read.store.as_deref())?;
     let (loader, diagnostics) = Loader::read(source, &read.import).map_err(|e| {
         let what = match &e {
             LoadError::Open(_) => format!("cannot open trace {label}"),

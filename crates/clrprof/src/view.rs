@@ -5,20 +5,24 @@
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clrprof_model::{NoSymbols, Profile, TimeRange};
+use clrprof_collect::{RunId, RunState, RunStore, RunTail};
+use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
 use clrprof_query::source::{LoadError, Loader};
-use clrprof_trace::TraceSource;
-use clrprof_view::{ProfileSource, ServeOptions, Session, Viewer};
+use clrprof_trace::{Record, StreamDecoder};
+use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
 use signal_hook::iterator::Signals;
 
 /// What `clrprof view` was asked.
 #[derive(Clone, Debug)]
 pub struct ViewCommand {
-    pub trace: PathBuf,
+    /// A trace file or `run:ID`/`run:latest`; `None`: browse the runs of `store`.
+    pub trace: Option<PathBuf>,
+    /// The run store (`run:ID`, or the runs list without a trace).
+    pub store: Option<String>,
     pub baseline: Option<PathBuf>,
     pub port: u16,
     pub bind: Option<IpAddr>,
@@ -45,33 +49,35 @@ impl ProfileSource for LoadedSource {
     }
 }
 
-fn describe(path: &Path, e: LoadError) -> anyhow::Error {
+fn describe(label: &str, e: LoadError) -> anyhow::Error {
     let what = match &e {
-        LoadError::Decode { records, .. } if *records > 0 => {
-            format!("cannot read {} (after {records} records)", path.display())
-        }
-        LoadError::Open(_) => format!("cannot open trace {}", path.display()),
-        _ => format!("cannot read {}", path.display()),
+        LoadError::Decode { records, .. } if *records > 0 => format!("cannot read {label} (after {records} records)"),
+        LoadError::Open(_) => format!("cannot open trace {label}"),
+        _ => format!("cannot read {label}"),
     };
     anyhow::Error::new(e).context(what)
 }
 
-/// Opens a trace (or an imported file): a missing file or an unknown format fails here, before
-/// anything is served.
-fn open(path: &Path) -> Result<Loader> {
-    Loader::open(TraceSource::File(path.to_path_buf())).map_err(|e| describe(path, e))
+/// An opened trace: the loader, its name and its size in bytes.
+struct Opened {
+    loader: Loader,
+    label: String,
+    size: u64,
+}
+
+/// Opens a trace, an imported file or a run of a store (`run:ID`, read through the same
+/// `trace_source` as `report`, `export` and `diff`): a missing file, an unknown run or an unknown
+/// format fails here, before anything is served.
+fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
+    let (source, label, size) = crate::collect::trace_source(path, store)?;
+    let loader = Loader::open(source).map_err(|e| describe(&label, e))?;
+    Ok(Opened { loader, label, size })
 }
 
 /// Reads an opened trace with a progress line on stderr and in the page every half second.
 /// Ctrl-C or SIGTERM while loading ends the command.
-fn read(
-    path: &Path,
-    mut l: Loader,
-    cmd: &ViewCommand,
-    session: &Session,
-    signals: &mut Signals,
-) -> Result<LoadedSource> {
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) -> Result<LoadedSource> {
+    let Opened { loader: mut l, label, size } = o;
     let started = Instant::now();
     let mut last = Instant::now();
     let mut shown = false;
@@ -83,7 +89,7 @@ fn read(
             }
             last = Instant::now();
             shown = true;
-            let text = format!("{records} records of {} ({:.1} MB)", path.display(), size as f64 / 1e6);
+            let text = format!("{records} records of {label} ({:.1} MB)", size as f64 / 1e6);
             eprint!("\rclrprof: loading: {text}");
             session.set_progress(text);
         }
@@ -92,9 +98,9 @@ fn read(
     if shown {
         eprintln!();
     }
-    let d = r.map_err(|e| describe(path, e))?;
+    let d = r.map_err(|e| describe(&label, e))?;
     if let Some(t) = d.truncation {
-        eprintln!("clrprof: warning: {}: {t}", path.display());
+        eprintln!("clrprof: warning: {label}: {t}");
     }
     if size > 50_000_000 {
         eprintln!("clrprof: loaded {} records in {:.1} s", d.records, started.elapsed().as_secs_f64());
@@ -145,28 +151,24 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
         Some(t) => t.clone(),
         None => clrprof_view::new_token().context("cannot read /dev/urandom for a session token")?,
     };
-    let trace = open(&cmd.trace)?;
-    let baseline = cmd.baseline.as_ref().map(|b| open(b).map(|l| (b, l))).transpose()?;
+    let Some(trace_path) = &cmd.trace else {
+        return serve_store(cmd, bind, token);
+    };
+    let trace = open(trace_path, cmd.store.as_deref())?;
+    let baseline = cmd.baseline.as_ref().map(|b| open(b, cmd.store.as_deref())).transpose()?;
     let mut signals =
         Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
     // Serve at once: the page shows the loading progress until the trace is read.
-    let session = Arc::new(Session::loading(cmd.trace.display().to_string()));
+    let session = Arc::new(Session::loading(trace.label.clone()));
     let viewer = Viewer::start(session.clone(), &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
-    let url = viewer.url();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{url}")?;
-        out.flush()?;
-    }
-    if cmd.open_browser {
-        open_browser(&url);
-    }
+    print_url(cmd, &viewer.url())?;
     let loaded = (|| -> Result<_> {
-        let source = read(&cmd.trace, trace, cmd, &session, &mut signals)?;
+        let source = read(trace, cmd, &session, &mut signals)?;
         let baseline = match baseline {
-            Some((b, l)) => {
-                let s = read(b, l, cmd, &session, &mut signals)?;
-                Some((b.display().to_string(), Box::new(s) as Box<dyn ProfileSource>))
+            Some(b) => {
+                let name = b.label.clone();
+                let s = read(b, cmd, &session, &mut signals)?;
+                Some((name, Box::new(s) as Box<dyn ProfileSource>))
             }
             None => None,
         };
@@ -183,4 +185,157 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     let _ = signals.forever().next();
     viewer.stop();
     Ok(())
+}
+
+/// Prints the URL as the one line on standard output and opens a browser if asked.
+fn print_url(cmd: &ViewCommand, url: &str) -> Result<()> {
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{url}")?;
+        out.flush()?;
+    }
+    if cmd.open_browser {
+        open_browser(url);
+    }
+    Ok(())
+}
+
+/// `clrprof view --store S`: the page lists the store's runs and opens any of them; a run still
+/// streaming is followed as it grows.
+fn serve_store(cmd: &ViewCommand, bind: IpAddr, token: String) -> Result<()> {
+    if cmd.baseline.is_some() {
+        bail!("--baseline needs a TRACE to compare with (e.g. `clrprof view run:2 --baseline run:1 --store S`)");
+    }
+    let store = crate::collect::open(cmd.store.as_deref())?;
+    let name = crate::collect::redact(&crate::collect::store_spec(cmd.store.as_deref()));
+    let mut signals =
+        Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
+    let catalog = StoreCatalog { store, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() };
+    let session = Arc::new(Session::store(name, Box::new(catalog)));
+    let viewer = Viewer::start(session, &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
+    print_url(cmd, &viewer.url())?;
+    let _ = signals.forever().next();
+    viewer.stop();
+    Ok(())
+}
+
+/// The runs of a store, for the viewer.
+struct StoreCatalog {
+    store: Arc<dyn RunStore>,
+    native_symbols: bool,
+    debug_dirs: Vec<PathBuf>,
+}
+
+impl RunCatalog for StoreCatalog {
+    fn runs(&self) -> Result<Vec<serde_json::Value>, String> {
+        let mut runs = self.store.list().map_err(|e| e.to_string())?;
+        runs.reverse();
+        Ok(runs.iter().map(|r| serde_json::to_value(r).unwrap_or_default()).collect())
+    }
+
+    fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String> {
+        let info = self
+            .store
+            .get(RunId(id))
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no run {id} in this store"))?;
+        Ok(Arc::new(StoreRun {
+            id,
+            native_symbols: self.native_symbols,
+            debug_dirs: self.debug_dirs.clone(),
+            inner: Mutex::new(Follow {
+                tail: RunTail::new(self.store.clone(), info.id),
+                decoder: StreamDecoder::new(),
+                builder: ProfileBuilder::new(),
+                batch: Vec::new(),
+                generation: 0,
+                bytes: 0,
+                state: RunState::Running,
+                ended: false,
+                failed: None,
+            }),
+        }))
+    }
+}
+
+/// A run read from its store as it grows: each refresh decodes the bytes stored since the last
+/// one into the incremental `ProfileBuilder` (the same decoding `run_source` + `Loader` does in
+/// one go).
+struct StoreRun {
+    id: i64,
+    native_symbols: bool,
+    debug_dirs: Vec<PathBuf>,
+    inner: Mutex<Follow>,
+}
+
+struct Follow {
+    tail: RunTail,
+    decoder: StreamDecoder,
+    builder: ProfileBuilder,
+    batch: Vec<Record>,
+    generation: u64,
+    bytes: u64,
+    state: RunState,
+    /// The run ended and the decoder was finished: nothing more will come.
+    ended: bool,
+    /// The stored bytes stopped decoding here (kept: the profile is what was read before).
+    failed: Option<String>,
+}
+
+impl ProfileSource for StoreRun {
+    fn profile(&self, range: TimeRange) -> Profile {
+        let f = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if self.native_symbols {
+            f.builder.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
+        } else {
+            f.builder.profile(range, &mut NoSymbols)
+        }
+    }
+}
+
+impl LiveRun for StoreRun {
+    fn refresh(&self) -> Result<RunStatus, String> {
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let f = &mut *guard;
+        if !f.ended {
+            let (bytes, info) = f.tail.poll().map_err(|e| format!("run {}: {e}", self.id))?;
+            let info = info.ok_or_else(|| format!("run {} is no longer in the store", self.id))?;
+            let mut changed = info.state != f.state;
+            if !bytes.is_empty() && f.failed.is_none() {
+                f.bytes += bytes.len() as u64;
+                changed = true;
+                if let Err(e) = f.decoder.push(&bytes, &mut f.batch) {
+                    let msg =
+                        format!("run {}: stored trace unreadable after {} records: {e}", self.id, f.builder.records());
+                    f.builder.warn(msg.clone());
+                    f.failed = Some(msg);
+                }
+                for r in f.batch.drain(..) {
+                    f.builder.add(&r);
+                }
+            }
+            f.state = info.state;
+            if info.state != RunState::Running {
+                // Everything stored before the state said "ended" was read above.
+                f.ended = true;
+                if f.failed.is_none() {
+                    match f.decoder.finish() {
+                        Ok(Some(t)) => f.builder.warn(t.to_string()),
+                        Ok(None) => {}
+                        Err(e) => f.builder.warn(format!("run {}: the stored trace ends badly: {e}", self.id)),
+                    }
+                }
+            }
+            if changed {
+                f.generation += 1;
+            }
+        }
+        Ok(RunStatus {
+            id: self.id,
+            generation: f.generation,
+            bytes: f.bytes,
+            records: f.builder.records(),
+            state: f.state.name().to_string(),
+        })
+    }
 }

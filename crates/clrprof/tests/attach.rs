@@ -422,3 +422,101 @@ fn attach_works_on_every_runtime() {
         }
     }
 }
+
+/// `clrprof collect` on a free loopback port with an SQLite store; its address and log lines.
+fn start_collector(store: &Path) -> (KillOnDrop, String, std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut child = Command::new(clrprof_exe())
+        .args(["collect", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start clrprof collect");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let child = KillOnDrop(child);
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .strip_prefix("clrprof collect: listening on ")
+        .unwrap_or_else(|| panic!("collector said {line:?}"))
+        .split([',', ' '])
+        .next()
+        .unwrap()
+        .to_string();
+    let log = Arc::new(std::sync::Mutex::new(String::new()));
+    let l = Arc::clone(&log);
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while err.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            l.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    (child, addr, log)
+}
+
+#[test]
+fn attach_streams_to_a_collector() {
+    let dir = scratch("attach-server");
+    let store = dir.join("runs.db");
+    let (_collector, server, log) = start_collector(&store);
+    let (mut web, addr, mut out) = start_web(&[]);
+    let pid = web.0.id();
+    let load = Load::start(&addr, 2);
+    let trace = dir.join("fallback.clrprof");
+    let mut c = attach_cmd(pid, &["-d", "4", "--server", &server, "-o"]);
+    c.arg(&trace).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("run clrprof attach");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains(&format!("attached to process {pid}")), "{first}");
+    // Exactly 20 exceptions while the session streams.
+    for _ in 0..20 {
+        assert_eq!(get(&addr, "/throw"), 200);
+    }
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{first}{rest}");
+    assert!(rest.contains(&format!("trace streamed to the collector at {server}")), "{rest}");
+    assert!(!trace.exists(), "no local file when the collector took the whole session");
+    let requests = load.finish() + 20;
+
+    // The run is stored complete, the process still running.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().contains("run 1: complete") {
+        assert!(std::time::Instant::now() < deadline, "collector log: {}", log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let runs = Command::new(clrprof_exe()).arg("runs").arg("--store").arg(&store).args(["--format", "json"]).output();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.unwrap().stdout).unwrap();
+    let r = &runs.as_array().unwrap()[0];
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    assert_eq!(r["state"], "complete", "{r}");
+    assert_eq!(r["pid"], pid, "{r}");
+    assert!(r["command"].as_str().unwrap().contains("Web.dll"), "{r}");
+    // `report run:latest` names the endpoint's code and counts the exceptions exactly.
+    let report = Command::new(clrprof_exe())
+        .args(["report", "run:latest", "--format", "json", "--no-native-symbols", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(v["process"]["pid"], pid);
+    assert_eq!(v["process"]["clean_shutdown"], true, "{}", v["process"]);
+    assert!(find(&v, "functions", "Work.Primes")["cpu_total_ns"].as_u64().unwrap() > 0);
+    let g = exception_group(&v, "System.InvalidOperationException");
+    assert_eq!(g["thrown"], 20);
+    assert_eq!(g["caught"], 20);
+    assert_eq!(g["throw_site"], "Work.Fail");
+
+    // The server ran on, answered everything and printed nothing extra.
+    assert!(web.0.try_wait().unwrap().is_none(), "the server died");
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert!(web.0.wait().unwrap().success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest.trim(), format!("requests={requests}"));
+}

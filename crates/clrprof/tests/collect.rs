@@ -315,6 +315,12 @@ fn the_collector_killed_mid_run_harms_nothing_and_loses_nothing() {
     assert!(text(&o.stderr).contains("was cut off"), "{}", text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(has_function(&v, "Work.Primes"), "the first part of the run is in the store");
+    // The viewer shows it cut off, every stored byte read, with the report's figures.
+    let view = StoreViewer::start(&["--store", &store]);
+    assert_eq!(view.api("runs", "")["runs"][0]["state"], "cut_off");
+    let s = view.api("status", "run=1");
+    assert_eq!((s["state"].as_str(), &s["bytes"]), (Some("cut_off"), &r["bytes"]), "{s}");
+    hotspots_equal_report(&view, "run=1", &v, 3);
 }
 
 #[test]
@@ -531,6 +537,20 @@ fn a_postgresql_store_shared_by_two_collectors_survives_restarts() {
         exact_counts(&report_run_json(&format!("run:{}", r["id"]), &url));
     }
     exact_counts(&report_run_json("run:latest", &url));
+    // The viewer reads the shared store too: both runs listed, each opened with its exact calls.
+    let v = StoreViewer::start(&["--store", &url]);
+    let listed = v.api("runs", "");
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+    assert_eq!(listed["store"], url.as_str(), "no password to hide");
+    for r in &all {
+        let q = format!("run={}", r["id"]);
+        assert_eq!(v.api("status", &q)["state"], "complete");
+        let h = v.api("hotspots", &format!("{q}&w=calls&limit=100000"));
+        let rows = h["page"]["rows"].as_array().unwrap();
+        let calls = |name: &str| rows.iter().find(|x| x["name"] == name).map(|x| x["self"].as_u64().unwrap());
+        assert_eq!(calls("Calls.Counted.Tick"), Some(1000), "{q}");
+        assert_eq!(calls("Calls.Recursion.Fib"), Some(21891), "{q}");
+    }
 }
 
 #[test]
@@ -569,4 +589,160 @@ fn a_collector_whose_stderr_is_gone_keeps_working_and_stops_on_sigterm() {
     unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     let status = child.0.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+/// A running `clrprof view --store S --no-browser` (or `view run:ID --store S`); killed when dropped.
+struct StoreViewer {
+    _child: KillOnDrop,
+    host: String,
+    token: String,
+}
+
+impl StoreViewer {
+    fn start(args: &[&str]) -> StoreViewer {
+        let mut child = Command::new(clrprof_exe())
+            .arg("view")
+            .args(args)
+            .args(["--no-browser", "--no-native-symbols"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start clrprof view");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let rest = line.trim().strip_prefix("http://").unwrap_or_else(|| panic!("a URL line, got {line:?}"));
+        let (host, token) = rest.split_once("/?token=").unwrap();
+        StoreViewer { _child: KillOnDrop(child), host: host.to_string(), token: token.to_string() }
+    }
+
+    /// `GET /api/<what>?query&token=…`: (status, JSON body).
+    fn get(&self, what: &str, query: &str) -> (u16, serde_json::Value) {
+        let mut s = TcpStream::connect(&self.host).unwrap();
+        write!(s, "GET /api/{what}?{query}&token={} HTTP/1.0\r\nHost: {}\r\n\r\n", self.token, self.host).unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {body}")))
+    }
+
+    /// An API answer that must be 200 (a 503 while a trace loads is waited out).
+    fn api(&self, what: &str, query: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, v) = self.get(what, query);
+            if status == 503 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            assert_eq!(status, 200, "/api/{what}?{query}: {v}");
+            return v;
+        }
+    }
+}
+
+/// The CPU weight's sample count in `/api/meta`.
+fn cpu_samples(meta: &serde_json::Value) -> u64 {
+    meta["weights"].as_array().unwrap().iter().find(|w| w["name"] == "cpu").map_or(0, |w| w["count"].as_u64().unwrap())
+}
+
+/// The viewer's CPU hot spots equal the report's functions (self, total, samples), for every
+/// function with CPU time and a unique name; Work.Primes among them.
+fn hotspots_equal_report(v: &StoreViewer, query: &str, doc: &serde_json::Value, min_compared: usize) {
+    let h = v.api("hotspots", &format!("{query}&w=cpu&limit=100000"));
+    let rows = h["page"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, h["page"]["count"].as_u64().unwrap());
+    let functions = doc["functions"].as_array().unwrap();
+    let mut compared = 0;
+    for f in functions.iter().filter(|f| f["cpu_total_ns"].as_u64().unwrap_or(0) > 0) {
+        let name = f["name"].as_str().unwrap();
+        if functions.iter().filter(|g| g["name"] == name).count() > 1 {
+            continue;
+        }
+        let r = rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("no hot spot {name}"));
+        assert_eq!(r["self"], f["cpu_self_ns"], "{name} self");
+        assert_eq!(r["total"], f["cpu_total_ns"], "{name} total");
+        assert_eq!(r["self_count"], f["samples_self"], "{name} samples");
+        compared += 1;
+    }
+    assert!(compared >= min_compared, "{compared} functions compared");
+    assert!(rows.iter().any(|r| r["name"] == "Work.Primes"), "Work.Primes sampled");
+}
+
+#[test]
+fn view_store_follows_a_running_run_and_ends_equal_to_the_report() {
+    let dir = scratch("collect-view");
+    let store = store_path(&dir);
+    let c = Collector::start(&store, "127.0.0.1:0", &[]);
+    let web = start_web(&c.addr, &dir.join("web.clrprof"), &dir.join("agent.log"), &[]);
+    c.wait_for("started");
+    load(web.port, 2, 10);
+    let v = StoreViewer::start(&["--store", &store]);
+    // The runs list: the one run, still streaming.
+    let list = v.api("runs", "");
+    let listed = list["runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{list}");
+    assert_eq!(listed[0]["id"], 1);
+    assert_eq!(listed[0]["state"], "running");
+    assert!(listed[0]["command"].as_str().unwrap().ends_with("Web.dll"), "{list}");
+    assert!(listed[0]["pid"].as_u64().unwrap() > 0 && listed[0]["bytes"].as_u64().unwrap() > 0, "{list}");
+    // Opened: what arrived so far.
+    let first = v.api("meta", "run=1");
+    assert_eq!(first["run"]["state"], "running", "{}", first["run"]);
+    let before = cpu_samples(&first);
+    let generation = first["run"]["generation"].as_u64().unwrap();
+    // More load: the status's generation moves and the views show more samples.
+    load(web.port, 2, 20);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let later = loop {
+        let s = v.api("status", "run=1");
+        if s["generation"].as_u64().unwrap() > generation {
+            let m = v.api("meta", "run=1");
+            if cpu_samples(&m) > before {
+                break m;
+            }
+        }
+        assert!(Instant::now() < deadline, "no new samples after {s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(later["run"]["bytes"].as_u64().unwrap() > first["run"]["bytes"].as_u64().unwrap());
+    // The app exits: the run completes, and the viewer's figures are the report's.
+    let (out, _) = web.stop();
+    assert!(out.contains("requests=30"), "{out}");
+    c.wait_for("run 1: complete");
+    let s = v.api("status", "run=1");
+    assert_eq!(s["state"], "complete", "{s}");
+    let stored = &runs(&store)[0];
+    assert_eq!(s["bytes"], stored["bytes"], "every stored byte read");
+    let meta = v.api("meta", "run=1");
+    assert_eq!(meta["run"]["state"], "complete");
+    assert_eq!(meta["generation"], s["generation"]);
+    assert_eq!(meta["pid"], stored["pid"]);
+    let doc = report_run_json("run:1", &store);
+    hotspots_equal_report(&v, "run=1", &doc, 10);
+    assert_eq!(v.api("runs", "")["runs"][0]["state"], "complete");
+    // Bad runs are one-line errors.
+    for (q, msg) in [("run=9", "no run 9"), ("run=x", "not a run id"), ("", "'run' is required")] {
+        let (status, e) = v.get("meta", q);
+        assert!((400..500).contains(&status), "{q}: {status} {e}");
+        assert!(e["error"].as_str().unwrap().contains(msg), "{q}: {e}");
+    }
+
+    // `view run:ID --store S` reads the run through the same run source as `report`.
+    let one = StoreViewer::start(&["run:latest", "--store", &store]);
+    assert_eq!(one.api("meta", "")["trace"], "run:1");
+    hotspots_equal_report(&one, "", &doc, 10);
+    // So does `diff`: a run against itself changes nothing.
+    let out = Command::new(clrprof_exe())
+        .args(["diff", "run:1", "run:latest", "--store", &store, "--format", "json", "--no-native-symbols"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let functions = d["functions"].as_array().unwrap();
+    assert!(functions.iter().any(|f| f["name"] == "Work.Primes"), "{d}");
+    assert!(functions.iter().all(|f| f["delta"] == 0 && f["delta_total"] == 0 && f["base"] == f["new"]), "{d}");
+    let primes = functions.iter().find(|f| f["name"] == "Work.Primes").unwrap();
+    assert!(primes["new_total"].as_i64().unwrap() > 0, "{primes}");
 }

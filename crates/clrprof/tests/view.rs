@@ -457,6 +457,26 @@ fn command_line_errors_are_one_line() {
     let out = run(&[junk.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stderr).lines().count(), 1, "{}", text(&out.stderr));
+    // Stores and runs: a missing store, an unknown run, a baseline without a trace.
+    let store = dir.join("runs.db");
+    clrprof_collect::SqliteStore::open(&store).unwrap();
+    let missing_store = dir.join("typo.db");
+    for (args, msg) in [
+        (vec!["--store", missing_store.to_str().unwrap()], "no run store at"),
+        (vec!["run:9", "--store", store.to_str().unwrap()], "no run 9 in the store"),
+        (vec!["run:latest", "--store", store.to_str().unwrap()], "holds no runs"),
+        (vec!["--store", store.to_str().unwrap(), "--baseline", t.to_str().unwrap()], "--baseline needs a TRACE"),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(msg) && err.lines().count() == 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    // No trace and no store: the default store, which is not there.
+    let out = Command::new(clrprof_exe()).args(["view", "--no-browser"]).current_dir(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no run store at clrprof-runs.db"), "{}", text(&out.stderr));
     // An explicit token is used as given.
     let v = Viewer::start(&t, &["--token", "abcdefghijklmnopqrstuvwxyz012345"]);
     assert_eq!(v.token, "abcdefghijklmnopqrstuvwxyz012345");
@@ -499,7 +519,8 @@ fn the_diff_view_compares_with_the_baseline() {
 /// The browser end to end (crates/clrprof-view/e2e/e2e.mjs): Debian's chromium driven by
 /// playwright-core opens a real trace, selects a function and checks the butterfly, zooms and
 /// searches the flame graph, brushes a time range, applies and undoes a transform, reloads the
-/// URL and finds the same state, renders hostile names as text, and opens a diff. Set
+/// URL and finds the same state, renders hostile names as text, opens a diff, and lists a run
+/// store's runs and opens one. Set
 /// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
 #[test]
 fn browser_end_to_end() {
@@ -512,12 +533,29 @@ fn browser_end_to_end() {
     );
     let dir = scratch("view-browser");
     let (hostile, _) = hostile_trace(&dir);
+    // A run store for the runs list: run 1 complete (sampled.clrprof), run 2 still streaming.
+    let store = dir.join("runs.db");
+    {
+        use clrprof_collect::{NewRun, RunEnd, RunState, RunStore, SqliteStore};
+        let s = SqliteStore::open(&store).unwrap();
+        for (name, complete) in [("sampled.clrprof", true), ("counted.clrprof", false)] {
+            let start = clrprof_collect::now_ms() - 60_000;
+            let new =
+                NewRun { host: "e2e".into(), pid: 42, command: format!("dotnet {name}"), start, ..Default::default() };
+            let id = s.create_run(&new).unwrap();
+            s.append(id, &std::fs::read(trace(name)).unwrap()).unwrap();
+            if complete {
+                s.finish(id, &RunEnd { end: start + 2500, state: RunState::Complete, reason: None }).unwrap();
+            }
+        }
+    }
     let mut c = Command::new("node");
     c.arg("e2e.mjs")
         .current_dir(&e2e)
         .env("CLRPROF", clrprof_exe())
         .env("TRACES", repo_root().join("testdata/traces/v1"))
         .env("HOSTILE", &hostile)
+        .env("STORE", &store)
         .env("CHROMIUM", &chromium)
         .stdin(Stdio::null());
     if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
