@@ -226,10 +226,10 @@ fn sampled_figures_equal_the_report() {
     let page = &v.api("tree", &[("w", "cpu"), ("node", "0")])["page"];
     let roots: u64 = page["rows"].as_array().unwrap().iter().map(|r| u(&r["total"])).sum();
     assert_eq!(roots, u(&page["total"]));
-    // The first node (breadth first, three levels deep) with at least two children.
+    // The first node (breadth first, up to eight levels deep) with at least two children.
     let mut queue: Vec<String> = page["rows"].as_array().unwrap().iter().map(|r| u(&r["id"]).to_string()).collect();
     let mut first = None;
-    for _ in 0..3 {
+    for _ in 0..8 {
         let mut next = Vec::new();
         for id in &queue {
             let p = v.api("tree", &[("w", "cpu"), ("node", id)]);
