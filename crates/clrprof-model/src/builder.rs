@@ -279,6 +279,33 @@ impl ProfileBuilder {
         }
     }
 
+    /// Forgets the per-sample and per-event records dated before `ts` (trace time): samples,
+    /// call-tree deltas, flow events, allocations, contentions, finished GCs and suspensions,
+    /// caught exceptions, log lines. What later records refer to stays: functions, classes,
+    /// modules, threads, stack definitions, code ranges, call-tree nodes, and open state
+    /// (exceptions in flight, a GC or suspension under way, a contention not ended). A profile of a
+    /// range that starts at `ts` or later is then what it would have been, except: under the
+    /// exception rate limit (`ExceptionMonitoring` records) exception facts are kept whole (a
+    /// storm's estimate draws on the whole run), and if the rate limit engages only after a
+    /// forget, its estimates see the exceptions kept; the event log's depths and unpaired count no
+    /// longer see lines before `ts`. For a live run pushed window by window (constant memory);
+    /// other users never call it.
+    pub fn forget_before(&mut self, ts: u64) {
+        self.samples.forget_before(ts);
+        self.cct.forget_before(ts);
+        self.events.forget_before(ts);
+        for t in &mut self.p.flow {
+            t.forget_before(ts);
+        }
+    }
+
+    /// Per-sample and per-event records kept (what [`ProfileBuilder::forget_before`] drops): a
+    /// size measure of a live builder.
+    pub fn retained(&self) -> u64 {
+        let flow: usize = self.p.flow.iter().map(|t| t.events().len()).sum();
+        (self.samples.retained() + self.cct.retained() + self.events.retained() + flow) as u64
+    }
+
     /// A reader warning to keep with the profile (e.g. truncation).
     pub fn warn(&mut self, message: String) {
         self.p.messages.push(message);
