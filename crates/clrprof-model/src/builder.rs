@@ -527,4 +527,71 @@ mod tests {
         let p = b.finish();
         assert_eq!(p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum::<u64>(), 0);
     }
+
+    /// A builder that forgot what came before `t` gives the same profile of a range from `t` on as
+    /// one that kept everything: GCs numbered on, a suspension that began before `t` still assigned
+    /// to its GC, a contention open across `t` forgotten with its start, one started after `t` kept.
+    #[test]
+    fn forgetting_before_a_time_leaves_later_windows_as_they_were() {
+        const T: u64 = 1_000;
+        let gc = |ts: u64, generation: u8| -> Record {
+            GcStarted { ts, os_tid: 1, generation, ..Default::default() }.into()
+        };
+        let end = |ts: u64| -> Record { GcFinished { ts, os_tid: 1, ..Default::default() }.into() };
+        let early: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 10,
+                name: "A.M".into(),
+                code_start: 0x100,
+                code_size: 16,
+                ..Default::default()
+            }
+            .into(),
+            SampleStack { id: 1, ips: vec![0x104], functions: vec![10], activity: 0 }.into(),
+            CpuSample { ts: 100, os_tid: 7, stack: 1, count: 2, cpu_ns: 20 }.into(),
+            gc(200, 0),
+            RuntimeSuspended { ts: 200, os_tid: 1, reason: 1 }.into(),
+            RuntimeResumed { ts: 250, os_tid: 1 }.into(),
+            end(260),
+            GcInfo { ts: 200, index: 41, generation: 0, reason: 0, kind: 0 }.into(),
+            ContentionStarted { ts: 300, os_tid: 8, stack: vec![10] }.into(),
+            AllocationCounts { ts: 400, class: 5, type_name: "T".into(), count: 3, bytes: 96 }.into(),
+            // Under way at T: a GC and its suspension.
+            gc(900, 1),
+            RuntimeSuspended { ts: 950, os_tid: 1, reason: 1 }.into(),
+        ];
+        let late: Vec<Record> = vec![
+            RuntimeResumed { ts: 1_100, os_tid: 1 }.into(),
+            end(1_200),
+            ContentionEnded { ts: 1_300, os_tid: 8, duration_ns: 1_000 }.into(),
+            ContentionStarted { ts: 1_400, os_tid: 9, stack: vec![10] }.into(),
+            ContentionEnded { ts: 1_500, os_tid: 9, duration_ns: 100 }.into(),
+            CpuSample { ts: 1_600, os_tid: 7, stack: 1, count: 1, cpu_ns: 10 }.into(),
+            gc(1_700, 0),
+            end(1_750),
+            AllocationCounts { ts: 1_800, class: 5, type_name: "T".into(), count: 1, bytes: 32 }.into(),
+        ];
+        let (mut whole, mut forgetful) = (ProfileBuilder::new(), ProfileBuilder::new());
+        for r in &early {
+            whole.add(r);
+            forgetful.add(r);
+        }
+        forgetful.forget_before(T);
+        for r in &late {
+            whole.add(r);
+            forgetful.add(r);
+        }
+        assert!(forgetful.retained() < whole.retained());
+        let range = TimeRange::new(T, u64::MAX);
+        let (a, b) = (whole.profile(range, &mut NoSymbols), forgetful.profile(range, &mut NoSymbols));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        // The GC under way at T started before the range: in its time, not in its list.
+        assert_eq!(b.events.gcs.iter().map(|g| (g.index, g.pause_ns)).collect::<Vec<_>>(), vec![(3, 0)]);
+        assert_eq!(b.events.time_in_gc_ns, 200 + 50);
+        assert_eq!(b.events.times.pauses, vec![(T, 1_100)]);
+        assert_eq!(b.events.contentions.iter().map(|c| (c.count, c.wait_ns)).collect::<Vec<_>>(), vec![(1, 100)]);
+        assert_eq!(b.sampling.cpu_samples, 1);
+    }
 }

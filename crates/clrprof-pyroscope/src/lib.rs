@@ -272,25 +272,24 @@ fn build_loop(s: &Shared, tx: SyncSender<Push>) {
     let lag = s.cfg.lag.as_nanos() as u64;
     let mut next = (s.clock)().saturating_add(interval_ns);
     let drops_logged = AtomicU64::new(0);
-    let mut late_logged = 0u64;
+    let late_logged = AtomicU64::new(0);
     loop {
         let stopping = s.stop.load(Ordering::Acquire);
         let now = (s.clock)();
         let due = now >= next;
-        let late = due && now - next > interval_ns;
         if due {
             next = now.saturating_add(interval_ns);
         }
         let runs: Vec<(u64, Arc<Run>)> =
             s.runs.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect();
-        let t = Instant::now();
         // Runs are built by up to `workers` threads, each taking the next run not taken yet.
         let workers = s.cfg.workers.max(1).min(runs.len());
         let taken = std::sync::atomic::AtomicUsize::new(0);
         let work = |tx: SyncSender<Push>| loop {
             let i = taken.fetch_add(1, Ordering::Relaxed);
             let Some((id, r)) = runs.get(i) else { return };
-            build_run(s, *id, r, due, now, lag, stopping, &tx, &drops_logged);
+            let w = Window { due, now, lag, stopping, workers };
+            build_run(s, *id, r, &w, &tx, &drops_logged, &late_logged);
         };
         if workers <= 1 {
             work(tx.clone());
@@ -307,24 +306,6 @@ fn build_loop(s: &Shared, tx: SyncSender<Push>) {
                 work(tx.clone());
             });
         }
-        if due && !runs.is_empty() {
-            let took = t.elapsed();
-            let behind = late || took > interval;
-            if late {
-                s.counters.late.fetch_add(runs.len() as u64, Ordering::Relaxed);
-            }
-            if behind && (late_logged == 0 || s.counters.late.load(Ordering::Relaxed) >= late_logged * 10) {
-                late_logged = s.counters.late.load(Ordering::Relaxed).max(1);
-                (s.log)(&format!(
-                    "Pyroscope windows are late: building {} runs took {} ms ({} workers, interval {} ms); {} late windows so far",
-                    runs.len(),
-                    took.as_millis(),
-                    workers,
-                    interval.as_millis(),
-                    s.counters.late.load(Ordering::Relaxed)
-                ));
-            }
-        }
         if stopping {
             return;
         }
@@ -332,18 +313,26 @@ fn build_loop(s: &Shared, tx: SyncSender<Push>) {
     }
 }
 
-/// Feeds a run its pending bytes and, when due or ended, builds its window and queues it.
-#[allow(clippy::too_many_arguments)]
-fn build_run(
-    s: &Shared,
-    id: u64,
-    r: &Run,
+/// What one tick of the builder does: build windows (`due`) at `now`, `lag` behind.
+struct Window {
     due: bool,
     now: u64,
     lag: u64,
     stopping: bool,
+    workers: usize,
+}
+
+/// Feeds a run its pending bytes and, when due or ended, builds its window and queues it. A window
+/// finished more than one interval after its tick began (on the clock: building the runs before it
+/// and itself took that long) is late: counted, and logged at the 1st, 10th, 100th… late window.
+fn build_run(
+    s: &Shared,
+    id: u64,
+    r: &Run,
+    w: &Window,
     tx: &SyncSender<Push>,
     drops_logged: &AtomicU64,
+    late_logged: &AtomicU64,
 ) {
     let bytes = std::mem::take(&mut *r.pending.lock().unwrap_or_else(|e| e.into_inner()));
     let ended = r.ended.load(Ordering::Acquire);
@@ -353,20 +342,38 @@ fn build_run(
             (s.log)(&format!("run {id}: the trace is damaged ({e}); pushing what came before"));
         }
     }
-    if !(due || ended) {
+    if !(w.due || ended) {
         return;
     }
     let t = Instant::now();
-    let pushes = if ended { p.finish() } else { p.due(now, lag) };
+    let pushes = if ended { p.finish() } else { p.due(w.now, w.lag) };
     drop(p);
+    // Read before the window is counted (a test's clock moves once it is).
+    let behind = if ended { 0 } else { (s.clock)().saturating_sub(w.now) };
     s.counters.build_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
     s.counters.built.fetch_add(pushes.len() as u64, Ordering::Relaxed);
     s.counters.windows.fetch_add(1, Ordering::Relaxed);
     for push in pushes {
-        offer(s, tx, push, stopping, drops_logged);
+        offer(s, tx, push, w.stopping, drops_logged);
     }
     if ended {
         s.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        return;
+    }
+    let interval = s.cfg.interval.max(Duration::from_millis(10));
+    if behind > interval.as_nanos() as u64 {
+        let n = s.counters.late.fetch_add(1, Ordering::Relaxed) + 1;
+        let l = late_logged.load(Ordering::Relaxed);
+        if (l == 0 || n >= l * 10) && late_logged.compare_exchange(l, n, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            (s.log)(&format!(
+                "Pyroscope windows are late: run {id}'s window was built {} ms after it was due (interval {} ms, \
+                 {} runs, {} build threads); {n} late windows so far",
+                behind / 1_000_000,
+                interval.as_millis(),
+                s.runs.lock().unwrap_or_else(|e| e.into_inner()).len(),
+                w.workers
+            ));
+        }
     }
 }
 

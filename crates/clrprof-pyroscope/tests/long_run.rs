@@ -15,7 +15,7 @@ const PERIOD: u64 = 10_000_000_000;
 const WINDOWS: u64 = 720;
 /// Windows compared byte for byte with a pusher that keeps everything (its cost grows with the
 /// run: it is the thing being fixed).
-const COMPARED: u64 = 40;
+const COMPARED: u64 = 20;
 const LAG: u64 = 1_000_000_000;
 
 fn trace(name: &str) -> PathBuf {
