@@ -9,7 +9,8 @@
 //! `--long MINUTES [keep]`: a run of MINUTES minutes made of the trace's samples and events
 //! repeated every 10 s (one repetition per 10 s interval, the trace's names and definitions once),
 //! pushed window by window as the collector does: the build cost of the window at 1, 10, 30 and 60
-//! minutes (…) into the run and the records the run's builder retains. `keep`: a pusher that keeps
+//! minutes (…) into the run, the records the run's builder retains when the window is built, and
+//! the process's RSS. `keep`: a pusher that keeps
 //! the whole run (what the collector did before it forgot pushed windows).
 //!
 //!   cargo bench -p clrprof-pyroscope --bench push -- --long 60 TRACE [keep]
@@ -165,6 +166,7 @@ fn long(path: &str, minutes: u64, keep: bool) {
         for chunk in rep.chunks(4096) {
             r.feed(&clrprof_trace::encode_records(chunk.iter()));
         }
+        let retained = r.retained();
         let t = Instant::now();
         let pushes = r.due(start + base + PERIOD + 1, 1);
         let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -172,7 +174,7 @@ fn long(path: &str, minutes: u64, keep: bool) {
         std::hint::black_box(pushes);
         let minute = (k + 1) / 6;
         if (k + 1) % 6 == 0 && marks.contains(&minute) {
-            println!("{minute:>8} {ms:>10.2} {:>10} {:>8.1}", r.retained(), rss_mb());
+            println!("{minute:>8} {ms:>10.2} {retained:>10} {:>8.1}", rss_mb());
         }
     }
     println!("mean build {:.2} ms per window over {windows} windows", total / windows as f64);
