@@ -255,7 +255,9 @@ impl RunPusher {
         self.window(from, u64::MAX)
     }
 
-    /// One push per kind with samples in `[from, until)` (trace time).
+    /// One push per kind with samples in `[from, until)` (trace time). Once windows were pushed by
+    /// [`RunPusher::due`], what came before [`RunPusher::pushed_until`] is forgotten: only windows
+    /// from there on are whole.
     pub fn window(&self, from: u64, until: u64) -> Vec<Push> {
         let p = self.builder.profile(TimeRange::new(from, until), &mut NoSymbols);
         let (service, labels) = labels(&p.process);
