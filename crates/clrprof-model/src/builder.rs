@@ -285,7 +285,7 @@ impl ProfileBuilder {
     /// modules, threads, stack definitions, code ranges, call-tree nodes, and open state
     /// (exceptions in flight, a GC or suspension under way, a contention not ended). A profile of a
     /// range that starts at `ts` or later is then what it would have been, except: under the
-    /// exception rate limit (`ExceptionMonitoring` records) exception facts are kept whole (a
+    /// exception rate limit (`ExceptionMonitoring` records) caught exceptions are kept whole (a
     /// storm's estimate draws on the whole run), and if the rate limit engages only after a
     /// forget, its estimates see the exceptions kept; the event log's depths and unpaired count no
     /// longer see lines before `ts`. For a live run pushed window by window (constant memory);
