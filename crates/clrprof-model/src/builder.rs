@@ -279,6 +279,33 @@ impl ProfileBuilder {
         }
     }
 
+    /// Forgets the per-sample and per-event records dated before `ts` (trace time): samples,
+    /// call-tree deltas, flow events, allocations, contentions, finished GCs and suspensions,
+    /// caught exceptions, log lines. What later records refer to stays: functions, classes,
+    /// modules, threads, stack definitions, code ranges, call-tree nodes, and open state
+    /// (exceptions in flight, a GC or suspension under way, a contention not ended). A profile of a
+    /// range that starts at `ts` or later is then what it would have been, except: under the
+    /// exception rate limit (`ExceptionMonitoring` records) caught exceptions are kept whole (a
+    /// storm's estimate draws on the whole run), and if the rate limit engages only after a
+    /// forget, its estimates see the exceptions kept; the event log's depths and unpaired count no
+    /// longer see lines before `ts`. For a live run pushed window by window (constant memory);
+    /// other users never call it.
+    pub fn forget_before(&mut self, ts: u64) {
+        self.samples.forget_before(ts);
+        self.cct.forget_before(ts);
+        self.events.forget_before(ts);
+        for t in &mut self.p.flow {
+            t.forget_before(ts);
+        }
+    }
+
+    /// Per-sample and per-event records kept (what [`ProfileBuilder::forget_before`] drops): a
+    /// size measure of a live builder.
+    pub fn retained(&self) -> u64 {
+        let flow: usize = self.p.flow.iter().map(|t| t.events().len()).sum();
+        (self.samples.retained() + self.cct.retained() + self.events.retained() + flow) as u64
+    }
+
     /// A reader warning to keep with the profile (e.g. truncation).
     pub fn warn(&mut self, message: String) {
         self.p.messages.push(message);
@@ -499,5 +526,72 @@ mod tests {
         b.add(&CallTreeCosts { os_tid: 7, ts: 5, tree: 1, count: 2, packed: vec![0, 1, 2] }.into());
         let p = b.finish();
         assert_eq!(p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum::<u64>(), 0);
+    }
+
+    /// A builder that forgot what came before `t` gives the same profile of a range from `t` on as
+    /// one that kept everything: GCs numbered on, a suspension that began before `t` still assigned
+    /// to its GC, a contention open across `t` forgotten with its start, one started after `t` kept.
+    #[test]
+    fn forgetting_before_a_time_leaves_later_windows_as_they_were() {
+        const T: u64 = 1_000;
+        let gc = |ts: u64, generation: u8| -> Record {
+            GcStarted { ts, os_tid: 1, generation, ..Default::default() }.into()
+        };
+        let end = |ts: u64| -> Record { GcFinished { ts, os_tid: 1, ..Default::default() }.into() };
+        let early: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 10,
+                name: "A.M".into(),
+                code_start: 0x100,
+                code_size: 16,
+                ..Default::default()
+            }
+            .into(),
+            SampleStack { id: 1, ips: vec![0x104], functions: vec![10], activity: 0 }.into(),
+            CpuSample { ts: 100, os_tid: 7, stack: 1, count: 2, cpu_ns: 20 }.into(),
+            gc(200, 0),
+            RuntimeSuspended { ts: 200, os_tid: 1, reason: 1 }.into(),
+            RuntimeResumed { ts: 250, os_tid: 1 }.into(),
+            end(260),
+            GcInfo { ts: 200, index: 41, generation: 0, reason: 0, kind: 0 }.into(),
+            ContentionStarted { ts: 300, os_tid: 8, stack: vec![10] }.into(),
+            AllocationCounts { ts: 400, class: 5, type_name: "T".into(), count: 3, bytes: 96 }.into(),
+            // Under way at T: a GC and its suspension.
+            gc(900, 1),
+            RuntimeSuspended { ts: 950, os_tid: 1, reason: 1 }.into(),
+        ];
+        let late: Vec<Record> = vec![
+            RuntimeResumed { ts: 1_100, os_tid: 1 }.into(),
+            end(1_200),
+            ContentionEnded { ts: 1_300, os_tid: 8, duration_ns: 1_000 }.into(),
+            ContentionStarted { ts: 1_400, os_tid: 9, stack: vec![10] }.into(),
+            ContentionEnded { ts: 1_500, os_tid: 9, duration_ns: 100 }.into(),
+            CpuSample { ts: 1_600, os_tid: 7, stack: 1, count: 1, cpu_ns: 10 }.into(),
+            gc(1_700, 0),
+            end(1_750),
+            AllocationCounts { ts: 1_800, class: 5, type_name: "T".into(), count: 1, bytes: 32 }.into(),
+        ];
+        let (mut whole, mut forgetful) = (ProfileBuilder::new(), ProfileBuilder::new());
+        for r in &early {
+            whole.add(r);
+            forgetful.add(r);
+        }
+        forgetful.forget_before(T);
+        for r in &late {
+            whole.add(r);
+            forgetful.add(r);
+        }
+        assert!(forgetful.retained() < whole.retained());
+        let range = TimeRange::new(T, u64::MAX);
+        let (a, b) = (whole.profile(range, &mut NoSymbols), forgetful.profile(range, &mut NoSymbols));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        // The GC under way at T started before the range: in its time, not in its list.
+        assert_eq!(b.events.gcs.iter().map(|g| (g.index, g.pause_ns)).collect::<Vec<_>>(), vec![(3, 0)]);
+        assert_eq!(b.events.time_in_gc_ns, 200 + 50);
+        assert_eq!(b.events.times.pauses, vec![(T, 1_100)]);
+        assert_eq!(b.events.contentions.iter().map(|c| (c.count, c.wait_ns)).collect::<Vec<_>>(), vec![(1, 100)]);
+        assert_eq!(b.sampling.cpu_samples, 1);
     }
 }

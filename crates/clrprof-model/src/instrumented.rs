@@ -156,6 +156,16 @@ impl CctIngest {
         }
     }
 
+    /// Drops the deltas published before `ts` (the node maps stay: later deltas refer to them).
+    pub fn forget_before(&mut self, ts: u64) {
+        self.deltas.retain(|d| d.ts >= ts);
+    }
+
+    /// Deltas kept.
+    pub fn retained(&self) -> usize {
+        self.deltas.len()
+    }
+
     /// Adds the deltas published inside `range` to `tree`.
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange) {
         for d in self.deltas.iter().filter(|d| range.contains(d.ts)) {
@@ -199,6 +209,18 @@ impl FlowThread {
             t.all = Arc::new(kept);
         }
         t
+    }
+
+    /// Drops the events before `ts` (a profile of a range from `ts` on sees the same events).
+    pub fn forget_before(&mut self, ts: u64) {
+        let kept: Vec<FlowEvent> = if self.sorted {
+            let ev = self.events();
+            ev[ev.partition_point(|e| e.ts < ts)..].to_vec()
+        } else {
+            self.events().iter().filter(|e| e.ts >= ts).copied().collect()
+        };
+        self.window = 0..kept.len();
+        self.all = Arc::new(kept);
     }
 
     fn extend(&mut self, r: &FlowEvents) {

@@ -146,6 +146,8 @@ pub struct SampleData {
     code: Vec<(u64, u64, u64)>,
     /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
     type_loads: HashMap<u32, String>,
+    /// Stack definitions a CPU sample referred to, ever (kept when old samples are forgotten).
+    cpu_defs: std::collections::HashSet<u32>,
 }
 
 impl SampleData {
@@ -174,6 +176,7 @@ impl SampleData {
             }
             Record::CpuSample(s) => {
                 let def = self.def(s.stack);
+                self.cpu_defs.insert(def as u32);
                 self.events.push(SampleEvent {
                     ts: s.ts,
                     os_tid: s.os_tid,
@@ -206,6 +209,16 @@ impl SampleData {
             }
             _ => {}
         }
+    }
+
+    /// Drops the sample records before `ts` (stack definitions, code ranges and mappings stay).
+    pub fn forget_before(&mut self, ts: u64) {
+        self.events.retain(|e| e.ts >= ts);
+    }
+
+    /// Sample records kept.
+    pub fn retained(&self) -> usize {
+        self.events.len()
     }
 
     /// The definition a stack id refers to now; an undefined id (damaged trace) is an empty stack.
@@ -250,8 +263,7 @@ impl SampleData {
         // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
         // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
-        let cpu_defs: std::collections::HashSet<u32> =
-            self.events.iter().filter(|e| e.weight == SampleWeight::Cpu).map(|e| e.def).collect();
+        let cpu_defs = &self.cpu_defs;
         let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
         let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);

@@ -40,6 +40,9 @@ pub struct Config {
     pub backoff: Duration,
     /// Connect, write and read timeout of one request (default 10 s).
     pub timeout: Duration,
+    /// Threads building windows when several runs are due at once (default: the machine's cores,
+    /// at most 4).
+    pub workers: usize,
 }
 
 impl Config {
@@ -52,6 +55,7 @@ impl Config {
             retries: 3,
             backoff: Duration::from_millis(500),
             timeout: Duration::from_secs(10),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()).min(4),
         }
     }
 }
@@ -75,6 +79,9 @@ pub struct Stats {
     pub built: u64,
     /// Time spent building and encoding profiles, ns.
     pub build_ns: u64,
+    /// Windows built more than one interval after they were due (building every run's windows
+    /// took longer than the interval: the machine or the number of runs is too much).
+    pub late: u64,
 }
 
 #[derive(Default)]
@@ -87,6 +94,7 @@ struct Counters {
     windows: AtomicU64,
     built: AtomicU64,
     build_ns: AtomicU64,
+    late: AtomicU64,
 }
 
 /// Wall-clock time as ns since the Unix epoch (replaceable in tests).
@@ -128,6 +136,7 @@ impl Shared {
             windows: c.windows.load(Ordering::Relaxed),
             built: c.built.load(Ordering::Relaxed),
             build_ns: c.build_ns.load(Ordering::Relaxed),
+            late: c.late.load(Ordering::Relaxed),
         }
     }
 
@@ -258,43 +267,44 @@ impl Drop for Pyroscope {
 
 fn build_loop(s: &Shared, tx: SyncSender<Push>) {
     let interval = s.cfg.interval.max(Duration::from_millis(10));
+    let interval_ns = interval.as_nanos() as u64;
     let poll = interval.min(Duration::from_millis(100));
     let lag = s.cfg.lag.as_nanos() as u64;
-    let mut next = (s.clock)().saturating_add(interval.as_nanos() as u64);
-    let mut drops_logged = 0u64;
+    let mut next = (s.clock)().saturating_add(interval_ns);
+    let drops_logged = AtomicU64::new(0);
+    let late_logged = AtomicU64::new(0);
     loop {
         let stopping = s.stop.load(Ordering::Acquire);
         let now = (s.clock)();
         let due = now >= next;
         if due {
-            next = now.saturating_add(interval.as_nanos() as u64);
+            next = now.saturating_add(interval_ns);
         }
         let runs: Vec<(u64, Arc<Run>)> =
             s.runs.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (*k, v.clone())).collect();
-        for (id, r) in runs {
-            let bytes = std::mem::take(&mut *r.pending.lock().unwrap_or_else(|e| e.into_inner()));
-            let ended = r.ended.load(Ordering::Acquire);
-            let mut p = r.pusher.lock().unwrap_or_else(|e| e.into_inner());
-            if !bytes.is_empty() {
-                if let Some(e) = p.feed(&bytes) {
-                    (s.log)(&format!("run {id}: the trace is damaged ({e}); pushing what came before"));
+        // Runs are built by up to `workers` threads, each taking the next run not taken yet.
+        let workers = s.cfg.workers.max(1).min(runs.len());
+        let taken = std::sync::atomic::AtomicUsize::new(0);
+        let work = |tx: SyncSender<Push>| loop {
+            let i = taken.fetch_add(1, Ordering::Relaxed);
+            let Some((id, r)) = runs.get(i) else { return };
+            let w = Window { due, now, lag, stopping, workers };
+            build_run(s, *id, r, &w, &tx, &drops_logged, &late_logged);
+        };
+        if workers <= 1 {
+            work(tx.clone());
+        } else {
+            std::thread::scope(|scope| {
+                let work = &work;
+                for _ in 1..workers {
+                    let tx = tx.clone();
+                    // Without another thread, this one does the work alone.
+                    let _ = std::thread::Builder::new()
+                        .name("pyroscope-build".into())
+                        .spawn_scoped(scope, move || work(tx));
                 }
-            }
-            if !(due || ended) {
-                continue;
-            }
-            let t = Instant::now();
-            let pushes = if ended { p.finish() } else { p.due(now, lag) };
-            drop(p);
-            s.counters.build_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            s.counters.built.fetch_add(pushes.len() as u64, Ordering::Relaxed);
-            s.counters.windows.fetch_add(1, Ordering::Relaxed);
-            for push in pushes {
-                offer(s, &tx, push, stopping, &mut drops_logged);
-            }
-            if ended {
-                s.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            }
+                work(tx.clone());
+            });
         }
         if stopping {
             return;
@@ -303,9 +313,73 @@ fn build_loop(s: &Shared, tx: SyncSender<Push>) {
     }
 }
 
+/// What one tick of the builder does: build windows (`due`) at `now`, `lag` behind.
+struct Window {
+    due: bool,
+    now: u64,
+    lag: u64,
+    stopping: bool,
+    workers: usize,
+}
+
+/// Feeds a run its pending bytes and, when due or ended, builds its window and queues it. A window
+/// finished more than one interval after its tick began (on the clock: building the runs before it
+/// and itself took that long) is late: counted, and logged at the 1st, 10th, 100th… late window.
+fn build_run(
+    s: &Shared,
+    id: u64,
+    r: &Run,
+    w: &Window,
+    tx: &SyncSender<Push>,
+    drops_logged: &AtomicU64,
+    late_logged: &AtomicU64,
+) {
+    let bytes = std::mem::take(&mut *r.pending.lock().unwrap_or_else(|e| e.into_inner()));
+    let ended = r.ended.load(Ordering::Acquire);
+    let mut p = r.pusher.lock().unwrap_or_else(|e| e.into_inner());
+    if !bytes.is_empty() {
+        if let Some(e) = p.feed(&bytes) {
+            (s.log)(&format!("run {id}: the trace is damaged ({e}); pushing what came before"));
+        }
+    }
+    if !(w.due || ended) {
+        return;
+    }
+    let t = Instant::now();
+    let pushes = if ended { p.finish() } else { p.due(w.now, w.lag) };
+    drop(p);
+    // Read before the window is counted (a test's clock moves once it is).
+    let behind = if ended { 0 } else { (s.clock)().saturating_sub(w.now) };
+    s.counters.build_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    s.counters.built.fetch_add(pushes.len() as u64, Ordering::Relaxed);
+    s.counters.windows.fetch_add(1, Ordering::Relaxed);
+    for push in pushes {
+        offer(s, tx, push, w.stopping, drops_logged);
+    }
+    if ended {
+        s.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        return;
+    }
+    let interval = s.cfg.interval.max(Duration::from_millis(10));
+    if behind > interval.as_nanos() as u64 {
+        let n = s.counters.late.fetch_add(1, Ordering::Relaxed) + 1;
+        let l = late_logged.load(Ordering::Relaxed);
+        if (l == 0 || n >= l * 10) && late_logged.compare_exchange(l, n, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            (s.log)(&format!(
+                "Pyroscope windows are late: run {id}'s window was built {} ms after it was due (interval {} ms, \
+                 {} runs, {} build threads); {n} late windows so far",
+                behind / 1_000_000,
+                interval.as_millis(),
+                s.runs.lock().unwrap_or_else(|e| e.into_inner()).len(),
+                w.workers
+            ));
+        }
+    }
+}
+
 /// Queues a push; a full queue drops it (counted, logged at 1, 10, 100, … drops). At shutdown it
 /// waits for room until the deadline instead.
-fn offer(s: &Shared, tx: &SyncSender<Push>, push: Push, stopping: bool, logged: &mut u64) {
+fn offer(s: &Shared, tx: &SyncSender<Push>, push: Push, stopping: bool, logged: &AtomicU64) {
     let mut push = push;
     loop {
         match tx.try_send(push) {
@@ -316,8 +390,10 @@ fn offer(s: &Shared, tx: &SyncSender<Push>, push: Push, stopping: bool, logged: 
             }
             Err(TrySendError::Full(p)) | Err(TrySendError::Disconnected(p)) => {
                 let n = s.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if *logged == 0 || n >= *logged * 10 {
-                    *logged = n;
+                let l = logged.load(Ordering::Relaxed);
+                if (l == 0 || n >= l * 10)
+                    && logged.compare_exchange(l, n, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+                {
                     (s.log)(&format!(
                         "Pyroscope is not keeping up: dropped {} ({n} so far; queue of {})",
                         p.name, s.cfg.queue

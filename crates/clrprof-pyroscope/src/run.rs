@@ -130,7 +130,10 @@ pub fn app_name(service: &str, kind: &str, labels: &[(String, String)]) -> Strin
     format!("{service}.{kind}{{{}}}", l.join(","))
 }
 
-/// One live run.
+/// One live run. Once a window is pushed, the builder forgets the samples and events before its
+/// end ([`ProfileBuilder::forget_before`]): memory and the cost of a window stay the same however
+/// long the run (names, stack definitions and open state are kept, and they grow only with the
+/// code the app runs).
 pub struct RunPusher {
     decoder: StreamDecoder,
     builder: ProfileBuilder,
@@ -142,6 +145,8 @@ pub struct RunPusher {
     /// Why decoding stopped (the records before the damage are kept and pushed).
     broken: Option<String>,
     bytes: u64,
+    /// Keep every record (what a pusher did before forgetting: for comparisons and benchmarks).
+    keep_all: bool,
 }
 
 impl Default for RunPusher {
@@ -160,7 +165,20 @@ impl RunPusher {
             pushed_until: 0,
             broken: None,
             bytes: 0,
+            keep_all: false,
         }
+    }
+
+    /// A pusher that never forgets (the whole run stays in its builder): pushes the same profiles
+    /// at a cost growing with the run's length. For comparisons and benchmarks.
+    pub fn keeping_everything() -> RunPusher {
+        RunPusher { keep_all: true, ..RunPusher::new() }
+    }
+
+    /// Per-sample and per-event records retained by the run's builder (bounded by what one
+    /// window holds, unless [`RunPusher::keeping_everything`]).
+    pub fn retained(&self) -> u64 {
+        self.builder.retained()
     }
 
     /// Bytes fed so far.
@@ -191,7 +209,10 @@ impl RunPusher {
                     self.start_unix_ns = s.start_unix_ns;
                 }
             }
-            self.builder.add(&rec);
+            // No pushed kind is made of flow events (`record --flow`): not kept at all.
+            if !matches!(rec, Record::FlowEvents(_)) {
+                self.builder.add(&rec);
+            }
         }
         match r {
             Ok(()) => None,
@@ -214,7 +235,12 @@ impl RunPusher {
             return Vec::new();
         }
         let from = std::mem::replace(&mut self.pushed_until, until);
-        self.window(from, until)
+        let pushes = self.window(from, until);
+        if !self.keep_all {
+            // Later windows start at `until`: what came before is never read again.
+            self.builder.forget_before(until);
+        }
+        pushes
     }
 
     /// The profiles of everything not pushed yet (the run ended).
@@ -229,7 +255,9 @@ impl RunPusher {
         self.window(from, u64::MAX)
     }
 
-    /// One push per kind with samples in `[from, until)` (trace time).
+    /// One push per kind with samples in `[from, until)` (trace time). Once windows were pushed by
+    /// [`RunPusher::due`], what came before [`RunPusher::pushed_until`] is forgotten: only windows
+    /// from there on are whole.
     pub fn window(&self, from: u64, until: u64) -> Vec<Push> {
         let p = self.builder.profile(TimeRange::new(from, until), &mut NoSymbols);
         let (service, labels) = labels(&p.process);

@@ -10,7 +10,7 @@ use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clrprof_pyroscope::{Config, Endpoint, Log, Pyroscope};
+use clrprof_pyroscope::{Config, Endpoint, Log, Pyroscope, RunPusher};
 
 fn trace_bytes(name: &str) -> Vec<u8> {
     std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../testdata/traces/v1/{name}.clrprof")))
@@ -206,4 +206,91 @@ fn an_unresponsive_pyroscope_fills_the_queue_and_never_blocks_intake() {
     assert!(lines[0].starts_with("Pyroscope is not keeping up: dropped Sampling."), "{lines:?}");
     assert!(lines.len() < stats.dropped as usize, "drops are logged at 1, 10, 100…: {lines:?}");
     assert_eq!(held.lock().unwrap().len(), 1, "one connection at a time");
+}
+
+/// Waits until `what` of the stats reaches `n`.
+fn wait_for(p: &Pyroscope, what: impl Fn(&clrprof_pyroscope::Stats) -> u64, n: u64) {
+    let t = std::time::Instant::now();
+    while what(&p.stats()) < n {
+        assert!(t.elapsed() < Duration::from_secs(120), "waited for {n}: {:?}", p.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn many_runs_at_once_are_all_pushed_by_several_threads() {
+    const RUNS: u64 = 8;
+    const STEPS: u64 = 4;
+    let (port, got) = healthy();
+    let clock = Arc::new(AtomicU64::new(0));
+    let c = clock.clone();
+    let (log, lines) = logs();
+    let mut cfg = config(port);
+    cfg.queue = 1000;
+    cfg.workers = 3;
+    let p = Pyroscope::with_clock(cfg, log, Arc::new(move || c.load(Ordering::SeqCst))).unwrap();
+    let (start, duration) = sampled_times();
+    let bytes = trace_bytes("sampled");
+    for run in 1..=RUNS {
+        p.run_started(run);
+        for c in bytes.chunks(4096) {
+            p.run_data(run, c);
+        }
+    }
+    for k in 1..=STEPS {
+        let before = p.stats().windows;
+        clock.store(start + duration * k / STEPS, Ordering::SeqCst);
+        wait_for(&p, |s| s.windows, before + RUNS);
+    }
+    for run in 1..=RUNS {
+        p.run_ended(run);
+    }
+    let stats = p.shutdown(Duration::from_secs(60));
+    // The same windows of one run built alone.
+    let mut one = RunPusher::new();
+    assert_eq!(one.feed(&bytes), None);
+    let mut expected = 0;
+    for k in 1..=STEPS {
+        expected += one.due(start + duration * k / STEPS, 0).len() as u64;
+    }
+    expected += one.finish().len() as u64;
+    assert!(expected >= STEPS, "{expected}");
+    assert_eq!(stats.windows, RUNS * (STEPS + 1), "{stats:?}");
+    assert_eq!(stats.built, RUNS * expected, "{stats:?}");
+    // The clock stood still while the windows were built: none was late.
+    assert_eq!((stats.sent, stats.dropped, stats.failed, stats.late), (stats.built, 0, 0, 0), "{stats:?} {lines:?}");
+    assert_eq!(got.lock().unwrap().len() as u64, stats.sent);
+}
+
+#[test]
+fn windows_built_more_than_an_interval_late_are_counted_and_logged() {
+    let (port, _got) = healthy();
+    let (start, _) = sampled_times();
+    // A clock 25 ms further on at every reading: a window is built at least 25 ms after its tick
+    // began, more than the 10 ms interval.
+    let reads = Arc::new(AtomicU64::new(0));
+    let r = reads.clone();
+    let clock = Arc::new(move || start + r.fetch_add(1, Ordering::SeqCst) * 25_000_000);
+    let (log, lines) = logs();
+    let mut cfg = config(port);
+    cfg.queue = 1000;
+    let p = Pyroscope::with_clock(cfg, log, clock).unwrap();
+    let bytes = trace_bytes("sampled");
+    for run in [1, 2] {
+        p.run_started(run);
+        for c in bytes.chunks(4096) {
+            p.run_data(run, c);
+        }
+    }
+    wait_for(&p, |s| s.late, 12);
+    let stats = p.shutdown(Duration::from_secs(60));
+    assert!(stats.late >= 12 && stats.late <= stats.windows, "{stats:?}");
+    let lines = lines.lock().unwrap();
+    let late: Vec<&String> = lines.iter().filter(|l| l.starts_with("Pyroscope windows are late: run ")).collect();
+    // Logged at the 1st, 10th, 100th… late window.
+    assert!(!late.is_empty() && (late.len() as u64) < stats.late, "{stats:?} {lines:?}");
+    assert!(
+        late[0].contains("(interval 10 ms, 2 runs, 1 build threads)") || late[0].contains("2 build threads"),
+        "{late:?}"
+    );
 }

@@ -101,7 +101,13 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     let addr = collector.local_addr();
     let stop = collector.stopper();
     let sink = pyro.clone();
+    // Set once a signal stops the collector; then `serve` returns, and the process waits for the
+    // Pyroscope summary before it exits (it used to race the signal thread's last writes).
+    let (summary_tx, summary_rx) = std::sync::mpsc::channel::<()>();
+    let signalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signalled_by = signalled.clone();
     stop_on_signals(move || {
+        signalled_by.store(true, std::sync::atomic::Ordering::SeqCst);
         stop();
         // The runs' last windows go out before the collector exits (a dead Pyroscope gets 5 s).
         if let Some(p) = &sink {
@@ -116,6 +122,7 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
                 s.failed
             );
         }
+        let _ = summary_tx.send(());
     });
     use std::io::Write;
     let _ = writeln!(
@@ -129,6 +136,10 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
             .unwrap_or_default()
     );
     collector.serve();
+    if signalled.load(std::sync::atomic::Ordering::SeqCst) {
+        // The pusher gets 5 s for its last windows; the summary follows.
+        let _ = summary_rx.recv_timeout(std::time::Duration::from_secs(15));
+    }
     Ok(())
 }
 

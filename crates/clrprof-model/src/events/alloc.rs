@@ -93,6 +93,16 @@ impl AllocFacts {
         self.counted.push(Counted { ts: a.ts, type_name, count: a.count, bytes: a.bytes });
     }
 
+    /// Drops the counts and samples before `ts` (type names and stacks stay interned).
+    pub fn forget_before(&mut self, ts: u64) {
+        self.counted.retain(|c| c.ts >= ts);
+        self.sampled.retain(|s| s.ts >= ts);
+    }
+
+    pub fn retained(&self) -> usize {
+        self.counted.len() + self.sampled.len()
+    }
+
     /// Keeps a sample; returns its type name (for the log).
     pub fn sample(&mut self, a: &AllocationSample) -> &str {
         // The agent writes a type's name with its first sample only (again after the class

@@ -79,6 +79,24 @@ impl ContentionFacts {
         self.all.push(Contention { ts: c.ts, os_tid: c.os_tid, stack, wait_ns: None });
     }
 
+    /// Drops the contentions and aggregates that started before `ts`. A contention is counted in
+    /// the range of its start: one still open is forgotten too (its end then changes nothing).
+    pub fn forget_before(&mut self, ts: u64) {
+        let mut index = Vec::with_capacity(self.all.len());
+        let mut kept = 0;
+        for c in &self.all {
+            index.push((c.ts >= ts).then_some(kept));
+            kept += (c.ts >= ts) as usize;
+        }
+        self.all.retain(|c| c.ts >= ts);
+        self.open = self.open.iter().filter_map(|(&t, &i)| index[i].map(|j| (t, j))).collect();
+        self.aggregates.retain(|a| a.ts >= ts);
+    }
+
+    pub fn retained(&self) -> usize {
+        self.all.len() + self.aggregates.len()
+    }
+
     pub fn ended(&mut self, c: &ContentionEnded) {
         if let Some(i) = self.open.remove(&c.os_tid) {
             let x = &mut self.all[i];

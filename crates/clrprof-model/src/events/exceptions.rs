@@ -468,6 +468,24 @@ impl ExceptionFacts {
         Some(at(range.to).saturating_sub(before))
     }
 
+    /// Drops the throws before `ts`, and the caught exceptions thrown before it when every
+    /// exception was observed (no `ExceptionMonitoring` record): then a range's groups come from
+    /// its own throws only. Under the rate limit a storm's estimate draws on the caught exceptions
+    /// of the whole run, so those stay. The runtime's counts keep the last one before `ts` (a later
+    /// range's total starts from it).
+    pub fn forget_before(&mut self, ts: u64) {
+        let first = self.counts.partition_point(|&(t, _)| t < ts);
+        self.counts.drain(..first.saturating_sub(1));
+        self.throws.retain(|t| t.0 >= ts);
+        if self.monitor.is_empty() {
+            self.caught.retain(|c| c.x.ts >= ts);
+        }
+    }
+
+    pub fn retained(&self) -> usize {
+        self.caught.len() + self.throws.len() + self.counts.len() + self.active.values().map(Vec::len).sum::<usize>()
+    }
+
     pub fn monitoring(&mut self, m: &ExceptionMonitoring) {
         // Written by one thread in order; keep them sorted whatever happens.
         let at = self.monitor.partition_point(|&(t, _)| t <= m.ts);

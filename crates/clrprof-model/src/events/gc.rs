@@ -60,6 +60,8 @@ pub(super) struct GcFacts {
     /// Runtime suspensions `[suspended, resumed)` in the order they ended.
     suspensions: Vec<(u64, u64)>,
     open_suspension: Option<u64>,
+    /// GCs dropped by `forget_before` (the numbering of those without a description goes on).
+    forgotten: u64,
 }
 
 impl GcFacts {
@@ -96,6 +98,46 @@ impl GcFacts {
         );
     }
 
+    /// Drops the GCs finished before `ts` (a prefix of them in start order, with the runtime's
+    /// descriptions they were matched to) and the suspensions that ended before `ts`: no range from
+    /// `ts` on sees them, and no suspension kept can be assigned to them.
+    pub fn forget_before(&mut self, ts: u64) {
+        self.suspensions.retain(|&(_, b)| b >= ts);
+        let keep_from = self.suspensions.iter().map(|s| s.0).chain(self.open_suspension).fold(ts, u64::min);
+        let lowest_open = self.open.iter().copied().min().unwrap_or(usize::MAX);
+        let k = self
+            .gcs
+            .iter()
+            .enumerate()
+            .take_while(|&(i, g)| i < lowest_open && g.finished && g.end_ns() < keep_from)
+            .count();
+        if k == 0 {
+            return;
+        }
+        // The descriptions the first k GCs consume, as `resolve` matches them.
+        let mut j = 0;
+        for gc in &self.gcs[..k] {
+            while j < self.infos.len() && self.infos[j].ts + 50_000_000 < gc.start_ns {
+                j += 1;
+            }
+            if let Some(info) = self.infos.get(j) {
+                if info.generation == gc.generation as u32 && info.ts <= gc.start_ns + 50_000_000 {
+                    j += 1;
+                }
+            }
+        }
+        self.infos.drain(..j);
+        self.gcs.drain(..k);
+        for i in &mut self.open {
+            *i -= k;
+        }
+        self.forgotten += k as u64;
+    }
+
+    pub fn retained(&self) -> usize {
+        self.gcs.len() + self.infos.len() + self.suspensions.len()
+    }
+
     pub fn suspended(&mut self, ts: u64) {
         self.open_suspension = Some(ts);
     }
@@ -113,7 +155,7 @@ impl GcFacts {
         let mut gcs = self.gcs.clone();
         let mut j = 0;
         for (i, gc) in gcs.iter_mut().enumerate() {
-            gc.index = i as u64 + 1;
+            gc.index = self.forgotten + i as u64 + 1;
             while j < self.infos.len() && self.infos[j].ts + 50_000_000 < gc.start_ns {
                 j += 1;
             }

@@ -33,6 +33,16 @@ impl EventLog {
         }
     }
 
+    /// Drops the lines before `ts`. A later range's lines keep their text and times; their depth
+    /// and the count of unpaired finishes no longer see the starts before `ts`.
+    pub fn forget_before(&mut self, ts: u64) {
+        self.lines.retain(|l| l.ts >= ts);
+    }
+
+    pub fn retained(&self) -> usize {
+        self.lines.len()
+    }
+
     /// The lines inside `range` in time order (stable), indented by their nesting over the whole
     /// log (a line keeps its depth whatever the range), and the finishes among them that matched
     /// no start.

@@ -191,6 +191,24 @@ impl EventsBuilder {
         }
     }
 
+    /// Drops the per-event facts dated before `ts` (see [`crate::ProfileBuilder::forget_before`]).
+    pub fn forget_before(&mut self, ts: u64) {
+        self.exceptions.forget_before(ts);
+        self.gcs.forget_before(ts);
+        self.allocs.forget_before(ts);
+        self.contention.forget_before(ts);
+        self.log.forget_before(ts);
+    }
+
+    /// Per-event facts kept.
+    pub fn retained(&self) -> usize {
+        self.exceptions.retained()
+            + self.gcs.retained()
+            + self.allocs.retained()
+            + self.contention.retained()
+            + self.log.retained()
+    }
+
     /// Keeps a runtime-event record (tags 70–99) as a fact.
     pub fn add(&mut self, r: &Record) {
         use Record as R;
