@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use clrprof_trace::Record;
 
 use crate::codemap::CodeMap;
+use crate::fasthash::FxHashMap;
 use crate::profile::Profile;
 use crate::runtime::FrameClass;
 use crate::stacks::{Cost, FrameId, FrameKey, StackId};
@@ -139,7 +140,7 @@ pub struct SampleData {
     mappings: Vec<Mapping>,
     /// Stack definitions: IPs, FunctionIDs, runtime activity.
     defs: Vec<(Vec<u64>, Vec<u64>, u64)>,
-    ids: HashMap<u32, usize>,
+    ids: FxHashMap<u32, usize>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
@@ -228,7 +229,7 @@ impl SampleData {
         let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
-        let mut costs: HashMap<(u32, usize), Cost> = HashMap::new();
+        let mut costs: FxHashMap<(u32, usize), Cost> = FxHashMap::default();
         let mut summary = self.summary.clone();
         for e in self.events.iter().filter(|e| range.contains(e.ts)) {
             let c = costs.entry((e.os_tid, e.def as usize)).or_default();
@@ -250,14 +251,18 @@ impl SampleData {
         // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
         // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
-        let cpu_defs: std::collections::HashSet<u32> =
-            self.events.iter().filter(|e| e.weight == SampleWeight::Cpu).map(|e| e.def).collect();
-        let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
+        let mut cpu_defs = vec![false; self.defs.len()];
+        for e in self.events.iter().filter(|e| e.weight == SampleWeight::Cpu) {
+            cpu_defs[e.def as usize] = true;
+        }
+        // The interned stack of each definition a sample in the window refers to (outer `None`:
+        // not resolved yet).
+        let mut stack_of: Vec<Option<Option<crate::stacks::StackId>>> = vec![None; self.defs.len()];
         let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);
         let mut addresses = HashMap::new();
         for ((tid, def), cost) in entries {
-            let s = *stack_of.entry(def).or_insert_with(|| {
+            let s = *stack_of[def].get_or_insert_with(|| {
                 let (ips, fns, activity) = &self.defs[def];
                 let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len().max(1));
                 let mut classes: Vec<FrameClass> = Vec::with_capacity(ips.len());
@@ -304,7 +309,7 @@ impl SampleData {
                 }
                 // Cut at its walk's limit: say so at the root rather than pass the innermost
                 // frames off as the whole stack.
-                let limit = if cpu_defs.contains(&(def as u32)) { self.max_frames } else { self.max_walk_frames };
+                let limit = if cpu_defs[def] { self.max_frames } else { self.max_walk_frames };
                 if limit > 0 && ips.len() >= limit as usize {
                     frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(limit))));
                 }
@@ -325,7 +330,7 @@ impl SampleData {
             .iter()
             .filter(|e| range.contains(e.ts))
             .filter_map(|e| {
-                let stack = stack_of.get(&(e.def as usize)).copied().flatten()?;
+                let stack = stack_of[e.def as usize].flatten()?;
                 Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
             })
             .collect();
@@ -556,15 +561,15 @@ mod tests {
             ProcessStart { pid: 1, ..Default::default() }.into(),
             SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 3, max_walk_frames: 5 }.into(),
             FunctionCompiled { ts: 1, id: 10, name: "App.Rec".into(), ..Default::default() }.into(),
-            SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10] }.into(),
-            SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10] }.into(),
+            SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10], activity: 0 }.into(),
+            SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10], activity: 0 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
             CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
             // The runtime's walk (wall samples) has a deeper limit of its own: not cut at 3 frames,
             // cut at 5.
-            SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10] }.into(),
+            SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10], activity: 0 }.into(),
             WallSample { ts: 6, os_tid: 7, stack: 3, count: 2, wall_ns: 20 }.into(),
-            SampleStack { id: 4, ips: vec![1, 2, 3, 4, 5], functions: vec![10; 5] }.into(),
+            SampleStack { id: 4, ips: vec![1, 2, 3, 4, 5], functions: vec![10; 5], activity: 0 }.into(),
             WallSample { ts: 6, os_tid: 7, stack: 4, count: 3, wall_ns: 30 }.into(),
             // A wall sample that reuses the cut CPU stack is cut too.
             WallSample { ts: 7, os_tid: 7, stack: 1, count: 1, wall_ns: 10 }.into(),

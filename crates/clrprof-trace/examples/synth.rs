@@ -69,7 +69,7 @@ fn main() {
         // ips are innermost first: keep the outer half, add 2..40 random frames inside.
         let mut ips: Vec<u64> = (0..2 + rng.below(38)).map(|_| pool[rng.below(pool.len())]).collect();
         ips.extend_from_slice(&s.ips[s.ips.len() - keep..]);
-        defs.push(Record::SampleStack(SampleStack { id: base + i as u32, ips, functions: Vec::new() }));
+        defs.push(Record::SampleStack(SampleStack { id: base + i as u32, ips, functions: Vec::new(), activity: 0 }));
     }
     emit(&mut out, &head, &mut written);
     emit(&mut out, &defs, &mut written);
