@@ -107,9 +107,12 @@ pub enum SampleWeight {
     Wall,
 }
 
+/// Stack ids below this index a table rather than a map.
+const DENSE_IDS: usize = 1 << 20;
+
 /// A sample record as read, its stack not resolved yet.
 #[derive(Clone, Copy, Debug)]
-struct SampleEvent {
+pub(crate) struct SampleEvent {
     ts: u64,
     os_tid: u32,
     def: u32,
@@ -141,6 +144,8 @@ pub struct SampleData {
     /// Stack definitions: IPs, FunctionIDs, runtime activity.
     defs: Vec<(Vec<u64>, Vec<u64>, u64)>,
     ids: FxHashMap<u32, usize>,
+    /// The definitions of ids below [`DENSE_IDS`] (`u32::MAX`: none yet).
+    dense: Vec<u32>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
@@ -170,7 +175,7 @@ impl SampleData {
                 self.type_loads.insert(t.load_id, t.type_name.clone());
             }
             Record::SampleStack(s) => {
-                self.ids.insert(s.id, self.defs.len());
+                self.define(s.id);
                 self.defs.push((s.ips.clone(), s.functions.clone(), s.activity));
             }
             Record::CpuSample(s) => {
@@ -211,17 +216,55 @@ impl SampleData {
 
     /// The definition a stack id refers to now; an undefined id (damaged trace) is an empty stack.
     fn def(&mut self, id: u32) -> usize {
-        if let Some(&d) = self.ids.get(&id) {
+        if let Some(&d) = self.dense.get(id as usize) {
+            if d != u32::MAX {
+                return d as usize;
+            }
+        } else if let Some(&d) = self.ids.get(&id) {
             return d;
         }
-        self.ids.insert(id, self.defs.len());
+        self.define(id);
         self.defs.push((Vec::new(), Vec::new(), 0));
         self.defs.len() - 1
+    }
+
+    /// Points `id` at the next definition.
+    fn define(&mut self, id: u32) {
+        let d = self.defs.len();
+        // The agent numbers stacks from 0 up: most ids index a table (a hash lookup per sample
+        // record misses the cache on large traces); others, from damaged traces, go to a map.
+        if (id as usize) < DENSE_IDS && d < u32::MAX as usize {
+            if self.dense.len() <= id as usize {
+                self.dense.resize(id as usize + 1, u32::MAX);
+            }
+            self.dense[id as usize] = d as u32;
+        } else {
+            self.ids.insert(id, d);
+        }
     }
 
     /// Adds the samples inside `range` to `p.costs` and `p.samples`, and fills `p.sampling`
     /// (sample counts and times of the window; the sampler's counters of the whole run).
     pub fn resolve(&self, p: &mut Profile, symbols: &mut dyn NativeSymbols, range: TimeRange) {
+        self.resolve_with(p, symbols, range, None)
+    }
+
+    /// The sample records read so far, taken out (for a builder consumed by its last profile: the
+    /// profile's samples then reuse their memory instead of a copy).
+    pub(crate) fn take_events(&mut self) -> Vec<SampleEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// [`resolve`](Self::resolve) over `owned` (records taken with [`take_events`](Self::take_events))
+    /// or, when `None`, over the records kept here.
+    pub(crate) fn resolve_with(
+        &self,
+        p: &mut Profile,
+        symbols: &mut dyn NativeSymbols,
+        range: TimeRange,
+        owned: Option<Vec<SampleEvent>>,
+    ) {
+        let events: &[SampleEvent] = owned.as_deref().unwrap_or(&self.events);
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
         let mut mappings = self.mappings.clone();
         mappings.sort_by_key(|m| (m.start, m.end));
@@ -231,7 +274,7 @@ impl SampleData {
         // order whatever order the records came in.
         let mut costs: FxHashMap<(u32, usize), Cost> = FxHashMap::default();
         let mut summary = self.summary.clone();
-        for e in self.events.iter().filter(|e| range.contains(e.ts)) {
+        for e in events.iter().filter(|e| range.contains(e.ts)) {
             let c = costs.entry((e.os_tid, e.def as usize)).or_default();
             match e.weight {
                 SampleWeight::Cpu => {
@@ -252,7 +295,7 @@ impl SampleData {
         // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
         let mut cpu_defs = vec![false; self.defs.len()];
-        for e in self.events.iter().filter(|e| e.weight == SampleWeight::Cpu) {
+        for e in events.iter().filter(|e| e.weight == SampleWeight::Cpu) {
             cpu_defs[e.def as usize] = true;
         }
         // The interned stack of each definition a sample in the window refers to (outer `None`:
@@ -325,16 +368,20 @@ impl SampleData {
                 p.costs.add(tid, s, &cost);
             }
         }
-        p.samples = self
-            .events
-            .iter()
-            .filter(|e| range.contains(e.ts))
-            .filter_map(|e| {
-                let stack = stack_of[e.def as usize].flatten()?;
-                Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
-            })
-            .collect();
-        p.samples.sort_by_key(|s| (s.ts, s.os_tid));
+        let timed = |e: &SampleEvent| -> Option<TimedSample> {
+            let stack = stack_of[e.def as usize].flatten()?;
+            Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
+        };
+        p.samples = match owned {
+            // Same size as a `SampleEvent`: collected in place, in the records' memory.
+            Some(v) => v.into_iter().filter(|e| range.contains(e.ts)).filter_map(|e| timed(&e)).collect(),
+            None => self.events.iter().filter(|e| range.contains(e.ts)).filter_map(timed).collect(),
+        };
+        // Samples arrive in time order in most traces: a stable sort would still take a scratch
+        // buffer of half their size.
+        if !p.samples.is_sorted_by_key(|s| (s.ts, s.os_tid)) {
+            p.samples.sort_by_key(|s| (s.ts, s.os_tid));
+        }
         for f in p.functions.iter() {
             if let Some(id) = p.costs.stacks.find_frame(&FrameKey::Function(f.id)) {
                 addresses.insert(id, f.code_start);
