@@ -603,6 +603,62 @@ mod tests {
     }
 
     #[test]
+    fn a_consumed_builder_gives_the_same_profile_as_a_kept_one() {
+        let big = DENSE_IDS as u32 + 7;
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 64, max_walk_frames: 64 }.into(),
+            FunctionCompiled { ts: 1, id: 10, name: "App.A".into(), ..Default::default() }.into(),
+            FunctionCompiled { ts: 1, id: 11, name: "App.B".into(), ..Default::default() }.into(),
+            SampleStack { id: 0, ips: vec![1, 2], functions: vec![10, 11], activity: 0 }.into(),
+            SampleStack { id: big, ips: vec![1], functions: vec![11], activity: 0 }.into(),
+            // Out of time order, two threads, an id past the table, an undefined id.
+            CpuSample { ts: 30, os_tid: 8, stack: 0, count: 2, cpu_ns: 20 }.into(),
+            CpuSample { ts: 10, os_tid: 7, stack: big, count: 1, cpu_ns: 10 }.into(),
+            WallSample { ts: 20, os_tid: 7, stack: 0, count: 3, wall_ns: 30 }.into(),
+            WallSample { ts: 20, os_tid: 5, stack: 99, count: 1, wall_ns: 10 }.into(),
+            // Id 0 redefined: later samples refer to the new stack.
+            SampleStack { id: 0, ips: vec![1], functions: vec![10], activity: 0 }.into(),
+            CpuSample { ts: 40, os_tid: 7, stack: 0, count: 5, cpu_ns: 50 }.into(),
+            CpuSample { ts: 25, os_tid: 8, stack: big, count: 1, cpu_ns: 10 }.into(),
+        ];
+        for range in [TimeRange::ALL, TimeRange::new(15, 35)] {
+            let mut kept = ProfileBuilder::new();
+            let mut consumed = ProfileBuilder::new();
+            for r in &recs {
+                kept.add(r);
+                consumed.add(r);
+            }
+            let a = kept.profile(range, &mut NoSymbols);
+            let b = consumed.into_profile(range, &mut NoSymbols);
+            assert_eq!(a.samples, b.samples);
+            // The same stacks and costs per thread (the maps compared in a fixed order).
+            assert_eq!(format!("{:?}", a.costs.stacks.frames), format!("{:?}", b.costs.stacks.frames));
+            assert_eq!(format!("{:?}", a.costs.stacks.nodes), format!("{:?}", b.costs.stacks.nodes));
+            let per_thread = |p: &Profile| -> Vec<(u32, Vec<(StackId, Cost)>)> {
+                let mut v: Vec<_> = p
+                    .costs
+                    .threads
+                    .iter()
+                    .map(|t| {
+                        let mut c: Vec<_> = t.costs.iter().map(|(s, c)| (*s, c.clone())).collect();
+                        c.sort_by_key(|(s, _)| *s);
+                        (t.os_tid, c)
+                    })
+                    .collect();
+                v.sort_by_key(|(t, _)| *t);
+                v
+            };
+            assert_eq!(format!("{:?}", per_thread(&a)), format!("{:?}", per_thread(&b)));
+            assert!(!per_thread(&a).is_empty());
+            assert_eq!(a.sampling, b.sampling);
+            assert!(a.samples.is_sorted_by_key(|s| (s.ts, s.os_tid)));
+            let n = if range.is_all() { 6 } else { 4 };
+            assert_eq!(a.samples.len(), n, "every sample record of the window, {range:?}");
+        }
+    }
+
+    #[test]
     fn a_stack_cut_at_the_sampler_limit_is_marked_at_its_root() {
         let recs: Vec<Record> = vec![
             ProcessStart { pid: 1, ..Default::default() }.into(),
