@@ -641,7 +641,7 @@ mod tests {
                     .threads
                     .iter()
                     .map(|t| {
-                        let mut c: Vec<_> = t.costs.iter().map(|(s, c)| (*s, c.clone())).collect();
+                        let mut c: Vec<_> = t.costs.iter().map(|(s, c)| (*s, *c)).collect();
                         c.sort_by_key(|(s, _)| *s);
                         (t.os_tid, c)
                     })
