@@ -313,12 +313,12 @@ impl ProfileBuilder {
 
     /// The profile of the whole run, native frames unnamed.
     pub fn finish(self) -> Profile {
-        self.profile(TimeRange::ALL, &mut NoSymbols)
+        self.into_profile(TimeRange::ALL, &mut NoSymbols)
     }
 
     /// The profile of the whole run, naming native frames through `symbols`.
     pub fn finish_with(self, symbols: &mut dyn NativeSymbols) -> Profile {
-        self.profile(TimeRange::ALL, symbols)
+        self.into_profile(TimeRange::ALL, symbols)
     }
 
     /// The profile of the records added so far, limited to `range` (costs, samples, calls and
@@ -326,6 +326,23 @@ impl ProfileBuilder {
     /// naming native frames through `symbols`. The builder is left as it was: add more records and
     /// ask again.
     pub fn profile(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        self.build(range, symbols, None)
+    }
+
+    /// The profile of all records added, limited to `range`, consuming the builder: the same
+    /// profile as [`profile`](Self::profile), built without keeping a second copy of the sample
+    /// records (for one-shot readers of large traces).
+    pub fn into_profile(mut self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        let events = self.samples.take_events();
+        self.build(range, symbols, Some(events))
+    }
+
+    fn build(
+        &self,
+        range: TimeRange,
+        symbols: &mut dyn NativeSymbols,
+        sample_events: Option<Vec<crate::samples::SampleEvent>>,
+    ) -> Profile {
         let mut p = Profile::default();
         p.process = self.p.process.clone();
         p.messages = self.p.messages.clone();
@@ -366,7 +383,7 @@ impl ProfileBuilder {
         p.index();
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
-        self.samples.resolve(&mut p, symbols, range);
+        self.samples.resolve_with(&mut p, symbols, range, sample_events);
         self.events.finish(&mut p, range);
         name_frames(&mut p);
         p

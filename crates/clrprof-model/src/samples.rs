@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use clrprof_trace::Record;
 
 use crate::codemap::CodeMap;
+use crate::fasthash::FxHashMap;
 use crate::profile::Profile;
 use crate::runtime::FrameClass;
 use crate::stacks::{Cost, FrameId, FrameKey, StackId};
@@ -106,9 +107,12 @@ pub enum SampleWeight {
     Wall,
 }
 
+/// Stack ids below this index a table rather than a map.
+const DENSE_IDS: usize = 1 << 20;
+
 /// A sample record as read, its stack not resolved yet.
 #[derive(Clone, Copy, Debug)]
-struct SampleEvent {
+pub(crate) struct SampleEvent {
     ts: u64,
     os_tid: u32,
     def: u32,
@@ -139,7 +143,9 @@ pub struct SampleData {
     mappings: Vec<Mapping>,
     /// Stack definitions: IPs, FunctionIDs, runtime activity.
     defs: Vec<(Vec<u64>, Vec<u64>, u64)>,
-    ids: HashMap<u32, usize>,
+    ids: FxHashMap<u32, usize>,
+    /// The definitions of ids below [`DENSE_IDS`] (`u32::MAX`: none yet).
+    dense: Vec<u32>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
@@ -171,7 +177,7 @@ impl SampleData {
                 self.type_loads.insert(t.load_id, t.type_name.clone());
             }
             Record::SampleStack(s) => {
-                self.ids.insert(s.id, self.defs.len());
+                self.define(s.id);
                 self.defs.push((s.ips.clone(), s.functions.clone(), s.activity));
             }
             Record::CpuSample(s) => {
@@ -223,17 +229,55 @@ impl SampleData {
 
     /// The definition a stack id refers to now; an undefined id (damaged trace) is an empty stack.
     fn def(&mut self, id: u32) -> usize {
-        if let Some(&d) = self.ids.get(&id) {
+        if let Some(&d) = self.dense.get(id as usize) {
+            if d != u32::MAX {
+                return d as usize;
+            }
+        } else if let Some(&d) = self.ids.get(&id) {
             return d;
         }
-        self.ids.insert(id, self.defs.len());
+        self.define(id);
         self.defs.push((Vec::new(), Vec::new(), 0));
         self.defs.len() - 1
+    }
+
+    /// Points `id` at the next definition.
+    fn define(&mut self, id: u32) {
+        let d = self.defs.len();
+        // The agent numbers stacks from 0 up: most ids index a table (a hash lookup per sample
+        // record misses the cache on large traces); others, from damaged traces, go to a map.
+        if (id as usize) < DENSE_IDS && d < u32::MAX as usize {
+            if self.dense.len() <= id as usize {
+                self.dense.resize(id as usize + 1, u32::MAX);
+            }
+            self.dense[id as usize] = d as u32;
+        } else {
+            self.ids.insert(id, d);
+        }
     }
 
     /// Adds the samples inside `range` to `p.costs` and `p.samples`, and fills `p.sampling`
     /// (sample counts and times of the window; the sampler's counters of the whole run).
     pub fn resolve(&self, p: &mut Profile, symbols: &mut dyn NativeSymbols, range: TimeRange) {
+        self.resolve_with(p, symbols, range, None)
+    }
+
+    /// The sample records read so far, taken out (for a builder consumed by its last profile: the
+    /// profile's samples then reuse their memory instead of a copy).
+    pub(crate) fn take_events(&mut self) -> Vec<SampleEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// [`resolve`](Self::resolve) over `owned` (records taken with [`take_events`](Self::take_events))
+    /// or, when `None`, over the records kept here.
+    pub(crate) fn resolve_with(
+        &self,
+        p: &mut Profile,
+        symbols: &mut dyn NativeSymbols,
+        range: TimeRange,
+        owned: Option<Vec<SampleEvent>>,
+    ) {
+        let events: &[SampleEvent] = owned.as_deref().unwrap_or(&self.events);
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
         let mut mappings = self.mappings.clone();
         mappings.sort_by_key(|m| (m.start, m.end));
@@ -241,9 +285,9 @@ impl SampleData {
         let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
-        let mut costs: HashMap<(u32, usize), Cost> = HashMap::new();
+        let mut costs: FxHashMap<(u32, usize), Cost> = FxHashMap::default();
         let mut summary = self.summary.clone();
-        for e in self.events.iter().filter(|e| range.contains(e.ts)) {
+        for e in events.iter().filter(|e| range.contains(e.ts)) {
             let c = costs.entry((e.os_tid, e.def as usize)).or_default();
             match e.weight {
                 SampleWeight::Cpu => {
@@ -263,13 +307,21 @@ impl SampleData {
         // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
         // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
-        let cpu_defs = &self.cpu_defs;
-        let mut stack_of: HashMap<usize, Option<crate::stacks::StackId>> = HashMap::new();
+        // (Every definition CPU samples ever used, also those of forgotten samples.)
+        let mut cpu_defs = vec![false; self.defs.len()];
+        for &d in &self.cpu_defs {
+            if let Some(x) = cpu_defs.get_mut(d as usize) {
+                *x = true;
+            }
+        }
+        // The interned stack of each definition a sample in the window refers to (outer `None`:
+        // not resolved yet).
+        let mut stack_of: Vec<Option<Option<crate::stacks::StackId>>> = vec![None; self.defs.len()];
         let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
         entries.sort_by_key(|(k, _)| *k);
         let mut addresses = HashMap::new();
         for ((tid, def), cost) in entries {
-            let s = *stack_of.entry(def).or_insert_with(|| {
+            let s = *stack_of[def].get_or_insert_with(|| {
                 let (ips, fns, activity) = &self.defs[def];
                 let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len().max(1));
                 let mut classes: Vec<FrameClass> = Vec::with_capacity(ips.len());
@@ -316,7 +368,7 @@ impl SampleData {
                 }
                 // Cut at its walk's limit: say so at the root rather than pass the innermost
                 // frames off as the whole stack.
-                let limit = if cpu_defs.contains(&(def as u32)) { self.max_frames } else { self.max_walk_frames };
+                let limit = if cpu_defs[def] { self.max_frames } else { self.max_walk_frames };
                 if limit > 0 && ips.len() >= limit as usize {
                     frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(limit))));
                 }
@@ -332,16 +384,20 @@ impl SampleData {
                 p.costs.add(tid, s, &cost);
             }
         }
-        p.samples = self
-            .events
-            .iter()
-            .filter(|e| range.contains(e.ts))
-            .filter_map(|e| {
-                let stack = stack_of.get(&(e.def as usize)).copied().flatten()?;
-                Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
-            })
-            .collect();
-        p.samples.sort_by_key(|s| (s.ts, s.os_tid));
+        let timed = |e: &SampleEvent| -> Option<TimedSample> {
+            let stack = stack_of[e.def as usize].flatten()?;
+            Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
+        };
+        p.samples = match owned {
+            // Same size as a `SampleEvent`: collected in place, in the records' memory.
+            Some(v) => v.into_iter().filter(|e| range.contains(e.ts)).filter_map(|e| timed(&e)).collect(),
+            None => self.events.iter().filter(|e| range.contains(e.ts)).filter_map(timed).collect(),
+        };
+        // Samples arrive in time order in most traces: a stable sort would still take a scratch
+        // buffer of half their size.
+        if !p.samples.is_sorted_by_key(|s| (s.ts, s.os_tid)) {
+            p.samples.sort_by_key(|s| (s.ts, s.os_tid));
+        }
         for f in p.functions.iter() {
             if let Some(id) = p.costs.stacks.find_frame(&FrameKey::Function(f.id)) {
                 addresses.insert(id, f.code_start);
@@ -560,6 +616,62 @@ mod tests {
         }
         let p = b.finish();
         assert!(p.costs.stacks.frames.iter().any(|f| f.name == "libz.so.1!<unknown>"));
+    }
+
+    #[test]
+    fn a_consumed_builder_gives_the_same_profile_as_a_kept_one() {
+        let big = DENSE_IDS as u32 + 7;
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 64, max_walk_frames: 64 }.into(),
+            FunctionCompiled { ts: 1, id: 10, name: "App.A".into(), ..Default::default() }.into(),
+            FunctionCompiled { ts: 1, id: 11, name: "App.B".into(), ..Default::default() }.into(),
+            SampleStack { id: 0, ips: vec![1, 2], functions: vec![10, 11], activity: 0 }.into(),
+            SampleStack { id: big, ips: vec![1], functions: vec![11], activity: 0 }.into(),
+            // Out of time order, two threads, an id past the table, an undefined id.
+            CpuSample { ts: 30, os_tid: 8, stack: 0, count: 2, cpu_ns: 20 }.into(),
+            CpuSample { ts: 10, os_tid: 7, stack: big, count: 1, cpu_ns: 10 }.into(),
+            WallSample { ts: 20, os_tid: 7, stack: 0, count: 3, wall_ns: 30 }.into(),
+            WallSample { ts: 20, os_tid: 5, stack: 99, count: 1, wall_ns: 10 }.into(),
+            // Id 0 redefined: later samples refer to the new stack.
+            SampleStack { id: 0, ips: vec![1], functions: vec![10], activity: 0 }.into(),
+            CpuSample { ts: 40, os_tid: 7, stack: 0, count: 5, cpu_ns: 50 }.into(),
+            CpuSample { ts: 25, os_tid: 8, stack: big, count: 1, cpu_ns: 10 }.into(),
+        ];
+        for range in [TimeRange::ALL, TimeRange::new(15, 35)] {
+            let mut kept = ProfileBuilder::new();
+            let mut consumed = ProfileBuilder::new();
+            for r in &recs {
+                kept.add(r);
+                consumed.add(r);
+            }
+            let a = kept.profile(range, &mut NoSymbols);
+            let b = consumed.into_profile(range, &mut NoSymbols);
+            assert_eq!(a.samples, b.samples);
+            // The same stacks and costs per thread (the maps compared in a fixed order).
+            assert_eq!(format!("{:?}", a.costs.stacks.frames), format!("{:?}", b.costs.stacks.frames));
+            assert_eq!(format!("{:?}", a.costs.stacks.nodes), format!("{:?}", b.costs.stacks.nodes));
+            let per_thread = |p: &Profile| -> Vec<(u32, Vec<(StackId, Cost)>)> {
+                let mut v: Vec<_> = p
+                    .costs
+                    .threads
+                    .iter()
+                    .map(|t| {
+                        let mut c: Vec<_> = t.costs.iter().map(|(s, c)| (*s, *c)).collect();
+                        c.sort_by_key(|(s, _)| *s);
+                        (t.os_tid, c)
+                    })
+                    .collect();
+                v.sort_by_key(|(t, _)| *t);
+                v
+            };
+            assert_eq!(format!("{:?}", per_thread(&a)), format!("{:?}", per_thread(&b)));
+            assert!(!per_thread(&a).is_empty());
+            assert_eq!(a.sampling, b.sampling);
+            assert!(a.samples.is_sorted_by_key(|s| (s.ts, s.os_tid)));
+            let n = if range.is_all() { 6 } else { 4 };
+            assert_eq!(a.samples.len(), n, "every sample record of the window, {range:?}");
+        }
     }
 
     #[test]

@@ -180,4 +180,13 @@ impl Loader {
             None => self.builder.profile(range, symbols),
         }
     }
+
+    /// [`profile`](Self::profile), consuming the loader: the profile reuses the memory of the
+    /// records read instead of copying them (for one-shot readers such as `report`).
+    pub fn into_profile(self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        match self.imported {
+            Some((_, p)) => p,
+            None => self.builder.into_profile(range, symbols),
+        }
+    }
 }

@@ -50,8 +50,8 @@ pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
         );
     }
     Ok(if read.native_symbols {
-        loader.profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))
+        loader.into_profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))
     } else {
-        loader.profile(read.range, &mut NoSymbols)
+        loader.into_profile(read.range, &mut NoSymbols)
     })
 }
