@@ -290,17 +290,18 @@ impl SampleData {
         for e in events.iter().filter(|e| range.contains(e.ts)) {
             let c = costs.entry((e.os_tid, e.def as usize)).or_default();
             match e.weight {
+                // Saturating: a damaged trace may carry any value (fuzz input).
                 SampleWeight::Cpu => {
-                    c.cpu_samples += e.count as u64;
-                    c.cpu_ns += e.ns;
-                    summary.cpu_samples += e.count as u64;
-                    summary.cpu_ns += e.ns;
+                    c.cpu_samples = c.cpu_samples.saturating_add(e.count as u64);
+                    c.cpu_ns = c.cpu_ns.saturating_add(e.ns);
+                    summary.cpu_samples = summary.cpu_samples.saturating_add(e.count as u64);
+                    summary.cpu_ns = summary.cpu_ns.saturating_add(e.ns);
                 }
                 SampleWeight::Wall => {
-                    c.wall_samples += e.count as u64;
-                    c.wall_ns += e.ns;
-                    summary.wall_samples += e.count as u64;
-                    summary.wall_ns += e.ns;
+                    c.wall_samples = c.wall_samples.saturating_add(e.count as u64);
+                    c.wall_ns = c.wall_ns.saturating_add(e.ns);
+                    summary.wall_samples = summary.wall_samples.saturating_add(e.count as u64);
+                    summary.wall_ns = summary.wall_ns.saturating_add(e.ns);
                 }
             }
         }

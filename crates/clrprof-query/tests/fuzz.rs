@@ -117,6 +117,34 @@ fn damaged_traces_never_panic() {
     }
 }
 
+/// The reader alone (decoder, model ingestion and the profile), without the views: cheap enough for
+/// the long mode's million inputs (`CLRPROF_FUZZ_DECODE_ITERATIONS`, inputs per trace file).
+#[test]
+fn damaged_traces_never_panic_the_reader() {
+    let iterations: usize =
+        std::env::var("CLRPROF_FUZZ_DECODE_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    let traces: Vec<Vec<u8>> = names.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let mut rng = Rng(0x0dec_0de5_eed5_0002);
+    for i in 0..iterations * traces.len() {
+        let k = i % traces.len();
+        let input = mutate(&traces[k], &mut rng);
+        let kept = input.clone();
+        let read = std::panic::catch_unwind(|| {
+            if let Ok((builder, _)) = Loader::load(TraceSource::Bytes(input)) {
+                let _ = builder.profile(TimeRange::ALL, &mut NoSymbols);
+            }
+        });
+        if read.is_err() {
+            let path = std::env::temp_dir().join(format!("clrprof-fuzz-reader-{i}.clrprof"));
+            std::fs::write(&path, kept).unwrap();
+            panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
+        }
+    }
+}
+
 /// Interesting bytes for text formats: separators, quotes, digits, line ends, invalid UTF-8.
 const SPICE: &[u8] = b"\",;!\n\r .0912-%\t\xff\x00eE";
 
