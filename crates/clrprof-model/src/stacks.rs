@@ -161,17 +161,19 @@ pub struct Cost {
 }
 
 impl Cost {
+    /// Adds `o`, saturating: a damaged trace may carry any value, and a sum pinned at the
+    /// maximum is visibly wrong where a wrapped one would look plausible.
     pub fn add(&mut self, o: &Cost) {
-        self.calls += o.calls;
-        self.time_ns += o.time_ns;
-        self.suspended_ns += o.suspended_ns;
-        self.profiler_ns += o.profiler_ns;
-        self.cpu_samples += o.cpu_samples;
-        self.cpu_ns += o.cpu_ns;
-        self.wall_samples += o.wall_samples;
-        self.wall_ns += o.wall_ns;
-        self.alloc_count += o.alloc_count;
-        self.alloc_bytes += o.alloc_bytes;
+        self.calls = self.calls.saturating_add(o.calls);
+        self.time_ns = self.time_ns.saturating_add(o.time_ns);
+        self.suspended_ns = self.suspended_ns.saturating_add(o.suspended_ns);
+        self.profiler_ns = self.profiler_ns.saturating_add(o.profiler_ns);
+        self.cpu_samples = self.cpu_samples.saturating_add(o.cpu_samples);
+        self.cpu_ns = self.cpu_ns.saturating_add(o.cpu_ns);
+        self.wall_samples = self.wall_samples.saturating_add(o.wall_samples);
+        self.wall_ns = self.wall_ns.saturating_add(o.wall_ns);
+        self.alloc_count = self.alloc_count.saturating_add(o.alloc_count);
+        self.alloc_bytes = self.alloc_bytes.saturating_add(o.alloc_bytes);
     }
 
     pub fn is_zero(&self) -> bool {

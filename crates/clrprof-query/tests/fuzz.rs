@@ -117,6 +117,27 @@ fn damaged_traces_never_panic() {
     }
 }
 
+/// Every input a fuzzer found breaking the reader (testdata/fuzz) is read again: decoded, ingested
+/// and made a profile.
+#[test]
+fn inputs_that_broke_the_reader_stay_fixed() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/fuzz");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    assert!(!names.is_empty());
+    for name in names {
+        let bytes = std::fs::read(&name).unwrap();
+        assert!(std::panic::catch_unwind(|| read(bytes)).is_ok(), "{} panicked", name.display());
+    }
+}
+
+/// Decodes, ingests and profiles a trace (no views).
+fn read(bytes: Vec<u8>) {
+    if let Ok((builder, _)) = Loader::load(TraceSource::Bytes(bytes)) {
+        let _ = builder.profile(TimeRange::ALL, &mut NoSymbols);
+    }
+}
+
 /// The reader alone (decoder, model ingestion and the profile), without the views: cheap enough for
 /// the long mode's million inputs (`CLRPROF_FUZZ_DECODE_ITERATIONS`, inputs per trace file).
 #[test]
@@ -132,12 +153,7 @@ fn damaged_traces_never_panic_the_reader() {
         let k = i % traces.len();
         let input = mutate(&traces[k], &mut rng);
         let kept = input.clone();
-        let read = std::panic::catch_unwind(|| {
-            if let Ok((builder, _)) = Loader::load(TraceSource::Bytes(input)) {
-                let _ = builder.profile(TimeRange::ALL, &mut NoSymbols);
-            }
-        });
-        if read.is_err() {
+        if std::panic::catch_unwind(|| read(input)).is_err() {
             let path = std::env::temp_dir().join(format!("clrprof-fuzz-reader-{i}.clrprof"));
             std::fs::write(&path, kept).unwrap();
             panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());

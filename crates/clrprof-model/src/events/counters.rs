@@ -65,8 +65,9 @@ pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<
     let last = n - 1;
     let mut rows: Vec<CounterRow> = (0..n)
         .map(|i| CounterRow {
-            start_ns: from + i as u64 * interval,
-            end_ns: from + ((i as u64 + 1) * interval).min(dur),
+            // Saturating: a damaged trace's span may reach the end of u64.
+            start_ns: from.saturating_add((i as u64).saturating_mul(interval)),
+            end_ns: from.saturating_add((i as u64 + 1).saturating_mul(interval).min(dur)),
             heap_bytes: vec![0; 5],
             ..Default::default()
         })
