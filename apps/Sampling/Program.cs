@@ -2,7 +2,7 @@
 //   ratio [ms]    Heavy and Light burn CPU in a 3:1 ratio on one thread (about ms of its CPU time)
 //   sleep [heartbeat]  Spinner spins 800 ms of CPU, then Sleeper sleeps 500 ms, on the same thread
 //                 (with a heartbeat thread that wakes every 15 ms for a little work, as timers do)
-//   blocking      four threads each spin 200 ms, then block 400 ms in a different way (Thread.Sleep,
+//   blocking      four threads each spin 200 ms, then block 800 ms in a different way (Thread.Sleep,
 //                 Monitor.Wait, WaitHandle.WaitOne, Task.Wait), then exit; a heartbeat thread runs
 //                 beside them; prints each thread's measured blocked time
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
@@ -327,7 +327,7 @@ public sealed class Heartbeat : IDisposable
 public static class Blocking
 {
     const int SpinMs = 200;
-    const int BlockMs = 400;
+    const int BlockMs = 800;
 
     public static void Run()
     {
