@@ -142,8 +142,9 @@ impl ContentionFacts {
                 Some(s) => by_stack.entry(s).or_default(),
                 None => &mut unknown,
             };
-            e.0 += a.count;
-            e.1 += a.wait_ns;
+            // Saturating: a damaged trace may carry any value.
+            e.0 = e.0.saturating_add(a.count);
+            e.1 = e.1.saturating_add(a.wait_ns);
             e.2 = e.2.max(a.max_wait_ns);
         }
         for c in self.all.iter().filter(|c| range.contains(c.ts)) {
@@ -151,8 +152,8 @@ impl ContentionFacts {
             let Some(wait) = c.wait_ns else { continue };
             times.push((c.ts, c.os_tid, wait));
             let e = by_stack.entry(c.stack).or_default();
-            e.0 += 1;
-            e.1 += wait;
+            e.0 = e.0.saturating_add(1);
+            e.1 = e.1.saturating_add(wait);
             e.2 = e.2.max(wait);
         }
         times.sort_unstable();
