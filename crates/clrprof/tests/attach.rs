@@ -423,44 +423,12 @@ fn attach_works_on_every_runtime() {
     }
 }
 
-/// `clrprof collect` on a free loopback port with an SQLite store; its address and log lines.
-fn start_collector(store: &Path) -> (KillOnDrop, String, std::sync::Arc<std::sync::Mutex<String>>) {
-    let mut child = Command::new(clrprof_exe())
-        .args(["collect", "--listen", "127.0.0.1:0", "--store"])
-        .arg(store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start clrprof collect");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let child = KillOnDrop(child);
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .strip_prefix("clrprof collect: listening on ")
-        .unwrap_or_else(|| panic!("collector said {line:?}"))
-        .split([',', ' '])
-        .next()
-        .unwrap()
-        .to_string();
-    let log = Arc::new(std::sync::Mutex::new(String::new()));
-    let l = Arc::clone(&log);
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        while err.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-            l.lock().unwrap().push_str(&line);
-            line.clear();
-        }
-    });
-    (child, addr, log)
-}
-
 #[test]
 fn attach_streams_to_a_collector() {
     let dir = scratch("attach-server");
     let store = dir.join("runs.db");
-    let (_collector, server, log) = start_collector(&store);
+    let collector = Collector::start(store.to_str().unwrap(), "127.0.0.1:0", &[]);
+    let server = collector.addr.clone();
     let (mut web, addr, mut out) = start_web(&[]);
     let pid = web.0.id();
     let load = Load::start(&addr, 2);
@@ -485,8 +453,8 @@ fn attach_streams_to_a_collector() {
 
     // The run is stored complete, the process still running.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("run 1: complete") {
-        assert!(std::time::Instant::now() < deadline, "collector log: {}", log.lock().unwrap());
+    while !collector.log().contains("run 1: complete") {
+        assert!(std::time::Instant::now() < deadline, "collector log: {}", collector.log());
         std::thread::sleep(Duration::from_millis(50));
     }
     let runs = Command::new(clrprof_exe()).arg("runs").arg("--store").arg(&store).args(["--format", "json"]).output();

@@ -341,3 +341,69 @@ pub fn check_boom_exceptions(v: &serde_json::Value, n: u64) -> &serde_json::Valu
     );
     g
 }
+
+/// A `clrprof collect` child process; its log is collected as it runs.
+pub struct Collector {
+    pub child: KillOnDrop,
+    pub addr: String,
+    log: std::sync::Arc<Mutex<String>>,
+}
+
+impl Collector {
+    pub fn start(store: &str, listen: &str, extra: &[&str]) -> Collector {
+        use std::io::BufRead;
+        let mut child = Command::new(clrprof_exe())
+            .args(["collect", "--store", store, "--listen", listen])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start clrprof collect");
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        // Killed even if the start-up checks below fail.
+        let child = KillOnDrop(child);
+        // Lines before "listening on" (runs recovered from a previous collector) are kept too.
+        let mut first = String::new();
+        let addr = loop {
+            let mut line = String::new();
+            assert!(err.read_line(&mut line).unwrap() > 0, "collector ended: {first}");
+            first.push_str(&line);
+            if let Some(rest) = line.strip_prefix("clrprof collect: listening on ") {
+                break rest.split([',', ' ']).next().unwrap().to_string();
+            }
+        };
+        let log = std::sync::Arc::new(Mutex::new(first));
+        let l = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while err.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                l.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Collector { child, addr, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    pub fn kill9(&mut self) {
+        // Safety: signalling our own child.
+        unsafe { libc::kill(self.child.0.id() as i32, libc::SIGKILL) };
+        let _ = self.child.0.wait();
+    }
+
+    pub fn wait_for(&self, what: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !self.log().contains(what) {
+            assert!(std::time::Instant::now() < deadline, "collector never logged {what:?}:\n{}", self.log());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
