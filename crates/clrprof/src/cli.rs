@@ -267,17 +267,8 @@ struct RecordArgs {
     /// Write the agent's diagnostics to this file
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
-    /// Do not record class loads (smaller traces for large apps)
-    #[arg(long)]
-    no_classes: bool,
-    /// Sampling rate per thread, in samples per second (CPU time and wall time). CPU-time timers
-    /// fire at most once per kernel tick (250/s at CONFIG_HZ=250); reports show the rate delivered
-    #[arg(short = 'r', long, value_name = "HZ", default_value_t = 100,
-          value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    rate: u32,
-    /// Do not sample (no CPU or wall-time profile)
-    #[arg(long)]
-    no_sample: bool,
+    #[command(flatten)]
+    recording: RecordingArgs,
     /// Exact call counts and times from enter/leave hooks (every JIT-compiled method; ReadyToRun
     /// images are ignored, so framework code is JIT-compiled too)
     #[arg(long)]
@@ -297,32 +288,8 @@ struct RecordArgs {
     /// With --instrument: never hook functions matching PATTERN (repeatable)
     #[arg(long, value_name = "PATTERN", requires = "instrument")]
     exclude: Vec<String>,
-    /// Do not record exceptions
-    #[arg(long, conflicts_with = "exact_exceptions")]
-    no_exceptions: bool,
-    /// Observe every exception however many are thrown. By default an exception storm (more than
-    /// 5,000 in a burst, then over 1,000/s) is sampled to keep the app fast, and counts become estimates
-    #[arg(long)]
-    exact_exceptions: bool,
-    /// Do not record garbage collections and GC suspensions
-    #[arg(long)]
-    no_gc: bool,
-    /// Allocations: sampled (runtime's allocation sampling, cheap), exact (every object; slows the app) or off
-    #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
-    alloc: AllocArg,
-    /// Do not record Monitor lock contention
-    #[arg(long)]
-    no_locks: bool,
-    /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
-    #[arg(long)]
-    events: bool,
-    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
-    /// only if the collector cannot be reached or goes away)
-    #[arg(long, value_name = "ADDR:PORT")]
-    server: Option<String>,
-    /// The collector's token [default: $CLRPROF_TOKEN]
-    #[arg(long, value_name = "TOKEN", requires = "server")]
-    token: Option<String>,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Only profile the .NET processes matching one of these globs (`;`-separated, `*` and `?`),
     /// tried on the executable's name, the main assembly's file name (`app.dll` or `app` for
     /// `dotnet app.dll`) and the command line; the others run unprofiled (`CLRPROF_PROCESS`)
@@ -353,37 +320,76 @@ struct AttachArgs {
     /// How long the runtime may take to load the agent, in seconds
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
     timeout: Duration,
-    /// Sampling rate per thread, in samples per second (CPU time and wall time)
+    #[command(flatten)]
+    recording: RecordingArgs,
+    /// Refused: enter/leave hooks can only be set at start-up (use `clrprof record --instrument`)
+    #[arg(long, hide = true)]
+    instrument: bool,
+    #[command(flatten)]
+    server: ServerArgs,
+}
+
+/// What the agent records, the same for `record` and `attach`.
+#[derive(Args, Debug)]
+struct RecordingArgs {
+    /// Sampling rate per thread, in samples per second (CPU time and wall time). CPU-time timers
+    /// fire at most once per kernel tick (250/s at CONFIG_HZ=250); reports show the rate delivered
     #[arg(short = 'r', long, value_name = "HZ", default_value_t = 100,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     rate: u32,
     /// Do not sample (no CPU or wall-time profile)
     #[arg(long)]
     no_sample: bool,
-    /// Refused: enter/leave hooks can only be set at start-up (use `clrprof record --instrument`)
-    #[arg(long, hide = true)]
-    instrument: bool,
-    /// Do not record class loads
+    /// Do not record class loads (smaller traces for large apps)
     #[arg(long)]
     no_classes: bool,
     /// Do not record exceptions
     #[arg(long, conflicts_with = "exact_exceptions")]
     no_exceptions: bool,
-    /// Observe every exception however many are thrown (no storm sampling)
+    /// Observe every exception however many are thrown. By default an exception storm (more than
+    /// 5,000 in a burst, then over 1,000/s) is sampled to keep the app fast, and counts become estimates
     #[arg(long)]
     exact_exceptions: bool,
     /// Do not record garbage collections and GC suspensions
     #[arg(long)]
     no_gc: bool,
-    /// Allocations: sampled (the runtime's allocation sampling) or off; exact needs `record`
+    /// Allocations: sampled (the runtime's allocation sampling, cheap), exact (every object; slows
+    /// the app; `record` only: the runtime allows it at start-up only) or off
     #[arg(long, value_enum, default_value_t = AllocArg::Sampled)]
     alloc: AllocArg,
     /// Do not record Monitor lock contention
     #[arg(long)]
     no_locks: bool,
-    /// Keep the full runtime event log for `--view events`
+    /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
+}
+
+impl RecordingArgs {
+    fn options(&self) -> crate::record::Recording {
+        crate::record::Recording {
+            classes: !self.no_classes,
+            sampling: !self.no_sample,
+            sample_rate: self.rate,
+            events: crate::record::EventOptions {
+                exceptions: !self.no_exceptions,
+                exact_exceptions: self.exact_exceptions,
+                gc: !self.no_gc,
+                alloc: match self.alloc {
+                    AllocArg::Sampled => "sampled",
+                    AllocArg::Exact => "exact",
+                    AllocArg::Off => "off",
+                },
+                log: self.events,
+                locks: !self.no_locks,
+            },
+        }
+    }
+}
+
+/// Streaming to a collector, for `record` and `attach`.
+#[derive(Args, Debug)]
+struct ServerArgs {
     /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
     /// only if the collector cannot be reached or goes away)
     #[arg(long, value_name = "ADDR:PORT")]
@@ -525,7 +531,7 @@ pub fn run() -> Result<ExitCode> {
                 output: a.output,
                 agent: a.agent,
                 log: a.log,
-                classes: !a.no_classes,
+                recording: a.recording.options(),
                 instrument: crate::record::InstrumentOptions {
                     enabled: a.instrument,
                     counts_only: a.counts_only,
@@ -535,23 +541,9 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
-                server: a.server,
-                token: a.token,
+                server: a.server.server,
+                token: a.server.token,
                 process: a.process,
-                sample_rate: a.rate,
-                sampling: !a.no_sample,
-                events: crate::record::EventOptions {
-                    exceptions: !a.no_exceptions,
-                    exact_exceptions: a.exact_exceptions,
-                    gc: !a.no_gc,
-                    alloc: match a.alloc {
-                        AllocArg::Sampled => "sampled",
-                        AllocArg::Exact => "exact",
-                        AllocArg::Off => "off",
-                    },
-                    log: a.events,
-                    locks: !a.no_locks,
-                },
             };
             crate::record::record(&opts)
         }
@@ -559,29 +551,14 @@ pub fn run() -> Result<ExitCode> {
             if a.instrument {
                 anyhow::bail!("--instrument needs `record`: the runtime only allows enter/leave hooks at start-up; `attach` samples (CPU and wall time) and records runtime events");
             }
-            if matches!(a.alloc, AllocArg::Exact) {
+            if matches!(a.recording.alloc, AllocArg::Exact) {
                 anyhow::bail!("--alloc exact needs `record`: the runtime only allows per-object allocation callbacks at start-up; `attach` samples allocations (--alloc sampled)");
             }
-            let b = |v: bool| if v { "1" } else { "0" }.to_string();
-            let mut vars = vec![
-                ("CLRPROF_CLASSES".to_string(), b(!a.no_classes)),
-                ("CLRPROF_SAMPLING".to_string(), b(!a.no_sample)),
-                ("CLRPROF_SAMPLE_RATE".to_string(), a.rate.to_string()),
-                (
-                    "CLRPROF_EXCEPTIONS".to_string(),
-                    match (a.no_exceptions, a.exact_exceptions) {
-                        (true, _) => "0".to_string(),
-                        (false, true) => "exact".to_string(),
-                        (false, false) => "1".to_string(),
-                    },
-                ),
-                ("CLRPROF_GC".to_string(), b(!a.no_gc)),
-                ("CLRPROF_ALLOC".to_string(), if matches!(a.alloc, AllocArg::Off) { "off" } else { "sampled" }.into()),
-                ("CLRPROF_LOCKS".to_string(), b(!a.no_locks)),
-                ("CLRPROF_EVENTS".to_string(), b(a.events)),
-            ];
-            let token = a.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-            if let Some(server) = &a.server {
+            let mut vars: Vec<(String, String)> =
+                a.recording.options().vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let token =
+                a.server.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+            if let Some(server) = &a.server.server {
                 vars.push(("CLRPROF_SERVER".to_string(), server.clone()));
                 if let Some(t) = &token {
                     vars.push(("CLRPROF_TOKEN".to_string(), t.clone()));
@@ -595,7 +572,7 @@ pub fn run() -> Result<ExitCode> {
                 log: a.log,
                 vars,
                 timeout: a.timeout,
-                server: a.server,
+                server: a.server.server,
             };
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)

@@ -19,8 +19,8 @@ pub struct RecordOptions {
     pub agent: Option<PathBuf>,
     /// Agent diagnostics file.
     pub log: Option<PathBuf>,
-    /// Record class loads.
-    pub classes: bool,
+    /// What the agent records (sampling and runtime events).
+    pub recording: Recording,
     /// Enter/leave instrumentation.
     pub instrument: InstrumentOptions,
     /// Program and arguments.
@@ -31,12 +31,48 @@ pub struct RecordOptions {
     pub token: Option<String>,
     /// `CLRPROF_PROCESS`: only processes matching these globs are profiled.
     pub process: Option<String>,
-    /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
-    pub sample_rate: u32,
+}
+
+/// What the agent records, the same for `record` and `attach`: sampling and runtime events.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// Record class loads (`CLRPROF_CLASSES`).
+    pub classes: bool,
     /// Run the sampler (`CLRPROF_SAMPLING`).
     pub sampling: bool,
-    /// Runtime events: `CLRPROF_*` variables for the child (exceptions, GC, allocations, event log).
+    /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
+    pub sample_rate: u32,
+    /// Runtime events: exceptions, GC, allocations, locks, the event log.
     pub events: EventOptions,
+}
+
+impl Default for Recording {
+    fn default() -> Self {
+        Recording { classes: true, sampling: true, sample_rate: 100, events: EventOptions::default() }
+    }
+}
+
+impl Recording {
+    /// The agent's `CLRPROF_*` variables for these settings.
+    pub fn vars(&self) -> Vec<(&'static str, String)> {
+        let b = |v: bool| if v { "1" } else { "0" }.to_string();
+        let e = &self.events;
+        let exceptions = match (e.exceptions, e.exact_exceptions) {
+            (false, _) => "0",
+            (true, false) => "1",
+            (true, true) => "exact",
+        };
+        vec![
+            ("CLRPROF_CLASSES", b(self.classes)),
+            ("CLRPROF_SAMPLING", b(self.sampling)),
+            ("CLRPROF_SAMPLE_RATE", self.sample_rate.to_string()),
+            ("CLRPROF_EXCEPTIONS", exceptions.to_string()),
+            ("CLRPROF_GC", b(e.gc)),
+            ("CLRPROF_ALLOC", e.alloc.to_string()),
+            ("CLRPROF_LOCKS", b(e.locks)),
+            ("CLRPROF_EVENTS", b(e.log)),
+        ]
+    }
 }
 
 /// Enter/leave instrumentation settings of `clrprof record`.
@@ -216,19 +252,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
         .env("CLRPROF_OUTPUT", &template)
-        .env("CLRPROF_CLASSES", if opts.classes { "1" } else { "0" })
-        .env(
-            "CLRPROF_EXCEPTIONS",
-            match (opts.events.exceptions, opts.events.exact_exceptions) {
-                (false, _) => "0",
-                (true, false) => "1",
-                (true, true) => "exact",
-            },
-        )
-        .env("CLRPROF_GC", if opts.events.gc { "1" } else { "0" })
-        .env("CLRPROF_ALLOC", opts.events.alloc)
-        .env("CLRPROF_EVENTS", if opts.events.log { "1" } else { "0" })
-        .env("CLRPROF_LOCKS", if opts.events.locks { "1" } else { "0" });
+        .envs(opts.recording.vars());
     let i = &opts.instrument;
     let b = |v: bool| if v { "1" } else { "0" };
     cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
@@ -239,8 +263,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
             .env("CLRPROF_INCLUDE", i.include.join(";"))
             .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
     }
-    cmd.env("CLRPROF_SAMPLING", b(opts.sampling)).env("CLRPROF_SAMPLE_RATE", opts.sample_rate.to_string());
-    if opts.events.alloc == "exact" {
+    if opts.recording.events.alloc == "exact" {
         eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
     }
     if let Some(p) = &opts.process {
