@@ -20,6 +20,10 @@ use std::time::Instant;
 use clrprof_pyroscope::RunPusher;
 use clrprof_trace::Record;
 
+#[path = "../crates/clrprof-pyroscope/tests/support/mod.rs"]
+mod support;
+use support::{replay_skips, shift};
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     if args.first().map(String::as_str) == Some("--long") {
@@ -78,33 +82,6 @@ fn main() {
     );
 }
 
-/// Moves a per-sample or per-event record `d` later; false for the others (definitions, names).
-fn shift(r: &mut Record, d: u64) -> bool {
-    use Record as R;
-    let ts = match r {
-        R::CpuSample(x) => &mut x.ts,
-        R::WallSample(x) => &mut x.ts,
-        R::ExceptionThrown(x) => &mut x.ts,
-        R::ExceptionPhase(x) => &mut x.ts,
-        R::ExceptionCaught(x) => &mut x.ts,
-        R::GcStarted(x) => &mut x.ts,
-        R::GcFinished(x) => &mut x.ts,
-        R::GcInfo(x) => &mut x.ts,
-        R::RuntimeSuspended(x) => &mut x.ts,
-        R::RuntimeResumed(x) => &mut x.ts,
-        R::AllocationCounts(x) => &mut x.ts,
-        R::AllocationSample(x) => &mut x.ts,
-        R::ContentionStarted(x) => &mut x.ts,
-        R::ContentionEnded(x) => &mut x.ts,
-        R::ContentionCounts(x) => &mut x.ts,
-        R::CallTreeDelta(x) => &mut x.ts,
-        R::CallTreeCosts(x) => &mut x.ts,
-        _ => return false,
-    };
-    *ts += d;
-    true
-}
-
 fn rss_mb() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok());
@@ -123,10 +100,7 @@ fn long(path: &str, minutes: u64, keep: bool) {
         if let Record::ProcessStart(s) = &r {
             start = s.start_unix_ns;
         }
-        if matches!(
-            r,
-            Record::ProcessExit(_) | Record::AgentStop(_) | Record::ExceptionMonitoring(_) | Record::ExceptionCount(_)
-        ) {
+        if replay_skips(&r) {
             continue;
         }
         if shift(&mut r, 0) {

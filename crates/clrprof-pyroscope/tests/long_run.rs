@@ -10,6 +10,9 @@ use std::path::PathBuf;
 use clrprof_pyroscope::{Push, RunPusher};
 use clrprof_trace::Record;
 
+mod support;
+use support::{replay_skips, shift};
+
 /// One repetition every 10 s; windows of 10 s; 720 windows: two hours.
 const PERIOD: u64 = 10_000_000_000;
 const WINDOWS: u64 = 720;
@@ -22,44 +25,13 @@ fn trace(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../testdata/traces/v1/{name}.clrprof"))
 }
 
-/// Shifts a per-sample or per-event record by `d`; false for the others (definitions, names).
-fn shift(r: &mut Record, d: u64) -> bool {
-    use Record as R;
-    let ts = match r {
-        R::CpuSample(x) => &mut x.ts,
-        R::WallSample(x) => &mut x.ts,
-        R::ExceptionThrown(x) => &mut x.ts,
-        R::ExceptionPhase(x) => &mut x.ts,
-        R::ExceptionCaught(x) => &mut x.ts,
-        R::GcStarted(x) => &mut x.ts,
-        R::GcFinished(x) => &mut x.ts,
-        R::GcInfo(x) => &mut x.ts,
-        R::RuntimeSuspended(x) => &mut x.ts,
-        R::RuntimeResumed(x) => &mut x.ts,
-        R::AllocationCounts(x) => &mut x.ts,
-        R::AllocationSample(x) => &mut x.ts,
-        R::ContentionStarted(x) => &mut x.ts,
-        R::ContentionEnded(x) => &mut x.ts,
-        R::ContentionCounts(x) => &mut x.ts,
-        R::CallTreeDelta(x) => &mut x.ts,
-        R::CallTreeCosts(x) => &mut x.ts,
-        _ => return false,
-    };
-    *ts += d;
-    true
-}
-
 /// The trace's definitions (without its end) and its per-event records.
 fn split(name: &str) -> (Vec<Record>, Vec<Record>) {
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(trace(name)).unwrap()).unwrap();
     let (mut head, mut events) = (Vec::new(), Vec::new());
     for mut r in records {
-        if matches!(
-            r,
-            Record::ProcessExit(_) | Record::AgentStop(_) | Record::ExceptionMonitoring(_) | Record::ExceptionCount(_)
-        ) {
-            // The run goes on; the runtime's cumulative throw count would go backwards when
-            // repeated, and the rate limit is not what this test is about.
+        if replay_skips(&r) {
+            // The rate limit is not what this test is about either.
             continue;
         }
         if shift(&mut r, 0) {

@@ -2,7 +2,6 @@
 //! with the right query, a dead one makes every push fail after its retries, and an unresponsive
 //! one fills the bounded queue — the rest is dropped and counted, and intake never waits on it.
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clrprof_pyroscope::{Config, Endpoint, Log, Pyroscope, RunPusher};
+
+mod support;
+use support::receiver;
 
 fn trace_bytes(name: &str) -> Vec<u8> {
     std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../testdata/traces/v1/{name}.clrprof")))
@@ -26,55 +28,6 @@ fn sampled_times() -> (u64, u64) {
     .0;
     let p = b.profile(clrprof_model::TimeRange::ALL, &mut clrprof_model::NoSymbols);
     (p.process.start_unix_ns, p.process.duration_ns)
-}
-
-/// One received request: its request line and body.
-type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
-
-fn read_request(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some((head.lines().next().unwrap_or("").to_string(), buf[head_end..head_end + len].to_vec()))
-}
-
-/// A receiver answering 200 to every request.
-fn healthy() -> (u16, Received) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let got: Received = Arc::default();
-    let g = got.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let mut s = s.unwrap();
-            if let Some(r) = read_request(&mut s) {
-                g.lock().unwrap().push(r);
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-            }
-        }
-    });
-    (port, got)
 }
 
 fn logs() -> (Log, Arc<Mutex<Vec<String>>>) {
@@ -117,7 +70,7 @@ fn step(p: &Pyroscope, clock: &AtomicU64, to: u64) {
 
 #[test]
 fn every_interval_reaches_a_healthy_receiver() {
-    let (port, got) = healthy();
+    let (port, got) = receiver();
     let clock = Arc::new(AtomicU64::new(0));
     let c = clock.clone();
     let (log, lines) = logs();
@@ -133,7 +86,7 @@ fn every_interval_reaches_a_healthy_receiver() {
     for line in got.iter() {
         assert!(line.0.starts_with("POST /prefix/ingest?name=Sampling."), "{}", line.0);
         assert!(line.0.contains("&format=pprof&") && line.0.ends_with(" HTTP/1.1"), "{}", line.0);
-        assert_eq!(&line.1[..2], &[0x1f, 0x8b], "gzip-compressed pprof");
+        assert_eq!(&line.2[..2], &[0x1f, 0x8b], "gzip-compressed pprof");
     }
 }
 
@@ -221,7 +174,7 @@ fn wait_for(p: &Pyroscope, what: impl Fn(&clrprof_pyroscope::Stats) -> u64, n: u
 fn many_runs_at_once_are_all_pushed_by_several_threads() {
     const RUNS: u64 = 8;
     const STEPS: u64 = 4;
-    let (port, got) = healthy();
+    let (port, got) = receiver();
     let clock = Arc::new(AtomicU64::new(0));
     let c = clock.clone();
     let (log, lines) = logs();
@@ -264,7 +217,7 @@ fn many_runs_at_once_are_all_pushed_by_several_threads() {
 
 #[test]
 fn windows_built_more_than_an_interval_late_are_counted_and_logged() {
-    let (port, _got) = healthy();
+    let (port, _got) = receiver();
     let (start, _) = sampled_times();
     // A clock 25 ms further on at every reading: a window is built at least 25 ms after its tick
     // began, more than the 10 ms interval.

@@ -8,8 +8,8 @@
 mod common;
 use common::*;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -17,54 +17,9 @@ use std::time::Duration;
 
 use clrprof_pyroscope::{Config, Endpoint, Pyroscope};
 
-/// Requests received: (request line, headers, body).
-type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
-
-fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = head.lines().next().unwrap_or("").to_string();
-    Some((line, head, buf[head_end..head_end + len].to_vec()))
-}
-
-fn receiver() -> (u16, Received) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let got: Received = Arc::default();
-    let g = got.clone();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let mut s = s.unwrap();
-            if let Some(r) = read_request(&mut s) {
-                g.lock().unwrap().push(r);
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
-            }
-        }
-    });
-    (port, got)
-}
+#[path = "../../clrprof-pyroscope/tests/support/mod.rs"]
+mod support;
+use support::receiver;
 
 fn query_param<'a>(line: &'a str, key: &str) -> &'a str {
     let q = line.split_whitespace().nth(1).unwrap().split_once('?').unwrap().1;
