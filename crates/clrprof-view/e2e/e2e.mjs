@@ -194,6 +194,32 @@ async function checks(browser) {
   check((await page.$$eval('#diff-table .only', (o) => o.length)) > 0, 'only-in-one marked');
   check((await page.$$eval('#flame .cell.grew', (c) => c.length)) > 0, 'differential flame graph: grew');
   await shot(page, 'diff');
+  // Zoom the differential flame graph: a click, the breadcrumb, a reload keeps it, 'all' unzooms.
+  const work = await page.$('#flame .cell[data-name="Calls.Shared.Work"]');
+  check(work, 'Calls.Shared.Work drawn in the differential flame graph');
+  await work.click();
+  await settled(page);
+  let crumbs = await texts(page, '#diff-crumbs span');
+  check(crumbs[crumbs.length - 1] === 'Calls.Shared.Work', `diff breadcrumb: ${crumbs}`);
+  check(await page.$eval('#flame .cell[data-depth="0"]', (c) => c.dataset.name) === 'Calls.Shared.Work', 'zoomed on Work');
+  check(/dzoom=/.test(page.url()), `zoom kept in the URL: ${page.url()}`);
+  await page.reload();
+  await settled(page);
+  crumbs = await texts(page, '#diff-crumbs span');
+  check(crumbs[crumbs.length - 1] === 'Calls.Shared.Work', `diff breadcrumb after a reload: ${crumbs}`);
+  await page.click('#diff-crumbs span >> text=all');
+  await settled(page);
+  check((await texts(page, '#diff-crumbs span')).length === 1, 'unzoomed');
+  // A transform applies to both sides: merge Work (selected by the click), its calls go to its caller.
+  await page.click('#tf-merge');
+  await settled(page);
+  const merged = await texts(page, '#diff-table tbody tr td.name a');
+  check(!merged.includes('Calls.Shared.Work'), `Work merged away on both sides: ${merged.slice(0, 3)}`);
+  check((await page.textContent('#diff-transforms')).includes('1 transform'), 'the diff says transforms apply');
+  check(/merge/.test(await page.textContent('#transforms')), 'merge chip');
+  await page.click('#undo');
+  await settled(page);
+  check((await page.$eval('#diff-table tbody tr', (r) => r.dataset.name)) === 'Calls.Shared.Work', 'undo brings Work back');
 
   // 8. A run store: the runs list, newest first, with their states; a click opens a run.
   if (env.STORE) {
