@@ -751,6 +751,32 @@ mod tests {
     }
 
     #[test]
+    fn transforms_apply_to_both_sides_alike() {
+        let merge = |f: &str| Transform::Merge { function: f.into() };
+        // Merging Work: its self value (and Hash's, one level down, stays) goes to Main on both sides.
+        let q = DiffQuery { transforms: vec![merge("Work")], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        assert!(v.functions.iter().all(|r| r.name != "Work"), "{v:?}");
+        let main = row(&v, "Main");
+        assert_eq!((main.base, main.new), (100, 201));
+        assert_eq!((v.base_sum, v.new_sum), (200, 286));
+        // Dropping Hash removes its stacks on both sides; the tree has no Hash node either.
+        let q = DiffQuery { transforms: vec![Transform::Drop { function: "Hash".into() }], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        assert_eq!((v.base_sum, v.new_sum), (150, 236));
+        let t = diff_tree(&base(), &new(), &q);
+        assert!(t.nodes.iter().all(|n| t.functions[n.function as usize].name != "Hash"));
+        let top: i64 = t.roots.iter().map(|&r| t.nodes[r as usize].new_total).sum();
+        assert_eq!(top, 236);
+        // Collapsing the module b.dll on both sides: one [b.dll] function.
+        let q =
+            DiffQuery { transforms: vec![Transform::CollapseModule { module: "b.dll".into() }], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        let b = row(&v, "[b.dll]");
+        assert_eq!((b.base, b.new, b.only_in), (50, 50, None));
+    }
+
+    #[test]
     fn threads_are_selected_per_side() {
         let q = DiffQuery { base_threads: Threads::one(2), new_threads: Threads::one(7), ..Default::default() };
         let v = diff(&base(), &new(), &q);

@@ -299,8 +299,11 @@ async function follow() {
 
 function showTitle() {
   const run = meta.run ? ` (${runState(meta.run)}, ${fmt(meta.run.bytes, 'bytes')})` : '';
+  // The file's name (its full path in the tooltip): titles and screenshots stay short.
+  const name = meta.run ? meta.trace : meta.trace.split('/').pop();
   put($('trace'), meta.run ? el('a', { href: '#', onclick: (e) => { e.preventDefault(); openRun(''); } }, 'runs') : null,
-    meta.run ? ' / ' : null, `${meta.trace}${run} — ${meta.command}`);
+    meta.run ? ' / ' : null, el('span', { title: meta.trace }, `${name}${run} — ${meta.command}`));
+  document.title = `${name} — clrprof view`;
 }
 
 async function start() {
