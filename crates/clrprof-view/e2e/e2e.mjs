@@ -221,6 +221,27 @@ async function checks(browser) {
   await settled(page);
   check((await page.$eval('#diff-table tbody tr', (r) => r.dataset.name)) === 'Calls.Shared.Work', 'undo brings Work back');
 
+  // 7b. Exceptions and lock wait as weights (testdata: 40 BoomExceptions, 32 throw stacks walked; 20
+  // contentions): picked in the weight list, the page says what the numbers are, every view adds up.
+  const xurl = await startViewer([`${traces}/exceptions.clrprof`]);
+  await page.goto(`${xurl}#view=hotspots`);
+  await settled(page);
+  await page.selectOption('#weight', 'exceptions');
+  await settled(page);
+  check(/total 40$/.test(await page.textContent('#hotspots-summary')), `exceptions total: ${await page.textContent('#hotspots-summary')}`);
+  check(await page.isVisible('#weight-note.estimated'), 'the exceptions weight is marked estimated (32 of 40 stacks walked)');
+  check(/40 thrown/.test(await page.textContent('#weight-note')), `weight note: ${await page.textContent('#weight-note')}`);
+  await page.click('#tabs button[data-tab=flame]');
+  await settled(page);
+  check(/^40 shown of 40/.test(await page.textContent('#flame-info')), `flame graph total: ${await page.textContent('#flame-info')}`);
+  check(await page.isVisible('#flame .cell[data-name="EventsApp.Program.Thrower"]'), 'the throwing function in the flame graph');
+  const lurl = await startViewer([`${traces}/contention.clrprof`]);
+  await page.goto(`${lurl}#view=butterfly&w=lock-wait&sel=EventsApp.Program.WaitForGate`);
+  await page.reload();
+  await settled(page);
+  check(/602\.80 ms/.test(await page.textContent('#butterfly-totals')), `lock wait of WaitForGate: ${await page.textContent('#butterfly-totals')}`);
+  check(/20 contentions/.test(await page.textContent('#weight-note')), 'lock-wait note');
+
   // 8. A run store: the runs list, newest first, with their states; a click opens a run.
   if (env.STORE) {
     const surl = await startViewer(['--store', env.STORE]);

@@ -519,8 +519,9 @@ fn the_diff_view_compares_with_the_baseline() {
 /// The browser end to end (crates/clrprof-view/e2e/e2e.mjs): Debian's chromium driven by
 /// playwright-core opens a real trace, selects a function and checks the butterfly, zooms and
 /// searches the flame graph, brushes a time range, applies and undoes a transform, reloads the
-/// URL and finds the same state, renders hostile names as text, opens a diff, and lists a run
-/// store's runs and opens one. Set
+/// URL and finds the same state, renders hostile names as text, opens a diff (zooms its flame
+/// graph, applies and undoes a transform on both sides), picks the exceptions and lock-wait
+/// weights (their totals and notes), and lists a run store's runs and opens one. Set
 /// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
 #[test]
 fn browser_end_to_end() {
