@@ -128,6 +128,8 @@ pub fn sample_type_name(m: Metric) -> &'static str {
         Metric::AllocBytes => "alloc_space",
         Metric::Calls => "calls",
         Metric::Time => "time",
+        Metric::Exceptions => "exceptions",
+        Metric::LockWait => "lock_wait",
     }
 }
 

@@ -16,9 +16,10 @@
 
 use std::collections::HashMap;
 
-use clrprof_model::{Cost, FrameKind, Metric, Profile, StackId};
+use clrprof_model::{FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
+use crate::explore::{apply_transforms, FuncTable, Transform};
 use crate::select::{self, Threads};
 
 /// Which profile something is in.
@@ -42,6 +43,8 @@ pub struct DiffQuery {
     pub normalize: bool,
     /// At most this many function rows ([`DiffView::count`] keeps the number before the cut).
     pub top: Option<usize>,
+    /// Applied to the stacks of both profiles alike before comparing (as in the viewer's views).
+    pub transforms: Vec<Transform>,
 }
 
 /// Call counts of a function on both sides, when both profiles are instrumented (exact).
@@ -92,6 +95,9 @@ pub struct DiffView {
     pub calls: bool,
     /// Rows before `top` cut them.
     pub count: usize,
+    /// Part of either side's values are estimates (the exceptions weight after an exception
+    /// storm or with throw stacks walked in part, see [`select::EventWeight`]).
+    pub estimated: bool,
     /// Sorted by |delta| (self), then |delta_total|, then name and module.
     pub functions: Vec<DiffRow>,
 }
@@ -99,7 +105,8 @@ pub struct DiffView {
 /// Unit of a metric's values in diffs.
 pub fn unit(m: Metric) -> &'static str {
     match m {
-        Metric::Time | Metric::Cpu | Metric::Wall => "ns",
+        Metric::Time | Metric::Cpu | Metric::Wall | Metric::LockWait => "ns",
+        Metric::Exceptions => "exceptions",
         Metric::Calls => "calls",
         Metric::AllocBytes => "bytes",
         Metric::AllocCount => "objects",
@@ -121,6 +128,8 @@ struct Keys {
     display: Vec<String>,
     module: Vec<String>,
     kind: Vec<FrameKind>,
+    /// Keys by display name (the transforms name functions by it).
+    by_display: HashMap<String, Vec<u32>>,
 }
 
 impl Keys {
@@ -134,19 +143,59 @@ impl Keys {
             .zip(names)
             .map(|(f, display)| {
                 let k = Key { name: f.name.clone(), module: f.module.clone(), signature: f.signature.clone() };
-                let next = self.display.len() as u32;
-                *self.ids.entry(k).or_insert_with(|| {
-                    self.display.push(display);
-                    self.module.push(f.module.clone());
-                    self.kind.push(f.kind);
-                    next
-                })
+                match self.ids.get(&k) {
+                    Some(&id) => id,
+                    None => self.push(k, display, f.kind),
+                }
             })
             .collect()
+    }
+
+    fn push(&mut self, k: Key, display: String, kind: FrameKind) -> u32 {
+        let id = self.display.len() as u32;
+        self.module.push(k.module.clone());
+        self.kind.push(kind);
+        self.by_display.entry(display.clone()).or_default().push(id);
+        self.display.push(display);
+        self.ids.insert(k, id);
+        id
+    }
+}
+
+impl FuncTable for Keys {
+    fn named(&self, name: &str) -> &[u32] {
+        self.by_display.get(name).map(Vec::as_slice).unwrap_or(&[])
+    }
+    fn name(&self, f: u32) -> &str {
+        &self.display[f as usize]
+    }
+    fn module(&self, f: u32) -> &str {
+        &self.module[f as usize]
+    }
+    fn kind(&self, f: u32) -> FrameKind {
+        self.kind[f as usize]
+    }
+    fn synthetic(&mut self, name: &str, module: &str) -> u32 {
+        if let Some(&id) = self.by_display.get(name).and_then(|v| v.first()) {
+            return id;
+        }
+        let k = Key { name: name.to_string(), module: module.to_string(), signature: String::new() };
+        self.push(k, name.to_string(), FrameKind::Synthetic)
     }
 }
 
 impl Keys {
+    /// The key of a frame named `name` that no stack holds (an event weight's leaf, see
+    /// [`select::EventStack`]): the function of that display name when there is one, else a new
+    /// key without a module.
+    fn leaf(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.by_display.get(name).and_then(|v| v.first()) {
+            return id;
+        }
+        let k = Key { name: name.to_string(), module: String::new(), signature: String::new() };
+        self.push(k, name.to_string(), FrameKind::Synthetic)
+    }
+
     /// Key ids of both profiles' frames. A function without a module (folded stacks name no
     /// module for managed frames, nor signatures) is the function of the same name (and
     /// signature, when it has one) that has a module, when exactly one exists, so a trace and
@@ -184,31 +233,138 @@ impl Keys {
     }
 }
 
-/// Per key, self and inclusive cost of one profile's selection.
-fn per_key(p: &Profile, threads: &Threads, key_of: &[u32], nkeys: usize) -> (Vec<Cost>, Vec<Cost>) {
-    let merged = threads.with_filter(|f| p.costs.merged(f));
-    let mut selfc = vec![Cost::default(); nkeys];
-    let mut inc = vec![Cost::default(); nkeys];
-    let mut stamp = vec![u32::MAX; nkeys];
+/// One side's figures for the weight, per stack of its profile (merged over the selected
+/// threads): the weight's value, the calls (instrumented), whether the stack has any cost at all;
+/// and the values of stacks the runtime gave none (event weights), by leaf name.
+struct SideCosts {
+    value: Vec<u64>,
+    calls: Vec<u64>,
+    any: Vec<bool>,
+    leaves: Vec<(String, u64)>,
+}
+
+impl SideCosts {
+    fn of(p: &Profile, threads: &Threads, m: Metric) -> SideCosts {
+        let n = p.costs.stacks.nodes.len();
+        if let Some(w) = select::event_stacks(p, m) {
+            // Exceptions and contentions are not recorded per thread: the selection does not apply.
+            let mut s = SideCosts { value: vec![0; n], calls: vec![0; n], any: vec![false; n], leaves: Vec::new() };
+            for e in w.stacks {
+                match e.stack {
+                    Some(sid) if (sid.0 as usize) < n => {
+                        let i = sid.0 as usize;
+                        s.value[i] = s.value[i].saturating_add(e.value);
+                        s.any[i] |= e.value > 0 || e.count > 0;
+                    }
+                    _ if e.leaf.is_empty() => s.leaves.push(("[no stack]".to_string(), e.value)),
+                    _ => s.leaves.push((e.leaf, e.value)),
+                }
+            }
+            return s;
+        }
+        let merged = threads.with_filter(|f| p.costs.merged(f));
+        SideCosts {
+            value: merged.iter().map(|c| m.of(c)).collect(),
+            calls: merged.iter().map(|c| c.calls).collect(),
+            any: merged.iter().map(|c| !c.is_zero()).collect(),
+            leaves: Vec::new(),
+        }
+    }
+}
+
+/// A function's figures on one side.
+#[derive(Clone, Copy, Default)]
+struct Agg {
+    value: u64,
+    calls: u64,
+    any: bool,
+}
+
+impl Agg {
+    fn add(&mut self, value: u64, calls: u64, any: bool) {
+        self.value = self.value.saturating_add(value);
+        self.calls = self.calls.saturating_add(calls);
+        self.any |= any;
+    }
+}
+
+/// One side's cost per call path of function keys (root first), after the transforms.
+struct SidePath {
+    keys: Vec<u32>,
+    value: u64,
+    calls: u64,
+}
+
+/// The paths of one side: every stack with a cost as its keys, transformed, same paths merged
+/// (in stack order, so the result is deterministic).
+fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Vec<SidePath> {
     let st = &p.costs.stacks;
-    for (i, c) in merged.iter().enumerate() {
-        if c.is_zero() {
+    let mut out: Vec<SidePath> = Vec::new();
+    let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
+    let mut buf: Vec<u32> = Vec::new();
+    let mut add = |buf: &mut Vec<u32>, value: u64, calls: u64, keys: &mut Keys| {
+        if !apply_transforms(keys, ts, buf, 0) {
+            return;
+        }
+        match index.get(buf.as_slice()) {
+            Some(&i) => {
+                out[i].value = out[i].value.saturating_add(value);
+                out[i].calls = out[i].calls.saturating_add(calls);
+            }
+            None => {
+                index.insert(buf.clone(), out.len());
+                out.push(SidePath { keys: buf.clone(), value, calls });
+            }
+        }
+    };
+    for i in 0..sc.value.len() {
+        if !sc.any[i] {
             continue;
         }
-        let s = StackId(i as u32);
-        selfc[key_of[st.node(s).frame.0 as usize] as usize].add(c);
-        let mut cur = Some(s);
+        buf.clear();
+        let mut cur = Some(StackId(i as u32));
         while let Some(n) = cur {
             let node = st.node(n);
-            let k = key_of[node.frame.0 as usize] as usize;
-            if stamp[k] != i as u32 {
-                stamp[k] = i as u32;
-                inc[k].add(c);
-            }
+            buf.push(key_of[node.frame.0 as usize]);
             cur = node.parent;
+        }
+        buf.reverse();
+        add(&mut buf, sc.value[i], sc.calls[i], keys);
+    }
+    for (name, v) in &sc.leaves {
+        buf.clear();
+        buf.push(keys.leaf(name));
+        add(&mut buf, *v, 0, keys);
+    }
+    out
+}
+
+/// Per key, self and inclusive figures of one side (recursion counted once).
+fn per_key(paths: &[SidePath], nkeys: usize) -> (Vec<Agg>, Vec<Agg>) {
+    let mut selfc = vec![Agg::default(); nkeys];
+    let mut inc = vec![Agg::default(); nkeys];
+    let mut stamp = vec![usize::MAX; nkeys];
+    for (i, p) in paths.iter().enumerate() {
+        let Some(&last) = p.keys.last() else { continue };
+        selfc[last as usize].add(p.value, p.calls, true);
+        for &k in &p.keys {
+            if stamp[k as usize] != i {
+                stamp[k as usize] = i;
+                inc[k as usize].add(p.value, p.calls, true);
+            }
         }
     }
     (selfc, inc)
+}
+
+/// Both sides' paths and the keys they refer to.
+fn sides(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (Keys, Vec<SidePath>, Vec<SidePath>) {
+    let (mut keys, bk, nk) = Keys::both(base, new);
+    let b = SideCosts::of(base, &q.base_threads, m);
+    let n = SideCosts::of(new, &q.new_threads, m);
+    let bp = side_paths(base, &b, &bk, &mut keys, &q.transforms);
+    let np = side_paths(new, &n, &nk, &mut keys, &q.transforms);
+    (keys, bp, np)
 }
 
 fn both_instrumented(base: &Profile, new: &Profile) -> bool {
@@ -225,10 +381,10 @@ pub fn diff_metric(base: &Profile, new: &Profile, asked: Option<Metric>) -> Metr
     }
 }
 
-/// Sums and the baseline's scale factor.
-fn sums(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (u64, u64, f64) {
-    let b = m.of(&select::totals_for(base, &q.base_threads));
-    let n = m.of(&select::totals_for(new, &q.new_threads));
+/// Sums (after the transforms) and the baseline's scale factor.
+fn sums(base: &[SidePath], new: &[SidePath], q: &DiffQuery) -> (u64, u64, f64) {
+    let sum = |v: &[SidePath]| v.iter().fold(0u64, |a, p| a.saturating_add(p.value));
+    let (b, n) = (sum(base), sum(new));
     let scale = if q.normalize && b > 0 { n as f64 / b as f64 } else { 1.0 };
     (b, n, scale)
 }
@@ -248,23 +404,23 @@ fn clamp(v: u64) -> i64 {
 /// The delta table of `new` against `base`.
 pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
     let m = diff_metric(base, new, q.metric);
-    let (keys, bk, nk) = Keys::both(base, new);
+    let (keys, bp, np) = sides(base, new, q, m);
     let nkeys = keys.display.len();
-    let (bs, bi) = per_key(base, &q.base_threads, &bk, nkeys);
-    let (ns, ni) = per_key(new, &q.new_threads, &nk, nkeys);
-    let (base_raw, new_sum, scale) = sums(base, new, q, m);
+    let (bs, bi) = per_key(&bp, nkeys);
+    let (ns, ni) = per_key(&np, nkeys);
+    let (base_raw, new_sum, scale) = sums(&bp, &np, q);
     let with_calls = both_instrumented(base, new);
     let mut rows: Vec<DiffRow> = (0..nkeys)
         .filter_map(|k| {
-            let (b, n) = (scaled(m.of(&bs[k]), scale), clamp(m.of(&ns[k])));
-            let (bt, nt) = (scaled(m.of(&bi[k]), scale), clamp(m.of(&ni[k])));
+            let (b, n) = (scaled(bs[k].value, scale), clamp(ns[k].value));
+            let (bt, nt) = (scaled(bi[k].value, scale), clamp(ni[k].value));
             if b == 0 && n == 0 && bt == 0 && nt == 0 {
                 return None;
             }
             // "Only in" goes by any cost at all, so a function the weight rounds to 0 on one side
             // is not called missing.
-            let in_base = !bi[k].is_zero();
-            let in_new = !ni[k].is_zero();
+            let in_base = bi[k].any;
+            let in_new = ni[k].any;
             let only_in = match (in_base, in_new) {
                 (true, false) => Some(Side::Base),
                 (false, true) => Some(Side::New),
@@ -310,6 +466,7 @@ pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
         base_sum_raw: base_raw,
         calls: with_calls,
         count,
+        estimated: [base, new].iter().any(|p| select::event_stacks(p, m).is_some_and(|w| w.estimated)),
         functions: rows,
     }
 }
@@ -375,44 +532,39 @@ impl DiffTree {
 /// The differential tree of `new` against `base` (`q.top` is not used).
 pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     let m = diff_metric(base, new, q.metric);
-    let (keys, bk, nk) = Keys::both(base, new);
-    let (base_raw, new_sum, scale) = sums(base, new, q, m);
+    let (keys, bp, np) = sides(base, new, q, m);
+    let (base_raw, new_sum, scale) = sums(&bp, &np, q);
     // Raw self values per merged path, both sides.
     let mut index: HashMap<(Option<u32>, u32), u32> = HashMap::new();
     let mut nodes: Vec<DiffNode> = Vec::new();
     let mut raw: Vec<[u64; 2]> = Vec::new();
     let mut any: Vec<[bool; 2]> = Vec::new();
-    for (side, p, key_of, threads) in [(0, base, &bk, &q.base_threads), (1, new, &nk, &q.new_threads)] {
-        let merged = threads.with_filter(|f| p.costs.merged(f));
-        let st = &p.costs.stacks;
-        // Profile stack id → merged node, filled in table order (parents come first).
-        let mut map: Vec<u32> = vec![u32::MAX; st.nodes.len()];
-        let incl = p.costs.inclusive(&merged);
-        for (i, n) in st.nodes.iter().enumerate() {
-            if incl[i].is_zero() {
-                continue;
-            }
-            let parent = n.parent.map(|s| map[s.0 as usize]);
-            let function = key_of[n.frame.0 as usize];
-            let id = *index.entry((parent, function)).or_insert_with(|| {
-                nodes.push(DiffNode {
-                    parent,
-                    function,
-                    depth: n.depth,
-                    base_self: 0,
-                    new_self: 0,
-                    base_total: 0,
-                    new_total: 0,
-                    only_in: None,
-                    children: Vec::new(),
+    for (side, paths) in [(0, &bp), (1, &np)] {
+        for path in paths.iter() {
+            let mut parent: Option<u32> = None;
+            for (depth, &function) in path.keys.iter().enumerate() {
+                let id = *index.entry((parent, function)).or_insert_with(|| {
+                    nodes.push(DiffNode {
+                        parent,
+                        function,
+                        depth: depth as u32,
+                        base_self: 0,
+                        new_self: 0,
+                        base_total: 0,
+                        new_total: 0,
+                        only_in: None,
+                        children: Vec::new(),
+                    });
+                    raw.push([0, 0]);
+                    any.push([false, false]);
+                    (nodes.len() - 1) as u32
                 });
-                raw.push([0, 0]);
-                any.push([false, false]);
-                (nodes.len() - 1) as u32
-            });
-            map[i] = id;
-            raw[id as usize][side] += m.of(&merged[i]);
-            any[id as usize][side] = true;
+                any[id as usize][side] = true;
+                parent = Some(id);
+            }
+            if let Some(id) = parent {
+                raw[id as usize][side] = raw[id as usize][side].saturating_add(path.value);
+            }
         }
     }
     // Inclusive values: children were created after their parents.
@@ -420,8 +572,8 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     for i in (0..nodes.len()).rev() {
         if let Some(p) = nodes[i].parent {
             let t = total[i];
-            total[p as usize][0] += t[0];
-            total[p as usize][1] += t[1];
+            total[p as usize][0] = total[p as usize][0].saturating_add(t[0]);
+            total[p as usize][1] = total[p as usize][1].saturating_add(t[1]);
         }
     }
     let mut roots = Vec::new();
@@ -476,7 +628,7 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clrprof_model::FrameKey;
+    use clrprof_model::{Cost, FrameKey};
 
     /// A profile of CPU samples: each entry is a stack (root first, `name@module` frames), a
     /// thread and its CPU ns. Function ids start at `first_id` so they differ between profiles.
@@ -596,6 +748,32 @@ mod tests {
         assert_eq!(row(&v, "B").base, 140);
         let raw = diff(&b, &n, &DiffQuery::default());
         assert_eq!((row(&raw, "B").delta, row(&raw, "A").delta, row(&raw, "Main").delta_total), (70, 30, 100));
+    }
+
+    #[test]
+    fn transforms_apply_to_both_sides_alike() {
+        let merge = |f: &str| Transform::Merge { function: f.into() };
+        // Merging Work: its self value (and Hash's, one level down, stays) goes to Main on both sides.
+        let q = DiffQuery { transforms: vec![merge("Work")], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        assert!(v.functions.iter().all(|r| r.name != "Work"), "{v:?}");
+        let main = row(&v, "Main");
+        assert_eq!((main.base, main.new), (100, 201));
+        assert_eq!((v.base_sum, v.new_sum), (200, 286));
+        // Dropping Hash removes its stacks on both sides; the tree has no Hash node either.
+        let q = DiffQuery { transforms: vec![Transform::Drop { function: "Hash".into() }], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        assert_eq!((v.base_sum, v.new_sum), (150, 236));
+        let t = diff_tree(&base(), &new(), &q);
+        assert!(t.nodes.iter().all(|n| t.functions[n.function as usize].name != "Hash"));
+        let top: i64 = t.roots.iter().map(|&r| t.nodes[r as usize].new_total).sum();
+        assert_eq!(top, 236);
+        // Collapsing the module b.dll on both sides: one [b.dll] function.
+        let q =
+            DiffQuery { transforms: vec![Transform::CollapseModule { module: "b.dll".into() }], ..Default::default() };
+        let v = diff(&base(), &new(), &q);
+        let b = row(&v, "[b.dll]");
+        assert_eq!((b.base, b.new, b.only_in), (50, 50, None));
     }
 
     #[test]

@@ -203,8 +203,12 @@ pub struct StackView {
     inverted: Vec<Node>,
     /// The metric summed over every stack kept.
     pub total: u64,
-    /// Samples (calls, objects) behind `total`.
+    /// Samples (calls, objects, exceptions, contentions) behind `total`.
     pub count: u64,
+    /// Part of the values are estimates (the event weights, see [`select::EventWeight`]).
+    pub estimated: bool,
+    /// What the event weights' numbers are ([`select::EventWeight::note`]); `None` otherwise.
+    pub note: Option<String>,
 }
 
 fn starts_framework(name: &str) -> bool {
@@ -228,10 +232,41 @@ impl StackView {
             inverted: Vec::new(),
             total: 0,
             count: 0,
+            estimated: false,
+            note: None,
         };
         // Frame → function.
         let frame_func: Vec<FuncId> =
             frames.iter().enumerate().map(|(i, f)| v.intern(&names[i], &f.module, f.kind)).collect();
+        // Event weights (exceptions, lock wait): stacks over all threads, from the runtime events.
+        if let Some(w) = select::event_stacks(p, spec.metric) {
+            v.estimated = w.estimated;
+            v.note = Some(w.note);
+            if spec.threads != ThreadMode::Merged {
+                v.note = v.note.map(|n| n + " (not recorded per thread: the thread choice does not apply)");
+            }
+            let mut unique: HashMap<Vec<FuncId>, usize> = HashMap::new();
+            let mut buf = Vec::new();
+            for e in w.stacks {
+                buf.clear();
+                match e.stack {
+                    Some(sid) => {
+                        let mut cur = Some(sid);
+                        while let Some(c) = cur {
+                            let n = p.costs.stacks.node(c);
+                            buf.push(frame_func[n.frame.0 as usize]);
+                            cur = n.parent;
+                        }
+                        buf.reverse();
+                    }
+                    None => buf.push(v.intern(&e.leaf, "", FrameKind::Synthetic)),
+                }
+                v.add_path(&spec.transforms, &mut buf, 0, e.value, e.count, &mut unique);
+            }
+            v.nodes = v.tree(false);
+            v.inverted = v.tree(true);
+            return v;
+        }
         // Raw stacks: (thread root, frames) with cost, in stack order for determinism.
         let mut raw: Vec<(Option<u32>, usize, u64, u64)> = Vec::new();
         for t in &p.costs.threads {
@@ -275,25 +310,38 @@ impl StackView {
                 cur = n.parent;
             }
             buf[base..].reverse();
-            if !v.apply(&spec.transforms, &mut buf, base) {
-                continue;
-            }
-            match unique.get(&buf) {
-                Some(&i) => {
-                    v.paths[i].value += value;
-                    v.paths[i].count += count;
-                }
-                None => {
-                    unique.insert(buf.clone(), v.paths.len());
-                    v.paths.push(Path { funcs: buf.clone(), value, count });
-                }
-            }
-            v.total += value;
-            v.count += count;
+            v.add_path(&spec.transforms, &mut buf, base, value, count, &mut unique);
         }
         v.nodes = v.tree(false);
         v.inverted = v.tree(true);
         v
+    }
+
+    /// Transforms one stack (root first, `fixed` thread roots) and adds its cost.
+    fn add_path(
+        &mut self,
+        ts: &[Transform],
+        buf: &mut Vec<FuncId>,
+        fixed: usize,
+        value: u64,
+        count: u64,
+        unique: &mut HashMap<Vec<FuncId>, usize>,
+    ) {
+        if !self.apply(ts, buf, fixed) {
+            return;
+        }
+        match unique.get(buf) {
+            Some(&i) => {
+                self.paths[i].value = self.paths[i].value.saturating_add(value);
+                self.paths[i].count = self.paths[i].count.saturating_add(count);
+            }
+            None => {
+                unique.insert(buf.clone(), self.paths.len());
+                self.paths.push(Path { funcs: buf.clone(), value, count });
+            }
+        }
+        self.total = self.total.saturating_add(value);
+        self.count = self.count.saturating_add(count);
     }
 
     fn intern(&mut self, name: &str, module: &str, kind: FrameKind) -> FuncId {
@@ -314,100 +362,7 @@ impl StackView {
     /// Applies the transforms to one stack (root first; `fixed` leading frames are thread roots and
     /// stay). False: the stack is dropped.
     fn apply(&mut self, ts: &[Transform], st: &mut Vec<FuncId>, fixed: usize) -> bool {
-        for t in ts {
-            match t {
-                Transform::FocusFunction { function } => {
-                    let Some(f) = self.func(function) else { return false };
-                    match st[fixed..].iter().position(|&x| x == f) {
-                        Some(i) => {
-                            st.drain(fixed..fixed + i);
-                        }
-                        None => return false,
-                    }
-                }
-                Transform::FocusSubtree { path } => {
-                    let tail = &st[fixed..];
-                    if tail.len() < path.len() || path.is_empty() {
-                        return false;
-                    }
-                    let matches = path.iter().zip(tail).all(|(n, &f)| self.funcs[f as usize].name == *n);
-                    if !matches {
-                        return false;
-                    }
-                    st.drain(fixed..fixed + path.len() - 1);
-                }
-                Transform::Merge { function } => {
-                    if let Some(f) = self.func(function) {
-                        // The thread roots stay whatever they are called.
-                        let had = st.len();
-                        let mut i = 0;
-                        st.retain(|&x| {
-                            i += 1;
-                            i <= fixed || x != f
-                        });
-                        if st.len() == fixed && had > fixed {
-                            let m = self.intern("[merged]", "", FrameKind::Synthetic);
-                            st.push(m);
-                        }
-                    }
-                }
-                Transform::Drop { function } => {
-                    if let Some(f) = self.func(function) {
-                        if st[fixed..].contains(&f) {
-                            return false;
-                        }
-                    }
-                }
-                Transform::CollapseModule { module } => {
-                    let label = format!("[{module}]");
-                    let m = self.intern(&label, module, FrameKind::Synthetic);
-                    let out = collapse(st, fixed, |f| self.funcs[f as usize].module == *module, m);
-                    *st = out;
-                }
-                Transform::CollapseNamespace { namespace } => {
-                    let label = format!("{namespace}.*");
-                    let prefix = format!("{namespace}.");
-                    let m = self.intern(&label, "", FrameKind::Synthetic);
-                    let out = collapse(st, fixed, |f| self.funcs[f as usize].name.starts_with(&prefix), m);
-                    *st = out;
-                }
-                Transform::CollapseRecursion { function } => {
-                    if let Some(f) = self.func(function) {
-                        let mut out: Vec<FuncId> = Vec::with_capacity(st.len());
-                        let mut first: Option<usize> = None;
-                        for (i, &x) in st.iter().enumerate() {
-                            if i >= fixed && x == f {
-                                match first {
-                                    Some(j) => {
-                                        out.truncate(j + 1);
-                                        continue;
-                                    }
-                                    None => first = Some(out.len()),
-                                }
-                            }
-                            out.push(x);
-                        }
-                        *st = out;
-                    }
-                }
-                Transform::JustMyCode => {
-                    let funcs = &self.funcs;
-                    let mut i = 0;
-                    let had = st.len();
-                    st.retain(|&x| {
-                        i += 1;
-                        i <= fixed
-                            || !(funcs[x as usize].kind != FrameKind::Native
-                                && starts_framework(&funcs[x as usize].name))
-                    });
-                    if st.len() == fixed && had > fixed {
-                        let m = self.intern("[framework]", "", FrameKind::Synthetic);
-                        st.push(m);
-                    }
-                }
-            }
-        }
-        true
+        apply_transforms(self, ts, st, fixed)
     }
 
     fn tree(&self, inverted: bool) -> Vec<Node> {
@@ -800,6 +755,132 @@ fn pct(a: u64, b: u64) -> f64 {
 }
 
 /// Replaces runs of frames for which `inside` holds by one frame `label`.
+/// The functions a stack's frames refer to, as the transforms see them: by display name, with
+/// module and kind; synthetic functions (`[merged]`, `[module]`, `namespace.*`) are added on demand.
+/// The viewer's [`StackView`] and the diff's function keys both implement it, so the transforms
+/// mean the same in both.
+pub trait FuncTable {
+    /// Every function of that display name.
+    fn named(&self, name: &str) -> &[FuncId];
+    fn name(&self, f: FuncId) -> &str;
+    fn module(&self, f: FuncId) -> &str;
+    fn kind(&self, f: FuncId) -> FrameKind;
+    /// The synthetic function of that name, added when new.
+    fn synthetic(&mut self, name: &str, module: &str) -> FuncId;
+}
+
+impl FuncTable for StackView {
+    fn named(&self, name: &str) -> &[FuncId] {
+        self.func_index.get(name).map(std::slice::from_ref).unwrap_or(&[])
+    }
+    fn name(&self, f: FuncId) -> &str {
+        &self.funcs[f as usize].name
+    }
+    fn module(&self, f: FuncId) -> &str {
+        &self.funcs[f as usize].module
+    }
+    fn kind(&self, f: FuncId) -> FrameKind {
+        self.funcs[f as usize].kind
+    }
+    fn synthetic(&mut self, name: &str, module: &str) -> FuncId {
+        self.intern(name, module, FrameKind::Synthetic)
+    }
+}
+
+/// Applies the transforms to one stack of `t`'s functions (root first; `fixed` leading frames
+/// are thread roots and stay). False: the stack is dropped.
+pub fn apply_transforms<T: FuncTable>(t: &mut T, ts: &[Transform], st: &mut Vec<FuncId>, fixed: usize) -> bool {
+    for tr in ts {
+        match tr {
+            Transform::FocusFunction { function } => {
+                let f = t.named(function);
+                match st[fixed..].iter().position(|x| f.contains(x)) {
+                    Some(i) => {
+                        st.drain(fixed..fixed + i);
+                    }
+                    None => return false,
+                }
+            }
+            Transform::FocusSubtree { path } => {
+                let tail = &st[fixed..];
+                if tail.len() < path.len() || path.is_empty() {
+                    return false;
+                }
+                if !path.iter().zip(tail).all(|(n, &f)| t.name(f) == n) {
+                    return false;
+                }
+                st.drain(fixed..fixed + path.len() - 1);
+            }
+            Transform::Merge { function } => {
+                let f = t.named(function);
+                if f.is_empty() {
+                    continue;
+                }
+                // The thread roots stay whatever they are called.
+                let had = st.len();
+                let mut i = 0;
+                st.retain(|x| {
+                    i += 1;
+                    i <= fixed || !f.contains(x)
+                });
+                if st.len() == fixed && had > fixed {
+                    let m = t.synthetic("[merged]", "");
+                    st.push(m);
+                }
+            }
+            Transform::Drop { function } => {
+                let f = t.named(function);
+                if st[fixed..].iter().any(|x| f.contains(x)) {
+                    return false;
+                }
+            }
+            Transform::CollapseModule { module } => {
+                let m = t.synthetic(&format!("[{module}]"), module);
+                *st = collapse(st, fixed, |f| t.module(f) == module, m);
+            }
+            Transform::CollapseNamespace { namespace } => {
+                let prefix = format!("{namespace}.");
+                let m = t.synthetic(&format!("{namespace}.*"), "");
+                *st = collapse(st, fixed, |f| t.name(f).starts_with(&prefix), m);
+            }
+            Transform::CollapseRecursion { function } => {
+                let f = t.named(function);
+                if f.is_empty() {
+                    continue;
+                }
+                let mut out: Vec<FuncId> = Vec::with_capacity(st.len());
+                let mut first: Option<usize> = None;
+                for (i, &x) in st.iter().enumerate() {
+                    if i >= fixed && f.contains(&x) {
+                        match first {
+                            Some(j) => {
+                                out.truncate(j + 1);
+                                continue;
+                            }
+                            None => first = Some(out.len()),
+                        }
+                    }
+                    out.push(x);
+                }
+                *st = out;
+            }
+            Transform::JustMyCode => {
+                let had = st.len();
+                let mut i = 0;
+                st.retain(|&x| {
+                    i += 1;
+                    i <= fixed || !(t.kind(x) != FrameKind::Native && starts_framework(t.name(x)))
+                });
+                if st.len() == fixed && had > fixed {
+                    let m = t.synthetic("[framework]", "");
+                    st.push(m);
+                }
+            }
+        }
+    }
+    true
+}
+
 fn collapse(st: &[FuncId], fixed: usize, inside: impl Fn(FuncId) -> bool, label: FuncId) -> Vec<FuncId> {
     let mut out: Vec<FuncId> = Vec::with_capacity(st.len());
     for (i, &x) in st.iter().enumerate() {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use clrprof_model::views::ThreadFilter;
-use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile};
+use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
 use crate::{QueryError, Result};
@@ -58,7 +58,7 @@ pub fn has_time_or_call_costs(p: &Profile) -> bool {
 
 /// True for metrics whose unit is nanoseconds.
 pub fn is_time(m: Metric) -> bool {
-    matches!(m, Metric::Time | Metric::Cpu | Metric::Wall)
+    matches!(m, Metric::Time | Metric::Cpu | Metric::Wall | Metric::LockWait)
 }
 
 /// True for the exact metrics of enter/leave instrumentation.
@@ -76,6 +76,8 @@ pub fn measure(m: Metric, c: &Cost) -> (u64, u64) {
         Metric::Calls => (c.calls, c.calls),
         Metric::AllocBytes => (c.alloc_count, c.alloc_bytes),
         Metric::AllocCount => (c.alloc_count, c.alloc_count),
+        // Not in costs: see [`event_stacks`].
+        Metric::Exceptions | Metric::LockWait => (0, 0),
     }
 }
 
@@ -115,7 +117,127 @@ pub fn weight_note(p: &Profile, m: Metric) -> String {
         }
         Metric::AllocBytes => "weight: alloc-bytes — allocated bytes".to_string(),
         Metric::AllocCount => "weight: alloc-count — allocated objects".to_string(),
+        Metric::Exceptions | Metric::LockWait => match event_stacks(p, m) {
+            Some(w) => w.note,
+            None => format!("weight: {} — none recorded", m.name()),
+        },
     }
+}
+
+/// One stack of an event weight: `stack` (a stack of the profile's cost tree), or, when the
+/// runtime gave none, a single frame named `leaf` (the throw site or the waiting site).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventStack {
+    pub stack: Option<StackId>,
+    pub leaf: String,
+    /// Exceptions or contentions behind `value`.
+    pub count: u64,
+    /// Exceptions (count) or lock wait (ns).
+    pub value: u64,
+}
+
+/// The stacks of an event weight over all threads (exceptions and contentions are aggregated per
+/// stack, not per thread). Their values add up to the Events tables' totals exactly: the sum of
+/// the exception groups' `thrown`, the sum of the contention sites' `count` and `wait_ns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventWeight {
+    pub stacks: Vec<EventStack>,
+    pub total: u64,
+    pub count: u64,
+    /// Part of the values are estimates: an exception storm sampled (the group's counts), or the
+    /// agent walked only some throw stacks of a group (the group's exact count is spread over
+    /// the stacks walked, in their proportions).
+    pub estimated: bool,
+    /// One line saying what the numbers are.
+    pub note: String,
+}
+
+/// Splits `total` over `parts` in proportion (largest remainder: the results add up to `total`,
+/// ties to the earlier part).
+fn apportion(parts: &[u64], total: u64) -> Vec<u64> {
+    let sum: u128 = parts.iter().map(|&n| n as u128).sum();
+    if sum == 0 {
+        return vec![0; parts.len()];
+    }
+    let mut out: Vec<u64> = Vec::with_capacity(parts.len());
+    let mut rem: Vec<(u128, usize)> = Vec::with_capacity(parts.len());
+    for (i, &n) in parts.iter().enumerate() {
+        let x = n as u128 * total as u128;
+        out.push((x / sum) as u64);
+        rem.push((x % sum, i));
+    }
+    let mut left = total - out.iter().sum::<u64>();
+    rem.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, i) in rem {
+        if left == 0 {
+            break;
+        }
+        out[i] += 1;
+        left -= 1;
+    }
+    out
+}
+
+/// The stacks of [`Metric::Exceptions`] or [`Metric::LockWait`]; `None` for the other metrics.
+pub fn event_stacks(p: &Profile, m: Metric) -> Option<EventWeight> {
+    let mut stacks = Vec::new();
+    let mut estimated = false;
+    match m {
+        Metric::Exceptions => {
+            for g in &p.events.exceptions {
+                let walked: Vec<u64> = g.stacks.iter().map(|s| s.1).collect();
+                let leaf =
+                    if g.throw_site.is_empty() { "[unknown throw site]".to_string() } else { g.throw_site.clone() };
+                if walked.iter().sum::<u64>() == 0 {
+                    // No stack walked (a damaged trace, or throws seen only as counts).
+                    if g.thrown > 0 {
+                        stacks.push(EventStack { stack: None, leaf, count: g.thrown, value: g.thrown });
+                    }
+                    estimated |= g.estimated;
+                    continue;
+                }
+                estimated |= g.estimated || walked.iter().sum::<u64>() != g.thrown;
+                for (&(sid, _), n) in g.stacks.iter().zip(apportion(&walked, g.thrown)) {
+                    if n > 0 {
+                        stacks.push(EventStack { stack: Some(sid), leaf: String::new(), count: n, value: n });
+                    }
+                }
+            }
+        }
+        Metric::LockWait => {
+            for s in &p.events.contentions {
+                let (mut count, mut wait) = (0u64, 0u64);
+                for (&(sid, n), &w) in s.stacks.iter().zip(&s.stack_wait_ns) {
+                    count = count.saturating_add(n);
+                    wait = wait.saturating_add(w);
+                    stacks.push(EventStack { stack: Some(sid), leaf: String::new(), count: n, value: w });
+                }
+                // Contentions without a managed stack count at their site.
+                let (rest_n, rest_w) = (s.count.saturating_sub(count), s.wait_ns.saturating_sub(wait));
+                if rest_n > 0 || rest_w > 0 {
+                    stacks.push(EventStack { stack: None, leaf: s.site.clone(), count: rest_n, value: rest_w });
+                }
+            }
+        }
+        _ => return None,
+    }
+    let total = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.value));
+    let count = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.count));
+    let note = match m {
+        Metric::Exceptions if estimated => format!(
+            "weight: exceptions — {total} thrown (the Exceptions table's total); ESTIMATED per stack: the agent \
+             walks the first 32 throw stacks of each type and then one in 100{}, each group's count is spread \
+             over its walked stacks; all threads",
+            if p.events.exception_sampling.sampled { ", and an exception storm was sampled" } else { "" }
+        ),
+        Metric::Exceptions => {
+            format!("weight: exceptions — {total} thrown, exact per throw stack (every stack walked); all threads")
+        }
+        _ => {
+            format!("weight: lock-wait — Monitor lock wait, {count} contentions, exact per waiting stack; all threads")
+        }
+    };
+    Some(EventWeight { stacks, total, count, estimated, note })
 }
 
 /// A selection of threads by OS tid: all of them, or a list.
@@ -299,6 +421,18 @@ pub const SHORT_COMMAND: usize = 120;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apportion_keeps_the_total_and_the_proportions() {
+        assert_eq!(apportion(&[32, 1, 1], 250), vec![235, 8, 7]);
+        assert_eq!(apportion(&[1, 1, 1], 10), vec![4, 3, 3]);
+        assert_eq!(apportion(&[5, 0], 5), vec![5, 0]);
+        assert_eq!(apportion(&[0, 0], 7), vec![0, 0]);
+        assert_eq!(
+            apportion(&[u64::MAX, u64::MAX], u64::MAX).iter().map(|&x| x as u128).sum::<u128>(),
+            u64::MAX as u128
+        );
+    }
 
     #[test]
     fn long_command_lines_are_shortened_with_a_count() {

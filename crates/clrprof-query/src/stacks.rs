@@ -66,6 +66,8 @@ pub fn weight_name_and_unit(metric: Metric) -> (&'static str, &'static str) {
         Metric::Calls => ("calls", "none"),
         Metric::AllocBytes => ("allocated bytes", "bytes"),
         Metric::AllocCount => ("allocations", "none"),
+        Metric::Exceptions => ("exceptions thrown", "none"),
+        Metric::LockWait => ("lock wait", "nanoseconds"),
     }
 }
 

@@ -62,6 +62,9 @@ fn text(v: &DiffView, base: &str, new: &str) -> String {
             value(v, v.base_sum_raw.min(i64::MAX as u64) as i64)
         );
     }
+    if v.estimated {
+        s += "ESTIMATED per stack: the agent walked only part of the throw stacks (or an exception storm was sampled); the totals are the Exceptions tables' counts\n";
+    }
     s += "Δ = new − base; self values ranked by |Δ self|; total = inclusive (recursion counted once)\n\n";
     let mut headers = vec![
         ("Δ self", Align::Right),
@@ -172,12 +175,16 @@ pub fn json(v: &DiffView) -> Value {
             Value::Object(o)
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "weight": v.metric.name(),
         "unit": v.unit,
         "normalized": v.normalized,
         "functions": functions,
-    })
+    });
+    if v.estimated {
+        doc["estimated"] = json!(true);
+    }
+    doc
 }
 
 fn json_text(v: &DiffView) -> String {
@@ -216,6 +223,7 @@ mod tests {
             base_sum_raw: 3_000_000,
             calls,
             count: 3,
+            estimated: false,
             functions: vec![
                 row("Grew", 1_000_000, 3_500_000, None),
                 row("Gone, \"quoted\"", 2_000_000, 0, Some(Side::Base)),

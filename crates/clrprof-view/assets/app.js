@@ -5,7 +5,7 @@ import { api, el, put, time, namespaceOf, fmt } from './util.js';
 import * as views from './views.js';
 
 const DEFAULTS = { view: 'hotspots', w: '', threads: 'merged', inv: '0', t: [], sel: '', path: [], q: '', re: '0',
-  from: '', to: '', zoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '' };
+  from: '', to: '', zoom: '0', dzoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '' };
 
 const $ = (id) => document.getElementById(id);
 let meta = null;
@@ -39,6 +39,9 @@ function writeHash(push) {
 
 /** Changes the state, records it in the URL and renders. */
 export function setState(patch, push = true) {
+  // Node ids of the flame graphs change with the weight, range and transforms: a reset of the
+  // flame graph's zoom resets the differential one's too.
+  if (patch.zoom === '0' && !('dzoom' in patch)) patch = { ...patch, dzoom: '0' };
   state = { ...state, ...patch };
   writeHash(push);
   render();
@@ -77,6 +80,11 @@ function renderHeader() {
   put($('threads'), th);
   $('threads').value = state.threads;
   $('inverted').checked = state.inv === '1';
+  const w = meta.weights.find((x) => x.name === state.w);
+  const note = $('weight-note');
+  note.textContent = w && w.note ? w.note : '';
+  note.hidden = !(w && w.note);
+  note.classList.toggle('estimated', !!(w && w.estimated));
   $('jmc').checked = state.t.some((t) => t.op === 'just-my-code');
   if (document.activeElement !== $('search')) $('search').value = state.q;
   $('regex').checked = state.re === '1';
@@ -291,8 +299,11 @@ async function follow() {
 
 function showTitle() {
   const run = meta.run ? ` (${runState(meta.run)}, ${fmt(meta.run.bytes, 'bytes')})` : '';
+  // The file's name (its full path in the tooltip): titles and screenshots stay short.
+  const name = meta.run ? meta.trace : meta.trace.split('/').pop();
   put($('trace'), meta.run ? el('a', { href: '#', onclick: (e) => { e.preventDefault(); openRun(''); } }, 'runs') : null,
-    meta.run ? ' / ' : null, `${meta.trace}${run} — ${meta.command}`);
+    meta.run ? ' / ' : null, el('span', { title: meta.trace }, `${name}${run} — ${meta.command}`));
+  document.title = `${name} — clrprof view`;
 }
 
 async function start() {

@@ -294,7 +294,8 @@ export async function diff(ctx) {
   const norm = el('label', {}, el('input', { type: 'checkbox', id: 'normalize', checked: state.norm === '1',
     onchange: (e) => ctx.setState({ norm: e.target.checked ? '1' : '0' }) }), ' normalize to equal totals');
   const W = ctx.main.clientWidth - 20;
-  const r = await api('diff', ctx.params({ normalize: state.norm === '1' ? 1 : '', q: state.q, re: state.re === '1' ? 1 : '', limit: 300, width: W }));
+  const r = await api('diff', ctx.params({ normalize: state.norm === '1' ? 1 : '', q: state.q, re: state.re === '1' ? 1 : '',
+    limit: 300, width: W, node: state.dzoom }));
   if (!ctx.gen()) return;
   const d = r;
   const rows = d.functions.map((f) => el('tr', { dataset: { name: f.name } },
@@ -303,14 +304,21 @@ export async function diff(ctx) {
     numCell(f.base_total, ctx.unit), numCell(f.new_total, ctx.unit), numCell(f.delta_total, ctx.unit),
     el('td', { class: 'num' }, f.calls_delta === null || f.calls_delta === undefined ? '' : String(f.calls_delta))));
   const box = el('div', { id: 'flame' });
-  put(ctx.main, el('div', {}, norm, ` baseline ${ctx.meta.baseline}: total ${fmt(d.base_total, ctx.unit)} → ${fmt(d.new_total, ctx.unit)}`),
-    el('div', { class: 'section-title' }, 'Differential flame graph (red grew, blue shrank, width = new)'), box,
-    el('div', { class: 'section-title' }, `Functions by |Δ| (${d.count})`),
-    el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls']
-      .map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))), el('tbody', {}, rows)));
   const fl = d.flame;
+  const crumbs = el('div', { class: 'crumbs', id: 'diff-crumbs' },
+    el('span', { onclick: () => ctx.setState({ dzoom: '0' }) }, 'all'),
+    fl.path.map((p) => el('span', { dataset: { id: String(p.id) }, onclick: () => ctx.setState({ dzoom: String(p.id) }) }, p.name)));
+  put(ctx.main, el('div', {}, norm, ` baseline ${ctx.meta.baseline}: total ${fmt(d.base_total, ctx.unit)} → ${fmt(d.new_total, ctx.unit)}`,
+    state.t.length ? el('span', { id: 'diff-transforms' }, ` — ${state.t.length} transform${state.t.length > 1 ? 's' : ''} applied to both`) : null),
+  d.estimated ? el('div', { id: 'diff-estimated', class: 'estimated' }, 'ESTIMATED per stack: part of the throw stacks were walked (or an exception storm was sampled); totals are the Exceptions tables\' counts') : null,
+  el('div', { class: 'section-title' }, 'Differential flame graph (red grew, blue shrank, width = new; click to zoom)'), crumbs, box,
+  el('div', { class: 'section-title' }, `Functions by |Δ| (${d.count})`),
+  el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls']
+    .map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))), el('tbody', {}, rows)));
   const threshold = Math.abs(fl.total) / 200;
-  flameCells({ ...ctx, setState: () => {} }, box, fl, (c) => {
+  // A click zooms the differential graph (its own node ids) and selects the function.
+  const setState = (patch) => ctx.setState('zoom' in patch ? { ...patch, zoom: state.zoom, dzoom: patch.zoom } : patch);
+  flameCells({ ...ctx, setState }, box, fl, (c) => {
     if (c.more || Math.abs(c.delta) < threshold) return null;
     return c.delta > 0 ? 'grew' : 'shrank';
   });

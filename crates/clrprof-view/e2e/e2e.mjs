@@ -194,6 +194,53 @@ async function checks(browser) {
   check((await page.$$eval('#diff-table .only', (o) => o.length)) > 0, 'only-in-one marked');
   check((await page.$$eval('#flame .cell.grew', (c) => c.length)) > 0, 'differential flame graph: grew');
   await shot(page, 'diff');
+  // Zoom the differential flame graph: a click, the breadcrumb, a reload keeps it, 'all' unzooms.
+  const work = await page.$('#flame .cell[data-name="Calls.Shared.Work"]');
+  check(work, 'Calls.Shared.Work drawn in the differential flame graph');
+  await work.click();
+  await settled(page);
+  let crumbs = await texts(page, '#diff-crumbs span');
+  check(crumbs[crumbs.length - 1] === 'Calls.Shared.Work', `diff breadcrumb: ${crumbs}`);
+  check(await page.$eval('#flame .cell[data-depth="0"]', (c) => c.dataset.name) === 'Calls.Shared.Work', 'zoomed on Work');
+  check(/dzoom=/.test(page.url()), `zoom kept in the URL: ${page.url()}`);
+  await page.reload();
+  await settled(page);
+  crumbs = await texts(page, '#diff-crumbs span');
+  check(crumbs[crumbs.length - 1] === 'Calls.Shared.Work', `diff breadcrumb after a reload: ${crumbs}`);
+  await page.click('#diff-crumbs span >> text=all');
+  await settled(page);
+  check((await texts(page, '#diff-crumbs span')).length === 1, 'unzoomed');
+  // A transform applies to both sides: merge Work (selected by the click), its calls go to its caller.
+  await page.click('#tf-merge');
+  await settled(page);
+  const merged = await texts(page, '#diff-table tbody tr td.name a');
+  check(!merged.includes('Calls.Shared.Work'), `Work merged away on both sides: ${merged.slice(0, 3)}`);
+  check((await page.textContent('#diff-transforms')).includes('1 transform'), 'the diff says transforms apply');
+  check(/merge/.test(await page.textContent('#transforms')), 'merge chip');
+  await page.click('#undo');
+  await settled(page);
+  check((await page.$eval('#diff-table tbody tr', (r) => r.dataset.name)) === 'Calls.Shared.Work', 'undo brings Work back');
+
+  // 7b. Exceptions and lock wait as weights (testdata: 40 BoomExceptions, 32 throw stacks walked; 20
+  // contentions): picked in the weight list, the page says what the numbers are, every view adds up.
+  const xurl = await startViewer([`${traces}/exceptions.clrprof`]);
+  await page.goto(`${xurl}#view=hotspots`);
+  await settled(page);
+  await page.selectOption('#weight', 'exceptions');
+  await settled(page);
+  check(/total 40$/.test(await page.textContent('#hotspots-summary')), `exceptions total: ${await page.textContent('#hotspots-summary')}`);
+  check(await page.isVisible('#weight-note.estimated'), 'the exceptions weight is marked estimated (32 of 40 stacks walked)');
+  check(/40 thrown/.test(await page.textContent('#weight-note')), `weight note: ${await page.textContent('#weight-note')}`);
+  await page.click('#tabs button[data-tab=flame]');
+  await settled(page);
+  check(/^40 shown of 40/.test(await page.textContent('#flame-info')), `flame graph total: ${await page.textContent('#flame-info')}`);
+  check(await page.isVisible('#flame .cell[data-name="EventsApp.Program.Thrower"]'), 'the throwing function in the flame graph');
+  const lurl = await startViewer([`${traces}/contention.clrprof`]);
+  await page.goto(`${lurl}#view=butterfly&w=lock-wait&sel=EventsApp.Program.WaitForGate`);
+  await page.reload();
+  await settled(page);
+  check(/602\.80 ms/.test(await page.textContent('#butterfly-totals')), `lock wait of WaitForGate: ${await page.textContent('#butterfly-totals')}`);
+  check(/20 contentions/.test(await page.textContent('#weight-note')), 'lock-wait note');
 
   // 8. A run store: the runs list, newest first, with their states; a click opens a run.
   if (env.STORE) {

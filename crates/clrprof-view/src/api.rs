@@ -121,12 +121,22 @@ pub fn metric_from_name(s: &str) -> Option<Metric> {
         "calls" => Metric::Calls,
         "alloc-bytes" => Metric::AllocBytes,
         "alloc-count" => Metric::AllocCount,
+        "exceptions" => Metric::Exceptions,
+        "lock-wait" => Metric::LockWait,
         _ => return None,
     })
 }
 
-const ALL_METRICS: [Metric; 6] =
-    [Metric::Cpu, Metric::Wall, Metric::Time, Metric::Calls, Metric::AllocBytes, Metric::AllocCount];
+const ALL_METRICS: [Metric; 8] = [
+    Metric::Cpu,
+    Metric::Wall,
+    Metric::Time,
+    Metric::Calls,
+    Metric::AllocBytes,
+    Metric::AllocCount,
+    Metric::Exceptions,
+    Metric::LockWait,
+];
 
 /// True for thread-pool threads (grouped in the timeline).
 fn is_pool_thread(name: &str) -> bool {
@@ -206,7 +216,10 @@ impl Loaded {
         match q.get("w") {
             None => Ok(select::metric(&self.whole, None)),
             Some(w) => metric_from_name(w).ok_or_else(|| {
-                bad(format!("unknown weight '{}': cpu, wall, time, calls, alloc-bytes or alloc-count", clip(w)))
+                bad(format!(
+                    "unknown weight '{}': cpu, wall, time, calls, alloc-bytes, alloc-count, exceptions or lock-wait",
+                    clip(w)
+                ))
             }),
         }
     }
@@ -251,10 +264,18 @@ impl Loaded {
         ALL_METRICS
             .iter()
             .filter_map(|&m| {
-                let (count, value) = select::measure(m, &total);
+                let (count, value, estimated, note) = match select::event_stacks(p, m) {
+                    Some(w) => (w.count, w.total, w.estimated, Some(w.note)),
+                    None => {
+                        let (count, value) = select::measure(m, &total);
+                        (count, value, false, None)
+                    }
+                };
                 let (label, unit) = clrprof_query::stacks::weight_name_and_unit(m);
-                (value > 0 || count > 0)
-                    .then(|| json!({"name": m.name(), "label": label, "unit": unit, "total": value, "count": count}))
+                (value > 0 || count > 0).then(|| {
+                    json!({"name": m.name(), "label": label, "unit": unit, "total": value, "count": count,
+                           "estimated": estimated, "note": note})
+                })
             })
             .collect()
     }
@@ -312,21 +333,22 @@ impl Loaded {
             offset: q.num("offset", 0)?,
             limit: q.num::<usize>("limit", 100)?.min(1000),
         })?;
-        Ok(json!({"weight": v.metric.name(), "page": page}))
+        Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "page": page}))
     }
 
     fn tree(&self, q: &Params) -> ApiResult {
         let v = self.view(q)?;
         let page =
             v.children(q.flag("inv"), q.num("node", 0)?, q.num("offset", 0)?, q.num::<usize>("limit", 50)?.min(1000))?;
-        Ok(json!({"weight": v.metric.name(), "inverted": q.flag("inv"), "page": page}))
+        Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "inverted": q.flag("inv"),
+                   "page": page}))
     }
 
     fn butterfly(&self, q: &Params) -> ApiResult {
         let v = self.view(q)?;
         let f = q.get("fn").ok_or_else(|| bad("'fn' (a function name) is required"))?;
         let b = v.butterfly(f, q.num::<usize>("limit", 50)?.min(1000))?;
-        Ok(json!({"weight": v.metric.name(), "function": b}))
+        Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "function": b}))
     }
 
     fn entries(&self, q: &Params) -> ApiResult {
@@ -334,13 +356,14 @@ impl Loaded {
         let mut e = v.entry_points();
         let count = e.len();
         e.truncate(q.num::<usize>("limit", 100)?.min(1000));
-        Ok(json!({"weight": v.metric.name(), "total": v.total, "count": count, "entries": e}))
+        Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "total": v.total,
+                   "count": count, "entries": e}))
     }
 
     fn flame(&self, q: &Params) -> ApiResult {
         let v = self.view(q)?;
         let f = v.flame(q.flag("inv"), q.num("node", 0)?, q.num("width", 1000)?, q.get("q"), q.flag("re"))?;
-        Ok(json!({"weight": v.metric.name(), "flame": f}))
+        Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "flame": f}))
     }
 
     fn timeline(&self, q: &Params) -> ApiResult {
@@ -477,6 +500,8 @@ impl Loaded {
                 search: q.get("q"),
                 regex: q.flag("re"),
                 width_px: q.num("width", 1000)?,
+                node: q.num("node", 0)?,
+                transforms: Transform::parse_list(q.get("t").unwrap_or(""))?,
             },
         )
     }

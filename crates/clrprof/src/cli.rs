@@ -110,7 +110,7 @@ struct DiffArgs {
     new: PathBuf,
     /// Cost to compare [default: the new profile's natural weight: time for instrumented traces, else cpu]
     #[arg(short, long, value_enum)]
-    weight: Option<WeightArg>,
+    weight: Option<DiffWeightArg>,
     /// Scale the baseline so that its total equals the new total (compare shares, not amounts)
     #[arg(long)]
     normalize: bool,
@@ -510,6 +510,42 @@ enum WeightArg {
     AllocCount,
 }
 
+/// `diff`'s weights: the costs, and the runtime events per stack.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DiffWeightArg {
+    /// Instrumented exclusive wall time
+    Time,
+    /// Instrumented call counts
+    Calls,
+    /// Sampled on-CPU time
+    Cpu,
+    /// Sampled wall time (running or blocked)
+    Wall,
+    /// Allocated bytes
+    AllocBytes,
+    /// Allocated objects
+    AllocCount,
+    /// Exceptions thrown, per throw stack (all threads)
+    Exceptions,
+    /// Monitor lock wait, per waiting stack (all threads)
+    LockWait,
+}
+
+impl DiffWeightArg {
+    fn metric(self) -> Metric {
+        match self {
+            DiffWeightArg::Time => Metric::Time,
+            DiffWeightArg::Calls => Metric::Calls,
+            DiffWeightArg::Cpu => Metric::Cpu,
+            DiffWeightArg::Wall => Metric::Wall,
+            DiffWeightArg::AllocBytes => Metric::AllocBytes,
+            DiffWeightArg::AllocCount => Metric::AllocCount,
+            DiffWeightArg::Exceptions => Metric::Exceptions,
+            DiffWeightArg::LockWait => Metric::LockWait,
+        }
+    }
+}
+
 impl WeightArg {
     fn metric(self) -> Metric {
         match self {
@@ -658,7 +694,7 @@ pub fn run() -> Result<ExitCode> {
                 read: a.read.options()?,
                 old: a.old,
                 new: a.new,
-                weight: a.weight.map(WeightArg::metric),
+                weight: a.weight.map(DiffWeightArg::metric),
                 normalize: a.normalize,
                 top: a.top,
                 format: match a.format {

@@ -27,12 +27,24 @@ pub struct DiffCommand {
 }
 
 pub fn diff(c: &DiffCommand) -> Result<()> {
+    if let (Some(m), Some(_)) = (c.weight, &c.thread) {
+        if m.is_event() {
+            anyhow::bail!("--thread does not apply to --weight {}: it is recorded per stack, not per thread", m.name());
+        }
+    }
     let base = crate::load::load(&c.old, &c.read)?;
     let new = crate::load::load(&c.new, &c.read)?;
     let base_threads =
         Threads::resolve(&base, c.thread.as_deref()).with_context(|| format!("in {}", c.old.display()))?;
     let new_threads = Threads::resolve(&new, c.thread.as_deref()).with_context(|| format!("in {}", c.new.display()))?;
-    let q = DiffQuery { metric: c.weight, base_threads, new_threads, normalize: c.normalize, top: c.top };
+    let q = DiffQuery {
+        metric: c.weight,
+        base_threads,
+        new_threads,
+        normalize: c.normalize,
+        top: c.top,
+        transforms: Vec::new(),
+    };
     let view = clrprof_query::diff::diff(&base, &new, &q);
     let text =
         clrprof_report::diff::render(&view, &c.old.display().to_string(), &c.new.display().to_string(), c.format);

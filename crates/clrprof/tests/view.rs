@@ -519,8 +519,9 @@ fn the_diff_view_compares_with_the_baseline() {
 /// The browser end to end (crates/clrprof-view/e2e/e2e.mjs): Debian's chromium driven by
 /// playwright-core opens a real trace, selects a function and checks the butterfly, zooms and
 /// searches the flame graph, brushes a time range, applies and undoes a transform, reloads the
-/// URL and finds the same state, renders hostile names as text, opens a diff, and lists a run
-/// store's runs and opens one. Set
+/// URL and finds the same state, renders hostile names as text, opens a diff (zooms its flame
+/// graph, applies and undoes a transform on both sides), picks the exceptions and lock-wait
+/// weights (their totals and notes), and lists a run store's runs and opens one. Set
 /// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
 #[test]
 fn browser_end_to_end() {
@@ -568,4 +569,212 @@ fn browser_end_to_end() {
         text(&out.stdout),
         text(&out.stderr)
     );
+}
+
+/// Sum of `field` over the hot-spot rows.
+fn sum(rows: &[Value], field: &str) -> u64 {
+    rows.iter().map(|r| u(&r[field])).sum()
+}
+
+/// Checks an event weight (exceptions, lock wait) through every stack view: hot spots, the call
+/// tree's roots, the inverted tree, the flame graph's top row and the entry points all add up
+/// to `total` (and `count` contentions or exceptions behind it); per-thread views too.
+fn check_event_weight(v: &Viewer, w: &str, total: u64, count: u64, estimated: bool) {
+    let meta = v.api("meta", &[]);
+    let m = meta["weights"].as_array().unwrap().iter().find(|x| x["name"] == w).unwrap_or_else(|| panic!("{meta}"));
+    assert_eq!((u(&m["total"]), u(&m["count"]), &m["estimated"]), (total, count, &Value::Bool(estimated)), "{m}");
+    assert!(m["note"].as_str().unwrap().contains(if estimated { "ESTIMATED" } else { "exact" }), "{m}");
+    let r = v.api("hotspots", &[("w", w), ("limit", "1000")]);
+    assert_eq!((u(&r["page"]["total"]), &r["estimated"]), (total, &Value::Bool(estimated)), "{r}");
+    let rows = r["page"]["rows"].as_array().unwrap();
+    assert_eq!(sum(rows, "self"), total);
+    assert_eq!(sum(rows, "self_count"), count);
+    for inv in ["", "1"] {
+        let t = v.api("tree", &[("w", w), ("inv", inv), ("limit", "1000")]);
+        assert_eq!(sum(t["page"]["rows"].as_array().unwrap(), "total"), total, "inv={inv}: {t}");
+    }
+    let f = v.api("flame", &[("w", w), ("width", "100000")]);
+    let top: u64 =
+        f["flame"]["cells"].as_array().unwrap().iter().filter(|c| c["depth"] == 0).map(|c| u(&c["width"])).sum();
+    assert_eq!(top, total);
+    let e = v.api("entries", &[("w", w), ("limit", "1000")]);
+    assert_eq!(sum(e["entries"].as_array().unwrap(), "value"), total);
+    // Not recorded per thread: the thread choice does not apply, and the answer says so.
+    let each = v.api("hotspots", &[("w", w), ("threads", "each"), ("limit", "1000")]);
+    assert_eq!(u(&each["page"]["total"]), total);
+    assert!(each["note"].as_str().unwrap().contains("not recorded per thread"), "{each}");
+}
+
+/// Exceptions and lock wait are weights of every stack view and of the diff, and their totals are
+/// the Events tables' totals: apps/Events throws exactly 20 (every throw stack walked: exact) and
+/// 250 `BoomException`s (the agent walks the first 32 throw stacks of a type, then one in 100: the
+/// count is exact, its spread over stacks estimated), and contends a Monitor 3 times.
+#[test]
+fn exceptions_and_lock_wait_are_weights_with_the_events_totals() {
+    let dir = scratch("view-event-weights");
+    let rec = |name: &str, args: &[&str]| {
+        let t = dir.join(format!("{name}.clrprof"));
+        let out = record("Events", args, &t, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        t
+    };
+    let (exc20, exc250, locks) = (
+        rec("exc20", &["exceptions", "20"]),
+        rec("exc250", &["exceptions", "250"]),
+        rec("locks", &["contention", "3"]),
+    );
+
+    // 20 exceptions, every stack walked: exact, all at Thrower under Inner.
+    let doc = report_json(&exc20);
+    let g = check_boom_exceptions(&doc, 20);
+    assert_eq!(g["sites"][0]["count"], 20, "every throw stack walked");
+    let v = Viewer::start(&exc20, &[]);
+    check_event_weight(&v, "exceptions", 20, 20, false);
+    let rows = hotspots(&v, &[("w", "exceptions")]);
+    let thrower = row(&rows, "EventsApp.Program.Thrower");
+    assert_eq!((u(&thrower["self"]), u(&thrower["total"])), (20, 20));
+    assert_eq!(u(&row(&rows, "EventsApp.Program.Catcher")["total"]), 20);
+    let b = &v.api("butterfly", &[("w", "exceptions"), ("fn", "EventsApp.Program.Thrower")])["function"];
+    assert_eq!((&b["callers"][0]["name"], u(&b["callers"][0]["value"])), (&Value::from("EventsApp.Program.Inner"), 20));
+    drop(v);
+
+    // 250 exceptions, 34 stacks walked: the weight's total is still the table's 250, marked estimated.
+    let doc = report_json(&exc250);
+    let g = check_boom_exceptions(&doc, 250);
+    assert_eq!(g["sites"][0]["count"], 34);
+    let v = Viewer::start(&exc250, &[]);
+    check_event_weight(&v, "exceptions", 250, 250, true);
+    assert_eq!(u(&row(&hotspots(&v, &[("w", "exceptions")]), "EventsApp.Program.Thrower")["self"]), 250);
+    // Transforms apply: dropping the catcher's frame drops every exception.
+    let dropped =
+        v.api("hotspots", &[("w", "exceptions"), ("t", r#"[{"op":"drop","function":"EventsApp.Program.Catcher"}]"#)]);
+    assert_eq!(u(&dropped["page"]["total"]), 0);
+    drop(v);
+
+    // Lock wait: the contention table's count and wait, per waiting stack.
+    let doc = report_json(&locks);
+    let sites = doc["contentions"].as_array().unwrap();
+    let wait: u64 = sites.iter().map(|s| u(&s["wait_ns"])).sum();
+    let n: u64 = sites.iter().map(|s| u(&s["count"])).sum();
+    assert_eq!(n, 3, "{sites:?}");
+    assert!(wait > 3_000_000, "the main thread holds the lock ~30 ms per round: {wait}");
+    let gate = sites.iter().find(|s| s["site"] == "EventsApp.Program.WaitForGate").unwrap();
+    let v = Viewer::start(&locks, &[]);
+    check_event_weight(&v, "lock-wait", wait, 3, false);
+    let rows = hotspots(&v, &[("w", "lock-wait")]);
+    let w = row(&rows, "EventsApp.Program.WaitForGate");
+    assert_eq!((u(&w["total"]), u(&w["count"])), (u(&gate["wait_ns"]), 3));
+    let b = &v.api("butterfly", &[("w", "lock-wait"), ("fn", "EventsApp.Program.WaitForGate")])["function"];
+    assert_eq!(u(&b["total"]), u(&gate["wait_ns"]));
+    assert_eq!(b["callees"].as_array().unwrap().iter().map(|e| u(&e["value"])).sum::<u64>(), u(&gate["wait_ns"]));
+    // A trace without exceptions has no exceptions weight.
+    let meta = v.api("meta", &[]);
+    assert!(meta["weights"].as_array().unwrap().iter().all(|x| x["name"] != "exceptions"), "{meta}");
+    drop(v);
+
+    // `clrprof diff --weight exceptions`: Thrower 20 → 250, the totals the tables'.
+    let d = Command::new(clrprof_exe())
+        .args(["diff", "--weight", "exceptions", "--format", "json"])
+        .args([&exc20, &exc250])
+        .output()
+        .unwrap();
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let j: Value = serde_json::from_slice(&d.stdout).unwrap();
+    assert_eq!(
+        (&j["weight"], &j["unit"], &j["estimated"]),
+        (&Value::from("exceptions"), &Value::from("exceptions"), &Value::Bool(true))
+    );
+    let f = j["functions"].as_array().unwrap();
+    assert_eq!(f[0]["name"], "EventsApp.Program.Thrower");
+    assert_eq!((u(&f[0]["base"]), u(&f[0]["new"]), f[0]["delta"].as_i64().unwrap()), (20, 250, 230));
+    assert_eq!(f.iter().map(|r| u(&r["base"])).sum::<u64>(), 20);
+    assert_eq!(f.iter().map(|r| u(&r["new"])).sum::<u64>(), 250);
+    // `--weight lock-wait`: the waits of one side only; the text says which weight.
+    let d =
+        Command::new(clrprof_exe()).args(["diff", "--weight", "lock-wait"]).args([&exc20, &locks]).output().unwrap();
+    assert!(d.status.success(), "{}", text(&d.stderr));
+    let t = text(&d.stdout);
+    assert!(t.starts_with("clrprof diff — weight: lock-wait (ms)"), "{t}");
+    assert!(t.contains("EventsApp.Program.WaitForGate"), "{t}");
+    // Not per thread: --thread with an event weight is a one-line error.
+    let d = Command::new(clrprof_exe())
+        .args(["diff", "--weight", "exceptions", "--thread", "1"])
+        .args([&exc20, &exc250])
+        .output()
+        .unwrap();
+    assert!(!d.status.success());
+    let e = text(&d.stderr);
+    assert!(e.contains("--thread does not apply to --weight exceptions") && e.trim().lines().count() == 1, "{e}");
+
+    // The viewer's diff with the exceptions weight.
+    let v = Viewer::start(&exc250, &["--baseline", exc20.to_str().unwrap()]);
+    let d = v.api("diff", &[("w", "exceptions"), ("width", "100000")]);
+    assert_eq!((u(&d["base_total"]), u(&d["new_total"]), &d["estimated"]), (20, 250, &Value::Bool(true)));
+    let top: i64 = d["flame"]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["depth"] == 0)
+        .map(|c| c["delta"].as_i64().unwrap())
+        .sum();
+    assert_eq!(top, 230);
+}
+
+/// The diff view applies the transforms to both profiles alike: each row's base and new values
+/// equal the hot spots of each trace viewed alone with the same transforms. The differential
+/// flame graph zooms: a node's answer has its path (the breadcrumb) and the node as its top row.
+#[test]
+fn diff_transforms_apply_to_both_sides_and_the_flame_graph_zooms() {
+    let (new, base) = (trace("counted.clrprof"), trace("instrumented.clrprof"));
+    let d = Viewer::start(&new, &["--baseline", base.to_str().unwrap()]);
+    let (vn, vb) = (Viewer::start(&new, &[]), Viewer::start(&base, &[]));
+    for t in [
+        "",
+        r#"[{"op":"merge","function":"Calls.Shared.Work"}]"#,
+        r#"[{"op":"drop","function":"Calls.Counted.Tick"}]"#,
+        r#"[{"op":"focus-function","function":"Calls.Counted.Run"}]"#,
+        r#"[{"op":"collapse-namespace","namespace":"Calls"}]"#,
+        r#"[{"op":"just-my-code"},{"op":"collapse-recursion","function":"Calls.Counted.Run"}]"#,
+    ] {
+        let r = d.api("diff", &[("w", "calls"), ("t", t), ("limit", "5000")]);
+        let hn = hotspots(&vn, &[("w", "calls"), ("t", t)]);
+        let hb = hotspots(&vb, &[("w", "calls"), ("t", t)]);
+        assert_eq!((u(&r["base_total"]), u(&r["new_total"])), (sum(&hb, "self"), sum(&hn, "self")), "t={t}");
+        let rows = r["functions"].as_array().unwrap();
+        let names: std::collections::BTreeSet<&str> =
+            hn.iter().chain(&hb).map(|h| h["name"].as_str().unwrap()).collect();
+        assert_eq!(rows.len(), names.len(), "t={t}: {rows:?}");
+        for f in rows {
+            let name = f["name"].as_str().unwrap();
+            let side = |h: &[Value], k: &str| h.iter().find(|x| x["name"] == name).map(|x| u(&x[k])).unwrap_or(0);
+            assert_eq!(
+                (u(&f["base"]), u(&f["new"]), u(&f["base_total"]), u(&f["new_total"])),
+                (side(&hb, "self"), side(&hn, "self"), side(&hb, "total"), side(&hn, "total")),
+                "t={t}: {f}"
+            );
+        }
+    }
+    // Merge Work on both sides: its calls go to its caller, and Work is in no row.
+    let m = d.api("diff", &[("w", "calls"), ("t", r#"[{"op":"merge","function":"Calls.Shared.Work"}]"#)]);
+    let rows = m["functions"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["name"] != "Calls.Shared.Work"));
+    assert_eq!(u(&rows[0]["new"]), 10004, "{}", rows[0]);
+
+    // Zoom: the widest top cell, then its child.
+    let all = d.api("diff", &[("w", "calls"), ("width", "800")]);
+    let cells = all["flame"]["cells"].as_array().unwrap();
+    let top = cells.iter().filter(|c| c["depth"] == 0 && c["more"] == 0).max_by_key(|c| u(&c["width"])).unwrap();
+    let child = cells.iter().find(|c| c["depth"] == 1 && c["more"] == 0).unwrap();
+    let z = d.api("diff", &[("w", "calls"), ("width", "800"), ("node", &child["id"].to_string())]);
+    let fl = &z["flame"];
+    let path: Vec<&str> = fl["path"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(path, [top["name"].as_str().unwrap(), child["name"].as_str().unwrap()]);
+    assert_eq!(fl["path"][1]["id"], child["id"]);
+    assert_eq!(u(&fl["total"]), u(&child["width"]));
+    assert_eq!(u(&fl["view_total"]), u(&all["flame"]["total"]));
+    let zc = fl["cells"].as_array().unwrap();
+    assert_eq!((&zc[0]["name"], &zc[0]["depth"], &zc[0]["delta"]), (&child["name"], &Value::from(0), &child["delta"]));
+    assert!(zc.iter().all(|c| c["depth"] == 0 || u(&c["width"]) <= u(&child["width"])));
+    let e = d.api_error("diff", &[("w", "calls"), ("node", "99999")]);
+    assert!(e.contains("no diff node 99999"), "{e}");
 }
