@@ -99,10 +99,10 @@ awk '
             k = order[i]; mw[k] = median(w[k]); mc[k] = median(c[k])
             split(k, p, "/"); if (p[2] == "none") { bw[p[1]] = mw[k]; bc[p[1]] = mc[k] }
         }
-        printf "%-30s %9s %6s %9s %6s   %s\n", "configuration", "wall ms", "ratio", "CPU ms", "ratio", "wall runs"
+        printf "%-30s %9s %6s %9s %6s   %s | %s\n", "configuration", "wall ms", "ratio", "CPU ms", "ratio", "wall runs", "CPU runs"
         for (i = 1; i <= n; i++) {
             k = order[i]; split(k, p, "/")
-            printf "%-30s %9d %5.2fx %9d %5.2fx  %s\n", k, mw[k], bw[p[1]] ? mw[k] / bw[p[1]] : 0, mc[k], bc[p[1]] ? mc[k] / bc[p[1]] : 0, w[k]
+            printf "%-30s %9d %5.2fx %9d %5.2fx  %s |%s\n", k, mw[k], bw[p[1]] ? mw[k] / bw[p[1]] : 0, mc[k], bc[p[1]] ? mc[k] / bc[p[1]] : 0, w[k], c[k]
         }
     }' "$work/times"
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
