@@ -5,11 +5,14 @@
 
 use std::time::Instant;
 
-use clrprof_agent::elt::bench_support::{pair_cost_ns, rdtsc_cost_ns, stub_pair_cost_ns};
+use clrprof_agent::elt::bench_support::{pair_cost_ns, rdtsc_cost_ns, stub_pair_cost_ns, thread_cpu_ns};
 
 fn main() {
     let n = 5_000_000;
-    for round in 0..3 {
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    // Per round: rdtsc, Rust timing, Rust counts, stub timing, stub counts, rdtsc-only stubs.
+    let mut cols: [Vec<f64>; 6] = Default::default();
+    for round in 0..rounds {
         let t = Instant::now();
         let rdtsc = rdtsc_cost_ns(n);
         let timing = pair_cost_ns(n, true);
@@ -17,12 +20,33 @@ fn main() {
         let stub_timing = stub_pair_cost_ns(n, true);
         let stub_counts = stub_pair_cost_ns(n, false);
         let floor = rdtsc_stub_pair_ns(n);
+        for (c, v) in cols.iter_mut().zip([rdtsc, timing, counts, stub_timing, stub_counts, floor]) {
+            c.push(v);
+        }
         println!(
             "round {round}: rdtsc {rdtsc:.1} ns; enter+leave pair: Rust bodies: timing {timing:.1} ns, counts-only \
              {counts:.1} ns; stubs: timing {stub_timing:.1} ns, counts-only {stub_counts:.1} ns, rdtsc-only {floor:.1} ns \
              ({:.1} s)",
             t.elapsed().as_secs_f64()
         );
+    }
+    let m: Vec<f64> = cols.iter_mut().map(|c| median(c)).collect();
+    println!(
+        "median of {rounds} (thread CPU time): rdtsc {:.1} ns; Rust bodies: timing {:.1} ns, counts-only {:.1} ns; \
+         stubs: timing {:.1} ns, counts-only {:.1} ns, rdtsc-only {:.1} ns",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    );
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let k = v.len();
+    if k == 0 {
+        0.0
+    } else if k % 2 == 1 {
+        v[k / 2]
+    } else {
+        (v[k / 2 - 1] + v[k / 2]) / 2.0
     }
 }
 
@@ -39,7 +63,7 @@ unsafe extern "C" fn leave_rdtsc_only() {
 }
 
 fn rdtsc_stub_pair_ns(n: u64) -> f64 {
-    let t0 = Instant::now();
+    let t0 = thread_cpu_ns();
     for _ in 0..n {
         // Safety: the two stubs above clobber only rax, r10, r11 (enter) and r10, r11 (leave).
         unsafe {
@@ -52,5 +76,5 @@ fn rdtsc_stub_pair_ns(n: u64) -> f64 {
             );
         }
     }
-    t0.elapsed().as_nanos() as f64 / n as f64
+    (thread_cpu_ns() - t0) as f64 / n as f64
 }

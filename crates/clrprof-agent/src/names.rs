@@ -19,10 +19,19 @@ pub struct FunctionNames {
     pub signature: String,
 }
 
+/// Per module and metadata token.
+type TokenMap<T> = RwLock<HashMap<(ModuleID, u32), T>>;
+
 pub struct Names {
     info: ProfilerInfo,
     importers: RwLock<HashMap<ModuleID, Arc<MetaDataImport>>>,
     classes: RwLock<HashMap<ClassID, Arc<str>>>,
+    /// Names of a module's TypeDef and TypeRef tokens: the types of signatures, classes and
+    /// declaring types recur across many functions and classes, and each name takes several
+    /// metadata calls.
+    tokens: TokenMap<Arc<str>>,
+    /// Generic parameter names of a module's TypeDefs (shared by all methods of the type).
+    params: TokenMap<Arc<[String]>>,
 }
 
 const ELEMENT_NAMES: &[(u32, &str)] = &[
@@ -46,7 +55,13 @@ const ELEMENT_NAMES: &[(u32, &str)] = &[
 
 impl Names {
     pub fn new(info: ProfilerInfo) -> Names {
-        Names { info, importers: RwLock::new(HashMap::new()), classes: RwLock::new(HashMap::new()) }
+        Names {
+            info,
+            importers: RwLock::new(HashMap::new()),
+            classes: RwLock::new(HashMap::new()),
+            tokens: RwLock::new(HashMap::new()),
+            params: RwLock::new(HashMap::new()),
+        }
     }
 
     /// The cached metadata importer of a module.
@@ -59,11 +74,46 @@ impl Names {
         Some(Arc::clone(w.entry(module).or_insert(md)))
     }
 
-    /// Releases the module's importer and forgets its classes (module unload).
+    /// Releases the module's importer and forgets its token names (module unload: the id may be
+    /// reused by another module).
     pub fn forget_module(&self, module: ModuleID) {
         if let Ok(mut w) = self.importers.write() {
             w.remove(&module);
         }
+        if let Ok(mut w) = self.tokens.write() {
+            w.retain(|k, _| k.0 != module);
+        }
+        if let Ok(mut w) = self.params.write() {
+            w.retain(|k, _| k.0 != module);
+        }
+    }
+
+    /// The name of a TypeDef (`0x02…`) or TypeRef (`0x01…`) token of `module`, cached.
+    fn type_token_name(&self, module: ModuleID, md: &MetaDataImport, token: u32) -> Arc<str> {
+        if let Some(n) = self.tokens.read().ok().and_then(|m| m.get(&(module, token)).cloned()) {
+            return n;
+        }
+        let name: Arc<str> = if token >> 24 == 0x01 {
+            Self::typeref_name(md, token).into()
+        } else {
+            Self::typedef_name(md, token).into()
+        };
+        if let Ok(mut w) = self.tokens.write() {
+            w.insert((module, token), Arc::clone(&name));
+        }
+        name
+    }
+
+    /// Generic parameter names of a TypeDef of `module`, cached.
+    fn typedef_params(&self, module: ModuleID, md: &MetaDataImport, typedef: u32) -> Arc<[String]> {
+        if let Some(p) = self.params.read().ok().and_then(|m| m.get(&(module, typedef)).cloned()) {
+            return p;
+        }
+        let p: Arc<[String]> = md.generic_param_names(typedef).into();
+        if let Ok(mut w) = self.params.write() {
+            w.insert((module, typedef), Arc::clone(&p));
+        }
+        p
     }
 
     pub fn forget_class(&self, class: ClassID) {
@@ -131,7 +181,7 @@ impl Names {
         match self.info.get_class_id_info2(class) {
             Ok((module, td, _parent, args)) => {
                 let base = match self.importer(module) {
-                    Some(md) => Self::typedef_name(&md, td),
+                    Some(md) => self.type_token_name(module, &md, td).to_string(),
                     None => format!("<class 0x{td:08x}>"),
                 };
                 let a: Vec<String> = args.iter().map(|&c| self.type_arg_name(c, depth + 1)).collect();
@@ -191,12 +241,12 @@ impl Names {
         let props = md.get_method_props(token).ok();
         let method_name = props.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| format!("<method 0x{token:08x}>"));
         let typedef = props.as_ref().map(|p| p.class).unwrap_or(0);
-        let class_params = if typedef != 0 { md.generic_param_names(typedef) } else { Vec::new() };
+        let class_params = if typedef != 0 { self.typedef_params(module, &md, typedef) } else { Arc::from([]) };
         let method_params = md.generic_param_names(token);
         f.class_name = if class != 0 {
             self.class_name(class).to_string()
         } else if typedef != 0 && (typedef & 0x00ff_ffff) != 1 {
-            apply_type_args(&Self::typedef_name(&md, typedef), &class_params)
+            apply_type_args(&self.type_token_name(module, &md, typedef), &class_params)
         } else {
             String::new()
         };
@@ -214,7 +264,8 @@ impl Names {
             format!("{}.{method_name}{margs_s}", f.class_name)
         };
         if let Some(p) = props {
-            let resolver = SigNames { md: &md, class_params: &class_params, method_params: &method_params };
+            let resolver =
+                SigNames { names: self, module, md: &md, class_params: &class_params, method_params: &method_params };
             f.signature = signature::format_method_sig(&p.signature, &resolver)
                 .unwrap_or_else(|| "<unreadable signature>".into());
         }
@@ -234,6 +285,8 @@ pub fn dynamic_name(name: &str) -> String {
 }
 
 struct SigNames<'a> {
+    names: &'a Names,
+    module: ModuleID,
     md: &'a MetaDataImport,
     class_params: &'a [String],
     method_params: &'a [String],
@@ -242,8 +295,7 @@ struct SigNames<'a> {
 impl TypeNames for SigNames<'_> {
     fn token_name(&self, token: u32) -> String {
         match token >> 24 {
-            0x02 => Names::typedef_name(self.md, token),
-            0x01 => Names::typeref_name(self.md, token),
+            0x01 | 0x02 => self.names.type_token_name(self.module, self.md, token).to_string(),
             0x1b => self
                 .md
                 .get_type_spec_from_token(token)

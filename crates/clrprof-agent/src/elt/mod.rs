@@ -547,6 +547,15 @@ unsafe extern "system" fn mapper(id: FunctionID, data: *mut c_void, hook: *mut B
 /// Hook bodies driven directly, for `benches/hooks.rs` and calibration checks.
 pub mod bench_support {
     use super::clock;
+
+    /// The calling thread's CPU time in ns: unlike wall time, it leaves out the time the thread
+    /// waited for a CPU, which dominates on a loaded machine.
+    pub fn thread_cpu_ns() -> u64 {
+        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // Safety: a valid clock id and a valid pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    }
     use super::thread::{FuncInfo, ThreadState, FLOW_LEAVE};
 
     /// Average ns of one enter+leave pair on a private thread state (three functions in a loop).
@@ -558,7 +567,7 @@ pub mod bench_support {
         let root = funcs[0] as *const FuncInfo;
         // Safety (all calls below): the FuncInfo records are leaked above.
         unsafe { ts.enter(root, 0x7000_0000) };
-        let t0 = std::time::Instant::now();
+        let t0 = thread_cpu_ns();
         for i in 0..n {
             let f = funcs[1 + (i as usize & 1)] as *const FuncInfo;
             unsafe {
@@ -566,7 +575,7 @@ pub mod bench_support {
                 ts.leave(f, 0x6fff_ff00, FLOW_LEAVE);
             }
         }
-        t0.elapsed().as_nanos() as f64 / n as f64
+        (thread_cpu_ns() - t0) as f64 / n as f64
     }
 
     /// Average ns of one enter+leave pair through the stubs the runtime gets for this mode (the
@@ -585,14 +594,14 @@ pub mod bench_support {
         // Safety (all calls below): the FuncInfo records and `ts` are leaked above; the TLS slot
         // points to `ts` until restored.
         unsafe { super::stubs::call_enter(enter, root, 0x7000_0000) };
-        let t0 = std::time::Instant::now();
+        let t0 = thread_cpu_ns();
         for _ in 0..n {
             unsafe {
                 super::stubs::call_enter(enter, f, 0x6fff_ff00);
                 super::stubs::call_leave(leave, f, 0x6fff_ff00);
             }
         }
-        let ns = t0.elapsed().as_nanos() as f64 / n as f64;
+        let ns = (thread_cpu_ns() - t0) as f64 / n as f64;
         super::stubs::set_current(prev);
         ns
     }
@@ -600,13 +609,13 @@ pub mod bench_support {
     /// Average ns of one `rdtsc` (or clock read when the TSC is not usable).
     pub fn rdtsc_cost_ns(n: u64) -> f64 {
         clock::init();
-        let t0 = std::time::Instant::now();
+        let t0 = thread_cpu_ns();
         let mut x = 0u64;
         for _ in 0..n {
             x = x.wrapping_add(clock::ticks());
         }
         std::hint::black_box(x);
-        t0.elapsed().as_nanos() as f64 / n as f64
+        (thread_cpu_ns() - t0) as f64 / n as f64
     }
 }
 

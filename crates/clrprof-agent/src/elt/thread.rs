@@ -80,68 +80,122 @@ pub struct Entry {
     sp: usize,
 }
 
-/// The shadow stack as a raw growable buffer with a fixed layout (`ptr`, `len`, `cap`), so the
-/// fast stubs can push and pop without calling Rust. Owner thread only.
+/// The shadow stack as a raw growable buffer with a fixed layout, so the fast stubs can push and
+/// pop without calling Rust. `end` points one past the top entry (the stubs read and write it
+/// directly, no index to scale). The fast stubs' bounds fold the mode check, the capacity, the
+/// depth limit and "never pop the root" into one comparison each: an enter stub of a mode pushes
+/// only while `end < hi[mode]`, a leave stub pops only while `end >= lo[mode]`; for a mode the
+/// thread does not allow, `hi` is null and `lo` the highest address, so the comparison always
+/// sends it to the full stub. Owner thread only.
 #[repr(C)]
 pub struct ShadowStack {
     ptr: *mut Entry,
-    len: usize,
+    end: *mut Entry,
     cap: usize,
+    /// Per fast mode (`FAST_COUNTS`, `FAST_TIMING`; index 0 unused): the bound below which a
+    /// fast enter may push.
+    hi: [usize; 3],
+    /// Per fast mode: the bound at or above which a fast leave may pop (two entries: the root
+    /// stays).
+    lo: [usize; 3],
+    /// Which fast stubs may handle this thread's common enters and leaves (`FAST_*`).
+    mode: u8,
 }
 
 impl ShadowStack {
-    fn with_capacity(n: usize) -> ShadowStack {
+    fn with_capacity(n: usize, mode: u8) -> ShadowStack {
         let n = n.max(1);
         let mut v: Vec<Entry> = Vec::with_capacity(n);
-        let s = ShadowStack { ptr: v.as_mut_ptr(), len: 0, cap: v.capacity() };
+        let mut s = ShadowStack {
+            ptr: v.as_mut_ptr(),
+            end: v.as_mut_ptr(),
+            cap: v.capacity(),
+            hi: [0; 3],
+            lo: [usize::MAX; 3],
+            mode,
+        };
         std::mem::forget(v);
+        s.set_bounds();
         s
+    }
+
+    /// Recomputes the fast stubs' bounds after the buffer or the mode changed.
+    fn set_bounds(&mut self) {
+        self.hi = [0; 3];
+        self.lo = [usize::MAX; 3];
+        let m = self.mode as usize;
+        if m != FAST_NONE as usize && m < 3 && !self.ptr.is_null() {
+            let size = std::mem::size_of::<Entry>();
+            self.hi[m] = self.ptr as usize + self.cap.min(MAX_DEPTH) * size;
+            self.lo[m] = self.ptr as usize + 2 * size;
+        }
+    }
+
+    #[cfg(test)]
+    fn set_mode(&mut self, mode: u8) {
+        self.mode = mode;
+        self.set_bounds();
     }
 
     #[inline(always)]
     fn len(&self) -> usize {
-        self.len
+        (self.end as usize - self.ptr as usize) / std::mem::size_of::<Entry>()
     }
 
     #[inline(always)]
     fn last(&self) -> Option<&Entry> {
-        // Safety: entries below `len` are initialised.
-        (self.len > 0).then(|| unsafe { &*self.ptr.add(self.len - 1) })
+        // Safety: entries below `end` are initialised.
+        (self.end > self.ptr).then(|| unsafe { &*self.end.sub(1) })
     }
 
     #[inline(always)]
     fn pop(&mut self) {
-        self.len = self.len.saturating_sub(1);
+        if self.end > self.ptr {
+            // Safety: `end` is above `ptr`, within the buffer.
+            self.end = unsafe { self.end.sub(1) };
+        }
     }
 
     #[inline(always)]
     fn push(&mut self, e: Entry) {
-        if self.len == self.cap {
+        if self.len() == self.cap {
             self.grow();
         }
-        // Safety: `len < cap` after `grow`.
-        unsafe { self.ptr.add(self.len).write(e) };
-        self.len += 1;
+        // Safety: `len < cap` after `grow`, so `end` is within the buffer.
+        unsafe {
+            self.end.write(e);
+            self.end = self.end.add(1);
+        }
+    }
+
+    /// Empties the stack (the buffer is kept).
+    fn clear(&mut self) {
+        self.end = self.ptr;
     }
 
     /// Frees the buffer (the stack must not be used afterwards without a new one).
     fn free(&mut self) {
-        // Safety: (ptr, len, cap) came from a Vec<Entry> that was forgotten, never freed; the
-        // entries are plain data.
+        // Safety: (ptr, cap) came from a Vec<Entry> that was forgotten, never freed; the entries
+        // are plain data.
         drop(unsafe { Vec::from_raw_parts(self.ptr, 0, self.cap) });
         self.ptr = std::ptr::null_mut();
-        self.len = 0;
+        self.end = std::ptr::null_mut();
         self.cap = 0;
+        self.set_bounds();
     }
 
     #[cold]
     fn grow(&mut self) {
+        let len = self.len();
         // Safety: (ptr, len, cap) came from a Vec<Entry> that was forgotten, never freed.
-        let mut v = unsafe { Vec::from_raw_parts(self.ptr, self.len, self.cap) };
+        let mut v = unsafe { Vec::from_raw_parts(self.ptr, len, self.cap) };
         v.reserve(self.cap.max(16));
         self.ptr = v.as_mut_ptr();
+        // Safety: `len` is within the new buffer.
+        self.end = unsafe { self.ptr.add(len) };
         self.cap = v.capacity();
         std::mem::forget(v);
+        self.set_bounds();
     }
 }
 
@@ -204,7 +258,7 @@ pub const FLOW_LEAVE: u8 = 1;
 pub const FLOW_TAILCALL: u8 = 2;
 pub const FLOW_UNWIND: u8 = 3;
 
-/// `ThreadState::fast`: which fast stubs may handle this thread's common enters and leaves.
+/// `ShadowStack::mode`: which fast stubs may handle this thread's common enters and leaves.
 pub const FAST_NONE: u8 = 0;
 /// Counts only, no flow.
 pub const FAST_COUNTS: u8 = 1;
@@ -214,10 +268,12 @@ pub const FAST_TIMING: u8 = 2;
 /// Field offsets the fast stubs rely on.
 pub mod layout {
     use super::{Node, ShadowStack, ThreadState};
-    pub const STACK_PTR: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, ptr);
-    pub const STACK_LEN: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, len);
-    pub const STACK_CAP: usize = std::mem::offset_of!(ThreadState, stack) + std::mem::offset_of!(ShadowStack, cap);
-    pub const FAST: usize = std::mem::offset_of!(ThreadState, fast);
+    const STACK: usize = std::mem::offset_of!(ThreadState, stack);
+    pub const STACK_END: usize = STACK + std::mem::offset_of!(ShadowStack, end);
+    pub const COUNTS_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_COUNTS as usize;
+    pub const COUNTS_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_COUNTS as usize;
+    pub const TIMING_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_TIMING as usize;
+    pub const TIMING_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_TIMING as usize;
     pub const LAST: usize = std::mem::offset_of!(ThreadState, last);
     pub const LAST_SUSP: usize = std::mem::offset_of!(ThreadState, last_susp);
     pub const OVERHEAD: usize = std::mem::offset_of!(ThreadState, overhead);
@@ -232,8 +288,6 @@ pub mod layout {
 #[repr(C)]
 pub struct ThreadState {
     stack: ShadowStack,
-    /// Which fast stubs may handle common enters and leaves (`FAST_*`).
-    fast: u8,
     pub os_tid: u32,
     /// Which calling-context tree of the process this is (one per thread lifetime, from 1; 0 for
     /// private states): the kernel reuses thread ids, the tree number is not reused.
@@ -270,16 +324,16 @@ pub static SUSPENDED_TICKS: AtomicU64 = AtomicU64::new(0);
 impl ThreadState {
     pub fn new(os_tid: u32, timing: bool, overhead: u64, flow: bool) -> ThreadState {
         let mut root = Box::new(Node::blank());
-        let mut stack = ShadowStack::with_capacity(256);
+        let fast = match (timing, flow) {
+            (_, true) => FAST_NONE,
+            (false, false) => FAST_COUNTS,
+            // The timing stubs read the clock with `rdtsc`: only when that is the clock.
+            (true, false) if clock::is_tsc() => FAST_TIMING,
+            (true, false) => FAST_NONE,
+        };
+        let mut stack = ShadowStack::with_capacity(256, fast);
         stack.push(Entry { node: &mut *root as *mut Node, sp: usize::MAX });
         ThreadState {
-            fast: match (timing, flow) {
-                (_, true) => FAST_NONE,
-                (false, false) => FAST_COUNTS,
-                // The timing stubs read the clock with `rdtsc`: only when that is the clock.
-                (true, false) if clock::is_tsc() => FAST_TIMING,
-                (true, false) => FAST_NONE,
-            },
             os_tid,
             tree: 0,
             chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CHUNKS],
@@ -346,9 +400,9 @@ impl ThreadState {
         *self._root = Node::blank();
         if self.stack.cap > KEEP_STACK {
             self.stack.free();
-            self.stack = ShadowStack::with_capacity(256);
+            self.stack = ShadowStack::with_capacity(256, self.stack.mode);
         }
-        self.stack.len = 0;
+        self.stack.clear();
         self.stack.push(Entry { node: &mut *self._root as *mut Node, sp: usize::MAX });
         if let Some(f) = &self.flow {
             f.clear();
@@ -617,7 +671,7 @@ impl ThreadState {
         };
         let mut nodes = vec![row(&self._root)];
         nodes.extend((0..self.node_count.load(Ordering::Relaxed)).filter_map(|i| self.node(i)).map(row));
-        let stack = (0..self.stack.len)
+        let stack = (0..self.stack.len())
             // Safety: entries below `len` are initialised and hold nodes of this state.
             .map(|i| unsafe { *self.stack.ptr.add(i) })
             .map(|e| (unsafe { (*e.node).id }, e.sp))
@@ -633,7 +687,7 @@ impl ThreadState {
 
     /// Forces the fast-stub mode (tests run without `clock::init`, so timing would get none).
     pub fn set_fast(&mut self, mode: u8) {
-        self.fast = mode;
+        self.stack.set_mode(mode);
     }
 
     /// Sum of all time charged to the thread's nodes (exclusive + suspended + profiler).
