@@ -22,6 +22,7 @@ TRACE=$OUT/big-$SIZE.clrprof
 [ -f "$TRACE" ] || target/release/examples/synth testdata/traces/v1/sampled.clrprof "$TRACE" "$SIZE" "$STACKS"
 ls -l "$TRACE" | awk '{printf "trace: %.1f MB\n", $5/1e6}'
 
+rm -f "$OUT/url"
 start=$(date +%s.%N)
 "$CLRPROF" view "$TRACE" --no-browser --no-native-symbols >"$OUT/url" 2>"$OUT/stderr" &
 PID=$!

@@ -357,4 +357,36 @@ mod tests {
         assert_eq!(again, records);
         let _ = std::fs::remove_file(path);
     }
+
+    #[test]
+    fn a_file_read_in_chunks_gives_every_record_in_order() {
+        // Several read chunks, blocks across their boundaries, and an unfinished last block.
+        let mut bytes = header().to_vec();
+        let mut records = Vec::new();
+        for b in 0..40u64 {
+            let block: Vec<Record> = (0..2_000u64)
+                .map(|i| CpuSample { ts: b * 10_000 + i, os_tid: 7, stack: i as u32, count: 1, cpu_ns: i }.into())
+                .collect();
+            bytes.extend(encode_records(&block));
+            records.extend(block);
+        }
+        assert!(bytes.len() > 2 * CHUNK);
+        let whole = bytes.len();
+        bytes.extend(&encode_records(&records[..3])[..20]);
+        let path = std::env::temp_dir().join(format!("clrprof-chunks-{}.clrprof", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = TraceReader::open(TraceSource::File(path.clone())).unwrap();
+        let mut out = Vec::new();
+        let mut n = 0;
+        while !r.at_end() {
+            n += r.poll_each(|rec| out.push(rec)).unwrap();
+        }
+        assert_eq!(n, bytes.len());
+        assert_eq!(out, records);
+        assert_eq!(r.finish().unwrap(), Some(Truncation { offset: whole as u64, have: 20, need: 8 + 3 * 34 }));
+        // Readers are shared between threads (the viewer's loader).
+        fn shared<T: Send + Sync>(_: &T) {}
+        shared(&r);
+        let _ = std::fs::remove_file(path);
+    }
 }
