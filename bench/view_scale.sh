@@ -4,20 +4,27 @@
 # starts `clrprof view` on it (release build), and measures the time to the URL line (the first view
 # can be served), the server time of the page's first requests and of typical interactions (curl on
 # loopback: time to the last byte), and the viewer's peak resident memory.
-# Usage: bench/view_scale.sh [SIZE_MB] [STACKS]
+# Usage: bench/view_scale.sh [SIZE_MB] [STACKS]      CLRPROF=/path/to/clrprof measures another build
+# (e.g. a baseline; the synth example is still built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-200}
 STACKS=${2:-20000}
 OUT=${TMPDIR:-/tmp}/clrprof-view-scale
 mkdir -p "$OUT"
-cargo build --release -q -p clrprof -p clrprof-trace --example synth
+if [ -n "${CLRPROF:-}" ]; then
+    cargo build --release -q -p clrprof-trace --example synth
+else
+    cargo build --release -q -p clrprof -p clrprof-trace --example synth
+    CLRPROF=target/release/clrprof
+fi
 TRACE=$OUT/big-$SIZE.clrprof
 [ -f "$TRACE" ] || target/release/examples/synth testdata/traces/v1/sampled.clrprof "$TRACE" "$SIZE" "$STACKS"
 ls -l "$TRACE" | awk '{printf "trace: %.1f MB\n", $5/1e6}'
 
+rm -f "$OUT/url"
 start=$(date +%s.%N)
-target/release/clrprof view "$TRACE" --no-browser --no-native-symbols >"$OUT/url" 2>"$OUT/stderr" &
+"$CLRPROF" view "$TRACE" --no-browser --no-native-symbols >"$OUT/url" 2>"$OUT/stderr" &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT
 while [ ! -s "$OUT/url" ]; do

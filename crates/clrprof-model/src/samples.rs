@@ -152,8 +152,9 @@ pub struct SampleData {
     code: Vec<(u64, u64, u64)>,
     /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
     type_loads: HashMap<u32, String>,
-    /// Stack definitions a CPU sample referred to, ever (kept when old samples are forgotten).
-    cpu_defs: std::collections::HashSet<u32>,
+    /// Stack definitions a CPU sample referred to, ever (kept when old samples are forgotten),
+    /// indexed by definition.
+    cpu_defs: Vec<bool>,
 }
 
 impl SampleData {
@@ -182,7 +183,10 @@ impl SampleData {
             }
             Record::CpuSample(s) => {
                 let def = self.def(s.stack);
-                self.cpu_defs.insert(def as u32);
+                if self.cpu_defs.len() <= def {
+                    self.cpu_defs.resize(self.defs.len().max(def + 1), false);
+                }
+                self.cpu_defs[def] = true;
                 self.events.push(SampleEvent {
                     ts: s.ts,
                     os_tid: s.os_tid,
@@ -285,43 +289,25 @@ impl SampleData {
         let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
-        let mut costs: FxHashMap<(u32, usize), Cost> = FxHashMap::default();
+        let (costs, totals) = sum_costs(events, range, self.defs.len());
         let mut summary = self.summary.clone();
-        for e in events.iter().filter(|e| range.contains(e.ts)) {
-            let c = costs.entry((e.os_tid, e.def as usize)).or_default();
-            match e.weight {
-                // Saturating: a damaged trace may carry any value (fuzz input).
-                SampleWeight::Cpu => {
-                    c.cpu_samples = c.cpu_samples.saturating_add(e.count as u64);
-                    c.cpu_ns = c.cpu_ns.saturating_add(e.ns);
-                    summary.cpu_samples = summary.cpu_samples.saturating_add(e.count as u64);
-                    summary.cpu_ns = summary.cpu_ns.saturating_add(e.ns);
-                }
-                SampleWeight::Wall => {
-                    c.wall_samples = c.wall_samples.saturating_add(e.count as u64);
-                    c.wall_ns = c.wall_ns.saturating_add(e.ns);
-                    summary.wall_samples = summary.wall_samples.saturating_add(e.count as u64);
-                    summary.wall_ns = summary.wall_ns.saturating_add(e.ns);
-                }
-            }
-        }
+        let [cpu_samples, cpu_ns, wall_samples, wall_ns] = totals;
+        summary.cpu_samples = cpu_samples;
+        summary.cpu_ns = cpu_ns;
+        summary.wall_samples = wall_samples;
+        summary.wall_ns = wall_ns;
         // Stacks of the CPU sampler's frame-pointer walk (the ones `max_frames` limits): those CPU
         // samples refer to. Wall samples refer to the runtime's walks (`max_walk_frames`) or reuse
         // a CPU stack, which a CPU sample then refers to as well.
         // (Every definition CPU samples ever used, also those of forgotten samples.)
-        let mut cpu_defs = vec![false; self.defs.len()];
-        for &d in &self.cpu_defs {
-            if let Some(x) = cpu_defs.get_mut(d as usize) {
-                *x = true;
-            }
-        }
+        let cpu_defs = &self.cpu_defs;
+        let cpu_def = |d: usize| cpu_defs.get(d).copied().unwrap_or(false);
         // The interned stack of each definition a sample in the window refers to (outer `None`:
         // not resolved yet).
         let mut stack_of: Vec<Option<Option<crate::stacks::StackId>>> = vec![None; self.defs.len()];
-        let mut entries: Vec<((u32, usize), Cost)> = costs.into_iter().collect();
-        entries.sort_by_key(|(k, _)| *k);
         let mut addresses = HashMap::new();
-        for ((tid, def), cost) in entries {
+        for (tid, def, cost) in costs {
+            let def = def as usize;
             let s = *stack_of[def].get_or_insert_with(|| {
                 let (ips, fns, activity) = &self.defs[def];
                 let mut frames: Vec<FrameId> = Vec::with_capacity(ips.len().max(1));
@@ -369,7 +355,7 @@ impl SampleData {
                 }
                 // Cut at its walk's limit: say so at the root rather than pass the innermost
                 // frames off as the whole stack.
-                let limit = if cpu_defs[def] { self.max_frames } else { self.max_walk_frames };
+                let limit = if cpu_def(def) { self.max_frames } else { self.max_walk_frames };
                 if limit > 0 && ips.len() >= limit as usize {
                     frames.push(p.costs.stacks.intern_frame(FrameKey::Label(cut_label(limit))));
                 }
@@ -408,6 +394,184 @@ impl SampleData {
         summary.mappings = mappings;
         p.sampling = summary;
         p.messages.extend(symbols.diagnostics());
+    }
+}
+
+/// Costs per (OS tid, stack definition), sorted so, and their totals: CPU samples, CPU ns, wall
+/// samples, wall ns.
+type SummedCosts = (Vec<(u32, u32, Cost)>, [u64; 4]);
+
+/// Sample records below which one thread sums them all.
+const PARALLEL_SUM: usize = 1 << 20;
+
+/// The costs of the sample records inside `range`, summed per (OS tid, definition) and sorted so,
+/// and their totals (CPU samples, CPU ns, wall samples, wall ns). Large runs are summed in parts
+/// on the machine's cores, then merged (saturating sums: the same whatever the grouping).
+fn sum_costs(events: &[SampleEvent], range: TimeRange, defs: usize) -> SummedCosts {
+    let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(events.len() / PARALLEL_SUM);
+    sum_costs_in(events, range, defs, parts)
+}
+
+/// [`sum_costs`] in `parts` parts (one per thread).
+fn sum_costs_in(events: &[SampleEvent], range: TimeRange, defs: usize, parts: usize) -> SummedCosts {
+    let sum = |part: &[SampleEvent]| {
+        let mut c = SampleCosts::default();
+        for e in part.iter().filter(|e| range.contains(e.ts)) {
+            c.add(e, defs);
+        }
+        (c.sorted(), c.totals)
+    };
+    if parts <= 1 || events.is_empty() {
+        return sum(events);
+    }
+    let chunk = events.len().div_ceil(parts);
+    let results: Vec<SummedCosts> = std::thread::scope(|scope| {
+        let handles: Vec<_> = events.chunks(chunk).map(|part| scope.spawn(move || sum(part))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    });
+    let mut totals = [0u64; 4];
+    let mut merged: Vec<(u32, u32, Cost)> = Vec::new();
+    for (costs, t) in results {
+        for i in 0..4 {
+            totals[i] = totals[i].saturating_add(t[i]);
+        }
+        merged = merge_sorted(merged, costs);
+    }
+    (merged, totals)
+}
+
+/// Two lists sorted by (tid, definition) merged into one, the costs of a key in both added.
+fn merge_sorted(a: Vec<(u32, u32, Cost)>, b: Vec<(u32, u32, Cost)>) -> Vec<(u32, u32, Cost)> {
+    if a.is_empty() {
+        return b;
+    }
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match (x.0, x.1).cmp(&(y.0, y.1)) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    let (t, d, mut c) = a.next().unwrap_or_default();
+                    let (_, _, o) = b.next().unwrap_or_default();
+                    c.add(&o);
+                    Some((t, d, c))
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
+/// Sample costs summed per (thread, stack definition): CPU samples, CPU ns, wall samples, wall
+/// ns, and their totals. Threads are numbered as they are first seen; each has a table indexed by
+/// definition while all tables together stay within a budget (a hash lookup per sample record
+/// misses the cache on large traces), a map of (thread, definition) beyond it.
+#[derive(Clone, Debug, Default)]
+struct SampleCosts {
+    tids: Vec<u32>,
+    index: FxHashMap<u32, u32>,
+    last: Option<(u32, u32)>,
+    /// Per thread number: the slot in `sums` of each definition (`u32::MAX`: none yet). A table
+    /// only grows, and once it could not grow (`frozen`) it never does: a definition is always
+    /// looked up in the same place.
+    tables: Vec<Vec<u32>>,
+    frozen: Vec<bool>,
+    table_slots: usize,
+    /// Slots of definitions past a frozen table's end.
+    map: FxHashMap<(u32, u32), u32>,
+    /// (thread number, definition, sums).
+    sums: Vec<(u32, u32, [u64; 4])>,
+    /// Sums over all: CPU samples, CPU ns, wall samples, wall ns.
+    totals: [u64; 4],
+    /// [`TABLE_BUDGET`] unless a test sets another.
+    budget: Option<usize>,
+}
+
+/// Slots the per-thread tables may hold in all (4 bytes each).
+const TABLE_BUDGET: usize = 1 << 24;
+
+impl SampleCosts {
+    /// Adds one sample record; `defs` is the number of stack definitions known now.
+    fn add(&mut self, e: &SampleEvent, defs: usize) {
+        let i = match e.weight {
+            SampleWeight::Cpu => 0,
+            SampleWeight::Wall => 2,
+        };
+        let c = self.entry(e.os_tid, e.def, defs);
+        // Saturating: a damaged trace may carry any value (fuzz input).
+        c[i] = c[i].saturating_add(e.count as u64);
+        c[i + 1] = c[i + 1].saturating_add(e.ns);
+        self.totals[i] = self.totals[i].saturating_add(e.count as u64);
+        self.totals[i + 1] = self.totals[i + 1].saturating_add(e.ns);
+    }
+
+    fn thread(&mut self, os_tid: u32) -> u32 {
+        match self.last {
+            Some((tid, t)) if tid == os_tid => t,
+            _ => {
+                let t = match self.index.get(&os_tid) {
+                    Some(&t) => t,
+                    None => {
+                        let t = self.tids.len() as u32;
+                        self.tids.push(os_tid);
+                        self.index.insert(os_tid, t);
+                        self.tables.push(Vec::new());
+                        self.frozen.push(false);
+                        t
+                    }
+                };
+                self.last = Some((os_tid, t));
+                t
+            }
+        }
+    }
+
+    fn entry(&mut self, os_tid: u32, def: u32, defs: usize) -> &mut [u64; 4] {
+        let t = self.thread(os_tid) as usize;
+        let table = &mut self.tables[t];
+        if def as usize >= table.len() && !self.frozen[t] {
+            let len = defs.max(def as usize + 1).max(table.len() * 2);
+            if self.table_slots + (len - table.len()) <= self.budget.unwrap_or(TABLE_BUDGET) {
+                self.table_slots += len - table.len();
+                table.resize(len, u32::MAX);
+            } else {
+                self.frozen[t] = true;
+            }
+        }
+        let next = self.sums.len() as u32;
+        let slot = match table.get_mut(def as usize) {
+            Some(s) => {
+                if *s == u32::MAX {
+                    *s = next;
+                }
+                *s
+            }
+            None => *self.map.entry((t as u32, def)).or_insert(next),
+        };
+        if slot == next {
+            self.sums.push((t as u32, def, [0; 4]));
+        }
+        &mut self.sums[slot as usize].2
+    }
+
+    /// (OS tid, definition, cost) in that order.
+    fn sorted(&self) -> Vec<(u32, u32, Cost)> {
+        let mut v: Vec<(u32, u32, Cost)> = self
+            .sums
+            .iter()
+            .map(|&(t, def, [cs, cn, ws, wn])| {
+                let cost = Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() };
+                (self.tids[t as usize], def, cost)
+            })
+            .collect();
+        v.sort_unstable_by_key(|(tid, def, _)| (*tid, *def));
+        v
     }
 }
 
@@ -712,5 +876,89 @@ mod tests {
             .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(5))
             .expect("the walked stack as deep as the walk's limit is marked");
         assert_eq!(walk_cut.inclusive.wall_samples, 3);
+    }
+
+    /// The per-(thread, definition) sums are the same whether the tables hold every definition,
+    /// some (a frozen table, the rest in the map), or none, and equal a plain sum.
+    #[test]
+    fn sample_sums_are_the_same_in_tables_and_map() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut events = Vec::new();
+        let mut defs = 1usize;
+        for i in 0..20_000u64 {
+            // Definitions appear over time, as in a trace.
+            if next() % 8 == 0 {
+                defs += 1;
+            }
+            events.push((
+                SampleEvent {
+                    ts: i,
+                    os_tid: (next() % 9) as u32 + 100,
+                    def: (next() % defs as u64) as u32,
+                    weight: if next() % 3 == 0 { SampleWeight::Wall } else { SampleWeight::Cpu },
+                    count: (next() % 4) as u32,
+                    ns: if i == 7 { u64::MAX } else { next() % 1_000_000 },
+                },
+                defs,
+            ));
+        }
+        let mut plain: std::collections::BTreeMap<(u32, u32), [u64; 4]> = Default::default();
+        for (e, _) in &events {
+            let c = plain.entry((e.os_tid, e.def)).or_default();
+            let i = if e.weight == SampleWeight::Cpu { 0 } else { 2 };
+            c[i] = c[i].saturating_add(e.count as u64);
+            c[i + 1] = c[i + 1].saturating_add(e.ns);
+        }
+        let plain: Vec<(u32, u32, Cost)> = plain
+            .into_iter()
+            .map(|((t, d), [cs, cn, ws, wn])| {
+                (t, d, Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() })
+            })
+            .collect();
+        for budget in [0, 1, 100, 3_000, TABLE_BUDGET] {
+            let mut c = SampleCosts { budget: Some(budget), ..Default::default() };
+            for (e, defs) in &events {
+                c.add(e, *defs);
+            }
+            assert_eq!(c.sorted(), plain, "budget {budget}");
+            assert_eq!(
+                c.totals[0],
+                events.iter().filter(|(e, _)| e.weight == SampleWeight::Cpu).map(|(e, _)| e.count as u64).sum::<u64>()
+            );
+            if budget == 3_000 {
+                assert!(!c.map.is_empty() && c.table_slots > 0, "both tables and the map in use");
+            }
+        }
+    }
+
+    /// Sums taken in parts (one per core) and merged are the sums taken at once, inside a window
+    /// too; the part boundaries fall anywhere, also inside one thread's run of records.
+    #[test]
+    fn sample_sums_in_parts_are_the_sums_at_once() {
+        let mut events = Vec::new();
+        for i in 0..10_007u64 {
+            events.push(SampleEvent {
+                ts: i * 3 % 9_001,
+                os_tid: (i / 50 % 7) as u32,
+                def: (i * 7 % 31) as u32,
+                weight: if i % 5 == 0 { SampleWeight::Wall } else { SampleWeight::Cpu },
+                count: (i % 3) as u32,
+                ns: if i == 4_000 { u64::MAX - 5 } else { i * 11 },
+            });
+        }
+        for range in [TimeRange::ALL, TimeRange::new(100, 5_000)] {
+            let once = sum_costs_in(&events, range, 31, 1);
+            assert!(once.0.len() > 100);
+            for parts in [2, 3, 8] {
+                assert_eq!(sum_costs_in(&events, range, 31, parts), once, "{parts} parts, {range:?}");
+            }
+        }
+        assert_eq!(sum_costs(&events, TimeRange::ALL, 31), sum_costs_in(&events, TimeRange::ALL, 31, 1));
     }
 }

@@ -10,7 +10,7 @@
 use std::io::Read;
 
 use clrprof_model::{NativeSymbols, Profile, ProfileBuilder, TimeRange};
-use clrprof_trace::{DecodeError, Record, TraceReader, TraceSource, Truncation};
+use clrprof_trace::{DecodeError, TraceReader, TraceSource, Truncation};
 
 use crate::import::{self, Format, ImportError, ImportOptions};
 
@@ -52,7 +52,6 @@ pub struct Diagnostics {
 pub struct Loader {
     reader: TraceReader,
     builder: ProfileBuilder,
-    batch: Vec<Record>,
     /// Set for an imported file: its whole profile.
     imported: Option<(Format, Profile)>,
 }
@@ -96,7 +95,7 @@ impl Loader {
             Some(_) => TraceReader::open(TraceSource::Bytes(Vec::new())).map_err(LoadError::Open)?,
             None => TraceReader::open(source).map_err(LoadError::Open)?,
         };
-        Ok(Loader { reader, builder: ProfileBuilder::new(), batch: Vec::new(), imported })
+        Ok(Loader { reader, builder: ProfileBuilder::new(), imported })
     }
 
     /// What the source holds.
@@ -117,13 +116,12 @@ impl Loader {
         }
         let before = self.builder.records();
         loop {
+            // Each record goes into the builder as it is decoded (no list of records in between).
+            let builder = &mut self.builder;
             let n = self
                 .reader
-                .poll(&mut self.batch)
+                .poll_each(|r| builder.add(&r))
                 .map_err(|source| LoadError::Decode { source, records: self.builder.records() })?;
-            for r in self.batch.drain(..) {
-                self.builder.add(&r);
-            }
             progress(self.builder.records());
             if n == 0 {
                 return Ok(self.builder.records() - before);

@@ -225,6 +225,13 @@ impl<R: Read> Decoder<R> {
 /// Decodes the records of one block payload.
 pub fn decode_payload(payload: &[u8]) -> Result<Vec<Record>, DecodeError> {
     let mut out = Vec::new();
+    decode_payload_each(payload, |r| out.push(r))?;
+    Ok(out)
+}
+
+/// Decodes the records of one block payload, handing each to `f` as it is decoded (no list of
+/// records in between). On damage, the records before it have been handed over.
+pub fn decode_payload_each(payload: &[u8], mut f: impl FnMut(Record)) -> Result<(), DecodeError> {
     let mut pos = 0usize;
     while pos < payload.len() {
         if payload.len() - pos < 6 {
@@ -239,10 +246,38 @@ pub fn decode_payload(payload: &[u8]) -> Result<Vec<Record>, DecodeError> {
                 payload.len() - pos
             )));
         }
-        out.push(Record::decode(tag, &payload[pos..pos + len])?);
+        f(decode_record(tag, &payload[pos..pos + len])?);
         pos += len;
     }
-    Ok(out)
+    Ok(())
+}
+
+/// [`Record::decode`], with the sample records (most of a sampled trace) read directly when their
+/// body has exactly the fields this version knows.
+#[inline]
+fn decode_record(tag: u16, body: &[u8]) -> Result<Record, DecodeError> {
+    if body.len() == 28 && (tag == CpuSample::TAG || tag == WallSample::TAG) {
+        let u64_at = |i: usize| {
+            u64::from_le_bytes([
+                body[i],
+                body[i + 1],
+                body[i + 2],
+                body[i + 3],
+                body[i + 4],
+                body[i + 5],
+                body[i + 6],
+                body[i + 7],
+            ])
+        };
+        let u32_at = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
+        let (ts, os_tid, stack, count, ns) = (u64_at(0), u32_at(8), u32_at(12), u32_at(16), u64_at(20));
+        return Ok(if tag == CpuSample::TAG {
+            CpuSample { ts, os_tid, stack, count, cpu_ns: ns }.into()
+        } else {
+            WallSample { ts, os_tid, stack, count, wall_ns: ns }.into()
+        });
+    }
+    Record::decode(tag, body)
 }
 
 /// Reads a whole trace: all records, plus the truncation if the trace was cut off.

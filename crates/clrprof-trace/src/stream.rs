@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
 
-use crate::{crc32, decode_payload, DecodeError, Record, Truncation, HEADER_LEN, MAGIC, MAX_BLOCK, VERSION};
+use crate::{crc32, decode_payload_each, DecodeError, Record, Truncation, HEADER_LEN, MAGIC, MAX_BLOCK, VERSION};
 
 /// Decodes a trace from bytes pushed in any pieces. A block is decoded once all its bytes are
 /// there; what is left at the end of the input is a truncation ([`StreamDecoder::finish`]).
@@ -43,8 +43,36 @@ impl StreamDecoder {
     }
 
     /// Appends `bytes` and decodes every block now complete, appending its records to `out`.
-    /// After an error the decoder takes nothing more.
+    /// A damaged block adds none of its records. After an error the decoder takes nothing more.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Record>) -> Result<(), DecodeError> {
+        // Records of whole blocks end at `whole`; those after it belong to a damaged block.
+        let count = std::cell::Cell::new(out.len());
+        let whole = std::cell::Cell::new(out.len());
+        let r = self.push_each(
+            bytes,
+            |r| {
+                out.push(r);
+                count.set(count.get() + 1);
+            },
+            |_| whole.set(count.get()),
+        );
+        if r.is_err() {
+            out.truncate(whole.get());
+        }
+        r
+    }
+
+    /// Appends `bytes` and decodes every block now complete, handing each record to `f` as it is
+    /// decoded (no list of records in between: for readers that fold records as they come).
+    /// `block_done` is called with the trace offset after each whole block. On damage inside a
+    /// block, the records before it have been handed over; after an error the decoder takes
+    /// nothing more.
+    pub fn push_each(
+        &mut self,
+        bytes: &[u8],
+        mut f: impl FnMut(Record),
+        mut block_done: impl FnMut(u64),
+    ) -> Result<(), DecodeError> {
         if self.failed {
             return Err(DecodeError::Corrupt("the trace was already found corrupt".into()));
         }
@@ -52,7 +80,7 @@ impl StreamDecoder {
             // Nothing waiting: decode straight from the input and keep only its incomplete tail.
             self.buf.clear();
             self.start = 0;
-            decode(&mut self.version, &mut self.offset, bytes, out)
+            decode(&mut self.version, &mut self.offset, bytes, &mut f, &mut block_done)
                 .map(|used| self.buf.extend_from_slice(&bytes[used..]))
         } else {
             // Drop what is decoded before growing the buffer.
@@ -61,7 +89,8 @@ impl StreamDecoder {
                 self.start = 0;
             }
             self.buf.extend_from_slice(bytes);
-            decode(&mut self.version, &mut self.offset, &self.buf[self.start..], out).map(|used| self.start += used)
+            decode(&mut self.version, &mut self.offset, &self.buf[self.start..], &mut f, &mut block_done)
+                .map(|used| self.start += used)
         };
         if r.is_err() {
             self.failed = true;
@@ -92,12 +121,14 @@ impl StreamDecoder {
 }
 
 /// Decodes the header (when `version` is not known yet) and every complete block at the start of
-/// `data`, whose first byte is at `offset` in the trace; returns the bytes used.
+/// `data`, whose first byte is at `offset` in the trace, handing its records to `f` and the offset
+/// after each block to `block_done`; returns the bytes used.
 fn decode(
     version: &mut Option<u32>,
     offset: &mut u64,
     data: &[u8],
-    out: &mut Vec<Record>,
+    f: &mut impl FnMut(Record),
+    block_done: &mut impl FnMut(u64),
 ) -> Result<usize, DecodeError> {
     let mut used = 0;
     if version.is_none() {
@@ -129,13 +160,13 @@ fn decode(
         if crc32(payload) != crc {
             return Err(DecodeError::Corrupt(format!("checksum mismatch in block at byte {offset}")));
         }
-        let records = decode_payload(payload).map_err(|e| match e {
+        decode_payload_each(payload, &mut *f).map_err(|e| match e {
             DecodeError::Corrupt(m) => DecodeError::Corrupt(format!("block at byte {offset}: {m}")),
             e => e,
         })?;
-        out.extend(records);
         used += 8 + len;
         *offset += 8 + len as u64;
+        block_done(*offset);
     }
 }
 
@@ -194,10 +225,23 @@ impl TraceReader {
     /// completes to `out`. Returns the bytes read: 0 at the end of a finished source, or when a
     /// growing file has nothing new yet (poll again later).
     pub fn poll(&mut self, out: &mut Vec<Record>) -> Result<usize, DecodeError> {
+        self.read_chunk(|d, bytes| d.push(bytes, out))
+    }
+
+    /// [`poll`](Self::poll), handing each record to `f` as it is decoded instead of collecting
+    /// them (a damaged block may have handed over its records before the damage).
+    pub fn poll_each(&mut self, f: impl FnMut(Record)) -> Result<usize, DecodeError> {
+        self.read_chunk(|d, bytes| d.push_each(bytes, f, |_| {}))
+    }
+
+    fn read_chunk(
+        &mut self,
+        push: impl FnOnce(&mut StreamDecoder, &[u8]) -> Result<(), DecodeError>,
+    ) -> Result<usize, DecodeError> {
         let n = match &mut self.input {
             Input::Bytes(b, pos) => {
                 let n = (b.len() - *pos).min(CHUNK);
-                self.decoder.push(&b[*pos..*pos + n], out)?;
+                push(&mut self.decoder, &b[*pos..*pos + n])?;
                 *pos += n;
                 n
             }
@@ -209,7 +253,7 @@ impl TraceReader {
                         Err(e) => return Err(e.into()),
                     }
                 };
-                self.decoder.push(&self.buf[..n], out)?;
+                push(&mut self.decoder, &self.buf[..n])?;
                 n
             }
         };
@@ -311,6 +355,38 @@ mod tests {
         while r.poll(&mut again).unwrap() > 0 {}
         assert!(r.at_end());
         assert_eq!(again, records);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_file_read_in_chunks_gives_every_record_in_order() {
+        // Several read chunks, blocks across their boundaries, and an unfinished last block.
+        let mut bytes = header().to_vec();
+        let mut records = Vec::new();
+        for b in 0..40u64 {
+            let block: Vec<Record> = (0..2_000u64)
+                .map(|i| CpuSample { ts: b * 10_000 + i, os_tid: 7, stack: i as u32, count: 1, cpu_ns: i }.into())
+                .collect();
+            bytes.extend(encode_records(&block));
+            records.extend(block);
+        }
+        assert!(bytes.len() > 2 * CHUNK);
+        let whole = bytes.len();
+        bytes.extend(&encode_records(&records[..3])[..20]);
+        let path = std::env::temp_dir().join(format!("clrprof-chunks-{}.clrprof", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let mut r = TraceReader::open(TraceSource::File(path.clone())).unwrap();
+        let mut out = Vec::new();
+        let mut n = 0;
+        while !r.at_end() {
+            n += r.poll_each(|rec| out.push(rec)).unwrap();
+        }
+        assert_eq!(n, bytes.len());
+        assert_eq!(out, records);
+        assert_eq!(r.finish().unwrap(), Some(Truncation { offset: whole as u64, have: 20, need: 8 + 3 * 34 }));
+        // Readers are shared between threads (the viewer's loader).
+        fn shared<T: Send + Sync>(_: &T) {}
+        shared(&r);
         let _ = std::fs::remove_file(path);
     }
 }

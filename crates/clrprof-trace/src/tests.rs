@@ -334,3 +334,65 @@ fn packed_call_tree_costs_hold_the_same_delta() {
     let over = CallTreeCosts { count: 1, packed: vec![0xff; 11], ..Default::default() };
     assert!(over.unpack().is_err());
 }
+
+/// The sample records' direct decoding gives what the field-by-field one gives, for the body this
+/// version writes, an older (shorter) one and a newer (longer) one.
+#[test]
+fn sample_records_decode_as_the_generic_decoder_does() {
+    let recs: Vec<Record> = vec![
+        CpuSample { ts: 1 << 40, os_tid: 7, stack: 0xdead_beef, count: 3, cpu_ns: u64::MAX - 1 }.into(),
+        WallSample { ts: 5, os_tid: u32::MAX, stack: 1, count: u32::MAX, wall_ns: 1 << 50 }.into(),
+    ];
+    for r in &recs {
+        let mut p = Vec::new();
+        r.encode(&mut p);
+        assert_eq!(p.len(), 6 + 28);
+        assert_eq!(decode_payload(&p).unwrap(), vec![r.clone()]);
+        assert_eq!(Record::decode(r.tag(), &p[6..]).unwrap(), *r);
+        // Newer: a field appended; older: the last field missing.
+        let mut longer = p.clone();
+        longer.extend_from_slice(&[1, 2, 3, 4]);
+        longer[2..6].copy_from_slice(&32u32.to_le_bytes());
+        assert_eq!(decode_payload(&longer).unwrap(), vec![r.clone()]);
+        let mut shorter = p[..p.len() - 8].to_vec();
+        shorter[2..6].copy_from_slice(&20u32.to_le_bytes());
+        assert_eq!(decode_payload(&shorter).unwrap(), vec![Record::decode(r.tag(), &p[6..26]).unwrap()]);
+    }
+}
+
+/// Records handed over one by one as they are decoded are the records a list gets; a damaged
+/// block adds none of its records to a list, and a stream decoder that met it takes nothing more.
+#[test]
+fn records_handed_over_one_by_one_are_the_listed_ones() {
+    let recs: Vec<Record> = vec![
+        ThreadCreated { ts: 1, id: 2 }.into(),
+        CpuSample { ts: 2, os_tid: 7, stack: 1, count: 1, cpu_ns: 10 }.into(),
+        ThreadCreated { ts: 3, id: 4 }.into(),
+    ];
+    let mut bytes = header().to_vec();
+    bytes.extend(encode_records(&recs[..2]));
+    bytes.extend(encode_records(&recs[2..]));
+    let mut each = Vec::new();
+    let mut ends = Vec::new();
+    let mut d = StreamDecoder::new();
+    d.push_each(&bytes, |r| each.push(r), |o| ends.push(o)).unwrap();
+    assert_eq!(each, recs);
+    assert_eq!(ends.len(), 2);
+    assert_eq!(*ends.last().unwrap(), bytes.len() as u64);
+    // A block whose second record is cut inside a field (its checksum right).
+    let mut payload = Vec::new();
+    recs[0].encode(&mut payload);
+    let mut bad = Vec::new();
+    recs[1].encode(&mut bad);
+    bad.truncate(6 + 10);
+    bad[2..6].copy_from_slice(&10u32.to_le_bytes());
+    payload.extend(bad);
+    let mut damaged = header().to_vec();
+    damaged.extend(encode_records(&recs[..1]));
+    damaged.extend(encode_block(&payload));
+    let mut out = Vec::new();
+    let mut d = StreamDecoder::new();
+    assert!(d.push(&damaged, &mut out).is_err());
+    assert_eq!(out, recs[..1], "the whole block before, nothing of the damaged one");
+    assert!(d.push(&[], &mut out).is_err());
+}
