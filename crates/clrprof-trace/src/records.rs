@@ -464,6 +464,104 @@ records! {
         max_wait_ns: Vec<u64>,
         unended: Vec<u64>,
     }
+    /// A throw stack of exceptions aggregated by the agent (FunctionIDs, innermost first),
+    /// numbered from 1 for `ExceptionCounts`; written once, before the first counts that use it.
+    87 ExceptionStack { id: u32, stack: Vec<u64> }
+    /// An exception type of `ExceptionCounts`, numbered from 1 (`class` and its name; a class id
+    /// reused by another type after an unload gets another number).
+    88 ExceptionType { id: u32, class: u64, type_name: String }
+    /// Caught exceptions aggregated by the agent (see [`ExceptionRow`]): `count` rows, each as
+    /// twelve LEB128 varints in `packed`. Every exception thrown in `[ts, ts + interval_ns)` and
+    /// caught is in exactly one row; the rows of one interval may come in several records.
+    89 ExceptionCounts { ts: u64, interval_ns: u64, count: u32, packed: Vec<u8> }
+}
+
+/// One row of `ExceptionCounts`: the exceptions of one thread, type, throw site, throw stack and
+/// catching function thrown in one interval, with exact counts and the sums of their handling
+/// steps.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ExceptionRow {
+    pub os_tid: u32,
+    /// An `ExceptionType` id.
+    pub type_id: u32,
+    /// The throwing function (the walked stack's innermost frame, else the first frame searched).
+    pub site: u64,
+    /// An `ExceptionStack` id; 0 for the throws whose stack was not walked.
+    pub stack: u32,
+    /// The function whose `catch` ran.
+    pub catcher: u64,
+    /// The first and the last throw of the row (`first_ns` within the interval).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub count: u64,
+    /// Sums over the row's exceptions, as in `ExceptionCaught`.
+    pub search_frames: u64,
+    pub filters: u64,
+    pub unwind_frames: u64,
+    pub finallies: u64,
+}
+
+impl ExceptionCounts {
+    /// Packs `rows` of the interval starting at `ts`: each as varints — os_tid, type_id, site,
+    /// stack, catcher, `first_ns - ts`, `last_ns - first_ns`, count, search_frames, filters,
+    /// unwind_frames, finallies. `None` when a row's throws are not inside `[ts, …)` in order.
+    pub fn pack(ts: u64, interval_ns: u64, rows: &[ExceptionRow]) -> Option<ExceptionCounts> {
+        let mut packed = Vec::with_capacity(rows.len() * 32);
+        for r in rows {
+            if r.first_ns < ts || r.last_ns < r.first_ns {
+                return None;
+            }
+            for v in [
+                r.os_tid as u64,
+                r.type_id as u64,
+                r.site,
+                r.stack as u64,
+                r.catcher,
+                r.first_ns - ts,
+                r.last_ns - r.first_ns,
+                r.count,
+                r.search_frames,
+                r.filters,
+                r.unwind_frames,
+                r.finallies,
+            ] {
+                put_varint(&mut packed, v);
+            }
+        }
+        Some(ExceptionCounts { ts, interval_ns, count: u32::try_from(rows.len()).ok()?, packed })
+    }
+
+    /// The rows, or why they cannot be read.
+    pub fn unpack(&self) -> Result<Vec<ExceptionRow>, DecodeError> {
+        let bad = || DecodeError::Corrupt(format!("ExceptionCounts at {} does not hold {} rows", self.ts, self.count));
+        let (b, mut at) = (&self.packed[..], 0usize);
+        let mut rows = Vec::with_capacity((self.count as usize).min(b.len() / 12));
+        for _ in 0..self.count {
+            let mut v = [0u64; 12];
+            for x in v.iter_mut() {
+                *x = get_varint(b, &mut at).ok_or_else(bad)?;
+            }
+            let first_ns = self.ts.checked_add(v[5]).ok_or_else(bad)?;
+            rows.push(ExceptionRow {
+                os_tid: u32::try_from(v[0]).map_err(|_| bad())?,
+                type_id: u32::try_from(v[1]).map_err(|_| bad())?,
+                site: v[2],
+                stack: u32::try_from(v[3]).map_err(|_| bad())?,
+                catcher: v[4],
+                first_ns,
+                last_ns: first_ns.checked_add(v[6]).ok_or_else(bad)?,
+                count: v[7],
+                search_frames: v[8],
+                filters: v[9],
+                unwind_frames: v[10],
+                finallies: v[11],
+            });
+        }
+        if at != b.len() {
+            return Err(bad());
+        }
+        Ok(rows)
+    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
