@@ -226,6 +226,9 @@ impl EventsBuilder {
             R::ExceptionCaught(x) => self.exceptions.caught(x),
             R::ExceptionMonitoring(m) => self.exceptions.monitoring(m),
             R::ExceptionCount(c) => self.exceptions.count(c),
+            R::ExceptionType(t) => self.exceptions.type_def(t),
+            R::ExceptionStack(st) => self.exceptions.stack_def(st),
+            R::ExceptionCounts(c) => self.exceptions.counts(c),
             R::GcStarted(g) => {
                 self.gcs.started(g);
                 let what = format!("gc gen{} {}", g.generation, if g.reason == 1 { "induced" } else { "" });
