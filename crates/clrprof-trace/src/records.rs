@@ -474,6 +474,78 @@ records! {
     /// twelve LEB128 varints in `packed`. Every exception thrown in `[ts, ts + interval_ns)` and
     /// caught is in exactly one row; the rows of one interval may come in several records.
     89 ExceptionCounts { ts: u64, interval_ns: u64, count: u32, packed: Vec<u8> }
+    /// `AllocationSample` records packed, as the agent writes them once per flush: `count`
+    /// samples in `packed`, each as LEB128 varints — `ts` minus this record's `ts`, os_tid, class,
+    /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
+    /// and each, the number of `stack` frames and each. About a third of the size.
+    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8> }
+}
+
+impl AllocationSamples {
+    /// Packs `samples` (in order) against the earliest of their timestamps; `None` when there
+    /// are more than `u32::MAX`.
+    pub fn pack(samples: &[AllocationSample]) -> Option<AllocationSamples> {
+        let ts = samples.iter().map(|a| a.ts).min().unwrap_or(0);
+        let mut packed = Vec::with_capacity(samples.len() * 24);
+        for a in samples {
+            for v in [a.ts - ts, a.os_tid as u64, a.class, a.size, a.amount, a.source as u64, a.type_name.len() as u64]
+            {
+                put_varint(&mut packed, v);
+            }
+            packed.extend_from_slice(a.type_name.as_bytes());
+            for list in [&a.ips, &a.stack] {
+                put_varint(&mut packed, list.len() as u64);
+                for &v in list.iter() {
+                    put_varint(&mut packed, v);
+                }
+            }
+        }
+        Some(AllocationSamples { ts, count: u32::try_from(samples.len()).ok()?, packed })
+    }
+
+    /// The samples, or why they cannot be read.
+    pub fn unpack(&self) -> Result<Vec<AllocationSample>, DecodeError> {
+        let bad =
+            || DecodeError::Corrupt(format!("AllocationSamples at {} does not hold {} samples", self.ts, self.count));
+        let (b, mut at) = (&self.packed[..], 0usize);
+        let mut out = Vec::with_capacity((self.count as usize).min(b.len() / 9));
+        for _ in 0..self.count {
+            let mut v = [0u64; 7];
+            for x in v.iter_mut() {
+                *x = get_varint(b, &mut at).ok_or_else(bad)?;
+            }
+            let len = usize::try_from(v[6]).map_err(|_| bad())?;
+            let end = at.checked_add(len).filter(|&e| e <= b.len()).ok_or_else(bad)?;
+            let type_name = std::str::from_utf8(&b[at..end]).map_err(|_| bad())?.to_string();
+            at = end;
+            let mut lists = [Vec::new(), Vec::new()];
+            for list in lists.iter_mut() {
+                let n = get_varint(b, &mut at).ok_or_else(bad)?;
+                if n > (b.len() - at) as u64 {
+                    return Err(bad());
+                }
+                for _ in 0..n {
+                    list.push(get_varint(b, &mut at).ok_or_else(bad)?);
+                }
+            }
+            let [ips, stack] = lists;
+            out.push(AllocationSample {
+                ts: self.ts.checked_add(v[0]).ok_or_else(bad)?,
+                os_tid: u32::try_from(v[1]).map_err(|_| bad())?,
+                class: v[2],
+                type_name,
+                size: v[3],
+                amount: v[4],
+                source: u8::try_from(v[5]).map_err(|_| bad())?,
+                ips,
+                stack,
+            });
+        }
+        if at != b.len() {
+            return Err(bad());
+        }
+        Ok(out)
+    }
 }
 
 /// One row of `ExceptionCounts`: the exceptions of one thread, type, throw site, throw stack and
