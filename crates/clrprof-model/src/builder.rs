@@ -230,6 +230,7 @@ impl ProfileBuilder {
             | R::GcInfo(_)
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
+            | R::AllocationSamples(_)
             | R::ContentionStarted(_)
             | R::ContentionEnded(_)
             | R::ContentionStack(_)
@@ -408,6 +409,7 @@ fn event_ts(r: &Record) -> Option<u64> {
         R::GcStarted(x) => x.ts,
         R::GcFinished(x) => x.ts,
         R::AllocationSample(x) => x.ts,
+        R::AllocationSamples(x) => x.ts,
         _ => return None,
     })
 }

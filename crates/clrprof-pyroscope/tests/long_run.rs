@@ -42,6 +42,7 @@ fn shift(r: &mut Record, d: u64) -> bool {
         R::ContentionEnded(x) => &mut x.ts,
         R::ContentionCounts(x) => &mut x.ts,
         R::ExceptionCounts(x) => &mut x.ts,
+        R::AllocationSamples(x) => &mut x.ts,
         R::CallTreeDelta(x) => &mut x.ts,
         R::CallTreeCosts(x) => &mut x.ts,
         _ => return false,

@@ -34,6 +34,8 @@ pub struct Events {
     pub alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
     /// Monitor contention counted per waiting stack (unless the event log keeps every one).
     pub contention: contention::Contention,
+    /// Allocation samples waiting to be packed by the writer thread.
+    pub alloc_samples: alloc::PendingSamples,
     /// Caught exceptions counted in the agent (under the storm rate limit, the default).
     pub exception_counts: exc_counts::ExceptionCountsState,
 }

@@ -278,6 +278,8 @@ impl Profiler {
                     st.events.exception_counts.publish(w, st.now());
                 }));
             }
+            // Allocation samples (EventPipe), packed once per flush.
+            st.writer.add_tick(Box::new(move |w| st.events.alloc_samples.publish(w)));
             if st.config.locks && !st.config.events {
                 st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
             }

@@ -71,8 +71,6 @@ pub struct ExceptionSampling {
     /// counted here only, in no group.
     pub unfollowed: u64,
     pub runtime_total: Option<u64>,
-    /// `ExceptionCounts` records of the agent that could not be read (damaged), skipped.
-    pub damaged_records: u64,
 }
 
 /// An exception between its throw and its catch.
@@ -120,7 +118,7 @@ pub(super) struct ExceptionFacts {
     agent_types: HashMap<u32, u32>,
     agent_stacks: HashMap<u32, u32>,
     /// `ExceptionCounts` records that could not be unpacked.
-    damaged: u64,
+    pub damaged: u64,
 }
 
 /// The throw times a row of `n` exceptions thrown from `first` to `last` stands for: spread
@@ -638,7 +636,6 @@ impl ExceptionFacts {
         let mut sm = ExceptionSampling {
             observed: (throws.len() + sampled_throws.len()) as u64,
             unfollowed,
-            damaged_records: self.damaged,
             ..Default::default()
         };
         let end = end.max(self.monitor.last().map_or(0, |m| m.0));

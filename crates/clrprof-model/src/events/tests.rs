@@ -938,5 +938,37 @@ fn a_damaged_exception_count_is_skipped_and_counted() {
     let b = events_builder(&[ProcessStart::default().into(), bad.into()]);
     let p = finished(&b, 1000 * MS, TimeRange::ALL);
     assert!(p.events.exceptions.is_empty());
-    assert_eq!(p.events.exception_sampling.damaged_records, 1);
+    assert_eq!(p.events.damaged_records, 1);
+}
+
+#[test]
+fn packed_allocation_samples_read_back_as_the_single_records() {
+    let single = everything();
+    // The agent packs the samples of each flush into one record, in their order.
+    let samples: Vec<AllocationSample> = single
+        .iter()
+        .filter_map(|r| match r {
+            Record::AllocationSample(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(samples.len(), 3);
+    let mut packed: Vec<Record> =
+        single.iter().filter(|r| !matches!(r, Record::AllocationSample(_))).cloned().collect();
+    packed.push(AllocationSamples::pack(&samples[..1]).unwrap().into());
+    packed.push(AllocationSamples::pack(&samples[1..]).unwrap().into());
+    let (a, b) = (events_builder(&single), events_builder(&packed));
+    for range in [TimeRange::ALL, TimeRange::new(600 * MS, 1000 * MS), TimeRange::new(0, 800 * MS)] {
+        let (mut p, mut q) = (finished(&a, 1000 * MS, range), finished(&b, 1000 * MS, range));
+        assert!(p.events.alloc_samples > 0);
+        // The log is in record order: the packed samples come last.
+        let sorted = |p: &mut Profile| p.events.log.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
+        sorted(&mut p);
+        sorted(&mut q);
+        assert_eq!(normalized(&p), normalized(&q), "{range:?}");
+    }
+    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1] };
+    let b = events_builder(&[ProcessStart::default().into(), damaged.into()]);
+    let p = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!((p.events.alloc_samples, p.events.damaged_records), (0, 1));
 }
