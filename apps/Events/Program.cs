@@ -76,11 +76,59 @@ public static class Program
                 return BenchExceptions(n);
             case "bench-exc-mixed":
                 return BenchExceptionsMixed(n);
+            case "exc-kinds":
+                {
+                    // Three threads, each throwing n BoomException (Thrower, through a filter and
+                    // a finally, caught in Catcher), n/2 InvalidOperationException (ThrowInvalid)
+                    // and n/3 ArgumentException, from ThrowArgA (i % 6 == 0) or ThrowArgB.
+                    var workers = new Thread[3];
+                    for (int w = 0; w < workers.Length; w++)
+                    {
+                        workers[w] = new Thread(() => ExceptionKinds(n)) { Name = $"thrower{w}" };
+                        workers[w].Start();
+                    }
+                    foreach (var w in workers) w.Join();
+                    Console.WriteLine($"kinds caught boom {Volatile.Read(ref kindBoom)} invalid {Volatile.Read(ref kindInvalid)} arg {Volatile.Read(ref kindArg)}");
+                    return 0;
+                }
             default:
-                Console.Error.WriteLine("modes: exceptions N | uncaught N | gc K | alloc M | mix N | contention N | bench-alloc N | bench-exceptions N | bench-exc-mixed N");
+                Console.Error.WriteLine("modes: exceptions N | exc-kinds N | uncaught N | gc K | alloc M | mix N | contention N | bench-alloc N | bench-exceptions N | bench-exc-mixed N");
                 return 2;
         }
     }
+
+    static int kindBoom, kindInvalid, kindArg;
+
+    static void ExceptionKinds(int n)
+    {
+        for (int i = 0; i < n; i++)
+        {
+            try { Middle(i); }
+            catch (BoomException) { Interlocked.Increment(ref kindBoom); }
+            if (i % 2 == 0)
+            {
+                try { ThrowInvalid(); }
+                catch (InvalidOperationException) { Interlocked.Increment(ref kindInvalid); }
+            }
+            if (i % 3 == 0)
+            {
+                try
+                {
+                    if (i % 2 == 0) ThrowArgA(); else ThrowArgB();
+                }
+                catch (ArgumentException) { Interlocked.Increment(ref kindArg); }
+            }
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void ThrowInvalid() => throw new InvalidOperationException("kind");
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void ThrowArgA() => throw new ArgumentException("a");
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void ThrowArgB() => throw new ArgumentException("b");
 
     static void Exceptions(int n)
     {

@@ -220,6 +220,9 @@ impl ProfileBuilder {
             | R::ExceptionCaught(_)
             | R::ExceptionMonitoring(_)
             | R::ExceptionCount(_)
+            | R::ExceptionType(_)
+            | R::ExceptionStack(_)
+            | R::ExceptionCounts(_)
             | R::GcStarted(_)
             | R::GcFinished(_)
             | R::RuntimeSuspended(_)
@@ -227,6 +230,7 @@ impl ProfileBuilder {
             | R::GcInfo(_)
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
+            | R::AllocationSamples(_)
             | R::ContentionStarted(_)
             | R::ContentionEnded(_)
             | R::ContentionStack(_)
@@ -401,9 +405,11 @@ fn event_ts(r: &Record) -> Option<u64> {
     Some(match r {
         R::ExceptionThrown(x) => x.ts,
         R::ExceptionPhase(x) => x.ts,
+        R::ExceptionCounts(x) => x.ts,
         R::GcStarted(x) => x.ts,
         R::GcFinished(x) => x.ts,
         R::AllocationSample(x) => x.ts,
+        R::AllocationSamples(x) => x.ts,
         _ => return None,
     })
 }

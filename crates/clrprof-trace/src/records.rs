@@ -464,6 +464,176 @@ records! {
         max_wait_ns: Vec<u64>,
         unended: Vec<u64>,
     }
+    /// A throw stack of exceptions aggregated by the agent (FunctionIDs, innermost first),
+    /// numbered from 1 for `ExceptionCounts`; written once, before the first counts that use it.
+    87 ExceptionStack { id: u32, stack: Vec<u64> }
+    /// An exception type of `ExceptionCounts`, numbered from 1 (`class` and its name; a class id
+    /// reused by another type after an unload gets another number).
+    88 ExceptionType { id: u32, class: u64, type_name: String }
+    /// Caught exceptions aggregated by the agent (see [`ExceptionRow`]): `count` rows, each as
+    /// twelve LEB128 varints in `packed`. Every exception thrown in `[ts, ts + interval_ns)` and
+    /// caught is in exactly one row; the rows of one interval may come in several records.
+    89 ExceptionCounts { ts: u64, interval_ns: u64, count: u32, packed: Vec<u8> }
+    /// `AllocationSample` records packed, as the agent writes them once per flush: `count`
+    /// samples in `packed`, each as LEB128 varints — `ts` minus this record's `ts`, os_tid, class,
+    /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
+    /// and each, the number of `stack` frames and each. About a third of the size.
+    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8> }
+}
+
+impl AllocationSamples {
+    /// Packs `samples` (in order) against the earliest of their timestamps; `None` when there
+    /// are more than `u32::MAX`.
+    pub fn pack(samples: &[AllocationSample]) -> Option<AllocationSamples> {
+        let ts = samples.iter().map(|a| a.ts).min().unwrap_or(0);
+        let mut packed = Vec::with_capacity(samples.len() * 24);
+        for a in samples {
+            for v in [a.ts - ts, a.os_tid as u64, a.class, a.size, a.amount, a.source as u64, a.type_name.len() as u64]
+            {
+                put_varint(&mut packed, v);
+            }
+            packed.extend_from_slice(a.type_name.as_bytes());
+            for list in [&a.ips, &a.stack] {
+                put_varint(&mut packed, list.len() as u64);
+                for &v in list.iter() {
+                    put_varint(&mut packed, v);
+                }
+            }
+        }
+        Some(AllocationSamples { ts, count: u32::try_from(samples.len()).ok()?, packed })
+    }
+
+    /// The samples, or why they cannot be read.
+    pub fn unpack(&self) -> Result<Vec<AllocationSample>, DecodeError> {
+        let bad =
+            || DecodeError::Corrupt(format!("AllocationSamples at {} does not hold {} samples", self.ts, self.count));
+        let (b, mut at) = (&self.packed[..], 0usize);
+        let mut out = Vec::with_capacity((self.count as usize).min(b.len() / 9));
+        for _ in 0..self.count {
+            let mut v = [0u64; 7];
+            for x in v.iter_mut() {
+                *x = get_varint(b, &mut at).ok_or_else(bad)?;
+            }
+            let len = usize::try_from(v[6]).map_err(|_| bad())?;
+            let end = at.checked_add(len).filter(|&e| e <= b.len()).ok_or_else(bad)?;
+            let type_name = std::str::from_utf8(&b[at..end]).map_err(|_| bad())?.to_string();
+            at = end;
+            let mut lists = [Vec::new(), Vec::new()];
+            for list in lists.iter_mut() {
+                let n = get_varint(b, &mut at).ok_or_else(bad)?;
+                if n > (b.len() - at) as u64 {
+                    return Err(bad());
+                }
+                for _ in 0..n {
+                    list.push(get_varint(b, &mut at).ok_or_else(bad)?);
+                }
+            }
+            let [ips, stack] = lists;
+            out.push(AllocationSample {
+                ts: self.ts.checked_add(v[0]).ok_or_else(bad)?,
+                os_tid: u32::try_from(v[1]).map_err(|_| bad())?,
+                class: v[2],
+                type_name,
+                size: v[3],
+                amount: v[4],
+                source: u8::try_from(v[5]).map_err(|_| bad())?,
+                ips,
+                stack,
+            });
+        }
+        if at != b.len() {
+            return Err(bad());
+        }
+        Ok(out)
+    }
+}
+
+/// One row of `ExceptionCounts`: the exceptions of one thread, type, throw site, throw stack and
+/// catching function thrown in one interval, with exact counts and the sums of their handling
+/// steps.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ExceptionRow {
+    pub os_tid: u32,
+    /// An `ExceptionType` id.
+    pub type_id: u32,
+    /// The throwing function (the walked stack's innermost frame, else the first frame searched).
+    pub site: u64,
+    /// An `ExceptionStack` id; 0 for the throws whose stack was not walked.
+    pub stack: u32,
+    /// The function whose `catch` ran.
+    pub catcher: u64,
+    /// The first and the last throw of the row (`first_ns` within the interval).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub count: u64,
+    /// Sums over the row's exceptions, as in `ExceptionCaught`.
+    pub search_frames: u64,
+    pub filters: u64,
+    pub unwind_frames: u64,
+    pub finallies: u64,
+}
+
+impl ExceptionCounts {
+    /// Packs `rows` of the interval starting at `ts`: each as varints — os_tid, type_id, site,
+    /// stack, catcher, `first_ns - ts`, `last_ns - first_ns`, count, search_frames, filters,
+    /// unwind_frames, finallies. `None` when a row's throws are not inside `[ts, …)` in order.
+    pub fn pack(ts: u64, interval_ns: u64, rows: &[ExceptionRow]) -> Option<ExceptionCounts> {
+        let mut packed = Vec::with_capacity(rows.len() * 32);
+        for r in rows {
+            if r.first_ns < ts || r.last_ns < r.first_ns {
+                return None;
+            }
+            for v in [
+                r.os_tid as u64,
+                r.type_id as u64,
+                r.site,
+                r.stack as u64,
+                r.catcher,
+                r.first_ns - ts,
+                r.last_ns - r.first_ns,
+                r.count,
+                r.search_frames,
+                r.filters,
+                r.unwind_frames,
+                r.finallies,
+            ] {
+                put_varint(&mut packed, v);
+            }
+        }
+        Some(ExceptionCounts { ts, interval_ns, count: u32::try_from(rows.len()).ok()?, packed })
+    }
+
+    /// The rows, or why they cannot be read.
+    pub fn unpack(&self) -> Result<Vec<ExceptionRow>, DecodeError> {
+        let bad = || DecodeError::Corrupt(format!("ExceptionCounts at {} does not hold {} rows", self.ts, self.count));
+        let (b, mut at) = (&self.packed[..], 0usize);
+        let mut rows = Vec::with_capacity((self.count as usize).min(b.len() / 12));
+        for _ in 0..self.count {
+            let mut v = [0u64; 12];
+            for x in v.iter_mut() {
+                *x = get_varint(b, &mut at).ok_or_else(bad)?;
+            }
+            let first_ns = self.ts.checked_add(v[5]).ok_or_else(bad)?;
+            rows.push(ExceptionRow {
+                os_tid: u32::try_from(v[0]).map_err(|_| bad())?,
+                type_id: u32::try_from(v[1]).map_err(|_| bad())?,
+                site: v[2],
+                stack: u32::try_from(v[3]).map_err(|_| bad())?,
+                catcher: v[4],
+                first_ns,
+                last_ns: first_ns.checked_add(v[6]).ok_or_else(bad)?,
+                count: v[7],
+                search_frames: v[8],
+                filters: v[9],
+                unwind_frames: v[10],
+                finallies: v[11],
+            });
+        }
+        if at != b.len() {
+            return Err(bad());
+        }
+        Ok(rows)
+    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {

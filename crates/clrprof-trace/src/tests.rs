@@ -212,6 +212,10 @@ fn runtime_event_records_round_trip() {
             unended: vec![1],
         }
         .into(),
+        ExceptionStack { id: 1, stack: vec![6, 5] }.into(),
+        ExceptionType { id: 1, class: 8, type_name: "System.Exception".into() }.into(),
+        ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![] }.into(),
+        AllocationSamples { ts: 0, count: 0, packed: vec![] }.into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
@@ -395,4 +399,134 @@ fn records_handed_over_one_by_one_are_the_listed_ones() {
     assert!(d.push(&damaged, &mut out).is_err());
     assert_eq!(out, recs[..1], "the whole block before, nothing of the damaged one");
     assert!(d.push(&[], &mut out).is_err());
+}
+
+#[test]
+fn packed_exception_counts_hold_the_same_rows() {
+    let row = |os_tid: u32, first_ns: u64, count: u64| ExceptionRow {
+        os_tid,
+        type_id: 2,
+        site: 0x7f12_3456_7890,
+        stack: 0,
+        catcher: 0x7f12_3456_9000,
+        first_ns,
+        last_ns: first_ns + 99_999_999,
+        count,
+        search_frames: 4 * count,
+        filters: count,
+        unwind_frames: 4 * count,
+        finallies: u64::MAX,
+    };
+    let rows = vec![row(1234, 500_000_000, 1), row(99_999, 500_000_001, 70_000), ExceptionRow::default()];
+    let c = ExceptionCounts::pack(0, 100_000_000, &rows).unwrap();
+    assert_eq!(c.unpack().unwrap(), rows);
+    let rows = &rows[..2];
+    let c = ExceptionCounts::pack(500_000_000, 100_000_000, rows).unwrap();
+    assert_eq!(c.unpack().unwrap(), rows);
+    // A row of 150 exceptions takes fewer bytes than the `ExceptionCaught` of one.
+    let busy = ExceptionRow {
+        os_tid: 12_345,
+        type_id: 1,
+        site: 0x7f12_3456_7890,
+        catcher: 0x7f12_3456_9000,
+        first_ns: 512_345_678,
+        last_ns: 592_345_678,
+        count: 150,
+        search_frames: 600,
+        unwind_frames: 600,
+        finallies: 150,
+        ..Default::default()
+    };
+    let one = ExceptionCounts::pack(500_000_000, 100_000_000, &[busy]).unwrap();
+    assert!(one.packed.len() <= 36, "{}", one.packed.len());
+    let mut file = header().to_vec();
+    file.extend(encode_records([&Record::from(c.clone())]));
+    match read_all(&file[..]).unwrap().0.as_slice() {
+        [Record::ExceptionCounts(back)] => assert_eq!(back.unpack().unwrap(), rows),
+        other => panic!("{other:?}"),
+    }
+    // A row thrown before the interval, or ending before it began, does not pack.
+    assert!(ExceptionCounts::pack(500_000_001, 100_000_000, rows).is_none());
+    let mut bad = rows[0].clone();
+    bad.last_ns = bad.first_ns - 1;
+    assert!(ExceptionCounts::pack(0, 100_000_000, &[bad]).is_none());
+    // Damaged packing: an error, never a panic.
+    for cut in 0..c.packed.len() {
+        let mut d = c.clone();
+        d.packed.truncate(cut);
+        assert!(d.unpack().is_err());
+    }
+    let mut d = c.clone();
+    d.count += 1;
+    assert!(d.unpack().is_err());
+    d.count = u32::MAX;
+    assert!(d.unpack().is_err());
+    let over = ExceptionCounts {
+        ts: u64::MAX,
+        count: 1,
+        packed: vec![0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+        ..Default::default()
+    };
+    assert!(over.unpack().is_err());
+    let tid = ExceptionCounts {
+        count: 1,
+        packed: vec![0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ..Default::default()
+    };
+    assert!(tid.unpack().is_err(), "an os_tid beyond u32");
+}
+
+#[test]
+fn packed_allocation_samples_hold_the_same_samples() {
+    let sample = |ts: u64, name: &str, stack: Vec<u64>| AllocationSample {
+        ts,
+        os_tid: 4321,
+        class: 0x7f00_1234_5678,
+        type_name: name.into(),
+        size: 24,
+        amount: 0,
+        source: 0,
+        ips: vec![],
+        stack,
+    };
+    let samples = vec![
+        sample(2_000_000_123, "System.String", vec![0x7f00_0000_1000, 0x7f00_0000_2000]),
+        sample(1_999_000_000, "", vec![]),
+        AllocationSample { amount: u64::MAX, source: 1, ips: vec![1, u64::MAX], ..sample(2_500_000_000, "ü", vec![]) },
+    ];
+    let p = AllocationSamples::pack(&samples).unwrap();
+    assert_eq!(p.ts, 1_999_000_000);
+    assert_eq!(p.unpack().unwrap(), samples);
+    // A sample without a name or stack: about a third of its record.
+    let one = AllocationSamples::pack(&samples[1..2]).unwrap();
+    let plain = encode_records([&Record::from(samples[1].clone())]).len();
+    let tight = encode_records([&Record::from(one.clone())]).len();
+    assert!(one.packed.len() * 2 < plain, "{} vs {plain}", one.packed.len());
+    let mut file = header().to_vec();
+    file.extend(encode_records([&Record::from(p.clone())]));
+    match read_all(&file[..]).unwrap().0.as_slice() {
+        [Record::AllocationSamples(back)] => assert_eq!(back.unpack().unwrap(), samples),
+        other => panic!("{other:?}"),
+    }
+    assert!(tight > 0);
+    assert_eq!(AllocationSamples::pack(&[]).unwrap().unpack().unwrap(), vec![]);
+    // Damaged packing: an error, never a panic.
+    for cut in 0..p.packed.len() {
+        let mut d = p.clone();
+        d.packed.truncate(cut);
+        assert!(d.unpack().is_err(), "cut at {cut}");
+    }
+    let mut d = p.clone();
+    d.count += 1;
+    assert!(d.unpack().is_err());
+    d.count = u32::MAX;
+    assert!(d.unpack().is_err());
+    let huge = AllocationSamples {
+        count: 1,
+        packed: vec![0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x0f, 0],
+        ..Default::default()
+    };
+    assert!(huge.unpack().is_err(), "a list longer than the bytes left");
+    let bad_utf8 = AllocationSamples { count: 1, packed: vec![0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0], ..Default::default() };
+    assert!(bad_utf8.unpack().is_err());
 }

@@ -60,6 +60,91 @@ fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
     assert!(t.contains(&format!("caught {N} × in EventsApp.Program.Catcher")), "{t}");
 }
 
+/// (type, throw site) -> (thrown, caught, uncaught, catch sites, passes) of a report, and the walked
+/// stacks per type.
+type ExcTable = (
+    std::collections::BTreeMap<(String, String), (u64, u64, u64, Value, Value)>,
+    std::collections::BTreeMap<String, u64>,
+);
+
+fn exception_table(v: &Value) -> ExcTable {
+    let mut groups = std::collections::BTreeMap::new();
+    let mut stacks = std::collections::BTreeMap::new();
+    for g in v["exceptions"].as_array().unwrap() {
+        let ty = g["type"].as_str().unwrap().to_string();
+        let key = (ty.clone(), g["throw_site"].as_str().unwrap().to_string());
+        let n = |f: &str| g[f].as_u64().unwrap();
+        let row = (n("thrown"), n("caught"), n("uncaught"), g["catch_sites"].clone(), g["passes"].clone());
+        assert!(groups.insert(key, row).is_none(), "one group per type and site");
+        let walked: u64 = g["sites"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).sum();
+        *stacks.entry(ty).or_default() += walked;
+    }
+    (groups, stacks)
+}
+
+/// Exceptions by the counters' rows (rate × the row's length), rounded.
+fn counted_by_counters(v: &Value) -> u64 {
+    let rows = v["counters"]["rows"].as_array().unwrap();
+    let len = |r: &Value| (r["end_ns"].as_u64().unwrap() - r["start_ns"].as_u64().unwrap()) as f64 / 1e9;
+    rows.iter().map(|r| r["exceptions_per_sec"].as_f64().unwrap() * len(r)).sum::<f64>().round() as u64
+}
+
+/// By default the agent counts caught exceptions itself (per thread, type, site, stack, catcher and
+/// 100 ms) instead of writing two records per exception: the exception figures are those of the
+/// event log's one-by-one records, exactly.
+#[test]
+fn exceptions_counted_in_the_agent_match_the_one_by_one_records() {
+    const N: u64 = 300;
+    let (out, counted) = run("exc-kinds", &["exc-kinds", &N.to_string()], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (boom, invalid, arg) = (3 * N, 3 * N / 2, 3 * N / 3);
+    assert_eq!(text(&out.stdout), format!("kinds caught boom {boom} invalid {invalid} arg {arg}\n"));
+    let (out, logged) = run("exc-kinds-log", &["exc-kinds", &N.to_string()], &["--events"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (a, b) = (report_json(&counted), report_json(&logged));
+    let (groups, stacks) = exception_table(&a);
+    assert_eq!((&groups, &stacks), (&exception_table(&b).0, &exception_table(&b).1));
+    let group = |ty: &str, site: &str| {
+        groups.get(&(ty.to_string(), site.to_string())).unwrap_or_else(|| panic!("no {ty} from {site}: {groups:?}"))
+    };
+    let catcher = |n: u64| serde_json::json!([{"function": "EventsApp.Program.ExceptionKinds", "count": n}]);
+    let g = group("EventsApp.BoomException", "EventsApp.Program.Thrower");
+    assert_eq!((g.0, g.1, g.2, &g.3), (boom, boom, 0, &catcher(boom)));
+    assert_eq!((g.4["finallies"].as_u64(), g.4["filters"].as_u64()), (Some(boom), Some(0)));
+    let g = group("System.InvalidOperationException", "EventsApp.Program.ThrowInvalid");
+    assert_eq!((g.0, g.1, g.2, &g.3), (invalid, invalid, 0, &catcher(invalid)));
+    for site in ["EventsApp.Program.ThrowArgA", "EventsApp.Program.ThrowArgB"] {
+        let g = group("System.ArgumentException", site);
+        assert_eq!((g.0, g.1, g.2, &g.3), (arg / 2, arg / 2, 0, &catcher(arg / 2)));
+    }
+    // Stacks: the first 32 throws of each type are walked, then every 100th.
+    assert_eq!(stacks["EventsApp.BoomException"], 32 + boom / 100);
+    assert_eq!(stacks["System.ArgumentException"], 32 + arg / 100);
+    // Every exception thrown by the app or the runtime, in both, and by the counters too.
+    let all: u64 = groups.values().map(|g| g.0).sum();
+    assert!(all >= boom + invalid + arg, "{all}");
+    assert_eq!((counted_by_counters(&a), counted_by_counters(&b)), (all, all));
+    for v in [&a, &b] {
+        assert_eq!(v["exception_sampling"]["sampled"], false);
+        assert_eq!(v["exception_sampling"]["observed"], all);
+    }
+    // The default trace holds rows, not a pair of records per exception; the logged one the pairs.
+    let records = |t: &std::path::Path| clrprof_trace::read_all(std::fs::File::open(t).unwrap()).unwrap().0;
+    let rows: u64 = records(&counted)
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::ExceptionCounts(c) => Some(c.unpack().unwrap().iter().map(|r| r.count).sum::<u64>()),
+            _ => None,
+        })
+        .sum();
+    let single = |t: &std::path::Path| {
+        records(t).iter().filter(|r| matches!(r, clrprof_trace::Record::ExceptionThrown(_))).count() as u64
+    };
+    assert!(rows >= boom + invalid + arg && rows <= all, "{rows} exceptions in rows of {all}");
+    assert_eq!(single(&counted), all - rows, "the others were written one by one (caught late)");
+    assert_eq!(single(&logged), all);
+}
+
 /// More exceptions than the rate limit's burst, thrown as fast as the runtime can.
 const STORM: u64 = 100_000;
 

@@ -201,19 +201,30 @@ fn gc_and_allocations(runtime: &str, major: &str) {
     // The samples' source: .NET 10's randomized `AllocationSampled` (0), or before .NET 10 (no such
     // event) `GCAllocationTick` (1), which also says how many bytes were allocated since the last tick.
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
-    let mut samples = 0;
+    // The agent writes them packed, one `AllocationSamples` per flush.
+    let mut packed = 0;
+    let mut all = Vec::new();
     for r in &records {
-        if let clrprof_trace::Record::AllocationSample(a) = r {
-            samples += 1;
-            if major == "10" {
-                assert_eq!((a.source, a.amount), (0, 0), "{a:?}");
-            } else {
-                assert_eq!(a.source, 1, "{a:?}");
-                assert!(a.amount > 0, "{a:?}");
+        match r {
+            clrprof_trace::Record::AllocationSample(a) => all.push(a.clone()),
+            clrprof_trace::Record::AllocationSamples(p) => {
+                packed += 1;
+                all.extend(p.unpack().unwrap());
             }
+            _ => {}
+        }
+    }
+    let samples = all.len();
+    for a in &all {
+        if major == "10" {
+            assert_eq!((a.source, a.amount), (0, 0), "{a:?}");
+        } else {
+            assert_eq!(a.source, 1, "{a:?}");
+            assert!(a.amount > 0, "{a:?}");
         }
     }
     assert!(samples > 100, "{samples} allocation samples");
+    assert!(packed > 0 && packed < samples, "{samples} samples in {packed} records");
 }
 
 macro_rules! runtime_matrix {

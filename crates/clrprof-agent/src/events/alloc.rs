@@ -72,3 +72,72 @@ pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult 
     }
     Ok(())
 }
+
+/// Allocation samples waiting for the writer thread, which packs them into one
+/// `AllocationSamples` record per flush (about a third of a record per sample).
+#[derive(Default)]
+pub struct PendingSamples {
+    samples: Mutex<Vec<clrprof_trace::AllocationSample>>,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+/// Samples held at most between two flushes; beyond, they are dropped and counted.
+const MAX_PENDING: usize = 1 << 20;
+
+impl PendingSamples {
+    pub fn push(&self, a: clrprof_trace::AllocationSample) {
+        if let Ok(mut v) = self.samples.lock() {
+            if v.len() < MAX_PENDING {
+                v.push(a);
+                return;
+            }
+        }
+        if self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+            crate::log_warn!("allocation samples arrive faster than they are written; dropping some");
+        }
+    }
+
+    /// The samples since the last call, packed (in their order).
+    pub fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
+        let taken = std::mem::take(&mut *self.samples.lock().ok()?);
+        if taken.is_empty() {
+            return None;
+        }
+        clrprof_trace::AllocationSamples::pack(&taken)
+    }
+
+    /// Writer tick.
+    pub fn publish(&self, w: &Writer) {
+        if let Some(r) = self.take() {
+            w.emit(&r.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_trace::AllocationSample;
+
+    #[test]
+    fn pending_samples_are_packed_once_in_their_order() {
+        let p = PendingSamples::default();
+        assert!(p.take().is_none());
+        let s = |ts: u64, name: &str| AllocationSample {
+            ts,
+            os_tid: 3,
+            class: 9,
+            type_name: name.into(),
+            size: 24,
+            ..Default::default()
+        };
+        let all = vec![s(30, "T"), s(10, ""), s(20, "")];
+        for a in &all {
+            p.push(a.clone());
+        }
+        let packed = p.take().unwrap();
+        assert_eq!(packed.ts, 10);
+        assert_eq!(packed.unpack().unwrap(), all);
+        assert!(p.take().is_none());
+    }
+}

@@ -327,7 +327,10 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             }
             let class = a.class;
             let wrote_name = !a.type_name.is_empty();
-            s.emit(a);
+            if !s.is_stopped() {
+                // Packed with the others by the writer thread (`AllocationSamples`).
+                s.events.alloc_samples.push(a);
+            }
             if wrote_name {
                 if let Ok(mut m) = s.events.alloc_types.lock() {
                     m.entry(class).or_default().named = true;

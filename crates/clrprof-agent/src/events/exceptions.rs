@@ -115,6 +115,7 @@ impl Limiter {
         if callbacks_on {
             self.epoch.fetch_add(1, Ordering::AcqRel);
         }
+        s.events.exception_counts.next_generation();
         c.mode = next;
         c.mode_since = now;
         c.window_observed = observed;
@@ -140,19 +141,36 @@ fn set_callbacks(s: &State, on: bool) -> clrprof_sys::HrResult<()> {
 
 pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
     let class = s.info.get_class_from_object(object).unwrap_or(0);
-    let type_name = s.names.class_name(class).to_string();
+    let type_name = s.names.class_name(class);
     let thread = s.info.get_current_thread_id().unwrap_or(0);
     let stack = if walk_this_throw(s, class) { super::current_stack(s) } else { Vec::new() };
     s.events.limiter.observed.fetch_add(1, Ordering::Relaxed);
+    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    if !s.config.every_exception() {
+        // Counted in the agent (`exc_counts`) unless it stays in flight.
+        let t = super::exc_counts::Throw {
+            ts: s.now(),
+            os_tid: os_tid(),
+            thread: thread as u64,
+            class: class as u64,
+            type_name,
+            stack,
+            epoch,
+        };
+        if let Some(r) = s.events.exception_counts.thrown(t) {
+            s.emit(r);
+        }
+        return Ok(());
+    }
     if !s.config.events {
-        push_in_flight(s.events.limiter.epoch.load(Ordering::Acquire));
+        push_in_flight(epoch);
     }
     s.emit(ExceptionThrown {
         ts: s.now(),
         os_tid: os_tid(),
         thread: thread as u64,
         class: class as u64,
-        type_name,
+        type_name: type_name.to_string(),
         stack,
     });
     Ok(())
@@ -199,8 +217,14 @@ pub fn phase(s: &State, phase: u8, function: FunctionID) -> CallbackResult {
         s.emit(ExceptionPhase { ts: s.now(), os_tid: os_tid(), phase, function: function as u64 });
         return Ok(());
     }
-    // Otherwise count the steps on the thread and write one record per caught exception.
     let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    if !s.config.every_exception() {
+        if let Some(r) = s.events.exception_counts.phase(s.now(), os_tid(), phase, function as u64, epoch) {
+            s.emit(r);
+        }
+        return Ok(());
+    }
+    // Otherwise count the steps on the thread and write one record per caught exception.
     let caught = IN_FLIGHT
         .try_with(|f| {
             let mut f = f.borrow_mut();

@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod contention;
 pub mod eventpipe;
+pub mod exc_counts;
 pub mod exceptions;
 pub mod gc;
 
@@ -33,6 +34,10 @@ pub struct Events {
     pub alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
     /// Monitor contention counted per waiting stack (unless the event log keeps every one).
     pub contention: contention::Contention,
+    /// Allocation samples waiting to be packed by the writer thread.
+    pub alloc_samples: alloc::PendingSamples,
+    /// Caught exceptions counted in the agent (under the storm rate limit, the default).
+    pub exception_counts: exc_counts::ExceptionCountsState,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

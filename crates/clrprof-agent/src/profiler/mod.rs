@@ -77,6 +77,11 @@ impl State {
         self.start.elapsed().as_nanos() as u64
     }
 
+    /// `Shutdown` began: records emitted from now on are not written.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
     pub fn emit(&self, r: impl Into<Record>) {
         if !self.stopped.load(Ordering::Relaxed) {
             self.writer.emit(&r.into());

@@ -273,8 +273,13 @@ impl Profiler {
                 log_info!("enter/leave hooks installed");
             }
             if st.config.exceptions && !st.config.every_exception() {
-                st.writer.add_tick(Box::new(move |w| st.events.limiter.tick(st, w)));
+                st.writer.add_tick(Box::new(move |w| {
+                    st.events.limiter.tick(st, w);
+                    st.events.exception_counts.publish(w, st.now());
+                }));
             }
+            // Allocation samples (EventPipe), packed once per flush.
+            st.writer.add_tick(Box::new(move |w| st.events.alloc_samples.publish(w)));
             if st.config.locks && !st.config.events {
                 st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
             }

@@ -5,8 +5,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use clrprof_trace::{
-    exception_monitoring as mon, exception_phase as ph, ExceptionCaught, ExceptionMonitoring, ExceptionPhase,
-    ExceptionThrown,
+    exception_monitoring as mon, exception_phase as ph, ExceptionCaught, ExceptionCounts, ExceptionMonitoring,
+    ExceptionPhase, ExceptionRow, ExceptionStack, ExceptionThrown, ExceptionType,
 };
 
 use super::Interner;
@@ -112,6 +112,32 @@ pub(super) struct ExceptionFacts {
     monitor: Vec<(u64, u8)>,
     /// The runtime's cumulative count of throws (ts, thrown), sorted (`ExceptionCount`).
     counts: Vec<(u64, u64)>,
+    /// Caught exceptions counted by the agent (`ExceptionCounts` rows), in trace order.
+    rows: Vec<ExceptionRow>,
+    /// The agent's type and stack numbers (`ExceptionType`, `ExceptionStack`), interned.
+    agent_types: HashMap<u32, u32>,
+    agent_stacks: HashMap<u32, u32>,
+    /// `ExceptionCounts` records that could not be unpacked.
+    pub damaged: u64,
+}
+
+/// The throw times a row of `n` exceptions thrown from `first` to `last` stands for: spread
+/// evenly (the agent keeps the first and the last only).
+fn spread(r: &ExceptionRow) -> impl Iterator<Item = u64> + '_ {
+    let (n, span) = (r.count, r.last_ns - r.first_ns);
+    (0..n)
+        .map(move |i| if n < 2 { r.first_ns } else { r.first_ns + (span as u128 * i as u128 / (n - 1) as u128) as u64 })
+}
+
+/// How many of a row's throw times fall in `range`.
+fn in_range(r: &ExceptionRow, range: TimeRange) -> u64 {
+    if r.count == 0 || r.last_ns < range.from || r.first_ns >= range.to {
+        0
+    } else if range.contains(r.first_ns) && range.contains(r.last_ns) {
+        r.count
+    } else {
+        spread(r).filter(|&t| range.contains(t)).count() as u64
+    }
 }
 
 /// Counts of one group (or of the part of a group seen in one storm's windows).
@@ -133,22 +159,29 @@ struct GroupAcc {
 
 impl GroupAcc {
     fn add(&mut self, x: &Pending, os_tid: u32, catcher: Option<u64>, no_stack: u32) {
-        self.thrown += 1;
-        self.search += x.search;
-        self.filters += x.filters;
-        self.unwind += x.unwind;
-        self.finallies += x.finallies;
+        self.add_part(x, 1, 1, os_tid, catcher, no_stack);
+    }
+
+    /// Adds `k` of the `n` exceptions `x` stands for (its step counts are the sums over all `n`;
+    /// `k` of them get their share).
+    fn add_part(&mut self, x: &Pending, n: u64, k: u64, os_tid: u32, catcher: Option<u64>, no_stack: u32) {
+        let part = |v: u64| if k == n { v } else { (v as u128 * k as u128 / n.max(1) as u128) as u64 };
+        self.thrown += k;
+        self.search += part(x.search);
+        self.filters += part(x.filters);
+        self.unwind += part(x.unwind);
+        self.finallies += part(x.finallies);
         if x.stack != no_stack {
-            *self.stacks.entry(x.stack).or_default() += 1;
+            *self.stacks.entry(x.stack).or_default() += k;
         }
         match catcher {
             Some(f) => {
-                self.caught += 1;
-                self.catches += 1;
-                *self.catch_sites.entry(f).or_default() += 1;
+                self.caught += k;
+                self.catches += k;
+                *self.catch_sites.entry(f).or_default() += k;
             }
             None => {
-                self.uncaught += 1;
+                self.uncaught += k;
                 self.uncaught_threads.insert(os_tid);
             }
         }
@@ -200,6 +233,9 @@ const RECENT_THROWS: usize = 256;
 
 /// (type, throw site)
 type GroupKey = (u32, u64);
+
+/// The type of agent-counted exceptions whose `ExceptionType` was not read.
+const UNKNOWN_TYPE: u32 = u32::MAX;
 
 /// What `ExceptionFacts::finish` computes for a range.
 pub(super) struct ExceptionResult {
@@ -322,6 +358,41 @@ impl Tally {
             self.in_storm.entry(k).or_default().add(x, tid, catcher, no_stack);
             if inside {
                 self.in_storm_range.entry(k).or_default().add(x, tid, catcher, no_stack);
+            }
+        }
+    }
+
+    /// A row of `n` caught exceptions counted by the agent, `k` of them thrown in the range
+    /// (`x.ts`: the first throw; `times`: all their throw times, ascending).
+    #[allow(clippy::too_many_arguments)]
+    fn add_row(
+        &mut self,
+        x: &Pending,
+        (n, k): (u64, u64),
+        tid: u32,
+        catcher: u64,
+        mode: (u8, usize),
+        times: impl Iterator<Item = u64>,
+        no_stack: u32,
+    ) {
+        let key = (x.type_name, x.site);
+        if mode.0 == mon::FULL {
+            self.whole.entry(key).or_default().add_part(x, n, n, tid, Some(catcher), no_stack);
+            let r = self.recent.entry(key).or_default();
+            for t in times.skip(n.saturating_sub(RECENT_THROWS as u64) as usize) {
+                if r.len() == RECENT_THROWS {
+                    r.pop_front();
+                }
+                r.push_back(t);
+            }
+            if k > 0 {
+                self.groups.entry(key).or_default().add_part(x, n, k, tid, Some(catcher), no_stack);
+            }
+        } else {
+            let key = (mode.1, x.type_name, x.site);
+            self.in_storm.entry(key).or_default().add_part(x, n, n, tid, Some(catcher), no_stack);
+            if k > 0 {
+                self.in_storm_range.entry(key).or_default().add_part(x, n, k, tid, Some(catcher), no_stack);
             }
         }
     }
@@ -450,6 +521,24 @@ impl ExceptionFacts {
         }
     }
 
+    pub fn type_def(&mut self, t: &ExceptionType) {
+        let id = self.types.id(t.type_name.as_str());
+        self.agent_types.insert(t.id, id);
+    }
+
+    pub fn stack_def(&mut self, s: &ExceptionStack) {
+        let id = self.stacks.id(s.stack.as_slice());
+        self.agent_stacks.insert(s.id, id);
+    }
+
+    /// Caught exceptions counted by the agent; a damaged packing is counted and skipped.
+    pub fn counts(&mut self, c: &ExceptionCounts) {
+        match c.unpack() {
+            Ok(rows) => self.rows.extend(rows),
+            Err(_) => self.damaged += 1,
+        }
+    }
+
     pub fn count(&mut self, c: &clrprof_trace::ExceptionCount) {
         let at = self.counts.partition_point(|&(t, _)| t <= c.ts);
         self.counts.insert(at, (c.ts, c.thrown));
@@ -479,11 +568,16 @@ impl ExceptionFacts {
         self.throws.retain(|t| t.0 >= ts);
         if self.monitor.is_empty() {
             self.caught.retain(|c| c.x.ts >= ts);
+            self.rows.retain(|r| r.last_ns >= ts);
         }
     }
 
     pub fn retained(&self) -> usize {
-        self.caught.len() + self.throws.len() + self.counts.len() + self.active.values().map(Vec::len).sum::<usize>()
+        self.caught.len()
+            + self.throws.len()
+            + self.counts.len()
+            + self.rows.len()
+            + self.active.values().map(Vec::len).sum::<usize>()
     }
 
     pub fn monitoring(&mut self, m: &ExceptionMonitoring) {
@@ -509,10 +603,34 @@ impl ExceptionFacts {
         for (x, tid, catcher) in caught.chain(uncaught.into_iter().map(|(x, tid)| (x, tid, None))) {
             tally.add(x, tid, catcher, monitor.mode_at(x.ts), range.contains(x.ts), no_stack);
         }
-        let observed = tally.observed();
-
         let (mut throws, mut sampled_throws): (Vec<_>, Vec<_>) =
             self.throws.iter().filter(|t| range.contains(t.0)).partition(|t| monitor.mode_at(t.0).0 == mon::FULL);
+        // Rows counted by the agent: each stands for its exceptions thrown evenly over its span.
+        for r in &self.rows {
+            let x = Pending {
+                ts: r.first_ns,
+                type_name: self.agent_types.get(&r.type_id).copied().unwrap_or(UNKNOWN_TYPE),
+                site: r.site,
+                stack: if r.stack == 0 {
+                    no_stack
+                } else {
+                    self.agent_stacks.get(&r.stack).copied().unwrap_or(no_stack)
+                },
+                search: r.search_frames,
+                filters: r.filters,
+                unwind: r.unwind_frames,
+                finallies: r.finallies,
+            };
+            let mode = monitor.mode_at(r.first_ns);
+            let k = in_range(r, range);
+            tally.add_row(&x, (r.count, k), r.os_tid, r.catcher, mode, spread(r), no_stack);
+            if k > 0 {
+                let to = if mode.0 == mon::FULL { &mut throws } else { &mut sampled_throws };
+                to.extend(spread(r).filter(|&t| range.contains(t)).map(|t| (t, r.os_tid)));
+            }
+        }
+        let observed = tally.observed();
+
         throws.sort_unstable();
         sampled_throws.sort_unstable();
         let mut sm = ExceptionSampling {
@@ -612,7 +730,10 @@ impl ExceptionFacts {
         ExceptionGroup {
             observed,
             estimated: observed != g.thrown,
-            type_name: self.types.get(key.0).clone(),
+            type_name: match key.0 {
+                UNKNOWN_TYPE => "<unknown exception type>".to_string(),
+                t => self.types.get(t).clone(),
+            },
             throw_site: name(key.1),
             thrown: g.thrown,
             caught: g.caught,

@@ -61,6 +61,9 @@ pub struct RuntimeEvents {
     pub il_sizes: HashMap<u64, u32>,
     /// The events in the range as points and intervals in time, for a timeline.
     pub times: EventTimes,
+    /// Packed records of the agent (`ExceptionCounts`, `AllocationSamples`) that could not be
+    /// read (damaged) and were skipped.
+    pub damaged_records: u64,
 }
 
 /// Runtime events in time (ns since the agent started), each list sorted by time and limited to
@@ -139,6 +142,8 @@ pub struct EventsBuilder {
     contention: contention::ContentionFacts,
     log: log::EventLog,
     il_sizes: HashMap<u64, u32>,
+    /// `AllocationSamples` records that could not be unpacked.
+    damaged_alloc: u64,
 }
 
 impl EventsBuilder {
@@ -226,6 +231,9 @@ impl EventsBuilder {
             R::ExceptionCaught(x) => self.exceptions.caught(x),
             R::ExceptionMonitoring(m) => self.exceptions.monitoring(m),
             R::ExceptionCount(c) => self.exceptions.count(c),
+            R::ExceptionType(t) => self.exceptions.type_def(t),
+            R::ExceptionStack(st) => self.exceptions.stack_def(st),
+            R::ExceptionCounts(c) => self.exceptions.counts(c),
             R::GcStarted(g) => {
                 self.gcs.started(g);
                 let what = format!("gc gen{} {}", g.generation, if g.reason == 1 { "induced" } else { "" });
@@ -261,6 +269,18 @@ impl EventsBuilder {
                     log.push(a.ts, a.os_tid, format!("allocation sampled {} ({} bytes)", type_name, a.size), 0);
                 }
             }
+            R::AllocationSamples(packed) => match packed.unpack() {
+                Ok(samples) => {
+                    for a in &samples {
+                        let type_name = self.allocs.sample(a);
+                        if log.enabled {
+                            let what = format!("allocation sampled {} ({} bytes)", type_name, a.size);
+                            log.push(a.ts, a.os_tid, what, 0);
+                        }
+                    }
+                }
+                Err(_) => self.damaged_alloc += 1,
+            },
             _ => {}
         }
     }
@@ -318,6 +338,7 @@ impl EventsBuilder {
                 contentions: ct.times,
                 allocations: al.times,
             },
+            damaged_records: self.exceptions.damaged + self.damaged_alloc,
         };
     }
 }

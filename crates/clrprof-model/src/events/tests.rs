@@ -782,3 +782,193 @@ fn aggregated_contention_reads_back_the_same_figures_as_single_records() {
     assert_eq!(sites, vec![("F30", 1, 270 * MS, 270 * MS), ("F20", 4, 55 * MS, 40 * MS)]);
     assert_eq!(p.events.counters.iter().map(|r| r.lock_contentions).sum::<u64>(), 6);
 }
+
+/// One exception of the equivalence test: (throw ts, os_tid, type, walked stack, catcher).
+type Exc = (u64, u32, &'static str, Vec<u64>, Option<u64>);
+
+/// `excs` as the agent writes them one by one (`--exact-exceptions`, or before aggregation) and as
+/// it writes them by default: the caught ones counted per interval, mode generation, thread,
+/// type, site, stack and catcher, the uncaught ones on their own; `monitor` changes in both.
+fn both_forms(excs: &[Exc], monitor: &[(u64, u8)]) -> (Vec<Record>, Vec<Record>) {
+    use std::collections::BTreeMap;
+    let mut single: Vec<Record> = vec![ProcessStart::default().into()];
+    let mut agg: Vec<Record> = vec![ProcessStart::default().into()];
+    for &(ts, mode) in monitor {
+        single.push(ExceptionMonitoring { ts, mode, observed: 0 }.into());
+        agg.push(ExceptionMonitoring { ts, mode, observed: 0 }.into());
+    }
+    let mut types: Vec<&str> = Vec::new();
+    let mut stacks: Vec<Vec<u64>> = Vec::new();
+    // (interval, mode generation, os_tid, type, site, stack, catcher) -> row, as the agent keys them.
+    type Key = (u64, usize, u32, u32, u64, u32, u64);
+    let mut rows: BTreeMap<Key, ExceptionRow> = BTreeMap::new();
+    for (ts, tid, ty, stack, catcher) in excs {
+        single.push(
+            ExceptionThrown {
+                ts: *ts,
+                os_tid: *tid,
+                type_name: ty.to_string(),
+                stack: stack.clone(),
+                ..Default::default()
+            }
+            .into(),
+        );
+        let Some(catcher) = catcher else {
+            agg.push(single.last().unwrap().clone());
+            continue;
+        };
+        single.push(
+            ExceptionCaught {
+                ts: ts + 1,
+                os_tid: *tid,
+                function: *catcher,
+                site: 10,
+                search_frames: 3,
+                filters: 1,
+                unwind_frames: 2,
+                finallies: 1,
+            }
+            .into(),
+        );
+        let type_id = match types.iter().position(|t| t == ty) {
+            Some(i) => i as u32 + 1,
+            None => {
+                types.push(ty);
+                agg.push(ExceptionType { id: types.len() as u32, class: 5, type_name: ty.to_string() }.into());
+                types.len() as u32
+            }
+        };
+        let stack_id = match (stack.is_empty(), stacks.iter().position(|s| s == stack)) {
+            (true, _) => 0,
+            (false, Some(i)) => i as u32 + 1,
+            (false, None) => {
+                stacks.push(stack.clone());
+                agg.push(ExceptionStack { id: stacks.len() as u32, stack: stack.clone() }.into());
+                stacks.len() as u32
+            }
+        };
+        let generation = monitor.iter().filter(|m| m.0 <= *ts).count();
+        let site = stack.first().copied().unwrap_or(10);
+        let key = (ts / (100 * MS), generation, *tid, type_id, site, stack_id, *catcher);
+        let r = rows.entry(key).or_insert(ExceptionRow {
+            os_tid: *tid,
+            type_id,
+            site,
+            stack: stack_id,
+            catcher: *catcher,
+            first_ns: *ts,
+            ..Default::default()
+        });
+        r.last_ns = *ts;
+        r.count += 1;
+        r.search_frames += 3;
+        r.filters += 1;
+        r.unwind_frames += 2;
+        r.finallies += 1;
+    }
+    // One record per row, newest interval first: readers do not depend on the order.
+    for ((interval, ..), row) in rows.into_iter().rev() {
+        agg.push(ExceptionCounts::pack(interval * 100 * MS, 100 * MS, &[row]).unwrap().into());
+    }
+    (single, agg)
+}
+
+#[test]
+fn exceptions_counted_by_the_agent_read_back_the_same_figures_as_single_records() {
+    use clrprof_trace::exception_monitoring as m;
+    let walked = || vec![10, 20];
+    let mut excs: Vec<Exc> = vec![
+        // Thread 1: one walked throw, then four evenly spaced in one interval (a row's throws
+        // are spread evenly from its first to its last: here they are where they were).
+        (110 * MS, 1, "Boom", walked(), Some(30)),
+        (120 * MS, 1, "Boom", vec![], Some(30)),
+        (130 * MS, 1, "Boom", vec![], Some(30)),
+        (140 * MS, 1, "Boom", vec![], Some(30)),
+        (150 * MS, 1, "Boom", vec![], Some(30)),
+        (150 * MS, 2, "Boom", vec![], Some(20)),
+        (250 * MS, 2, "Other", vec![], Some(20)),
+        (260 * MS, 2, "Other", walked(), Some(20)),
+        (270 * MS, 2, "Other", vec![], Some(20)),
+    ];
+    // A storm: paused at 1 s, a window at 1.9 s with three caught throws, back to full at 3 s.
+    excs.extend([1910, 1920, 1930].map(|t| (t * MS, 1, "Boom", vec![], Some(30))));
+    excs.push((3100 * MS, 2, "Boom", vec![], Some(30)));
+    // Uncaught: on its own in both forms.
+    excs.push((3200 * MS, 3, "Fatal", vec![20], None));
+    let monitor = [(1000 * MS, m::PAUSED), (1900 * MS, m::WINDOW), (2000 * MS, m::PAUSED), (3000 * MS, m::FULL)];
+    let (single, agg) = both_forms(&excs, &monitor);
+    let a = events_builder(&single);
+    let b = events_builder(&agg);
+    for range in [
+        TimeRange::ALL,
+        TimeRange::new(100 * MS, 300 * MS),
+        TimeRange::new(125 * MS, 800 * MS),
+        TimeRange::new(1500 * MS, 2500 * MS),
+        TimeRange::new(0, 1925 * MS),
+        TimeRange::new(3000 * MS, 4000 * MS),
+    ] {
+        let mut p = finished(&a, 4000 * MS, range);
+        let mut q = finished(&b, 4000 * MS, range);
+        if range == TimeRange::ALL {
+            let thrown: u64 = p.events.exceptions.iter().map(|g| g.thrown).sum();
+            assert!(thrown > 14, "the storm's estimate: {thrown}");
+            assert_eq!(p.events.times.throws.len() + p.events.times.sampled_throws.len(), 14);
+        }
+        // The event log lists single records only (it needs --events, which keeps them).
+        for x in [&mut p, &mut q] {
+            x.events.log.clear();
+            x.events.log_unpaired = 0;
+        }
+        assert_eq!(normalized(&p), normalized(&q), "{range:?}");
+    }
+    let p = finished(&b, 4000 * MS, TimeRange::new(125 * MS, 800 * MS));
+    let g: Vec<_> =
+        p.events.exceptions.iter().map(|g| (g.type_name.as_str(), g.thrown, g.caught, g.uncaught)).collect();
+    assert_eq!(g, vec![("Boom", 4, 4, 0), ("Other", 3, 3, 0)]);
+    assert_eq!(p.events.times.throws.iter().filter(|t| t.1 == 1).count(), 3, "130, 140 and 150 ms");
+    let p = finished(&b, 4000 * MS, TimeRange::new(3000 * MS, 4000 * MS));
+    let g: Vec<_> =
+        p.events.exceptions.iter().map(|g| (g.type_name.as_str(), g.thrown, g.caught, g.uncaught)).collect();
+    assert_eq!(g, vec![("Boom", 1, 1, 0), ("Fatal", 1, 0, 1)]);
+}
+
+#[test]
+fn a_damaged_exception_count_is_skipped_and_counted() {
+    let bad = ExceptionCounts { ts: 0, interval_ns: 100 * MS, count: 2, packed: vec![1, 2, 3] };
+    let b = events_builder(&[ProcessStart::default().into(), bad.into()]);
+    let p = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert!(p.events.exceptions.is_empty());
+    assert_eq!(p.events.damaged_records, 1);
+}
+
+#[test]
+fn packed_allocation_samples_read_back_as_the_single_records() {
+    let single = everything();
+    // The agent packs the samples of each flush into one record, in their order.
+    let samples: Vec<AllocationSample> = single
+        .iter()
+        .filter_map(|r| match r {
+            Record::AllocationSample(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(samples.len(), 3);
+    let mut packed: Vec<Record> =
+        single.iter().filter(|r| !matches!(r, Record::AllocationSample(_))).cloned().collect();
+    packed.push(AllocationSamples::pack(&samples[..1]).unwrap().into());
+    packed.push(AllocationSamples::pack(&samples[1..]).unwrap().into());
+    let (a, b) = (events_builder(&single), events_builder(&packed));
+    for range in [TimeRange::ALL, TimeRange::new(600 * MS, 1000 * MS), TimeRange::new(0, 800 * MS)] {
+        let (mut p, mut q) = (finished(&a, 1000 * MS, range), finished(&b, 1000 * MS, range));
+        assert!(p.events.alloc_samples > 0);
+        // The log is in record order: the packed samples come last.
+        let sorted = |p: &mut Profile| p.events.log.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
+        sorted(&mut p);
+        sorted(&mut q);
+        assert_eq!(normalized(&p), normalized(&q), "{range:?}");
+    }
+    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1] };
+    let b = events_builder(&[ProcessStart::default().into(), damaged.into()]);
+    let p = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!((p.events.alloc_samples, p.events.damaged_records), (0, 1));
+}

@@ -80,6 +80,8 @@ pub fn shift(r: &mut Record, d: u64) -> bool {
         R::ContentionStarted(x) => &mut x.ts,
         R::ContentionEnded(x) => &mut x.ts,
         R::ContentionCounts(x) => &mut x.ts,
+        R::ExceptionCounts(x) => &mut x.ts,
+        R::AllocationSamples(x) => &mut x.ts,
         R::CallTreeDelta(x) => &mut x.ts,
         R::CallTreeCosts(x) => &mut x.ts,
         _ => return false,
