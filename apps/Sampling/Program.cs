@@ -8,6 +8,9 @@
 //   pinvoke [ms]  NativeWork.Checksum calls zlib's adler32 (libz.so.1) over a buffer in a loop
 //   threads N ms  N threads, each spinning for ms then blocking until the end
 //   quick         returns at once
+//   syscalls [ms] Syscalls.ReadProc reads small /proc files for about ms of CPU time: most of it is
+//                 spent in the kernel, under libc's system call wrappers (open, read, close), whose
+//                 code has no frame pointers; prints the CPU time it used
 //   osr           methods called once from Main whose hot loop moves to on-stack-replacement (OSR)
 //                 code: Osr.Spin spins 800 ms of CPU; Osr.SpinThenSleep spins, then sleeps 600 ms
 //                 inside its OSR code; Osr.Catch spins, throws, and its catch handler (a funclet of
@@ -42,6 +45,9 @@ public static class Program
                 Many.Run(int.Parse(args[1]), int.Parse(args[2]));
                 break;
             case "quick":
+                break;
+            case "syscalls":
+                Syscalls.Run(args.Length > 1 ? int.Parse(args[1]) : 600);
                 break;
             case "osr":
                 // Called straight from Main: their only caller is Main.
@@ -123,6 +129,34 @@ public static class Ratio
         long x = sink;
         for (long i = 0; i < iters; i++) x = x * 6364136223846793005L + 1442695040888963407L;
         sink = x;
+    }
+}
+
+public static class Syscalls
+{
+    public static void Run(int ms)
+    {
+        long before = Program.MainThreadCpuMs();
+        long n = ReadProc(ms);
+        Console.WriteLine($"reads={n} syscalls_cpu_ms={Program.MainThreadCpuMs() - before}");
+    }
+
+    // Opens and reads /proc files until the thread has used `ms` of CPU time.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long ReadProc(int ms)
+    {
+        long end = Program.MainThreadCpuMs() + ms;
+        long n = 0;
+        var buf = new byte[4096];
+        while (true)
+        {
+            for (int i = 0; i < 20; i++)
+            {
+                using var f = File.OpenHandle(i % 2 == 0 ? "/proc/self/status" : "/proc/self/maps");
+                n += RandomAccess.Read(f, buf, 0);
+            }
+            if (Program.MainThreadCpuMs() >= end) return n;
+        }
     }
 }
 

@@ -251,6 +251,132 @@ static OSR: CodeTable<MAX_OSR_RANGES> = CodeTable::new();
 /// their [`FramelessFrame`] packed by [`FramelessFrame::pack`].
 static FRAMELESS: CodeTable<MAX_FRAMELESS_RANGES> = CodeTable::new();
 
+/// Most native code mappings whose unwind rules the handler knows.
+pub const MAX_NATIVE_RANGES: usize = 1024;
+/// Most executable mappings the handler knows.
+pub const MAX_EXEC_RANGES: usize = 4096;
+/// Every executable mapping (native code, managed images, JIT code heaps): a return address
+/// read from a frame record must lie in one, or the record is no frame record.
+static EXEC: CodeTable<MAX_EXEC_RANGES> = CodeTable::new();
+
+/// Makes an executable mapping known to the handler (not on the signal path). False when the
+/// table is full.
+pub fn add_exec_range(start: u64, end: u64) -> bool {
+    EXEC.add(start, end, 0)
+}
+
+/// Whether `fp` looks like a frame record: on the stack between `floor` and the top, aligned, its
+/// saved RBP either 0 (the outermost frame) or a higher address on the stack, and its return
+/// address not on the stack. Native code without frame pointers leaves whatever it keeps in RBP
+/// (a string, a heap or stack pointer) where a frame pointer would be; this tells most such values
+/// from frame records without knowing where code lies.
+///
+/// # Safety
+/// `[floor, hi)` must be mapped stack of the current thread.
+#[inline(always)]
+unsafe fn frame_record_sound(fp: u64, floor: u64, hi: u64) -> bool {
+    if fp < floor || fp > hi.saturating_sub(16) || !fp.is_multiple_of(8) {
+        return false;
+    }
+    let next = *(fp as *const u64);
+    let ret = *((fp + 8) as *const u64);
+    (next == 0 || (next > fp && next <= hi - 16)) && ret >= 4096 && !(ret >= floor && ret < hi)
+}
+
+/// Most RSP-based native frames stepped through with unwind rules in one sample.
+const MAX_NATIVE_STEPS: usize = 32;
+
+/// Mapped native code with unwind rules (`super::cfi`): the info word points to its
+/// [`NativeRules`] (leaked, never freed).
+static NATIVE: CodeTable<MAX_NATIVE_RANGES> = CodeTable::new();
+
+/// The unwind rules of one mapping of native code: a mapped address `ip` is the file's virtual
+/// address `ip - bias`.
+pub struct NativeRules {
+    pub bias: u64,
+    pub rows: &'static [u64],
+}
+
+/// Makes the unwind rules of the native code mapped at `[start, end)` known to the handler (not on
+/// the signal path: it takes a lock). False when the table is full.
+pub fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> bool {
+    NATIVE.add(start, end, rules as *const NativeRules as u64)
+}
+
+/// Steps through the RSP-based frames of native code without frame pointers from the interrupted
+/// state (`pc`, `sp`, `fp`), by the unwind rules of the mapped files: each frame's return address
+/// lies at its CFA − 8 and the caller's RBP is either the same or saved in the frame. Records the
+/// return addresses from `e.ips[n]` on and stops at code without such a rule (managed code, an RBP
+/// frame, code without rules), where the frame-pointer walk takes over. Returns the new `n`, the
+/// caller's RBP and SP, and the last return address; None when no step was taken. A return
+/// address outside the known executable mappings is not taken when `strict`, nor when RBP holds what looks like a frame record. Every slot read lies between the
+/// frame's SP and the stack's top (`hi`); each CFA is above the SP it came from.
+///
+/// # Safety
+/// `[sp, hi)` must be mapped stack of the current thread.
+#[inline(never)]
+unsafe fn native_steps(
+    e: &mut Entry,
+    mut n: usize,
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    hi: u64,
+    strict: bool,
+) -> Option<(usize, u64, u64, u64)> {
+    let tables = NATIVE.visible();
+    let exec = EXEC.visible();
+    if tables == 0 || !NATIVE.may_hold(pc) {
+        return None;
+    }
+    let (mut pc, mut sp, mut fp) = (pc, sp, fp);
+    let mut last = None;
+    for step in 0..MAX_NATIVE_STEPS {
+        if n >= MAX_FRAMES || !sp.is_multiple_of(8) {
+            break;
+        }
+        let Some((_, info)) = NATIVE.find(tables, pc) else { break };
+        let rules = &*(info as *const NativeRules);
+        let Some(row) = super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)) else { break };
+        if row.kind != super::cfi::KIND_RSP {
+            break;
+        }
+        let cfa = sp + row.cfa_offset as u64;
+        // The return address slot (CFA − 8) must be on the stack.
+        if cfa < sp + 8 || cfa > hi {
+            break;
+        }
+        let ret = *((cfa - 8) as *const u64);
+        // A return address is never on the stack.
+        if ret < 4096 || (ret >= sp && ret < hi) {
+            break;
+        }
+        // Hand-written assembly (the runtime's call stubs, which push arguments) may move SP
+        // without saying so in its rules; it keeps an RBP frame. A rule that does not lead to
+        // known executable memory is not followed when `strict`, nor when RBP holds a frame
+        // record, nor past the first step. (A library mapped less than a second ago is not known
+        // yet: the leaf's return address into it still follows the rules when RBP holds no frame
+        // record, as in code without frame pointers.)
+        if exec != 0 && EXEC.find(exec, ret - 1).is_none() && (strict || step > 0 || frame_record_sound(fp, sp, hi)) {
+            break;
+        }
+        if row.rbp_slot != 0 {
+            let slot = cfa - 8 * row.rbp_slot as u64;
+            if slot < sp || slot > hi - 8 {
+                break;
+            }
+            fp = *(slot as *const u64);
+        }
+        e.ips[n] = ret;
+        n += 1;
+        last = Some(ret);
+        sp = cfa;
+        // Return addresses are looked up at the call, one byte earlier.
+        pc = ret - 1;
+    }
+    last.map(|ret| (n, fp, sp, ret))
+}
+
 fn page_bit(ip: u64) -> (usize, u64) {
     let h = (ip >> 12) as usize % (64 * 64);
     (h / 64, 1 << (h % 64))
@@ -901,9 +1027,29 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     // of its own (frameless, prolog, native code without frame pointers) — the code it returns to.
     let mut owner = ip;
     let mut owner_alt = e.sp_top.wrapping_sub(1);
+    // Frames lie above this.
+    let mut floor = sp;
+    // A leaf in native code with an RSP-based frame (code without frame pointers, where RBP is a
+    // scratch register, or a prolog): its frames are stepped through by the unwind rules, and the
+    // walk goes on from the RBP they recover. The word at SP is then no guess to make later.
+    if on_stack {
+        if let Some((added, caller_fp, caller_sp, ret)) = native_steps(e, n, ip, sp, fp, hi, false) {
+            n = added;
+            fp = caller_fp;
+            floor = caller_sp;
+            e.sp_top = 0;
+            owner = ret - 1;
+            owner_alt = u64::MAX;
+            if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
+                let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, ret, fp, hi);
+                n = added;
+                owner = last - 1;
+            }
+        }
+    }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
     // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
-    while on_stack && n < MAX_FRAMES && fp >= sp && fp <= hi - 16 && fp.is_multiple_of(8) {
+    while on_stack && n < MAX_FRAMES && fp >= floor && fp <= hi - 16 && fp.is_multiple_of(8) {
         if osr != 0 && (OSR.find(osr, owner).is_some() || (owner_alt != u64::MAX && OSR.find(osr, owner_alt).is_some()))
         {
             // An OSR frame: its caller's return address is in the tier-0 frame under it.
@@ -921,6 +1067,24 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         // Return addresses are looked up at the call, one byte earlier.
         owner = ret - 1;
         owner_alt = u64::MAX;
+        if n < MAX_FRAMES && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
+            // Native code without frame pointers in the middle of the stack (the agent's own
+            // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
+            // value of it, no frame record. Its SP at the call was just above the return slot;
+            // its rules lead on, into known code only.
+            if let Some((added, caller_fp, caller_sp, last)) = native_steps(e, n, owner, fp + 16, next, hi, true) {
+                n = added;
+                floor = caller_sp;
+                owner = last - 1;
+                if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
+                    let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, last, caller_fp, hi);
+                    n = added;
+                    owner = last - 1;
+                }
+                fp = caller_fp;
+                continue;
+            }
+        }
         if frameless != 0 && FRAMELESS.may_hold(owner) {
             // Frameless callers between this frame and the next: their return addresses lie
             // above this frame, at their fixed frame sizes.
@@ -1113,6 +1277,91 @@ mod tests {
         assert!(starts.windows(2).all(|p| p[0] < p[1]), "{starts:x?}");
     }
 
+    /// Native code without frame pointers (fake addresses: the "file" maps its virtual address
+    /// 0x1000 at NATIVE_CODE): entry at 0x1000 (return address at SP), then an RSP-based frame of
+    /// 0x78 bytes with the caller's RBP saved at CFA − 16 (as glibc's `__open`), no rule from 0x1100.
+    const NATIVE_CODE: u64 = 0x5c00_0000_0000;
+    const RET_INTO_RUN2: u64 = 0x5000_0000_0500;
+
+    fn add_native() {
+        use super::super::cfi::{Row, KIND_NONE, KIND_RSP};
+        static ROWS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+        let rows = ROWS.get_or_init(|| {
+            vec![
+                Row { address: 0x1000, kind: KIND_RSP, cfa_offset: 8, rbp_slot: 0 }.pack(),
+                Row { address: 0x1001, kind: KIND_RSP, cfa_offset: 0x78, rbp_slot: 2 }.pack(),
+                Row { address: 0x1100, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
+            ]
+        });
+        // The fake code is executable memory; the stacks' filler words are not.
+        assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
+        assert!(add_exec_range(RET_INTO_HOST & !0xfff, (RET_INTO_HOST & !0xfff) + 0x1000));
+        let r: &'static NativeRules = Box::leak(Box::new(NativeRules { bias: NATIVE_CODE - 0x1000, rows }));
+        assert!(add_native_code(NATIVE_CODE, NATIVE_CODE + 0x1000, r));
+    }
+
+    #[test]
+    fn native_leaves_without_frame_pointers_are_stepped_through_by_their_unwind_rules() {
+        let _s = serial();
+        add_native();
+        // Main's frame at 60, Run's at 40; the leaf's frame from SP (word 5) to its CFA (word 20):
+        // return address into Run at 19, Run's RBP saved at 18; RBP holds a pointer to a string in
+        // Run's frame (word 30), which an ordinary walk would read as a frame.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x3333_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[19] = RET_INTO_RUN2;
+        w[18] = at(&w, 40);
+        w[30] = 0x7461_7473_2f33_3933; // "393/stat"
+        w[31] = 0x7461_7473_2f33_3933;
+        let leaf = NATIVE_CODE + 0x50;
+        assert_eq!(walk(&w, leaf, 5, 30), [leaf, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // At the leaf's entry: the return address at SP, RBP still the caller's.
+        assert_eq!(walk(&w, NATIVE_CODE, 19, 40), [NATIVE_CODE, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // A rule that leads outside executable memory (assembly that moved SP unannounced) gives
+        // way to the frame record at RBP, which leads into executable memory.
+        w[19] = 0x3333_0013;
+        assert_eq!(walk(&w, NATIVE_CODE, 19, 40), [NATIVE_CODE, RET_INTO_MAIN, RET_INTO_HOST]);
+        w[19] = RET_INTO_RUN2;
+
+        // Native code that calls native code: the leaf's return address is into the same kind of
+        // frame one level up (entry rule of the caller's pc − 1 = 0x1000: CFA = SP + 8).
+        w[19] = NATIVE_CODE + 1;
+        w[20] = RET_INTO_RUN2;
+        assert_eq!(walk(&w, leaf, 5, 30), [leaf, NATIVE_CODE + 1, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]);
+        w[19] = RET_INTO_RUN2;
+
+        // The same native code in the middle of the stack: a leaf with an RBP frame (word 8)
+        // called by it; the leaf's frame record holds the native code's RBP (a scratch value),
+        // the native frame spans words 10–23 (return address into Run at 24, Run's RBP at 23).
+        let mut m: Vec<u64> = (0..64).map(|i| 0x4444_0000 + i).collect();
+        m[60] = 0;
+        m[61] = RET_INTO_HOST;
+        m[40] = at(&m, 60);
+        m[41] = RET_INTO_MAIN;
+        m[8] = 0x1234;
+        m[9] = NATIVE_CODE + 0x50;
+        m[24] = RET_INTO_RUN2;
+        m[23] = at(&m, 40);
+        assert_eq!(
+            walk(&m, UNIT + 5, 6, 8),
+            [UNIT + 5, NATIVE_CODE + 0x50, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]
+        );
+
+        // No rule (past 0x1100): the ordinary walk from RBP.
+        let other = NATIVE_CODE + 0x200;
+        assert_eq!(walk(&w, other, 5, 40), [other, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // A frame that would end above the stack's top: nothing is read past it.
+        let len = w.len();
+        assert_eq!(walk(&w, leaf, len - 2, len - 1), [leaf]);
+    }
+
     // Frameless code (fake addresses): LIGHT has an 8-byte frame (`push rax`) and a 1-byte
     // prolog, OUTER a 24-byte frame (two pushes, `push rax`), both called after their prologs.
     const LIGHT: u64 = 0x5800_0000_0000;
@@ -1275,6 +1524,35 @@ mod bench {
         println!(
             "32-frame walk with 256 frameless ranges: {fl_elsewhere:.1} ns when none is on the stack; \
              {fl_every:.1} ns when every frame returns into one (64 IPs recorded)"
+        );
+        // Native code with unwind rules: every frame's return address in a mapped library whose
+        // rows (100,000, as libcoreclr's) say RBP frame (a search per frame, then the ordinary
+        // step); then a leaf in an RSP-based frame of that library (one rule step, then 31
+        // frame-pointer frames).
+        let lib = 0x5d00_00a0_0000; // pages 0xa00–0xbff of the filter: none of the OSR or frameless ranges
+        static ROWS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
+        let rows = ROWS.get_or_init(|| {
+            use super::super::cfi::{Row, KIND_RBP, KIND_RSP};
+            let mut v: Vec<u64> = (0..100_000u32)
+                .map(|i| Row { address: 0x1000 + i * 16, kind: KIND_RBP, cfa_offset: 16, rbp_slot: 2 }.pack())
+                .collect();
+            v[99_999] = Row { address: 0x1000 + 99_999 * 16, kind: KIND_RSP, cfa_offset: 0x40, rbp_slot: 2 }.pack();
+            v
+        });
+        let r: &'static NativeRules = Box::leak(Box::new(NativeRules { bias: lib, rows }));
+        add_native_code(lib, lib + 0x20_0000, r);
+        add_exec_range(lib, lib + 0x20_0000);
+        let in_lib = chain(lib + 0x1000 + 0x4_0000);
+        let native_every = time_walks(&in_lib, lib + 0x2000, 4, 8);
+        // The leaf's frame: SP at word 0, CFA at word 8 (return address at 7, into the library,
+        // the caller's RBP saved at 6), RBP a scratch value; the frame records from word 8 up.
+        let mut leaf = chain(lib + 0x1000 + 0x4_0000);
+        leaf[7] = lib + 0x1000 + 0x5_0000;
+        leaf[6] = leaf.as_ptr() as u64 + 64;
+        let native_leaf = time_walks(&leaf, lib + 0x1000 + 99_999 * 16 + 4, 0, 0x1234);
+        println!(
+            "32-frame walk through native code with 100,000 unwind rows: {native_every:.1} ns when every \
+             frame returns into it (RBP frames); {native_leaf:.1} ns from an RSP-based leaf (one rule step)"
         );
     }
 }

@@ -21,6 +21,7 @@
 //! walk instead of going to the stack the thread ran before it blocked.
 
 pub mod build_id;
+pub mod cfi;
 pub mod cpu;
 pub mod native;
 pub mod wall;
@@ -49,6 +50,8 @@ const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_THREADS_PER_TICK: usize = 64;
 /// Most threads walked in one suspension (the suspension lasts as long as the walks).
 const MAX_WALKS_PER_SUSPEND: usize = 8;
+/// Shortest time between two reads of the process's mappings.
+const MIN_MAPS_INTERVAL: Duration = Duration::from_millis(20);
 /// Pending wall samples are written at least this often.
 const WALL_FLUSH: Duration = Duration::from_secs(1);
 
@@ -81,6 +84,24 @@ pub struct Sampler {
     /// Attach: ReadyToRun code loaded before the agent is named from sampled addresses
     /// (`GetFunctionFromIP`); this records each function found that way.
     precompiled_found: std::sync::OnceLock<Box<dyn Fn(FunctionID) + Send + Sync>>,
+    /// Unwind rules of native code published to the signal handler.
+    native_rules: Mutex<NativeRulesState>,
+}
+
+/// A file's unwind rows (leaked for the handler) and loadable segments (file offset, address,
+/// size).
+type FileRows = (&'static [u64], Vec<(u64, u64, u64)>);
+
+/// The native files whose unwind rules were read and the mappings published.
+#[derive(Default)]
+struct NativeRulesState {
+    /// By path: the rows (leaked for the handler) and the file's loadable segments.
+    files: HashMap<String, Option<FileRows>>,
+    published: std::collections::HashSet<(u64, u64)>,
+    /// The handler's table filled up (said once in the log).
+    full: bool,
+    /// The handler's table of executable mappings filled up (said once in the log).
+    full_exec: bool,
 }
 
 impl Sampler {
@@ -96,6 +117,7 @@ impl Sampler {
             stats: Stats::default(),
             new_code: Mutex::new(Vec::new()),
             precompiled_found: std::sync::OnceLock::new(),
+            native_rules: Mutex::new(NativeRulesState::default()),
         })
     }
 
@@ -156,6 +178,33 @@ impl Sampler {
 
     /// Installs the signal handler and starts the sampler thread.
     pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
+        // The unwind rules of the C library and of the agent itself, before any thread is
+        // sampled: the code without frame pointers that every thread runs from the start (system
+        // call wrappers, allocation, the agent's callbacks) is walked from the first sample on.
+        // The other libraries' rules are published by the sampler thread as it starts (the
+        // runtime's own libraries keep frame pointers) and as they are mapped.
+        let t = Instant::now();
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        self.publish_exec_ranges(&native::exec_ranges(&text));
+        let maps = native::parse_maps(&text);
+        let me = Sampler::start as *const () as u64;
+        let first: Vec<&native::Mapping> = maps
+            .iter()
+            .filter(|m| {
+                let name = m.path.rsplit('/').next().unwrap_or("");
+                name.starts_with("libc.so")
+                    || name.starts_with("libc-")
+                    || maps.iter().any(|a| a.path == m.path && a.start <= me && me < a.end)
+            })
+            .collect();
+        for m in &first {
+            self.add_native_rules(m);
+        }
+        log_info!(
+            "sampler: unwind rules of {} native mappings read in {:.1} ms",
+            first.len(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
         cpu::install_handler()?;
         let me = Arc::clone(self);
         let h = std::thread::Builder::new().name("clrprof-sampler".into()).spawn(move || me.run())?;
@@ -336,9 +385,11 @@ impl Sampler {
         });
         log_info!("sampler: {} Hz CPU, {} Hz wall", self.rate_hz, if wall { self.wall_hz() } else { 0 });
         let mut st = LoopState::default();
+        // The native code mapped now, with its unwind rules, before the first tick.
+        self.emit_mappings(&mut st);
         let tick = 1_000_000_000 / self.wall_hz() as u64;
         let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ self.start.elapsed().as_nanos() as u64;
-        let mut last_maps = None::<Instant>;
+        let mut last_maps = Some(Instant::now());
         let mut last_flush = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             // Randomized interval (±25 %) so ticks do not alias with periodic work.
@@ -347,7 +398,11 @@ impl Sampler {
             rng ^= rng << 17;
             let d = tick - tick / 4 + rng % (tick / 2 + 1);
             std::thread::sleep(Duration::from_nanos(d));
-            if last_maps.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            // Every second, or soon after a sample's leaf lay in code no mapping known holds (a
+            // library loaded since: its unwind rules are needed for the next samples in it).
+            let due = if st.unknown_leaf { MIN_MAPS_INTERVAL } else { Duration::from_secs(1) };
+            if last_maps.is_none_or(|t| t.elapsed() >= due) {
+                st.unknown_leaf = false;
                 self.emit_mappings(&mut st);
                 last_maps = Some(Instant::now());
             }
@@ -381,9 +436,27 @@ impl Sampler {
         self.emit_stats();
     }
 
+    /// Publishes the executable mappings to the signal handler (frame records are checked
+    /// against them).
+    fn publish_exec_ranges(&self, ranges: &[(u64, u64)]) {
+        let Ok(mut g) = self.native_rules.lock() else { return };
+        for &(a, b) in ranges {
+            if !g.full_exec && !cpu::add_exec_range(a, b) {
+                g.full_exec = true;
+                log_warn!(
+                    "sampler: over {} executable mappings; frame records into later ones are not checked",
+                    cpu::MAX_EXEC_RANGES
+                );
+            }
+        }
+    }
+
     fn emit_mappings(&self, st: &mut LoopState) {
         let ts = self.now();
-        for m in st.maps.new_mappings() {
+        let fresh = st.maps.new_mappings();
+        self.publish_exec_ranges(st.maps.exec_ranges());
+        for m in fresh {
+            self.add_native_rules(&m);
             let build_id = st.maps.build_id(&m.path);
             self.emit(NativeMapping {
                 ts,
@@ -393,6 +466,39 @@ impl Sampler {
                 path: m.path,
                 build_id,
             });
+        }
+    }
+
+    /// Publishes the unwind rules of a native code mapping to the signal handler (its file's
+    /// `.eh_frame`, read once per file; kept for the process's life).
+    fn add_native_rules(&self, m: &native::Mapping) {
+        if m.path.ends_with(".dll") || m.path.ends_with(".exe") {
+            return;
+        }
+        let Ok(mut g) = self.native_rules.lock() else { return };
+        let st = &mut *g;
+        if st.full || !st.published.insert((m.start, m.end)) {
+            return;
+        }
+        let file = st
+            .files
+            .entry(m.path.clone())
+            .or_insert_with(|| {
+                cfi::of_file(&m.path).map(|f| {
+                    let rows: &'static [u64] = Box::leak(f.rows);
+                    (rows, f.segments)
+                })
+            })
+            .as_ref();
+        let Some((rows, segments)) = file else { return };
+        let rules = cfi::FileRules { rows: Box::new([]), segments: segments.clone() };
+        let Some(vaddr) = rules.vaddr_of(m.file_offset, m.end - m.start) else { return };
+        let Some(bias) = m.start.checked_sub(vaddr) else { return };
+        let r: &'static cpu::NativeRules = Box::leak(Box::new(cpu::NativeRules { bias, rows }));
+        if !cpu::add_native_code(m.start, m.end, r) {
+            st.full = true;
+            let max = cpu::MAX_NATIVE_RANGES;
+            log_warn!("sampler: over {max} native code mappings; later ones are walked by frame pointers only");
         }
     }
 
@@ -456,6 +562,15 @@ impl Sampler {
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 let mut counts: Vec<(u32, u32)> = Vec::new();
                 for (ips, sp_top, activity) in &mut batch {
+                    if let Some(&leaf) = ips.first() {
+                        if !st.unknown_leaf
+                            && !st.maps.is_native(leaf)
+                            && !st.maps.is_managed_image(leaf)
+                            && st.function_at(leaf).is_none()
+                        {
+                            st.unknown_leaf = !st.maps.exec_known(leaf);
+                        }
+                    }
                     self.find_precompiled(st, ips);
                     let mut fns = self.managed_functions(st, ips);
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
@@ -1121,6 +1236,9 @@ struct LoopState {
     stat_files: StatFiles,
     /// Where the next wall tick starts in the thread list.
     wall_cursor: usize,
+    /// A CPU sample's leaf lay outside every executable mapping known: the mappings are read
+    /// again soon.
+    unknown_leaf: bool,
 }
 
 #[cfg(test)]

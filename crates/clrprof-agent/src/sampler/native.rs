@@ -39,6 +39,21 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
     out
 }
 
+/// Every executable mapping of `/proc/<pid>/maps` text (file-backed or not: JIT code heaps too).
+pub fn exec_ranges(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.split_ascii_whitespace();
+            let (range, perms) = (it.next()?, it.next()?);
+            if !perms.contains('x') {
+                return None;
+            }
+            let (a, b) = range.split_once('-')?;
+            Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?))
+        })
+        .collect()
+}
+
 /// Remembers which mappings were already written.
 #[derive(Default)]
 pub struct MapTracker {
@@ -49,6 +64,8 @@ pub struct MapTracker {
     managed: Vec<(u64, u64)>,
     /// Build-ids by path, each file read once.
     build_ids: HashMap<String, Vec<u8>>,
+    /// Every executable mapping (JIT code heaps too), sorted, as of the last read.
+    exec: Vec<(u64, u64)>,
 }
 
 impl MapTracker {
@@ -65,8 +82,21 @@ impl MapTracker {
         i > 0 && ip < self.managed[i - 1].1
     }
 
+    /// Whether `ip` lies in an executable mapping as of the last read.
+    pub fn exec_known(&self, ip: u64) -> bool {
+        let i = self.exec.partition_point(|r| r.0 <= ip);
+        i > 0 && ip < self.exec[i - 1].1
+    }
+
+    /// The executable mappings as of the last read.
+    pub fn exec_ranges(&self) -> &[(u64, u64)] {
+        &self.exec
+    }
+
     pub fn new_mappings(&mut self) -> Vec<Mapping> {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        self.exec = exec_ranges(&text);
+        self.exec.sort_unstable();
         let fresh: Vec<Mapping> = parse_maps(&text).into_iter().filter(|m| self.seen.insert(m.clone())).collect();
         if !fresh.is_empty() {
             self.native = self
@@ -119,5 +149,15 @@ mod tests {
         assert_eq!((m[0].start, m[0].end, m[0].file_offset), (0x7f0000001000, 0x7f0000100000, 0x1000));
         assert_eq!(m[1].path, "/opt/my lib/libx.so (deleted)");
         assert!(parse_maps("garbage\n\n1-2 r-x").is_empty());
+        assert_eq!(
+            exec_ranges(text),
+            [
+                (0x7f0000001000, 0x7f0000100000),
+                (0x7f0000200000, 0x7f0000300000),
+                (0x7f0000400000, 0x7f0000500000),
+                (0x7ffd00000000, 0x7ffd00001000),
+                (0x7f1000000000, 0x7f1000100000)
+            ]
+        );
     }
 }

@@ -1,0 +1,288 @@
+//! Unwind rules of native code without frame pointers, from the `.eh_frame` call-frame
+//! information (CFI) of the mapped ELF files, compacted for the signal handler.
+//!
+//! Native code built without frame pointers (glibc, most system libraries) keeps RBP as a
+//! general-purpose register: a sample whose leaf is in such code (a system call wrapper such as
+//! `__open`, which keeps the path in RBP while the kernel works) cannot be walked through RBP —
+//! the frame-pointer walk reads whatever RBP holds (a string on the stack, a heap pointer) and the
+//! sample loses its callers. The CFI says, for every instruction, where the frame's return address
+//! and the caller's saved RBP are: at fixed offsets from SP in RSP-based frames. The handler steps
+//! through such frames with these rules (`cpu::native_steps`) until it reaches code with an RBP
+//! frame (managed code, or native code built with frame pointers), where the ordinary walk goes on
+//! from the caller's RBP the rules recovered.
+//!
+//! Each file's rules are read once, on the sampler thread, into a sorted array of [`Row`] words
+//! (about 8 bytes per row: libc has ~24,000 rows, libcoreclr ~94,000) that is never freed, since
+//! the handler may read it at any time.
+
+use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// How a row's frame is found.
+pub const KIND_NONE: u32 = 0;
+/// CFA = RSP + offset (an RSP-based frame): return address at CFA − 8.
+pub const KIND_RSP: u32 = 1;
+/// CFA = RBP + offset (a frame-pointer frame): the ordinary walk handles it.
+pub const KIND_RBP: u32 = 2;
+
+/// Largest `.eh_frame` section read (libcoreclr's is about 1 MB).
+const MAX_EH_FRAME: u64 = 64 << 20;
+
+/// One unwind rule, valid from its address up to the next row's: packed as `address` (bits 0–31,
+/// the file's virtual address) and `info` (bits 32–63): CFA offset (bits 0–15 of info), the
+/// caller's RBP saved at CFA − 8·k (k in bits 16–23, 0 when RBP is not saved), kind (bits 24–25).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub address: u32,
+    pub kind: u32,
+    pub cfa_offset: u16,
+    pub rbp_slot: u8,
+}
+
+impl Row {
+    pub fn pack(self) -> u64 {
+        let info = self.cfa_offset as u32 | (self.rbp_slot as u32) << 16 | (self.kind & 3) << 24;
+        self.address as u64 | (info as u64) << 32
+    }
+    #[inline(always)]
+    pub fn unpack(v: u64) -> Row {
+        let info = (v >> 32) as u32;
+        Row { address: v as u32, kind: (info >> 24) & 3, cfa_offset: info as u16, rbp_slot: (info >> 16) as u8 }
+    }
+}
+
+/// The rules of one ELF file: rows sorted by address, and its loadable segments (file offset,
+/// virtual address, size) to translate mapped addresses.
+pub struct FileRules {
+    pub rows: Box<[u64]>,
+    pub segments: Vec<(u64, u64, u64)>,
+}
+
+impl FileRules {
+    /// The virtual address the file gives to the first byte of a mapping of `len` bytes from
+    /// `file_offset`, by the loadable segment that fills most of the mapping (None when none
+    /// does). A mapping starts at a page boundary, so it may begin with the end of the segment
+    /// before: linkers that do not keep virtual addresses and file offsets equal (lld) shift
+    /// the code's segment by a page from the one before.
+    pub fn vaddr_of(&self, file_offset: u64, len: u64) -> Option<u64> {
+        let end = file_offset.checked_add(len)?;
+        let (off, vaddr, _) = self
+            .segments
+            .iter()
+            .map(|&(off, vaddr, size)| {
+                let overlap = end.min(off.saturating_add(size)).saturating_sub(file_offset.max(off));
+                (off, vaddr, overlap)
+            })
+            .filter(|s| s.2 > 0)
+            .max_by_key(|s| s.2)?;
+        vaddr.checked_add(file_offset)?.checked_sub(off)
+    }
+}
+
+/// The rule that holds at virtual address `vaddr`, from rows packed by [`Row::pack`] (binary
+/// search; async-signal-safe: reads only `rows`).
+#[inline(always)]
+pub fn lookup(rows: &[u64], vaddr: u64) -> Option<Row> {
+    if vaddr > u32::MAX as u64 {
+        return None;
+    }
+    let a = vaddr as u32;
+    let i = rows.partition_point(|&r| (r as u32) <= a);
+    (i > 0).then(|| Row::unpack(rows[i - 1]))
+}
+
+/// Reads the rules of the ELF file at `path` (None when it cannot be read or has no `.eh_frame`).
+pub fn of_file(path: &str) -> Option<FileRules> {
+    // Only the headers and the sections used are read (not the debug information).
+    let cache = object::ReadCache::new(std::fs::File::open(path).ok()?);
+    of_image(&cache)
+}
+
+/// Reads the rules of an ELF image.
+pub fn of_image<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileRules> {
+    let file = object::File::parse(data).ok()?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return None;
+    }
+    let segments: Vec<(u64, u64, u64)> = file
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, s.address(), size)
+        })
+        .collect();
+    let eh = file.section_by_name(".eh_frame")?;
+    if eh.size() > MAX_EH_FRAME {
+        return None;
+    }
+    let eh_data = eh.data().ok()?;
+    let mut bases = BaseAddresses::default().set_eh_frame(eh.address());
+    if let Some(t) = file.section_by_name(".text") {
+        bases = bases.set_text(t.address());
+    }
+    if let Some(g) = file.section_by_name(".got") {
+        bases = bases.set_got(g.address());
+    }
+    let rows = rows_of(eh_data, &bases);
+    Some(FileRules { rows: rows.into_boxed_slice(), segments })
+}
+
+/// The packed rows of an `.eh_frame` section: every FDE's rows, with a [`KIND_NONE`] row at the
+/// end of each FDE that the next one does not start at. Malformed entries are skipped.
+fn rows_of(eh_data: &[u8], bases: &BaseAddresses) -> Vec<u64> {
+    let eh = EhFrame::new(eh_data, LittleEndian);
+    let mut ctx = UnwindContext::new();
+    let mut found: Vec<(u64, u64, Row)> = Vec::new();
+    let mut entries = eh.entries(bases);
+    // Bounded by the section's size: every entry consumes at least 4 bytes.
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else { continue };
+        let Ok(mut table) = fde.rows(&eh, bases, &mut ctx) else { continue };
+        while let Ok(Some(row)) = table.next_row() {
+            let (start, end) = (row.start_address(), row.end_address());
+            if start >= end || end > u32::MAX as u64 {
+                continue;
+            }
+            found.push((start, end, rule_of(row)));
+        }
+    }
+    found.sort_by_key(|r| r.0);
+    let mut out: Vec<u64> = Vec::with_capacity(found.len() + found.len() / 4);
+    for (i, &(start, end, row)) in found.iter().enumerate() {
+        // Overlapping FDEs (should not happen): the later start wins from there on.
+        out.push(Row { address: start as u32, ..row }.pack());
+        let next = found.get(i + 1).map(|r| r.0);
+        if next.is_none_or(|n| n > end) {
+            out.push(Row { address: end as u32, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack());
+        }
+    }
+    // Rows at the same address: keep the last one.
+    out.dedup_by(|later, earlier| {
+        if (*later as u32) == (*earlier as u32) {
+            *earlier = *later;
+            true
+        } else {
+            false
+        }
+    });
+    out
+}
+
+/// The compact rule of one CFI row: [`KIND_RSP`] only when the return address is at CFA − 8
+/// and RBP is either unchanged or saved at a small multiple of 8 below the CFA.
+fn rule_of<R: gimli::Reader, S: gimli::UnwindContextStorage<R>>(row: &gimli::UnwindTableRow<R, S>) -> Row {
+    let none = Row { address: 0, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 };
+    let (register, offset) = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => (*register, *offset),
+        _ => return none,
+    };
+    let kind = if register == gimli::X86_64::RSP {
+        KIND_RSP
+    } else if register == gimli::X86_64::RBP {
+        KIND_RBP
+    } else {
+        return none;
+    };
+    if !(8..=0xFFFF).contains(&offset) || offset % 8 != 0 {
+        return none;
+    }
+    if !matches!(row.register(gimli::X86_64::RA), RegisterRule::Offset(-8)) {
+        return none;
+    }
+    let rbp_slot = match row.register(gimli::X86_64::RBP) {
+        RegisterRule::Undefined | RegisterRule::SameValue => 0,
+        RegisterRule::Offset(o) if o < 0 && o % 8 == 0 && -o / 8 <= 255 && -o <= offset => (-o / 8) as u8,
+        _ => return none,
+    };
+    Row { address: 0, kind, cfa_offset: offset as u16, rbp_slot }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_pack_and_are_looked_up_by_address() {
+        let r = Row { address: 0x1234, kind: KIND_RSP, cfa_offset: 0x78, rbp_slot: 2 };
+        assert_eq!(Row::unpack(r.pack()), r);
+        let rows = [
+            Row { address: 0x100, kind: KIND_RSP, cfa_offset: 8, rbp_slot: 0 }.pack(),
+            Row { address: 0x101, kind: KIND_RSP, cfa_offset: 16, rbp_slot: 2 }.pack(),
+            Row { address: 0x110, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
+        ];
+        assert_eq!(lookup(&rows, 0xff), None);
+        assert_eq!(lookup(&rows, 0x100).map(|r| r.cfa_offset), Some(8));
+        assert_eq!(lookup(&rows, 0x10f).map(|r| (r.cfa_offset, r.rbp_slot)), Some((16, 2)));
+        assert_eq!(lookup(&rows, 0x200).map(|r| r.kind), Some(KIND_NONE));
+        assert_eq!(lookup(&rows, 1 << 40), None);
+    }
+
+    /// glibc's `__open` keeps the path in RBP: its rows after the prolog are RSP-based with RBP
+    /// saved at CFA − 16; at its entry the return address is at SP.
+    #[test]
+    fn the_system_libc_has_rsp_based_rows() {
+        let path = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let Some(rules) = of_file(path) else {
+            panic!("{path}: no CFI read");
+        };
+        assert!(rules.rows.len() > 1000, "{} rows", rules.rows.len());
+        assert!(rules.rows.windows(2).all(|w| (w[0] as u32) < (w[1] as u32)), "sorted, one row per address");
+        let rsp = rules.rows.iter().filter(|&&r| Row::unpack(r).kind == KIND_RSP).count();
+        assert!(rsp * 2 > rules.rows.len(), "{rsp} RSP-based rows of {}", rules.rows.len());
+        // Every function entry of an FDE reads CFA = RSP + 8 (the return address at SP): at least
+        // one row per FDE start does.
+        let entries = rules.rows.iter().filter(|&&r| {
+            let r = Row::unpack(r);
+            r.kind == KIND_RSP && r.cfa_offset == 8 && r.rbp_slot == 0
+        });
+        assert!(entries.count() > 500);
+        assert!(!rules.segments.is_empty());
+    }
+
+    #[test]
+    fn mapped_offsets_are_placed_by_the_segment_that_fills_the_mapping() {
+        // lld's layout (the agent, libcoreclr): code at file offset 0x47c0c, address 0x48c0c.
+        let f = FileRules {
+            rows: Box::new([]),
+            segments: vec![(0, 0, 0x47c0c), (0x47c0c, 0x48c0c, 0xf2264), (0x139e70, 0x13be70, 0x8b50)],
+        };
+        // The code is mapped from the page holding its start: offset 0x47000 is address 0x48000.
+        assert_eq!(f.vaddr_of(0x47000, 0xf3000), Some(0x48000));
+        assert_eq!(f.vaddr_of(0, 0x47000), Some(0));
+        assert_eq!(f.vaddr_of(0x900000, 0x1000), None);
+    }
+
+    #[test]
+    fn garbage_is_no_rules() {
+        assert!(of_image(&b"not an ELF file"[..]).is_none());
+        assert!(of_image(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0][..]).is_none());
+        assert!(of_file("/nonexistent/libx.so").is_none());
+    }
+}
+
+#[cfg(test)]
+mod cost {
+    /// Time to read the rules of the big runtime libraries (not a test: `cargo test -p
+    /// clrprof-agent --lib cfi_cost -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn cfi_cost() {
+        let dir = std::env::var("CLRPROF_RUNTIME_DIR").unwrap_or_default();
+        let agent = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/debug/libclrprof_agent.so").to_string();
+        for f in [
+            "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string(),
+            format!("{dir}/libcoreclr.so"),
+            format!("{dir}/libclrjit.so"),
+            agent,
+        ] {
+            let t = std::time::Instant::now();
+            let r = super::of_file(&f);
+            println!("{f}: {:?} rows in {:.1} ms", r.as_ref().map(|r| r.rows.len()), t.elapsed().as_secs_f64() * 1e3);
+            if let (Some(r), Ok(a)) = (r, std::env::var("CLRPROF_CFI_AT")) {
+                let a = u64::from_str_radix(&a, 16).unwrap();
+                println!("  {a:#x}: {:?} segments {:x?}", super::lookup(&r.rows, a), r.segments);
+            }
+        }
+    }
+}
