@@ -411,7 +411,7 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
                 (nodes.len() - 1) as u32
             });
             map[i] = id;
-            raw[id as usize][side] += m.of(&merged[i]);
+            raw[id as usize][side] = raw[id as usize][side].saturating_add(m.of(&merged[i]));
             any[id as usize][side] = true;
         }
     }
@@ -420,8 +420,8 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     for i in (0..nodes.len()).rev() {
         if let Some(p) = nodes[i].parent {
             let t = total[i];
-            total[p as usize][0] += t[0];
-            total[p as usize][1] += t[1];
+            total[p as usize][0] = total[p as usize][0].saturating_add(t[0]);
+            total[p as usize][1] = total[p as usize][1].saturating_add(t[1]);
         }
     }
     let mut roots = Vec::new();
