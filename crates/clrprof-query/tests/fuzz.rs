@@ -109,12 +109,16 @@ fn damaged_traces_never_panic() {
         let k = i % traces.len();
         let input = mutate(&traces[k], &mut rng);
         let kept = input.clone();
+        if i > 0 && i % 1_000 == 0 {
+            eprintln!("pipeline fuzz: {i} inputs read and reported");
+        }
         if std::panic::catch_unwind(|| exercise(input)).is_err() {
             let path = std::env::temp_dir().join(format!("clrprof-fuzz-{i}.clrprof"));
             std::fs::write(&path, kept).unwrap();
             panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
         }
     }
+    eprintln!("pipeline fuzz: {} inputs read and reported, none panicked", iterations * traces.len());
 }
 
 /// Every input a fuzzer found breaking the reader (testdata/fuzz) is read again: decoded, ingested
@@ -165,6 +169,7 @@ fn damaged_traces_never_panic_the_reader() {
             panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
         }
     }
+    eprintln!("reader fuzz: {} inputs read, none panicked", iterations * traces.len());
 }
 
 /// Interesting bytes for text formats: separators, quotes, digits, line ends, invalid UTF-8.
