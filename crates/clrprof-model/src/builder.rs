@@ -200,6 +200,15 @@ impl ProfileBuilder {
                     first_compiled_ns: f.ts,
                     ..Default::default()
                 });
+                if e.unloaded_ns.is_some_and(|u| u <= f.ts) {
+                    // The id of a freed method (a collected DynamicMethod) reused by new code: the
+                    // entry is the new method's from now on.
+                    e.name = f.name.clone();
+                    e.class_name = f.class_name.clone();
+                    e.signature = f.signature.clone();
+                    (e.token, e.class, e.module, e.kind) = (f.token, f.class, f.module, f.kind);
+                    e.unloaded_ns = None;
+                }
                 e.code_start = f.code_start;
                 e.code_size = f.code_size;
                 e.jit_ns += f.jit_ns;

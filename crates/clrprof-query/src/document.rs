@@ -180,6 +180,10 @@ pub struct FunctionDoc {
     pub jit_ns: u64,
     pub kind: &'static str,
     pub compilations: u32,
+    /// When its code was freed (a collected DynamicMethod, an unloaded assembly context); absent
+    /// while it lives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unloaded_ns: Option<u64>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub instrumented: Option<InstrumentedCostDoc>,
     /// Instrumented traces: whether the function got enter/leave hooks. `false`: its `calls` are
@@ -594,6 +598,7 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
                     jit_ns: f.jit_ns,
                     kind: f.kind_name(),
                     compilations: f.compilations,
+                    unloaded_ns: f.unloaded_ns,
                     instrumented: instrumented.then(|| InstrumentedCostDoc::of(&sc, &ic)),
                     hooked: p.instrumentation.as_ref().map(|i| i.hooked.contains(&f.id)),
                     samples_self: sc.cpu_samples,

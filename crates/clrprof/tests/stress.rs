@@ -143,6 +143,17 @@ fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
         assert_eq!(function(&v, n)["hooked"], false, "{n} is not counted: {}", function(&v, n));
     }
     assert!(named.iter().any(|x| x.starts_with("[dynamic] lambda_method")), "the compiled expression is named");
+    // 50 throwaway DynamicMethods, collected before the end: the runtime reported each one's unload
+    // (an id it reuses for a later one is that one's from then on).
+    assert!(line.contains(" temp=50 "), "{line}");
+    assert_eq!(calls(&v, "StressApp.Dyn.TargetTemp"), 50);
+    let temps: Vec<&serde_json::Value> =
+        v["functions"].as_array().unwrap().iter().filter(|f| f["name"] == "[dynamic] StressDynTemp").collect();
+    assert!(!temps.is_empty() && temps.len() <= 50, "{} entries", temps.len());
+    for f in &temps {
+        assert!(f["unloaded_ns"].as_u64().is_some_and(|u| u > 0), "not seen unloaded: {f}");
+    }
+    assert!(function(&v, "[dynamic] StressDyn").get("unloaded_ns").is_none(), "a live DynamicMethod is not unloaded");
     let (_, c) = callers(&trace, "StressApp.Dyn.TargetLcg", "time");
     assert_eq!(c.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["StressApp.Dyn.Run"]);
 
