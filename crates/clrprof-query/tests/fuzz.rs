@@ -160,7 +160,7 @@ fn damaged_traces_never_panic_the_reader() {
         let k = i % traces.len();
         let input = mutate(&traces[k], &mut rng);
         let kept = input.clone();
-        if i > 0 && i % 100_000 == 0 {
+        if i > 0 && i % 10_000 == 0 {
             eprintln!("reader fuzz: {i} inputs read");
         }
         if std::panic::catch_unwind(|| read(input)).is_err() {
