@@ -8,8 +8,10 @@
 //!   classes, functions, ...) kept with the latest plausible time;
 //! - a thread's CPU time and its wall time, summed over its samples, are at most the time since the
 //!   agent started (the sample's `ts`) plus [`SLACK_NS`]: one thread cannot run longer than the run;
-//! - a wait, a call-tree cost (calls, time, suspended, profiler time), a JIT or load time is at
-//!   most its record's `ts` plus [`SLACK_NS`];
+//! - a call-tree cost (calls, time, suspended, profiler time), a JIT or load time is at most its
+//!   record's `ts` plus [`SLACK_NS`]; an aggregated contention's longest wait at most its
+//!   interval's end plus [`SLACK_NS`]; a single wait (which may have begun before an attach) at most
+//!   [`MAX_TRACE_NS`];
 //! - a byte or object count (heap sizes, allocations, exceptions, dropped events) is at most
 //!   [`MAX_AMOUNT`] (2^50) per record.
 //!
@@ -196,15 +198,12 @@ impl Sanity {
                 if !self.ts_ok(x.ts, DROPPED) {
                     return None;
                 }
-                if x.duration_ns <= x.ts.saturating_add(SLACK_NS) {
+                // Not bounded by the run: a wait under attach may have begun before the agent came.
+                if x.duration_ns <= MAX_TRACE_NS {
                     return Some(Cow::Borrowed(r));
                 }
                 let mut c = x.clone();
-                self.clamp(
-                    &mut c.duration_ns,
-                    x.ts.saturating_add(SLACK_NS),
-                    "waits longer than the run so far (clamped)",
-                );
+                self.clamp(&mut c.duration_ns, MAX_TRACE_NS, "waits longer than 417 days (clamped)");
                 Some(Cow::Owned(c.into()))
             }
             R::ContentionCounts(x) => {
