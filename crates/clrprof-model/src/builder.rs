@@ -534,7 +534,25 @@ mod tests {
         b.add(&WallSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, wall_ns: u64::MAX - 1 }.into());
         b.add(&ContentionStarted { ts: S, os_tid: 8, stack: vec![10] }.into());
         b.add(&ContentionEnded { ts: 2 * S, os_tid: 8, duration_ns: u64::MAX }.into());
+        // A call-tree node claiming u64::MAX calls and time at 2 s: clamped to 3 s (and 3e9 calls).
+        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        let d = CallTreeDelta {
+            os_tid: 7,
+            ts: 2 * S,
+            nodes: vec![0],
+            calls: vec![u64::MAX],
+            time_ns: vec![u64::MAX],
+            suspended_ns: vec![5],
+            profiler_ns: vec![7],
+            tree: 1,
+        };
+        b.add(&d.clone().into());
+        b.add(&CallTreeCosts::pack(&d).unwrap().into());
         let p = b.finish();
+        let inst: Vec<crate::Cost> =
+            p.costs.threads.iter().flat_map(|t| t.costs.values()).filter(|c| c.calls > 0).copied().collect();
+        assert_eq!(inst.len(), 1);
+        assert_eq!((inst[0].calls, inst[0].time_ns, inst[0].suspended_ns, inst[0].profiler_ns), (6 * S, 6 * S, 10, 14));
         let cpu = |tid: u32| {
             p.costs
                 .threads
@@ -552,7 +570,8 @@ mod tests {
         assert_eq!(wall, 11 * S);
         assert_eq!(p.events.contentions.iter().map(|c| c.wait_ns).sum::<u64>(), crate::sanity::MAX_TRACE_NS);
         let notes: Vec<&String> = p.messages.iter().filter(|m| m.starts_with("damaged trace")).collect();
-        assert_eq!(notes.len(), 4, "{notes:?}");
+        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert!(notes.iter().any(|m| m.contains(": 2 impossible values: call-tree costs")), "{notes:?}");
         assert!(notes.iter().any(|m| m.contains(": 2 impossible values: CPU samples")), "{notes:?}");
         assert!(
             notes.iter().any(|m| m.contains("1 impossible values: samples, events or costs dated beyond")),
