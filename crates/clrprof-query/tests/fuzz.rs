@@ -104,7 +104,10 @@ fn damaged_traces_never_panic() {
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     names.sort();
     let traces: Vec<Vec<u8>> = names.iter().map(|p| std::fs::read(p).unwrap()).collect();
-    let mut rng = Rng(0x5eed_c1a7_0f00_d001);
+    // `CLRPROF_FUZZ_SEED` (hex) runs another series, as in the reader's long mode.
+    let seed =
+        std::env::var("CLRPROF_FUZZ_SEED").ok().and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+    let mut rng = Rng(seed.unwrap_or(0x5eed_c1a7_0f00_d001) | 1);
     for i in 0..iterations * traces.len() {
         let k = i % traces.len();
         let input = mutate(&traces[k], &mut rng);
