@@ -124,6 +124,20 @@ fn damaged_traces_never_panic() {
     eprintln!("pipeline fuzz: {} inputs read and reported, none panicked", iterations * traces.len());
 }
 
+/// The plausibility bounds of ingestion (docs/trace-format.md, "Impossible values") never touch a
+/// real trace: every trace in testdata reads without a damage note.
+#[test]
+fn real_traces_have_no_impossible_values() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let (b, _) = Loader::load(TraceSource::File(path.clone())).unwrap();
+        let p = b.profile(TimeRange::ALL, &mut NoSymbols);
+        let notes: Vec<&String> = p.messages.iter().filter(|m| m.starts_with("damaged trace")).collect();
+        assert!(notes.is_empty(), "{}: {notes:?}", path.display());
+    }
+}
+
 /// Every input a fuzzer found breaking the reader (testdata/fuzz) is read again: decoded, ingested
 /// and made a profile.
 #[test]
