@@ -2,7 +2,9 @@
 //! flipped, set, dropped, duplicated) and their checksums recomputed, so the damage reaches the
 //! record decoder, the model and the query layer, not only the checksum test. Every input must
 //! give a profile, a report document and a time window — or a clean error — and never a panic.
-//! Quick by default (fixed seed); `CLRPROF_FUZZ_ITERATIONS=1000000` runs the long mode.
+//! Quick by default (fixed seed); `CLRPROF_FUZZ_ITERATIONS=1000000` runs the long mode (inputs per
+//! trace file), `CLRPROF_FUZZ_DECODE_ITERATIONS` the reader's, `CLRPROF_FUZZ_SEED` (hex) another series
+//! of either. Long modes print how far they got (docs/import.md).
 
 use std::path::PathBuf;
 
