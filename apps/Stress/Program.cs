@@ -159,6 +159,7 @@ public static class Churn
 /// expression, a static method of a type emitted into a dynamic assembly and one emitted into a
 /// collectible dynamic assembly. Each calls its own target once per call. Then one call of the
 /// DynamicMethod `StressDynSpin` (from `SpinVia`), which calls `Spin` for `spinMs` (named in samples).
+/// Then 50 throwaway DynamicMethods `StressDynTemp` (one call each), collected before the end.
 public static class Dyn
 {
     static long lcg, expr, emit, coll;
@@ -171,6 +172,19 @@ public static class Dyn
     public static int TargetEmit(int x) { emit++; return x; }
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static int TargetCollectible(int x) { coll++; return x; }
+    static long temp;
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static int TargetTemp(int x) { temp++; return x; }
+
+    /// `k` DynamicMethods `StressDynTemp`, each compiled, called once and dropped; collections then
+    /// free them (the runtime reports each one's unload: `DynamicMethodUnloaded`).
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Throwaway(int k)
+    {
+        long s = 0;
+        for (int i = 0; i < k; i++) s += Lcg("StressDynTemp", M(nameof(TargetTemp)))(i);
+        return s;
+    }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static int Spin(int ms)
@@ -233,7 +247,9 @@ public static class Dyn
             sum += lcgF(i) + exprF(i) + emitF(i) + collF(i);
         }
         SpinVia(Lcg("StressDynSpin", M(nameof(Spin))), spinMs);
-        Console.WriteLine($"stress dynamic ok n={n} lcg={lcg} expr={expr} emit={emit} collectible={coll} sum={sum}");
+        sum += Throwaway(50);
+        for (int g = 0; g < 5; g++) { GC.Collect(); GC.WaitForPendingFinalizers(); }
+        Console.WriteLine($"stress dynamic ok n={n} lcg={lcg} expr={expr} emit={emit} collectible={coll} temp={temp} sum={sum}");
         return lcg == n && expr == n && emit == n && coll == n ? 0 : 1;
     }
 }

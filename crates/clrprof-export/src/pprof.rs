@@ -104,13 +104,14 @@ enum Label {
 /// `total` spread over weights `w` in proportion, as whole numbers that add up to `total`
 /// (largest remainders first).
 fn apportion(total: u64, w: &[u64]) -> Vec<u64> {
-    let sum: u64 = w.iter().sum();
+    // In u128: weights of a damaged trace may add up past u64.
+    let sum: u128 = w.iter().map(|&x| x as u128).sum();
     if sum == 0 {
         return vec![0; w.len()];
     }
-    let mut out: Vec<u64> = w.iter().map(|&x| (total as u128 * x as u128 / sum as u128) as u64).collect();
+    let mut out: Vec<u64> = w.iter().map(|&x| (total as u128 * x as u128 / sum) as u64).collect();
     let mut rem: Vec<(u128, usize)> =
-        w.iter().enumerate().map(|(i, &x)| ((total as u128 * x as u128) % sum as u128, i)).collect();
+        w.iter().enumerate().map(|(i, &x)| ((total as u128 * x as u128) % sum, i)).collect();
     rem.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let left = total - out.iter().sum::<u64>();
     for &(_, i) in rem.iter().take(left as usize) {

@@ -42,7 +42,7 @@ impl Exporter for Speedscope {
                 stacks.push(stack);
                 weights.push(s.value);
             }
-            let total: u64 = weights.iter().sum();
+            let total: u64 = weights.iter().fold(0, |a, &w| a.saturating_add(w));
             json!({
                 "type": "sampled",
                 "name": name,

@@ -34,6 +34,8 @@ pub struct ProfileBuilder {
     /// Records of tags this version does not know, by tag (written by a newer agent).
     unknown: BTreeMap<u16, u64>,
     records: u64,
+    /// Impossible values found at ingestion (clamped or dropped), for the profile's messages.
+    sanity: crate::sanity::Sanity,
 }
 
 impl ProfileBuilder {
@@ -50,9 +52,19 @@ impl ProfileBuilder {
         self.records
     }
 
+    /// Adds one record. A record claiming an impossible time or weight is clamped or dropped first
+    /// (and counted in the profile's messages): see [`crate::sanity`].
     pub fn add(&mut self, r: &Record) {
-        use Record as R;
         self.records += 1;
+        match self.sanity.check(r) {
+            Some(std::borrow::Cow::Borrowed(r)) => self.add_checked(r),
+            Some(std::borrow::Cow::Owned(r)) => self.add_checked(&r),
+            None => {}
+        }
+    }
+
+    fn add_checked(&mut self, r: &Record) {
+        use Record as R;
         self.events.log(r);
         match r {
             R::ProcessStart(s) => {
@@ -188,6 +200,15 @@ impl ProfileBuilder {
                     first_compiled_ns: f.ts,
                     ..Default::default()
                 });
+                if e.unloaded_ns.is_some_and(|u| u <= f.ts) {
+                    // The id of a freed method (a collected DynamicMethod) reused by new code: the
+                    // entry is the new method's from now on.
+                    e.name = f.name.clone();
+                    e.class_name = f.class_name.clone();
+                    e.signature = f.signature.clone();
+                    (e.token, e.class, e.module, e.kind) = (f.token, f.class, f.module, f.kind);
+                    e.unloaded_ns = None;
+                }
                 e.code_start = f.code_start;
                 e.code_size = f.code_size;
                 e.jit_ns += f.jit_ns;
@@ -251,7 +272,7 @@ impl ProfileBuilder {
             R::CallTreeCosts(c) => {
                 self.last_ts = self.last_ts.max(c.ts);
                 match c.unpack() {
-                    Ok(d) => self.cct.delta(&d),
+                    Ok(d) => self.cct.delta(&self.sanity.delta(&d).unwrap_or(d)),
                     Err(_) => self.cct.problems += 1,
                 }
             }
@@ -366,6 +387,7 @@ impl ProfileBuilder {
                 tags.join(", ")
             ));
         }
+        p.messages.extend(self.sanity.messages());
         p.flow = self.p.flow.iter().map(|t| t.within(range)).collect();
         p.flow.sort_by_key(|t| t.os_tid);
         p.process.duration_ns = match self.end_unix_ns {
@@ -465,16 +487,102 @@ mod tests {
     #[test]
     fn a_damaged_time_far_in_the_future_does_not_blow_up_the_series() {
         // Found by the fuzzer: a corrupted timestamp made the run 146 years long and the counter
-        // series asked for 553 GB.
+        // series asked for 553 GB. Such a time is now damage: the thread is kept at the latest
+        // plausible time, and the run is as long as its plausible records say.
         let mut b = ProfileBuilder::new();
         b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
+        b.add(&ThreadCreated { ts: 5_000, id: 2 }.into());
         b.add(&ThreadCreated { ts: 1 << 62, id: 1 }.into());
         let p = b.finish();
-        assert_eq!(p.process.duration_ns, 1 << 62);
+        assert_eq!(p.process.duration_ns, 5_000);
+        assert_eq!(
+            p.threads.iter().map(|t| (t.id, t.created_ns)).collect::<Vec<_>>(),
+            [(1, Some(5_000)), (2, Some(5_000))]
+        );
+        assert!(
+            p.messages.iter().any(|m| m.starts_with("damaged trace: 1 impossible values: times beyond")),
+            "{:?}",
+            p.messages
+        );
         let rows = &p.events.counters;
-        assert!(!rows.is_empty() && rows.len() <= 100_000, "{} rows", rows.len());
-        assert_eq!(rows.last().unwrap().end_ns, 1 << 62);
-        assert_eq!(p.events.counter_interval_ns % 1_000_000_000, 0, "whole seconds");
+        assert!(rows.len() <= 1, "{} rows", rows.len());
+    }
+
+    /// Impossible weights are clamped at ingestion and counted: a thread's CPU and wall samples
+    /// cannot add up to more than the run so far (plus a second of slack), a call-tree cost cannot
+    /// be longer than the run, a wait not longer than 417 days; samples dated beyond 417 days are
+    /// dropped. Plausible values pass untouched.
+    #[test]
+    fn impossible_weights_are_clamped_and_counted() {
+        const S: u64 = 1_000_000_000;
+        let mut b = ProfileBuilder::new();
+        b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
+        b.add(
+            &FunctionCompiled {
+                ts: 1,
+                id: 10,
+                name: "A.M".into(),
+                code_start: 0x100,
+                code_size: 16,
+                ..Default::default()
+            }
+            .into(),
+        );
+        b.add(&SampleStack { id: 1, ips: vec![0x104], functions: vec![10], activity: 0 }.into());
+        // Thread 7: 3 s of CPU at 2 s (one second of slack), then 0.5 s more at 10 s: plausible.
+        b.add(&CpuSample { ts: 2 * S, os_tid: 7, stack: 1, count: 3, cpu_ns: 3 * S }.into());
+        b.add(&CpuSample { ts: 10 * S, os_tid: 7, stack: 1, count: 1, cpu_ns: S / 2 }.into());
+        // Thread 8: u64::MAX twice (damage): clamped to the run so far, 11 s.
+        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX }.into());
+        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX }.into());
+        // Dated beyond 417 days: dropped.
+        b.add(&CpuSample { ts: 1 << 60, os_tid: 9, stack: 1, count: 1, cpu_ns: 5 }.into());
+        b.add(&WallSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, wall_ns: u64::MAX - 1 }.into());
+        b.add(&ContentionStarted { ts: S, os_tid: 8, stack: vec![10] }.into());
+        b.add(&ContentionEnded { ts: 2 * S, os_tid: 8, duration_ns: u64::MAX }.into());
+        // A call-tree node claiming u64::MAX calls and time at 2 s: clamped to 3 s (and 3e9 calls).
+        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        let d = CallTreeDelta {
+            os_tid: 7,
+            ts: 2 * S,
+            nodes: vec![0],
+            calls: vec![u64::MAX],
+            time_ns: vec![u64::MAX],
+            suspended_ns: vec![5],
+            profiler_ns: vec![7],
+            tree: 1,
+        };
+        b.add(&d.clone().into());
+        b.add(&CallTreeCosts::pack(&d).unwrap().into());
+        let p = b.finish();
+        let inst: Vec<crate::Cost> =
+            p.costs.threads.iter().flat_map(|t| t.costs.values()).filter(|c| c.calls > 0).copied().collect();
+        assert_eq!(inst.len(), 1);
+        assert_eq!((inst[0].calls, inst[0].time_ns, inst[0].suspended_ns, inst[0].profiler_ns), (6 * S, 6 * S, 10, 14));
+        let cpu = |tid: u32| {
+            p.costs
+                .threads
+                .iter()
+                .filter(|t| t.os_tid == tid)
+                .flat_map(|t| t.costs.values())
+                .map(|c| c.cpu_ns)
+                .sum::<u64>()
+        };
+        assert_eq!(cpu(7), 3 * S + S / 2);
+        assert_eq!(cpu(8), 11 * S);
+        assert_eq!(cpu(9), 0);
+        assert_eq!(p.sampling.cpu_samples, 3 + 1 + 2);
+        let wall: u64 = p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.wall_ns).sum();
+        assert_eq!(wall, 11 * S);
+        assert_eq!(p.events.contentions.iter().map(|c| c.wait_ns).sum::<u64>(), crate::sanity::MAX_TRACE_NS);
+        let notes: Vec<&String> = p.messages.iter().filter(|m| m.starts_with("damaged trace")).collect();
+        assert_eq!(notes.len(), 5, "{notes:?}");
+        assert!(notes.iter().any(|m| m.contains(": 2 impossible values: call-tree costs")), "{notes:?}");
+        assert!(notes.iter().any(|m| m.contains(": 2 impossible values: CPU samples")), "{notes:?}");
+        assert!(
+            notes.iter().any(|m| m.contains("1 impossible values: samples, events or costs dated beyond")),
+            "{notes:?}"
+        );
     }
 
     /// Call-tree costs packed (`CallTreeCosts`, what the agent writes now) read back as the same

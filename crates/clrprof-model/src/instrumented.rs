@@ -248,7 +248,7 @@ pub fn flow(threads: &mut Vec<FlowThread>, r: &FlowEvents) {
         }
     };
     let t = &mut threads[i];
-    t.dropped += r.dropped;
+    t.dropped = t.dropped.saturating_add(r.dropped);
     t.extend(r);
 }
 
@@ -290,7 +290,7 @@ mod tests {
                     })
                     .collect();
                 match out.iter_mut().find(|(p, _)| *p == path) {
-                    Some(e) => e.1 += cost.calls,
+                    Some(e) => e.1 = e.1.saturating_add(cost.calls),
                     None => out.push((path, cost.calls)),
                 }
             }

@@ -10,6 +10,7 @@ pub mod instrumented;
 mod profile;
 pub mod runtime;
 pub mod samples;
+pub mod sanity;
 pub mod stacks;
 pub mod time;
 pub mod views;

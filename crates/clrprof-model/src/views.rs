@@ -126,15 +126,18 @@ pub fn butterfly(tree: &CostTree, frames: &[FrameId], filter: ThreadFilter<'_>) 
         }
         let parent_frame = n.parent.map(|p| st.node(p).frame);
         if is_target(n.frame) {
-            callers
-                .entry(parent_frame)
-                .or_insert_with(|| Edge { frame: parent_frame, calls: 0, cost: Cost::default() })
-                .calls += calls;
+            let e = callers.entry(parent_frame).or_insert_with(|| Edge {
+                frame: parent_frame,
+                calls: 0,
+                cost: Cost::default(),
+            });
+            e.calls = e.calls.saturating_add(calls);
         }
         if let Some(pf) = parent_frame {
             if is_target(pf) {
                 let k = Some(n.frame);
-                callees.entry(k).or_insert_with(|| Edge { frame: k, calls: 0, cost: Cost::default() }).calls += calls;
+                let e = callees.entry(k).or_insert_with(|| Edge { frame: k, calls: 0, cost: Cost::default() });
+                e.calls = e.calls.saturating_add(calls);
             }
         }
     }
@@ -203,7 +206,7 @@ pub fn entry_points(tree: &CostTree, filter: ThreadFilter<'_>) -> Vec<EntryPoint
     for (i, n) in tree.stacks.nodes.iter().enumerate() {
         if n.parent.is_none() && !inc[i].is_zero() {
             let e = m.entry(n.frame).or_insert(EntryPoint { frame: n.frame, calls: 0, inclusive: Cost::default() });
-            e.calls += merged[i].calls;
+            e.calls = e.calls.saturating_add(merged[i].calls);
             e.inclusive.add(&inc[i]);
         }
     }

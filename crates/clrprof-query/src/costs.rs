@@ -1,6 +1,7 @@
 //! Cost views of the canonical aggregate: hot spots, the call tree, callers/callees with entry
 //! points, the flat summary and the Monte Carlo hit tables — sorted, cut and totalled here.
 
+use crate::SaturatingSum;
 use clrprof_model::samples::{hits, ModuleHits, RoutineHits};
 use clrprof_model::views::{self, FunctionRow, TreeNode};
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
@@ -100,7 +101,7 @@ pub fn hotspots(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Func
                 .then(frames[a.frame.0 as usize].name.cmp(&frames[b.frame.0 as usize].name))
                 .then(a.frame.cmp(&b.frame))
         });
-        let total = rows.iter().map(|r| m.of(&r.self_cost)).sum();
+        let total = rows.iter().map(|r| m.of(&r.self_cost)).saturating_sum();
         let count = rows.len();
         rows.truncate(q.top.unwrap_or(count));
         groups.push(Group {
@@ -123,7 +124,7 @@ pub fn summary(p: &Profile, q: &CostQuery) -> CostView<FunctionStats> {
     let key = |r: &FunctionRow| if instrumented { r.self_cost.calls } else { m.of(&r.self_cost) };
     let mut rows: Vec<FunctionRow> = function_rows(p, &q.threads).into_iter().filter(|r| key(r) > 0).collect();
     rows.sort_by(|a, b| key(b).cmp(&key(a)).then(names[a.frame.0 as usize].cmp(&names[b.frame.0 as usize])));
-    let total = rows.iter().map(key).sum();
+    let total = rows.iter().map(key).saturating_sum();
     let count = rows.len();
     rows.truncate(q.top.unwrap_or(count));
     let rows = rows.iter().map(|r| stats(p, &names, r)).collect();
@@ -150,7 +151,7 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
     let mut groups = Vec::new();
     for g in thread_groups(p, q.by_thread, &q.threads) {
         let (nodes, roots) = group_threads(g, &q.threads).with_filter(|f| views::call_tree(&p.costs, f));
-        let total: u64 = roots.iter().map(|&r| m.of(&nodes[r].inclusive)).sum();
+        let total: u64 = roots.iter().map(|&r| m.of(&nodes[r].inclusive)).saturating_sum();
         let mut rows = Vec::new();
         let mut order = roots.clone();
         sort_children(p, &nodes, &mut order, m);
@@ -260,7 +261,7 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
             Some(Callers {
                 names: frames.iter().map(|&f| name_of(f)).collect(),
                 frames,
-                calls: b.callers.iter().map(|e| e.calls).sum(),
+                calls: b.callers.iter().map(|e| e.calls).saturating_sum(),
                 self_cost: b.self_cost,
                 inclusive: b.inclusive,
                 callers: edges(&b.callers),
@@ -281,7 +282,7 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
         .filter(|e| m.of(&e.inclusive) > 0)
         .collect();
     roots.sort_by(|a, b| m.of(&b.inclusive).cmp(&m.of(&a.inclusive)).then(a.frame.cmp(&b.frame)));
-    let entry_total = roots.iter().map(|e| m.of(&e.inclusive)).sum();
+    let entry_total = roots.iter().map(|e| m.of(&e.inclusive)).saturating_sum();
     let entry_points = roots
         .iter()
         .map(|e| EntryPoint { frame: e.frame, name: name_of(e.frame), calls: e.calls, inclusive: e.inclusive })
@@ -304,6 +305,6 @@ pub fn module_hits(p: &Profile, metric: Metric, threads: &Threads) -> Result<Hit
         return Err(QueryError::Unsupported("--view modules counts samples: use --weight cpu or --weight wall".into()));
     }
     let (modules, routines) = threads.with_filter(|f| hits(p, metric, f));
-    let total = modules.iter().map(|m| m.samples).sum();
+    let total = modules.iter().map(|m| m.samples).saturating_sum();
     Ok(Hits { metric, total, modules, routines })
 }

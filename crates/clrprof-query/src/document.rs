@@ -180,6 +180,10 @@ pub struct FunctionDoc {
     pub jit_ns: u64,
     pub kind: &'static str,
     pub compilations: u32,
+    /// When its code was freed (a collected DynamicMethod, an unloaded assembly context); absent
+    /// while it lives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unloaded_ns: Option<u64>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub instrumented: Option<InstrumentedCostDoc>,
     /// Instrumented traces: whether the function got enter/leave hooks. `false`: its `calls` are
@@ -594,6 +598,7 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
                     jit_ns: f.jit_ns,
                     kind: f.kind_name(),
                     compilations: f.compilations,
+                    unloaded_ns: f.unloaded_ns,
                     instrumented: instrumented.then(|| InstrumentedCostDoc::of(&sc, &ic)),
                     hooked: p.instrumentation.as_ref().map(|i| i.hooked.contains(&f.id)),
                     samples_self: sc.cpu_samples,
@@ -763,14 +768,74 @@ fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
     out
 }
 
+/// One thread's function rows — what `function_rows` gives for that thread alone — from the
+/// thread's own costs: per-thread tables of many threads cost their data, not threads × the whole
+/// stack table. `scratch` is per-frame state kept between threads (all zero between calls).
+fn thread_function_rows(
+    tree: &clrprof_model::CostTree,
+    t: &clrprof_model::stacks::ThreadCosts,
+    scratch: &mut RowScratch,
+) -> Vec<FunctionRow> {
+    let RowScratch { self_c, inc, stamp, next, touched } = scratch;
+    for (s, c) in &t.costs {
+        if c.is_zero() {
+            continue;
+        }
+        *next += 1;
+        let f = tree.stacks.node(*s).frame.0 as usize;
+        self_c[f].add(c);
+        let mut cur = Some(*s);
+        while let Some(n) = cur {
+            let node = tree.stacks.node(n);
+            let f = node.frame.0 as usize;
+            // Once per frame per stack: a recursive function counts its stack once.
+            if stamp[f] != *next {
+                if stamp[f] == 0 {
+                    touched.push(f);
+                }
+                stamp[f] = *next;
+                inc[f].add(c);
+            }
+            cur = node.parent;
+        }
+    }
+    let mut rows = Vec::with_capacity(touched.len());
+    for f in touched.drain(..) {
+        if !inc[f].is_zero() {
+            rows.push(FunctionRow { frame: clrprof_model::FrameId(f as u32), self_cost: self_c[f], inclusive: inc[f] });
+        }
+        (self_c[f], inc[f], stamp[f]) = (Cost::default(), Cost::default(), 0);
+    }
+    rows
+}
+
+/// Per-frame state of [`thread_function_rows`], reused from thread to thread.
+struct RowScratch {
+    self_c: Vec<Cost>,
+    inc: Vec<Cost>,
+    /// The stack (numbered from 1, across threads) that last added to a frame's inclusive cost;
+    /// 0: the frame is untouched in this thread.
+    stamp: Vec<u64>,
+    next: u64,
+    touched: Vec<usize>,
+}
+
 fn thread_hotspots(p: &Profile, threads: &Threads) -> Vec<ThreadHotspotsDoc> {
     let names = select::display_names(p);
+    let n = p.costs.stacks.frames.len();
+    let mut scratch = RowScratch {
+        self_c: vec![Cost::default(); n],
+        inc: vec![Cost::default(); n],
+        stamp: vec![0; n],
+        next: 0,
+        touched: Vec::new(),
+    };
     p.costs
         .threads
         .iter()
         .filter(|t| threads.contains(t.os_tid))
         .map(|t| {
-            let mut rows = function_rows(p, &Threads::one(t.os_tid));
+            let mut rows = thread_function_rows(&p.costs, t, &mut scratch);
             rows.sort_by(|a, b| b.self_cost.time_ns.cmp(&a.self_cost.time_ns).then(a.frame.cmp(&b.frame)));
             ThreadHotspotsDoc {
                 os_tid: t.os_tid,
@@ -937,5 +1002,41 @@ mod tests {
     fn iso_dates() {
         assert_eq!(super::iso8601(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(super::iso8601(1_700_000_000_123_000_000), "2023-11-14T22:13:20.123Z");
+    }
+
+    /// The per-thread rows built from each thread's own costs are the rows of the thread-filtered
+    /// whole-table view, thread by thread, on every real trace in testdata (the scratch state
+    /// carried from thread to thread leaks nothing).
+    #[test]
+    fn per_thread_rows_are_the_filtered_views_rows() {
+        use clrprof_model::{NoSymbols, TimeRange};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
+        let mut checked = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            let (b, _) = crate::source::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
+            let p = b.profile(TimeRange::ALL, &mut NoSymbols);
+            let n = p.costs.stacks.frames.len();
+            let mut scratch = super::RowScratch {
+                self_c: vec![Default::default(); n],
+                inc: vec![Default::default(); n],
+                stamp: vec![0; n],
+                next: 0,
+                touched: Vec::new(),
+            };
+            let key =
+                |r: &clrprof_model::views::FunctionRow| format!("{:?} {:?} {:?}", r.frame, r.self_cost, r.inclusive);
+            for t in &p.costs.threads {
+                let mut fast: Vec<String> =
+                    super::thread_function_rows(&p.costs, t, &mut scratch).iter().map(key).collect();
+                let mut slow: Vec<String> =
+                    super::function_rows(&p, &super::Threads::one(t.os_tid)).iter().map(key).collect();
+                fast.sort();
+                slow.sort();
+                assert_eq!(fast, slow, "{} thread {}", path.display(), t.os_tid);
+                checked += slow.len();
+            }
+        }
+        assert!(checked > 100, "{checked} rows compared");
     }
 }

@@ -1,6 +1,7 @@
 //! Summaries of the runtime events: one definition of each total, used by the text views and the
 //! JSON report alike.
 
+use crate::SaturatingSum;
 use clrprof_model::{Function, Profile};
 use serde::Serialize;
 
@@ -30,7 +31,7 @@ pub fn gc_totals(p: &Profile) -> GcTotals {
     let span = to.saturating_sub(from).max(1) as f64;
     // The union of GC windows within the span (a GC that began before a window counts for its part).
     let in_gc = p.events.time_in_gc_ns;
-    let pause: u64 = gcs.iter().map(|g| g.pause_ns).sum();
+    let pause: u64 = gcs.iter().map(|g| g.pause_ns).saturating_sum();
     GcTotals {
         count: gcs.len(),
         per_generation: [0u8, 1, 2].map(|n| gcs.iter().filter(|g| g.generation == n).count()),
@@ -55,9 +56,9 @@ pub struct ExceptionTotals {
 pub fn exception_totals(p: &Profile) -> ExceptionTotals {
     let ex = &p.events.exceptions;
     ExceptionTotals {
-        thrown: ex.iter().map(|e| e.thrown).sum(),
-        caught: ex.iter().map(|e| e.caught).sum(),
-        uncaught: ex.iter().map(|e| e.uncaught).sum(),
+        thrown: ex.iter().map(|e| e.thrown).saturating_sum(),
+        caught: ex.iter().map(|e| e.caught).saturating_sum(),
+        uncaught: ex.iter().map(|e| e.uncaught).saturating_sum(),
     }
 }
 
@@ -83,13 +84,13 @@ pub fn jit_totals(p: &Profile) -> JitTotals<'_> {
         .filter(|f| !matches!(f.kind, clrprof_trace::code_kind::PRECOMPILED | clrprof_trace::code_kind::EXISTING))
         .collect();
     JitTotals {
-        code_versions: methods.iter().map(|f| f.compilations as u64).sum(),
-        jit_ns: methods.iter().map(|f| f.jit_ns).sum(),
-        native_bytes: methods.iter().map(|f| f.code_size).sum(),
-        il_bytes: methods.iter().map(|f| p.events.il_sizes.get(&f.id).copied().unwrap_or(0) as u64).sum(),
+        code_versions: methods.iter().map(|f| f.compilations as u64).saturating_sum(),
+        jit_ns: methods.iter().map(|f| f.jit_ns).saturating_sum(),
+        native_bytes: methods.iter().map(|f| f.code_size).saturating_sum(),
+        il_bytes: methods.iter().map(|f| p.events.il_sizes.get(&f.id).copied().unwrap_or(0) as u64).saturating_sum(),
         precompiled: p.functions.len() - methods.len(),
-        assembly_load_ns: p.assemblies.iter().map(|a| a.load_ns).sum(),
-        module_load_ns: p.modules.iter().map(|m| m.load_ns).sum(),
+        assembly_load_ns: p.assemblies.iter().map(|a| a.load_ns).saturating_sum(),
+        module_load_ns: p.modules.iter().map(|m| m.load_ns).saturating_sum(),
         methods,
     }
 }

@@ -7,6 +7,7 @@
 //! Functions are identified by display name (see [`select::display_names`]): all frames with one
 //! name are one function, so a transform or a selection survives a change of time range.
 
+use crate::SaturatingSum;
 use std::collections::HashMap;
 
 use clrprof_model::{FrameKind, Metric, Profile};
@@ -379,8 +380,8 @@ impl StackView {
         let mut index: HashMap<(u32, FuncId), u32> = HashMap::new();
         for p in &self.paths {
             let mut cur = 0u32;
-            nodes[0].total += p.value;
-            nodes[0].count += p.count;
+            nodes[0].total = nodes[0].total.saturating_add(p.value);
+            nodes[0].count = nodes[0].count.saturating_add(p.count);
             let n = p.funcs.len();
             for k in 0..n {
                 let f = if inverted { p.funcs[n - 1 - k] } else { p.funcs[k] };
@@ -405,11 +406,11 @@ impl StackView {
                     }
                 };
                 cur = next;
-                nodes[cur as usize].total += p.value;
-                nodes[cur as usize].count += p.count;
+                nodes[cur as usize].total = nodes[cur as usize].total.saturating_add(p.value);
+                nodes[cur as usize].count = nodes[cur as usize].count.saturating_add(p.count);
             }
-            nodes[cur as usize].self_value += p.value;
-            nodes[cur as usize].self_count += p.count;
+            nodes[cur as usize].self_value = nodes[cur as usize].self_value.saturating_add(p.value);
+            nodes[cur as usize].self_count = nodes[cur as usize].self_count.saturating_add(p.count);
         }
         // Children by total, then name: deterministic.
         let order: Vec<Vec<u32>> = nodes
@@ -472,7 +473,7 @@ impl StackView {
             path: self.path(nodes, node),
             total: self.total,
             rows,
-            more: More { count: rest.len(), value: rest.iter().map(|&c| nodes[c as usize].total).sum() },
+            more: More { count: rest.len(), value: rest.iter().map(|&c| nodes[c as usize].total).saturating_sum() },
         })
     }
 
@@ -500,13 +501,13 @@ impl StackView {
             for &f in &p.funcs {
                 if seen[f as usize] != k as u32 {
                     seen[f as usize] = k as u32;
-                    out[f as usize].total += p.value;
-                    out[f as usize].count += p.count;
+                    out[f as usize].total = out[f as usize].total.saturating_add(p.value);
+                    out[f as usize].count = out[f as usize].count.saturating_add(p.count);
                 }
             }
             if let Some(&last) = p.funcs.last() {
-                out[last as usize].self_value += p.value;
-                out[last as usize].self_count += p.count;
+                out[last as usize].self_value = out[last as usize].self_value.saturating_add(p.value);
+                out[last as usize].self_count = out[last as usize].self_count.saturating_add(p.count);
             }
         }
         out.retain(|r| r.total > 0 || r.count > 0);
@@ -566,11 +567,11 @@ impl StackView {
             if !p.funcs.contains(&f) {
                 continue;
             }
-            total += p.value;
-            count += p.count;
+            total = total.saturating_add(p.value);
+            count = count.saturating_add(p.count);
             if p.funcs.last() == Some(&f) {
-                self_value += p.value;
-                self_count += p.count;
+                self_value = self_value.saturating_add(p.value);
+                self_count = self_count.saturating_add(p.count);
             }
             seen_callers.clear();
             seen_callees.clear();
@@ -582,15 +583,15 @@ impl StackView {
                 if !seen_callers.contains(&caller) {
                     seen_callers.push(caller);
                     let e = callers.entry(caller).or_default();
-                    e.0 += p.value;
-                    e.1 += p.count;
+                    e.0 = e.0.saturating_add(p.value);
+                    e.1 = e.1.saturating_add(p.count);
                 }
                 if let Some(&callee) = p.funcs.get(i + 1) {
                     if !seen_callees.contains(&callee) {
                         seen_callees.push(callee);
                         let e = callees.entry(callee).or_default();
-                        e.0 += p.value;
-                        e.1 += p.count;
+                        e.0 = e.0.saturating_add(p.value);
+                        e.1 = e.1.saturating_add(p.count);
                     }
                 }
             }
@@ -613,7 +614,7 @@ impl StackView {
         let fx = &self.funcs[f as usize];
         let cut = |mut v: Vec<Edge>| {
             let rest: Vec<Edge> = v.split_off(limit.min(v.len()));
-            (v, More { count: rest.len(), value: rest.iter().map(|e| e.value).sum() })
+            (v, More { count: rest.len(), value: rest.iter().map(|e| e.value).saturating_sum() })
         };
         let (caller_rows, more_callers) = cut(caller_rows);
         let (callee_rows, more_callees) = cut(callee_rows);
@@ -642,8 +643,8 @@ impl StackView {
             let first = p.funcs.iter().find(|&&f| !self.funcs[f as usize].name.starts_with("thread "));
             if let Some(&f) = first {
                 let e = roots.entry(f).or_default();
-                e.0 += p.value;
-                e.1 += p.count;
+                e.0 = e.0.saturating_add(p.value);
+                e.1 = e.1.saturating_add(p.count);
             }
         }
         let mut v: Vec<Edge> = roots
@@ -687,7 +688,7 @@ impl StackView {
                 let f = &self.funcs[n.func as usize];
                 is_match = matcher.active() && matcher.matches(&f.name);
                 if is_match && !in_match {
-                    matched += n.total;
+                    matched = matched.saturating_add(n.total);
                 }
                 cells.push(FlameCell {
                     id,
@@ -716,7 +717,7 @@ impl StackView {
                     hidden_value += cn.total;
                     hidden_x.get_or_insert(cx);
                 }
-                cx += cn.total;
+                cx = cx.saturating_add(cn.total);
             }
             if hidden > 0 {
                 cells.push(FlameCell {

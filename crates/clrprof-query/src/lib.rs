@@ -18,6 +18,19 @@ pub mod timeline;
 pub use clrprof_model::{Metric, Profile, TimeRange};
 pub use select::Threads;
 
+/// Sums of figures that saturate instead of overflowing. The model bounds every ingested value
+/// (`clrprof_model::sanity`), so a plausible trace's sums stay far from `u64::MAX`; a view's sum of
+/// many bounded values is saturated anyway rather than trusted to fit.
+pub(crate) trait SaturatingSum {
+    fn saturating_sum(self) -> u64;
+}
+
+impl<I: Iterator<Item = u64>> SaturatingSum for I {
+    fn saturating_sum(self) -> u64 {
+        self.fold(0, u64::saturating_add)
+    }
+}
+
 /// Why a query cannot be answered. Messages are complete sentences for the user.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QueryError {

@@ -82,12 +82,12 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
         let (b, r) = (at(s.ts), row(&mut rows, p, s.os_tid, n));
         match s.weight {
             SampleWeight::Cpu => {
-                r.cpu_samples[b] += s.count as u64;
-                r.cpu_ns[b] += s.ns;
+                r.cpu_samples[b] = r.cpu_samples[b].saturating_add(s.count as u64);
+                r.cpu_ns[b] = r.cpu_ns[b].saturating_add(s.ns);
             }
             SampleWeight::Wall => {
-                r.wall_samples[b] += s.count as u64;
-                r.wall_ns[b] += s.ns;
+                r.wall_samples[b] = r.wall_samples[b].saturating_add(s.count as u64);
+                r.wall_ns[b] = r.wall_ns[b].saturating_add(s.ns);
             }
         }
     }
@@ -95,7 +95,7 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
     for &(ts, tid) in times.throws.iter().chain(&times.sampled_throws).filter(|(_, tid)| threads.contains(*tid)) {
         row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
     }
-    let mut gc_pause_ns = vec![0; n];
+    let mut gc_pause_ns = vec![0u64; n];
     for &(a, b) in &p.events.times.pauses {
         // Spread each pause over the buckets it spans.
         let mut t = a.max(start);
@@ -103,7 +103,7 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
             let k = at(t);
             let bucket_end = start + (k as u64 + 1) * bucket;
             let stop = b.min(bucket_end).min(end);
-            gc_pause_ns[k] += stop - t;
+            gc_pause_ns[k] = gc_pause_ns[k].saturating_add(stop - t);
             if stop <= t {
                 break;
             }

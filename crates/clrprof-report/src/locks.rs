@@ -29,8 +29,8 @@ pub fn render(p: &Profile) -> String {
     out += &format!("\nthreads ({})\n", t.len());
     out += &t.render();
     let c = &p.events.contentions;
-    let total: u64 = c.iter().map(|s| s.count).sum();
-    let wait: u64 = c.iter().map(|s| s.wait_ns).sum();
+    let total: u64 = c.iter().map(|s| s.count).fold(0, u64::saturating_add);
+    let wait: u64 = c.iter().map(|s| s.wait_ns).fold(0, u64::saturating_add);
     out += &format!("\n{total} Monitor lock contentions, {} ms waited in all\n", ms(wait));
     if c.is_empty() {
         return out;

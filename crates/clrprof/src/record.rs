@@ -328,22 +328,47 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         eprintln!("clrprof: trace written to {} ({})", trace.display(), human_size(size));
         report_sibling_traces(&trace);
     } else if streamed.is_none() {
-        eprintln!(
-            "clrprof: warning: no trace was written to {}: the profiler did not load (is `{}` a .NET program?{})",
-            trace.display(),
-            opts.command[0],
-            if opts.log.is_some() {
-                " see the agent log"
-            } else {
-                " re-run with --log FILE for the agent's diagnostics"
-            }
-        );
+        eprintln!("clrprof: warning: no trace was written to {}: {}", trace.display(), no_trace_cause(opts, &exit));
     }
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c as u8),
         (None, Some(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// Why a run left no trace, as far as `record` can tell: the program was killed by a signal before
+/// the agent loaded (nothing could be written), exited with an error before it loaded, or ran to its
+/// end without loading it (not a .NET program, or the runtime ignored the profiler).
+fn no_trace_cause(opts: &RecordOptions, exit: &ProcessExit) -> String {
+    let program = &opts.command[0];
+    let hint =
+        if opts.log.is_some() { "see the agent log" } else { "re-run with --log FILE for the agent's diagnostics" };
+    match (exit.exit_code, exit.signal) {
+        (_, Some(s)) => format!("`{program}` was killed by signal {s}{} before the profiler loaded", signal_name(s)),
+        (Some(c), _) if c != 0 => format!(
+            "`{program}` exited with code {c} before the profiler loaded (is `{program}` a .NET program? {hint})"
+        ),
+        _ => format!("the profiler did not load (is `{program}` a .NET program? {hint})"),
+    }
+}
+
+/// ` (SIGKILL)` for the signals a process commonly dies of, else nothing.
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        1 => " (SIGHUP)",
+        2 => " (SIGINT)",
+        3 => " (SIGQUIT)",
+        4 => " (SIGILL)",
+        6 => " (SIGABRT)",
+        7 => " (SIGBUS)",
+        8 => " (SIGFPE)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        13 => " (SIGPIPE)",
+        15 => " (SIGTERM)",
+        _ => "",
+    }
 }
 
 /// Tells the collector how the child ended (it appends `ProcessExit` to the run); the run's id,

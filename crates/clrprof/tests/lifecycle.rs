@@ -179,6 +179,41 @@ fn a_target_that_exits_at_once_gives_a_trace() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A program killed before the agent could load (here the shell that would exec the app kills
+/// itself first) leaves no trace, and `record` names that cause rather than asking whether the
+/// program is a .NET one; a program that fails, or ends without loading the agent, is told apart.
+#[test]
+fn a_program_killed_before_the_profiler_loads_is_named_as_such() {
+    let dir = scratch("killed-early");
+    let trace = dir.join("x.clrprof");
+    let run = |cmd: &[&str]| {
+        let mut c = Command::new(clrprof_exe());
+        c.arg("record").arg("-o").arg(&trace).arg("--agent").arg(agent_path()).arg("--").args(cmd);
+        c.output().unwrap()
+    };
+    let app = app_dll("Lifecycle");
+    let out = run(&["sh", "-c", &format!("kill -9 $$; exec dotnet {} quick", app.display())]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let err = text(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "clrprof: warning: no trace was written to {}: `sh` was killed by signal 9 (SIGKILL) before the profiler loaded",
+            trace.display()
+        )
+    );
+    assert!(!trace.exists());
+    let out = run(&["sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    assert!(err.contains(": `sh` exited with code 3 before the profiler loaded (is `sh` a .NET program? "), "{err}");
+    let out = run(&["true"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = text(&out.stderr);
+    assert!(err.contains(": the profiler did not load (is `true` a .NET program? re-run with --log FILE"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn default_trace_name_comes_from_the_program_and_pid() {
     let dir = scratch("default-name");

@@ -76,7 +76,8 @@ fn unix_now_ns() -> u64 {
 }
 
 /// The runtime events the configuration needs (`COR_PRF_MONITOR` low and high words): loads,
-/// JIT compilation and threads always, and what each enabled recorder asks for.
+/// JIT compilation, threads and dynamic method unloads always, and what each enabled recorder
+/// asks for.
 fn event_mask(config: &Config, info: &ProfilerInfo) -> (u32, u32) {
     let mut low = monitor::MODULE_LOADS
         | monitor::ASSEMBLY_LOADS
@@ -90,7 +91,10 @@ fn event_mask(config: &Config, info: &ProfilerInfo) -> (u32, u32) {
     if config.sampling {
         low |= monitor::ENABLE_STACK_SNAPSHOT;
     }
-    let mut high = 0;
+    // `DynamicMethodUnloaded` (callbacks.rs) fires only with this flag: a collected
+    // DynamicMethod's FunctionID (and code address) can be reused by new code, and the trace must
+    // say when the old one died.
+    let mut high = clrprof_sys::high::MONITOR_DYNAMIC_FUNCTION_UNLOADS;
     let (elt_low, elt_high) = crate::elt::Instrumentation::mask(&config.instrument);
     low |= elt_low;
     high |= elt_high;

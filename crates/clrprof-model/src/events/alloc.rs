@@ -137,8 +137,8 @@ impl AllocFacts {
         let mut times: Vec<(u64, u32, u64)> = Vec::new();
         for c in self.counted.iter().filter(|c| range.contains(c.ts)) {
             let e = exact.entry(c.type_name).or_default();
-            e.0 += c.count;
-            e.1 += c.bytes;
+            e.0 = e.0.saturating_add(c.count);
+            e.1 = e.1.saturating_add(c.bytes);
             times.push((c.ts, 0, c.bytes));
         }
         // Per type and per (type, thread, stack): (count estimate, bytes estimate, samples).

@@ -172,8 +172,8 @@ impl ContentionFacts {
                 .find(|n| !n.starts_with("System.Threading."))
                 .unwrap_or_else(|| stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into()));
             let e = by_site.entry(site.clone()).or_insert_with(|| ContentionSite { site, ..Default::default() });
-            e.count += n;
-            e.wait_ns += wait;
+            e.count = e.count.saturating_add(n);
+            e.wait_ns = e.wait_ns.saturating_add(wait);
             e.max_wait_ns = e.max_wait_ns.max(max);
             let ids: Vec<_> = stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
             if let Some(sid) = costs.stacks.intern_stack(&ids) {
