@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use clrprof_model::samples::SampleWeight;
+use clrprof_model::samples::{SampleTime, SampleWeight};
 use clrprof_model::Profile;
 use serde::Serialize;
 
@@ -61,6 +61,18 @@ pub fn default_bucket(span_ns: u64) -> u64 {
 /// The timeline of the profile's span for a thread selection (`bucket_ns` `None`: see
 /// [`default_bucket`]).
 pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timeline {
+    timeline_with(p, threads, bucket_ns, |f| p.samples.iter().for_each(|s| f(SampleTime::from(s))))
+}
+
+/// [`timeline`] with the sample records from `samples` (which calls its argument with each sample
+/// record of the profile's range, in any order) instead of `p.samples`: for a profile built
+/// without them (`ProfileBuilder::profile_untimed`, the records read from the builder).
+pub fn timeline_with(
+    p: &Profile,
+    threads: &Threads,
+    bucket_ns: Option<u64>,
+    samples: impl FnOnce(&mut dyn FnMut(SampleTime)),
+) -> Timeline {
     let (start, end) = p.span();
     let span = end.saturating_sub(start);
     let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span)).max(span.div_ceil(MAX_BUCKETS));
@@ -78,7 +90,10 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
             exceptions: vec![0; n],
         })
     }
-    for s in p.samples.iter().filter(|s| threads.contains(s.os_tid)) {
+    samples(&mut |s: SampleTime| {
+        if !threads.contains(s.os_tid) {
+            return;
+        }
         let (b, r) = (at(s.ts), row(&mut rows, p, s.os_tid, n));
         match s.weight {
             SampleWeight::Cpu => {
@@ -90,7 +105,7 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
                 r.wall_ns[b] += s.ns;
             }
         }
-    }
+    });
     let times = &p.events.times;
     for &(ts, tid) in times.throws.iter().chain(&times.sampled_throws).filter(|(_, tid)| threads.contains(*tid)) {
         row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
