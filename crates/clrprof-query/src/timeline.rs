@@ -78,23 +78,44 @@ pub fn timeline_with(
     let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span)).max(span.div_ceil(MAX_BUCKETS));
     let n = span.div_ceil(bucket).max(1) as usize;
     let at = |ts: u64| (ts.saturating_sub(start) / bucket).min(n as u64 - 1) as usize;
-    let mut rows: BTreeMap<u32, ThreadActivity> = BTreeMap::new();
-    fn row<'a>(rows: &'a mut BTreeMap<u32, ThreadActivity>, p: &Profile, tid: u32, n: usize) -> &'a mut ThreadActivity {
-        rows.entry(tid).or_insert_with(|| ThreadActivity {
-            os_tid: tid,
-            name: select::thread_name(p, tid),
-            cpu_samples: vec![0; n],
-            cpu_ns: vec![0; n],
-            wall_samples: vec![0; n],
-            wall_ns: vec![0; n],
-            exceptions: vec![0; n],
+    // One row per thread, found by OS tid; output in tid order.
+    let mut rows: Vec<ThreadActivity> = Vec::new();
+    let mut index: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut row = |rows: &mut Vec<ThreadActivity>, tid: u32| -> usize {
+        *index.entry(tid).or_insert_with(|| {
+            rows.push(ThreadActivity {
+                os_tid: tid,
+                name: select::thread_name(p, tid),
+                cpu_samples: vec![0; n],
+                cpu_ns: vec![0; n],
+                wall_samples: vec![0; n],
+                wall_ns: vec![0; n],
+                exceptions: vec![0; n],
+            });
+            rows.len() - 1
         })
-    }
+    };
+    // Sample records come in runs of one thread and in time order, mostly: the previous record's
+    // thread (its row, `None`: not selected) and bucket (`[lo, hi)`: its times) are remembered.
+    let mut last_thread: Option<(u32, Option<usize>)> = None;
+    let (mut lo, mut hi, mut last_bucket) = (u64::MAX, 0u64, 0usize);
     samples(&mut |s: SampleTime| {
-        if !threads.contains(s.os_tid) {
-            return;
+        let r = match last_thread {
+            Some((tid, r)) if tid == s.os_tid => r,
+            _ => {
+                let r = threads.contains(s.os_tid).then(|| row(&mut rows, s.os_tid));
+                last_thread = Some((s.os_tid, r));
+                r
+            }
+        };
+        let Some(r) = r else { return };
+        if !(lo <= s.ts && s.ts < hi) {
+            last_bucket = at(s.ts);
+            // The times of that bucket (the last one: all later times); (n - 1) × bucket < span.
+            lo = start + last_bucket as u64 * bucket;
+            hi = if last_bucket + 1 == n { u64::MAX } else { lo.saturating_add(bucket) };
         }
-        let (b, r) = (at(s.ts), row(&mut rows, p, s.os_tid, n));
+        let (b, r) = (last_bucket, &mut rows[r]);
         match s.weight {
             SampleWeight::Cpu => {
                 r.cpu_samples[b] += s.count as u64;
@@ -108,8 +129,10 @@ pub fn timeline_with(
     });
     let times = &p.events.times;
     for &(ts, tid) in times.throws.iter().chain(&times.sampled_throws).filter(|(_, tid)| threads.contains(*tid)) {
-        row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
+        let r = row(&mut rows, tid);
+        rows[r].exceptions[at(ts)] += 1;
     }
+    rows.sort_by_key(|r| r.os_tid);
     let mut gc_pause_ns = vec![0; n];
     for &(a, b) in &p.events.times.pauses {
         // Spread each pause over the buckets it spans.
@@ -131,15 +154,7 @@ pub fn timeline_with(
             gcs[at(g.start_ns)] += 1;
         }
     }
-    Timeline {
-        bucket_ns: bucket,
-        start_ns: start,
-        end_ns: end,
-        buckets: n,
-        threads: rows.into_values().collect(),
-        gc_pause_ns,
-        gcs,
-    }
+    Timeline { bucket_ns: bucket, start_ns: start, end_ns: end, buckets: n, threads: rows, gc_pause_ns, gcs }
 }
 
 #[cfg(test)]
@@ -165,5 +180,49 @@ mod tests {
         let t = timeline(&p, &Threads::all(), Some(1_000_000));
         assert!(t.buckets as u64 <= MAX_BUCKETS && t.gcs.len() == t.buckets, "{} buckets", t.buckets);
         assert!(t.bucket_ns as u128 * t.buckets as u128 >= 1u128 << 62);
+    }
+
+    #[test]
+    fn samples_land_in_their_thread_and_bucket_in_any_order() {
+        use clrprof_model::samples::TimedSample;
+        use clrprof_model::stacks::StackId;
+        use clrprof_model::TimeRange;
+        // Runs of a thread, out of time order, times before and after the window (first and last
+        // bucket), a thread left out of the selection.
+        let mut p = Profile::default();
+        p.process.duration_ns = 10_000;
+        p.range = TimeRange::new(1_000, 9_000);
+        let mut x: u64 = 12345;
+        for i in 0..5_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let ts = if i % 3 == 0 { (x >> 33) % 11_000 } else { 1_000 + i * 8_000 / 5_000 };
+            let os_tid = [7, 7, 7, 9, 9, 4][((x >> 20) % 6) as usize];
+            let weight = if x & 1 == 0 { SampleWeight::Cpu } else { SampleWeight::Wall };
+            p.samples.push(TimedSample {
+                ts,
+                os_tid,
+                stack: StackId(0),
+                weight,
+                count: 1 + (x >> 50) as u32 % 3,
+                ns: x >> 40,
+            });
+        }
+        let threads = Threads::only(vec![7, 9]);
+        let t = timeline(&p, &threads, Some(700));
+        assert_eq!((t.start_ns, t.bucket_ns, t.buckets), (1_000, 700, 12));
+        assert_eq!(t.threads.iter().map(|r| r.os_tid).collect::<Vec<_>>(), vec![7, 9]);
+        for r in &t.threads {
+            for (k, weight) in [(0, SampleWeight::Cpu), (1, SampleWeight::Wall)] {
+                let (mut count, mut ns) = (vec![0u64; 12], vec![0u64; 12]);
+                for s in p.samples.iter().filter(|s| s.os_tid == r.os_tid && s.weight == weight) {
+                    let b = (s.ts.saturating_sub(1_000) / 700).min(11) as usize;
+                    count[b] += s.count as u64;
+                    ns[b] += s.ns;
+                }
+                let (c, n) = if k == 0 { (&r.cpu_samples, &r.cpu_ns) } else { (&r.wall_samples, &r.wall_ns) };
+                assert_eq!((c, n), (&count, &ns), "thread {} {weight:?}", r.os_tid);
+                assert!(count[0] > 0 && count[11] > 0 && count[5] > 0);
+            }
+        }
     }
 }
