@@ -95,16 +95,20 @@ pub fn timeline_with(
             rows.len() - 1
         })
     };
-    // Sample records come in runs of one thread and in time order, mostly: the previous record's
-    // thread (its row, `None`: not selected) and bucket (`[lo, hi)`: its times) are remembered.
-    let mut last_thread: Option<(u32, Option<usize>)> = None;
+    // Sample records come in time order and from few threads, mostly: the rows of the first
+    // threads seen (`None`: not selected) are looked up in a short list, and the previous record's
+    // bucket (`[lo, hi)`: its times) is remembered.
+    const RECENT: usize = 16;
+    let mut recent: Vec<(u32, Option<usize>)> = Vec::with_capacity(RECENT);
     let (mut lo, mut hi, mut last_bucket) = (u64::MAX, 0u64, 0usize);
     samples(&mut |s: SampleTime| {
-        let r = match last_thread {
-            Some((tid, r)) if tid == s.os_tid => r,
-            _ => {
+        let r = match recent.iter().find(|(tid, _)| *tid == s.os_tid) {
+            Some(&(_, r)) => r,
+            None => {
                 let r = threads.contains(s.os_tid).then(|| row(&mut rows, s.os_tid));
-                last_thread = Some((s.os_tid, r));
+                if recent.len() < RECENT {
+                    recent.push((s.os_tid, r));
+                }
                 r
             }
         };
@@ -187,8 +191,8 @@ mod tests {
         use clrprof_model::samples::TimedSample;
         use clrprof_model::stacks::StackId;
         use clrprof_model::TimeRange;
-        // Runs of a thread, out of time order, times before and after the window (first and last
-        // bucket), a thread left out of the selection.
+        // Threads interleaved, out of time order, times before and after the window (first and
+        // last bucket), threads left out of the selection.
         let mut p = Profile::default();
         p.process.duration_ns = 10_000;
         p.range = TimeRange::new(1_000, 9_000);
@@ -196,7 +200,9 @@ mod tests {
         for i in 0..5_000u64 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let ts = if i % 3 == 0 { (x >> 33) % 11_000 } else { 1_000 + i * 8_000 / 5_000 };
-            let os_tid = [7, 7, 7, 9, 9, 4][((x >> 20) % 6) as usize];
+            // Past the short list of threads too (30 more).
+            let os_tid =
+                if i % 7 == 0 { 100 + (x >> 10) as u32 % 30 } else { [7, 7, 7, 9, 9, 4][((x >> 20) % 6) as usize] };
             let weight = if x & 1 == 0 { SampleWeight::Cpu } else { SampleWeight::Wall };
             p.samples.push(TimedSample {
                 ts,
@@ -207,10 +213,10 @@ mod tests {
                 ns: x >> 40,
             });
         }
-        let threads = Threads::only(vec![7, 9]);
+        let threads = Threads::only(vec![7, 9, 105, 120]);
         let t = timeline(&p, &threads, Some(700));
         assert_eq!((t.start_ns, t.bucket_ns, t.buckets), (1_000, 700, 12));
-        assert_eq!(t.threads.iter().map(|r| r.os_tid).collect::<Vec<_>>(), vec![7, 9]);
+        assert_eq!(t.threads.iter().map(|r| r.os_tid).collect::<Vec<_>>(), vec![7, 9, 105, 120]);
         for r in &t.threads {
             for (k, weight) in [(0, SampleWeight::Cpu), (1, SampleWeight::Wall)] {
                 let (mut count, mut ns) = (vec![0u64; 12], vec![0u64; 12]);
@@ -221,7 +227,8 @@ mod tests {
                 }
                 let (c, n) = if k == 0 { (&r.cpu_samples, &r.cpu_ns) } else { (&r.wall_samples, &r.wall_ns) };
                 assert_eq!((c, n), (&count, &ns), "thread {} {weight:?}", r.os_tid);
-                assert!(count[0] > 0 && count[11] > 0 && count[5] > 0);
+                assert!(r.os_tid > 9 || (count[0] > 0 && count[11] > 0 && count[5] > 0));
+                assert!(count.iter().sum::<u64>() > 0);
             }
         }
     }
