@@ -351,7 +351,21 @@ impl ProfileBuilder {
     /// naming native frames through `symbols`. The builder is left as it was: add more records and
     /// ask again.
     pub fn profile(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
-        self.build(range, symbols, None)
+        self.build(range, symbols, None, true)
+    }
+
+    /// [`profile`](Self::profile) without the per-sample records (`samples` left empty; costs,
+    /// sampling totals and everything else the same): for a caller that keeps the builder and
+    /// reads them with [`each_sample`](Self::each_sample) rather than hold them twice.
+    pub fn profile_untimed(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        self.build(range, symbols, None, false)
+    }
+
+    /// Calls `f` with each sample record added so far inside `range`, in trace order: the records
+    /// [`profile`](Self::profile) puts in `samples` (there sorted by time and thread), less their
+    /// stacks. Records dropped by [`forget_before`](Self::forget_before) are not seen.
+    pub fn each_sample(&self, range: TimeRange, f: impl FnMut(crate::samples::SampleTime)) {
+        self.samples.each_sample(range, f)
     }
 
     /// The profile of all records added, limited to `range`, consuming the builder: the same
@@ -359,7 +373,7 @@ impl ProfileBuilder {
     /// records (for one-shot readers of large traces).
     pub fn into_profile(mut self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
         let events = self.samples.take_events();
-        self.build(range, symbols, Some(events))
+        self.build(range, symbols, Some(events), true)
     }
 
     fn build(
@@ -367,6 +381,7 @@ impl ProfileBuilder {
         range: TimeRange,
         symbols: &mut dyn NativeSymbols,
         sample_events: Option<Vec<crate::samples::SampleEvent>>,
+        timed: bool,
     ) -> Profile {
         let mut p = Profile::default();
         p.process = self.p.process.clone();
@@ -409,7 +424,7 @@ impl ProfileBuilder {
         p.index();
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
-        self.samples.resolve_with(&mut p, symbols, range, sample_events);
+        self.samples.resolve_with(&mut p, symbols, range, sample_events, timed);
         self.events.finish(&mut p, range);
         name_frames(&mut p);
         p

@@ -133,6 +133,23 @@ pub struct TimedSample {
     pub ns: u64,
 }
 
+/// A sample record without its stack (what the timeline needs): see
+/// [`ProfileBuilder::each_sample`](crate::ProfileBuilder::each_sample).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SampleTime {
+    pub ts: u64,
+    pub os_tid: u32,
+    pub weight: SampleWeight,
+    pub count: u32,
+    pub ns: u64,
+}
+
+impl From<&TimedSample> for SampleTime {
+    fn from(s: &TimedSample) -> SampleTime {
+        SampleTime { ts: s.ts, os_tid: s.os_tid, weight: s.weight, count: s.count, ns: s.ns }
+    }
+}
+
 /// Sampling records collected while reading a trace (resolved when a profile is taken).
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
@@ -263,7 +280,15 @@ impl SampleData {
     /// Adds the samples inside `range` to `p.costs` and `p.samples`, and fills `p.sampling`
     /// (sample counts and times of the window; the sampler's counters of the whole run).
     pub fn resolve(&self, p: &mut Profile, symbols: &mut dyn NativeSymbols, range: TimeRange) {
-        self.resolve_with(p, symbols, range, None)
+        self.resolve_with(p, symbols, range, None, true)
+    }
+
+    /// Calls `f` with each sample record inside `range` kept here, in trace order: the records a
+    /// profile of `range` holds in `samples` (there sorted by time and thread), less their stacks.
+    pub fn each_sample(&self, range: TimeRange, mut f: impl FnMut(SampleTime)) {
+        for e in self.events.iter().filter(|e| range.contains(e.ts)) {
+            f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
+        }
     }
 
     /// The sample records read so far, taken out (for a builder consumed by its last profile: the
@@ -273,13 +298,15 @@ impl SampleData {
     }
 
     /// [`resolve`](Self::resolve) over `owned` (records taken with [`take_events`](Self::take_events))
-    /// or, when `None`, over the records kept here.
+    /// or, when `None`, over the records kept here; `with_samples` false leaves `p.samples` empty (the
+    /// costs and totals are the same).
     pub(crate) fn resolve_with(
         &self,
         p: &mut Profile,
         symbols: &mut dyn NativeSymbols,
         range: TimeRange,
         owned: Option<Vec<SampleEvent>>,
+        with_samples: bool,
     ) {
         let events: &[SampleEvent] = owned.as_deref().unwrap_or(&self.events);
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
@@ -376,6 +403,7 @@ impl SampleData {
             Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
         };
         p.samples = match owned {
+            _ if !with_samples => Vec::new(),
             // Same size as a `SampleEvent`: collected in place, in the records' memory.
             Some(v) => v.into_iter().filter(|e| range.contains(e.ts)).filter_map(|e| timed(&e)).collect(),
             None => self.events.iter().filter(|e| range.contains(e.ts)).filter_map(timed).collect(),
@@ -836,6 +864,18 @@ mod tests {
             assert!(a.samples.is_sorted_by_key(|s| (s.ts, s.os_tid)));
             let n = if range.is_all() { 6 } else { 4 };
             assert_eq!(a.samples.len(), n, "every sample record of the window, {range:?}");
+            // Without the timed samples: the same profile otherwise, and `each_sample` yields them
+            // (in trace order: compared sorted as the profile's are).
+            let u = kept.profile_untimed(range, &mut NoSymbols);
+            assert!(u.samples.is_empty());
+            assert_eq!(format!("{:?}", u.costs.stacks.nodes), format!("{:?}", a.costs.stacks.nodes));
+            assert_eq!(format!("{:?}", per_thread(&u)), format!("{:?}", per_thread(&a)));
+            assert_eq!(u.sampling, a.sampling);
+            let mut each = Vec::new();
+            kept.each_sample(range, |s| each.push(s));
+            each.sort_by_key(|s| (s.ts, s.os_tid));
+            let want: Vec<SampleTime> = a.samples.iter().map(SampleTime::from).collect();
+            assert_eq!(each, want, "{range:?}");
         }
     }
 

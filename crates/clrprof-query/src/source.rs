@@ -179,6 +179,28 @@ impl Loader {
         }
     }
 
+    /// [`profile`](Self::profile) without the sample records in `samples` when they can be read with
+    /// [`each_sample`](Self::each_sample) (`ProfileBuilder::profile_untimed`); an imported file's
+    /// profile whole.
+    pub fn profile_untimed(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
+        match &self.imported {
+            Some((_, p)) => p.clone(),
+            None => self.builder.profile_untimed(range, symbols),
+        }
+    }
+
+    /// Calls `f` with each sample record read inside `range` (`ProfileBuilder::each_sample`) and
+    /// returns true; false for an imported file (its profile's `samples` hold them).
+    pub fn each_sample(&self, range: TimeRange, f: impl FnMut(clrprof_model::samples::SampleTime)) -> bool {
+        match &self.imported {
+            Some(_) => false,
+            None => {
+                self.builder.each_sample(range, f);
+                true
+            }
+        }
+    }
+
     /// [`profile`](Self::profile), consuming the loader: the profile reuses the memory of the
     /// records read instead of copying them (for one-shot readers such as `report`).
     pub fn into_profile(self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {

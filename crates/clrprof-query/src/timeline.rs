@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use clrprof_model::samples::SampleWeight;
+use clrprof_model::samples::{SampleTime, SampleWeight};
 use clrprof_model::Profile;
 use serde::Serialize;
 
@@ -61,25 +61,65 @@ pub fn default_bucket(span_ns: u64) -> u64 {
 /// The timeline of the profile's span for a thread selection (`bucket_ns` `None`: see
 /// [`default_bucket`]).
 pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timeline {
+    timeline_with(p, threads, bucket_ns, |f| p.samples.iter().for_each(|s| f(SampleTime::from(s))))
+}
+
+/// [`timeline`] with the sample records from `samples` (which calls its argument with each sample
+/// record of the profile's range, in any order) instead of `p.samples`: for a profile built
+/// without them (`ProfileBuilder::profile_untimed`, the records read from the builder).
+pub fn timeline_with(
+    p: &Profile,
+    threads: &Threads,
+    bucket_ns: Option<u64>,
+    samples: impl FnOnce(&mut dyn FnMut(SampleTime)),
+) -> Timeline {
     let (start, end) = p.span();
     let span = end.saturating_sub(start);
     let bucket = bucket_ns.filter(|&b| b > 0).unwrap_or_else(|| default_bucket(span)).max(span.div_ceil(MAX_BUCKETS));
     let n = span.div_ceil(bucket).max(1) as usize;
     let at = |ts: u64| (ts.saturating_sub(start) / bucket).min(n as u64 - 1) as usize;
-    let mut rows: BTreeMap<u32, ThreadActivity> = BTreeMap::new();
-    fn row<'a>(rows: &'a mut BTreeMap<u32, ThreadActivity>, p: &Profile, tid: u32, n: usize) -> &'a mut ThreadActivity {
-        rows.entry(tid).or_insert_with(|| ThreadActivity {
-            os_tid: tid,
-            name: select::thread_name(p, tid),
-            cpu_samples: vec![0; n],
-            cpu_ns: vec![0; n],
-            wall_samples: vec![0; n],
-            wall_ns: vec![0; n],
-            exceptions: vec![0; n],
+    // One row per thread, found by OS tid; output in tid order.
+    let mut rows: Vec<ThreadActivity> = Vec::new();
+    let mut index: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut row = |rows: &mut Vec<ThreadActivity>, tid: u32| -> usize {
+        *index.entry(tid).or_insert_with(|| {
+            rows.push(ThreadActivity {
+                os_tid: tid,
+                name: select::thread_name(p, tid),
+                cpu_samples: vec![0; n],
+                cpu_ns: vec![0; n],
+                wall_samples: vec![0; n],
+                wall_ns: vec![0; n],
+                exceptions: vec![0; n],
+            });
+            rows.len() - 1
         })
-    }
-    for s in p.samples.iter().filter(|s| threads.contains(s.os_tid)) {
-        let (b, r) = (at(s.ts), row(&mut rows, p, s.os_tid, n));
+    };
+    // Sample records come in time order and from few threads, mostly: the rows of the first
+    // threads seen (`None`: not selected) are looked up in a short list, and the previous record's
+    // bucket (`[lo, hi)`: its times) is remembered.
+    const RECENT: usize = 16;
+    let mut recent: Vec<(u32, Option<usize>)> = Vec::with_capacity(RECENT);
+    let (mut lo, mut hi, mut last_bucket) = (u64::MAX, 0u64, 0usize);
+    samples(&mut |s: SampleTime| {
+        let r = match recent.iter().find(|(tid, _)| *tid == s.os_tid) {
+            Some(&(_, r)) => r,
+            None => {
+                let r = threads.contains(s.os_tid).then(|| row(&mut rows, s.os_tid));
+                if recent.len() < RECENT {
+                    recent.push((s.os_tid, r));
+                }
+                r
+            }
+        };
+        let Some(r) = r else { return };
+        if !(lo <= s.ts && s.ts < hi) {
+            last_bucket = at(s.ts);
+            // The times of that bucket (the last one: all later times); (n - 1) × bucket < span.
+            lo = start + last_bucket as u64 * bucket;
+            hi = if last_bucket + 1 == n { u64::MAX } else { lo.saturating_add(bucket) };
+        }
+        let (b, r) = (last_bucket, &mut rows[r]);
         match s.weight {
             SampleWeight::Cpu => {
                 r.cpu_samples[b] = r.cpu_samples[b].saturating_add(s.count as u64);
@@ -90,11 +130,13 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
                 r.wall_ns[b] = r.wall_ns[b].saturating_add(s.ns);
             }
         }
-    }
+    });
     let times = &p.events.times;
     for &(ts, tid) in times.throws.iter().chain(&times.sampled_throws).filter(|(_, tid)| threads.contains(*tid)) {
-        row(&mut rows, p, tid, n).exceptions[at(ts)] += 1;
+        let r = row(&mut rows, tid);
+        rows[r].exceptions[at(ts)] += 1;
     }
+    rows.sort_by_key(|r| r.os_tid);
     let mut gc_pause_ns = vec![0u64; n];
     for &(a, b) in &p.events.times.pauses {
         // Spread each pause over the buckets it spans.
@@ -116,15 +158,7 @@ pub fn timeline(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Timel
             gcs[at(g.start_ns)] += 1;
         }
     }
-    Timeline {
-        bucket_ns: bucket,
-        start_ns: start,
-        end_ns: end,
-        buckets: n,
-        threads: rows.into_values().collect(),
-        gc_pause_ns,
-        gcs,
-    }
+    Timeline { bucket_ns: bucket, start_ns: start, end_ns: end, buckets: n, threads: rows, gc_pause_ns, gcs }
 }
 
 #[cfg(test)]
@@ -150,5 +184,52 @@ mod tests {
         let t = timeline(&p, &Threads::all(), Some(1_000_000));
         assert!(t.buckets as u64 <= MAX_BUCKETS && t.gcs.len() == t.buckets, "{} buckets", t.buckets);
         assert!(t.bucket_ns as u128 * t.buckets as u128 >= 1u128 << 62);
+    }
+
+    #[test]
+    fn samples_land_in_their_thread_and_bucket_in_any_order() {
+        use clrprof_model::samples::TimedSample;
+        use clrprof_model::stacks::StackId;
+        use clrprof_model::TimeRange;
+        // Threads interleaved, out of time order, times before and after the window (first and
+        // last bucket), threads left out of the selection.
+        let mut p = Profile::default();
+        p.process.duration_ns = 10_000;
+        p.range = TimeRange::new(1_000, 9_000);
+        let mut x: u64 = 12345;
+        for i in 0..5_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let ts = if i % 3 == 0 { (x >> 33) % 11_000 } else { 1_000 + i * 8_000 / 5_000 };
+            // Past the short list of threads too (30 more).
+            let os_tid =
+                if i % 7 == 0 { 100 + (x >> 10) as u32 % 30 } else { [7, 7, 7, 9, 9, 4][((x >> 20) % 6) as usize] };
+            let weight = if x & 1 == 0 { SampleWeight::Cpu } else { SampleWeight::Wall };
+            p.samples.push(TimedSample {
+                ts,
+                os_tid,
+                stack: StackId(0),
+                weight,
+                count: 1 + (x >> 50) as u32 % 3,
+                ns: x >> 40,
+            });
+        }
+        let threads = Threads::only(vec![7, 9, 105, 120]);
+        let t = timeline(&p, &threads, Some(700));
+        assert_eq!((t.start_ns, t.bucket_ns, t.buckets), (1_000, 700, 12));
+        assert_eq!(t.threads.iter().map(|r| r.os_tid).collect::<Vec<_>>(), vec![7, 9, 105, 120]);
+        for r in &t.threads {
+            for (k, weight) in [(0, SampleWeight::Cpu), (1, SampleWeight::Wall)] {
+                let (mut count, mut ns) = (vec![0u64; 12], vec![0u64; 12]);
+                for s in p.samples.iter().filter(|s| s.os_tid == r.os_tid && s.weight == weight) {
+                    let b = (s.ts.saturating_sub(1_000) / 700).min(11) as usize;
+                    count[b] += s.count as u64;
+                    ns[b] += s.ns;
+                }
+                let (c, n) = if k == 0 { (&r.cpu_samples, &r.cpu_ns) } else { (&r.wall_samples, &r.wall_ns) };
+                assert_eq!((c, n), (&count, &ns), "thread {} {weight:?}", r.os_tid);
+                assert!(r.os_tid > 9 || (count[0] > 0 && count[11] > 0 && count[5] > 0));
+                assert!(count.iter().sum::<u64>() > 0);
+            }
+        }
     }
 }

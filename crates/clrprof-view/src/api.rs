@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use clrprof_model::samples::SampleTime;
 use clrprof_model::{Metric, Profile, TimeRange};
 use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
 use clrprof_query::select::{self, Threads};
@@ -13,6 +14,19 @@ use serde_json::{json, Value};
 /// Where profiles come from: the trace (and a baseline) computed for a time range.
 pub trait ProfileSource: Send + Sync {
     fn profile(&self, range: TimeRange) -> Profile;
+
+    /// The profile of `range`, its `samples` left empty if [`each_sample`](Self::each_sample)
+    /// yields them (the viewer reads them for the timeline only; a source that keeps its records
+    /// then holds them once, not twice). By default [`profile`](Self::profile).
+    fn profile_untimed(&self, range: TimeRange) -> Profile {
+        self.profile(range)
+    }
+
+    /// Calls `f` with each sample record inside `range` and returns true, or returns false having
+    /// called nothing (the default): the profiles carry their samples.
+    fn each_sample(&self, _range: TimeRange, _f: &mut dyn FnMut(SampleTime)) -> bool {
+        false
+    }
 }
 
 /// A request the API cannot answer: HTTP status and a one-line message.
@@ -149,8 +163,10 @@ impl Loaded {
         source: Box<dyn ProfileSource>,
         baseline: Option<(String, Box<dyn ProfileSource>)>,
     ) -> Loaded {
-        let whole = Arc::new(source.profile(TimeRange::ALL));
-        let whole_baseline = baseline.as_ref().map(|(_, b)| Arc::new(b.profile(TimeRange::ALL)));
+        // Without their timed samples where the source yields them: the timeline reads them from
+        // the source, nothing else here needs them.
+        let whole = Arc::new(source.profile_untimed(TimeRange::ALL));
+        let whole_baseline = baseline.as_ref().map(|(_, b)| Arc::new(b.profile_untimed(TimeRange::ALL)));
         Loaded {
             trace_name,
             source,
@@ -203,10 +219,13 @@ impl Loaded {
             return Ok(p);
         }
         let p = Arc::new(match side {
-            Side::Trace => self.source.profile(range),
-            Side::Baseline => {
-                self.baseline.as_ref().ok_or_else(|| bad("no baseline: start with --baseline OLD"))?.1.profile(range)
-            }
+            Side::Trace => self.source.profile_untimed(range),
+            Side::Baseline => self
+                .baseline
+                .as_ref()
+                .ok_or_else(|| bad("no baseline: start with --baseline OLD"))?
+                .1
+                .profile_untimed(range),
         });
         self.profiles.lock().unwrap_or_else(|e| e.into_inner()).put((side, range), p.clone());
         Ok(p)
@@ -371,7 +390,11 @@ impl Loaded {
         let (start, end) = p.span();
         let buckets = q.num::<u64>("buckets", 200)?.clamp(1, 2000);
         let bucket = (end.saturating_sub(start)).div_ceil(buckets).max(1);
-        let t = clrprof_query::timeline::timeline(p, &Threads::all(), Some(bucket));
+        let t = clrprof_query::timeline::timeline_with(p, &Threads::all(), Some(bucket), |f| {
+            if !self.source.each_sample(TimeRange::ALL, f) {
+                p.samples.iter().for_each(|s| f(SampleTime::from(s)));
+            }
+        });
         let n = t.buckets;
         let at = |ts: u64| (ts.saturating_sub(t.start_ns) / t.bucket_ns).min(n as u64 - 1) as usize;
         let mut exceptions = vec![0u64; n];
@@ -418,6 +441,8 @@ impl Loaded {
         if let Some(d) = self.docs.lock().unwrap_or_else(|e| e.into_inner()).get(&range) {
             return Ok(d);
         }
+        // (Only the document's tables are served: its timeline, without the samples of an untimed
+        // profile, is not.)
         let p = self.profile(Side::Trace, range)?;
         let doc = clrprof_query::document::document(&p, &Threads::all(), None);
         let v = Arc::new(serde_json::to_value(&doc).map_err(|e| ApiError { status: 500, message: e.to_string() })?);
@@ -774,6 +799,28 @@ mod tests {
         }
     }
 
+    /// A read trace whose profiles carry their samples (`untimed` false) or leave them to
+    /// `each_sample` (true).
+    struct Built(ProfileBuilder, bool);
+
+    impl ProfileSource for Built {
+        fn profile(&self, range: TimeRange) -> Profile {
+            self.0.profile(range, &mut NoSymbols)
+        }
+        fn profile_untimed(&self, range: TimeRange) -> Profile {
+            match self.1 {
+                true => self.0.profile_untimed(range, &mut NoSymbols),
+                false => self.profile(range),
+            }
+        }
+        fn each_sample(&self, range: TimeRange, f: &mut dyn FnMut(SampleTime)) -> bool {
+            self.1 && {
+                self.0.each_sample(range, f);
+                true
+            }
+        }
+    }
+
     fn params(kv: &[(&str, &str)]) -> Params {
         Params(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
     }
@@ -838,5 +885,51 @@ mod tests {
         );
         assert!(t.handle("runs", &params(&[])).unwrap()["store"].is_null());
         assert_eq!(t.handle("status", &params(&[("run", "1")])).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn untimed_profiles_answer_as_timed_ones() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/traces/v1/sampled.clrprof");
+        let bytes = std::fs::read(path).unwrap();
+        let built = || {
+            let mut d = StreamDecoder::new();
+            let mut out = Vec::new();
+            d.push(&bytes, &mut out).unwrap();
+            let mut b = ProfileBuilder::new();
+            out.iter().for_each(|r| b.add(r));
+            b
+        };
+        let timed = Session::new("t".into(), Box::new(Built(built(), false)), None);
+        let untimed = Session::new("t".into(), Box::new(Built(built(), true)), None);
+        let whole = built().profile(TimeRange::ALL, &mut NoSymbols);
+        assert!(!whole.samples.is_empty());
+        let (start, end) = whole.span();
+        let (a, b) = ((start + (end - start) / 4).to_string(), (start + (end - start) / 2).to_string());
+        let asks: Vec<(&str, Vec<(&str, &str)>)> = vec![
+            ("meta", vec![]),
+            ("timeline", vec![("buckets", "50")]),
+            ("timeline", vec![("buckets", "2000")]),
+            ("timeline", vec![]),
+            ("hotspots", vec![("w", "cpu"), ("limit", "1000")]),
+            ("hotspots", vec![("w", "wall"), ("from", &a), ("to", &b)]),
+            ("tree", vec![("w", "cpu"), ("threads", "each")]),
+            ("flame", vec![("w", "cpu"), ("width", "1400"), ("from", &a), ("to", &b)]),
+            ("table", vec![("name", "threads")]),
+            ("table", vec![("name", "functions"), ("from", &a), ("to", &b)]),
+        ];
+        for (what, kv) in &asks {
+            let (x, y) = (timed.handle(what, &params(kv)).unwrap(), untimed.handle(what, &params(kv)).unwrap());
+            assert_eq!(x, y, "{what} {kv:?}");
+        }
+        // The timeline holds every sample of the trace (not an empty answer twice).
+        let tl = untimed.handle("timeline", &params(&[("buckets", "50")])).unwrap();
+        let cpu: u64 = tl["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|t| t["cpu_ns"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
+            .sum();
+        assert_eq!(cpu, whole.sampling.cpu_ns);
+        assert!(cpu > 0);
     }
 }

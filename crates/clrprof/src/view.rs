@@ -47,6 +47,20 @@ impl ProfileSource for LoadedSource {
             self.loader.profile(range, &mut NoSymbols)
         }
     }
+
+    // The viewer keeps the loader's sample records: its profiles need no second copy of them.
+    fn profile_untimed(&self, range: TimeRange) -> Profile {
+        if self.native_symbols {
+            self.loader
+                .profile_untimed(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
+        } else {
+            self.loader.profile_untimed(range, &mut NoSymbols)
+        }
+    }
+
+    fn each_sample(&self, range: TimeRange, f: &mut dyn FnMut(clrprof_model::samples::SampleTime)) -> bool {
+        self.loader.each_sample(range, f)
+    }
 }
 
 fn describe(label: &str, e: LoadError) -> anyhow::Error {
