@@ -74,6 +74,9 @@ fn main() {
     emit(&mut out, &head, &mut written);
     emit(&mut out, &defs, &mut written);
     let all = base as usize + n_stacks;
+    // A sample every 100-200 µs on one of the trace's threads, each standing for 100 µs: every
+    // thread's CPU and wall time stays within its run (a reader clamps impossible claims).
+    const SAMPLE_NS: u64 = 100_000;
     let mut ts = 0u64;
     let mut batch = Vec::with_capacity(4096);
     while written < target {
@@ -83,9 +86,9 @@ fn main() {
             let os_tid = tids[rng.below(tids.len())];
             let stack = rng.below(all) as u32;
             if rng.below(3) == 0 {
-                batch.push(Record::WallSample(WallSample { ts, os_tid, stack, count: 1, wall_ns: 10_000_000 }));
+                batch.push(Record::WallSample(WallSample { ts, os_tid, stack, count: 1, wall_ns: SAMPLE_NS }));
             } else {
-                batch.push(Record::CpuSample(CpuSample { ts, os_tid, stack, count: 1, cpu_ns: 10_000_000 }));
+                batch.push(Record::CpuSample(CpuSample { ts, os_tid, stack, count: 1, cpu_ns: SAMPLE_NS }));
             }
         }
         emit(&mut out, &batch, &mut written);
