@@ -87,9 +87,15 @@ pub fn parse_reply(b: &[u8]) -> Result<Result<u32, u32>, String> {
     }
 }
 
-/// The diagnostics socket of `pid` in `dir`: `dotnet-diagnostic-{pid}-{key}-socket`, the newest
-/// when several exist.
+/// The diagnostics socket of `pid` in `dir`: `dotnet-diagnostic-{pid}-{key}-socket`. The key is
+/// the process's start time (jiffies since boot, `/proc/{pid}/stat` field 22), so a socket left by an
+/// earlier process with the same (reused) pid is told apart: it is never chosen. Without a readable
+/// start time, the newest socket of the pid.
 pub fn find_socket(dir: &Path, pid: u32) -> Option<PathBuf> {
+    find_socket_with_key(dir, pid, start_time(pid))
+}
+
+fn find_socket_with_key(dir: &Path, pid: u32, key: Option<u64>) -> Option<PathBuf> {
     let prefix = format!("dotnet-diagnostic-{pid}-");
     let mut best: Option<(SystemTime, PathBuf)> = None;
     for e in std::fs::read_dir(dir).ok()?.flatten() {
@@ -98,12 +104,26 @@ pub fn find_socket(dir: &Path, pid: u32) -> Option<PathBuf> {
         if rest.is_empty() || !rest.bytes().all(|c| c.is_ascii_digit()) {
             continue;
         }
+        match key {
+            Some(k) if rest.parse::<u64>().ok() == Some(k) => return Some(e.path()),
+            Some(_) => continue,
+            None => {}
+        }
         let t = e.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
         if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
             best = Some((t, e.path()));
         }
     }
     best.map(|(_, p)| p)
+}
+
+/// A process's start time in jiffies since boot (`/proc/{pid}/stat` field 22), the runtime's
+/// disambiguation key of its diagnostics socket.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: comm may hold spaces and parentheses; fields resume after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// How sending a command failed before the runtime answered.
@@ -175,5 +195,35 @@ mod tests {
         err[20..24].copy_from_slice(&hr::PROFILER_ALREADY_ACTIVE.to_le_bytes());
         assert_eq!(parse_reply(&err), Ok(Err(hr::PROFILER_ALREADY_ACTIVE)));
         assert!(parse_reply(&ok[..10]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod socket_tests {
+    use super::*;
+
+    #[test]
+    fn a_stale_socket_of_a_reused_pid_is_never_chosen() {
+        let dir = std::env::temp_dir().join(format!("clrprof-ipc-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in
+            ["dotnet-diagnostic-42-100-socket", "dotnet-diagnostic-42-200-socket", "dotnet-diagnostic-420-300-socket"]
+        {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let found =
+            |key| find_socket_with_key(&dir, 42, key).map(|p| p.file_name().unwrap().to_string_lossy().into_owned());
+        assert_eq!(found(Some(100)).as_deref(), Some("dotnet-diagnostic-42-100-socket"));
+        assert_eq!(found(Some(200)).as_deref(), Some("dotnet-diagnostic-42-200-socket"));
+        assert_eq!(found(Some(300)), None, "only other processes' sockets");
+        assert!(found(None).is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_start_time_of_this_process_is_read() {
+        let t = start_time(std::process::id()).expect("readable /proc/self/stat");
+        assert!(t > 0);
     }
 }
