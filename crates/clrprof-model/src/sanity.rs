@@ -76,6 +76,16 @@ impl Sanity {
         }
     }
 
+    /// The part of `ns` (CPU or wall time, chosen by `which`) that thread `tid` can still claim at
+    /// `ts`: all it claims stays within its run so far (`ts` + [`SLACK_NS`]). The part is claimed.
+    fn claim(&mut self, tid: u32, ts: u64, ns: u64, which: fn(&mut (u64, u64)) -> &mut u64) -> u64 {
+        let budget = ts.saturating_add(SLACK_NS);
+        let claimed = which(self.claimed(tid));
+        let ns = ns.min(budget.saturating_sub(*claimed));
+        *claimed = claimed.saturating_add(ns);
+        ns
+    }
+
     /// Whether a timestamp is plausible (noted as `what` if not).
     fn ts_ok(&mut self, ts: u64, what: &'static str) -> bool {
         if ts > MAX_TRACE_NS {
@@ -190,11 +200,7 @@ impl Sanity {
                 if !self.ts_ok(s.ts, DROPPED) {
                     return None;
                 }
-                let budget = s.ts.saturating_add(SLACK_NS);
-                let claimed = self.claimed(s.os_tid);
-                let room = budget.saturating_sub(claimed.0);
-                let ns = s.cpu_ns.min(room);
-                claimed.0 = claimed.0.saturating_add(ns);
+                let ns = self.claim(s.os_tid, s.ts, s.cpu_ns, |c| &mut c.0);
                 if ns == s.cpu_ns {
                     return Some(Cow::Borrowed(r));
                 }
@@ -207,11 +213,7 @@ impl Sanity {
                 if !self.ts_ok(s.ts, DROPPED) {
                     return None;
                 }
-                let budget = s.ts.saturating_add(SLACK_NS);
-                let claimed = self.claimed(s.os_tid);
-                let room = budget.saturating_sub(claimed.1);
-                let ns = s.wall_ns.min(room);
-                claimed.1 = claimed.1.saturating_add(ns);
+                let ns = self.claim(s.os_tid, s.ts, s.wall_ns, |c| &mut c.1);
                 if ns == s.wall_ns {
                     return Some(Cow::Borrowed(r));
                 }
