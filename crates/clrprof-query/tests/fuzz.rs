@@ -101,29 +101,54 @@ fn exercise(bytes: Vec<u8>) {
 
 #[test]
 fn damaged_traces_never_panic() {
-    let iterations: usize = std::env::var("CLRPROF_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    // `CLRPROF_FUZZ_SEED` (hex) runs another series, as in the reader's long mode.
+    fuzz_series(Series {
+        what: "pipeline fuzz",
+        iterations_var: "CLRPROF_FUZZ_ITERATIONS",
+        iterations: 40,
+        seed: 0x5eed_c1a7_0f00_d001,
+        progress_every: 1_000,
+        saved_as: "clrprof-fuzz",
+        run: exercise,
+    });
+}
+
+/// One fuzzing series over the testdata traces: `iterations` damaged inputs per trace file (or
+/// `$iterations_var`), from `seed` (or `CLRPROF_FUZZ_SEED`, hex), each given to `run`; an input that
+/// panics is saved in the temporary directory and fails the test.
+struct Series {
+    what: &'static str,
+    iterations_var: &'static str,
+    iterations: usize,
+    seed: u64,
+    progress_every: usize,
+    saved_as: &'static str,
+    run: fn(Vec<u8>),
+}
+
+fn fuzz_series(s: Series) {
+    let iterations: usize = std::env::var(s.iterations_var).ok().and_then(|v| v.parse().ok()).unwrap_or(s.iterations);
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     names.sort();
     let traces: Vec<Vec<u8>> = names.iter().map(|p| std::fs::read(p).unwrap()).collect();
-    // `CLRPROF_FUZZ_SEED` (hex) runs another series, as in the reader's long mode.
     let seed =
         std::env::var("CLRPROF_FUZZ_SEED").ok().and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-    let mut rng = Rng(seed.unwrap_or(0x5eed_c1a7_0f00_d001) | 1);
+    let mut rng = Rng(seed.unwrap_or(s.seed) | 1);
     for i in 0..iterations * traces.len() {
         let k = i % traces.len();
         let input = mutate(&traces[k], &mut rng);
         let kept = input.clone();
-        if i > 0 && i % 1_000 == 0 {
-            eprintln!("pipeline fuzz: {i} inputs read and reported");
+        if i > 0 && i % s.progress_every == 0 {
+            eprintln!("{}: {i} inputs", s.what);
         }
-        if std::panic::catch_unwind(|| exercise(input)).is_err() {
-            let path = std::env::temp_dir().join(format!("clrprof-fuzz-{i}.clrprof"));
+        if std::panic::catch_unwind(|| (s.run)(input)).is_err() {
+            let path = std::env::temp_dir().join(format!("{}-{i}.clrprof", s.saved_as));
             std::fs::write(&path, kept).unwrap();
             panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
         }
     }
-    eprintln!("pipeline fuzz: {} inputs read and reported, none panicked", iterations * traces.len());
+    eprintln!("{}: {} inputs, none panicked", s.what, iterations * traces.len());
 }
 
 /// The plausibility bounds of ingestion (docs/trace-format.md, "Impossible values") never touch a
@@ -165,30 +190,16 @@ fn read(bytes: Vec<u8>) {
 /// the long mode's million inputs (`CLRPROF_FUZZ_DECODE_ITERATIONS`, inputs per trace file).
 #[test]
 fn damaged_traces_never_panic_the_reader() {
-    let iterations: usize =
-        std::env::var("CLRPROF_FUZZ_DECODE_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1");
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    names.sort();
-    let traces: Vec<Vec<u8>> = names.iter().map(|p| std::fs::read(p).unwrap()).collect();
     // `CLRPROF_FUZZ_SEED` (hex) runs another series, e.g. a second process beside the first.
-    let seed =
-        std::env::var("CLRPROF_FUZZ_SEED").ok().and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
-    let mut rng = Rng(seed.unwrap_or(0x0dec_0de5_eed5_0002) | 1);
-    for i in 0..iterations * traces.len() {
-        let k = i % traces.len();
-        let input = mutate(&traces[k], &mut rng);
-        let kept = input.clone();
-        if i > 0 && i % 10_000 == 0 {
-            eprintln!("reader fuzz: {i} inputs read");
-        }
-        if std::panic::catch_unwind(|| read(input)).is_err() {
-            let path = std::env::temp_dir().join(format!("clrprof-fuzz-reader-{i}.clrprof"));
-            std::fs::write(&path, kept).unwrap();
-            panic!("input {i} (from {}) panicked; saved as {}", names[k].display(), path.display());
-        }
-    }
-    eprintln!("reader fuzz: {} inputs read, none panicked", iterations * traces.len());
+    fuzz_series(Series {
+        what: "reader fuzz",
+        iterations_var: "CLRPROF_FUZZ_DECODE_ITERATIONS",
+        iterations: 200,
+        seed: 0x0dec_0de5_eed5_0002,
+        progress_every: 10_000,
+        saved_as: "clrprof-fuzz-reader",
+        run: read,
+    });
 }
 
 /// Interesting bytes for text formats: separators, quotes, digits, line ends, invalid UTF-8.
