@@ -167,14 +167,7 @@ fn sampled_osr_callers(runtime: &str, major: &str) {
         let func = find(&v, "functions", f);
         assert!(u(func, "compilations") >= 2, "{f} got an OSR version: {func}");
     }
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0);
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0);
+    osr_callers_are_exact(&trace);
 }
 
 /// As `sampling.rs`: a 500 ms sleep is 500 ms ± 5 % of wall time and no CPU time; the spinning

@@ -446,17 +446,10 @@ fn stacks_through_on_stack_replacement_reach_the_real_callers() {
         assert!(u(function(&v, f), "compilations") >= 2, "{f} got an OSR version: {}", function(&v, f));
     }
 
-    // CPU stacks (frame-pointer walks in the signal handler).
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "cpu", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "cpu", 200.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "cpu", 500.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "cpu", 450.0);
-    // Wall stacks: running threads take their CPU stacks, blocked ones (the sleeps inside the OSR
-    // code and inside the catch funclet) are walked by the runtime.
-    only_caller(&trace, "Sampling.Osr.Spin", "Sampling.Program.Main", "wall", 650.0);
-    only_caller(&trace, "Sampling.Osr.SpinThenSleep", "Sampling.Program.Main", "wall", 700.0);
-    only_caller(&trace, "Sampling.Osr.Catch", "Sampling.Program.Main", "wall", 850.0);
-    only_caller(&trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", "wall", 450.0);
+    // CPU stacks (frame-pointer walks in the signal handler) and wall stacks (running threads take
+    // their CPU stacks, blocked ones — the sleeps inside the OSR code and inside the catch funclet —
+    // are walked by the runtime).
+    osr_callers_are_exact(&trace);
     let (sleep_wall, _) = callers(&trace, "System.Threading.Thread.Sleep", "wall");
     assert!(sleep_wall >= 700.0, "the sleeps in OSR code and in the funclet: {sleep_wall} ms");
 

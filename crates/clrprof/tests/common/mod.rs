@@ -229,6 +229,24 @@ pub fn callers(trace: &Path, function: &str, weight: &str) -> (f64, Vec<(String,
 /// sample taken inside the runtime while it moves the running method to its OSR version (the
 /// patchpoint helper in libcoreclr is then under the method for a few instructions) can show
 /// libcoreclr as the caller; such callers may hold at most 2% of the inclusive time.
+/// apps/Sampling `osr`: each OSR method's CPU and wall time lies under its one real caller (the
+/// same expectations on every runtime).
+pub fn osr_callers_are_exact(trace: &Path) {
+    for weight in ["cpu", "wall"] {
+        let wall = weight == "wall";
+        only_caller(trace, "Sampling.Osr.Spin", "Sampling.Program.Main", weight, 650.0);
+        only_caller(
+            trace,
+            "Sampling.Osr.SpinThenSleep",
+            "Sampling.Program.Main",
+            weight,
+            if wall { 700.0 } else { 200.0 },
+        );
+        only_caller(trace, "Sampling.Osr.Catch", "Sampling.Program.Main", weight, if wall { 850.0 } else { 500.0 });
+        only_caller(trace, "Sampling.Osr.SpinInCatch", "Sampling.Osr.Catch", weight, 450.0);
+    }
+}
+
 pub fn only_caller(trace: &Path, function: &str, caller: &str, weight: &str, min_ms: f64) {
     let (inclusive, found) = callers(trace, function, weight);
     assert!(inclusive >= min_ms, "{weight}: {function} has {inclusive} ms inclusive, expected {min_ms} ms or more");
