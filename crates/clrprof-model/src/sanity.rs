@@ -22,7 +22,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use clrprof_trace::{CallTreeDelta, Record};
+use clrprof_trace::{CallTreeDelta, GcFinished, GcStarted, Record};
 
 use crate::fasthash::FxHashMap;
 
@@ -84,6 +84,15 @@ impl Sanity {
         let ns = ns.min(budget.saturating_sub(*claimed));
         *claimed = claimed.saturating_add(ns);
         ns
+    }
+
+    /// GC heap sizes clamped to [`MAX_AMOUNT`] (noted), or `None` when all are plausible.
+    fn heap_sizes(&mut self, sizes: &[u64]) -> Option<Vec<u64>> {
+        if sizes.iter().all(|&s| s <= MAX_AMOUNT) {
+            return None;
+        }
+        self.note("heap sizes beyond 2^50 bytes (clamped)");
+        Some(sizes.iter().map(|&s| s.min(MAX_AMOUNT)).collect())
     }
 
     /// Whether a timestamp is plausible (noted as `what` if not).
@@ -297,25 +306,19 @@ impl Sanity {
                 if !self.ts_ok(x.ts, DROPPED) {
                     return None;
                 }
-                if x.sizes.iter().all(|&s| s <= MAX_AMOUNT) {
-                    return Some(Cow::Borrowed(r));
+                match self.heap_sizes(&x.sizes) {
+                    None => Some(Cow::Borrowed(r)),
+                    Some(sizes) => Some(Cow::Owned(GcStarted { sizes, ..x.clone() }.into())),
                 }
-                self.note("heap sizes beyond 2^50 bytes (clamped)");
-                let mut c = x.clone();
-                c.sizes.iter_mut().for_each(|s| *s = (*s).min(MAX_AMOUNT));
-                Some(Cow::Owned(c.into()))
             }
             R::GcFinished(x) => {
                 if !self.ts_ok(x.ts, DROPPED) {
                     return None;
                 }
-                if x.sizes.iter().all(|&s| s <= MAX_AMOUNT) {
-                    return Some(Cow::Borrowed(r));
+                match self.heap_sizes(&x.sizes) {
+                    None => Some(Cow::Borrowed(r)),
+                    Some(sizes) => Some(Cow::Owned(GcFinished { sizes, ..x.clone() }.into())),
                 }
-                self.note("heap sizes beyond 2^50 bytes (clamped)");
-                let mut c = x.clone();
-                c.sizes.iter_mut().for_each(|s| *s = (*s).min(MAX_AMOUNT));
-                Some(Cow::Owned(c.into()))
             }
             R::AllocationCounts(x) => {
                 if !self.ts_ok(x.ts, DROPPED) {
