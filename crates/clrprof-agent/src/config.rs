@@ -306,19 +306,8 @@ impl Config {
 
 /// `YYYYMMDD-HHMMSS` (UTC) of a Unix time.
 pub fn utc_stamp(unix_secs: u64) -> String {
-    let days = (unix_secs / 86_400) as i64;
-    let rem = unix_secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + (m <= 2) as i64;
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    let (y, m, d, h, min, sec) = clrprof_trace::utc_from_unix(unix_secs.min(i64::MAX as u64) as i64);
+    format!("{y:04}{m:02}{d:02}-{h:02}{min:02}{sec:02}")
 }
 
 /// Who the process is, for `CLRPROF_PROCESS` and `{name}`.

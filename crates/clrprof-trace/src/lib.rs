@@ -70,6 +70,23 @@ impl From<io::Error> for DecodeError {
     }
 }
 
+/// The UTC calendar time of a Unix time in seconds (the traces' wall-clock times are Unix times):
+/// (year, month 1-12, day 1-31, hour, minute, second). Civil date from days since 1970-01-01 by
+/// Howard Hinnant's algorithm.
+pub fn utc_from_unix(secs: i64) -> (i64, i64, i64, i64, i64, i64) {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// The 16-byte file header.
 pub fn header() -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];

@@ -143,8 +143,9 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     Ok(())
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts later).
-fn block_stop_signals() {
+/// Blocks SIGINT and SIGTERM in the calling thread (and the threads it starts later); returns
+/// that set.
+fn block_stop_signals() -> libc::sigset_t {
     // Safety: plain signal-mask calls on a zeroed set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -152,29 +153,25 @@ fn block_stop_signals() {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
 }
 
 /// On SIGINT/SIGTERM: marks the runs still streaming as cut off, then exits.
 fn stop_on_signals(stop: impl Fn() + Send + 'static) {
-    // Safety: plain signal-mask calls on a zeroed set; done before any other thread starts, so
-    // every thread inherits the mask and only the waiting thread takes these signals.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        std::thread::spawn(move || {
-            let mut sig = 0;
-            libc::sigwait(&set, &mut sig);
-            stop();
-            // Standard error may be a closed pipe by now: a failed write must not stop the exit.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "clrprof collect: stopped");
-            std::process::exit(0);
-        });
-    }
+    // Blocked before any other thread starts, so every thread inherits the mask and only the
+    // waiting thread takes these signals.
+    let set = block_stop_signals();
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // Safety: waits on a valid, initialised signal set.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        stop();
+        // Standard error may be a closed pipe by now: a failed write must not stop the exit.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "clrprof collect: stopped");
+        std::process::exit(0);
+    });
 }
 
 /// Options of `clrprof runs`.
@@ -250,19 +247,8 @@ fn runs_table(runs: &[RunInfo]) -> String {
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of a Unix time in milliseconds.
 fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    let (y, m, d, h, min, sec) = clrprof_trace::utc_from_unix(ms.div_euclid(1000));
+    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02}")
 }
 
 /// `run:ID` or `run:latest`, if `trace` names a run.
