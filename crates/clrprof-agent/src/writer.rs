@@ -86,18 +86,6 @@ fn send_all(stream: &std::net::TcpStream, mut b: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// This machine's host name.
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // Safety: the buffer is writable for its length.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if r != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 impl Remote {
     /// Connects to `server` (`ADDR:PORT`), sends the hello and waits for the collector's answer.
     /// Bounded by [`CONNECT_TIMEOUT`] per address and [`ANSWER_TIMEOUT`].

@@ -10,8 +10,9 @@ mod sqlite;
 
 use std::sync::Arc;
 
+pub use clrprof_trace::wire::hostname;
 pub use postgres::PostgresStore;
-pub use server::{hostname, Collector, CollectorBuilder, CollectorHandle, StartError};
+pub use server::{Collector, CollectorBuilder, CollectorHandle, StartError};
 pub use sqlite::SqliteStore;
 
 /// A run's id in its store.

@@ -98,7 +98,7 @@ impl CollectorBuilder {
         let listener =
             TcpListener::bind(&addrs[..]).map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
-        let identity = format!("{}:{}", hostname(), addr.port());
+        let identity = format!("{}:{}", clrprof_trace::wire::hostname(), addr.port());
         // Never `eprintln!`: it panics when standard error is a closed pipe, and a collector must
         // outlive the terminal or pipe that started it.
         let log: Arc<LogFn> = self.log.unwrap_or_else(|| {
@@ -450,18 +450,6 @@ fn keepalive(stream: &TcpStream) {
     set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60);
     set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10);
     set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6);
-}
-
-/// This machine's host name.
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // Safety: the buffer is writable for its length; gethostname NUL-terminates when it fits.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if r != 0 {
-        return "unknown".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

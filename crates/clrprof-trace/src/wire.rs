@@ -243,6 +243,15 @@ pub fn for_each_record(payload: &[u8], mut f: impl FnMut(u16, &[u8])) {
     }
 }
 
+/// This machine's host name (the UTS name, as `gethostname` gives it), as agents and collectors
+/// name themselves in the wire protocol; `unknown` when it cannot be read.
+pub fn hostname() -> String {
+    match std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        Ok(h) if !h.trim().is_empty() => h.trim().to_string(),
+        _ => "unknown".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

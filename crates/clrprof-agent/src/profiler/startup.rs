@@ -52,7 +52,7 @@ fn open_remote(config: &Config, path: &str, start_unix_ns: u64, rt: &clrprof_sys
     let hello = clrprof_trace::wire::Hello {
         kind: clrprof_trace::wire::kind::RUN,
         token: config.token.clone().unwrap_or_default(),
-        host: crate::writer::hostname(),
+        host: clrprof_trace::wire::hostname(),
         pid: std::process::id(),
         start_unix_ns,
         command: command_line(),
