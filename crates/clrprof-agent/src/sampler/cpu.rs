@@ -377,6 +377,19 @@ unsafe fn native_steps(
     last.map(|ret| (n, fp, sp, ret))
 }
 
+/// True when `pc` is native code whose unwind rules say its frame is an RBP frame (the prolog
+/// has set RBP up): its return address is at RBP + 8, not at SP.
+#[inline(always)]
+unsafe fn native_frame_set_up(pc: u64) -> bool {
+    let tables = NATIVE.visible();
+    if tables == 0 || !NATIVE.may_hold(pc) {
+        return false;
+    }
+    let Some((_, info)) = NATIVE.find(tables, pc) else { return false };
+    let rules = &*(info as *const NativeRules);
+    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)).is_some_and(|row| row.kind == super::cfi::KIND_RBP)
+}
+
 fn page_bit(ip: u64) -> (usize, u64) {
     let h = (ip >> 12) as usize % (64 * 64);
     (h / 64, 1 << (h % 64))
@@ -1045,6 +1058,12 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 n = added;
                 owner = last - 1;
             }
+        } else if native_frame_set_up(ip) {
+            // A native leaf whose rules say its RBP frame is set up: the frame-pointer walk finds
+            // its caller, and the word at SP is a local of it (the JIT keeps the address of the
+            // code it is writing there), no return address.
+            e.sp_top = 0;
+            owner_alt = u64::MAX;
         }
     }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
@@ -1284,13 +1303,14 @@ mod tests {
     const RET_INTO_RUN2: u64 = 0x5000_0000_0500;
 
     fn add_native() {
-        use super::super::cfi::{Row, KIND_NONE, KIND_RSP};
+        use super::super::cfi::{Row, KIND_NONE, KIND_RBP, KIND_RSP};
         static ROWS: std::sync::OnceLock<Vec<u64>> = std::sync::OnceLock::new();
         let rows = ROWS.get_or_init(|| {
             vec![
                 Row { address: 0x1000, kind: KIND_RSP, cfa_offset: 8, rbp_slot: 0 }.pack(),
                 Row { address: 0x1001, kind: KIND_RSP, cfa_offset: 0x78, rbp_slot: 2 }.pack(),
                 Row { address: 0x1100, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
+                Row { address: 0x1400, kind: KIND_RBP, cfa_offset: 16, rbp_slot: 2 }.pack(),
             ]
         });
         // The fake code is executable memory; the stacks' filler words are not.
@@ -1360,6 +1380,38 @@ mod tests {
         // A frame that would end above the stack's top: nothing is read past it.
         let len = w.len();
         assert_eq!(walk(&w, leaf, len - 2, len - 1), [leaf]);
+    }
+
+    #[test]
+    fn the_word_at_sp_of_a_native_leaf_with_an_rbp_frame_is_no_caller() {
+        let _s = serial();
+        add_native();
+        // The JIT (an RBP frame at word 12, called by Run) keeps the address of the managed code
+        // it is writing at SP (word 5): that word must not become the leaf's caller later.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x5555_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[12] = at(&w, 40);
+        w[13] = RET_INTO_RUN2;
+        w[5] = RET_INTO_RUN + 0x40;
+        let leaf = NATIVE_CODE + 0x450;
+        let (slot, uc) = fake_thread(&w, leaf, 5, 12);
+        // Safety: the registers point into `w`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut got = (Vec::new(), u64::MAX);
+        slot.drain(|ips, sp_top, _| got = (ips.to_vec(), sp_top));
+        assert_eq!(got, (vec![leaf, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST], 0));
+
+        // Without rules for the leaf (past the mapping's rules), the word at SP is kept for the
+        // sampler thread to judge.
+        let (slot, uc) = fake_thread(&w, NATIVE_CODE + 0x200, 5, 12);
+        // Safety: as above.
+        unsafe { record(&slot, &uc) };
+        slot.drain(|ips, sp_top, _| got = (ips.to_vec(), sp_top));
+        assert_eq!(got.1, RET_INTO_RUN + 0x40);
     }
 
     // Frameless code (fake addresses): LIGHT has an 8-byte frame (`push rax`) and a 1-byte
