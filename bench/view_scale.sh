@@ -61,7 +61,10 @@ t "flame graph, 1400 px" "/api/flame?w=cpu&width=1400"
 t "switch weight to wall (new view)" "/api/hotspots?w=wall"
 t "per-thread tree (new view)" "/api/tree?w=cpu&threads=each"
 t "transform: drop a function (new view)" "/api/hotspots?w=cpu&t=$DROP"
-t "brush a range: 10%-20% (new profile+view)" "/api/hotspots?w=cpu&from=$((40*1000000000))&to=$((80*1000000000))"
-t "same range, flame graph" "/api/flame?w=cpu&width=1400&from=$((40*1000000000))&to=$((80*1000000000))"
+# The run's span from the meta answer: the brushed range is its second tenth.
+END_NS=$(curl -s "$BASE/api/meta?token=$TOKEN" | grep -o '"end_ns":[0-9]*' | cut -d: -f2)
+FROM=$((END_NS / 10)) TO=$((END_NS / 5))
+t "brush a range: 10%-20% (new profile+view)" "/api/hotspots?w=cpu&from=$FROM&to=$TO"
+t "same range, flame graph" "/api/flame?w=cpu&width=1400&from=$FROM&to=$TO"
 t "events table: functions page" "/api/table?name=functions&limit=100"
 grep -E 'VmHWM|VmRSS' /proc/$PID/status | awk '{printf "  %s %.0f MB\n", $1, $2/1024}'

@@ -364,8 +364,15 @@ impl ProfileBuilder {
     /// Calls `f` with each sample record added so far inside `range`, in trace order: the records
     /// [`profile`](Self::profile) puts in `samples` (there sorted by time and thread), less their
     /// stacks. Records dropped by [`forget_before`](Self::forget_before) are not seen.
-    pub fn each_sample(&self, range: TimeRange, f: impl FnMut(crate::samples::SampleTime)) {
-        self.samples.each_sample(range, f)
+    /// With `same_group`, records of one thread and weight may come summed (see
+    /// [`SampleData::each_sample`](crate::samples::SampleData::each_sample)).
+    pub fn each_sample(
+        &self,
+        range: TimeRange,
+        same_group: Option<crate::samples::SameGroup<'_>>,
+        f: impl FnMut(crate::samples::SampleTime),
+    ) {
+        self.samples.each_sample(range, same_group, f)
     }
 
     /// The profile of all records added, limited to `range`, consuming the builder: the same

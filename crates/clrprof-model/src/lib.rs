@@ -5,7 +5,7 @@
 mod builder;
 pub mod codemap;
 pub mod events;
-mod fasthash;
+pub mod fasthash;
 pub mod instrumented;
 mod profile;
 pub mod runtime;

@@ -133,6 +133,9 @@ pub struct TimedSample {
     pub ns: u64,
 }
 
+/// Whether sample records at two times may be summed into one (see [`SampleData::each_sample`]).
+pub type SameGroup<'a> = &'a dyn Fn(u64, u64) -> bool;
+
 /// A sample record without its stack (what the timeline needs): see
 /// [`ProfileBuilder::each_sample`](crate::ProfileBuilder::each_sample).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +153,80 @@ impl From<&TimedSample> for SampleTime {
     }
 }
 
+/// Sample records per entry of the time index.
+const BLOCK: usize = 4096;
+/// Most (thread, weight) sums one index entry keeps.
+const BLOCK_SUMS: usize = 16;
+
+/// One entry of the time index of the sample records: the times of [`BLOCK`] consecutive records
+/// (in trace order, which is time order in most traces but need not be), and their counts and
+/// times per thread and weight when they are of few threads. A range of time skips the records of
+/// entries outside it; a timeline takes an entry's sums at once when all its records fall in one
+/// bucket.
+#[derive(Clone, Debug)]
+struct Block {
+    min_ts: u64,
+    max_ts: u64,
+    /// (OS tid, weight, count, ns); `None`: more than [`BLOCK_SUMS`] of them.
+    sums: Option<Vec<(u32, SampleWeight, u64, u64)>>,
+}
+
+impl Block {
+    fn add(&mut self, e: &SampleEvent) {
+        self.min_ts = self.min_ts.min(e.ts);
+        self.max_ts = self.max_ts.max(e.ts);
+        let Some(sums) = &mut self.sums else { return };
+        match sums.iter().position(|s| s.0 == e.os_tid && s.1 == e.weight) {
+            Some(i) => {
+                let s = &mut sums[i];
+                s.2 = s.2.saturating_add(e.count as u64);
+                s.3 = s.3.saturating_add(e.ns);
+            }
+            None if sums.len() < BLOCK_SUMS => sums.push((e.os_tid, e.weight, e.count as u64, e.ns)),
+            None => self.sums = None,
+        }
+    }
+}
+
+/// The time index of `events` (see [`Block`]).
+fn index_of(events: &[SampleEvent]) -> Vec<Block> {
+    let mut blocks = Vec::with_capacity(events.len().div_ceil(BLOCK));
+    for chunk in events.chunks(BLOCK) {
+        let mut b = Block { min_ts: u64::MAX, max_ts: 0, sums: Some(Vec::new()) };
+        chunk.iter().for_each(|e| b.add(e));
+        blocks.push(b);
+    }
+    blocks
+}
+
+/// The parts of `events` that may hold records inside `range`, by their time index `blocks` (the
+/// whole of them when the index does not match).
+fn in_range<'e>(events: &'e [SampleEvent], blocks: &[Block], range: TimeRange) -> Vec<&'e [SampleEvent]> {
+    if range.is_all() || blocks.len() != events.len().div_ceil(BLOCK) {
+        return vec![events];
+    }
+    let mut out: Vec<&[SampleEvent]> = Vec::new();
+    // Consecutive entries kept make one part: [from, to) in records.
+    let mut run: Option<(usize, usize)> = None;
+    for (k, b) in blocks.iter().enumerate() {
+        let keep = b.max_ts >= range.from && b.min_ts < range.to;
+        let (a, z) = (k * BLOCK, ((k + 1) * BLOCK).min(events.len()));
+        run = match (keep, run) {
+            (true, Some((from, to))) if to == a => Some((from, z)),
+            (true, r) => {
+                out.extend(r.map(|(from, to)| &events[from..to]));
+                Some((a, z))
+            }
+            (false, r) => {
+                out.extend(r.map(|(from, to)| &events[from..to]));
+                None
+            }
+        };
+    }
+    out.extend(run.map(|(from, to)| &events[from..to]));
+    out
+}
+
 /// Sampling records collected while reading a trace (resolved when a profile is taken).
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
@@ -165,6 +242,8 @@ pub struct SampleData {
     dense: Vec<u32>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
+    /// The time index of `events`: one entry per [`BLOCK`] records.
+    blocks: Vec<Block>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
     code: Vec<(u64, u64, u64)>,
     /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
@@ -204,7 +283,7 @@ impl SampleData {
                     self.cpu_defs.resize(self.defs.len().max(def + 1), false);
                 }
                 self.cpu_defs[def] = true;
-                self.events.push(SampleEvent {
+                self.push(SampleEvent {
                     ts: s.ts,
                     os_tid: s.os_tid,
                     def: def as u32,
@@ -215,7 +294,7 @@ impl SampleData {
             }
             Record::WallSample(s) => {
                 let def = self.def(s.stack);
-                self.events.push(SampleEvent {
+                self.push(SampleEvent {
                     ts: s.ts,
                     os_tid: s.os_tid,
                     def: def as u32,
@@ -241,6 +320,18 @@ impl SampleData {
     /// Drops the sample records before `ts` (stack definitions, code ranges and mappings stay).
     pub fn forget_before(&mut self, ts: u64) {
         self.events.retain(|e| e.ts >= ts);
+        self.blocks = index_of(&self.events);
+    }
+
+    /// Keeps a sample record and indexes it.
+    fn push(&mut self, e: SampleEvent) {
+        if self.events.len().is_multiple_of(BLOCK) {
+            self.blocks.push(Block { min_ts: u64::MAX, max_ts: 0, sums: Some(Vec::new()) });
+        }
+        if let Some(b) = self.blocks.last_mut() {
+            b.add(&e);
+        }
+        self.events.push(e);
     }
 
     /// Sample records kept.
@@ -285,9 +376,37 @@ impl SampleData {
 
     /// Calls `f` with each sample record inside `range` kept here, in trace order: the records a
     /// profile of `range` holds in `samples` (there sorted by time and thread), less their stacks.
-    pub fn each_sample(&self, range: TimeRange, mut f: impl FnMut(SampleTime)) {
-        for e in self.events.iter().filter(|e| range.contains(e.ts)) {
-            f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
+    ///
+    /// With `same_group`, records may come summed: the records of one thread and weight whose
+    /// times all lie in one group (`same_group(earliest, latest)` true, e.g. one timeline bucket)
+    /// may be given as one, at the earliest of their times.
+    pub fn each_sample(&self, range: TimeRange, same_group: Option<SameGroup<'_>>, mut f: impl FnMut(SampleTime)) {
+        let indexed = self.blocks.len() == self.events.len().div_ceil(BLOCK);
+        for (k, chunk) in self.events.chunks(BLOCK).enumerate() {
+            let block = self.blocks.get(k).filter(|_| indexed);
+            if let Some(b) = block {
+                if b.max_ts < range.from || b.min_ts >= range.to {
+                    continue;
+                }
+                if range.contains(b.min_ts) && range.contains(b.max_ts) {
+                    if let (Some(same), Some(sums)) = (same_group, &b.sums) {
+                        if same(b.min_ts, b.max_ts) {
+                            for &(os_tid, weight, count, ns) in sums {
+                                let count = count.min(u32::MAX as u64) as u32;
+                                f(SampleTime { ts: b.min_ts, os_tid, weight, count, ns });
+                            }
+                            continue;
+                        }
+                    }
+                    for e in chunk {
+                        f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
+                    }
+                    continue;
+                }
+            }
+            for e in chunk.iter().filter(|e| range.contains(e.ts)) {
+                f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
+            }
         }
     }
 
@@ -312,11 +431,11 @@ impl SampleData {
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
         let mut mappings = self.mappings.clone();
         mappings.sort_by_key(|m| (m.start, m.end));
-        let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: HashMap::new() };
+        let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: FxHashMap::default() };
         let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
-        let (costs, totals) = sum_costs(events, range, self.defs.len());
+        let (costs, totals) = sum_costs(events, &self.blocks, range, self.defs.len());
         let mut summary = self.summary.clone();
         let [cpu_samples, cpu_ns, wall_samples, wall_ns] = totals;
         summary.cpu_samples = cpu_samples;
@@ -433,28 +552,52 @@ type SummedCosts = (Vec<(u32, u32, Cost)>, [u64; 4]);
 const PARALLEL_SUM: usize = 1 << 20;
 
 /// The costs of the sample records inside `range`, summed per (OS tid, definition) and sorted so,
-/// and their totals (CPU samples, CPU ns, wall samples, wall ns). Large runs are summed in parts
-/// on the machine's cores, then merged (saturating sums: the same whatever the grouping).
-fn sum_costs(events: &[SampleEvent], range: TimeRange, defs: usize) -> SummedCosts {
-    let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(events.len() / PARALLEL_SUM);
-    sum_costs_in(events, range, defs, parts)
+/// and their totals (CPU samples, CPU ns, wall samples, wall ns). Only the parts of `events` the
+/// time index `blocks` places in the range are read; many records are summed in parts on the
+/// machine's cores, then merged (saturating sums: the same whatever the grouping).
+fn sum_costs(events: &[SampleEvent], blocks: &[Block], range: TimeRange, defs: usize) -> SummedCosts {
+    let pieces = in_range(events, blocks, range);
+    let n: usize = pieces.iter().map(|p| p.len()).sum();
+    let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n / PARALLEL_SUM);
+    sum_costs_in(&pieces, range, defs, parts)
 }
 
-/// [`sum_costs`] in `parts` parts (one per thread).
-fn sum_costs_in(events: &[SampleEvent], range: TimeRange, defs: usize, parts: usize) -> SummedCosts {
-    let sum = |part: &[SampleEvent]| {
+/// [`sum_costs`] of the records of `pieces` in `parts` parts of about equal size (one per thread).
+fn sum_costs_in(pieces: &[&[SampleEvent]], range: TimeRange, defs: usize, parts: usize) -> SummedCosts {
+    let sum = |group: &[&[SampleEvent]]| {
         let mut c = SampleCosts::default();
-        for e in part.iter().filter(|e| range.contains(e.ts)) {
-            c.add(e, defs);
+        for part in group {
+            for e in part.iter().filter(|e| range.contains(e.ts)) {
+                c.add(e, defs);
+            }
         }
         (c.sorted(), c.totals)
     };
-    if parts <= 1 || events.is_empty() {
-        return sum(events);
+    let n: usize = pieces.iter().map(|p| p.len()).sum();
+    if parts <= 1 || n == 0 {
+        return sum(pieces);
     }
-    let chunk = events.len().div_ceil(parts);
+    // Consecutive groups of `per` records, pieces cut where a group ends.
+    let per = n.div_ceil(parts);
+    let mut groups: Vec<Vec<&[SampleEvent]>> = vec![Vec::new()];
+    let mut room = per;
+    for &piece in pieces {
+        let mut rest = piece;
+        while !rest.is_empty() {
+            if room == 0 {
+                groups.push(Vec::new());
+                room = per;
+            }
+            let (head, tail) = rest.split_at(room.min(rest.len()));
+            if let Some(g) = groups.last_mut() {
+                g.push(head);
+            }
+            room -= head.len();
+            rest = tail;
+        }
+    }
     let results: Vec<SummedCosts> = std::thread::scope(|scope| {
-        let handles: Vec<_> = events.chunks(chunk).map(|part| scope.spawn(move || sum(part))).collect();
+        let handles: Vec<_> = groups.iter().map(|g| scope.spawn(move || sum(g))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
     let mut totals = [0u64; 4];
@@ -542,6 +685,12 @@ impl SampleCosts {
     fn thread(&mut self, os_tid: u32) -> u32 {
         match self.last {
             Some((tid, t)) if tid == os_tid => t,
+            // Few threads (the usual case, records interleaved): a short scan beats the map.
+            _ if self.tids.len() <= 16 && self.tids.contains(&os_tid) => {
+                let t = self.tids.iter().position(|&t| t == os_tid).unwrap_or(0) as u32;
+                self.last = Some((os_tid, t));
+                t
+            }
             _ => {
                 let t = match self.index.get(&os_tid) {
                     Some(&t) => t,
@@ -607,7 +756,7 @@ struct Resolver<'a> {
     code: &'a CodeMap,
     mappings: &'a [Mapping],
     symbols: &'a mut dyn NativeSymbols,
-    cache: HashMap<(usize, u64), Option<(String, u64)>>,
+    cache: FxHashMap<(usize, u64), Option<(String, u64)>>,
 }
 
 impl Resolver<'_> {
@@ -872,11 +1021,81 @@ mod tests {
             assert_eq!(format!("{:?}", per_thread(&u)), format!("{:?}", per_thread(&a)));
             assert_eq!(u.sampling, a.sampling);
             let mut each = Vec::new();
-            kept.each_sample(range, |s| each.push(s));
+            kept.each_sample(range, None, |s| each.push(s));
             each.sort_by_key(|s| (s.ts, s.os_tid));
             let want: Vec<SampleTime> = a.samples.iter().map(SampleTime::from).collect();
             assert_eq!(each, want, "{range:?}");
         }
+    }
+
+    #[test]
+    fn the_time_index_skips_nothing_inside_a_range_and_sums_buckets_exactly() {
+        // Records mostly in time order with some late ones, of 3 threads, then a stretch of 40
+        // threads (past an index entry's sums), partial last entry.
+        let mut d = SampleData::default();
+        d.add(&SampleStack { id: 0, ips: vec![1], functions: vec![], activity: 0 }.into());
+        let mut x: u64 = 99;
+        let mut all = Vec::new();
+        for i in 0..(BLOCK as u64 * 9 + 123) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let ts = if i % 101 == 0 { i * 10 - (x >> 40) % 5_000.min(i * 10 + 1) } else { i * 10 };
+            let os_tid =
+                if (20_000..24_000).contains(&i) { 100 + (x >> 20) as u32 % 40 } else { 1 + (x >> 30) as u32 % 3 };
+            let (count, ns) = (1 + (x >> 50) as u32 % 3, (x >> 44) % 1000);
+            if x & 1 == 0 {
+                d.add(&CpuSample { ts, os_tid, stack: 0, count, cpu_ns: ns }.into());
+            } else {
+                d.add(&WallSample { ts, os_tid, stack: 0, count, wall_ns: ns }.into());
+            }
+            all.push(SampleTime {
+                ts,
+                os_tid,
+                weight: if x & 1 == 0 { SampleWeight::Cpu } else { SampleWeight::Wall },
+                count,
+                ns,
+            });
+        }
+        assert_eq!(d.blocks.len(), all.len().div_ceil(BLOCK));
+        assert!(d.blocks.iter().any(|b| b.sums.is_none()) && d.blocks.iter().any(|b| b.sums.is_some()));
+        for range in
+            [TimeRange::ALL, TimeRange::new(0, 1), TimeRange::new(41_000, 187_654), TimeRange::new(350_000, 10_000_000)]
+        {
+            let mut got = Vec::new();
+            d.each_sample(range, None, |s| got.push(s));
+            let want: Vec<SampleTime> = all.iter().copied().filter(|s| range.contains(s.ts)).collect();
+            assert_eq!(got, want, "{range:?}");
+            let blocks = &d.blocks;
+            assert_eq!(
+                sum_costs(&d.events, blocks, range, 1),
+                sum_costs_in(&[&d.events[..]], range, 1, 1),
+                "{range:?}"
+            );
+            // Summed per bucket of 200 000 ns: the same sums per (bucket, thread, weight).
+            let bucket = 200_000u64;
+            let same = |a: u64, b: u64| a / bucket == b / bucket;
+            let per_bucket = |v: &[SampleTime]| {
+                let mut m = std::collections::BTreeMap::new();
+                for s in v {
+                    let e = m.entry((s.ts / bucket, s.os_tid, s.weight == SampleWeight::Cpu)).or_insert((0u64, 0u64));
+                    e.0 += s.count as u64;
+                    e.1 += s.ns;
+                }
+                m
+            };
+            let mut grouped = Vec::new();
+            d.each_sample(range, Some(&same), |s| grouped.push(s));
+            assert_eq!(per_bucket(&grouped), per_bucket(&want), "{range:?}");
+            if range.is_all() {
+                assert!(grouped.len() < want.len() / 3, "{} of {}", grouped.len(), want.len());
+            }
+        }
+        // Forgetting old records re-indexes the rest.
+        d.forget_before(200_000);
+        assert_eq!(d.blocks.len(), d.events.len().div_ceil(BLOCK));
+        let mut got = Vec::new();
+        d.each_sample(TimeRange::new(150_000, 250_000), None, |s| got.push(s));
+        let want: Vec<SampleTime> = all.iter().copied().filter(|s| (200_000..250_000).contains(&s.ts)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -992,13 +1211,16 @@ mod tests {
                 ns: if i == 4_000 { u64::MAX - 5 } else { i * 11 },
             });
         }
+        let blocks = index_of(&events);
         for range in [TimeRange::ALL, TimeRange::new(100, 5_000)] {
-            let once = sum_costs_in(&events, range, 31, 1);
+            let once = sum_costs_in(&[&events[..]], range, 31, 1);
             assert!(once.0.len() > 100);
             for parts in [2, 3, 8] {
-                assert_eq!(sum_costs_in(&events, range, 31, parts), once, "{parts} parts, {range:?}");
+                assert_eq!(sum_costs_in(&[&events[..]], range, 31, parts), once, "{parts} parts, {range:?}");
+                let pieces = [&events[..1000], &events[1000..1001], &events[1001..]];
+                assert_eq!(sum_costs_in(&pieces, range, 31, parts), once, "{parts} parts in pieces, {range:?}");
             }
+            assert_eq!(sum_costs(&events, &blocks, range, 31), once, "{range:?} through the time index");
         }
-        assert_eq!(sum_costs(&events, TimeRange::ALL, 31), sum_costs_in(&events, TimeRange::ALL, 31, 1));
     }
 }

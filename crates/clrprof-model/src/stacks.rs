@@ -2,7 +2,7 @@
 //! the canonical aggregate: instrumentation (exact calls and times), sampling (CPU and wall
 //! samples) and allocations all add [`Cost`] to `(thread, stack)`; every view derives from it.
 
-use std::collections::HashMap;
+use crate::fasthash::FxHashMap;
 
 use serde::Serialize;
 
@@ -59,9 +59,9 @@ pub struct StackNode {
 #[derive(Clone, Debug, Default)]
 pub struct StackTable {
     pub frames: Vec<Frame>,
-    frame_index: HashMap<FrameKey, FrameId>,
+    frame_index: FxHashMap<FrameKey, FrameId>,
     pub nodes: Vec<StackNode>,
-    node_index: HashMap<(Option<StackId>, FrameId), StackId>,
+    node_index: FxHashMap<(Option<StackId>, FrameId), StackId>,
 }
 
 impl StackTable {
@@ -240,7 +240,7 @@ impl Metric {
 #[derive(Clone, Debug, Default)]
 pub struct ThreadCosts {
     pub os_tid: u32,
-    pub costs: HashMap<StackId, Cost>,
+    pub costs: FxHashMap<StackId, Cost>,
 }
 
 /// The canonical aggregate: stacks and per-thread costs.
@@ -261,7 +261,7 @@ impl CostTree {
         let i = match self.threads.binary_search_by_key(&os_tid, |t| t.os_tid) {
             Ok(i) => i,
             Err(i) => {
-                self.threads.insert(i, ThreadCosts { os_tid, costs: HashMap::new() });
+                self.threads.insert(i, ThreadCosts { os_tid, costs: FxHashMap::default() });
                 i
             }
         };

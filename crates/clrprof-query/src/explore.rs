@@ -10,6 +10,7 @@
 use crate::SaturatingSum;
 use std::collections::HashMap;
 
+use clrprof_model::fasthash::FxHashMap;
 use clrprof_model::{FrameKind, Metric, Profile};
 use serde::{Deserialize, Serialize};
 
@@ -183,8 +184,28 @@ struct Node {
     total: u64,
     self_count: u64,
     count: u64,
-    children: Vec<u32>,
+    /// Its children: `Tree::kids[first..first + len]`, by total, then name.
+    first: u32,
+    len: u32,
 }
+
+/// A call tree: its nodes, and every node's children in one array (a vector per node cost a
+/// memory allocation each: a per-thread tree of a large profile has millions of nodes).
+#[derive(Clone, Debug, Default)]
+struct Tree {
+    nodes: Vec<Node>,
+    kids: Vec<u32>,
+}
+
+impl Tree {
+    fn children(&self, id: u32) -> &[u32] {
+        let n = &self.nodes[id as usize];
+        &self.kids[n.first as usize..(n.first + n.len) as usize]
+    }
+}
+
+/// Paths above which the top-down and inverted trees are built on two threads.
+const PARALLEL_TREES: usize = 4096;
 
 /// A unique transformed stack and its cost.
 #[derive(Clone, Debug)]
@@ -198,10 +219,10 @@ struct Path {
 pub struct StackView {
     pub metric: Metric,
     pub funcs: Vec<Func>,
-    func_index: HashMap<String, FuncId>,
+    func_index: FxHashMap<String, FuncId>,
     paths: Vec<Path>,
-    nodes: Vec<Node>,
-    inverted: Vec<Node>,
+    nodes: Tree,
+    inverted: Tree,
     /// The metric summed over every stack kept.
     pub total: u64,
     /// Samples (calls, objects, exceptions, contentions) behind `total`.
@@ -227,10 +248,10 @@ impl StackView {
         let mut v = StackView {
             metric: spec.metric,
             funcs: Vec::new(),
-            func_index: HashMap::new(),
+            func_index: FxHashMap::default(),
             paths: Vec::new(),
-            nodes: Vec::new(),
-            inverted: Vec::new(),
+            nodes: Tree::default(),
+            inverted: Tree::default(),
             total: 0,
             count: 0,
             estimated: false,
@@ -246,7 +267,7 @@ impl StackView {
             if spec.threads != ThreadMode::Merged {
                 v.note = v.note.map(|n| n + " (not recorded per thread: the thread choice does not apply)");
             }
-            let mut unique: HashMap<Vec<FuncId>, usize> = HashMap::new();
+            let mut unique: FxHashMap<Vec<FuncId>, usize> = FxHashMap::default();
             let mut buf = Vec::new();
             for e in w.stacks {
                 buf.clear();
@@ -264,8 +285,7 @@ impl StackView {
                 }
                 v.add_path(&spec.transforms, &mut buf, 0, e.value, e.count, &mut unique);
             }
-            v.nodes = v.tree(false);
-            v.inverted = v.tree(true);
+            v.build_trees();
             return v;
         }
         // Raw stacks: (thread root, frames) with cost, in stack order for determinism.
@@ -287,9 +307,9 @@ impl StackView {
             }
         }
         raw.sort_by_key(|r| (r.0, r.1));
-        let mut unique: HashMap<Vec<FuncId>, usize> = HashMap::new();
+        let mut unique: FxHashMap<Vec<FuncId>, usize> = FxHashMap::default();
         let mut buf = Vec::new();
-        let mut roots: HashMap<u32, FuncId> = HashMap::new();
+        let mut roots: FxHashMap<u32, FuncId> = FxHashMap::default();
         for (root, s, value, count) in raw {
             buf.clear();
             if let Some(tid) = root {
@@ -313,9 +333,24 @@ impl StackView {
             buf[base..].reverse();
             v.add_path(&spec.transforms, &mut buf, base, value, count, &mut unique);
         }
-        v.nodes = v.tree(false);
-        v.inverted = v.tree(true);
+        v.build_trees();
         v
+    }
+
+    /// The top-down and inverted trees of the paths (on two threads for many paths).
+    fn build_trees(&mut self) {
+        let (nodes, inverted) = if self.paths.len() > PARALLEL_TREES {
+            let this = &*self;
+            std::thread::scope(|scope| {
+                let inv = scope.spawn(move || this.tree(true));
+                let top = this.tree(false);
+                (top, inv.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            })
+        } else {
+            (self.tree(false), self.tree(true))
+        };
+        self.nodes = nodes;
+        self.inverted = inverted;
     }
 
     /// Transforms one stack (root first, `fixed` thread roots) and adds its cost.
@@ -326,7 +361,7 @@ impl StackView {
         fixed: usize,
         value: u64,
         count: u64,
-        unique: &mut HashMap<Vec<FuncId>, usize>,
+        unique: &mut FxHashMap<Vec<FuncId>, usize>,
     ) {
         if !self.apply(ts, buf, fixed) {
             return;
@@ -366,73 +401,92 @@ impl StackView {
         apply_transforms(self, ts, st, fixed)
     }
 
-    fn tree(&self, inverted: bool) -> Vec<Node> {
-        let mut nodes = vec![Node {
-            parent: 0,
-            func: u32::MAX,
-            depth: 0,
+    fn tree(&self, inverted: bool) -> Tree {
+        let node = |parent: u32, func: FuncId, depth: u32| Node {
+            parent,
+            func,
+            depth,
             self_value: 0,
             total: 0,
             self_count: 0,
             count: 0,
-            children: Vec::new(),
-        }];
-        let mut index: HashMap<(u32, FuncId), u32> = HashMap::new();
-        for p in &self.paths {
-            let mut cur = 0u32;
-            nodes[0].total = nodes[0].total.saturating_add(p.value);
-            nodes[0].count = nodes[0].count.saturating_add(p.count);
-            let n = p.funcs.len();
-            for k in 0..n {
-                let f = if inverted { p.funcs[n - 1 - k] } else { p.funcs[k] };
-                let next = match index.get(&(cur, f)) {
-                    Some(&c) => c,
-                    None => {
-                        let id = nodes.len() as u32;
-                        let depth = nodes[cur as usize].depth + 1;
-                        nodes.push(Node {
-                            parent: cur,
-                            func: f,
-                            depth,
-                            self_value: 0,
-                            total: 0,
-                            self_count: 0,
-                            count: 0,
-                            children: Vec::new(),
-                        });
-                        nodes[cur as usize].children.push(id);
-                        index.insert((cur, f), id);
-                        id
-                    }
-                };
-                cur = next;
-                nodes[cur as usize].total = nodes[cur as usize].total.saturating_add(p.value);
-                nodes[cur as usize].count = nodes[cur as usize].count.saturating_add(p.count);
-            }
-            nodes[cur as usize].self_value = nodes[cur as usize].self_value.saturating_add(p.value);
-            nodes[cur as usize].self_count = nodes[cur as usize].self_count.saturating_add(p.count);
+            first: 0,
+            len: 0,
+        };
+        // Paths in order of their frames (from the leaf when inverted): the paths sharing a prefix
+        // are then neighbours, and each prefix's node is made once, by the first of them, and
+        // found again on the chain of the previous path's nodes (no lookup per frame).
+        let paths = &self.paths;
+        let at = |p: &Path, k: usize| if inverted { p.funcs[p.funcs.len() - 1 - k] } else { p.funcs[k] };
+        let mut order: Vec<u32> = (0..paths.len() as u32).collect();
+        if inverted {
+            order.sort_unstable_by(|&a, &b| {
+                paths[a as usize].funcs.iter().rev().cmp(paths[b as usize].funcs.iter().rev())
+            });
+        } else {
+            order.sort_unstable_by(|&a, &b| paths[a as usize].funcs.cmp(&paths[b as usize].funcs));
         }
-        // Children by total, then name: deterministic.
-        let order: Vec<Vec<u32>> = nodes
-            .iter()
-            .map(|n| {
-                let mut c = n.children.clone();
-                c.sort_by(|&a, &b| {
+        let mut nodes = vec![node(0, u32::MAX, 0)];
+        // chain[d]: the node at depth d of the previous path (chain[0]: the root).
+        let mut chain: Vec<u32> = vec![0];
+        let mut prev: Option<&Path> = None;
+        for &i in &order {
+            let p = &paths[i as usize];
+            let n = p.funcs.len();
+            let common = prev.map_or(0, |q| {
+                let m = n.min(q.funcs.len());
+                (0..m).find(|&k| at(q, k) != at(p, k)).unwrap_or(m)
+            });
+            chain.truncate(common + 1);
+            for k in common..n {
+                let parent = chain[k];
+                nodes.push(node(parent, at(p, k), k as u32 + 1));
+                chain.push((nodes.len() - 1) as u32);
+            }
+            for &c in &chain {
+                let n = &mut nodes[c as usize];
+                n.total = n.total.saturating_add(p.value);
+                n.count = n.count.saturating_add(p.count);
+            }
+            let leaf = &mut nodes[chain[chain.len() - 1] as usize];
+            leaf.self_value = leaf.self_value.saturating_add(p.value);
+            leaf.self_count = leaf.self_count.saturating_add(p.count);
+            prev = Some(p);
+        }
+        // Children laid out per parent (a node's id is above its parent's), then each parent's
+        // sorted by total, then name: deterministic.
+        for i in 1..nodes.len() {
+            let parent = nodes[i].parent as usize;
+            nodes[parent].len += 1;
+        }
+        let mut next = 0u32;
+        for n in nodes.iter_mut() {
+            n.first = next;
+            next += n.len;
+        }
+        let mut kids = vec![0u32; nodes.len().saturating_sub(1)];
+        let mut fill: Vec<u32> = nodes.iter().map(|n| n.first).collect();
+        for (i, n) in nodes.iter().enumerate().skip(1) {
+            let parent = n.parent as usize;
+            kids[fill[parent] as usize] = i as u32;
+            fill[parent] += 1;
+        }
+        drop(fill);
+        for n in &nodes {
+            let slice = &mut kids[n.first as usize..(n.first + n.len) as usize];
+            if slice.len() > 1 {
+                slice.sort_by(|&a, &b| {
                     let (x, y) = (&nodes[a as usize], &nodes[b as usize]);
                     y.total
                         .cmp(&x.total)
                         .then_with(|| self.funcs[x.func as usize].name.cmp(&self.funcs[y.func as usize].name))
                 });
-                c
-            })
-            .collect();
-        for (n, c) in nodes.iter_mut().zip(order) {
-            n.children = c;
+            }
         }
-        nodes
+        Tree { nodes, kids }
     }
 
-    fn nodes_of(&self, inverted: bool) -> &[Node] {
+    fn nodes_of(&self, inverted: bool) -> &Tree {
         if inverted {
             &self.inverted
         } else {
@@ -456,18 +510,22 @@ impl StackView {
             self_count: n.self_count,
             percent: pct(n.total, self.total),
             percent_of_parent: pct(n.total, parent_total),
-            children: n.children.len(),
+            children: n.len as usize,
         }
     }
 
     /// The children of a tree node (0: the roots), one page: `offset`, `limit`; what is left is
     /// counted in `more`.
     pub fn children(&self, inverted: bool, node: u32, offset: usize, limit: usize) -> Result<TreePage> {
-        let nodes = self.nodes_of(inverted);
-        let n = nodes.get(node as usize).ok_or_else(|| QueryError::NoData(format!("no tree node {node}")))?;
-        let rows: Vec<TreeRow> = n.children.iter().skip(offset).take(limit).map(|&c| self.row(nodes, c)).collect();
-        let shown = offset.min(n.children.len()) + rows.len();
-        let rest = &n.children[shown.min(n.children.len())..];
+        let tree = self.nodes_of(inverted);
+        let nodes = &tree.nodes[..];
+        if nodes.get(node as usize).is_none() {
+            return Err(QueryError::NoData(format!("no tree node {node}")));
+        }
+        let children = tree.children(node);
+        let rows: Vec<TreeRow> = children.iter().skip(offset).take(limit).map(|&c| self.row(nodes, c)).collect();
+        let shown = offset.min(children.len()) + rows.len();
+        let rest = &children[shown.min(children.len())..];
         Ok(TreePage {
             node,
             path: self.path(nodes, node),
@@ -670,7 +728,8 @@ impl StackView {
     /// pixel wide; each parent's narrower children become one `more` cell. `search` marks matching
     /// cells and gives their share (outermost matches only, so nothing is counted twice).
     pub fn flame(&self, inverted: bool, node: u32, width_px: u32, search: Option<&str>, regex: bool) -> Result<Flame> {
-        let nodes = self.nodes_of(inverted);
+        let tree = self.nodes_of(inverted);
+        let nodes = &tree.nodes[..];
         let root = nodes.get(node as usize).ok_or_else(|| QueryError::NoData(format!("no tree node {node}")))?;
         let matcher = Matcher::new(search, regex)?;
         let width = width_px.clamp(1, 20_000) as f64;
@@ -708,7 +767,7 @@ impl StackView {
             let mut cx = x;
             let (mut hidden, mut hidden_value) = (0usize, 0u64);
             let mut hidden_x = None;
-            for &c in &n.children {
+            for &c in tree.children(id) {
                 let cn = &nodes[c as usize];
                 if cn.total as f64 * scale >= 1.0 {
                     stack.push((c, cx, in_match || is_match));
@@ -1169,6 +1228,79 @@ mod tests {
         let v = view(vec![Transform::CollapseNamespace { namespace: "App".into() }]);
         let b = v.butterfly("App.*", 10).unwrap();
         assert_eq!(b.total, 90 + 10);
+    }
+
+    #[test]
+    fn trees_hold_every_prefix_once_with_its_sums() {
+        // Random paths (some prefixes of others, recursion, repeats of one function): every node
+        // of both trees is one distinct prefix (suffix when inverted) and carries the sums of the
+        // paths through it and ending at it; children are sorted by total, then name.
+        let mut v = view(Vec::new());
+        v.funcs = (0..6)
+            .map(|i| Func { name: format!("f{i}"), module: String::new(), kind: FrameKind::Managed, wait: false })
+            .collect();
+        v.paths.clear();
+        let mut seen = std::collections::HashSet::new();
+        let mut x: u64 = 7;
+        while v.paths.len() < 300 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let funcs: Vec<FuncId> =
+                (0..1 + (x >> 60) as usize % 7).map(|k| ((x >> (4 * k + 8)) % 6) as FuncId).collect();
+            if seen.insert(funcs.clone()) {
+                v.paths.push(Path { funcs, value: (x >> 40) % 1000, count: 1 + (x >> 30) % 3 });
+            }
+        }
+        for inverted in [false, true] {
+            let t = v.tree(inverted);
+            // The prefix of each node, from its parents.
+            let prefix = |mut id: u32| {
+                let mut out = Vec::new();
+                while id != 0 {
+                    out.push(t.nodes[id as usize].func);
+                    id = t.nodes[id as usize].parent;
+                }
+                out.reverse();
+                out
+            };
+            let mut prefixes = std::collections::HashSet::new();
+            for id in 1..t.nodes.len() as u32 {
+                let pre = prefix(id);
+                assert_eq!(t.nodes[id as usize].depth as usize, pre.len());
+                assert!(prefixes.insert(pre.clone()), "{pre:?} twice");
+                let oriented = |p: &Path| -> Vec<FuncId> {
+                    if inverted {
+                        p.funcs.iter().rev().copied().collect()
+                    } else {
+                        p.funcs.clone()
+                    }
+                };
+                let through: Vec<&Path> = v.paths.iter().filter(|p| oriented(p).starts_with(&pre)).collect();
+                let ending: Vec<&Path> = through.iter().copied().filter(|p| oriented(p).len() == pre.len()).collect();
+                let n = &t.nodes[id as usize];
+                assert_eq!(n.total, through.iter().map(|p| p.value).sum::<u64>(), "{pre:?}");
+                assert_eq!(n.count, through.iter().map(|p| p.count).sum::<u64>(), "{pre:?}");
+                assert_eq!(n.self_value, ending.iter().map(|p| p.value).sum::<u64>(), "{pre:?}");
+                assert_eq!(n.self_count, ending.iter().map(|p| p.count).sum::<u64>(), "{pre:?}");
+            }
+            // Every prefix of every path has its node.
+            for p in &v.paths {
+                let o: Vec<FuncId> = if inverted { p.funcs.iter().rev().copied().collect() } else { p.funcs.clone() };
+                for k in 1..=o.len() {
+                    assert!(prefixes.contains(&o[..k]), "{:?}", &o[..k]);
+                }
+            }
+            assert_eq!(t.nodes[0].total, v.paths.iter().map(|p| p.value).sum::<u64>());
+            for id in 0..t.nodes.len() as u32 {
+                let kids = t.children(id);
+                assert!(kids.iter().all(|&c| t.nodes[c as usize].parent == id));
+                assert!(kids.windows(2).all(|w| {
+                    let (a, b) = (&t.nodes[w[0] as usize], &t.nodes[w[1] as usize]);
+                    a.total > b.total
+                        || (a.total == b.total && v.funcs[a.func as usize].name <= v.funcs[b.func as usize].name)
+                }));
+            }
+            assert_eq!(t.kids.len(), t.nodes.len() - 1);
+        }
     }
 
     #[test]

@@ -191,11 +191,17 @@ impl Loader {
 
     /// Calls `f` with each sample record read inside `range` (`ProfileBuilder::each_sample`) and
     /// returns true; false for an imported file (its profile's `samples` hold them).
-    pub fn each_sample(&self, range: TimeRange, f: impl FnMut(clrprof_model::samples::SampleTime)) -> bool {
+    /// With `same_group`, records of one thread and weight may come summed.
+    pub fn each_sample(
+        &self,
+        range: TimeRange,
+        same_group: Option<clrprof_model::samples::SameGroup<'_>>,
+        f: impl FnMut(clrprof_model::samples::SampleTime),
+    ) -> bool {
         match &self.imported {
             Some(_) => false,
             None => {
-                self.builder.each_sample(range, f);
+                self.builder.each_sample(range, same_group, f);
                 true
             }
         }

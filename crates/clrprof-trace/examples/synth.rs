@@ -93,6 +93,16 @@ fn main() {
         }
         emit(&mut out, &batch, &mut written);
     }
+    // The run ends after its last sample (the real trace's end records are moved there).
+    let shift = |end: u64| end.max(ts + SAMPLE_NS);
+    for r in &mut tail {
+        match r {
+            Record::AgentStop(a) => a.ts = shift(a.ts),
+            Record::SamplerStats(s) => s.ts = shift(s.ts),
+            Record::ProcessExit(p) => p.end_unix_ns += ts,
+            _ => {}
+        }
+    }
     emit(&mut out, &tail, &mut written);
     out.flush().unwrap();
     eprintln!("wrote {} ({:.1} MB, {} stacks, run of {:.1} s)", args[2], written as f64 / 1e6, all, ts as f64 / 1e9);

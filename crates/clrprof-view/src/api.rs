@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clrprof_model::samples::SampleTime;
+use clrprof_model::samples::{SameGroup, SampleTime};
 use clrprof_model::{Metric, Profile, TimeRange};
 use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
 use clrprof_query::select::{self, Threads};
@@ -23,8 +23,15 @@ pub trait ProfileSource: Send + Sync {
     }
 
     /// Calls `f` with each sample record inside `range` and returns true, or returns false having
-    /// called nothing (the default): the profiles carry their samples.
-    fn each_sample(&self, _range: TimeRange, _f: &mut dyn FnMut(SampleTime)) -> bool {
+    /// called nothing (the default): the profiles carry their samples. With `same_group`, records
+    /// of one thread and weight whose times lie in one group may come summed into one
+    /// (`SampleData::each_sample`).
+    fn each_sample(
+        &self,
+        _range: TimeRange,
+        _same_group: Option<SameGroup<'_>>,
+        _f: &mut dyn FnMut(SampleTime),
+    ) -> bool {
         false
     }
 }
@@ -390,8 +397,10 @@ impl Loaded {
         let (start, end) = p.span();
         let buckets = q.num::<u64>("buckets", 200)?.clamp(1, 2000);
         let bucket = (end.saturating_sub(start)).div_ceil(buckets).max(1);
+        // Records whose times fall in one bucket may come summed (the time index's sums).
+        let same = |a: u64, b: u64| a >= start && b >= start && (a - start) / bucket == (b - start) / bucket;
         let t = clrprof_query::timeline::timeline_with(p, &Threads::all(), Some(bucket), |f| {
-            if !self.source.each_sample(TimeRange::ALL, f) {
+            if !self.source.each_sample(TimeRange::ALL, Some(&same), f) {
                 p.samples.iter().for_each(|s| f(SampleTime::from(s)));
             }
         });
@@ -813,9 +822,9 @@ mod tests {
                 false => self.profile(range),
             }
         }
-        fn each_sample(&self, range: TimeRange, f: &mut dyn FnMut(SampleTime)) -> bool {
+        fn each_sample(&self, range: TimeRange, same: Option<SameGroup<'_>>, f: &mut dyn FnMut(SampleTime)) -> bool {
             self.1 && {
-                self.0.each_sample(range, f);
+                self.0.each_sample(range, same, f);
                 true
             }
         }

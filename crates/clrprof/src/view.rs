@@ -58,8 +58,13 @@ impl ProfileSource for LoadedSource {
         }
     }
 
-    fn each_sample(&self, range: TimeRange, f: &mut dyn FnMut(clrprof_model::samples::SampleTime)) -> bool {
-        self.loader.each_sample(range, f)
+    fn each_sample(
+        &self,
+        range: TimeRange,
+        same_group: Option<clrprof_model::samples::SameGroup<'_>>,
+        f: &mut dyn FnMut(clrprof_model::samples::SampleTime),
+    ) -> bool {
+        self.loader.each_sample(range, same_group, f)
     }
 }
 
