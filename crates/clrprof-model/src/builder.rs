@@ -315,6 +315,12 @@ impl ProfileBuilder {
     /// forget, its estimates see the exceptions kept; the event log's depths and unpaired count no
     /// longer see lines before `ts`. For a live run pushed window by window (constant memory);
     /// other users never call it.
+    /// Prepares the sample records for many profiles of ranges of time (`SampleData::prepare_ranges`):
+    /// for a reader that keeps the builder and profiles ranges again and again (the viewer).
+    pub fn prepare_ranges(&self) {
+        self.samples.prepare_ranges();
+    }
+
     pub fn forget_before(&mut self, ts: u64) {
         self.samples.forget_before(ts);
         self.cct.forget_before(ts);

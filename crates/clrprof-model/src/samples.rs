@@ -227,6 +227,51 @@ fn in_range<'e>(events: &'e [SampleEvent], blocks: &[Block], range: TimeRange) -
     out
 }
 
+/// Parts of the records the checkpoints cut them into.
+const CHECKPOINTS: usize = 16;
+/// Records below which ranges are summed from the records alone (fast enough).
+const CHECKPOINTED: usize = 4 << 20;
+/// Most memory the checkpoints' sums may take.
+const CHECKPOINT_BYTES: usize = 512 << 20;
+
+/// Sums per (OS tid, definition) sorted so, and their totals.
+type Snapshot = (Vec<(u32, u32, [u64; 4])>, [u64; 4]);
+
+/// Costs summed per (OS tid, definition) from the first record to every `every` records: the
+/// sums sorted so, and their totals (CPU samples, CPU ns, wall samples, wall ns).
+#[derive(Clone, Debug)]
+struct Checkpoints {
+    every: usize,
+    snaps: Vec<Snapshot>,
+}
+
+/// `hi − lo` of two cumulative sums sorted by (tid, definition) (every key of `lo` is in `hi`,
+/// with no larger sums: no saturation), as costs; keys whose difference is zero are left out.
+fn subtract_sorted(hi: &[(u32, u32, [u64; 4])], lo: &[(u32, u32, [u64; 4])]) -> Vec<(u32, u32, Cost)> {
+    let mut out = Vec::with_capacity(hi.len());
+    let mut lo = lo.iter().peekable();
+    for &(tid, def, h) in hi {
+        let mut d = h;
+        if let Some(&&(lt, ld, l)) = lo.peek() {
+            if (lt, ld) == (tid, def) {
+                for i in 0..4 {
+                    d[i] = h[i].saturating_sub(l[i]);
+                }
+                lo.next();
+            }
+        }
+        if d != [0; 4] {
+            let [cs, cn, ws, wn] = d;
+            out.push((
+                tid,
+                def,
+                Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() },
+            ));
+        }
+    }
+    out
+}
+
 /// Sampling records collected while reading a trace (resolved when a profile is taken).
 #[derive(Clone, Debug, Default)]
 pub struct SampleData {
@@ -244,6 +289,11 @@ pub struct SampleData {
     events: Vec<SampleEvent>,
     /// The time index of `events`: one entry per [`BLOCK`] records.
     blocks: Vec<Block>,
+    /// Whether `events` are in time order (then a range of time is a range of records).
+    unsorted: bool,
+    /// Costs summed from the first record up to regular points, for ranges of time
+    /// ([`prepare_ranges`](Self::prepare_ranges)); `None` inside: none for these records.
+    checkpoints: std::sync::OnceLock<Option<Checkpoints>>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
     code: Vec<(u64, u64, u64)>,
     /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
@@ -321,10 +371,83 @@ impl SampleData {
     pub fn forget_before(&mut self, ts: u64) {
         self.events.retain(|e| e.ts >= ts);
         self.blocks = index_of(&self.events);
+        self.unsorted = !self.events.is_sorted_by_key(|e| e.ts);
+        self.checkpoints = std::sync::OnceLock::new();
+    }
+
+    /// Prepares ranges of time for a reader that will ask for many (the viewer's brushing): the
+    /// costs summed from the first record to every 1/[`CHECKPOINTS`] of the records, so that a
+    /// range's costs are the difference of two of them plus the records between the range's ends
+    /// and the nearest ones. Only for many records in time order whose sums do not saturate; one
+    /// pass over the records, once (another thread may ask for ranges meanwhile: they are summed
+    /// from the records until it is done). Records added later are read as before.
+    pub fn prepare_ranges(&self) {
+        self.prepare_ranges_from(CHECKPOINTED)
+    }
+
+    /// [`prepare_ranges`](Self::prepare_ranges) for at least `min_records` records.
+    fn prepare_ranges_from(&self, min_records: usize) {
+        self.checkpoints.get_or_init(|| self.checkpoints_of(min_records));
+    }
+
+    fn checkpoints_of(&self, min_records: usize) -> Option<Checkpoints> {
+        if self.unsorted || self.events.len() < min_records.max(1) {
+            return None;
+        }
+        let every = self.events.len().div_ceil(CHECKPOINTS).next_multiple_of(BLOCK);
+        let defs = self.defs.len();
+        let mut c = SampleCosts::default();
+        let mut snaps = Vec::new();
+        let mut entries = 0usize;
+        for part in self.events.chunks(every) {
+            if part.len() < every {
+                break;
+            }
+            part.iter().for_each(|e| c.add(e, defs));
+            let snap = c.sorted_sums();
+            entries += snap.len();
+            if entries.saturating_mul(std::mem::size_of::<(u32, u32, [u64; 4])>()) > CHECKPOINT_BYTES {
+                return None;
+            }
+            snaps.push((snap, c.totals));
+        }
+        // Saturated sums cannot be subtracted.
+        (!c.totals.contains(&u64::MAX)).then_some(Checkpoints { every, snaps })
+    }
+
+    /// The costs of `range` from the checkpoints, when they cover part of it.
+    fn checkpointed_costs(&self, range: TimeRange) -> Option<SummedCosts> {
+        let cp = self.checkpoints.get()?.as_ref()?;
+        if self.unsorted || range.is_all() {
+            return None;
+        }
+        let a = self.events.partition_point(|e| e.ts < range.from);
+        let b = self.events.partition_point(|e| e.ts < range.to);
+        // Checkpoint k (from 1) holds the sums of the records before k × every.
+        let (ka, kb) = (a.div_ceil(cp.every), (b / cp.every).min(cp.snaps.len()));
+        if kb <= ka {
+            return None;
+        }
+        let empty = (Vec::new(), [0u64; 4]);
+        let lo = if ka == 0 { &empty } else { &cp.snaps[ka - 1] };
+        let hi = &cp.snaps[kb - 1];
+        let mut totals: [u64; 4] = std::array::from_fn(|i| hi.1[i] - lo.1[i]);
+        let between = subtract_sorted(&hi.0, &lo.0);
+        let ends = [&self.events[a..ka * cp.every], &self.events[kb * cp.every..b]];
+        let n = ends[0].len() + ends[1].len();
+        let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n / PARALLEL_SUM);
+        let (edge, edge_totals) = sum_costs_in(&ends, range, self.defs.len(), parts);
+        for i in 0..4 {
+            totals[i] = totals[i].saturating_add(edge_totals[i]);
+        }
+        Some((merge_sorted(between, edge), totals))
     }
 
     /// Keeps a sample record and indexes it.
     fn push(&mut self, e: SampleEvent) {
+        if self.events.last().is_some_and(|l| l.ts > e.ts) {
+            self.unsorted = true;
+        }
         if self.events.len().is_multiple_of(BLOCK) {
             self.blocks.push(Block { min_ts: u64::MAX, max_ts: 0, sums: Some(Vec::new()) });
         }
@@ -435,7 +558,8 @@ impl SampleData {
         let activity_names = crate::runtime::ActivityNames::of(p, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
-        let (costs, totals) = sum_costs(events, &self.blocks, range, self.defs.len());
+        let checkpointed = if owned.is_none() { self.checkpointed_costs(range) } else { None };
+        let (costs, totals) = checkpointed.unwrap_or_else(|| sum_costs(events, &self.blocks, range, self.defs.len()));
         let mut summary = self.summary.clone();
         let [cpu_samples, cpu_ns, wall_samples, wall_ns] = totals;
         summary.cpu_samples = cpu_samples;
@@ -451,8 +575,16 @@ impl SampleData {
         // The interned stack of each definition a sample in the window refers to (outer `None`:
         // not resolved yet).
         let mut stack_of: Vec<Option<Option<crate::stacks::StackId>>> = vec![None; self.defs.len()];
+        // (IP, a return address, FunctionID) → (frame, class, unnamed, in the JIT's library).
+        type Resolved = (FrameId, FrameClass, bool, bool);
+        let mut frame_memo: FxHashMap<(u64, bool, u64), Resolved> = FxHashMap::default();
         let mut addresses = HashMap::new();
         for (tid, def, cost) in costs {
+            // Records that carry nothing add nothing (a range summed from checkpoints leaves
+            // them out as well).
+            if cost.is_zero() {
+                continue;
+            }
             let def = def as usize;
             let s = *stack_of[def].get_or_insert_with(|| {
                 let (ips, fns, activity) = &self.defs[def];
@@ -462,29 +594,36 @@ impl SampleData {
                 let mut jit = false;
                 for (i, &ip) in ips.iter().enumerate() {
                     let function = fns.get(i).copied().unwrap_or(0);
-                    let (key, addr) = resolver.frame(ip, i > 0, function);
-                    // Runs of unnamed code of one module (stripped libraries) collapse into one
-                    // frame: they cannot be told apart anyway.
-                    let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
-                    let class = match &key {
-                        FrameKey::Function(_) => FrameClass::Managed,
-                        FrameKey::Native { module, symbol } => {
-                            let runtime = crate::runtime::is_runtime_library(module);
-                            jit |= classes.iter().all(|c| *c != FrameClass::Managed)
-                                && module == crate::runtime::JIT_LIBRARY;
-                            if symbol.is_empty() {
-                                FrameClass::Unnamed { runtime }
-                            } else {
-                                FrameClass::Named { runtime }
+                    // Stacks share most of their frames: each (IP, position, function) is
+                    // resolved and interned once per profile.
+                    let (f, class, unnamed, jit_library) =
+                        *frame_memo.entry((ip, i > 0, function)).or_insert_with(|| {
+                            let (key, addr) = resolver.frame(ip, i > 0, function);
+                            // Runs of unnamed code of one module (stripped libraries) collapse into
+                            // one frame: they cannot be told apart anyway.
+                            let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
+                            let mut jit_library = false;
+                            let class = match &key {
+                                FrameKey::Function(_) => FrameClass::Managed,
+                                FrameKey::Native { module, symbol } => {
+                                    let runtime = crate::runtime::is_runtime_library(module);
+                                    jit_library = module == crate::runtime::JIT_LIBRARY;
+                                    if symbol.is_empty() {
+                                        FrameClass::Unnamed { runtime }
+                                    } else {
+                                        FrameClass::Named { runtime }
+                                    }
+                                }
+                                FrameKey::Label(_) if ip == 0 => FrameClass::NoIp,
+                                FrameKey::Label(_) => FrameClass::Unmapped,
+                            };
+                            let f = p.costs.stacks.intern_frame(key);
+                            if let Some(a) = addr {
+                                addresses.entry(f).or_insert(a);
                             }
-                        }
-                        FrameKey::Label(_) if ip == 0 => FrameClass::NoIp,
-                        FrameKey::Label(_) => FrameClass::Unmapped,
-                    };
-                    let f = p.costs.stacks.intern_frame(key);
-                    if let Some(a) = addr {
-                        addresses.entry(f).or_insert(a);
-                    }
+                            (f, class, unnamed, jit_library)
+                        });
+                    jit |= jit_library && classes.iter().all(|c| *c != FrameClass::Managed);
                     if unnamed && frames.last() == Some(&f) {
                         continue;
                     }
@@ -735,6 +874,14 @@ impl SampleCosts {
             self.sums.push((t as u32, def, [0; 4]));
         }
         &mut self.sums[slot as usize].2
+    }
+
+    /// (OS tid, definition, [CPU samples, CPU ns, wall samples, wall ns]) in that order.
+    fn sorted_sums(&self) -> Vec<(u32, u32, [u64; 4])> {
+        let mut v: Vec<(u32, u32, [u64; 4])> =
+            self.sums.iter().map(|&(t, def, sums)| (self.tids[t as usize], def, sums)).collect();
+        v.sort_unstable_by_key(|(tid, def, _)| (*tid, *def));
+        v
     }
 
     /// (OS tid, definition, cost) in that order.
@@ -1096,6 +1243,68 @@ mod tests {
         d.each_sample(TimeRange::new(150_000, 250_000), None, |s| got.push(s));
         let want: Vec<SampleTime> = all.iter().copied().filter(|s| (200_000..250_000).contains(&s.ts)).collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn ranges_from_checkpoints_are_the_ranges_summed() {
+        // 30 stacks on 5 threads, records in time order (some at one time), a few carrying
+        // nothing; the same costs for any range from the checkpoints as from the records.
+        let mut d = SampleData::default();
+        for id in 0..30 {
+            d.add(&SampleStack { id, ips: vec![id as u64 + 1], functions: vec![], activity: 0 }.into());
+        }
+        let mut x: u64 = 5;
+        let mut ts = 0u64;
+        for i in 0..70_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ts += (x >> 61) * 10;
+            let (os_tid, stack) = (1 + (x >> 20) as u32 % 5, (x >> 30) as u32 % 30);
+            let (count, ns) = if i % 97 == 0 { (0, 0) } else { (1 + (x >> 50) as u32 % 3, (x >> 44) % 1000) };
+            if x & 1 == 0 {
+                d.add(&CpuSample { ts, os_tid, stack, count, cpu_ns: ns }.into());
+            } else {
+                d.add(&WallSample { ts, os_tid, stack, count, wall_ns: ns }.into());
+            }
+        }
+        d.prepare_ranges_from(1);
+        let cp = d.checkpoints.get().and_then(|c| c.as_ref()).expect("checkpoints");
+        assert_eq!((cp.every, cp.snaps.len()), (BLOCK * 2, 8));
+        let end = d.events.last().map(|e| e.ts).unwrap_or(0);
+        let nonzero = |(v, t): SummedCosts| -> SummedCosts { (v.into_iter().filter(|c| !c.2.is_zero()).collect(), t) };
+        let mut used = 0;
+        for k in 0..200u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let (a, b) = ((x >> 20) % (end + 20), (x >> 40) % (end + 20));
+            let range = match k {
+                0 => TimeRange::new(0, end + 1),
+                1 => TimeRange::new(d.events[BLOCK * 2].ts, d.events[BLOCK * 6].ts),
+                _ => TimeRange::new(a.min(b), a.max(b)),
+            };
+            let want = nonzero(sum_costs(&d.events, &d.blocks, range, d.defs.len()));
+            if let Some(got) = d.checkpointed_costs(range) {
+                used += 1;
+                assert_eq!(got, want, "{range:?}");
+            }
+        }
+        assert!(used > 100, "{used} ranges from checkpoints");
+        // Records out of time order, or sums that saturate: no checkpoints.
+        let mut u = d.clone();
+        u.add(&CpuSample { ts: 1, os_tid: 1, stack: 0, count: 1, cpu_ns: 1 }.into());
+        u.forget_before(0);
+        u.prepare_ranges_from(1);
+        assert!(u.checkpoints.get().is_some_and(|c| c.is_none()));
+        let mut s = d.clone();
+        s.add(&CpuSample { ts: end + 1, os_tid: 1, stack: 0, count: 1, cpu_ns: u64::MAX }.into());
+        for i in 0..20_000 {
+            s.add(&CpuSample { ts: end + 2 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 1 }.into());
+        }
+        s.forget_before(0);
+        s.prepare_ranges_from(1);
+        assert!(s.checkpoints.get().is_some_and(|c| c.is_none()));
+        // Forgetting old records drops them.
+        let mut f = d.clone();
+        f.forget_before(end / 2);
+        assert!(f.checkpoints.get().is_none());
     }
 
     #[test]

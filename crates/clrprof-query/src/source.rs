@@ -207,6 +207,14 @@ impl Loader {
         }
     }
 
+    /// Prepares many profiles of ranges of time (`ProfileBuilder::prepare_ranges`); nothing for an
+    /// imported file.
+    pub fn prepare_ranges(&self) {
+        if self.imported.is_none() {
+            self.builder.prepare_ranges();
+        }
+    }
+
     /// [`profile`](Self::profile), consuming the loader: the profile reuses the memory of the
     /// records read instead of copying them (for one-shot readers such as `report`).
     pub fn into_profile(self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {

@@ -34,7 +34,8 @@ pub struct ViewCommand {
 
 /// A loaded trace or imported file: profiles for any time range.
 struct LoadedSource {
-    loader: Loader,
+    /// Shared with the thread that prepares it for ranges of time.
+    loader: Arc<Loader>,
     native_symbols: bool,
     debug_dirs: Vec<PathBuf>,
 }
@@ -124,7 +125,13 @@ fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) 
     if size > 50_000_000 {
         eprintln!("clrprof: loaded {} records in {:.1} s", d.records, started.elapsed().as_secs_f64());
     }
-    Ok(LoadedSource { loader: l, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() })
+    // Brushing asks for profiles of ranges again and again: sums at checkpoints make each one
+    // cost the records near its ends, not all the records inside it. Prepared on one core in the
+    // background (one pass over the records); ranges asked for meanwhile read the records.
+    let loader = Arc::new(l);
+    let background = Arc::clone(&loader);
+    let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
+    Ok(LoadedSource { loader, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() })
 }
 
 /// A token given on the command line must be long and URL/cookie safe.
