@@ -66,5 +66,12 @@ END_NS=$(curl -s "$BASE/api/meta?token=$TOKEN" | grep -o '"end_ns":[0-9]*' | cut
 FROM=$((END_NS / 10)) TO=$((END_NS / 5))
 t "brush a range: 10%-20% (new profile+view)" "/api/hotspots?w=cpu&from=$FROM&to=$TO"
 t "same range, flame graph" "/api/flame?w=cpu&width=1400&from=$FROM&to=$TO"
+# Ranges are prepared in the background after loading (checkpoints, one pass): brushes once it is done.
+sleep 5
+t "brush 1% (after the range index)" "/api/hotspots?w=cpu&from=$((END_NS / 2))&to=$((END_NS / 2 + END_NS / 100))"
+t "brush 10%" "/api/hotspots?w=cpu&from=$((FROM + 1))&to=$TO"
+t "brush 50%" "/api/hotspots?w=cpu&from=$((END_NS / 4))&to=$((END_NS * 3 / 4))"
+t "brush 90%" "/api/hotspots?w=cpu&from=$((END_NS / 20))&to=$((END_NS * 19 / 20))"
+t "brush 90%, per-thread tree" "/api/tree?w=cpu&threads=each&from=$((END_NS / 20))&to=$((END_NS * 19 / 20))"
 t "events table: functions page" "/api/table?name=functions&limit=100"
 grep -E 'VmHWM|VmRSS' /proc/$PID/status | awk '{printf "  %s %.0f MB\n", $1, $2/1024}'
