@@ -321,6 +321,12 @@ impl ProfileBuilder {
         self.samples.prepare_ranges();
     }
 
+    /// Makes the time index of the sample records (`SampleData::prepare_index`): for a reader that
+    /// keeps the builder and asks for timelines and ranges (the viewer).
+    pub fn prepare_index(&self) {
+        self.samples.prepare_index();
+    }
+
     pub fn forget_before(&mut self, ts: u64) {
         self.samples.forget_before(ts);
         self.cct.forget_before(ts);

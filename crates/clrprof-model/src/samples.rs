@@ -188,15 +188,23 @@ impl Block {
     }
 }
 
+/// The time index of the sample records: an entry per [`BLOCK`] records, and whether they are in
+/// time order (then a range of time is a range of records).
+#[derive(Clone, Debug)]
+struct Index {
+    blocks: Vec<Block>,
+    sorted: bool,
+}
+
 /// The time index of `events` (see [`Block`]).
-fn index_of(events: &[SampleEvent]) -> Vec<Block> {
+fn index_of(events: &[SampleEvent]) -> Index {
     let mut blocks = Vec::with_capacity(events.len().div_ceil(BLOCK));
     for chunk in events.chunks(BLOCK) {
         let mut b = Block { min_ts: u64::MAX, max_ts: 0, sums: Some(Vec::new()) };
         chunk.iter().for_each(|e| b.add(e));
         blocks.push(b);
     }
-    blocks
+    Index { blocks, sorted: events.is_sorted_by_key(|e| e.ts) }
 }
 
 /// The parts of `events` that may hold records inside `range`, by their time index `blocks` (the
@@ -287,10 +295,9 @@ pub struct SampleData {
     dense: Vec<u32>,
     /// Every CPU and wall sample record, in trace order, with the stack definition it refers to.
     events: Vec<SampleEvent>,
-    /// The time index of `events`: one entry per [`BLOCK`] records.
-    blocks: Vec<Block>,
-    /// Whether `events` are in time order (then a range of time is a range of records).
-    unsorted: bool,
+    /// The time index of `events`, made for a reader that asks for ranges and timelines
+    /// ([`prepare_index`](Self::prepare_index)); dropped when records are added or forgotten.
+    index: std::sync::OnceLock<Index>,
     /// Costs summed from the first record up to regular points, for ranges of time
     /// ([`prepare_ranges`](Self::prepare_ranges)); `None` inside: none for these records.
     checkpoints: std::sync::OnceLock<Option<Checkpoints>>,
@@ -370,9 +377,20 @@ impl SampleData {
     /// Drops the sample records before `ts` (stack definitions, code ranges and mappings stay).
     pub fn forget_before(&mut self, ts: u64) {
         self.events.retain(|e| e.ts >= ts);
-        self.blocks = index_of(&self.events);
-        self.unsorted = !self.events.is_sorted_by_key(|e| e.ts);
+        self.index = std::sync::OnceLock::new();
         self.checkpoints = std::sync::OnceLock::new();
+    }
+
+    /// Makes the time index of the sample records read so far (one pass over them), for a reader
+    /// that keeps them and asks for timelines and ranges of time (the viewer); without it they are
+    /// read whole each time.
+    pub fn prepare_index(&self) {
+        self.index.get_or_init(|| index_of(&self.events));
+    }
+
+    /// The time index's entries (empty when there is none).
+    fn blocks(&self) -> &[Block] {
+        self.index.get().map_or(&[], |i| &i.blocks[..])
     }
 
     /// Prepares ranges of time for a reader that will ask for many (the viewer's brushing): the
@@ -387,11 +405,12 @@ impl SampleData {
 
     /// [`prepare_ranges`](Self::prepare_ranges) for at least `min_records` records.
     fn prepare_ranges_from(&self, min_records: usize) {
+        self.prepare_index();
         self.checkpoints.get_or_init(|| self.checkpoints_of(min_records));
     }
 
     fn checkpoints_of(&self, min_records: usize) -> Option<Checkpoints> {
-        if self.unsorted || self.events.len() < min_records.max(1) {
+        if !self.index.get().is_some_and(|i| i.sorted) || self.events.len() < min_records.max(1) {
             return None;
         }
         let every = self.events.len().div_ceil(CHECKPOINTS).next_multiple_of(BLOCK);
@@ -418,7 +437,7 @@ impl SampleData {
     /// The costs of `range` from the checkpoints, when they cover part of it.
     fn checkpointed_costs(&self, range: TimeRange) -> Option<SummedCosts> {
         let cp = self.checkpoints.get()?.as_ref()?;
-        if self.unsorted || range.is_all() {
+        if !self.index.get().is_some_and(|i| i.sorted) || range.is_all() {
             return None;
         }
         let a = self.events.partition_point(|e| e.ts < range.from);
@@ -443,16 +462,11 @@ impl SampleData {
         Some((merge_sorted(between, edge), totals))
     }
 
-    /// Keeps a sample record and indexes it.
+    /// Keeps a sample record (an index made before no longer holds).
     fn push(&mut self, e: SampleEvent) {
-        if self.events.last().is_some_and(|l| l.ts > e.ts) {
-            self.unsorted = true;
-        }
-        if self.events.len().is_multiple_of(BLOCK) {
-            self.blocks.push(Block { min_ts: u64::MAX, max_ts: 0, sums: Some(Vec::new()) });
-        }
-        if let Some(b) = self.blocks.last_mut() {
-            b.add(&e);
+        if self.index.get().is_some() || self.checkpoints.get().is_some() {
+            self.index = std::sync::OnceLock::new();
+            self.checkpoints = std::sync::OnceLock::new();
         }
         self.events.push(e);
     }
@@ -504,9 +518,10 @@ impl SampleData {
     /// times all lie in one group (`same_group(earliest, latest)` true, e.g. one timeline bucket)
     /// may be given as one, at the earliest of their times.
     pub fn each_sample(&self, range: TimeRange, same_group: Option<SameGroup<'_>>, mut f: impl FnMut(SampleTime)) {
-        let indexed = self.blocks.len() == self.events.len().div_ceil(BLOCK);
+        let blocks = self.blocks();
+        let indexed = blocks.len() == self.events.len().div_ceil(BLOCK);
         for (k, chunk) in self.events.chunks(BLOCK).enumerate() {
-            let block = self.blocks.get(k).filter(|_| indexed);
+            let block = blocks.get(k).filter(|_| indexed);
             if let Some(b) = block {
                 if b.max_ts < range.from || b.min_ts >= range.to {
                     continue;
@@ -559,7 +574,7 @@ impl SampleData {
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
         // order whatever order the records came in.
         let checkpointed = if owned.is_none() { self.checkpointed_costs(range) } else { None };
-        let (costs, totals) = checkpointed.unwrap_or_else(|| sum_costs(events, &self.blocks, range, self.defs.len()));
+        let (costs, totals) = checkpointed.unwrap_or_else(|| sum_costs(events, self.blocks(), range, self.defs.len()));
         let mut summary = self.summary.clone();
         let [cpu_samples, cpu_ns, wall_samples, wall_ns] = totals;
         summary.cpu_samples = cpu_samples;
@@ -1202,8 +1217,9 @@ mod tests {
                 ns,
             });
         }
-        assert_eq!(d.blocks.len(), all.len().div_ceil(BLOCK));
-        assert!(d.blocks.iter().any(|b| b.sums.is_none()) && d.blocks.iter().any(|b| b.sums.is_some()));
+        d.prepare_index();
+        assert_eq!(d.blocks().len(), all.len().div_ceil(BLOCK));
+        assert!(d.blocks().iter().any(|b| b.sums.is_none()) && d.blocks().iter().any(|b| b.sums.is_some()));
         for range in
             [TimeRange::ALL, TimeRange::new(0, 1), TimeRange::new(41_000, 187_654), TimeRange::new(350_000, 10_000_000)]
         {
@@ -1211,7 +1227,7 @@ mod tests {
             d.each_sample(range, None, |s| got.push(s));
             let want: Vec<SampleTime> = all.iter().copied().filter(|s| range.contains(s.ts)).collect();
             assert_eq!(got, want, "{range:?}");
-            let blocks = &d.blocks;
+            let blocks = d.blocks();
             assert_eq!(
                 sum_costs(&d.events, blocks, range, 1),
                 sum_costs_in(&[&d.events[..]], range, 1, 1),
@@ -1238,7 +1254,9 @@ mod tests {
         }
         // Forgetting old records re-indexes the rest.
         d.forget_before(200_000);
-        assert_eq!(d.blocks.len(), d.events.len().div_ceil(BLOCK));
+        assert!(d.blocks().is_empty());
+        d.prepare_index();
+        assert_eq!(d.blocks().len(), d.events.len().div_ceil(BLOCK));
         let mut got = Vec::new();
         d.each_sample(TimeRange::new(150_000, 250_000), None, |s| got.push(s));
         let want: Vec<SampleTime> = all.iter().copied().filter(|s| (200_000..250_000).contains(&s.ts)).collect();
@@ -1280,7 +1298,7 @@ mod tests {
                 1 => TimeRange::new(d.events[BLOCK * 2].ts, d.events[BLOCK * 6].ts),
                 _ => TimeRange::new(a.min(b), a.max(b)),
             };
-            let want = nonzero(sum_costs(&d.events, &d.blocks, range, d.defs.len()));
+            let want = nonzero(sum_costs(&d.events, d.blocks(), range, d.defs.len()));
             if let Some(got) = d.checkpointed_costs(range) {
                 used += 1;
                 assert_eq!(got, want, "{range:?}");
@@ -1420,7 +1438,7 @@ mod tests {
                 ns: if i == 4_000 { u64::MAX - 5 } else { i * 11 },
             });
         }
-        let blocks = index_of(&events);
+        let blocks = index_of(&events).blocks;
         for range in [TimeRange::ALL, TimeRange::new(100, 5_000)] {
             let once = sum_costs_in(&[&events[..]], range, 31, 1);
             assert!(once.0.len() > 100);

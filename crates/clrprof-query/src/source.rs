@@ -215,6 +215,14 @@ impl Loader {
         }
     }
 
+    /// Makes the time index of the sample records (`ProfileBuilder::prepare_index`); nothing for an
+    /// imported file.
+    pub fn prepare_index(&self) {
+        if self.imported.is_none() {
+            self.builder.prepare_index();
+        }
+    }
+
     /// [`profile`](Self::profile), consuming the loader: the profile reuses the memory of the
     /// records read instead of copying them (for one-shot readers such as `report`).
     pub fn into_profile(self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {

@@ -128,6 +128,8 @@ fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) 
     // Brushing asks for profiles of ranges again and again: sums at checkpoints make each one
     // cost the records near its ends, not all the records inside it. Prepared on one core in the
     // background (one pass over the records); ranges asked for meanwhile read the records.
+    // The timeline and every range read the records through their time index (one pass).
+    l.prepare_index();
     let loader = Arc::new(l);
     let background = Arc::clone(&loader);
     let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
