@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use crate::{crc32, decode_payload_each, DecodeError, Record, Truncation, HEADER_LEN, MAGIC, MAX_BLOCK, VERSION};
 
@@ -197,6 +198,46 @@ pub enum TraceSource {
 enum Input {
     File(File),
     Bytes(Vec<u8>, usize),
+    /// A finished file read by a thread of its own a few chunks ahead of the decoder (the copy out
+    /// of the page cache then overlaps the decoding): chunks and how much of each was read, and
+    /// the way back for a chunk's memory.
+    /// (The receiver in a mutex only so that a reader can be shared between threads; never locked.)
+    Ahead {
+        chunks: std::sync::Mutex<Receiver<Chunk>>,
+        back: SyncSender<Vec<u8>>,
+    },
+}
+
+/// A chunk read ahead: its memory and how much of it was read (0: the end), or the read's error.
+type Chunk = io::Result<(Vec<u8>, usize)>;
+
+/// Chunks a read-ahead thread may hold ready.
+const AHEAD: usize = 2;
+
+/// Starts a thread reading `file` to its end in chunks; the file read in place when no thread
+/// can start.
+fn read_ahead(file: File) -> Input {
+    let Ok(mut theirs) = file.try_clone() else { return Input::File(file) };
+    let (tx, chunks) = sync_channel::<Chunk>(AHEAD);
+    let (back, spare) = sync_channel::<Vec<u8>>(AHEAD + 2);
+    let started = std::thread::Builder::new().name("clrprof-read".into()).spawn(move || loop {
+        let mut buf = spare.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+        let r = loop {
+            match theirs.read(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        let last = !matches!(r, Ok(n) if n > 0);
+        // Stops after the end, an error, or when the reader was dropped.
+        if tx.send(r.map(|n| (buf, n))).is_err() || last {
+            return;
+        }
+    });
+    match started {
+        Ok(_) => Input::Ahead { chunks: std::sync::Mutex::new(chunks), back },
+        Err(_) => Input::File(file),
+    }
 }
 
 /// Reads records from a [`TraceSource`] as they become available.
@@ -214,7 +255,7 @@ const CHUNK: usize = 1 << 20;
 impl TraceReader {
     pub fn open(source: TraceSource) -> io::Result<TraceReader> {
         let (input, growing) = match source {
-            TraceSource::File(p) => (Input::File(File::open(p)?), false),
+            TraceSource::File(p) => (read_ahead(File::open(p)?), false),
             TraceSource::Growing(p) => (Input::File(File::open(p)?), true),
             TraceSource::Bytes(b) => (Input::Bytes(b, 0), false),
         };
@@ -244,6 +285,19 @@ impl TraceReader {
                 push(&mut self.decoder, &b[*pos..*pos + n])?;
                 *pos += n;
                 n
+            }
+            Input::Ahead { chunks, back } => {
+                match chunks.get_mut().map_err(|_| ()).and_then(|c| c.recv().map_err(|_| ())) {
+                    Ok(Ok((buf, n))) => {
+                        let r = push(&mut self.decoder, &buf[..n]);
+                        let _ = back.try_send(buf);
+                        r?;
+                        n
+                    }
+                    Ok(Err(e)) => return Err(e.into()),
+                    // The thread ended after the end of the file (or a read error it reported).
+                    Err(_) => 0,
+                }
             }
             Input::File(f) => {
                 let n = loop {
@@ -360,7 +414,8 @@ mod tests {
 
     #[test]
     fn a_file_read_in_chunks_gives_every_record_in_order() {
-        // Several read chunks, blocks across their boundaries, and an unfinished last block.
+        // Several read chunks (read ahead by a thread of the reader), blocks across their
+        // boundaries, and an unfinished last block.
         let mut bytes = header().to_vec();
         let mut records = Vec::new();
         for b in 0..40u64 {
@@ -387,6 +442,10 @@ mod tests {
         // Readers are shared between threads (the viewer's loader).
         fn shared<T: Send + Sync>(_: &T) {}
         shared(&r);
+        // A reader dropped half way stops its read-ahead thread (which holds the file open).
+        let mut part = TraceReader::open(TraceSource::File(path.clone())).unwrap();
+        assert!(part.poll_each(|_| {}).unwrap() > 0);
+        drop(part);
         let _ = std::fs::remove_file(path);
     }
 }
