@@ -10,8 +10,9 @@ use clrprof_agent::elt::bench_support::{pair_cost_ns, rdtsc_cost_ns, stub_pair_c
 fn main() {
     let n = 5_000_000;
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    // Per round: rdtsc, Rust timing, Rust counts, stub timing, stub counts, rdtsc-only stubs.
-    let mut cols: [Vec<f64>; 6] = Default::default();
+    // Per round: rdtsc, Rust timing, Rust counts, stub timing, stub counts, rdtsc-only stubs,
+    // empty stubs, stubs that only count.
+    let mut cols: [Vec<f64>; 8] = Default::default();
     for round in 0..rounds {
         let t = Instant::now();
         let rdtsc = rdtsc_cost_ns(n);
@@ -20,21 +21,24 @@ fn main() {
         let stub_timing = stub_pair_cost_ns(n, true);
         let stub_counts = stub_pair_cost_ns(n, false);
         let floor = rdtsc_stub_pair_ns(n);
-        for (c, v) in cols.iter_mut().zip([rdtsc, timing, counts, stub_timing, stub_counts, floor]) {
+        let empty = floor_pair_ns(n, false);
+        let count = floor_pair_ns(n, true);
+        for (c, v) in cols.iter_mut().zip([rdtsc, timing, counts, stub_timing, stub_counts, floor, empty, count]) {
             c.push(v);
         }
         println!(
             "round {round}: rdtsc {rdtsc:.1} ns; enter+leave pair: Rust bodies: timing {timing:.1} ns, counts-only \
-             {counts:.1} ns; stubs: timing {stub_timing:.1} ns, counts-only {stub_counts:.1} ns, rdtsc-only {floor:.1} ns \
-             ({:.1} s)",
+             {counts:.1} ns; stubs: timing {stub_timing:.1} ns, counts-only {stub_counts:.1} ns, rdtsc-only {floor:.1} ns, \
+             empty {empty:.1} ns, one count {count:.1} ns ({:.1} s)",
             t.elapsed().as_secs_f64()
         );
     }
     let m: Vec<f64> = cols.iter_mut().map(|c| median(c)).collect();
     println!(
         "median of {rounds} (thread CPU time): rdtsc {:.1} ns; Rust bodies: timing {:.1} ns, counts-only {:.1} ns; \
-         stubs: timing {:.1} ns, counts-only {:.1} ns, rdtsc-only {:.1} ns",
-        m[0], m[1], m[2], m[3], m[4], m[5]
+         stubs: timing {:.1} ns, counts-only {:.1} ns, rdtsc-only {:.1} ns; floors of counts-only: empty stubs {:.1} ns, \
+         stubs that only count {:.1} ns",
+        m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]
     );
 }
 
@@ -77,4 +81,35 @@ fn rdtsc_stub_pair_ns(n: u64) -> f64 {
         }
     }
     (thread_cpu_ns() - t0) as f64 / n as f64
+}
+
+/// The floors of a counts-only pair: stubs that return at once, and stubs of which the enter
+/// only adds one to a counter in memory (no thread state, no call tree).
+#[unsafe(naked)]
+unsafe extern "C" fn stub_empty() {
+    core::arch::naked_asm!("ret");
+}
+
+static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[unsafe(naked)]
+unsafe extern "C" fn enter_count_only() {
+    core::arch::naked_asm!("add qword ptr [rip + {c}], 1", "ret", c = sym COUNT);
+}
+
+fn floor_pair_ns(n: u64, count: bool) -> f64 {
+    let t0 = thread_cpu_ns();
+    for _ in 0..n {
+        // Safety: the stubs above touch no register (the count only its static).
+        unsafe {
+            if count {
+                core::arch::asm!("call {e}", "call {l}", e = sym enter_count_only, l = sym stub_empty, clobber_abi("C"));
+            } else {
+                core::arch::asm!("call {e}", "call {l}", e = sym stub_empty, l = sym stub_empty, clobber_abi("C"));
+            }
+        }
+    }
+    let ns = (thread_cpu_ns() - t0) as f64 / n as f64;
+    assert!(!count || COUNT.load(std::sync::atomic::Ordering::Relaxed) >= n);
+    ns
 }
