@@ -9,7 +9,8 @@
 #
 #   [PIN=CPUS] [BASE=DIR] [WARMUP=10] [MIX="/lock /json"] bench/web.sh [SECONDS=10] [REPS=3] [CONFIGS="plain default instrument"]
 #
-# BASE=DIR adds configurations base-default and base-instrument: the same with DIR/clrprof (and the
+# CONFIGS may also name no-sample, alloc-off, no-locks (the defaults less that recorder) and quiet
+# (every recorder off). BASE=DIR adds configurations base-default and base-instrument: the same with DIR/clrprof (and the
 # agent next to it), e.g. a build of an earlier commit, for before/after figures in one run.
 # PIN=0,1 pins the server to those CPUs (taskset); wrk runs unpinned. Needs wrk
 # (`apt-get install wrk`, done by scripts/bootstrap) and a release build (the script builds it).
@@ -40,6 +41,12 @@ run() {
         plain) "${pre[@]}" dotnet "$DLL" >"$out" 2>&1 & ;;
         default) "${pre[@]}" "$CLRPROF" record -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         instrument) "${pre[@]}" "$CLRPROF" record --instrument -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
+        # The defaults less one recorder, or with every recorder off: where the cost goes.
+        no-sample) "${pre[@]}" "$CLRPROF" record --no-sample -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
+        alloc-off) "${pre[@]}" "$CLRPROF" record --alloc off -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
+        no-locks) "${pre[@]}" "$CLRPROF" record --no-locks -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
+        quiet) "${pre[@]}" "$CLRPROF" record --no-classes --no-sample --no-exceptions --no-gc --alloc off --no-locks \
+            -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         base-default) "${pre[@]}" "$BASE/clrprof" record -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         base-instrument) "${pre[@]}" "$BASE/clrprof" record --instrument -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         *) echo "unknown config $cfg" >&2; exit 1 ;;
