@@ -910,6 +910,13 @@ mod tests {
         };
         let timed = Session::new("t".into(), Box::new(Built(built(), false)), None);
         let untimed = Session::new("t".into(), Box::new(Built(built(), true)), None);
+        // As `clrprof view` serves a trace: through the time index of its records.
+        let indexed = {
+            let b = built();
+            b.prepare_index();
+            b.prepare_ranges();
+            Session::new("t".into(), Box::new(Built(b, true)), None)
+        };
         let whole = built().profile(TimeRange::ALL, &mut NoSymbols);
         assert!(!whole.samples.is_empty());
         let (start, end) = whole.span();
@@ -929,6 +936,7 @@ mod tests {
         for (what, kv) in &asks {
             let (x, y) = (timed.handle(what, &params(kv)).unwrap(), untimed.handle(what, &params(kv)).unwrap());
             assert_eq!(x, y, "{what} {kv:?}");
+            assert_eq!(x, indexed.handle(what, &params(kv)).unwrap(), "{what} {kv:?} through the time index");
         }
         // The timeline holds every sample of the trace (not an empty answer twice).
         let tl = untimed.handle("timeline", &params(&[("buckets", "50")])).unwrap();
