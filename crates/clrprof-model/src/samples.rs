@@ -147,6 +147,12 @@ pub struct SampleTime {
     pub ns: u64,
 }
 
+impl From<&SampleEvent> for SampleTime {
+    fn from(e: &SampleEvent) -> SampleTime {
+        SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns }
+    }
+}
+
 impl From<&TimedSample> for SampleTime {
     fn from(s: &TimedSample) -> SampleTime {
         SampleTime { ts: s.ts, os_tid: s.os_tid, weight: s.weight, count: s.count, ns: s.ns }
@@ -172,6 +178,11 @@ struct Block {
 }
 
 impl Block {
+    /// Whether some of its records may lie inside `range`.
+    fn overlaps(&self, range: TimeRange) -> bool {
+        self.max_ts >= range.from && self.min_ts < range.to
+    }
+
     fn add(&mut self, e: &SampleEvent) {
         self.min_ts = self.min_ts.min(e.ts);
         self.max_ts = self.max_ts.max(e.ts);
@@ -217,7 +228,7 @@ fn in_range<'e>(events: &'e [SampleEvent], blocks: &[Block], range: TimeRange) -
     // Consecutive entries kept make one part: [from, to) in records.
     let mut run: Option<(usize, usize)> = None;
     for (k, b) in blocks.iter().enumerate() {
-        let keep = b.max_ts >= range.from && b.min_ts < range.to;
+        let keep = b.overlaps(range);
         let (a, z) = (k * BLOCK, ((k + 1) * BLOCK).min(events.len()));
         run = match (keep, run) {
             (true, Some((from, to))) if to == a => Some((from, z)),
@@ -253,6 +264,18 @@ struct Checkpoints {
     snaps: Vec<Snapshot>,
 }
 
+/// The cost of summed samples: [CPU samples, CPU ns, wall samples, wall ns].
+fn cost_of([cs, cn, ws, wn]: [u64; 4]) -> Cost {
+    Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() }
+}
+
+/// Adds `b` to `a`, saturating.
+fn add_totals(a: &mut [u64; 4], b: &[u64; 4]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x = x.saturating_add(*y);
+    }
+}
+
 /// `hi − lo` of two cumulative sums sorted by (tid, definition) (every key of `lo` is in `hi`,
 /// with no larger sums: no saturation), as costs; keys whose difference is zero are left out.
 fn subtract_sorted(hi: &[(u32, u32, [u64; 4])], lo: &[(u32, u32, [u64; 4])]) -> Vec<(u32, u32, Cost)> {
@@ -269,12 +292,7 @@ fn subtract_sorted(hi: &[(u32, u32, [u64; 4])], lo: &[(u32, u32, [u64; 4])]) -> 
             }
         }
         if d != [0; 4] {
-            let [cs, cn, ws, wn] = d;
-            out.push((
-                tid,
-                def,
-                Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() },
-            ));
+            out.push((tid, def, cost_of(d)));
         }
     }
     out
@@ -436,8 +454,9 @@ impl SampleData {
 
     /// The costs of `range` from the checkpoints, when they cover part of it.
     fn checkpointed_costs(&self, range: TimeRange) -> Option<SummedCosts> {
+        // Checkpoints exist only for records in time order (and go when records change).
         let cp = self.checkpoints.get()?.as_ref()?;
-        if !self.index.get().is_some_and(|i| i.sorted) || range.is_all() {
+        if range.is_all() {
             return None;
         }
         let a = self.events.partition_point(|e| e.ts < range.from);
@@ -453,12 +472,8 @@ impl SampleData {
         let mut totals: [u64; 4] = std::array::from_fn(|i| hi.1[i] - lo.1[i]);
         let between = subtract_sorted(&hi.0, &lo.0);
         let ends = [&self.events[a..ka * cp.every], &self.events[kb * cp.every..b]];
-        let n = ends[0].len() + ends[1].len();
-        let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n / PARALLEL_SUM);
-        let (edge, edge_totals) = sum_costs_in(&ends, range, self.defs.len(), parts);
-        for i in 0..4 {
-            totals[i] = totals[i].saturating_add(edge_totals[i]);
-        }
+        let (edge, edge_totals) = sum_pieces(&ends, range, self.defs.len());
+        add_totals(&mut totals, &edge_totals);
         Some((merge_sorted(between, edge), totals))
     }
 
@@ -523,7 +538,7 @@ impl SampleData {
         for (k, chunk) in self.events.chunks(BLOCK).enumerate() {
             let block = blocks.get(k).filter(|_| indexed);
             if let Some(b) = block {
-                if b.max_ts < range.from || b.min_ts >= range.to {
+                if !b.overlaps(range) {
                     continue;
                 }
                 if range.contains(b.min_ts) && range.contains(b.max_ts) {
@@ -536,15 +551,11 @@ impl SampleData {
                             continue;
                         }
                     }
-                    for e in chunk {
-                        f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
-                    }
+                    chunk.iter().for_each(|e| f(SampleTime::from(e)));
                     continue;
                 }
             }
-            for e in chunk.iter().filter(|e| range.contains(e.ts)) {
-                f(SampleTime { ts: e.ts, os_tid: e.os_tid, weight: e.weight, count: e.count, ns: e.ns });
-            }
+            chunk.iter().filter(|e| range.contains(e.ts)).for_each(|e| f(SampleTime::from(e)));
         }
     }
 
@@ -710,10 +721,14 @@ const PARALLEL_SUM: usize = 1 << 20;
 /// time index `blocks` places in the range are read; many records are summed in parts on the
 /// machine's cores, then merged (saturating sums: the same whatever the grouping).
 fn sum_costs(events: &[SampleEvent], blocks: &[Block], range: TimeRange, defs: usize) -> SummedCosts {
-    let pieces = in_range(events, blocks, range);
+    sum_pieces(&in_range(events, blocks, range), range, defs)
+}
+
+/// The costs of the records of `pieces` inside `range`, on the machine's cores when they are many.
+fn sum_pieces(pieces: &[&[SampleEvent]], range: TimeRange, defs: usize) -> SummedCosts {
     let n: usize = pieces.iter().map(|p| p.len()).sum();
     let parts = std::thread::available_parallelism().map_or(1, |n| n.get()).min(n / PARALLEL_SUM);
-    sum_costs_in(&pieces, range, defs, parts)
+    sum_costs_in(pieces, range, defs, parts)
 }
 
 /// [`sum_costs`] of the records of `pieces` in `parts` parts of about equal size (one per thread).
@@ -757,9 +772,7 @@ fn sum_costs_in(pieces: &[&[SampleEvent]], range: TimeRange, defs: usize, parts:
     let mut totals = [0u64; 4];
     let mut merged: Vec<(u32, u32, Cost)> = Vec::new();
     for (costs, t) in results {
-        for i in 0..4 {
-            totals[i] = totals[i].saturating_add(t[i]);
-        }
+        add_totals(&mut totals, &t);
         merged = merge_sorted(merged, costs);
     }
     (merged, totals)
@@ -837,30 +850,27 @@ impl SampleCosts {
     }
 
     fn thread(&mut self, os_tid: u32) -> u32 {
-        match self.last {
-            Some((tid, t)) if tid == os_tid => t,
-            // Few threads (the usual case, records interleaved): a short scan beats the map.
-            _ if self.tids.len() <= 16 && self.tids.contains(&os_tid) => {
-                let t = self.tids.iter().position(|&t| t == os_tid).unwrap_or(0) as u32;
-                self.last = Some((os_tid, t));
-                t
-            }
-            _ => {
-                let t = match self.index.get(&os_tid) {
-                    Some(&t) => t,
-                    None => {
-                        let t = self.tids.len() as u32;
-                        self.tids.push(os_tid);
-                        self.index.insert(os_tid, t);
-                        self.tables.push(Vec::new());
-                        self.frozen.push(false);
-                        t
-                    }
-                };
-                self.last = Some((os_tid, t));
-                t
+        if let Some((tid, t)) = self.last {
+            if tid == os_tid {
+                return t;
             }
         }
+        // Few threads (the usual case, records interleaved): a short scan beats the map.
+        let known = if self.tids.len() <= 16 {
+            self.tids.iter().position(|&t| t == os_tid).map(|t| t as u32)
+        } else {
+            self.index.get(&os_tid).copied()
+        };
+        let t = known.unwrap_or_else(|| {
+            let t = self.tids.len() as u32;
+            self.tids.push(os_tid);
+            self.index.insert(os_tid, t);
+            self.tables.push(Vec::new());
+            self.frozen.push(false);
+            t
+        });
+        self.last = Some((os_tid, t));
+        t
     }
 
     fn entry(&mut self, os_tid: u32, def: u32, defs: usize) -> &mut [u64; 4] {
@@ -901,16 +911,7 @@ impl SampleCosts {
 
     /// (OS tid, definition, cost) in that order.
     fn sorted(&self) -> Vec<(u32, u32, Cost)> {
-        let mut v: Vec<(u32, u32, Cost)> = self
-            .sums
-            .iter()
-            .map(|&(t, def, [cs, cn, ws, wn])| {
-                let cost = Cost { cpu_samples: cs, cpu_ns: cn, wall_samples: ws, wall_ns: wn, ..Default::default() };
-                (self.tids[t as usize], def, cost)
-            })
-            .collect();
-        v.sort_unstable_by_key(|(tid, def, _)| (*tid, *def));
-        v
+        self.sorted_sums().into_iter().map(|(tid, def, sums)| (tid, def, cost_of(sums))).collect()
     }
 }
 
