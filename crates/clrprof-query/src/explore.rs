@@ -221,7 +221,7 @@ pub struct StackView {
     pub funcs: Vec<Func>,
     func_index: FxHashMap<String, FuncId>,
     paths: Vec<Path>,
-    nodes: Tree,
+    top_down: Tree,
     inverted: Tree,
     /// The metric summed over every stack kept.
     pub total: u64,
@@ -250,7 +250,7 @@ impl StackView {
             funcs: Vec::new(),
             func_index: FxHashMap::default(),
             paths: Vec::new(),
-            nodes: Tree::default(),
+            top_down: Tree::default(),
             inverted: Tree::default(),
             total: 0,
             count: 0,
@@ -339,7 +339,7 @@ impl StackView {
 
     /// The top-down and inverted trees of the paths (on two threads for many paths).
     fn build_trees(&mut self) {
-        let (nodes, inverted) = if self.paths.len() > PARALLEL_TREES {
+        let (top_down, inverted) = if self.paths.len() > PARALLEL_TREES {
             let this = &*self;
             std::thread::scope(|scope| {
                 let inv = scope.spawn(move || this.tree(true));
@@ -349,7 +349,7 @@ impl StackView {
         } else {
             (self.tree(false), self.tree(true))
         };
-        self.nodes = nodes;
+        self.top_down = top_down;
         self.inverted = inverted;
     }
 
@@ -486,11 +486,11 @@ impl StackView {
         Tree { nodes, kids }
     }
 
-    fn nodes_of(&self, inverted: bool) -> &Tree {
+    fn tree_of(&self, inverted: bool) -> &Tree {
         if inverted {
             &self.inverted
         } else {
-            &self.nodes
+            &self.top_down
         }
     }
 
@@ -517,7 +517,7 @@ impl StackView {
     /// The children of a tree node (0: the roots), one page: `offset`, `limit`; what is left is
     /// counted in `more`.
     pub fn children(&self, inverted: bool, node: u32, offset: usize, limit: usize) -> Result<TreePage> {
-        let tree = self.nodes_of(inverted);
+        let tree = self.tree_of(inverted);
         let nodes = &tree.nodes[..];
         if nodes.get(node as usize).is_none() {
             return Err(QueryError::NoData(format!("no tree node {node}")));
@@ -728,7 +728,7 @@ impl StackView {
     /// pixel wide; each parent's narrower children become one `more` cell. `search` marks matching
     /// cells and gives their share (outermost matches only, so nothing is counted twice).
     pub fn flame(&self, inverted: bool, node: u32, width_px: u32, search: Option<&str>, regex: bool) -> Result<Flame> {
-        let tree = self.nodes_of(inverted);
+        let tree = self.tree_of(inverted);
         let nodes = &tree.nodes[..];
         let root = nodes.get(node as usize).ok_or_else(|| QueryError::NoData(format!("no tree node {node}")))?;
         let matcher = Matcher::new(search, regex)?;

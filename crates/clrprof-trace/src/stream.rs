@@ -286,19 +286,17 @@ impl TraceReader {
                 *pos += n;
                 n
             }
-            Input::Ahead { chunks, back } => {
-                match chunks.get_mut().map_err(|_| ()).and_then(|c| c.recv().map_err(|_| ())) {
-                    Ok(Ok((buf, n))) => {
-                        let r = push(&mut self.decoder, &buf[..n]);
-                        let _ = back.try_send(buf);
-                        r?;
-                        n
-                    }
-                    Ok(Err(e)) => return Err(e.into()),
-                    // The thread ended after the end of the file (or a read error it reported).
-                    Err(_) => 0,
+            Input::Ahead { chunks, back } => match chunks.get_mut().ok().and_then(|c| c.recv().ok()) {
+                Some(Ok((buf, n))) => {
+                    let r = push(&mut self.decoder, &buf[..n]);
+                    let _ = back.try_send(buf);
+                    r?;
+                    n
                 }
-            }
+                Some(Err(e)) => return Err(e.into()),
+                // The thread ended after the end of the file (or a read error it reported).
+                None => 0,
+            },
             Input::File(f) => {
                 let n = loop {
                     match f.read(&mut self.buf) {
