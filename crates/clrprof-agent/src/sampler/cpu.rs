@@ -335,9 +335,7 @@ unsafe fn native_steps(
         if n >= MAX_FRAMES || !sp.is_multiple_of(8) {
             break;
         }
-        let Some((_, info)) = NATIVE.find(tables, pc) else { break };
-        let rules = &*(info as *const NativeRules);
-        let Some(row) = super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)) else { break };
+        let Some(row) = native_row(tables, pc) else { break };
         if row.kind != super::cfi::KIND_RSP {
             break;
         }
@@ -385,9 +383,19 @@ unsafe fn native_frame_set_up(pc: u64) -> bool {
     if tables == 0 || !NATIVE.may_hold(pc) {
         return false;
     }
-    let Some((_, info)) = NATIVE.find(tables, pc) else { return false };
+    native_row(tables, pc).is_some_and(|row| row.kind == super::cfi::KIND_RBP)
+}
+
+/// The unwind rule of native code at `pc`, from the first `tables` entries of [`NATIVE`].
+///
+/// # Safety
+/// `tables` must come from `NATIVE.visible()`.
+#[inline(always)]
+unsafe fn native_row(tables: usize, pc: u64) -> Option<super::cfi::Row> {
+    let (_, info) = NATIVE.find(tables, pc)?;
+    // Safety: NATIVE's info words point to leaked `NativeRules` (`add_native_code`).
     let rules = &*(info as *const NativeRules);
-    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)).is_some_and(|row| row.kind == super::cfi::KIND_RBP)
+    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias))
 }
 
 fn page_bit(ip: u64) -> (usize, u64) {
