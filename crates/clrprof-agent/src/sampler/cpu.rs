@@ -308,7 +308,9 @@ pub fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> boo
 /// lies at its CFA − 8 and the caller's RBP is either the same or saved in the frame. Records the
 /// return addresses from `e.ips[n]` on and stops at code without such a rule (managed code, an RBP
 /// frame, code without rules), where the frame-pointer walk takes over. Returns the new `n`, the
-/// caller's RBP and SP, and the last return address; None when no step was taken. A return
+/// caller's RBP and SP, and the last return address; when no step was taken, whether the rules say
+/// the code at `pc` has its RBP frame set up (its caller is then found through RBP, and the word at
+/// SP is a local of it, no return address). A return
 /// address outside the known executable mappings is not taken when `strict`, nor when RBP holds what looks like a frame record. Every slot read lies between the
 /// frame's SP and the stack's top (`hi`); each CFA is above the SP it came from.
 ///
@@ -323,11 +325,11 @@ unsafe fn native_steps(
     fp: u64,
     hi: u64,
     strict: bool,
-) -> Option<(usize, u64, u64, u64)> {
+) -> Result<(usize, u64, u64, u64), bool> {
     let tables = NATIVE.visible();
     let exec = EXEC.visible();
     if tables == 0 || !NATIVE.may_hold(pc) {
-        return None;
+        return Err(false);
     }
     let (mut pc, mut sp, mut fp) = (pc, sp, fp);
     let mut last = None;
@@ -335,8 +337,13 @@ unsafe fn native_steps(
         if n >= MAX_FRAMES || !sp.is_multiple_of(8) {
             break;
         }
-        let Some(row) = native_row(tables, pc) else { break };
+        let Some((_, info)) = NATIVE.find(tables, pc) else { break };
+        let rules = &*(info as *const NativeRules);
+        let Some(row) = super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)) else { break };
         if row.kind != super::cfi::KIND_RSP {
+            if step == 0 && row.kind == super::cfi::KIND_RBP {
+                return Err(true);
+            }
             break;
         }
         let cfa = sp + row.cfa_offset as u64;
@@ -372,30 +379,7 @@ unsafe fn native_steps(
         // Return addresses are looked up at the call, one byte earlier.
         pc = ret - 1;
     }
-    last.map(|ret| (n, fp, sp, ret))
-}
-
-/// True when `pc` is native code whose unwind rules say its frame is an RBP frame (the prolog
-/// has set RBP up): its return address is at RBP + 8, not at SP.
-#[inline(always)]
-unsafe fn native_frame_set_up(pc: u64) -> bool {
-    let tables = NATIVE.visible();
-    if tables == 0 || !NATIVE.may_hold(pc) {
-        return false;
-    }
-    native_row(tables, pc).is_some_and(|row| row.kind == super::cfi::KIND_RBP)
-}
-
-/// The unwind rule of native code at `pc`, from the first `tables` entries of [`NATIVE`].
-///
-/// # Safety
-/// `tables` must come from `NATIVE.visible()`.
-#[inline(always)]
-unsafe fn native_row(tables: usize, pc: u64) -> Option<super::cfi::Row> {
-    let (_, info) = NATIVE.find(tables, pc)?;
-    // Safety: NATIVE's info words point to leaked `NativeRules` (`add_native_code`).
-    let rules = &*(info as *const NativeRules);
-    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias))
+    last.map(|ret| (n, fp, sp, ret)).ok_or(false)
 }
 
 fn page_bit(ip: u64) -> (usize, u64) {
@@ -1054,24 +1038,28 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     // scratch register, or a prolog): its frames are stepped through by the unwind rules, and the
     // walk goes on from the RBP they recover. The word at SP is then no guess to make later.
     if on_stack {
-        if let Some((added, caller_fp, caller_sp, ret)) = native_steps(e, n, ip, sp, fp, hi, false) {
-            n = added;
-            fp = caller_fp;
-            floor = caller_sp;
-            e.sp_top = 0;
-            owner = ret - 1;
-            owner_alt = u64::MAX;
-            if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
-                let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, ret, fp, hi);
+        match native_steps(e, n, ip, sp, fp, hi, false) {
+            Ok((added, caller_fp, caller_sp, ret)) => {
                 n = added;
-                owner = last - 1;
+                fp = caller_fp;
+                floor = caller_sp;
+                e.sp_top = 0;
+                owner = ret - 1;
+                owner_alt = u64::MAX;
+                if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
+                    let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, ret, fp, hi);
+                    n = added;
+                    owner = last - 1;
+                }
             }
-        } else if native_frame_set_up(ip) {
-            // A native leaf whose rules say its RBP frame is set up: the frame-pointer walk finds
-            // its caller, and the word at SP is a local of it (the JIT keeps the address of the
-            // code it is writing there), no return address.
-            e.sp_top = 0;
-            owner_alt = u64::MAX;
+            Err(true) => {
+                // A native leaf whose rules say its RBP frame is set up: the frame-pointer walk
+                // finds its caller, and the word at SP is a local of it (the JIT keeps the address
+                // of the code it is writing there), no return address.
+                e.sp_top = 0;
+                owner_alt = u64::MAX;
+            }
+            Err(false) => {}
         }
     }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
@@ -1099,7 +1087,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
             // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
             // value of it, no frame record. Its SP at the call was just above the return slot;
             // its rules lead on, into known code only.
-            if let Some((added, caller_fp, caller_sp, last)) = native_steps(e, n, owner, fp + 16, next, hi, true) {
+            if let Ok((added, caller_fp, caller_sp, last)) = native_steps(e, n, owner, fp + 16, next, hi, true) {
                 n = added;
                 floor = caller_sp;
                 owner = last - 1;
