@@ -159,6 +159,9 @@ impl ProfilerCallback for Profiler {
 
     fn module_unload_started(&self, id: ModuleID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        if let Some(sm) = &s.sampler {
+            sm.code_unloading(id as u64);
+        }
         s.names.forget_module(id);
         s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
@@ -234,6 +237,9 @@ impl ProfilerCallback for Profiler {
 
     fn dynamic_method_unloaded(&self, id: FunctionID) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        if let Some(sm) = &s.sampler {
+            sm.code_unloading(id as u64);
+        }
         s.emit(FunctionUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }

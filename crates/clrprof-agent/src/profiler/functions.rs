@@ -90,15 +90,16 @@ impl State {
         c
     }
 
-    /// True when `id` belongs to a collectible module (or its module cannot be told), or is a
-    /// dynamic method (which the runtime collects when it is no longer referenced).
-    fn function_is_collectible(&self, id: FunctionID) -> bool {
+    /// What frees the code of `id`: `None` when nothing does; the DynamicMethod's own id (the
+    /// runtime collects it when it is no longer referenced) or its collectible module's id; 0 when
+    /// its module cannot be told (treated as collectible, to be safe).
+    fn unloads_with(&self, id: FunctionID) -> Option<u64> {
         if self.info.is_function_dynamic(id).unwrap_or(false) {
-            return true;
+            return Some(id as u64);
         }
         match self.info.get_function_info(id) {
-            Ok((_, module, _)) => self.is_collectible(module),
-            Err(_) => true,
+            Ok((_, module, _)) => self.is_collectible(module).then_some(module as u64),
+            Err(_) => Some(0),
         }
     }
 
@@ -107,11 +108,12 @@ impl State {
     /// The sampler learns of the new code too (one collectible check serves both).
     pub(super) fn function_compiled(&self, id: FunctionID, jit_ns: u64, kind: u8) {
         let (ts, tid) = (self.now(), os_tid());
-        let collectible = self.function_is_collectible(id);
+        let unloads_with = self.unloads_with(id);
+        let collectible = unloads_with.is_some();
         if let Some(sm) = &self.sampler {
             // Code found at attach may include OSR versions, like fresh JIT code.
             let jitted = matches!(kind, clrprof_trace::code_kind::JIT | clrprof_trace::code_kind::EXISTING);
-            sm.code_compiled(id, collectible, jitted);
+            sm.code_compiled(id, unloads_with, jitted);
         }
         if collectible {
             self.emit_function(&self.writer, id, ts, tid, jit_ns, kind, false);

@@ -30,7 +30,9 @@
 //! its prolog, that code's SP at the call was just above the return slot, and its own return
 //! address lies its frame size higher: the walk records it (and goes on when it is frameless code
 //! too), reading only between the two frame records. The runtime's unwinder gets the same size
-//! from the method's unwind info, which the profiling API does not expose.
+//! from the method's unwind info, which the profiling API does not expose. Code the runtime can
+//! free (DynamicMethods, collectible modules) is published when it is compiled and removed at its
+//! unload callback, before the runtime frees it ([`remove_frameless_code`]).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -137,8 +139,9 @@ const MAX_TIER0_FRAME: u64 = 64 * 1024;
 /// One writer at a time (serialized by `writer`, not on the signal path) inserts; the handler only
 /// loads atomics. `seq` is odd while an insertion moves entries, and the handler then ignores the
 /// table for that sample. A stale or torn read can only make the walk try (or skip) a step, and
-/// every step checks the stack itself. Entries are never removed: only code that is never freed
-/// (not collectible) is published.
+/// every step checks the stack itself. Code that can be freed (collectible modules, DynamicMethods)
+/// is removed before the runtime frees it ([`CodeTable::remove`], from the unload callbacks); the
+/// page filter keeps its bits (a stale bit only costs a search).
 struct CodeTable<const N: usize> {
     seq: AtomicU64,
     len: AtomicUsize,
@@ -196,6 +199,25 @@ impl<const N: usize> CodeTable<N> {
         self.end[pos].store(end, Ordering::Relaxed);
         self.info[pos].store(info, Ordering::Relaxed);
         self.len.store(n + 1, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Removes the range starting at `start`; false when there is none. Entries above it move down
+    /// while `seq` is odd, as in [`CodeTable::add`]; a handler that read the length before sees a
+    /// stale copy of the last entry at worst, which every step checks against the stack.
+    fn remove(&self, start: u64) -> bool {
+        let _g = self.writer.lock();
+        let n = self.len.load(Ordering::Relaxed);
+        let Some(pos) = (0..n).find(|&i| self.start[i].load(Ordering::Relaxed) == start) else { return false };
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for i in pos..n - 1 {
+            self.start[i].store(self.start[i + 1].load(Ordering::Relaxed), Ordering::Relaxed);
+            self.end[i].store(self.end[i + 1].load(Ordering::Relaxed), Ordering::Relaxed);
+            self.info[i].store(self.info[i + 1].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self.len.store(n - 1, Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
         true
     }
@@ -424,6 +446,12 @@ impl FramelessFrame {
 /// is empty.
 pub fn add_frameless_code(start: u64, end: u64, frame: FramelessFrame) -> bool {
     FRAMELESS.add(start, end, frame.pack())
+}
+
+/// Forgets the frameless code range starting at `start` (its code is about to be freed: a
+/// DynamicMethod or a collectible module unloads). Not on the signal path.
+pub fn remove_frameless_code(start: u64) -> bool {
+    FRAMELESS.remove(start)
 }
 
 /// True when `ip` is in a known frameless code range (not on the signal path).
@@ -1459,6 +1487,31 @@ mod tests {
         // Code that is not known to be frameless is walked the ordinary way.
         w[11] = CALLEE + 0x10;
         assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn frameless_code_that_unloads_is_forgotten() {
+        let _s = serial();
+        // Three ranges around GONE; the middle one is removed as when its DynamicMethod unloads.
+        const GONE: u64 = 0x5800_0000_3000;
+        for (a, size) in [(GONE - 0x100, 24), (GONE, 8), (GONE + 0x100, 40)] {
+            assert!(add_frameless_code(a, a + 0x20, FramelessFrame { size, prolog: 1 }));
+        }
+        let mut w = frameless_stack();
+        w[11] = GONE + 0x10;
+        w[13] = RET_INTO_RUN;
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, GONE + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert!(remove_frameless_code(GONE));
+        assert!(!remove_frameless_code(GONE), "removed once");
+        assert!(!frameless_code_known(GONE + 0x10));
+        // New code at the same address is not taken for the old frameless code.
+        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, GONE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+        // Its neighbours keep their frames.
+        assert!(frameless_code_known(GONE - 0x100 + 4) && frameless_code_known(GONE + 0x100 + 4));
+        assert!(!frameless_code_known(GONE - 0x100 + 0x20));
+        for a in [GONE - 0x100, GONE + 0x100] {
+            assert!(remove_frameless_code(a));
+        }
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct Sampler {
     precompiled_found: std::sync::OnceLock<Box<dyn Fn(FunctionID) + Send + Sync>>,
     /// Unwind rules of native code published to the signal handler.
     native_rules: Mutex<NativeRulesState>,
+    /// Frameless code published to the signal handler that the runtime can free, by what frees it
+    /// (a DynamicMethod's id, a collectible module's id): removed before the memory is.
+    unloadable: Mutex<HashMap<u64, Vec<u64>>>,
 }
 
 /// A file's unwind rows (leaked for the handler) and loadable segments (file offset, address,
@@ -118,6 +121,7 @@ impl Sampler {
             new_code: Mutex::new(Vec::new()),
             precompiled_found: std::sync::OnceLock::new(),
             native_rules: Mutex::new(NativeRulesState::default()),
+            unloadable: Mutex::new(HashMap::new()),
         })
     }
 
@@ -247,34 +251,69 @@ impl Sampler {
 
     /// A function got native code (`JITCompilationFinished`, `JITCachedFunctionSearchFinished`):
     /// its code versions are looked up later, on the sampler thread.
-    /// Code of collectible modules is looked up at once, on the compiling thread: its ids die at
-    /// unload and must never be handed to the runtime later. A JIT compilation that gave the
-    /// function a second code version may be an OSR version, which the running tier-0 frame
+    /// Code that can be freed (`unloads_with`: the DynamicMethod's or the collectible module's id, 0
+    /// when the runtime could not say) is looked up at once, on the compiling thread: its ids die at
+    /// unload and must never be handed to the runtime later. Its frame size is published to the
+    /// signal handler when it has no RBP frame (so the walk keeps the callers of a small
+    /// DynamicMethod) and taken back by [`Sampler::code_unloading`]. A JIT compilation that gave
+    /// the function a second code version may be an OSR version, which the running tier-0 frame
     /// enters as soon as this callback returns: it is made known to the signal handler at once.
-    pub fn code_compiled(&self, id: FunctionID, collectible: bool, jitted: bool) {
-        if jitted && !collectible {
-            self.add_osr_versions(id);
-        }
-        if collectible {
-            for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
-                for r in self.info.get_code_info4(start).unwrap_or_default() {
-                    if r.start_address != 0 && r.size != 0 {
-                        self.emit(CodeRange { id: id as u64, start: r.start_address as u64, size: r.size as u64 });
-                    }
+    pub fn code_compiled(&self, id: FunctionID, unloads_with: Option<u64>, jitted: bool) {
+        let Some(key) = unloads_with else {
+            if jitted {
+                self.add_osr_versions(id);
+            }
+            if let Ok(mut v) = self.new_code.lock() {
+                if v.len() < 1 << 20 {
+                    v.push(id);
                 }
             }
             return;
-        }
-        if let Ok(mut v) = self.new_code.lock() {
-            if v.len() < 1 << 20 {
-                v.push(id);
+        };
+        for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
+            if start == 0 {
+                continue;
             }
+            let ranges = code_ranges(&self.info, start);
+            for &(a, n) in &ranges {
+                self.emit(CodeRange { id: id as u64, start: a, size: n });
+            }
+            if key != 0 {
+                // Safety: `ranges` are the live code of the version just compiled (it cannot be
+                // freed before this callback returns).
+                if let Some(f) = unsafe { frameless_frame_of(start as u64, &ranges) } {
+                    self.add_unloadable_frameless(key, start as u64, &ranges, f);
+                }
+            }
+        }
+    }
+
+    /// Publishes the entry range of a frameless code version that can be freed, remembered under
+    /// `key` for [`Sampler::code_unloading`]. An older entry at the same address (code freed
+    /// without its unload being seen) is replaced.
+    fn add_unloadable_frameless(&self, key: u64, start: u64, ranges: &[(u64, u64)], f: cpu::FramelessFrame) {
+        let Some(&(a, n)) = ranges.iter().find(|&&(a, _)| a == start) else { return };
+        let Ok(mut m) = self.unloadable.lock() else { return };
+        cpu::remove_frameless_code(a);
+        if cpu::add_frameless_code(a, a + n, f) {
+            m.entry(key).or_default().push(a);
+        }
+    }
+
+    /// A DynamicMethod or a collectible module is about to be freed (`DynamicMethodUnloaded`,
+    /// `ModuleUnloadStarted`): its frameless code leaves the signal handler's table first, so code
+    /// compiled later at the same addresses is never walked with its frame size.
+    pub fn code_unloading(&self, key: u64) {
+        let Ok(mut m) = self.unloadable.lock() else { return };
+        for a in m.remove(&key).unwrap_or_default() {
+            cpu::remove_frameless_code(a);
         }
     }
 
     /// Publishes the OSR code versions of `id` to the signal handler (its JIT compilations are
     /// already published when `JITCompilationFinished` is raised). Only functions with several
-    /// code versions can have one: an OSR version always has its tier-0 version beside it.
+    /// code versions can have one: an OSR version always has its tier-0 version beside it. Only for
+    /// code that never unloads.
     fn add_osr_versions(&self, id: FunctionID) {
         let starts = self.info.get_native_code_start_addresses(id).unwrap_or_default();
         if starts.len() < 2 {
