@@ -176,13 +176,14 @@ impl<const N: usize> CodeTable<N> {
         }
         let _g = self.writer.lock();
         let n = self.len.load(Ordering::Relaxed);
-        if (0..n).any(|i| self.start[i].load(Ordering::Relaxed) == start) {
+        // The first entry starting after `start` (entries are sorted by start).
+        let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) <= start);
+        if pos > 0 && self.start[pos - 1].load(Ordering::Relaxed) == start {
             return true;
         }
         if n >= N {
             return false;
         }
-        let pos = (0..n).find(|&i| self.start[i].load(Ordering::Relaxed) > start).unwrap_or(n);
         let pages = (end - 1) / 4096 - start / 4096;
         for p in 0..=pages.min(64 * 64) {
             let (w, b) = page_bit(start + p * 4096);
@@ -209,7 +210,10 @@ impl<const N: usize> CodeTable<N> {
     fn remove(&self, start: u64) -> bool {
         let _g = self.writer.lock();
         let n = self.len.load(Ordering::Relaxed);
-        let Some(pos) = (0..n).find(|&i| self.start[i].load(Ordering::Relaxed) == start) else { return false };
+        let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) < start);
+        if pos == n || self.start[pos].load(Ordering::Relaxed) != start {
+            return false;
+        }
         self.seq.fetch_add(1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
         for i in pos..n - 1 {
@@ -1487,6 +1491,36 @@ mod tests {
         // Code that is not known to be frameless is walked the ordinary way.
         w[11] = CALLEE + 0x10;
         assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn a_code_table_keeps_its_ranges_sorted_through_adds_and_removes() {
+        let t: Box<CodeTable<64>> = Box::new(CodeTable::new());
+        let base = 0x7100_0000_0000u64;
+        // Added out of order, with a repeat (kept as it was) and an empty range (refused).
+        for k in [5u64, 1, 9, 3, 7, 5, 0, 8] {
+            assert!(t.add(base + k * 0x100, base + k * 0x100 + 0x40, k));
+        }
+        assert!(!t.add(base + 0x2000, base + 0x2000, 1));
+        let starts: Vec<u64> = (0..t.len.load(Ordering::Relaxed)).map(|i| t.start[i].load(Ordering::Relaxed)).collect();
+        assert_eq!(starts, [0, 1, 3, 5, 7, 8, 9].map(|k| base + k * 0x100));
+        let n = t.visible();
+        assert_eq!(t.find(n, base + 0x510), Some((base + 0x500, 5)));
+        assert_eq!(t.find(n, base + 0x540), None, "past the range's end");
+        assert!(t.remove(base + 0x500));
+        assert!(!t.remove(base + 0x500));
+        assert!(!t.remove(base + 0x510), "only by the range's start");
+        let n = t.visible();
+        assert_eq!(n, 6);
+        assert_eq!(t.find(n, base + 0x510), None);
+        for k in [0u64, 1, 3, 7, 8, 9] {
+            assert_eq!(t.find(n, base + k * 0x100 + 0x3f), Some((base + k * 0x100, k)), "{k}");
+        }
+        // The table fills up and refuses more.
+        for k in 0..58u64 {
+            assert!(t.add(base + 0x10_0000 + k * 0x100, base + 0x10_0000 + k * 0x100 + 1, 0));
+        }
+        assert!(!t.add(base + 0x20_0000, base + 0x20_0001, 0));
     }
 
     #[test]

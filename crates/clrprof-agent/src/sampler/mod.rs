@@ -334,8 +334,9 @@ impl Sampler {
         }
     }
 
-    /// Looks up the code versions of recently compiled functions (again a few times, as a new
-    /// version is published a little after its compilation) and adds their ranges to the map of
+    /// Looks up the code versions of recently compiled functions (again a few times until a new
+    /// one appears, as a version is published a little after its compilation; a found version ends
+    /// the lookups of its compilation) and adds their ranges to the map of
     /// managed code. The map, not `GetFunctionFromIP`, names managed IPs: arbitrary addresses
     /// from stack words are never handed to the runtime.
     fn update_code(&self, st: &mut LoopState) {
@@ -344,6 +345,10 @@ impl Sampler {
         let mut pending = std::mem::take(&mut st.code_pending);
         pending.retain_mut(|(id, tries)| {
             *tries += 1;
+            // Each compilation publishes one code version: once a version not known before is
+            // found, this compilation's is (a version another compilation published is found by
+            // that one's entry, or was already known).
+            let mut found = false;
             if matches!(*tries, 1 | 3 | 10 | 30 | 100) {
                 for start in self.info.get_native_code_start_addresses(*id).unwrap_or_default() {
                     if start == 0 || st.code_starts.contains(&(start as u64)) {
@@ -355,6 +360,7 @@ impl Sampler {
                         continue;
                     }
                     st.code_starts.insert(start as u64);
+                    found = true;
                     // Safety: `ranges` are the code of a live code version of a function whose
                     // module never unloads (collectible code is handled in `code_compiled`).
                     let osr = unsafe { is_osr_code(start as u64, &ranges) };
@@ -379,7 +385,7 @@ impl Sampler {
                     }
                 }
             }
-            *tries < 100
+            *tries < 100 && !found
         });
         st.code_pending = pending;
     }
