@@ -215,7 +215,7 @@ fn clrprof_collect_pushes_the_runs_it_receives() {
     let stderr = collector.stderr.take().unwrap();
     let lines: Arc<Mutex<Vec<String>>> = Arc::default();
     let l = lines.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
             l.lock().unwrap().push(line);
@@ -259,8 +259,13 @@ fn clrprof_collect_pushes_the_runs_it_receives() {
     };
     let status = terminate(&mut collector);
     assert!(status.success(), "{status:?}");
+    // Its last lines are read to the end of its stderr (they may still be in the pipe when it exits).
+    reader.join().unwrap();
     let lines = lines.lock().unwrap();
-    let summary = lines.iter().find(|l| l.contains("profiles sent")).expect("the collector's Pyroscope summary");
+    let summary = lines
+        .iter()
+        .find(|l| l.contains("profiles sent"))
+        .unwrap_or_else(|| panic!("the collector's Pyroscope summary: {lines:?}"));
     assert!(summary.contains(" 0 dropped, 0 failed"), "{summary}");
     // Every CPU sample of the run reached Pyroscope: the windows add up to the stored run's export.
     let mut samples = 0;
