@@ -1009,6 +1009,74 @@ mod tests {
             assert_eq!(calls.get(&g_id), Some(&(threads * k)));
         }
 
+        /// A caller with more callees than the stubs' search window: a callee far down the sibling
+        /// list is found by the fast stubs through the caller's callee cache once the Rust path
+        /// has cached it, and a callee in the window that the cache does not hold is cached by
+        /// the stubs' own walk.
+        #[test]
+        fn callees_beyond_the_search_window_are_found_through_the_callee_cache() {
+            use super::super::thread::callee_slot;
+            let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+            // Twelve callees in creation order: c[0] and c[8] share a cache slot, the others have
+            // other slots. Each new child goes to the front of the list: c[0] ends 12th (beyond
+            // the window of 8), c[8] 4th, and c[8] holds their slot.
+            let pool = funcs(256);
+            let s = callee_slot(pool[0]);
+            let (same, other): (Vec<_>, Vec<_>) = pool[1..].iter().partition(|&&f| callee_slot(f) == s);
+            assert!(!same.is_empty() && other.len() >= 11, "FuncInfo addresses spread over the slots");
+            let mut c: Vec<*const FuncInfo> = vec![pool[0]];
+            c.extend(&other[..7]);
+            c.push(same[0]);
+            c.extend(&other[7..10]);
+            let (caller, far, near) = (other[10], c[0], c[8]);
+            for (timing, fast, [enter, leave]) in [
+                (false, FAST_COUNTS, [stubs::enter_counts_stub as unsafe extern "C" fn(), stubs::leave_counts_stub]),
+                (true, FAST_TIMING, [stubs::enter_scripted_stub, stubs::leave_scripted_stub]),
+            ] {
+                stubs::set_fake_ticks(1_000_000_000);
+                let ts = Box::into_raw(Box::new(ThreadState::new(1, timing, 50, false)));
+                // Safety (this loop): `ts` is leaked and only this thread uses it; the TLS slot
+                // points to it until restored; every FuncInfo is leaked.
+                unsafe { (*ts).set_fast(fast) };
+                let prev = stubs::current();
+                stubs::set_current(ts);
+                let sp = 0x7000_0000;
+                let slow = || SLOW_HOOKS.with(|c| c.get());
+                unsafe {
+                    hook_enter(ts, caller, sp);
+                    for &g in &c {
+                        hook_enter(ts, g, sp - 0x100);
+                        hook_leave(ts, g, sp - 0x100);
+                    }
+                    let call = |g: *const FuncInfo| {
+                        let before = slow();
+                        stubs::call_enter(enter, g, sp - 0x100);
+                        stubs::call_leave(leave, g, sp - 0x100);
+                        slow() - before
+                    };
+                    // Not cached and beyond the window: the full path, which caches it.
+                    assert_eq!(call(far), 1, "timing = {timing}");
+                    // Cached: fast, though 12th in the list.
+                    assert_eq!(call(far), 0, "timing = {timing}");
+                    assert_eq!(call(far), 0, "timing = {timing}");
+                    // `near` lost the slot; 4th in the list, it is found by the stub's walk, which
+                    // caches it back (`far` goes to the full path again).
+                    assert_eq!(call(near), 0, "timing = {timing}");
+                    assert_eq!(call(far), 1, "timing = {timing}");
+                    // Every call counted once, on the caller's children.
+                    let snap = (*ts).snapshot();
+                    let calls_of = |g: *const FuncInfo| -> u64 {
+                        snap.nodes.iter().filter(|n| n.1 == g as usize).map(|n| n.2).sum()
+                    };
+                    assert_eq!(calls_of(far), 5, "timing = {timing}");
+                    assert_eq!(calls_of(near), 2, "timing = {timing}");
+                    hook_leave(ts, caller, sp);
+                }
+                stubs::set_current(prev);
+                stubs::set_fake_ticks(0);
+            }
+        }
+
         #[test]
         fn counts_fast_stubs_account_exactly_like_the_rust_hooks() {
             let stubs_ = [stubs::enter_counts_stub, stubs::leave_counts_stub, stubs::tailcall_counts_stub];

@@ -141,6 +141,63 @@ macro_rules! leave_like_stub {
 leave_like_stub!(leave_stub, super::hook_leave);
 leave_like_stub!(tailcall_stub, super::hook_tailcall);
 
+/// The callee's child of the caller's node (enter stubs, after their checks; rax = the thread's
+/// state, r10 = one past the top entry, r14 = the callee's `FuncInfo`): first the caller's callee
+/// cache (the child in the callee's slot, from bits of r14, when it is the callee's), then the caller's first
+/// `FAST_SEARCH` children (r11 walks the sibling list), a find then cached. rcx holds the slot and
+/// is saved on the stack meanwhile. Found: r11 = the child, at label 3 (backwards), rax still the
+/// state. Not found (or no callee: the full stub ignores a null id): every register as on entry, at
+/// the full stub.
+macro_rules! callee_lookup {
+    () => {
+        concat!(
+            "test r14, r14\n",
+            "jz 2f\n",
+            "push rcx\n",
+            "mov ecx, r14d\n",
+            "shr ecx, {shift}\n",
+            "and ecx, {mask}\n",
+            "mov r11, qword ptr [r10 - 16]\n",
+            "mov r11, qword ptr [r11 + rcx*8 + {cache}]\n",
+            "test r11, r11\n",
+            "jz 4f\n",
+            "cmp r14, qword ptr [r11 + {func}]\n",
+            "jne 4f\n",
+            "pop rcx\n",
+        )
+    };
+}
+
+/// The rest of [`callee_lookup`], after the stub's commit code (labels 4–6; 2 = the full stub).
+macro_rules! callee_lookup_tail {
+    () => {
+        concat!(
+            "4:\n",
+            "mov r11, qword ptr [r10 - 16]\n",
+            "mov r11, qword ptr [r11 + {first_child}]\n",
+            ".rept {search}\n",
+            "test r11, r11\n",
+            "jz 5f\n",
+            "cmp r14, qword ptr [r11 + {func}]\n",
+            "je 6f\n",
+            "mov r11, qword ptr [r11 + {next_sibling}]\n",
+            ".endr\n",
+            "5:\n",
+            "pop rcx\n",
+            "2:\n",
+            "jmp {slow}\n",
+            // Found down the list: cached in the caller's slot; rax reloaded with the state.
+            "6:\n",
+            "mov rax, qword ptr [r10 - 16]\n",
+            "mov qword ptr [rax + rcx*8 + {cache}], r11\n",
+            "pop rcx\n",
+            "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]\n",
+            "mov rax, qword ptr fs:[rax]\n",
+            "jmp 3b\n",
+        )
+    };
+}
+
 // Counts-only fast paths (no timing, no flow): the common enter (the callee is among the first
 // `FAST_SEARCH` children of the caller's node and no frame was unwound) and the common leave (the
 // top entry is this frame) are done here with only the registers the contract lets the hook
@@ -162,17 +219,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
         // An entry at or below this frame's SP was unwound: the full path cleans up.
         "cmp r15, qword ptr [r10 - 8]",
         "jae 2f",
-        // The callee among the caller's first children (r11 walks the sibling list, read only).
-        "mov r11, qword ptr [r10 - 16]",
-        "mov r11, qword ptr [r11 + {first_child}]",
-        ".rept {search}",
-        "test r11, r11",
-        "jz 2f",
-        "cmp r14, qword ptr [r11 + {func}]",
-        "je 3f",
-        "mov r11, qword ptr [r11 + {next_sibling}]",
-        ".endr",
-        "jmp 2f",
+        callee_lookup!(),
         "3:",
         "inc qword ptr [r11 + {calls}]",
         "mov qword ptr [r10], r11",
@@ -180,8 +227,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
         "add r10, 16",
         "mov qword ptr [rax + {end}], r10",
         "ret",
-        "2:",
-        "jmp {slow}",
+        callee_lookup_tail!(),
         end = const super::thread::layout::STACK_END,
         hi = const super::thread::layout::COUNTS_HI,
         first_child = const super::thread::layout::NODE_FIRST_CHILD,
@@ -189,6 +235,9 @@ pub unsafe extern "C" fn enter_counts_stub() {
         search = const super::thread::FAST_SEARCH,
         func = const super::thread::layout::NODE_FUNC,
         calls = const super::thread::layout::NODE_CALLS,
+        cache = const super::thread::layout::NODE_CACHE,
+        shift = const super::thread::CALLEE_SLOT_SHIFT,
+        mask = const super::thread::CALLEE_CACHE - 1,
         slow = sym enter_stub,
     );
 }
@@ -260,17 +309,7 @@ macro_rules! enter_timing_stub {
                 // An entry at or below this frame's SP was unwound: the full path cleans up.
                 "cmp r15, qword ptr [r10 - 8]",
                 "jae 2f",
-                // The callee among the caller's first children (r11 walks the sibling list).
-                "mov r11, qword ptr [r10 - 16]",
-                "mov r11, qword ptr [r11 + {first_child}]",
-                ".rept {search}",
-                "test r11, r11",
-                "jz 2f",
-                "cmp r14, qword ptr [r11 + {func}]",
-                "je 3f",
-                "mov r11, qword ptr [r11 + {next_sibling}]",
-                ".endr",
-                "jmp 2f",
+                callee_lookup!(),
                 "3:",
                 // Committed: count the call and push (child, SP).
                 "inc qword ptr [r11 + {calls}]",
@@ -296,8 +335,7 @@ macro_rules! enter_timing_stub {
                 "add qword ptr [r10 + {prof}], rax",
                 "pop rdx",
                 "ret",
-                "2:",
-                "jmp {slow}",
+                callee_lookup_tail!(),
                 susp = sym $crate::elt::thread::SUSPENDED_TICKS,
                 last_susp = const $crate::elt::thread::layout::LAST_SUSP,
                 end = const $crate::elt::thread::layout::STACK_END,
@@ -311,6 +349,9 @@ macro_rules! enter_timing_stub {
                 overhead = const $crate::elt::thread::layout::OVERHEAD,
                 excl = const $crate::elt::thread::layout::NODE_EXCL,
                 prof = const $crate::elt::thread::layout::NODE_PROF,
+                cache = const $crate::elt::thread::layout::NODE_CACHE,
+                shift = const $crate::elt::thread::CALLEE_SLOT_SHIFT,
+                mask = const $crate::elt::thread::CALLEE_CACHE - 1,
                 slow = sym $crate::elt::stubs::enter_stub,
             );
         }

@@ -29,6 +29,11 @@ const KEEP_STACK: usize = 4096;
 pub const MAX_DEPTH: usize = 1 << 16;
 /// How many children of the caller's node the fast enter stubs compare with the callee.
 pub const FAST_SEARCH: usize = 8;
+/// Slots of each node's callee cache (a power of two, in the node's first cache line): the slot of
+/// a callee ([`callee_slot`]) holds the child last found for a callee of that slot, so a caller
+/// with many callees finds most of them with one load instead of a walk down its sibling list (the
+/// fast stubs probe it first).
+pub const CALLEE_CACHE: usize = 4;
 /// A child found farther down its sibling list moves to the front on every this many such finds
 /// (see `ThreadState::child`).
 const PROMOTE_EVERY: u32 = 8;
@@ -36,32 +41,48 @@ const PROMOTE_EVERY: u32 = 8;
 /// One CCT node: a call path. Counters are in ticks (converted when published). Sibling and
 /// child links are pointers, written by the owner thread's Rust path only and read by it (and by
 /// its fast enter stubs); the writer reads nodes by index, never the links. `repr(C)`: the
-/// fast stubs read and bump fields at fixed offsets (`layout`).
-#[repr(C)]
+/// fast stubs read and bump fields at fixed offsets (`layout`). The first cache line holds what
+/// an enter reads and bumps — the callee's `func` and `calls`, and the caller's links and callee
+/// cache — so a caller entered a moment ago finds its callee cache in a line it just touched.
+#[repr(C, align(64))]
 pub struct Node {
-    pub parent: u32,
     pub func: *const FuncInfo,
-    id: u32,
+    pub calls: AtomicU64,
     first_child: *mut Node,
     next_sibling: *mut Node,
-    pub calls: AtomicU64,
+    /// Children by callee slot ([`callee_slot`]), written by the owner thread only (its Rust path
+    /// and its fast stubs); a hint, checked against the child's `func` before use.
+    cache: [*mut Node; CALLEE_CACHE],
     pub excl: AtomicU64,
     pub susp: AtomicU64,
     pub prof: AtomicU64,
+    pub parent: u32,
+    id: u32,
 }
+
+/// The callee-cache slot of a callee: bits of its `FuncInfo`'s address (leaked boxes, 32 bytes
+/// apart when allocated one after another), so the stubs need no load to find it.
+#[inline(always)]
+pub fn callee_slot(func: *const FuncInfo) -> usize {
+    (func as usize >> CALLEE_SLOT_SHIFT) % CALLEE_CACHE
+}
+
+/// See [`callee_slot`].
+pub const CALLEE_SLOT_SHIFT: u32 = 5;
 
 impl Node {
     fn blank() -> Node {
         Node {
-            parent: NO_NODE,
             func: std::ptr::null(),
-            id: NO_NODE,
+            calls: AtomicU64::new(0),
             first_child: std::ptr::null_mut(),
             next_sibling: std::ptr::null_mut(),
-            calls: AtomicU64::new(0),
+            cache: [std::ptr::null_mut(); CALLEE_CACHE],
             excl: AtomicU64::new(0),
             susp: AtomicU64::new(0),
             prof: AtomicU64::new(0),
+            parent: NO_NODE,
+            id: NO_NODE,
         }
     }
 
@@ -283,6 +304,9 @@ pub mod layout {
     pub const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
     pub const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
     pub const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
+    pub const NODE_CACHE: usize = std::mem::offset_of!(Node, cache);
+    // The enter stubs read the callee's func and calls and the caller's links and cache in one line.
+    const _: () = assert!(NODE_CACHE + 8 * super::CALLEE_CACHE <= 64 && NODE_CALLS < 64 && NODE_FUNC < 64);
 }
 
 #[repr(C)]
@@ -479,8 +503,28 @@ impl ThreadState {
     /// holds (a serializer calling a dozen getters in turn) miss on every call, because each move
     /// pushes out the callee needed next. Occasional moves bring hot callees back into the
     /// window and leave most of a cycle's callees in place.
+    ///
+    /// The child found or made is remembered in the parent's callee cache, which is looked at first.
     #[inline(always)]
     fn child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+        let slot = callee_slot(func);
+        // Safety: `parent` is the root or a node of this state.
+        let cached = unsafe { (*parent).cache[slot] };
+        // Safety: cached children are nodes of this state.
+        if !cached.is_null() && unsafe { (*cached).func } == func {
+            return cached;
+        }
+        let found = self.find_child(parent, func);
+        if !found.is_null() {
+            // Safety: as above.
+            unsafe { (*parent).cache[slot] = found };
+        }
+        found
+    }
+
+    /// The sibling-list search behind [`ThreadState::child`]'s cache.
+    #[inline(always)]
+    fn find_child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
         // Safety: `parent` and its children are nodes of this state (or its root).
         unsafe {
             let mut prev: *mut Node = std::ptr::null_mut();
