@@ -278,7 +278,12 @@ mod cost {
         ] {
             let t = std::time::Instant::now();
             let r = super::of_file(&f);
-            println!("{f}: {:?} rows in {:.1} ms", r.as_ref().map(|r| r.rows.len()), t.elapsed().as_secs_f64() * 1e3);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            // A digest of the rows, to compare the output of two versions of the reader.
+            let digest = r
+                .as_ref()
+                .map(|r| r.rows.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ w).wrapping_mul(0x100_0000_01b3)));
+            println!("{f}: {:?} rows (digest {digest:x?}) in {ms:.1} ms", r.as_ref().map(|r| r.rows.len()));
             if let (Some(r), Ok(a)) = (r, std::env::var("CLRPROF_CFI_AT")) {
                 let a = u64::from_str_radix(&a, 16).unwrap();
                 println!("  {a:#x}: {:?} segments {:x?}", super::lookup(&r.rows, a), r.segments);
