@@ -12,7 +12,8 @@
 # CONFIGS may also name no-sample, alloc-off, no-locks (the defaults less that recorder) and quiet
 # (every recorder off). BASE=DIR adds configurations base-default and base-instrument: the same with DIR/clrprof (and the
 # agent next to it), e.g. a build of an earlier commit, for before/after figures in one run.
-# PIN=0,1 pins the server to those CPUs (taskset); wrk runs unpinned. Needs wrk
+# PIN=0,1 pins the server to those CPUs (taskset); WRK_PIN=1 pins wrk (unpinned otherwise): with
+# PIN=0 WRK_PIN=1 the server (and the profiler's threads) and the load generator each get a CPU. Needs wrk
 # (`apt-get install wrk`, done by scripts/bootstrap) and a release build (the script builds it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,8 @@ trap 'rm -rf "$TMP"' EXIT
 run() {
     local cfg=$1 rep=$2 pre=() out="$TMP/$1-$2.out" trace="$TMP/$1.clrprof" pid url t0 t1 t2 s0 s1 end rps
     [ -n "${PIN:-}" ] && pre=(taskset -c "$PIN")
+    local wrkpre=()
+    [ -n "${WRK_PIN:-}" ] && wrkpre=(taskset -c "$WRK_PIN")
     rm -f "$trace"
     t0=$(date +%s%N)
     case $cfg in
@@ -59,11 +62,11 @@ run() {
     done
     [ -n "$url" ] || { echo "web.sh: $cfg did not start" >&2; cat "$out" >&2; kill "$pid"; exit 1; }
     # Warm-up (JIT tiering, first exceptions and stacks) under the same load, not measured.
-    [ "$WARMUP" -gt 0 ] && wrk -t2 -c16 -d"${WARMUP}s" -s bench/web-mix.lua "$url" >/dev/null
+    [ "$WARMUP" -gt 0 ] && "${wrkpre[@]}" wrk -t2 -c16 -d"${WARMUP}s" -s bench/web-mix.lua "$url" >/dev/null
     s0=$(stat -c %s "$trace" 2>/dev/null || echo 0)
     [ -f "$trace" ] && cp "$trace" "$TMP/$cfg.start.clrprof"
     t1=$(date +%s%N)
-    rps=$(wrk -t2 -c16 -d"${SECS}s" -s bench/web-mix.lua "$url" | sed -n 's/^Requests\/sec: *//p')
+    rps=$("${wrkpre[@]}" wrk -t2 -c16 -d"${SECS}s" -s bench/web-mix.lua "$url" | sed -n 's/^Requests\/sec: *//p')
     s1=$(stat -c %s "$trace" 2>/dev/null || echo 0)
     t2=$(date +%s%N)
     [ -f "$trace" ] && cp "$trace" "$TMP/$cfg.end.clrprof"
