@@ -165,8 +165,28 @@ fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
 
     // Sampled: the DynamicMethod is a frame of its own, named, between its caller and Spin.
     let sampled = dir.join("s.clrprof");
-    let out = record("Stress", &["dynamic", "1000", "400"], &sampled, &[]);
+    let log = dir.join("agent.log");
+    let out = Command::new(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&sampled)
+        .arg("--agent")
+        .arg(agent_path())
+        .args(["--", "dotnet"])
+        .arg(app_dll("Stress"))
+        .args(["dynamic", "1000", "400"])
+        .env("CLRPROF_LOG", &log)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     ok_line(&out, "dynamic");
+    // The frame sizes of frameless DynamicMethods were published and taken back at their unload
+    // (the 50 throwaway ones are collected before the end).
+    let log = std::fs::read_to_string(&log).unwrap();
+    let line = log.lines().find(|l| l.contains("frameless code that can unload")).expect("the sampler's summary");
+    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let [published, forgotten] = numbers[..] else { panic!("{line}") };
+    assert!(forgotten >= 50 && published >= forgotten, "{line}");
     only_caller(&sampled, "StressApp.Dyn.Spin", "[dynamic] StressDynSpin", "wall", 200.0);
     // The JIT gives this small DynamicMethod no frame pointer: the walk keeps its caller because the
     // sampler learned its frame size when it was compiled (and forgets it when it unloads).

@@ -89,6 +89,10 @@ pub struct Sampler {
     /// Frameless code published to the signal handler that the runtime can free, by what frees it
     /// (a DynamicMethod's id, a collectible module's id): removed before the memory is.
     unloadable: Mutex<HashMap<u64, Vec<u64>>>,
+    /// Frameless ranges of code that can unload: published, and forgotten at an unload (logged at
+    /// the end).
+    unloadable_published: AtomicU64,
+    unloadable_forgotten: AtomicU64,
 }
 
 /// A file's unwind rows (leaked for the handler) and loadable segments (file offset, address,
@@ -122,6 +126,8 @@ impl Sampler {
             precompiled_found: std::sync::OnceLock::new(),
             native_rules: Mutex::new(NativeRulesState::default()),
             unloadable: Mutex::new(HashMap::new()),
+            unloadable_published: AtomicU64::new(0),
+            unloadable_forgotten: AtomicU64::new(0),
         })
     }
 
@@ -228,6 +234,11 @@ impl Sampler {
         if let Some(h) = h {
             let _ = h.join();
         }
+        log_info!(
+            "sampler: frameless code that can unload: {} ranges published, {} forgotten at their unload",
+            self.unloadable_published.load(Ordering::Relaxed),
+            self.unloadable_forgotten.load(Ordering::Relaxed)
+        );
     }
 
     /// `ThreadAssignedToOSThread`, on the thread itself.
@@ -297,6 +308,7 @@ impl Sampler {
         cpu::remove_frameless_code(a);
         if cpu::add_frameless_code(a, a + n, f) {
             m.entry(key).or_default().push(a);
+            self.unloadable_published.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -306,7 +318,9 @@ impl Sampler {
     pub fn code_unloading(&self, key: u64) {
         let Ok(mut m) = self.unloadable.lock() else { return };
         for a in m.remove(&key).unwrap_or_default() {
-            cpu::remove_frameless_code(a);
+            if cpu::remove_frameless_code(a) {
+                self.unloadable_forgotten.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
