@@ -425,15 +425,59 @@ fn traces_of_template(template: &str, since: std::time::SystemTime) -> Vec<PathB
     out
 }
 
+/// Appends the process's end to its trace. A process that died while its agent wrote a block
+/// (FailFast, a fatal signal: a short write) leaves that block cut off at the end of the file; a
+/// block appended after it would be read as the rest of the cut one and lost with it. So the cut
+/// block is dropped first — readers discard it anyway (they read everything before it) — and
+/// `record` says so.
 fn append_exit(trace: &Path, exit: &ProcessExit) -> Result<()> {
     use std::io::Write;
     let block = encode_records([&Record::ProcessExit(exit.clone())]);
     let mut f = std::fs::OpenOptions::new()
+        .read(true)
         .append(true)
         .open(trace)
         .with_context(|| format!("cannot append to {}", trace.display()))?;
+    if let Some((at, have, need)) = cut_last_block(&f) {
+        f.set_len(at).with_context(|| format!("cannot append to {}", trace.display()))?;
+        eprintln!(
+            "clrprof: warning: the process died while its last block was written ({have} of {need} bytes at byte {at}); that block was dropped"
+        );
+    }
     f.write_all(&block).with_context(|| format!("cannot append to {}", trace.display()))?;
     Ok(())
+}
+
+/// Where the trace in `f` ends with a block cut short: (its offset, bytes present, bytes it
+/// needed). None when the file ends on a block boundary — or when it is no trace, or a block
+/// header is impossible: damage that is left for readers to report, never cut.
+fn cut_last_block(f: &std::fs::File) -> Option<(u64, u64, u64)> {
+    use clrprof_trace::{HEADER_LEN, MAGIC, MAX_BLOCK};
+    use std::os::unix::fs::FileExt;
+    let len = f.metadata().ok()?.len();
+    let mut head = [0u8; HEADER_LEN];
+    f.read_exact_at(&mut head, 0).ok()?;
+    if head[..MAGIC.len()] != MAGIC {
+        return None;
+    }
+    let mut at = HEADER_LEN as u64;
+    while at < len {
+        let have = len - at;
+        if have < 8 {
+            return Some((at, have, 8));
+        }
+        let mut h = [0u8; 4];
+        f.read_exact_at(&mut h, at).ok()?;
+        let block = u32::from_le_bytes(h) as u64;
+        if block > MAX_BLOCK as u64 {
+            return None;
+        }
+        if have < 8 + block {
+            return Some((at, have, 8 + block));
+        }
+        at += 8 + block;
+    }
+    None
 }
 
 /// Child .NET processes of the profiled program write `<trace>.<pid>` next to it.
@@ -475,6 +519,46 @@ mod tests {
         assert_eq!(program_name(&v(&["dotnet", "run"])), "dotnet");
         assert_eq!(program_name(&v(&["./bin/My App"])), "My_App");
         assert_eq!(program_name(&v(&["/usr/bin/dotnet", "--roll-forward", "Major", "a.dll"])), "a");
+    }
+
+    /// The end of a process is appended after the last complete block: a block the process's
+    /// death cut short is dropped, so the exit is read; a trace that ends on a boundary keeps every
+    /// byte.
+    #[test]
+    fn the_exit_is_appended_after_a_block_cut_short() {
+        use clrprof_trace::{encode_records, header, read_all, ProcessStart};
+        let dir = std::env::temp_dir().join(format!("clrprof-append-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = Record::ProcessStart(ProcessStart { pid: 7, ..Default::default() });
+        let whole = [header().to_vec(), encode_records([&start])].concat();
+        let second = encode_records([&start, &start]);
+        let exit = ProcessExit { end_unix_ns: 5, exit_code: None, signal: Some(6) };
+        for cut in [0, 3, 8, 20, second.len() - 1] {
+            let path = dir.join(format!("t{cut}.clrprof"));
+            std::fs::write(&path, [whole.clone(), second[..cut].to_vec()].concat()).unwrap();
+            append_exit(&path, &exit).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let (records, truncation) = read_all(&bytes[..]).unwrap();
+            assert_eq!(truncation, None, "cut at {cut}");
+            assert_eq!(records.len(), 2, "cut at {cut}: {records:?}");
+            assert!(matches!(&records[1], Record::ProcessExit(e) if e.signal == Some(6)), "cut at {cut}");
+            assert_eq!(bytes.len(), whole.len() + encode_records([&Record::ProcessExit(exit.clone())]).len());
+        }
+        // A trace ending on a block boundary loses nothing.
+        let path = dir.join("whole.clrprof");
+        std::fs::write(&path, [whole.clone(), second.clone()].concat()).unwrap();
+        append_exit(&path, &exit).unwrap();
+        let (records, _) = read_all(&std::fs::read(&path).unwrap()[..]).unwrap();
+        assert_eq!(records.len(), 4);
+        // Damage that is not a cut (an impossible block length) is never cut away.
+        let mut bad = whole.clone();
+        bad.extend_from_slice(&u32::MAX.to_le_bytes());
+        bad.extend_from_slice(&[0; 12]);
+        let path = dir.join("bad.clrprof");
+        std::fs::write(&path, &bad).unwrap();
+        append_exit(&path, &exit).unwrap();
+        assert!(std::fs::read(&path).unwrap().starts_with(&bad));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
