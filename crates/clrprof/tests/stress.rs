@@ -166,19 +166,7 @@ fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
     // Sampled: the DynamicMethod is a frame of its own, named, between its caller and Spin.
     let sampled = dir.join("s.clrprof");
     let log = dir.join("agent.log");
-    let out = Command::new(clrprof_exe())
-        .arg("record")
-        .arg("-o")
-        .arg(&sampled)
-        .arg("--agent")
-        .arg(agent_path())
-        .args(["--", "dotnet"])
-        .arg(app_dll("Stress"))
-        .args(["dynamic", "1000", "400"])
-        .env("CLRPROF_LOG", &log)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = record("Stress", &["dynamic", "1000", "400"], &sampled, &["--log", log.to_str().unwrap()]);
     ok_line(&out, "dynamic");
     // The frame sizes of frameless DynamicMethods were published and taken back at their unload
     // (the 50 throwaway ones are collected before the end).
