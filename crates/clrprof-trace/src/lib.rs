@@ -134,6 +134,38 @@ impl std::fmt::Display for Truncation {
     }
 }
 
+/// Where the trace file `file` ends with a block cut short (a writer that died mid-block), found
+/// from the block headers alone — no payload is read or decoded, so it costs one small read per
+/// block. None when the file ends on a block boundary, and also when it is no trace or a block
+/// header claims more than [`MAX_BLOCK`]: that is damage for readers to report, not a cut.
+pub fn cut_last_block(file: &std::fs::File) -> Option<Truncation> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata().ok()?.len();
+    let mut head = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut head, 0).ok()?;
+    if head[..MAGIC.len()] != MAGIC {
+        return None;
+    }
+    let mut offset = HEADER_LEN as u64;
+    while offset < len {
+        let have = len - offset;
+        if have < 8 {
+            return Some(Truncation { offset, have, need: 8 });
+        }
+        let mut h = [0u8; 4];
+        file.read_exact_at(&mut h, offset).ok()?;
+        let block = u32::from_le_bytes(h) as u64;
+        if block > MAX_BLOCK as u64 {
+            return None;
+        }
+        if have < 8 + block {
+            return Some(Truncation { offset, have, need: 8 + block });
+        }
+        offset += 8 + block;
+    }
+    None
+}
+
 /// Pull decoder over a reader: yields records block by block (a [`StreamDecoder`] fed from the
 /// reader). Never panics on any input.
 pub struct Decoder<R: Read> {

@@ -438,46 +438,15 @@ fn append_exit(trace: &Path, exit: &ProcessExit) -> Result<()> {
         .append(true)
         .open(trace)
         .with_context(|| format!("cannot append to {}", trace.display()))?;
-    if let Some((at, have, need)) = cut_last_block(&f) {
-        f.set_len(at).with_context(|| format!("cannot append to {}", trace.display()))?;
+    if let Some(cut) = clrprof_trace::cut_last_block(&f) {
+        f.set_len(cut.offset).with_context(|| format!("cannot append to {}", trace.display()))?;
         eprintln!(
-            "clrprof: warning: the process died while its last block was written ({have} of {need} bytes at byte {at}); that block was dropped"
+            "clrprof: warning: the process died while its last block was written ({} of {} bytes at byte {}); that block was dropped",
+            cut.have, cut.need, cut.offset
         );
     }
     f.write_all(&block).with_context(|| format!("cannot append to {}", trace.display()))?;
     Ok(())
-}
-
-/// Where the trace in `f` ends with a block cut short: (its offset, bytes present, bytes it
-/// needed). None when the file ends on a block boundary — or when it is no trace, or a block
-/// header is impossible: damage that is left for readers to report, never cut.
-fn cut_last_block(f: &std::fs::File) -> Option<(u64, u64, u64)> {
-    use clrprof_trace::{HEADER_LEN, MAGIC, MAX_BLOCK};
-    use std::os::unix::fs::FileExt;
-    let len = f.metadata().ok()?.len();
-    let mut head = [0u8; HEADER_LEN];
-    f.read_exact_at(&mut head, 0).ok()?;
-    if head[..MAGIC.len()] != MAGIC {
-        return None;
-    }
-    let mut at = HEADER_LEN as u64;
-    while at < len {
-        let have = len - at;
-        if have < 8 {
-            return Some((at, have, 8));
-        }
-        let mut h = [0u8; 4];
-        f.read_exact_at(&mut h, at).ok()?;
-        let block = u32::from_le_bytes(h) as u64;
-        if block > MAX_BLOCK as u64 {
-            return None;
-        }
-        if have < 8 + block {
-            return Some((at, have, 8 + block));
-        }
-        at += 8 + block;
-    }
-    None
 }
 
 /// Child .NET processes of the profiled program write `<trace>.<pid>` next to it.
