@@ -93,6 +93,8 @@ pub struct Sampler {
     /// the end).
     unloadable_published: AtomicU64,
     unloadable_forgotten: AtomicU64,
+    /// The signal handler's table of frameless code was found full (said once).
+    frameless_full: AtomicBool,
 }
 
 /// A file's unwind rows (leaked for the handler) and loadable segments (file offset, address,
@@ -128,6 +130,7 @@ impl Sampler {
             unloadable: Mutex::new(HashMap::new()),
             unloadable_published: AtomicU64::new(0),
             unloadable_forgotten: AtomicU64::new(0),
+            frameless_full: AtomicBool::new(false),
         })
     }
 
@@ -309,6 +312,16 @@ impl Sampler {
         if cpu::add_frameless_code(a, a + n, f) {
             m.entry(key).or_default().push(a);
             self.unloadable_published.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.frameless_table_full();
+        }
+    }
+
+    /// Says once that frameless code no longer fits the signal handler's table.
+    fn frameless_table_full(&self) {
+        if !self.frameless_full.swap(true, Ordering::Relaxed) {
+            let max = cpu::MAX_FRAMELESS_RANGES;
+            log_warn!("sampler: over {max} frameless code ranges; later ones lose their callers");
         }
     }
 
@@ -390,10 +403,8 @@ impl Sampler {
                         }
                         // Only the range holding the entry (and the prolog that was read).
                         if let Some(f) = frameless.filter(|_| a == start as u64) {
-                            if !cpu::add_frameless_code(a, a + n, f) && !st.frameless_full {
-                                st.frameless_full = true;
-                                let max = cpu::MAX_FRAMELESS_RANGES;
-                                log_warn!("sampler: over {max} frameless code ranges; later ones lose their callers");
+                            if !cpu::add_frameless_code(a, a + n, f) {
+                                self.frameless_table_full();
                             }
                         }
                     }
@@ -1287,8 +1298,6 @@ struct LoopState {
     not_code: std::collections::HashSet<u64>,
     /// The handler's table of OSR code ranges filled up (said once in the log).
     osr_full: bool,
-    /// The handler's table of frameless code ranges filled up (said once in the log).
-    frameless_full: bool,
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
