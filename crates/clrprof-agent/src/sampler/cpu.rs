@@ -1110,7 +1110,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         if ret < 4096 {
             break;
         }
-        if exec != 0 && !NATIVE.may_hold(owner) && EXEC.find(exec, ret - 1).is_none() {
+        if exec != 0 && EXEC.find(exec, ret - 1).is_none() && NATIVE.find(NATIVE.visible(), owner).is_none() {
             // No return address: an OSR frame whose code the table does not hold yet, with its
             // fake return slot above its frame record (seen on a thread's first entry into an
             // OSR version another thread had just compiled). The tier-0 frame under it holds
@@ -1273,6 +1273,11 @@ mod tests {
         const UNPUBLISHED: u64 = 0x5500_0000_0000;
         const NOT_CODE: u64 = 0x7ec5_949a_d216;
         assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
+        // Native code on a page that shares the code's bit in the page filter (in a real process
+        // the filter is full: libcoreclr alone has more pages than it has bits).
+        let empty: &'static NativeRules = Box::leak(Box::new(NativeRules { bias: 0, rows: &[] }));
+        assert_eq!(page_bit(0x6600_0000_0000), page_bit(UNPUBLISHED));
+        assert!(add_native_code(0x6600_0000_0000, 0x6600_0000_1000, empty));
         let mut w = osr_stack();
         w[29] = NOT_CODE;
         assert_eq!(walk(&w, UNPUBLISHED + 0x23, 20, 28), [UNPUBLISHED + 0x23, RET_INTO_MAIN, RET_INTO_HOST]);
