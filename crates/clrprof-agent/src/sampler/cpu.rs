@@ -463,6 +463,31 @@ pub fn frameless_code_known(ip: u64) -> bool {
     FRAMELESS.known(ip).is_some()
 }
 
+/// Most stack words above SP searched for the copy of RBP a prolog pushed (`push rbp`, then
+/// callee-saved registers and a small `sub rsp`).
+const MAX_PROLOG_WORDS: u64 = 16;
+
+/// The return address of code stopped in its prolog after `push rbp` and before RBP is set up:
+/// the first of the `MAX_PROLOG_WORDS` words from `sp` up (below the caller's frame at `fp`)
+/// that holds `fp` is the pushed copy, and the word above it is the return address when that
+/// lies in executable memory (`exec`: the visible length of the executable mappings). None when
+/// no such copy is found: the leaf's frame is set up (or has none), and its own words never hold
+/// RBP's value.
+///
+/// # Safety
+/// `[sp, hi)` must be mapped stack of the current thread, `sp` 8-aligned.
+unsafe fn prolog_return_address(sp: u64, fp: u64, hi: u64, exec: usize) -> Option<u64> {
+    let mut a = sp;
+    while a < sp + 8 * MAX_PROLOG_WORDS && a < fp && a + 16 <= hi {
+        if *(a as *const u64) == fp {
+            let ret = *((a + 8) as *const u64);
+            return (ret >= 4096 && EXEC.find(exec, ret - 1).is_some()).then_some(ret);
+        }
+        a += 8;
+    }
+    None
+}
+
 /// The frame pointer of the tier-0 frame under the OSR frame at `fp`: the OSR prolog copied the
 /// tier-0 frame's saved RBP to `[fp]`, `[fp + 8]` is the fake return slot and the tier-0 frame
 /// starts at `fp + 16`; its saved RBP — the same value — is its highest word below the return
@@ -1092,7 +1117,18 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 e.sp_top = 0;
                 owner_alt = u64::MAX;
             }
-            Err(false) => {}
+            Err(false) => {
+                // Managed code inside its prolog, past `push rbp` but before RBP is set up: RBP
+                // is still the caller's frame pointer, so the walk would go from the leaf
+                // straight to the caller's caller. The return address lies just above the
+                // pushed copy of RBP; it takes the place of the word at SP as the leaf's caller.
+                if exec != 0 && fp > sp && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                    if let Some(ret) = prolog_return_address(sp, fp, hi, exec) {
+                        e.sp_top = ret;
+                        owner_alt = ret - 1;
+                    }
+                }
+            }
         }
     }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
@@ -1292,6 +1328,48 @@ mod tests {
         let mut w = osr_stack();
         w[29] = RET_INTO_MAIN + 0x10;
         assert_eq!(walk(&w, UNPUBLISHED + 0x23, 20, 28), [UNPUBLISHED + 0x23, RET_INTO_MAIN + 0x10, RET_INTO_HOST]);
+    }
+
+    /// Walks like [`walk`] and returns the word the sampler thread takes as a frameless leaf's
+    /// caller too.
+    fn walk_with_top(words: &[u64], ip: u64, sp: usize, fp: usize) -> (Vec<u64>, u64) {
+        let (slot, uc) = fake_thread(words, ip, sp, fp);
+        // Safety: the registers point into `words`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut out = (Vec::new(), 0);
+        slot.drain(|ips, top, _| out = (ips.to_vec(), top));
+        out
+    }
+
+    #[test]
+    fn a_leaf_stopped_in_its_prolog_has_the_return_address_above_its_pushed_rbp_as_caller() {
+        let _s = serial();
+        const LEAF: u64 = 0x5600_0000_0010;
+        const RET_INTO_CALLER: u64 = 0x5000_0000_3000;
+        assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
+        // The caller's frame at word 40, main's at 60.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x1111_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        let walked = vec![LEAF, RET_INTO_MAIN, RET_INTO_HOST];
+        // Right after `push rbp`: the copy at SP, the return address above it.
+        w[20] = at(&w, 40);
+        w[21] = RET_INTO_CALLER;
+        assert_eq!(walk_with_top(&w, LEAF, 20, 40), (walked.clone(), RET_INTO_CALLER));
+        // After two more pushes (callee-saved registers).
+        assert_eq!(walk_with_top(&w, LEAF, 18, 40), (walked.clone(), RET_INTO_CALLER));
+        // Before `push rbp`: the word at SP is the return address, as before.
+        assert_eq!(walk_with_top(&w, LEAF, 21, 40), (walked.clone(), RET_INTO_CALLER));
+        // A copy of RBP under a word that is no code: nothing is made up, the word at SP stays.
+        w[21] = 0x2222_0000;
+        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked.clone(), w[19]));
+        // No copy within reach (a frame set up, or none): the word at SP stays.
+        w[20] = 0x3333_0000;
+        w[21] = RET_INTO_CALLER;
+        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked, w[19]));
     }
 
     #[test]
