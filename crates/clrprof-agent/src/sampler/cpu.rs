@@ -204,6 +204,36 @@ impl<const N: usize> CodeTable<N> {
         true
     }
 
+    /// As [`CodeTable::add`], but a range already known by its start grows to `end` when that
+    /// lies further: a mapping that grew in place (the kernel merges a new mapping with the one
+    /// before it when they are adjacent parts of one file, as the runtime's executable memory is).
+    fn add_or_grow(&self, start: u64, end: u64, info: u64) -> bool {
+        if start >= end {
+            return false;
+        }
+        {
+            let _g = self.writer.lock();
+            let n = self.len.load(Ordering::Relaxed);
+            let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) <= start);
+            if pos > 0 && self.start[pos - 1].load(Ordering::Relaxed) == start {
+                let old = self.end[pos - 1].load(Ordering::Relaxed);
+                if old < end {
+                    let pages = (end - 1) / 4096 - old / 4096;
+                    for p in 0..=pages.min(64 * 64) {
+                        let (w, b) = page_bit(old + p * 4096);
+                        self.pages[w].fetch_or(b, Ordering::Relaxed);
+                    }
+                    self.seq.fetch_add(1, Ordering::Relaxed);
+                    std::sync::atomic::fence(Ordering::Release);
+                    self.end[pos - 1].store(end, Ordering::Relaxed);
+                    self.seq.fetch_add(1, Ordering::Release);
+                }
+                return true;
+            }
+        }
+        self.add(start, end, info)
+    }
+
     /// Removes the range starting at `start`; false when there is none. Entries above it move down
     /// while `seq` is odd, as in [`CodeTable::add`]; a handler that read the length before sees a
     /// stale copy of the last entry at worst, which every step checks against the stack.
@@ -285,10 +315,10 @@ pub const MAX_EXEC_RANGES: usize = 4096;
 /// read from a frame record must lie in one, or the record is no frame record.
 static EXEC: CodeTable<MAX_EXEC_RANGES> = CodeTable::new();
 
-/// Makes an executable mapping known to the handler (not on the signal path). False when the
-/// table is full.
+/// Makes an executable mapping known to the handler (not on the signal path); one known by its
+/// start grows with it. False when the table is full.
 pub fn add_exec_range(start: u64, end: u64) -> bool {
-    EXEC.add(start, end, 0)
+    EXEC.add_or_grow(start, end, 0)
 }
 
 /// Whether `fp` looks like a frame record: on the stack between `floor` and the top, aligned, its
@@ -1444,6 +1474,22 @@ mod tests {
         let n = OSR.len.load(Ordering::Relaxed);
         let starts: Vec<u64> = (0..n).map(|i| OSR.start[i].load(Ordering::Relaxed)).collect();
         assert!(starts.windows(2).all(|p| p[0] < p[1]), "{starts:x?}");
+    }
+
+    #[test]
+    fn an_executable_mapping_that_grows_in_place_is_known_to_its_new_end() {
+        let _s = serial();
+        let g = 0x6700_0000_0000;
+        let known = |ip: u64| EXEC.find(EXEC.visible(), ip).is_some();
+        assert!(add_exec_range(g, g + 0x1000));
+        assert!(known(g + 0xfff) && !known(g + 0x1000));
+        // The runtime mapped more code right after it: /proc/self/maps shows one longer mapping.
+        assert!(add_exec_range(g, g + 0x3000));
+        assert!(known(g + 0x1000) && known(g + 0x2fff) && !known(g + 0x3000));
+        // Read again shorter (a part unmapped): what was known stays (a stale range only weakens
+        // the check, a missing one cuts stacks).
+        assert!(add_exec_range(g, g + 0x2000));
+        assert!(known(g + 0x2fff));
     }
 
     /// Native code without frame pointers (fake addresses: the "file" maps its virtual address
