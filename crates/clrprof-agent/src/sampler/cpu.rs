@@ -1171,24 +1171,10 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 fp = t0;
             }
         }
-        let mut ret = *((fp + 8) as *const u64);
-        let mut next = *(fp as *const u64);
+        let ret = *((fp + 8) as *const u64);
+        let next = *(fp as *const u64);
         if ret < 4096 {
             break;
-        }
-        if exec != 0 && EXEC.find(exec, ret - 1).is_none() && NATIVE.find(NATIVE.visible(), owner).is_none() {
-            // No return address: an OSR frame whose code the table does not hold yet, with its
-            // fake return slot above its frame record (seen on a thread's first entry into an
-            // OSR version another thread had just compiled). The tier-0 frame under it holds
-            // the same saved RBP and, above it, a return address into executable memory.
-            if let Some(t0) = tier0_frame(fp, hi) {
-                let r0 = *((t0 + 8) as *const u64);
-                if r0 >= 4096 && EXEC.find(exec, r0 - 1).is_some() {
-                    fp = t0;
-                    ret = r0;
-                    next = *(t0 as *const u64);
-                }
-            }
         }
         e.ips[n] = ret;
         n += 1;
@@ -1329,35 +1315,6 @@ mod tests {
         // Not a frame pointer at all (the outermost frame's 0).
         w[28] = 0;
         assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
-    }
-
-    #[test]
-    fn an_osr_frame_whose_code_is_not_published_yet_is_walked_through_its_tier0_frame() {
-        let _s = serial();
-        // OSR code the table does not hold: another thread entered the OSR version before its
-        // compiling thread published it. Its fake return slot holds no code address.
-        const UNPUBLISHED: u64 = 0x5500_0000_0000;
-        const NOT_CODE: u64 = 0x7ec5_949a_d216;
-        assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
-        // Native code on a page that shares the code's bit in the page filter (in a real process
-        // the filter is full: libcoreclr alone has more pages than it has bits).
-        let empty: &'static NativeRules = Box::leak(Box::new(NativeRules { bias: 0, rows: &[] }));
-        assert_eq!(page_bit(0x6600_0000_0000), page_bit(UNPUBLISHED));
-        assert!(add_native_code(0x6600_0000_0000, 0x6600_0000_1000, empty));
-        let mut w = osr_stack();
-        w[29] = NOT_CODE;
-        assert_eq!(walk(&w, UNPUBLISHED + 0x23, 20, 28), [UNPUBLISHED + 0x23, RET_INTO_MAIN, RET_INTO_HOST]);
-        // A callee of it, with its own frame: the same.
-        w[15] = w.as_ptr() as u64 + 8 * 28;
-        w[16] = UNPUBLISHED + 0x40;
-        assert_eq!(walk(&w, CALLEE, 10, 15), [CALLEE, UNPUBLISHED + 0x40, RET_INTO_MAIN, RET_INTO_HOST]);
-        // No tier-0 frame holds the saved RBP: the word is recorded as it is (nothing is made up).
-        w[40] = 0x1234_5678;
-        assert_eq!(walk(&w, UNPUBLISHED + 0x23, 20, 28), [UNPUBLISHED + 0x23, NOT_CODE, RET_INTO_HOST]);
-        // A return address into executable memory is taken as it is, whatever lies under it.
-        let mut w = osr_stack();
-        w[29] = RET_INTO_MAIN + 0x10;
-        assert_eq!(walk(&w, UNPUBLISHED + 0x23, 20, 28), [UNPUBLISHED + 0x23, RET_INTO_MAIN + 0x10, RET_INTO_HOST]);
     }
 
     /// Walks like [`walk`] and returns the word the sampler thread takes as a frameless leaf's
