@@ -127,8 +127,7 @@ fn attach_to_a_web_server_under_load_three_times() {
         primes_called_by_the_handler(&trace);
         // The request pipeline above it is named, though much of it is ReadyToRun code loaded
         // before the agent (named from the sampled addresses).
-        let collapsed =
-            Command::new(clrprof_exe()).args(["export", "-f", "collapsed", "-o", "-"]).arg(&trace).output().unwrap();
+        let collapsed = export(&trace, &["-f", "collapsed", "-o", "-"]);
         let stacks = text(&collapsed.stdout);
         let primes: Vec<&str> = stacks.lines().filter(|l| l.contains(";Work.Primes ")).collect();
         assert!(!primes.is_empty(), "no stack reaches Work.Primes:\n{stacks}");
@@ -208,15 +207,12 @@ fn primes_called_by_the_handler(trace: &Path) {
     let uncalled: f64 = found.iter().filter(|(n, _)| n.starts_with("<entry point")).map(|x| x.1).sum();
     if uncalled > inclusive * 0.02 {
         // The stacks themselves, to tell a cut walk from an unknown thread.
-        let collapsed = Command::new(clrprof_exe())
-            .args(["export", "-f", "collapsed", "--weight", "cpu", "-o", "-"])
-            .arg(trace)
-            .output()
-            .unwrap();
-        let odd: Vec<String> = text(&collapsed.stdout)
+        let collapsed = text(&export(trace, &["-f", "collapsed", "--weight", "cpu", "-o", "-"]).stdout);
+        // The innermost 400 characters of each: the frames near Work.Primes.
+        let odd: Vec<&str> = collapsed
             .lines()
             .filter(|l| l.contains("Work.Primes") && !l.contains("b__0_2;Work.Primes"))
-            .map(|l| l.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect())
+            .map(|l| l.char_indices().rev().nth(399).map_or(l, |(i, _)| &l[i..]))
             .collect();
         panic!("{uncalled} of {inclusive} ms without callers: {found:?}\nstacks:\n{}", odd.join("\n"));
     }

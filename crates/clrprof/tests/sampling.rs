@@ -330,10 +330,6 @@ fn absurd_rates_are_refused_with_a_clear_message() {
     }
 }
 
-fn export(trace: &std::path::Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(clrprof_exe()).arg("export").arg(trace).args(args).output().expect("run clrprof export")
-}
-
 /// Checks a speedscope document against the rules of speedscope's file-format schema
 /// (`FileFormat.File` with sampled profiles), plus the consistency the schema cannot express.
 fn check_speedscope(v: &Value) {

@@ -207,12 +207,7 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
     let v = report_json(&trace);
     let max_frames = 128;
     let cut = format!("[stack cut at {max_frames} frames]");
-    let collapsed = Command::new(clrprof_exe())
-        .arg("export")
-        .arg(&trace)
-        .args(["--format", "collapsed", "-o", "-"])
-        .output()
-        .unwrap();
+    let collapsed = export(&trace, &["--format", "collapsed", "-o", "-"]);
     assert!(collapsed.status.success(), "{}", text(&collapsed.stderr));
     let folded = text(&collapsed.stdout);
     let bottom: Vec<&str> = folded.lines().filter(|l| l.contains("StressApp.Deep.Bottom")).collect();
@@ -224,12 +219,7 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
     }
     assert!(names(&v, "functions", "name").contains(&"StressApp.Deep.Bottom".to_string()));
     // Wall samples of the sleep come from the runtime's walks, kept to 256 frames: marked too.
-    let wall = Command::new(clrprof_exe())
-        .arg("export")
-        .arg(&trace)
-        .args(["--format", "collapsed", "--weight", "wall", "-o", "-"])
-        .output()
-        .unwrap();
+    let wall = export(&trace, &["--format", "collapsed", "--weight", "wall", "-o", "-"]);
     let folded = text(&wall.stdout);
     let walk_cut = "[stack cut at 256 frames]";
     let bottom: Vec<&str> = folded.lines().filter(|l| l.contains("StressApp.Deep.Bottom")).collect();
@@ -377,8 +367,7 @@ fn generic_nested_unicode_and_very_long_names() {
     for n in [unicode, long.as_str()] {
         assert!(routines.iter().any(|r| r == "StressApp.Straße.SpinFor" || r == n), "{n}: {routines:?}");
     }
-    let folded =
-        Command::new(clrprof_exe()).arg("export").arg(&trace).args(["-f", "collapsed", "-o", "-"]).output().unwrap();
+    let folded = export(&trace, &["-f", "collapsed", "-o", "-"]);
     let folded = text(&folded.stdout);
     for (n, callee) in [(generic, "StressApp.Straße.SpinFor"), (unicode, "StressApp.Straße.SpinFor")] {
         assert!(folded.contains(&format!(";{n};{callee} ")), "{n} → {callee} in the folded stacks");

@@ -170,6 +170,10 @@ pub fn report(trace: &Path, extra: &[&str]) -> Output {
     Command::new(clrprof_exe()).arg("report").arg(trace).args(extra).output().expect("run clrprof report")
 }
 
+pub fn export(trace: &Path, args: &[&str]) -> Output {
+    Command::new(clrprof_exe()).arg("export").arg(trace).args(args).output().expect("run clrprof export")
+}
+
 pub fn report_json(trace: &Path) -> serde_json::Value {
     let out = report(trace, &["--format", "json"]);
     assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
