@@ -204,6 +204,36 @@ impl<const N: usize> CodeTable<N> {
         true
     }
 
+    /// As [`CodeTable::add`], but a range already known by its start grows to `end` when that
+    /// lies further: a mapping that grew in place (the kernel merges a new mapping with the one
+    /// before it when they are adjacent parts of one file, as the runtime's executable memory is).
+    fn add_or_grow(&self, start: u64, end: u64, info: u64) -> bool {
+        if start >= end {
+            return false;
+        }
+        {
+            let _g = self.writer.lock();
+            let n = self.len.load(Ordering::Relaxed);
+            let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) <= start);
+            if pos > 0 && self.start[pos - 1].load(Ordering::Relaxed) == start {
+                let old = self.end[pos - 1].load(Ordering::Relaxed);
+                if old < end {
+                    let pages = (end - 1) / 4096 - old / 4096;
+                    for p in 0..=pages.min(64 * 64) {
+                        let (w, b) = page_bit(old + p * 4096);
+                        self.pages[w].fetch_or(b, Ordering::Relaxed);
+                    }
+                    self.seq.fetch_add(1, Ordering::Relaxed);
+                    std::sync::atomic::fence(Ordering::Release);
+                    self.end[pos - 1].store(end, Ordering::Relaxed);
+                    self.seq.fetch_add(1, Ordering::Release);
+                }
+                return true;
+            }
+        }
+        self.add(start, end, info)
+    }
+
     /// Removes the range starting at `start`; false when there is none. Entries above it move down
     /// while `seq` is odd, as in [`CodeTable::add`]; a handler that read the length before sees a
     /// stale copy of the last entry at worst, which every step checks against the stack.
@@ -285,10 +315,10 @@ pub const MAX_EXEC_RANGES: usize = 4096;
 /// read from a frame record must lie in one, or the record is no frame record.
 static EXEC: CodeTable<MAX_EXEC_RANGES> = CodeTable::new();
 
-/// Makes an executable mapping known to the handler (not on the signal path). False when the
-/// table is full.
+/// Makes an executable mapping known to the handler (not on the signal path); one known by its
+/// start grows with it. False when the table is full.
 pub fn add_exec_range(start: u64, end: u64) -> bool {
-    EXEC.add(start, end, 0)
+    EXEC.add_or_grow(start, end, 0)
 }
 
 /// Whether `fp` looks like a frame record: on the stack between `floor` and the top, aligned, its
@@ -388,7 +418,7 @@ unsafe fn native_steps(
         // record, nor past the first step. (A library mapped less than a second ago is not known
         // yet: the leaf's return address into it still follows the rules when RBP holds no frame
         // record, as in code without frame pointers.)
-        if exec != 0 && EXEC.find(exec, ret - 1).is_none() && (strict || step > 0 || frame_record_sound(fp, sp, hi)) {
+        if exec != 0 && !code_known(exec, ret - 1) && (strict || step > 0 || frame_record_sound(fp, sp, hi)) {
             break;
         }
         if row.rbp_slot != 0 {
@@ -406,6 +436,17 @@ unsafe fn native_steps(
         pc = ret - 1;
     }
     last.map(|ret| (n, fp, sp, ret)).ok_or(false)
+}
+
+/// Whether `ip` lies in code the handler knows: an executable mapping as of the sampler's last
+/// read of `/proc/self/maps` (`exec`: the visible length of that table), or managed code published
+/// since (OSR code is published when it is compiled, before it runs; the mappings are read again
+/// soon after the JIT's code memory grows, not at once).
+#[inline(always)]
+fn code_known(exec: usize, ip: u64) -> bool {
+    EXEC.find(exec, ip).is_some()
+        || (OSR.may_hold(ip) && OSR.find(OSR.visible(), ip).is_some())
+        || (FRAMELESS.may_hold(ip) && FRAMELESS.find(FRAMELESS.visible(), ip).is_some())
 }
 
 fn page_bit(ip: u64) -> (usize, u64) {
@@ -461,6 +502,32 @@ pub fn remove_frameless_code(start: u64) -> bool {
 /// True when `ip` is in a known frameless code range (not on the signal path).
 pub fn frameless_code_known(ip: u64) -> bool {
     FRAMELESS.known(ip).is_some()
+}
+
+/// Most stack words above SP searched for the copy of RBP a prolog pushed (`push rbp`, then
+/// callee-saved registers and a small `sub rsp`).
+const MAX_PROLOG_WORDS: u64 = 16;
+
+/// The return address of code stopped in its prolog after `push rbp` and before RBP is set up:
+/// the first of the `MAX_PROLOG_WORDS` words from `sp` up (below the caller's frame at `fp`)
+/// that holds `fp` is the pushed copy, and the word above it is the return address when that
+/// lies in code the handler knows ([`code_known`]; `exec`: the visible length of the executable
+/// mappings). None when
+/// no such copy is found: the leaf's frame is set up (or has none), and its own words never hold
+/// RBP's value.
+///
+/// # Safety
+/// `[sp, hi)` must be mapped stack of the current thread, `sp` 8-aligned.
+unsafe fn prolog_return_address(sp: u64, fp: u64, hi: u64, exec: usize) -> Option<u64> {
+    let mut a = sp;
+    while a < sp + 8 * MAX_PROLOG_WORDS && a < fp && a + 16 <= hi {
+        if *(a as *const u64) == fp {
+            let ret = *((a + 8) as *const u64);
+            return (ret >= 4096 && code_known(exec, ret - 1)).then_some(ret);
+        }
+        a += 8;
+    }
+    None
 }
 
 /// The frame pointer of the tier-0 frame under the OSR frame at `fp`: the OSR prolog copied the
@@ -1091,7 +1158,19 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 e.sp_top = 0;
                 owner_alt = u64::MAX;
             }
-            Err(false) => {}
+            Err(false) => {
+                // Managed code inside its prolog, past `push rbp` but before RBP is set up: RBP
+                // is still the caller's frame pointer, so the walk would go from the leaf
+                // straight to the caller's caller. The return address lies just above the
+                // pushed copy of RBP; it takes the place of the word at SP as the leaf's caller.
+                let exec = EXEC.visible();
+                if exec != 0 && fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                    if let Some(ret) = prolog_return_address(sp, fp, hi, exec) {
+                        e.sp_top = ret;
+                        owner_alt = ret - 1;
+                    }
+                }
+            }
         }
     }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
@@ -1250,6 +1329,48 @@ mod tests {
         assert_eq!(walk(&w, CODE + 1, 20, 28), [CODE + 1, TIER0_AFTER_PATCHPOINT]);
     }
 
+    /// Walks like [`walk`] and returns the word the sampler thread takes as a frameless leaf's
+    /// caller too.
+    fn walk_with_top(words: &[u64], ip: u64, sp: usize, fp: usize) -> (Vec<u64>, u64) {
+        let (slot, uc) = fake_thread(words, ip, sp, fp);
+        // Safety: the registers point into `words`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut out = (Vec::new(), 0);
+        slot.drain(|ips, top, _| out = (ips.to_vec(), top));
+        out
+    }
+
+    #[test]
+    fn a_leaf_stopped_in_its_prolog_has_the_return_address_above_its_pushed_rbp_as_caller() {
+        let _s = serial();
+        const LEAF: u64 = 0x5600_0000_0010;
+        const RET_INTO_CALLER: u64 = 0x5000_0000_3000;
+        assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
+        // The caller's frame at word 40, main's at 60.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x1111_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        let walked = vec![LEAF, RET_INTO_MAIN, RET_INTO_HOST];
+        // Right after `push rbp`: the copy at SP, the return address above it.
+        w[20] = at(&w, 40);
+        w[21] = RET_INTO_CALLER;
+        assert_eq!(walk_with_top(&w, LEAF, 20, 40), (walked.clone(), RET_INTO_CALLER));
+        // After two more pushes (callee-saved registers).
+        assert_eq!(walk_with_top(&w, LEAF, 18, 40), (walked.clone(), RET_INTO_CALLER));
+        // Before `push rbp`: the word at SP is the return address, as before.
+        assert_eq!(walk_with_top(&w, LEAF, 21, 40), (walked.clone(), RET_INTO_CALLER));
+        // A copy of RBP under a word that is no code: nothing is made up, the word at SP stays.
+        w[21] = 0x2222_0000;
+        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked.clone(), w[19]));
+        // No copy within reach (a frame set up, or none): the word at SP stays.
+        w[20] = 0x3333_0000;
+        w[21] = RET_INTO_CALLER;
+        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked, w[19]));
+    }
+
     #[test]
     fn runtime_activities_nest_and_failed_loads_are_cut_at_a_catch() {
         use clrprof_trace::runtime_activity as ra;
@@ -1322,6 +1443,22 @@ mod tests {
         let n = OSR.len.load(Ordering::Relaxed);
         let starts: Vec<u64> = (0..n).map(|i| OSR.start[i].load(Ordering::Relaxed)).collect();
         assert!(starts.windows(2).all(|p| p[0] < p[1]), "{starts:x?}");
+    }
+
+    #[test]
+    fn an_executable_mapping_that_grows_in_place_is_known_to_its_new_end() {
+        let _s = serial();
+        let g = 0x6700_0000_0000;
+        let known = |ip: u64| EXEC.find(EXEC.visible(), ip).is_some();
+        assert!(add_exec_range(g, g + 0x1000));
+        assert!(known(g + 0xfff) && !known(g + 0x1000));
+        // The runtime mapped more code right after it: /proc/self/maps shows one longer mapping.
+        assert!(add_exec_range(g, g + 0x3000));
+        assert!(known(g + 0x1000) && known(g + 0x2fff) && !known(g + 0x3000));
+        // Read again shorter (a part unmapped): what was known stays (a stale range only weakens
+        // the check, a missing one cuts stacks).
+        assert!(add_exec_range(g, g + 0x2000));
+        assert!(known(g + 0x2fff));
     }
 
     /// Native code without frame pointers (fake addresses: the "file" maps its virtual address
@@ -1408,6 +1545,32 @@ mod tests {
         // A frame that would end above the stack's top: nothing is read past it.
         let len = w.len();
         assert_eq!(walk(&w, leaf, len - 2, len - 1), [leaf]);
+    }
+
+    #[test]
+    fn a_native_leaf_called_from_osr_code_the_mappings_do_not_show_yet_keeps_its_callers() {
+        let _s = serial();
+        add_native();
+        // OSR code in memory the JIT's code heap gained after the last read of the mappings (it
+        // is entered as soon as it is compiled; the mappings are read again later).
+        const NEW_OSR: u64 = 0x6a00_0000_0000;
+        // The OSR frame at 28 over its tier-0 frame at 40 (osr_stack); a native leaf without a
+        // frame pointer called from the OSR code: its frame from SP (word 5) to its CFA (word
+        // 20), the return address into the OSR code at 19, the OSR frame's RBP saved at 18 and
+        // still in RBP (as right after `push rbp`).
+        let mut w = osr_stack();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[19] = NEW_OSR + 0x40;
+        w[18] = at(&w, 28);
+        let leaf = NATIVE_CODE + 0x50;
+        // Return addresses into unknown memory are not followed while RBP holds a frame record:
+        // the walk reads the OSR frame's fake return slot and loses two frames (what a .NET 8 run
+        // recorded once: the leaf, tier-0 code after its patchpoint call, then the outermost).
+        assert_eq!(walk(&w, leaf, 5, 28), [leaf, TIER0_AFTER_PATCHPOINT, RET_INTO_HOST]);
+        // Published OSR code is known code: the step is taken, and the OSR step follows.
+        assert!(add_osr_code(NEW_OSR, NEW_OSR + 0x100));
+        assert_eq!(walk(&w, leaf, 5, 28), [leaf, NEW_OSR + 0x40, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert!(OSR.remove(NEW_OSR));
     }
 
     #[test]
