@@ -15,6 +15,10 @@
 //                 code: Osr.Spin spins 800 ms of CPU; Osr.SpinThenSleep spins, then sleeps 600 ms
 //                 inside its OSR code; Osr.Catch spins, throws, and its catch handler (a funclet of
 //                 the OSR code) calls Osr.SpinInCatch (600 ms of CPU), then sleeps 400 ms
+//   prolog [ms]   Prolog.Caller calls the tiny Prolog.Leaf in a loop for about ms of CPU time;
+//                 both are compiled without optimization, so Leaf sets up an RBP frame on every
+//                 call and many samples stop inside its prolog (after `push rbp`, before RBP
+//                 points at the new frame)
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
@@ -54,6 +58,9 @@ public static class Program
                 Osr.Spin(800);
                 Osr.SpinThenSleep(300, 600);
                 Osr.Catch(600, 400);
+                break;
+            case "prolog":
+                Console.WriteLine($"prolog sum={Prolog.Run(args.Length > 1 ? int.Parse(args[1]) : 1000)}");
                 break;
             default:
                 Console.Error.WriteLine($"unknown mode {mode}");
@@ -196,6 +203,32 @@ public static class Sleepy
 // Each method is called once and loops: tiered compilation starts it as tier-0 code with
 // patchpoints, and the runtime moves the running frame to an optimized OSR version mid-loop. The
 // OSR frame sits on top of the tier-0 frame, which stays on the stack.
+public static class Prolog
+{
+    public static long Run(int totalMs)
+    {
+        long start = Program.MainThreadCpuMs();
+        long sum = 0;
+        while (Program.MainThreadCpuMs() - start < totalMs)
+            sum += Caller(1_000_000);
+        return sum;
+    }
+
+    // Not optimized: no tiering and no OSR, an RBP frame (as Leaf's).
+    [MethodImpl(MethodImplOptions.NoInlining | MethodImplOptions.NoOptimization)]
+    static long Caller(int n)
+    {
+        long sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += Leaf(i);
+        return sum;
+    }
+
+    // A few instructions between its prolog (`push rbp; mov rbp, rsp`) and its epilog.
+    [MethodImpl(MethodImplOptions.NoInlining | MethodImplOptions.NoOptimization)]
+    static long Leaf(int x) => x ^ 5;
+}
+
 public static class Osr
 {
     static long sink;

@@ -431,6 +431,21 @@ fn exports_parse_and_agree_with_the_report() {
 }
 
 #[test]
+fn a_leaf_stopped_in_its_prolog_keeps_its_caller() {
+    // Caller calls the tiny Leaf in a loop; Leaf sets up an RBP frame (`push rbp; sub rsp, 16;
+    // lea rbp, [rsp+0x10]`), so about one sample in five stops after `push rbp` with RBP still
+    // Caller's frame: a frame-pointer walk from there goes from Leaf straight to Run.
+    let dir = scratch("sampling-prolog");
+    let (trace, stdout) = record_ok(&dir, "prolog", &["prolog", "1500"], &["--rate", "1000"]);
+    assert!(stdout.contains("prolog sum="), "{stdout}");
+    for weight in ["cpu", "wall"] {
+        only_caller(&trace, "Sampling.Prolog.Leaf", "Sampling.Prolog.Caller", weight, 150.0);
+        only_caller(&trace, "Sampling.Prolog.Caller", "Sampling.Prolog.Run", weight, 600.0);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn stacks_through_on_stack_replacement_reach_the_real_callers() {
     // Methods called once from Main whose loops move to OSR code mid-run (the tier-0 frame stays
     // under the OSR frame); one of them runs its callee from a catch funclet of its OSR code.
