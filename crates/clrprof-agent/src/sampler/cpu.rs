@@ -441,7 +441,7 @@ unsafe fn native_steps(
 /// Whether `ip` lies in code the handler knows: an executable mapping as of the sampler's last
 /// read of `/proc/self/maps` (`exec`: the visible length of that table), or managed code published
 /// since (OSR code is published when it is compiled, before it runs; the mappings are read again
-/// soon after the JIT's code memory grows, not at once).
+/// every second).
 #[inline(always)]
 fn code_known(exec: usize, ip: u64) -> bool {
     EXEC.find(exec, ip).is_some()

@@ -388,9 +388,6 @@ impl Sampler {
                     }
                     st.code_starts.insert(start as u64);
                     found = true;
-                    if !st.maps_stale && !st.maps.exec_known(start as u64) {
-                        st.maps_stale = true;
-                    }
                     // Safety: `ranges` are the code of a live code version of a function whose
                     // module never unloads (collectible code is handled in `code_compiled`).
                     let osr = unsafe { is_osr_code(start as u64, &ranges) };
@@ -471,12 +468,11 @@ impl Sampler {
             rng ^= rng << 17;
             let d = tick - tick / 4 + rng % (tick / 2 + 1);
             std::thread::sleep(Duration::from_nanos(d));
-            // Every second, or soon after a sample's leaf or new code lay in memory no mapping
-            // known holds (a library loaded since: its unwind rules are needed for the next
-            // samples in it; the JIT's code memory grew: return addresses into it are checked).
-            let due = if st.maps_stale { MIN_MAPS_INTERVAL } else { Duration::from_secs(1) };
+            // Every second, or soon after a sample's leaf lay in code no mapping known holds (a
+            // library loaded since: its unwind rules are needed for the next samples in it).
+            let due = if st.unknown_leaf { MIN_MAPS_INTERVAL } else { Duration::from_secs(1) };
             if last_maps.is_none_or(|t| t.elapsed() >= due) {
-                st.maps_stale = false;
+                st.unknown_leaf = false;
                 self.emit_mappings(&mut st);
                 last_maps = Some(Instant::now());
             }
@@ -637,12 +633,12 @@ impl Sampler {
                 let mut counts: Vec<(u32, u32)> = Vec::new();
                 for (ips, sp_top, activity) in &mut batch {
                     if let Some(&leaf) = ips.first() {
-                        if !st.maps_stale
+                        if !st.unknown_leaf
                             && !st.maps.is_native(leaf)
                             && !st.maps.is_managed_image(leaf)
                             && st.function_at(leaf).is_none()
                         {
-                            st.maps_stale = !st.maps.exec_known(leaf);
+                            st.unknown_leaf = !st.maps.exec_known(leaf);
                         }
                     }
                     self.find_precompiled(st, ips);
@@ -1308,10 +1304,9 @@ struct LoopState {
     stat_files: StatFiles,
     /// Where the next wall tick starts in the thread list.
     wall_cursor: usize,
-    /// A CPU sample's leaf, or a code version just compiled, lay outside every executable
-    /// mapping known: the mappings are read again soon (the signal handler's native steps only
-    /// follow return addresses into known code).
-    maps_stale: bool,
+    /// A CPU sample's leaf lay outside every executable mapping known: the mappings are read
+    /// again soon.
+    unknown_leaf: bool,
 }
 
 #[cfg(test)]
