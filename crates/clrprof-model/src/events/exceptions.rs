@@ -684,17 +684,24 @@ impl ExceptionFacts {
     }
 
     /// Exceptions still in flight were never caught, unless the rate limit paused the callbacks
-    /// after they were thrown: then their catch was not followed. Returns the uncaught ones (by
-    /// thread) and the number of unfollowed ones thrown in `range`.
+    /// after they were thrown, or while their throw's callback ran (its timestamp then lies after
+    /// the pause's, before the callbacks came back): then their catch was not followed. Returns
+    /// the uncaught ones (by thread) and the number of unfollowed ones thrown in `range`.
     fn uncaught(&self, range: TimeRange) -> (Vec<(&Pending, u32)>, u64) {
-        let last_pause = self.monitor.iter().rev().find(|m| m.1 == mon::PAUSED).map(|m| m.0);
+        let last_pause = self.monitor.iter().rposition(|m| m.1 == mon::PAUSED);
+        // Callbacks not followed from `from` until `until` (None: the end of the trace).
+        let not_followed = last_pause.map(|i| {
+            let from = self.monitor[i].0;
+            let until = self.monitor[i + 1..].iter().find(|m| m.1 != mon::PAUSED).map(|m| m.0);
+            (from, until)
+        });
         let mut left: Vec<(&u32, &Vec<Pending>)> = self.active.iter().collect();
         left.sort_by_key(|(t, _)| **t);
         let mut unfollowed = 0;
         let mut uncaught = Vec::new();
         for (&tid, stack) in left {
             for x in stack {
-                if last_pause.is_some_and(|t| t >= x.ts) {
+                if not_followed.is_some_and(|(from, until)| x.ts <= from || until.is_none_or(|u| x.ts < u)) {
                     // Its throw site and catch are unknown: counted apart, in no group.
                     unfollowed += range.contains(x.ts) as u64;
                 } else {

@@ -118,6 +118,28 @@ fn an_exception_storm_is_estimated_from_its_sampling_windows() {
 }
 
 #[test]
+fn a_throw_whose_callback_ran_as_the_callbacks_paused_is_not_called_uncaught() {
+    use clrprof_trace::exception_monitoring as m;
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    thrown_and_caught(&mut b, 100);
+    monitoring(&mut b, 1000, m::PAUSED);
+    // Its throw's callback took its timestamp just after the writer's pause (which the runtime
+    // applied after the callback had begun); its catch came while the callbacks were off.
+    b.add(&ExceptionThrown { ts: 1005, os_tid: 1, type_name: "Boom".into(), ..Default::default() }.into());
+    monitoring(&mut b, 1900, m::WINDOW);
+    monitoring(&mut b, 2000, m::FULL);
+    // Thrown with the callbacks on, never caught: uncaught.
+    b.add(&ExceptionThrown { ts: 2100, os_tid: 2, type_name: "Fatal".into(), ..Default::default() }.into());
+    let p = b.finish();
+    let group =
+        |name: &str| p.events.exceptions.iter().find(|g| g.type_name == name).unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(group("Boom").uncaught, 0);
+    assert_eq!((group("Fatal").uncaught, group("Fatal").uncaught_threads.clone()), (1, vec![2]));
+    assert_eq!(p.events.exception_sampling.unfollowed, 1);
+}
+
+#[test]
 fn a_storm_cut_short_by_the_end_of_the_trace_carries_the_last_rate() {
     use clrprof_trace::exception_monitoring as m;
     let mut b = ProfileBuilder::new();
