@@ -510,20 +510,20 @@ const MAX_PROLOG_WORDS: u64 = 16;
 
 /// The return address of code stopped in its prolog after `push rbp` and before RBP is set up:
 /// the first of the `MAX_PROLOG_WORDS` words from `sp` up (below the caller's frame at `fp`)
-/// that holds `fp` is the pushed copy, and the word above it is the return address when that
-/// lies in code the handler knows ([`code_known`]; `exec`: the visible length of the executable
-/// mappings). None when
-/// no such copy is found: the leaf's frame is set up (or has none), and its own words never hold
-/// RBP's value.
+/// that holds `fp` is the pushed copy, and the word above it is the return address — a guess
+/// like the word at SP, which the sampler thread only takes when it lies in managed code it
+/// knows (the handler's executable mappings are read once a second: JIT code compiled since,
+/// the usual caller at start-up, is not in them yet). None when no such copy is found: the
+/// leaf's frame is set up (or has none), and its own words never hold RBP's value.
 ///
 /// # Safety
 /// `[sp, hi)` must be mapped stack of the current thread, `sp` 8-aligned.
-unsafe fn prolog_return_address(sp: u64, fp: u64, hi: u64, exec: usize) -> Option<u64> {
+unsafe fn prolog_return_address(sp: u64, fp: u64, hi: u64) -> Option<u64> {
     let mut a = sp;
     while a < sp + 8 * MAX_PROLOG_WORDS && a < fp && a + 16 <= hi {
         if *(a as *const u64) == fp {
             let ret = *((a + 8) as *const u64);
-            return (ret >= 4096 && code_known(exec, ret - 1)).then_some(ret);
+            return (ret >= 4096 && !(ret >= sp && ret < hi)).then_some(ret);
         }
         a += 8;
     }
@@ -598,6 +598,84 @@ unsafe fn frameless_callers(
         ret = r;
     }
     (n, ret)
+}
+
+/// Most `pop` instructions an epilog runs before its `ret`.
+const MAX_EPILOG_POPS: u64 = 8;
+
+/// Where the return address of frameless code stopped at `ip` (SP `sp`) lies, given its frame
+/// size: `size` bytes above SP in its body, or — in its epilog, once `add rsp` has run and only
+/// `pop`s and `ret` remain — 8 bytes above SP for each register still to pop. None in an epilog
+/// that does not end in `ret`, and at a jump (a tail call's `jmp` follows the epilog, a loop's
+/// lies in the body: where the frame stands cannot be told).
+/// Reads the instruction bytes from `ip` on, only through the `pop`s up to the `ret`.
+///
+/// # Safety
+/// `ip` must be the interrupted IP (code being executed, so mapped).
+unsafe fn frameless_return_slot(ip: u64, sp: u64, size: u32) -> Option<u64> {
+    let mut p = ip;
+    let mut pops = 0;
+    while pops <= MAX_EPILOG_POPS {
+        let b = *(p as *const u8);
+        if b == 0xC3 {
+            return Some(sp + 8 * pops);
+        }
+        // (`rex.w jmp` through a register or memory: a REX prefix starts an instruction of 2
+        // bytes or more.)
+        if pops == 0 && (matches!(b, 0xE9 | 0xEB | 0xFF) || (b & 0xF0 == 0x40 && *((p + 1) as *const u8) == 0xFF)) {
+            // A jump: in the body, or a tail call once the epilog has popped the frame.
+            return None;
+        }
+        if (0x58..=0x5F).contains(&b) {
+            p += 1;
+        } else if b == 0x41 && (0x58..=0x5F).contains(&*((p + 1) as *const u8)) {
+            // REX.B pop r8–r15 (an instruction starting with a REX prefix is at least 2 bytes).
+            p += 2;
+        } else {
+            break;
+        }
+        pops += 1;
+    }
+    (pops == 0).then(|| sp + size as u64)
+}
+
+/// The callers of a frameless managed leaf stopped at `ip` past its prolog: records its return
+/// address (when that lies in known code, on the stack below the next frame record `fp`), then
+/// its frameless callers as [`frameless_callers`] does. Returns the new number of IPs and the
+/// last return address recorded; None when `ip` is no frameless code past its prolog or the
+/// slot does not hold a return address (the word at SP then stays the guess).
+///
+/// # Safety
+/// `[sp, hi)` must be mapped stack of the current thread, `sp` 8-aligned, `ip` the interrupted IP.
+#[inline(never)]
+unsafe fn frameless_leaf(
+    e: &mut Entry,
+    n: usize,
+    tables: usize,
+    ip: u64,
+    sp: u64,
+    fp: u64,
+    hi: u64,
+) -> Option<(usize, u64)> {
+    let (start, info) = FRAMELESS.find(tables, ip)?;
+    let f = FramelessFrame::unpack(info);
+    if ip < start + f.prolog as u64 || n >= MAX_FRAMES {
+        return None;
+    }
+    let slot = frameless_return_slot(ip, sp, f.size)?;
+    let limit = if fp > sp { fp.min(hi) } else { hi };
+    if slot < sp || slot.saturating_add(8) > limit {
+        return None;
+    }
+    // The table's frame size is the code's own, so the slot holds its return address (not
+    // checked against the executable mappings, which do not hold code compiled in the last
+    // second); a word that cannot be one is not taken.
+    let ret = *(slot as *const u64);
+    if ret < 4096 || (ret >= sp && ret < hi) {
+        return None;
+    }
+    e.ips[n] = ret;
+    Some(frameless_callers(e, n + 1, tables, slot, ret, fp, hi))
 }
 
 /// The previous `SIGPROF` disposition, for chaining.
@@ -1159,13 +1237,29 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 owner_alt = u64::MAX;
             }
             Err(false) => {
+                // Frameless managed code past its prolog: RBP is still its caller's (or an older
+                // frame's) frame pointer, and its return address lies at its fixed frame size
+                // above SP (or above the registers its epilog still pops).
+                let leaf = if frameless != 0 && FRAMELESS.may_hold(ip) && sp.is_multiple_of(8) {
+                    frameless_leaf(e, n, frameless, ip, sp, fp, hi)
+                } else {
+                    None
+                };
+                if let Some((added, last)) = leaf {
+                    n = added;
+                    e.sp_top = 0;
+                    owner = last - 1;
+                    owner_alt = u64::MAX;
+                }
                 // Managed code inside its prolog, past `push rbp` but before RBP is set up: RBP
                 // is still the caller's frame pointer, so the walk would go from the leaf
                 // straight to the caller's caller. The return address lies just above the
                 // pushed copy of RBP; it takes the place of the word at SP as the leaf's caller.
-                let exec = EXEC.visible();
-                if exec != 0 && fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
-                    if let Some(ret) = prolog_return_address(sp, fp, hi, exec) {
+                if leaf.is_none() && fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                    // Not at the `push rbp` itself (nothing pushed yet: the word at SP is the
+                    // return address; a copy of RBP further up is the caller's). The byte is read
+                    // only once a copy was found: `ip` is the instruction being run.
+                    if let Some(ret) = prolog_return_address(sp, fp, hi).filter(|_| *(ip as *const u8) != 0x55) {
                         e.sp_top = ret;
                         owner_alt = ret - 1;
                     }
@@ -1343,7 +1437,14 @@ mod tests {
     #[test]
     fn a_leaf_stopped_in_its_prolog_has_the_return_address_above_its_pushed_rbp_as_caller() {
         let _s = serial();
-        const LEAF: u64 = 0x5600_0000_0010;
+        // Real bytes (the handler reads the instruction at the IP): push rbp; push r15; push r14;
+        // sub rsp, 16; lea rbp, [rsp+0x20]; nop.
+        let code: &'static [u8] = Box::leak(
+            vec![0x55, 0x41, 0x57, 0x41, 0x56, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x20, 0x90]
+                .into_boxed_slice(),
+        );
+        let entry = code.as_ptr() as u64;
+        let leaf = entry + 1;
         const RET_INTO_CALLER: u64 = 0x5000_0000_3000;
         assert!(add_exec_range(0x5000_0000_0000, 0x5f00_0000_0000));
         // The caller's frame at word 40, main's at 60.
@@ -1353,22 +1454,31 @@ mod tests {
         w[61] = RET_INTO_HOST;
         w[40] = at(&w, 60);
         w[41] = RET_INTO_MAIN;
-        let walked = vec![LEAF, RET_INTO_MAIN, RET_INTO_HOST];
+        let walked = |ip: u64| vec![ip, RET_INTO_MAIN, RET_INTO_HOST];
         // Right after `push rbp`: the copy at SP, the return address above it.
         w[20] = at(&w, 40);
         w[21] = RET_INTO_CALLER;
-        assert_eq!(walk_with_top(&w, LEAF, 20, 40), (walked.clone(), RET_INTO_CALLER));
+        assert_eq!(walk_with_top(&w, leaf, 20, 40), (walked(leaf), RET_INTO_CALLER));
         // After two more pushes (callee-saved registers).
-        assert_eq!(walk_with_top(&w, LEAF, 18, 40), (walked.clone(), RET_INTO_CALLER));
-        // Before `push rbp`: the word at SP is the return address, as before.
-        assert_eq!(walk_with_top(&w, LEAF, 21, 40), (walked.clone(), RET_INTO_CALLER));
-        // A copy of RBP under a word that is no code: nothing is made up, the word at SP stays.
+        assert_eq!(walk_with_top(&w, entry + 5, 18, 40), (walked(entry + 5), RET_INTO_CALLER));
+        // At `push rbp`: the word at SP is the return address, even with a copy of RBP above it
+        // (the caller's own words: the word over it is no caller of the leaf).
+        w[24] = at(&w, 40);
+        w[25] = RET_INTO_MAIN + 0x80;
+        assert_eq!(walk_with_top(&w, entry, 21, 40), (walked(entry), RET_INTO_CALLER));
+        w[24] = 0x1111_0018;
+        // A copy of RBP under a word that is no code: it is still the guess, like the word at SP
+        // (the sampler thread takes a guess only when it lies in managed code it knows: JIT code
+        // compiled since the last read of the mappings is the usual caller at start-up).
         w[21] = 0x2222_0000;
-        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked.clone(), w[19]));
+        assert_eq!(walk_with_top(&w, leaf, 19, 40), (walked(leaf), 0x2222_0000));
+        // A copy under a stack address: no return address, the word at SP stays.
+        w[21] = at(&w, 50);
+        assert_eq!(walk_with_top(&w, leaf, 19, 40), (walked(leaf), w[19]));
         // No copy within reach (a frame set up, or none): the word at SP stays.
         w[20] = 0x3333_0000;
         w[21] = RET_INTO_CALLER;
-        assert_eq!(walk_with_top(&w, LEAF, 19, 40), (walked, w[19]));
+        assert_eq!(walk_with_top(&w, leaf, 19, 40), (walked(leaf), w[19]));
     }
 
     #[test]
@@ -1534,8 +1644,8 @@ mod tests {
         m[24] = RET_INTO_RUN2;
         m[23] = at(&m, 40);
         assert_eq!(
-            walk(&m, UNIT + 5, 6, 8),
-            [UNIT + 5, NATIVE_CODE + 0x50, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]
+            walk(&m, unit() + 5, 6, 8),
+            [unit() + 5, NATIVE_CODE + 0x50, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]
         );
 
         // No rule (past 0x1100): the ordinary walk from RBP.
@@ -1609,7 +1719,12 @@ mod tests {
     // prolog, OUTER a 24-byte frame (two pushes, `push rax`), both called after their prologs.
     const LIGHT: u64 = 0x5800_0000_0000;
     const OUTER: u64 = 0x5800_0000_1000;
-    const UNIT: u64 = 0x5900_0000_0000;
+    /// The leaf of the frameless tests: real bytes (`nop`s), as the handler reads the instruction
+    /// at the IP when it finds a copy of RBP above SP.
+    static UNIT_CODE: [u8; 16] = [0x90; 16];
+    fn unit() -> u64 {
+        UNIT_CODE.as_ptr() as u64
+    }
     const RET_INTO_RUN: u64 = 0x5000_0000_0400;
 
     fn add_frameless() {
@@ -1618,7 +1733,7 @@ mod tests {
     }
 
     /// Main's frame at word 60, Run's frame at 40; a frameless method called by Run has its frame
-    /// just under Run's; the leaf (UNIT, an RBP frame) at word 10 was called by the frameless code.
+    /// just under Run's; the leaf (`unit()`, an RBP frame) at word 10 was called by the frameless code.
     fn frameless_stack() -> Vec<u64> {
         let mut w: Vec<u64> = (0..64).map(|i| 0x2222_0000 + i).collect();
         let base = w.as_ptr() as u64;
@@ -1636,24 +1751,63 @@ mod tests {
         let _s = serial();
         add_frameless();
         let mut w = frameless_stack();
-        // UNIT's frame record at 10: return into LIGHT at 11; LIGHT's SP at the call was word 12,
+        // The leaf's frame record at 10: return into LIGHT at 11; LIGHT's SP at the call was word 12,
         // its 8-byte frame is word 12 and its return address (into Run) word 13.
         w[11] = LIGHT + 0x10;
         w[13] = RET_INTO_RUN;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, LIGHT + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
 
         // Frameless code called by frameless code: LIGHT called from OUTER (24-byte frame at words
         // 14–16, its return address at 17).
         w[13] = OUTER + 0x20;
         w[17] = RET_INTO_RUN;
         assert_eq!(
-            walk(&w, UNIT + 5, 8, 10),
-            [UNIT + 5, LIGHT + 0x10, OUTER + 0x20, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]
+            walk(&w, unit() + 5, 8, 10),
+            [unit() + 5, LIGHT + 0x10, OUTER + 0x20, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]
         );
 
         // Code that is not known to be frameless is walked the ordinary way.
         w[11] = CALLEE + 0x10;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn a_frameless_leaf_has_its_caller_at_its_frame_size_or_above_what_its_epilog_pops() {
+        let _s = serial();
+        // Real bytes (the handler reads the instruction at the IP): push rbx; sub rsp, 0x20 (a
+        // 40-byte frame, 5-byte prolog), body: nop; nop; jmp; then add rsp, 0x20; pop rbx; ret.
+        let code: &'static [u8] = Box::leak(
+            vec![0x53, 0x48, 0x83, 0xEC, 0x20, 0x90, 0x90, 0xE9, 0, 0, 0, 0, 0x48, 0x83, 0xC4, 0x20, 0x5B, 0xC3]
+                .into_boxed_slice(),
+        );
+        let start = code.as_ptr() as u64;
+        assert!(add_frameless_code(start, start + code.len() as u64, FramelessFrame { size: 40, prolog: 5 }));
+        const RET_INTO_CALLER: u64 = 0x5000_0000_3300;
+        // The caller's RBP frame at word 40, main's at 60; the leaf's SP at word 20 after its
+        // prolog, its return address at 20 + 40 / 8 = 25, stale return addresses below it.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x6666_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[25] = RET_INTO_CALLER;
+        w[20] = RET_INTO_MAIN + 0x40;
+        let walked = |ip: u64| vec![ip, RET_INTO_CALLER, RET_INTO_MAIN, RET_INTO_HOST];
+        // In the body, and at `add rsp` (not run yet): the frame size above SP.
+        assert_eq!(walk_with_top(&w, start + 5, 20, 40), (walked(start + 5), 0));
+        assert_eq!(walk_with_top(&w, start + 12, 20, 40), (walked(start + 12), 0));
+        // At `pop rbx` (SP moved up by 0x20): above the one register still to pop; at `ret`: at SP.
+        assert_eq!(walk_with_top(&w, start + 16, 24, 40), (walked(start + 16), 0));
+        assert_eq!(walk_with_top(&w, start + 17, 25, 40), (walked(start + 17), 0));
+        // At a jump (a loop's, or a tail call's after the epilog) and inside the prolog, where the
+        // frame cannot be told: the ordinary walk, and the word at SP stays the guess.
+        assert_eq!(walk_with_top(&w, start + 7, 20, 40), (vec![start + 7, RET_INTO_MAIN, RET_INTO_HOST], w[20]));
+        assert_eq!(walk_with_top(&w, start + 1, 24, 40), (vec![start + 1, RET_INTO_MAIN, RET_INTO_HOST], w[24]));
+        // RBP below the slot (no frame record of a caller above the frame): the slot is not
+        // taken, the ordinary walk goes on from RBP (here into a word that is no frame record).
+        assert_eq!(walk_with_top(&w, start + 5, 20, 24), (vec![start + 5, w[25]], w[20]));
+        assert!(remove_frameless_code(start));
     }
 
     #[test]
@@ -1697,12 +1851,12 @@ mod tests {
         let mut w = frameless_stack();
         w[11] = GONE + 0x10;
         w[13] = RET_INTO_RUN;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, GONE + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, GONE + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST]);
         assert!(remove_frameless_code(GONE));
         assert!(!remove_frameless_code(GONE), "removed once");
         assert!(!frameless_code_known(GONE + 0x10));
         // New code at the same address is not taken for the old frameless code.
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, GONE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, GONE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
         // Its neighbours keep their frames.
         assert!(frameless_code_known(GONE - 0x100 + 4) && frameless_code_known(GONE + 0x100 + 4));
         assert!(!frameless_code_known(GONE - 0x100 + 0x20));
@@ -1719,29 +1873,29 @@ mod tests {
         let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
         // A return address inside the prolog (never a call site): nothing inserted.
         w[11] = LIGHT + 1;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 1, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, LIGHT + 1, RET_INTO_MAIN, RET_INTO_HOST]);
 
         // The frame would reach the next frame record (Run's at word 14): nothing inserted.
         w[11] = OUTER + 0x20;
         w[10] = at(&w, 14);
         w[14] = at(&w, 60);
         w[15] = RET_INTO_MAIN;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, OUTER + 0x20, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, OUTER + 0x20, RET_INTO_MAIN, RET_INTO_HOST]);
 
         // The outermost frame (no next frame record): the frame must fit on the stack.
         let len = w.len();
         w[len - 4] = 0;
         w[len - 3] = LIGHT + 0x10;
         w[len - 1] = RET_INTO_RUN;
-        assert_eq!(walk(&w, UNIT + 5, 8, len - 4), [UNIT + 5, LIGHT + 0x10, RET_INTO_RUN]);
+        assert_eq!(walk(&w, unit() + 5, 8, len - 4), [unit() + 5, LIGHT + 0x10, RET_INTO_RUN]);
         w[len - 3] = OUTER + 0x20;
-        assert_eq!(walk(&w, UNIT + 5, 8, len - 4), [UNIT + 5, OUTER + 0x20]);
+        assert_eq!(walk(&w, unit() + 5, 8, len - 4), [unit() + 5, OUTER + 0x20]);
 
         // A zero where the return address should be ends the insertion.
         let mut w = frameless_stack();
         w[11] = LIGHT + 0x10;
         w[13] = 0;
-        assert_eq!(walk(&w, UNIT + 5, 8, 10), [UNIT + 5, LIGHT + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+        assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, LIGHT + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
     }
 }
 

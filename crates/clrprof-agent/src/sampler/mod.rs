@@ -700,13 +700,18 @@ impl Sampler {
     /// A leaf without a frame (tier-1 leaf methods, native leaves, prologues) leaves the frame
     /// pointer at its caller's frame, so the walk misses the caller; the return address is then
     /// the word at SP. It is inserted when it is a call site in managed code other than the next
-    /// frame.
-    fn add_frameless_caller(&self, st: &LoopState, ips: &mut Vec<u64>, fns: &mut Vec<u64>, sp_top: u64) {
+    /// frame, and not when the leaf is managed code with its RBP frame set up: past its prolog
+    /// and not at a `ret`, the walk found its caller through RBP, and the word at SP is one of
+    /// its own (often a return address left from an earlier call: a wrong caller).
+    fn add_frameless_caller(&self, st: &mut LoopState, ips: &mut Vec<u64>, fns: &mut Vec<u64>, sp_top: u64) {
         if sp_top < 4096 || ips.is_empty() {
             return;
         }
         let Some(f) = st.function_at(sp_top - 1) else { return };
         if fns.first() == Some(&f) || fns.get(1) == Some(&f) {
+            return;
+        }
+        if st.rbp_frame_set_up(ips[0]) {
             return;
         }
         if fns.is_empty() {
@@ -1085,6 +1090,36 @@ unsafe fn frameless_frame_of(entry: u64, ranges: &[(u64, u64)]) -> Option<cpu::F
     frameless_frame(&b[..len])
 }
 
+/// The length of the x64 prolog of JIT code with an RBP frame (`rbp based frame` in
+/// `DOTNET_JitDisasm`): `push rbp`, pushes of callee-saved registers, an optional `sub rsp`, then
+/// `lea rbp, [rsp+N]` or `mov rbp, rsp`, after which RBP is the code's own frame pointer. None
+/// for anything else (frameless code, OSR versions, prologs that probe the stack or save vector
+/// registers first).
+fn rbp_prolog(b: &[u8]) -> Option<u32> {
+    if b.first() != Some(&0x55) {
+        return None;
+    }
+    let mut i = 1usize;
+    loop {
+        match b.get(i..) {
+            Some([0x50..=0x57, ..]) => i += 1,
+            Some([0x41, 0x50..=0x57, ..]) => i += 2,
+            _ => break,
+        }
+    }
+    match b.get(i..) {
+        Some([0x48, 0x83, 0xEC, _, ..]) => i += 4,
+        Some([0x48, 0x81, 0xEC, _, _, _, _, ..]) => i += 7,
+        _ => {}
+    }
+    match b.get(i..) {
+        Some([0x48, 0x8D, 0x6C, 0x24, _, ..]) => Some(i as u32 + 5),
+        Some([0x48, 0x8D, 0xAC, 0x24, _, _, _, _, ..]) => Some(i as u32 + 8),
+        Some([0x48, 0x89, 0xE5, ..] | [0x48, 0x8B, 0xEC, ..]) => Some(i as u32 + 3),
+        _ => None,
+    }
+}
+
 /// Recognizes the x64 prolog of JIT code without an RBP frame (`rsp based frame` in
 /// `DOTNET_JitDisasm`): pushes of callee-saved registers other than RBP (`push rbx`, `push r12`–
 /// `push r15`; RBP is never a scratch register on x64, as `ETW_EBP_FRAMED` is set), then the
@@ -1283,6 +1318,26 @@ impl LoopState {
         let (_, &(end, id)) = self.code.range(..=ip).next_back()?;
         (ip < end).then_some(id)
     }
+
+    /// True when `ip` lies in managed code with an RBP frame (`push rbp` first) past the prolog
+    /// that sets RBP up, and not at a `ret`: RBP is then that code's own frame pointer. The
+    /// prolog's length is read once per code range.
+    fn rbp_frame_set_up(&mut self, ip: u64) -> bool {
+        let Some((&start, &(end, _))) = self.code.range(..=ip).next_back() else { return false };
+        if ip >= end {
+            return false;
+        }
+        let prolog = *self.rbp_prologs.entry(start).or_insert_with(|| {
+            let mut b = [0u8; PROLOG_BYTES];
+            let len = ((end - start) as usize).min(PROLOG_BYTES);
+            // Safety: `[start, end)` is a code range of a live code version of code that never
+            // unloads (collectible code is not in the map): it stays mapped.
+            unsafe { std::ptr::copy_nonoverlapping(start as *const u8, b.as_mut_ptr(), len) };
+            rbp_prolog(&b[..len])
+        });
+        // Safety: as above; `ip` lies in the range.
+        prolog.is_some_and(|n| ip >= start + n as u64 && unsafe { *(ip as *const u8) } != 0xC3)
+    }
 }
 
 #[derive(Default)]
@@ -1298,6 +1353,8 @@ struct LoopState {
     not_code: std::collections::HashSet<u64>,
     /// The handler's table of OSR code ranges filled up (said once in the log).
     osr_full: bool,
+    /// Code range start → the length of its RBP frame's prolog (None: no RBP frame recognized).
+    rbp_prologs: HashMap<u64, Option<u32>>,
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
@@ -1311,8 +1368,32 @@ struct LoopState {
 
 #[cfg(test)]
 mod tests {
-    use super::{frameless_frame, is_osr_prolog};
+    use super::{frameless_frame, is_osr_prolog, rbp_prolog};
     use crate::sampler::cpu::FramelessFrame;
+
+    #[test]
+    fn rbp_frame_prologs_are_measured() {
+        // push rbp; push r15; push r14; sub rsp, 16; lea rbp, [rsp+0x20] (tier 0 under the hooks)
+        assert_eq!(
+            rbp_prolog(&[0x55, 0x41, 0x57, 0x41, 0x56, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x20]),
+            Some(14)
+        );
+        // push rbp; sub rsp, 16; lea rbp, [rsp+0x10] (apps/Sampling's Prolog.Leaf)
+        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x10, 0x89]), Some(10));
+        // push rbp; mov rbp, rsp (libSystem.Native's style)
+        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x89, 0xE5, 0x48]), Some(4));
+        // push rbp; push rbx; sub rsp, 0x118 (imm32); lea rbp, [rsp+0x120] (disp32)
+        assert_eq!(
+            rbp_prolog(&[0x55, 0x53, 0x48, 0x81, 0xEC, 0x18, 1, 0, 0, 0x48, 0x8D, 0xAC, 0x24, 0x20, 1, 0, 0, 0x90]),
+            Some(17)
+        );
+        // Frameless, OSR, cut short, or something else before RBP is set up: not measured.
+        assert_eq!(rbp_prolog(&[0x53, 0x48, 0x83, 0xEC, 0x20]), None);
+        assert_eq!(rbp_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]), None);
+        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x8D, 0x6C]), None);
+        assert_eq!(rbp_prolog(&[0x55, 0xC5, 0xF8, 0x77, 0x48, 0x89, 0xE5]), None);
+        assert_eq!(rbp_prolog(&[]), None);
+    }
 
     #[test]
     fn frameless_prologs_are_recognized() {
