@@ -5,7 +5,7 @@
 pub mod clock;
 pub mod filter;
 #[cfg(target_arch = "x86_64")]
-mod stubs;
+pub(crate) mod stubs;
 pub mod thread;
 
 use std::cell::Cell;

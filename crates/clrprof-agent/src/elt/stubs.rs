@@ -61,8 +61,12 @@ pub fn set_current(p: *mut super::thread::ThreadState) {
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_stub() {
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "push rbp",
+        ".cfi_adjust_cfa_offset 8",
+        ".cfi_rel_offset rbp, 0",
         "mov rbp, rsp",
+        ".cfi_def_cfa_register rbp",
         "sub rsp, 176",
         "and rsp, -16",
         "mov [rsp + 0], rdi",
@@ -100,7 +104,10 @@ pub unsafe extern "C" fn enter_stub() {
         "movdqu xmm7, [rsp + 160]",
         "mov rsp, rbp",
         "pop rbp",
+        ".cfi_def_cfa rsp, 8",
+        ".cfi_restore rbp",
         "ret",
+        ".cfi_endproc",
         enter = sym super::hook_enter,
     );
 }
@@ -112,8 +119,12 @@ macro_rules! leave_like_stub {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "push rbp",
+                ".cfi_adjust_cfa_offset 8",
+                ".cfi_rel_offset rbp, 0",
                 "mov rbp, rsp",
+                ".cfi_def_cfa_register rbp",
                 "sub rsp, 48",
                 "and rsp, -16",
                 "mov [rsp + 0], rax",
@@ -131,7 +142,10 @@ macro_rules! leave_like_stub {
                 "movdqu xmm1, [rsp + 32]",
                 "mov rsp, rbp",
                 "pop rbp",
+                ".cfi_def_cfa rsp, 8",
+                ".cfi_restore rbp",
                 "ret",
+                ".cfi_endproc",
                 hook = sym $hook,
             );
         }
@@ -154,6 +168,7 @@ macro_rules! callee_lookup {
             "test r14, r14\n",
             "jz 2f\n",
             "push rcx\n",
+            ".cfi_adjust_cfa_offset 8\n",
             "mov ecx, r14d\n",
             "shr ecx, {shift}\n",
             "and ecx, {mask}\n",
@@ -164,6 +179,7 @@ macro_rules! callee_lookup {
             "cmp r14, qword ptr [r11 + {func}]\n",
             "jne 4f\n",
             "pop rcx\n",
+            ".cfi_adjust_cfa_offset -8\n",
         )
     };
 }
@@ -172,7 +188,9 @@ macro_rules! callee_lookup {
 macro_rules! callee_lookup_tail {
     () => {
         concat!(
+            // Reached with rcx pushed (the rules follow addresses, not jumps).
             "4:\n",
+            ".cfi_adjust_cfa_offset 8\n",
             "mov r11, qword ptr [r10 - 16]\n",
             "mov r11, qword ptr [r11 + {first_child}]\n",
             ".rept {search}\n",
@@ -184,13 +202,16 @@ macro_rules! callee_lookup_tail {
             ".endr\n",
             "5:\n",
             "pop rcx\n",
+            ".cfi_adjust_cfa_offset -8\n",
             "2:\n",
             "jmp {slow}\n",
             // Found down the list: cached in the caller's slot; rax reloaded with the state.
             "6:\n",
+            ".cfi_adjust_cfa_offset 8\n",
             "mov rax, qword ptr [r10 - 16]\n",
             "mov qword ptr [rax + rcx*8 + {cache}], r11\n",
             "pop rcx\n",
+            ".cfi_adjust_cfa_offset -8\n",
             "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]\n",
             "mov rax, qword ptr fs:[rax]\n",
             "jmp 3b\n",
@@ -208,6 +229,7 @@ macro_rules! callee_lookup_tail {
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_counts_stub() {
     core::arch::naked_asm!(
+        ".cfi_startproc",
         "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
         "mov rax, qword ptr fs:[rax]",
         "test rax, rax",
@@ -228,6 +250,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
         "mov qword ptr [rax + {end}], r10",
         "ret",
         callee_lookup_tail!(),
+        ".cfi_endproc",
         end = const super::thread::layout::STACK_END,
         hi = const super::thread::layout::COUNTS_HI,
         first_child = const super::thread::layout::NODE_FIRST_CHILD,
@@ -247,6 +270,7 @@ macro_rules! leave_counts_stub {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
                 "mov rcx, qword ptr fs:[rcx]",
                 "test rcx, rcx",
@@ -265,6 +289,7 @@ macro_rules! leave_counts_stub {
                 "ret",
                 "2:",
                 "jmp {slow}",
+                ".cfi_endproc",
                 end = const super::thread::layout::STACK_END,
                 lo = const super::thread::layout::COUNTS_LO,
                 func = const super::thread::layout::NODE_FUNC,
@@ -294,6 +319,7 @@ macro_rules! enter_timing_stub {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
                 "mov rax, qword ptr fs:[rax]",
                 "test rax, rax",
@@ -321,6 +347,7 @@ macro_rules! enter_timing_stub {
                 "mov r11, rax",
                 "mov r10, qword ptr [r10 - 16]",
                 "push rdx",
+                ".cfi_adjust_cfa_offset 8",
                 $($clock,)+
                 "shl rdx, 32",
                 "or rax, rdx",
@@ -334,8 +361,10 @@ macro_rules! enter_timing_stub {
                 "add qword ptr [r10 + {excl}], rdx",
                 "add qword ptr [r10 + {prof}], rax",
                 "pop rdx",
+                ".cfi_adjust_cfa_offset -8",
                 "ret",
                 callee_lookup_tail!(),
+                ".cfi_endproc",
                 susp = sym $crate::elt::thread::SUSPENDED_TICKS,
                 last_susp = const $crate::elt::thread::layout::LAST_SUSP,
                 end = const $crate::elt::thread::layout::STACK_END,
@@ -363,6 +392,7 @@ macro_rules! leave_timing_stub {
         #[unsafe(naked)]
         pub unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
+                ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
                 "mov rcx, qword ptr fs:[rcx]",
                 "test rcx, rcx",
@@ -402,6 +432,7 @@ macro_rules! leave_timing_stub {
                 "ret",
                 "2:",
                 "jmp {slow}",
+                ".cfi_endproc",
                 susp = sym $crate::elt::thread::SUSPENDED_TICKS,
                 last_susp = const $crate::elt::thread::layout::LAST_SUSP,
                 end = const $crate::elt::thread::layout::STACK_END,

@@ -240,6 +240,47 @@ mod tests {
         assert!(!rules.segments.is_empty());
     }
 
+    /// The rows of the code at `addr` in this process's own executable file (the test binary
+    /// holds the agent's code), from `count` bytes on.
+    fn own_rows(addr: u64, count: u64) -> Vec<Row> {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let (start, end, offset) = maps
+            .lines()
+            .filter(|l| l.ends_with(exe.to_str().unwrap()))
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (a, b) = f.next()?.split_once('-')?;
+                let (a, b) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+                let offset = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+                (a <= addr && addr < b).then_some((a, b, offset))
+            })
+            .expect("the code's mapping");
+        let rules = of_file(exe.to_str().unwrap()).expect("the test binary's rules");
+        let base = rules.vaddr_of(offset, end - start).expect("the mapping's address") + (addr - start);
+        (0..count).filter_map(|i| lookup(&rules.rows, base + i)).collect()
+    }
+
+    /// The agent's enter/leave stubs are hand-written and push registers: without rules of
+    /// their own a sample in them took the pushed register for the return address (a wrong
+    /// caller under `--instrument`), or found no rule at all.
+    #[test]
+    fn the_hook_stubs_have_unwind_rules_that_follow_their_pushes() {
+        use crate::elt::stubs;
+        let at = |f: unsafe extern "C" fn()| f as *const () as u64;
+        let timing = own_rows(at(stubs::enter_timing_stub), 200);
+        assert_eq!(timing.first().map(|r| (r.kind, r.cfa_offset)), Some((KIND_RSP, 8)), "at the entry");
+        assert!(timing.iter().all(|r| r.kind == KIND_RSP), "{timing:?}");
+        assert!(timing.iter().any(|r| r.cfa_offset == 16), "rcx pushed: {timing:?}");
+        let full = own_rows(at(stubs::enter_stub), 16);
+        assert_eq!(full.first().map(|r| (r.kind, r.cfa_offset)), Some((KIND_RSP, 8)));
+        assert!(full.iter().any(|r| r.kind == KIND_RBP), "RBP frame set up: {full:?}");
+        for stub in [stubs::leave_timing_stub, stubs::leave_counts_stub, stubs::enter_counts_stub] {
+            let rows = own_rows(at(stub), 8);
+            assert!(rows.iter().all(|r| r.kind == KIND_RSP && r.cfa_offset == 8), "{rows:?}");
+        }
+    }
+
     #[test]
     fn mapped_offsets_are_placed_by_the_segment_that_fills_the_mapping() {
         // lld's layout (the agent, libcoreclr): code at file offset 0x47c0c, address 0x48c0c.
