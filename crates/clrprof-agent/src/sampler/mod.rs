@@ -89,6 +89,9 @@ pub struct Sampler {
     /// Frameless code published to the signal handler that the runtime can free, by what frees it
     /// (a DynamicMethod's id, a collectible module's id): removed before the memory is.
     unloadable: Mutex<HashMap<u64, Vec<u64>>>,
+    /// Code that can unload (DynamicMethods, collectible modules), which the sampler thread's map
+    /// of managed code does not hold: a frameless leaf's caller there is still recognized.
+    dynamic_code: Mutex<DynamicCode>,
     /// Frameless ranges of code that can unload: published, and forgotten at an unload (logged at
     /// the end).
     unloadable_published: AtomicU64,
@@ -96,6 +99,17 @@ pub struct Sampler {
     /// The signal handler's table of frameless code was found full (said once).
     frameless_full: AtomicBool,
 }
+
+/// Code ranges that can unload, by start (end, FunctionID), and their starts by what frees them.
+#[derive(Default)]
+struct DynamicCode {
+    ranges: std::collections::BTreeMap<u64, (u64, u64)>,
+    by_key: HashMap<u64, Vec<u64>>,
+}
+
+/// Most ranges of code that can unload remembered at once (a runtime that never reports the
+/// unloads cannot grow it without bound).
+const MAX_DYNAMIC_RANGES: usize = 1 << 20;
 
 /// A file's unwind rows (leaked for the handler) and loadable segments (file offset, address,
 /// size).
@@ -128,6 +142,7 @@ impl Sampler {
             precompiled_found: std::sync::OnceLock::new(),
             native_rules: Mutex::new(NativeRulesState::default()),
             unloadable: Mutex::new(HashMap::new()),
+            dynamic_code: Mutex::new(DynamicCode::default()),
             unloadable_published: AtomicU64::new(0),
             unloadable_forgotten: AtomicU64::new(0),
             frameless_full: AtomicBool::new(false),
@@ -292,6 +307,15 @@ impl Sampler {
             for &(a, n) in &ranges {
                 self.emit(CodeRange { id: id as u64, start: a, size: n });
             }
+            if let Ok(mut d) = self.dynamic_code.lock() {
+                if d.ranges.len() + ranges.len() > MAX_DYNAMIC_RANGES {
+                    *d = DynamicCode::default();
+                }
+                for &(a, n) in &ranges {
+                    d.ranges.insert(a, (a + n, id as u64));
+                    d.by_key.entry(key).or_default().push(a);
+                }
+            }
             if key != 0 {
                 // Safety: `ranges` are the live code of the version just compiled (it cannot be
                 // freed before this callback returns).
@@ -329,6 +353,11 @@ impl Sampler {
     /// `ModuleUnloadStarted`): its frameless code leaves the signal handler's table first, so code
     /// compiled later at the same addresses is never walked with its frame size.
     pub fn code_unloading(&self, key: u64) {
+        if let Ok(mut d) = self.dynamic_code.lock() {
+            for a in d.by_key.remove(&key).unwrap_or_default() {
+                d.ranges.remove(&a);
+            }
+        }
         let Ok(mut m) = self.unloadable.lock() else { return };
         for a in m.remove(&key).unwrap_or_default() {
             if cpu::remove_frameless_code(a) {
@@ -707,10 +736,25 @@ impl Sampler {
         if sp_top < 4096 || ips.is_empty() {
             return;
         }
-        let Some(f) = st.function_at(sp_top - 1) else { return };
-        if fns.first() == Some(&f) || fns.get(1) == Some(&f) {
-            return;
-        }
+        let f = match st.function_at(sp_top - 1) {
+            Some(f) => {
+                if fns.first() == Some(&f) || fns.get(1) == Some(&f) {
+                    return;
+                }
+                f
+            }
+            None => {
+                // Code that can unload: not in the map (named by the reader from its code
+                // ranges, as the other frames in it); the same checks by address range.
+                let Ok(d) = self.dynamic_code.lock() else { return };
+                let Some((&a, &(end, _))) = d.ranges.range(..sp_top).next_back() else { return };
+                let within = |ip: u64| ip >= a && ip < end;
+                if sp_top > end || within(ips[0]) || ips.get(1).is_some_and(|&r| within(r.wrapping_sub(1))) {
+                    return;
+                }
+                0
+            }
+        };
         if st.rbp_frame_set_up(ips[0]) {
             return;
         }
