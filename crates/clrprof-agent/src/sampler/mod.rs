@@ -1374,13 +1374,37 @@ impl LoopState {
         let prolog = *self.rbp_prologs.entry(start).or_insert_with(|| {
             let mut b = [0u8; PROLOG_BYTES];
             let len = ((end - start) as usize).min(PROLOG_BYTES);
-            // Safety: `[start, end)` is a code range of a live code version of code that never
-            // unloads (collectible code is not in the map): it stays mapped.
-            unsafe { std::ptr::copy_nonoverlapping(start as *const u8, b.as_mut_ptr(), len) };
-            rbp_prolog(&b[..len])
+            read_own_memory(start, &mut b[..len]).then(|| rbp_prolog(&b[..len])).flatten()
         });
-        // Safety: as above; `ip` lies in the range.
-        prolog.is_some_and(|n| ip >= start + n as u64 && unsafe { *(ip as *const u8) } != 0xC3)
+        let Some(n) = prolog else { return false };
+        let mut at = [0u8; 1];
+        ip >= start + n as u64 && read_own_memory(ip, &mut at) && at[0] != 0xC3
+    }
+}
+
+/// Copies this process's memory at `addr` into `buf` through the kernel (written to a pipe and
+/// read back): false, not a fault, when it is not mapped. Code found by address at attach
+/// (`GetFunctionFromIP`) may lie in an image a collectible context has since unloaded. (A pipe,
+/// not `process_vm_readv`, which container seccomp profiles may refuse.)
+fn read_own_memory(addr: u64, buf: &mut [u8]) -> bool {
+    static PIPE: std::sync::OnceLock<Option<Mutex<(i32, i32)>>> = std::sync::OnceLock::new();
+    let pipe = PIPE.get_or_init(|| {
+        let mut fds = [0i32; 2];
+        // Safety: `fds` has room for the two descriptors.
+        let ok = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0;
+        ok.then(|| Mutex::new((fds[0], fds[1])))
+    });
+    let Some(Ok(fds)) = pipe.as_ref().map(|m| m.lock()) else { return false };
+    // Safety: the kernel reads `buf.len()` bytes at `addr` and fails with EFAULT where they are
+    // not mapped; `buf` is ours to fill.
+    unsafe {
+        let written = libc::write(fds.1, addr as *const libc::c_void, buf.len());
+        if written <= 0 {
+            return false;
+        }
+        // What was written is read back in any case: the pipe stays empty for the next read.
+        let read = libc::read(fds.0, buf.as_mut_ptr().cast(), written as usize);
+        written == buf.len() as isize && read == written
     }
 }
 
@@ -1414,6 +1438,37 @@ struct LoopState {
 mod tests {
     use super::{frameless_frame, is_osr_prolog, rbp_prolog};
     use crate::sampler::cpu::FramelessFrame;
+
+    #[test]
+    fn own_memory_is_read_without_faulting() {
+        use super::read_own_memory;
+        let src = [1u8, 2, 3, 4, 5];
+        let mut b = [0u8; 5];
+        assert!(read_own_memory(src.as_ptr() as u64, &mut b));
+        assert_eq!(b, src);
+        // Nothing mapped at page 1; then the pipe still gives the right bytes.
+        assert!(!read_own_memory(0x1000, &mut b));
+        // A range running off the end of a mapping: part of it was copied, and read back.
+        // Safety: a fresh anonymous mapping of two pages, the second unmapped again.
+        let page = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            libc::munmap((p as *mut u8).add(4096).cast(), 4096);
+            p as u64
+        };
+        let mut d = [0u8; 16];
+        assert!(!read_own_memory(page + 4096 - 8, &mut d));
+        let mut c = [0u8; 3];
+        assert!(read_own_memory(src[2..].as_ptr() as u64, &mut c));
+        assert_eq!(c, [3, 4, 5]);
+    }
 
     #[test]
     fn rbp_frame_prologs_are_measured() {
