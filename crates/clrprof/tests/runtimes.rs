@@ -279,6 +279,14 @@ fn gc_and_allocations(runtime: &str, major: &str) {
     assert!(packed > 0 && packed < samples, "{samples} samples in {packed} records");
 }
 
+/// As `sampling.rs`: JsonBench sampled and hooked at once; its sampled stacks follow the hooks'
+/// call graph (frame layouts differ between the runtimes' JITs).
+fn sampled_stacks_follow_calls(runtime: &str, major: &str) {
+    let (trace, _, _) = record_ok(runtime, "truth", "JsonBench", &["6"], &["--instrument", "--rate", "1000"]);
+    check_runtime(&report_json(&trace), major);
+    samples_follow_the_exact_call_graph(&trace);
+}
+
 macro_rules! runtime_matrix {
     ($module:ident, $tfm:literal, $major:literal) => {
         mod $module {
@@ -297,6 +305,10 @@ macro_rules! runtime_matrix {
             #[test]
             fn sampled_sleep_wall_time() {
                 super::sampled_sleep_wall_time($tfm, $major);
+            }
+            #[test]
+            fn sampled_stacks_follow_calls() {
+                super::sampled_stacks_follow_calls($tfm, $major);
             }
             #[test]
             fn exact_exceptions() {
