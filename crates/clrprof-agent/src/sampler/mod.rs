@@ -1118,7 +1118,7 @@ fn is_osr_prolog(b: &[u8; 6]) -> bool {
 }
 
 /// Most prolog bytes read from a code version's entry.
-const PROLOG_BYTES: usize = 24;
+const PROLOG_BYTES: usize = 32;
 
 /// The fixed frame of the code version at `entry` when it does not set up RBP (see
 /// [`frameless_frame`]).
@@ -1136,9 +1136,9 @@ unsafe fn frameless_frame_of(entry: u64, ranges: &[(u64, u64)]) -> Option<cpu::F
 
 /// The length of the x64 prolog of JIT code with an RBP frame (`rbp based frame` in
 /// `DOTNET_JitDisasm`): `push rbp`, pushes of callee-saved registers, an optional `sub rsp`, then
-/// `lea rbp, [rsp+N]` or `mov rbp, rsp`, after which RBP is the code's own frame pointer. None
-/// for anything else (frameless code, OSR versions, prologs that probe the stack or save vector
-/// registers first).
+/// `lea rbp, [rsp+N]` or `mov rbp, rsp` (a `vzeroupper` may come before or after the `sub rsp`),
+/// after which RBP is the code's own frame pointer. None for anything else (frameless code, OSR
+/// versions, prologs that probe the stack).
 fn rbp_prolog(b: &[u8]) -> Option<u32> {
     if b.first() != Some(&0x55) {
         return None;
@@ -1151,11 +1151,19 @@ fn rbp_prolog(b: &[u8]) -> Option<u32> {
             _ => break,
         }
     }
+    // `vzeroupper` (code using 256-bit vectors) before or after the local area.
+    let vzeroupper = |i: &mut usize| {
+        if let Some([0xC5, 0xF8, 0x77, ..]) = b.get(*i..) {
+            *i += 3;
+        }
+    };
+    vzeroupper(&mut i);
     match b.get(i..) {
         Some([0x48, 0x83, 0xEC, _, ..]) => i += 4,
         Some([0x48, 0x81, 0xEC, _, _, _, _, ..]) => i += 7,
         _ => {}
     }
+    vzeroupper(&mut i);
     match b.get(i..) {
         Some([0x48, 0x8D, 0x6C, 0x24, _, ..]) => Some(i as u32 + 5),
         Some([0x48, 0x8D, 0xAC, 0x24, _, _, _, _, ..]) => Some(i as u32 + 8),
@@ -1486,11 +1494,24 @@ mod tests {
             rbp_prolog(&[0x55, 0x53, 0x48, 0x81, 0xEC, 0x18, 1, 0, 0, 0x48, 0x8D, 0xAC, 0x24, 0x20, 1, 0, 0, 0x90]),
             Some(17)
         );
+        // With `vzeroupper` (AVX code on .NET 8): push rbp; push r15; push r14; sub rsp, 176;
+        // vzeroupper; lea rbp, [rsp+0xC0] (disp32), and at tier 1 without the `sub`.
+        assert_eq!(
+            rbp_prolog(&[
+                0x55, 0x41, 0x57, 0x41, 0x56, 0x48, 0x81, 0xEC, 0xB0, 0, 0, 0, 0xC5, 0xF8, 0x77, 0x48, 0x8D, 0xAC,
+                0x24, 0xC0, 0, 0, 0
+            ]),
+            Some(23)
+        );
+        assert_eq!(
+            rbp_prolog(&[0x55, 0x41, 0x57, 0x41, 0x56, 0xC5, 0xF8, 0x77, 0x48, 0x8D, 0x6C, 0x24, 0x10]),
+            Some(13)
+        );
         // Frameless, OSR, cut short, or something else before RBP is set up: not measured.
         assert_eq!(rbp_prolog(&[0x53, 0x48, 0x83, 0xEC, 0x20]), None);
         assert_eq!(rbp_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]), None);
         assert_eq!(rbp_prolog(&[0x55, 0x48, 0x8D, 0x6C]), None);
-        assert_eq!(rbp_prolog(&[0x55, 0xC5, 0xF8, 0x77, 0x48, 0x89, 0xE5]), None);
+        assert_eq!(rbp_prolog(&[0x55, 0xC5, 0xF8, 0x77, 0x90, 0x48, 0x89, 0xE5]), None);
         assert_eq!(rbp_prolog(&[]), None);
     }
 
