@@ -171,6 +171,17 @@ impl<const N: usize> CodeTable<N> {
     /// Inserts `[start, end)` with `info`; false when the table is full or the range empty. A
     /// range already known (same start) is left as it is.
     fn add(&self, start: u64, end: u64, info: u64) -> bool {
+        self.insert(start, end, info, false)
+    }
+
+    /// As [`CodeTable::add`], but a range already known by its start grows to `end` when that
+    /// lies further: a mapping that grew in place (the kernel merges a new mapping with the one
+    /// before it when they are adjacent parts of one file, as the runtime's executable memory is).
+    fn add_or_grow(&self, start: u64, end: u64, info: u64) -> bool {
+        self.insert(start, end, info, true)
+    }
+
+    fn insert(&self, start: u64, end: u64, info: u64, grow: bool) -> bool {
         if start >= end {
             return false;
         }
@@ -179,16 +190,20 @@ impl<const N: usize> CodeTable<N> {
         // The first entry starting after `start` (entries are sorted by start).
         let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) <= start);
         if pos > 0 && self.start[pos - 1].load(Ordering::Relaxed) == start {
+            let old = self.end[pos - 1].load(Ordering::Relaxed);
+            if grow && old < end {
+                self.mark_pages(old, end);
+                self.seq.fetch_add(1, Ordering::Relaxed);
+                std::sync::atomic::fence(Ordering::Release);
+                self.end[pos - 1].store(end, Ordering::Relaxed);
+                self.seq.fetch_add(1, Ordering::Release);
+            }
             return true;
         }
         if n >= N {
             return false;
         }
-        let pages = (end - 1) / 4096 - start / 4096;
-        for p in 0..=pages.min(64 * 64) {
-            let (w, b) = page_bit(start + p * 4096);
-            self.pages[w].fetch_or(b, Ordering::Relaxed);
-        }
+        self.mark_pages(start, end);
         self.seq.fetch_add(1, Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
         for i in (pos..n).rev() {
@@ -204,34 +219,13 @@ impl<const N: usize> CodeTable<N> {
         true
     }
 
-    /// As [`CodeTable::add`], but a range already known by its start grows to `end` when that
-    /// lies further: a mapping that grew in place (the kernel merges a new mapping with the one
-    /// before it when they are adjacent parts of one file, as the runtime's executable memory is).
-    fn add_or_grow(&self, start: u64, end: u64, info: u64) -> bool {
-        if start >= end {
-            return false;
+    /// Sets the page filter's bits for `[from, end)`, before the range is published.
+    fn mark_pages(&self, from: u64, end: u64) {
+        let pages = (end - 1) / 4096 - from / 4096;
+        for p in 0..=pages.min(64 * 64) {
+            let (w, b) = page_bit(from + p * 4096);
+            self.pages[w].fetch_or(b, Ordering::Relaxed);
         }
-        {
-            let _g = self.writer.lock();
-            let n = self.len.load(Ordering::Relaxed);
-            let pos = self.start[..n].partition_point(|s| s.load(Ordering::Relaxed) <= start);
-            if pos > 0 && self.start[pos - 1].load(Ordering::Relaxed) == start {
-                let old = self.end[pos - 1].load(Ordering::Relaxed);
-                if old < end {
-                    let pages = (end - 1) / 4096 - old / 4096;
-                    for p in 0..=pages.min(64 * 64) {
-                        let (w, b) = page_bit(old + p * 4096);
-                        self.pages[w].fetch_or(b, Ordering::Relaxed);
-                    }
-                    self.seq.fetch_add(1, Ordering::Relaxed);
-                    std::sync::atomic::fence(Ordering::Release);
-                    self.end[pos - 1].store(end, Ordering::Relaxed);
-                    self.seq.fetch_add(1, Ordering::Release);
-                }
-                return true;
-            }
-        }
-        self.add(start, end, info)
     }
 
     /// Removes the range starting at `start`; false when there is none. Entries above it move down
@@ -1250,12 +1244,11 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                     e.sp_top = 0;
                     owner = last - 1;
                     owner_alt = u64::MAX;
-                }
-                // Managed code inside its prolog, past `push rbp` but before RBP is set up: RBP
-                // is still the caller's frame pointer, so the walk would go from the leaf
-                // straight to the caller's caller. The return address lies just above the
-                // pushed copy of RBP; it takes the place of the word at SP as the leaf's caller.
-                if leaf.is_none() && fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                } else if fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                    // Managed code inside its prolog, past `push rbp` but before RBP is set up:
+                    // RBP is still the caller's frame pointer, so the walk would go from the leaf
+                    // straight to the caller's caller. The return address lies just above the
+                    // pushed copy of RBP; it takes the place of the word at SP as the caller.
                     // Not at the `push rbp` itself (nothing pushed yet: the word at SP is the
                     // return address; a copy of RBP further up is the caller's). The byte is read
                     // only once a copy was found: `ip` is the instruction being run.

@@ -100,10 +100,10 @@ pub struct Sampler {
     frameless_full: AtomicBool,
 }
 
-/// Code ranges that can unload, by start (end, FunctionID), and their starts by what frees them.
+/// Code ranges that can unload (start → end), and their starts by what frees them.
 #[derive(Default)]
 struct DynamicCode {
-    ranges: std::collections::BTreeMap<u64, (u64, u64)>,
+    ranges: std::collections::BTreeMap<u64, u64>,
     by_key: HashMap<u64, Vec<u64>>,
 }
 
@@ -312,7 +312,7 @@ impl Sampler {
                     *d = DynamicCode::default();
                 }
                 for &(a, n) in &ranges {
-                    d.ranges.insert(a, (a + n, id as u64));
+                    d.ranges.insert(a, a + n);
                     d.by_key.entry(key).or_default().push(a);
                 }
             }
@@ -747,7 +747,7 @@ impl Sampler {
                 // Code that can unload: not in the map (named by the reader from its code
                 // ranges, as the other frames in it); the same checks by address range.
                 let Ok(d) = self.dynamic_code.lock() else { return };
-                let Some((&a, &(end, _))) = d.ranges.range(..sp_top).next_back() else { return };
+                let Some((&a, &end)) = d.ranges.range(..sp_top).next_back() else { return };
                 let within = |ip: u64| ip >= a && ip < end;
                 if sp_top > end || within(ips[0]) || ips.get(1).is_some_and(|&r| within(r.wrapping_sub(1))) {
                     return;
