@@ -1255,6 +1255,26 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                     if let Some(ret) = prolog_return_address(sp, fp, hi).filter(|_| *(ip as *const u8) != 0x55) {
                         e.sp_top = ret;
                         owner_alt = ret - 1;
+                    } else if e.sp_top >= 4096
+                        && frameless != 0
+                        && FRAMELESS.may_hold(e.sp_top - 1)
+                        && FRAMELESS.find(frameless, e.sp_top - 1).is_some()
+                        && n + 1 < MAX_FRAMES
+                        && matches!(*(ip as *const u8), 0x55 | 0xC3)
+                    {
+                        // At its `push rbp` or at a `ret` the word at SP is the leaf's return
+                        // address for certain. When it returns into frameless code, that code's
+                        // own caller lies its frame size higher, below the frame at RBP: both
+                        // are recorded here (the sampler thread would insert the first, and the
+                        // walk from RBP skip the second).
+                        e.ips[n] = e.sp_top;
+                        let (added, last) = frameless_callers(e, n + 1, frameless, sp, e.sp_top, fp, hi);
+                        if added > n + 1 {
+                            n = added;
+                            owner = last - 1;
+                            owner_alt = u64::MAX;
+                            e.sp_top = 0;
+                        }
                     }
                 }
             }
@@ -1762,6 +1782,29 @@ mod tests {
         // Code that is not known to be frameless is walked the ordinary way.
         w[11] = CALLEE + 0x10;
         assert_eq!(walk(&w, unit() + 5, 8, 10), [unit() + 5, CALLEE + 0x10, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    #[test]
+    fn a_leaf_at_its_entry_called_by_frameless_code_keeps_that_code_s_caller() {
+        let _s = serial();
+        add_frameless();
+        // Real bytes: `push rbp` at the entry, `ret` after it, a `nop`.
+        static ENTRY: [u8; 3] = [0x55, 0xC3, 0x90];
+        let leaf = ENTRY.as_ptr() as u64;
+        // RBP is still Run's frame (word 40); the leaf's return address into LIGHT at SP (word
+        // 11), LIGHT's 8-byte frame at 12 and its return address into Run at 13.
+        let mut w = frameless_stack();
+        w[11] = LIGHT + 0x10;
+        w[13] = RET_INTO_RUN;
+        let whole = |ip: u64| vec![ip, LIGHT + 0x10, RET_INTO_RUN, RET_INTO_MAIN, RET_INTO_HOST];
+        assert_eq!(walk_with_top(&w, leaf, 11, 40), (whole(leaf), 0));
+        // At a `ret`: the same.
+        assert_eq!(walk_with_top(&w, leaf + 1, 11, 40), (whole(leaf + 1), 0));
+        // In the middle of code (the word at SP may be anything): left to the sampler thread.
+        assert_eq!(walk_with_top(&w, leaf + 2, 11, 40), (vec![leaf + 2, RET_INTO_MAIN, RET_INTO_HOST], LIGHT + 0x10));
+        // Into code not known to be frameless: left to the sampler thread too.
+        w[11] = CALLEE + 0x10;
+        assert_eq!(walk_with_top(&w, leaf, 11, 40), (vec![leaf, RET_INTO_MAIN, RET_INTO_HOST], CALLEE + 0x10));
     }
 
     #[test]
