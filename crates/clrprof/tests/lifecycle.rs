@@ -109,6 +109,16 @@ fn ctrl_c_reaches_the_child_and_the_trace_is_saved() {
     // Its own process group, as a shell job: Ctrl-C = SIGINT to the whole group.
     use std::os::unix::process::CommandExt;
     c.process_group(0);
+    // And with Ctrl-C's default action, as an interactive shell gives its jobs: when the tests run
+    // in the background of a script or under nohup, SIGINT is ignored and that is inherited, and
+    // .NET leaves an ignored SIGINT ignored (the app would run its whole minute).
+    // Safety: signal() is async-signal-safe, called between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    };
     let mut child = KillOnDrop(c.spawn().unwrap());
     let pgid = child.0.id() as i32;
     wait_for_line(&mut child.0, "pid=");

@@ -140,12 +140,53 @@ pub fn record_on(runtime: &str, app: &str, args: &[&str], trace: &Path, extra: &
     c.output().expect("run clrprof record")
 }
 
-/// A fresh scratch directory for one test.
+/// A fresh scratch directory for one test. It is removed when the test binary exits, unless the
+/// test that made it failed (kept to look at) or `CLRPROF_KEEP_SCRATCH` is set: traces are tens of
+/// megabytes, and a suite run used to leave hundreds of them in the temporary directory.
 pub fn scratch(test: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("clrprof-test-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    if std::env::var_os("CLRPROF_KEEP_SCRATCH").is_none() {
+        remove_at_exit(&d);
+    }
     d
+}
+
+/// Scratch directories and the tests (threads) that made them; the tests that panicked.
+static SCRATCH: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+static FAILED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn test_name() -> String {
+    let t = std::thread::current();
+    t.name().map(str::to_string).unwrap_or_else(|| format!("{:?}", t.id()))
+}
+
+fn remove_at_exit(dir: &Path) {
+    static HOOKS: std::sync::Once = std::sync::Once::new();
+    HOOKS.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if let Ok(mut f) = FAILED.lock() {
+                f.push(test_name());
+            }
+            previous(info)
+        }));
+        extern "C" fn remove_scratch() {
+            let failed = FAILED.lock().map(|f| f.clone()).unwrap_or_default();
+            let Ok(dirs) = SCRATCH.lock() else { return };
+            for (d, test) in dirs.iter() {
+                if !failed.contains(test) {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+        }
+        // Safety: registers a plain function with the C library, run once at exit.
+        unsafe { libc::atexit(remove_scratch) };
+    });
+    if let Ok(mut s) = SCRATCH.lock() {
+        s.push((dir.to_path_buf(), test_name()));
+    }
 }
 
 /// `clrprof record -o <trace> [extra] -- dotnet <app.dll> args`.
