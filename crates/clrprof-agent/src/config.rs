@@ -54,6 +54,10 @@ pub struct Config {
     /// and `?`), tried on the executable's name, the main assembly's file name and the command
     /// line. Default: every process.
     pub process: Vec<String>,
+    /// `CLRPROF_CACHE_DIR`: a directory where the agent keeps what it derives from files and can
+    /// reuse in later processes (the unwind rules of native libraries, by build id). Default:
+    /// none, no cache (`clrprof record` and `attach` set it to the user's cache directory).
+    pub cache_dir: Option<String>,
 }
 
 /// How allocations are recorded.
@@ -97,6 +101,7 @@ impl Default for Config {
             server: None,
             token: None,
             process: Vec::new(),
+            cache_dir: None,
         }
     }
 }
@@ -234,6 +239,7 @@ impl Config {
         }
         c.token = get("CLRPROF_TOKEN").filter(|v| !v.is_empty());
         c.process = list(get("CLRPROF_PROCESS"));
+        c.cache_dir = get("CLRPROF_CACHE_DIR").filter(|v| !v.trim().is_empty());
         problems.extend(more);
         (c, problems)
     }

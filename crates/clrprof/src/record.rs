@@ -71,8 +71,20 @@ impl Recording {
             ("CLRPROF_ALLOC", e.alloc.to_string()),
             ("CLRPROF_LOCKS", b(e.locks)),
             ("CLRPROF_EVENTS", b(e.log)),
+            ("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k))),
         ]
     }
+}
+
+/// The agent's cache directory (`CLRPROF_CACHE_DIR`): the variable's own value when it is set
+/// (empty: no cache), else `$XDG_CACHE_HOME/clrprof`, else `$HOME/.cache/clrprof`, else none.
+pub fn cache_dir(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> String {
+    let set = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(v) = get("CLRPROF_CACHE_DIR") {
+        return v.to_string_lossy().into_owned();
+    }
+    let dir = set("XDG_CACHE_HOME").filter(|d| d.is_absolute()).or_else(|| set("HOME").map(|h| h.join(".cache")));
+    dir.map(|d| d.join("clrprof").to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// Enter/leave instrumentation settings of `clrprof record`.
@@ -480,6 +492,20 @@ pub fn human_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_directory_follows_the_environment() {
+        use std::ffi::OsString;
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| OsString::from(p.1))
+        };
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u")])), "/home/u/.cache/clrprof");
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")])), "/c/clrprof");
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "rel")])), "/home/u/.cache/clrprof");
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("CLRPROF_CACHE_DIR", "/mine")])), "/mine");
+        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("CLRPROF_CACHE_DIR", "")])), "", "set empty: off");
+        assert_eq!(cache_dir(env(&[])), "");
+    }
 
     #[test]
     fn program_names() {

@@ -267,6 +267,65 @@ fn native_time_is_attributed_to_library_and_symbol() {
     assert!(t.contains(&format!("{zname}!<unknown>")) && !t.contains("adler32_z"), "{t}");
 }
 
+/// The unwind rules of native libraries are read from their files once and kept in the cache
+/// directory (`CLRPROF_CACHE_DIR`, by build id): the next process reads every one of them from
+/// there, and walks native code with them as well (libz's time still reaches its managed caller).
+#[test]
+fn unwind_rules_are_read_once_and_then_from_the_cache() {
+    let dir = scratch("sampling-cfi-cache");
+    let cache = dir.join("cache");
+    let run = |n: u32| -> (u64, u64, u64, u64) {
+        let trace = dir.join(format!("cached-{n}.clrprof"));
+        let log = dir.join(format!("agent-{n}.log"));
+        let out = std::process::Command::new(clrprof_exe())
+            .args(["record", "--agent"])
+            .arg(agent_path())
+            .arg("-o")
+            .arg(&trace)
+            .arg("--log")
+            .arg(&log)
+            .args(["--", "dotnet"])
+            .arg(app_dll("Sampling"))
+            .args(["pinvoke", "1000"])
+            .env("CLRPROF_CACHE_DIR", &cache)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+        let log = std::fs::read_to_string(&log).unwrap();
+        let line = log
+            .lines()
+            .find(|l| l.contains("unwind rules of") && l.contains("from the cache"))
+            .unwrap_or_else(|| panic!("no summary of the unwind rules read in the log:\n{log}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |w: &str| -> u64 {
+            let i = words.iter().position(|x| *x == w).unwrap_or_else(|| panic!("{line}"));
+            words[i + 1].parse().unwrap_or_else(|_| panic!("{line}"))
+        };
+        let v = report_json(&trace);
+        let libz = v["sampling"]["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"].as_str().unwrap().starts_with("libz"));
+        let libz_ns = u(libz.expect("libz sampled"), "cpu_ns");
+        let checksum = u(find(&v, "functions", "Sampling.NativeWork.Checksum"), "cpu_total_ns");
+        // Words: "... rules of P files read from their .eh_frame and C from the cache ...".
+        (after("of"), after("and"), libz_ns, checksum)
+    };
+    let (parsed, cached, libz_ns, checksum) = run(1);
+    assert_eq!(cached, 0, "a new cache directory holds nothing");
+    assert!(parsed >= 3, "{parsed} files read: libc, the runtime, libz at least");
+    let files = std::fs::read_dir(cache.join("unwind-1")).unwrap().count() as u64;
+    assert!(files >= 3 && files <= parsed, "{files} files cached of {parsed} read");
+    assert!(checksum as f64 >= libz_ns as f64 * 0.9, "run 1: Checksum {checksum} ns, libz {libz_ns} ns");
+
+    let (parsed2, cached2, libz_ns, checksum) = run(2);
+    assert_eq!(cached2, files, "every cached file is read from the cache");
+    assert_eq!(parsed2 + cached2, parsed, "the same files, the rest read again (no build id)");
+    assert!(checksum as f64 >= libz_ns as f64 * 0.9, "run 2: Checksum {checksum} ns, libz {libz_ns} ns");
+}
+
 #[test]
 fn one_kilohertz_reports_the_rate_delivered() {
     let dir = scratch("sampling-1khz");

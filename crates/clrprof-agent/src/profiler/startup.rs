@@ -225,7 +225,13 @@ impl Profiler {
         writer.add_tick(Box::new(move |w| ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64)));
         writer.start()?;
         let sampler = if config.sampling {
-            let s = crate::sampler::Sampler::new(info, Arc::clone(&writer), start, config.sample_rate);
+            let s = crate::sampler::Sampler::new(
+                info,
+                Arc::clone(&writer),
+                start,
+                config.sample_rate,
+                config.cache_dir.as_ref().map(std::path::PathBuf::from),
+            );
             match s.start() {
                 Ok(()) => Some(s),
                 Err(e) => {

@@ -27,6 +27,7 @@ pub mod native;
 pub mod wall;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -86,6 +87,8 @@ pub struct Sampler {
     precompiled_found: std::sync::OnceLock<Box<dyn Fn(FunctionID) + Send + Sync>>,
     /// Unwind rules of native code published to the signal handler.
     native_rules: Mutex<NativeRulesState>,
+    /// Where unwind rules read from files are kept for later processes (`CLRPROF_CACHE_DIR`).
+    cache_dir: Option<PathBuf>,
     /// Frameless code published to the signal handler that the runtime can free, by what frees it
     /// (a DynamicMethod's id, a collectible module's id): removed before the memory is.
     unloadable: Mutex<HashMap<u64, Vec<u64>>>,
@@ -125,12 +128,24 @@ struct NativeRulesState {
     full: bool,
     /// The handler's table of executable mappings filled up (said once in the log).
     full_exec: bool,
+    /// Files whose rules were read from their `.eh_frame` and from the cache, and the time spent
+    /// (logged at the end).
+    parsed: u32,
+    from_cache: u32,
+    read_ns: u64,
 }
 
 impl Sampler {
-    pub fn new(info: ProfilerInfo, writer: Arc<Writer>, start: Instant, rate_hz: u32) -> Arc<Sampler> {
+    pub fn new(
+        info: ProfilerInfo,
+        writer: Arc<Writer>,
+        start: Instant,
+        rate_hz: u32,
+        cache_dir: Option<PathBuf>,
+    ) -> Arc<Sampler> {
         Arc::new(Sampler {
             info,
+            cache_dir,
             writer,
             start,
             rate_hz: rate_hz.clamp(1, 10_000),
@@ -257,6 +272,15 @@ impl Sampler {
             self.unloadable_published.load(Ordering::Relaxed),
             self.unloadable_forgotten.load(Ordering::Relaxed)
         );
+        if let Ok(st) = self.native_rules.lock() {
+            log_info!(
+                "sampler: unwind rules of {} files read from their .eh_frame and {} from the cache ({}) in {:.1} ms",
+                st.parsed,
+                st.from_cache,
+                self.cache_dir.as_deref().map_or("none".into(), |d| d.display().to_string()),
+                st.read_ns as f64 / 1e6
+            );
+        }
     }
 
     /// `ThreadAssignedToOSThread`, on the thread itself.
@@ -579,16 +603,22 @@ impl Sampler {
         if st.full || !st.published.insert((m.start, m.end)) {
             return;
         }
-        let file = st
-            .files
-            .entry(m.path.clone())
-            .or_insert_with(|| {
-                cfi::of_file(&m.path).map(|f| {
-                    let rows: &'static [u64] = Box::leak(f.rows);
-                    (rows, f.segments)
-                })
-            })
-            .as_ref();
+        if !st.files.contains_key(&m.path) {
+            let t = Instant::now();
+            let read = cfi::of_file_cached(&m.path, self.cache_dir.as_deref());
+            st.read_ns += t.elapsed().as_nanos() as u64;
+            match &read {
+                Some((_, true)) => st.from_cache += 1,
+                Some((_, false)) => st.parsed += 1,
+                None => {}
+            }
+            let rows = read.map(|(f, _)| {
+                let rows: &'static [u64] = Box::leak(f.rows);
+                (rows, f.segments)
+            });
+            st.files.insert(m.path.clone(), rows);
+        }
+        let file = st.files.get(&m.path).and_then(|f| f.as_ref());
         let Some((rows, segments)) = file else { return };
         let rules = cfi::FileRules { rows: Box::new([]), segments: segments.clone() };
         let Some(vaddr) = rules.vaddr_of(m.file_offset, m.end - m.start) else { return };
