@@ -6,7 +6,8 @@
 # Results in BENCHMARKS.md ("Start-up").
 #   ROUNDS=7 CLRPROF=target/release/clrprof CONFIGS="none default" BUILD=1 bench/startup.sh
 # CONFIGS names from: none default no-classes alloc-off no-sample quiet (every recorder off) instrument
-# counts-only; AGENTS="a.so b.so" compares agents (each configuration but none runs once per agent).
+# counts-only no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty); the
+# cache itself is warmed by the first round; AGENTS="a.so b.so" compares agents (each configuration but none runs once per agent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-7}
@@ -44,7 +45,7 @@ export DOTNET_CLI_USE_MSBUILD_SERVER=0 MSBUILDDISABLENODEREUSE=1 UseSharedCompil
 flags_of() {
     case $1 in
         none) echo "" ;;
-        default) echo "-" ;;
+        default|no-cache) echo "-" ;;
         no-classes) echo "--no-classes" ;;
         alloc-off) echo "--alloc off" ;;
         no-sample) echo "--no-sample" ;;
@@ -63,7 +64,9 @@ run_one() { # label agent flags cmd...: appends "label wall_ms cpu_ms" (cpu: use
     else
         [ "$flags" = "-" ] && flags=""
         # shellcheck disable=SC2086
-        { time "$CLRPROF" record ${agent:+--agent "$agent"} -o "$work/t-{pid}.clrprof" $flags -- "$@" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; exit 1; }; } 2>"$work/time"
+        local cache=()
+        case $label in */no-cache*) cache=(env CLRPROF_CACHE_DIR=) ;; esac
+        { time "${cache[@]}" "$CLRPROF" record ${agent:+--agent "$agent"} -o "$work/t-{pid}.clrprof" $flags -- "$@" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; exit 1; }; } 2>"$work/time"
     fi
     rm -f "$work"/t-*.clrprof*
     awk -v l="$label" '{ printf "%s %d %d\n", l, $1 * 1000, ($2 + $3) * 1000 }' "$work/time" >>"$work/times"
