@@ -6,8 +6,9 @@
 # Results in BENCHMARKS.md ("Start-up").
 #   ROUNDS=7 CLRPROF=target/release/clrprof CONFIGS="none default" BUILD=1 bench/startup.sh
 # CONFIGS names from: none default no-classes alloc-off no-sample quiet (every recorder off) instrument
-# counts-only no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty); the
-# cache itself is warmed by the first round; AGENTS="a.so b.so" compares agents (each configuration but none runs once per agent).
+# counts-only no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty; the
+# cache itself is warmed by the first round); AGENTS="a.so b.so" compares agents (each configuration
+# but none runs once per agent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-7}

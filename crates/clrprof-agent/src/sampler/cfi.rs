@@ -163,12 +163,8 @@ const CACHE_MAGIC: &[u8; 8] = b"clrpuw01";
 const MAX_CACHED_ROWS: u64 = 1 << 24;
 
 /// FNV-1a over words: the digest of the rows a cache file holds.
-const DIGEST_START: u64 = 0xcbf2_9ce4_8422_2325;
-fn digest_step(h: u64, w: u64) -> u64 {
-    (h ^ w).wrapping_mul(0x100_0000_01b3)
-}
 fn digest(rows: &[u64]) -> u64 {
-    rows.iter().fold(DIGEST_START, |h, &w| digest_step(h, w))
+    rows.iter().fold(0xcbf2_9ce4_8422_2325, |h, &w| (h ^ w).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The rows a cache file holds, when it is whole: its size, digest and order are checked, so a
@@ -188,15 +184,8 @@ fn load_rows(path: &Path) -> Option<Box<[u64]>> {
     // little-endian in the file and in memory (x86-64 only).
     let bytes = unsafe { std::slice::from_raw_parts_mut(rows.as_mut_ptr() as *mut u8, rows.len() * 8) };
     f.read_exact(bytes).ok()?;
-    let mut h = DIGEST_START;
-    let mut sorted = true;
-    let mut last: Option<u32> = None;
-    for &w in rows.iter() {
-        h = digest_step(h, w);
-        sorted &= last.is_none_or(|l| l < w as u32);
-        last = Some(w as u32);
-    }
-    (sorted && h == word(16) && f.read(&mut [0u8; 1]).ok()? == 0).then_some(rows)
+    let sorted = rows.windows(2).all(|w| (w[0] as u32) < (w[1] as u32));
+    (sorted && digest(&rows) == word(16) && f.read(&mut [0u8; 1]).ok()? == 0).then_some(rows)
 }
 
 /// Writes `rows` to the cache file `path` (through a temporary file renamed into place, so a
@@ -451,9 +440,7 @@ mod cost {
             let r = super::of_file(&f);
             let ms = t.elapsed().as_secs_f64() * 1e3;
             // A digest of the rows, to compare the output of two versions of the reader.
-            let digest = r
-                .as_ref()
-                .map(|r| r.rows.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| (h ^ w).wrapping_mul(0x100_0000_01b3)));
+            let digest = r.as_ref().map(|r| super::digest(&r.rows));
             println!("{f}: {:?} rows (digest {digest:x?}) in {ms:.1} ms", r.as_ref().map(|r| r.rows.len()));
             if let (Some(r), Ok(a)) = (r, std::env::var("CLRPROF_CFI_AT")) {
                 let a = u64::from_str_radix(&a, 16).unwrap();

@@ -603,22 +603,24 @@ impl Sampler {
         if st.full || !st.published.insert((m.start, m.end)) {
             return;
         }
-        if !st.files.contains_key(&m.path) {
-            let t = Instant::now();
-            let read = cfi::of_file_cached(&m.path, self.cache_dir.as_deref());
-            st.read_ns += t.elapsed().as_nanos() as u64;
-            match &read {
-                Some((_, true)) => st.from_cache += 1,
-                Some((_, false)) => st.parsed += 1,
-                None => {}
+        let file = match st.files.entry(m.path.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let t = Instant::now();
+                let read = cfi::of_file_cached(&m.path, self.cache_dir.as_deref());
+                st.read_ns += t.elapsed().as_nanos() as u64;
+                match &read {
+                    Some((_, true)) => st.from_cache += 1,
+                    Some((_, false)) => st.parsed += 1,
+                    None => {}
+                }
+                e.insert(read.map(|(f, _)| {
+                    let rows: &'static [u64] = Box::leak(f.rows);
+                    (rows, f.segments)
+                }))
             }
-            let rows = read.map(|(f, _)| {
-                let rows: &'static [u64] = Box::leak(f.rows);
-                (rows, f.segments)
-            });
-            st.files.insert(m.path.clone(), rows);
         }
-        let file = st.files.get(&m.path).and_then(|f| f.as_ref());
+        .as_ref();
         let Some((rows, segments)) = file else { return };
         let rules = cfi::FileRules { rows: Box::new([]), segments: segments.clone() };
         let Some(vaddr) = rules.vaddr_of(m.file_offset, m.end - m.start) else { return };
