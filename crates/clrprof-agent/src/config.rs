@@ -58,6 +58,11 @@ pub struct Config {
     /// reuse in later processes (the unwind rules of native libraries, by build id). Default:
     /// none, no cache (`clrprof record` and `attach` set it to the user's cache directory).
     pub cache_dir: Option<String>,
+    /// `CLRPROF_METADATA`: where names come from: `image` (default), the metadata tables read in
+    /// place in each module's loaded image, or `importer`, the runtime's `IMetaDataImport` for
+    /// every module (it switches the runtime's own metadata access for those modules to a slower,
+    /// locked form; see `metadata.rs`). Modules without an image use the importer either way.
+    pub metadata_importer: bool,
 }
 
 /// How allocations are recorded.
@@ -102,6 +107,7 @@ impl Default for Config {
             token: None,
             process: Vec::new(),
             cache_dir: None,
+            metadata_importer: false,
         }
     }
 }
@@ -240,6 +246,17 @@ impl Config {
         c.token = get("CLRPROF_TOKEN").filter(|v| !v.is_empty());
         c.process = list(get("CLRPROF_PROCESS"));
         c.cache_dir = get("CLRPROF_CACHE_DIR").filter(|v| !v.trim().is_empty());
+        if let Some(v) = get("CLRPROF_METADATA") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "image" => c.metadata_importer = false,
+                "importer" => c.metadata_importer = true,
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_METADATA",
+                    value: v.clone(),
+                    reason: "expected image or importer; using image".into(),
+                }),
+            }
+        }
         problems.extend(more);
         (c, problems)
     }
@@ -290,6 +307,9 @@ impl Config {
         );
         m.insert("gc", self.gc.to_string());
         m.insert("alloc", self.alloc.name().to_string());
+        if self.metadata_importer {
+            m.insert("metadata", "importer".to_string());
+        }
         m.insert("events", self.events.to_string());
         m.insert("locks", self.locks.to_string());
         if let Some(s) = &self.server {
@@ -482,6 +502,19 @@ mod tests {
             assert_eq!(c.server, None, "{bad}");
             assert!(p[0].to_string().contains("ADDR:PORT"), "{bad}");
         }
+    }
+
+    #[test]
+    fn where_names_come_from() {
+        assert!(!Config::default().metadata_importer);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_METADATA", " Importer ")]));
+        assert!(p.is_empty() && c.metadata_importer);
+        assert!(c.describe().contains("metadata=importer"));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_METADATA", "image")]));
+        assert!(p.is_empty() && !c.metadata_importer);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_METADATA", "disk")]));
+        assert!(!c.metadata_importer);
+        assert!(p[0].to_string().contains("image or importer"), "{p:?}");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod config;
 pub mod elt;
 pub mod events;
 pub mod log;
+pub mod metadata;
 pub mod names;
 pub mod profiler;
 pub mod sampler;

@@ -1,10 +1,17 @@
 //! Names of classes and functions, resolved through the Profiling API and metadata once per id
 //! and cached. Never called from hot paths or signal handlers.
+//!
+//! Metadata is read in place from each module's loaded image ([`crate::metadata`]); the
+//! runtime's `IMetaDataImport` is used only for modules without an image (dynamic, collectible),
+//! for tokens the image does not hold (metadata updates applied at run time), or everywhere
+//! with `CLRPROF_METADATA=importer`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
-use clrprof_sys::{ClassID, FunctionID, MetaDataImport, ModuleID, ProfilerInfo};
+use clrprof_sys::{ClassID, FunctionID, MetaDataImport, MethodProps, ModuleID, ProfilerInfo};
+
+use crate::metadata::Metadata;
 
 use crate::signature::{self, alias, apply_type_args, TypeNames};
 
@@ -22,9 +29,95 @@ pub struct FunctionNames {
 /// Per module and metadata token.
 type TokenMap<T> = RwLock<HashMap<(ModuleID, u32), T>>;
 
+/// The metadata of one module: its tables read in place from its loaded image, and the
+/// runtime's importer, opened only when the image cannot answer.
+pub struct ModuleMetadata {
+    info: ProfilerInfo,
+    module: ModuleID,
+    image: Option<Metadata<'static>>,
+    importer: OnceLock<Option<MetaDataImport>>,
+}
+
+impl ModuleMetadata {
+    fn open(info: ProfilerInfo, module: ModuleID, use_image: bool) -> ModuleMetadata {
+        let image = if use_image { Self::image_tables(info, module) } else { None };
+        if use_image && image.is_none() {
+            crate::log_info!(
+                "module 0x{module:x}: no metadata tables in an image; names through the runtime's metadata importer"
+            );
+        }
+        ModuleMetadata { info, module, image, importer: OnceLock::new() }
+    }
+
+    /// The module's metadata tables in its loaded image: `None` for modules without an image
+    /// (dynamic) and for collectible ones (their image goes at unload, possibly while a name is
+    /// being read).
+    fn image_tables(info: ProfilerInfo, module: ModuleID) -> Option<Metadata<'static>> {
+        const DYNAMIC: u32 = 0x4;
+        const COLLECTIBLE: u32 = 0x8;
+        const FLAT_LAYOUT: u32 = 0x20;
+        let (base, flags) = info.get_module_image(module).ok()?;
+        if base == 0 || flags & (DYNAMIC | COLLECTIBLE) != 0 {
+            return None;
+        }
+        // Safety: a loaded, non-collectible module's image stays mapped for the process's life,
+        // and `metadata_of_image` reads only the ranges its headers give (see the function).
+        let read = |at: usize, len: usize| unsafe { clrprof_sys::info::module_image_bytes(base, at, len) };
+        Metadata::parse(crate::metadata::metadata_of_image(read, flags & FLAT_LAYOUT != 0)?)
+    }
+
+    fn importer(&self) -> Option<&MetaDataImport> {
+        self.importer.get_or_init(|| self.info.get_module_metadata(self.module).ok().flatten()).as_ref()
+    }
+
+    /// `Namespace.Name` of a TypeDef.
+    fn type_def_name(&self, td: u32) -> Option<String> {
+        self.image
+            .as_ref()
+            .and_then(|m| m.type_def_name(td))
+            .or_else(|| self.importer()?.get_type_def_props(td).ok().map(|p| p.0))
+    }
+
+    /// (`Namespace.Name`, resolution scope) of a TypeRef.
+    fn type_ref(&self, tr: u32) -> Option<(String, u32)> {
+        self.image.as_ref().and_then(|m| m.type_ref(tr)).or_else(|| self.importer()?.get_type_ref_props(tr).ok())
+    }
+
+    fn method_props(&self, mb: u32) -> Option<MethodProps> {
+        let from_image = self
+            .image
+            .as_ref()
+            .and_then(|m| m.method(mb))
+            .map(|(class, name, attributes, sig)| MethodProps { class, name, attributes, signature: sig.to_vec() });
+        from_image.or_else(|| self.importer()?.get_method_props(mb).ok())
+    }
+
+    /// The enclosing type of a nested TypeDef, `None` when it is not nested.
+    fn enclosing_type(&self, td: u32) -> Option<u32> {
+        match self.image.as_ref().and_then(|m| m.enclosing_type(td)) {
+            Some(known) => known,
+            None => self.importer()?.get_nested_class_props(td),
+        }
+    }
+
+    fn type_spec(&self, ts: u32) -> Option<Vec<u8>> {
+        let from_image = self.image.as_ref().and_then(|m| m.type_spec(ts)).map(<[u8]>::to_vec);
+        from_image.or_else(|| self.importer()?.get_type_spec_from_token(ts).ok())
+    }
+
+    fn generic_param_names(&self, owner: u32) -> Vec<String> {
+        if let Some(names) = self.image.as_ref().and_then(|m| m.generic_param_names(owner)) {
+            return names;
+        }
+        self.importer().map(|md| md.generic_param_names(owner)).unwrap_or_default()
+    }
+}
+
 pub struct Names {
     info: ProfilerInfo,
-    importers: RwLock<HashMap<ModuleID, Arc<MetaDataImport>>>,
+    /// Read names from modules' images (`CLRPROF_METADATA=image`, the default).
+    use_image: bool,
+    importers: RwLock<HashMap<ModuleID, Arc<ModuleMetadata>>>,
     classes: RwLock<HashMap<ClassID, Arc<str>>>,
     /// Names of a module's TypeDef and TypeRef tokens: the types of signatures, classes and
     /// declaring types recur across many functions and classes, and each name takes several
@@ -54,9 +147,10 @@ const ELEMENT_NAMES: &[(u32, &str)] = &[
 ];
 
 impl Names {
-    pub fn new(info: ProfilerInfo) -> Names {
+    pub fn new(info: ProfilerInfo, use_image: bool) -> Names {
         Names {
             info,
+            use_image,
             importers: RwLock::new(HashMap::new()),
             classes: RwLock::new(HashMap::new()),
             tokens: RwLock::new(HashMap::new()),
@@ -64,12 +158,12 @@ impl Names {
         }
     }
 
-    /// The cached metadata importer of a module.
-    pub fn importer(&self, module: ModuleID) -> Option<Arc<MetaDataImport>> {
+    /// The cached metadata of a module.
+    pub fn importer(&self, module: ModuleID) -> Option<Arc<ModuleMetadata>> {
         if let Some(m) = self.importers.read().ok()?.get(&module) {
             return Some(Arc::clone(m));
         }
-        let md = Arc::new(self.info.get_module_metadata(module).ok()??);
+        let md = Arc::new(ModuleMetadata::open(self.info, module, self.use_image));
         let mut w = self.importers.write().ok()?;
         Some(Arc::clone(w.entry(module).or_insert(md)))
     }
@@ -89,7 +183,7 @@ impl Names {
     }
 
     /// The name of a TypeDef (`0x02…`) or TypeRef (`0x01…`) token of `module`, cached.
-    fn type_token_name(&self, module: ModuleID, md: &MetaDataImport, token: u32) -> Arc<str> {
+    fn type_token_name(&self, module: ModuleID, md: &ModuleMetadata, token: u32) -> Arc<str> {
         if let Some(n) = self.tokens.read().ok().and_then(|m| m.get(&(module, token)).cloned()) {
             return n;
         }
@@ -105,7 +199,7 @@ impl Names {
     }
 
     /// Generic parameter names of a TypeDef of `module`, cached.
-    fn typedef_params(&self, module: ModuleID, md: &MetaDataImport, typedef: u32) -> Arc<[String]> {
+    fn typedef_params(&self, module: ModuleID, md: &ModuleMetadata, typedef: u32) -> Arc<[String]> {
         if let Some(p) = self.params.read().ok().and_then(|m| m.get(&(module, typedef)).cloned()) {
             return p;
         }
@@ -123,13 +217,13 @@ impl Names {
     }
 
     /// `Namespace.Outer+Inner` of a TypeDef (arity suffixes kept; callers strip them).
-    pub fn typedef_name(md: &MetaDataImport, td: u32) -> String {
+    fn typedef_name(md: &ModuleMetadata, td: u32) -> String {
         let mut parts = Vec::new();
         let mut cur = td;
         for _ in 0..16 {
-            let name = md.get_type_def_props(cur).map(|p| p.0).unwrap_or_else(|_| format!("<typedef 0x{cur:08x}>"));
+            let name = md.type_def_name(cur).unwrap_or_else(|| format!("<typedef 0x{cur:08x}>"));
             parts.push(name);
-            match md.get_nested_class_props(cur) {
+            match md.enclosing_type(cur) {
                 Some(enc) => cur = enc,
                 None => break,
             }
@@ -139,19 +233,19 @@ impl Names {
     }
 
     /// `Namespace.Outer+Inner` of a TypeRef (nested refs resolved through their scope).
-    fn typeref_name(md: &MetaDataImport, tr: u32) -> String {
+    fn typeref_name(md: &ModuleMetadata, tr: u32) -> String {
         let mut parts = Vec::new();
         let mut cur = tr;
         for _ in 0..16 {
-            match md.get_type_ref_props(cur) {
-                Ok((name, scope)) => {
+            match md.type_ref(cur) {
+                Some((name, scope)) => {
                     parts.push(name);
                     if scope >> 24 == 0x01 {
                         cur = scope;
                         continue;
                     }
                 }
-                Err(_) => parts.push(format!("<typeref 0x{cur:08x}>")),
+                None => parts.push(format!("<typeref 0x{cur:08x}>")),
             }
             break;
         }
@@ -238,7 +332,7 @@ impl Names {
             f.name = format!("<method 0x{token:08x}>");
             return f;
         };
-        let props = md.get_method_props(token).ok();
+        let props = md.method_props(token);
         let method_name = props.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| format!("<method 0x{token:08x}>"));
         let typedef = props.as_ref().map(|p| p.class).unwrap_or(0);
         let class_params = if typedef != 0 { self.typedef_params(module, &md, typedef) } else { Arc::from([]) };
@@ -287,7 +381,7 @@ pub fn dynamic_name(name: &str) -> String {
 struct SigNames<'a> {
     names: &'a Names,
     module: ModuleID,
-    md: &'a MetaDataImport,
+    md: &'a ModuleMetadata,
     class_params: &'a [String],
     method_params: &'a [String],
 }
@@ -298,8 +392,7 @@ impl TypeNames for SigNames<'_> {
             0x01 | 0x02 => self.names.type_token_name(self.module, self.md, token).to_string(),
             0x1b => self
                 .md
-                .get_type_spec_from_token(token)
-                .ok()
+                .type_spec(token)
                 .and_then(|b| signature::format_type_spec(&b, self))
                 .unwrap_or_else(|| format!("<typespec 0x{token:08x}>")),
             _ => format!("<token 0x{token:08x}>"),

@@ -69,6 +69,23 @@ pub unsafe fn slice_from_raw<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
     unsafe { std::slice::from_raw_parts(ptr, len) }
 }
 
+/// `len` bytes at `offset` into a module image the runtime loaded at `base`, for reading its
+/// headers and metadata in place; `None` for a null base or a range past 1 GiB.
+///
+/// # Safety
+/// `base` must be the load address `GetModuleInfo2` gave for a module that stays loaded while
+/// the bytes are used (not collectible), and `offset`/`len` a range its own headers place in the
+/// image (PE headers, section table, CLI header, metadata): the runtime checked those headers
+/// and mapped those ranges readable when it loaded the module.
+pub unsafe fn module_image_bytes(base: usize, offset: usize, len: usize) -> Option<&'static [u8]> {
+    const LIMIT: usize = 1 << 30;
+    if base == 0 || offset.checked_add(len)? > LIMIT {
+        return None;
+    }
+    // Safety: guaranteed by the caller.
+    Some(unsafe { slice_from_raw((base + offset) as *const u8, len) })
+}
+
 /// Calls a "two-call" string API: first with a stack-sized buffer, again with the exact size when
 /// the name did not fit.
 fn read_string(mut call: impl FnMut(u32, *mut u32, *mut u16) -> HRESULT, method: &'static str) -> HrResult<String> {
@@ -248,6 +265,13 @@ impl ProfilerInfo {
 
     /// `COR_PRF_MODULE_FLAGS` of a module (`GetModuleInfo2`); collectible = 0x8.
     pub fn get_module_flags(&self, id: ModuleID) -> HrResult<u32> {
+        self.get_module_image(id).map(|(_, flags)| flags)
+    }
+
+    /// (base load address, `COR_PRF_MODULE_FLAGS`) of a module (`GetModuleInfo2`): the address is
+    /// 0 for modules without an image (dynamic ones); the flags tell a flat layout (0x20: the
+    /// image as its file) from a mapped one (sections at their RVAs).
+    pub fn get_module_image(&self, id: ModuleID) -> HrResult<(usize, u32)> {
         let f = slot!(
             self,
             70,
@@ -260,7 +284,7 @@ impl ProfilerInfo {
             |cch, pcch, buf| unsafe { f(self.ptr, id, &mut base, cch, pcch, buf, &mut asm, &mut flags) },
             "GetModuleInfo2",
         )?;
-        Ok(flags)
+        Ok((base, flags))
     }
 
     /// (class, module, token) of a function (`GetFunctionInfo`): cheaper than `GetFunctionInfo2`.

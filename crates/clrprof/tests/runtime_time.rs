@@ -38,8 +38,11 @@ fn jit_compilations_and_type_loads_are_named_under_their_callers() {
         .iter()
         .filter(|r| r.0.starts_with("[JIT] RuntimeWork.Big<RuntimeWork.S") && r.0.ends_with(">.Run"))
         .collect();
+    // The 24 compilations took 97–123 ms of CPU in runs on 2026-11-27 (100 ms was the floor and
+    // failed once under the test suite's load): a floor well below that, as naming is what is
+    // checked (the share of CompileAll's time, below, is the exact check).
     let jit_ms: f64 = jit.iter().map(|r| r.1).sum();
-    assert!(jit_ms >= 100.0, "{jit_ms} ms named [JIT] RuntimeWork.Big<…>.Run: {jit:?}");
+    assert!(jit_ms >= 50.0, "{jit_ms} ms named [JIT] RuntimeWork.Big<…>.Run: {jit:?}");
     for (name, _, _) in &jit {
         let (_, found) = callers(&trace, name, "cpu");
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();

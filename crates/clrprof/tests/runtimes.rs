@@ -282,7 +282,7 @@ fn gc_and_allocations(runtime: &str, major: &str) {
 /// As `sampling.rs`: JsonBench sampled and hooked at once; its sampled stacks follow the hooks'
 /// call graph (frame layouts differ between the runtimes' JITs).
 fn sampled_stacks_follow_calls(runtime: &str, major: &str) {
-    let (trace, _, _) = record_ok(runtime, "truth", "JsonBench", &["6"], &["--instrument", "--rate", "1000"]);
+    let (trace, _, _) = record_ok(runtime, "truth", "JsonBench", &["12"], &["--instrument", "--rate", "1000"]);
     check_runtime(&report_json(&trace), major);
     samples_follow_the_exact_call_graph(&trace);
 }

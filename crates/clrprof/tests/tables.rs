@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use std::collections::BTreeMap;
 
 #[test]
 fn types_app_classes_and_functions_are_named_exactly() {
@@ -120,4 +121,65 @@ fn named_threads_are_recorded_with_lifetimes() {
     find(&v, "functions", "Threads.Worker.Run");
     find(&v, "functions", "Threads.Worker.Step");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Names read from the metadata tables in each module's image (the default) are the names the
+/// runtime's `IMetaDataImport` gives (`CLRPROF_METADATA=importer`): every function and class both
+/// runs saw, hundreds of the app's and the framework's, has the same name, signature and class.
+#[test]
+fn names_from_module_images_equal_the_runtime_importer_s() {
+    let dir = scratch("md-image");
+    let run = |trace: &std::path::Path, importer: bool| {
+        let log = trace.with_extension("log");
+        let mut c = std::process::Command::new(clrprof_exe());
+        c.arg("record").arg("-o").arg(trace).arg("--agent").arg(agent_path()).arg("--log").arg(&log);
+        c.arg("--").arg("dotnet").arg(app_dll("Types")).stdin(std::process::Stdio::null());
+        if importer {
+            c.env("CLRPROF_METADATA", "importer");
+        }
+        let out = c.output().expect("run clrprof record");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let log = std::fs::read_to_string(&log).unwrap();
+        // Every module of this app has an image: the importer is used only when asked for.
+        assert_eq!(log.contains("runtime's metadata importer"), importer, "{log}");
+        report_json(trace)
+    };
+    let image = run(&dir.join("image.clrprof"), false);
+    let importer = run(&dir.join("importer.clrprof"), true);
+    // Per (module, token): what each run called it, one entry per instantiation of a generic.
+    type Named = BTreeMap<(String, u64), BTreeMap<String, Vec<String>>>;
+    let keyed = |v: &serde_json::Value, table: &str, fields: &[&str]| -> Named {
+        let mut m = Named::new();
+        for x in v[table].as_array().unwrap() {
+            let key = (x["module"].as_str().unwrap_or_default().to_string(), x["token"].as_u64().unwrap_or(0));
+            let values = fields.iter().map(|f| x[*f].to_string()).collect();
+            m.entry(key).or_default().insert(x["name"].to_string(), values);
+        }
+        m
+    };
+    for (table, fields) in [("functions", &["signature", "class"][..]), ("classes", &[][..])] {
+        let (a, b) = (keyed(&image, table, fields), keyed(&importer, table, fields));
+        let common: Vec<_> = a.keys().filter(|k| b.contains_key(*k)).collect();
+        assert!(
+            common.len() * 10 >= a.len().max(b.len()) * 9,
+            "{table}: {} of {} / {}",
+            common.len(),
+            a.len(),
+            b.len()
+        );
+        assert!(common.len() > 500, "{table}: only {} named in both", common.len());
+        for k in common {
+            let (x, y) = (&a[k], &b[k]);
+            if x.len() == 1 && y.len() == 1 {
+                assert_eq!(x, y, "{table} {k:?}");
+                continue;
+            }
+            // A generic: the instantiations each run happened to load may differ; those in both agree.
+            let shared: Vec<_> = x.keys().filter(|n| y.contains_key(*n)).collect();
+            assert!(!shared.is_empty(), "{table} {k:?}: {x:?} / {y:?}");
+            for n in shared {
+                assert_eq!(x[n], y[n], "{table} {k:?} {n}");
+            }
+        }
+    }
 }

@@ -137,6 +137,9 @@ impl Profiler {
         for p in &problems {
             log_warn!("{p}");
         }
+        if config.metadata_importer {
+            log_info!("names through the runtime's metadata importer for every module (CLRPROF_METADATA=importer)");
+        }
         // Safety: `unknown` is the runtime's IUnknown passed to Initialize.
         let info = unsafe { ProfilerInfo::from_unknown(unknown) }
             .ok_or_else(|| CallbackError("the runtime offered no ICorProfilerInfo".into()))?;
@@ -221,7 +224,7 @@ impl Profiler {
         writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
         let events = Arc::new(crate::events::Events::default());
         let ev = Arc::clone(&events);
-        let alloc_names = Names::new(info);
+        let alloc_names = Names::new(info, !config.metadata_importer);
         writer.add_tick(Box::new(move |w| ev.alloc.drain(&alloc_names, w, start.elapsed().as_nanos() as u64)));
         writer.start()?;
         let sampler = if config.sampling {
@@ -243,7 +246,7 @@ impl Profiler {
             None
         };
         let state = State {
-            names: Names::new(info),
+            names: Names::new(info, !config.metadata_importer),
             info,
             config,
             writer,

@@ -492,8 +492,10 @@ pub fn folded(trace: &Path, weight: &str) -> Vec<(Vec<String>, f64)> {
 /// call the program made is in the hooks' call tree, so each caller → callee step between two
 /// hooked methods of a CPU sample must be an edge of it. A walk that loses a frame (a leaf in its
 /// prolog, a frameless leaf) or takes a stale return address for a caller breaks that. JsonBench
-/// (6 rounds, about 800 ms of CPU samples): 1.2–1.3% of the sample weight broke it on every
+/// (then 6 rounds, about 800 ms of CPU samples): 1.2–1.3% of the sample weight broke it on every
 /// runtime before the walk fixes of 2026-11-23, none or one sample after; at most 0.2% passes.
+/// On a faster host (2026-11-27: `rdtsc` 9 ns, plain JsonBench 2.3× faster) 6 rounds gave 369 ms
+/// of CPU samples, under the 400 ms floor: the callers run 12.
 pub fn samples_follow_the_exact_call_graph(trace: &Path) {
     let exact = folded(trace, "calls");
     let names: std::collections::HashSet<&str> = exact.iter().flat_map(|(f, _)| f.iter().map(String::as_str)).collect();

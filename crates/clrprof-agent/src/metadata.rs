@@ -1,0 +1,577 @@
+//! A read-only ECMA-335 metadata reader over a module's metadata bytes (the `BSJB` root and its
+//! streams), for the few lookups naming needs: type, type reference, method, nested class, type
+//! specification and generic parameter rows.
+//!
+//! Why not the runtime's `IMetaDataImport`: the first public importer asked for a module converts
+//! the runtime's own internal importer of that module from its read-only to its read-write form
+//! (`PEAssembly::ConvertMDInternalToReadWrite`), and from then on every metadata access the runtime
+//! makes for that module — type loads, JIT token resolution — takes a reader lock and the slower
+//! read-write tables. Naming the functions of the C# compiler through importers cost its own
+//! threads ~60 ms of CPU in a 0.5 s run (BENCHMARKS.md, "Metadata read from the image"). Reading
+//! the tables here touches nothing of the runtime's.
+//!
+//! Every read is bounds-checked: a malformed or unexpected layout gives `None` (the caller falls
+//! back to the importer), never a panic.
+
+/// Table numbers (ECMA-335 II.22).
+mod table {
+    pub const TYPE_REF: usize = 0x01;
+    pub const TYPE_DEF: usize = 0x02;
+    pub const FIELD_PTR: usize = 0x03;
+    pub const FIELD: usize = 0x04;
+    pub const METHOD_PTR: usize = 0x05;
+    pub const METHOD_DEF: usize = 0x06;
+    pub const PARAM_PTR: usize = 0x07;
+    pub const PARAM: usize = 0x08;
+    pub const INTERFACE_IMPL: usize = 0x09;
+    pub const MEMBER_REF: usize = 0x0a;
+    pub const DECL_SECURITY: usize = 0x0e;
+    pub const STAND_ALONE_SIG: usize = 0x11;
+    pub const EVENT_PTR: usize = 0x13;
+    pub const EVENT: usize = 0x14;
+    pub const PROPERTY_PTR: usize = 0x16;
+    pub const PROPERTY: usize = 0x17;
+    pub const MODULE: usize = 0x00;
+    pub const MODULE_REF: usize = 0x1a;
+    pub const TYPE_SPEC: usize = 0x1b;
+    pub const ASSEMBLY: usize = 0x20;
+    pub const ASSEMBLY_REF: usize = 0x23;
+    pub const FILE: usize = 0x26;
+    pub const EXPORTED_TYPE: usize = 0x27;
+    pub const MANIFEST_RESOURCE: usize = 0x28;
+    pub const NESTED_CLASS: usize = 0x29;
+    pub const GENERIC_PARAM: usize = 0x2a;
+    pub const METHOD_SPEC: usize = 0x2b;
+    pub const GENERIC_PARAM_CONSTRAINT: usize = 0x2c;
+    /// Tables past this one belong to portable PDBs, never to a loaded module.
+    pub const LAST: usize = 0x2c;
+}
+
+/// Coded index kinds (ECMA-335 II.24.2.6): the tables each can refer to, in tag order.
+mod coded {
+    use super::table::*;
+    const NONE: usize = usize::MAX;
+    pub const TYPE_DEF_OR_REF: &[usize] = &[TYPE_DEF, TYPE_REF, TYPE_SPEC];
+    pub const HAS_CONSTANT: &[usize] = &[FIELD, PARAM, PROPERTY];
+    pub const HAS_CUSTOM_ATTRIBUTE: &[usize] = &[
+        METHOD_DEF,
+        FIELD,
+        TYPE_REF,
+        TYPE_DEF,
+        PARAM,
+        INTERFACE_IMPL,
+        MEMBER_REF,
+        MODULE,
+        DECL_SECURITY,
+        PROPERTY,
+        EVENT,
+        STAND_ALONE_SIG,
+        MODULE_REF,
+        TYPE_SPEC,
+        ASSEMBLY,
+        ASSEMBLY_REF,
+        FILE,
+        EXPORTED_TYPE,
+        MANIFEST_RESOURCE,
+        GENERIC_PARAM,
+        GENERIC_PARAM_CONSTRAINT,
+        METHOD_SPEC,
+    ];
+    pub const HAS_FIELD_MARSHAL: &[usize] = &[FIELD, PARAM];
+    pub const HAS_DECL_SECURITY: &[usize] = &[TYPE_DEF, METHOD_DEF, ASSEMBLY];
+    pub const MEMBER_REF_PARENT: &[usize] = &[TYPE_DEF, TYPE_REF, MODULE_REF, METHOD_DEF, TYPE_SPEC];
+    pub const HAS_SEMANTICS: &[usize] = &[EVENT, PROPERTY];
+    pub const METHOD_DEF_OR_REF: &[usize] = &[METHOD_DEF, MEMBER_REF];
+    pub const MEMBER_FORWARDED: &[usize] = &[FIELD, METHOD_DEF];
+    pub const IMPLEMENTATION: &[usize] = &[FILE, ASSEMBLY_REF, EXPORTED_TYPE];
+    pub const CUSTOM_ATTRIBUTE_TYPE: &[usize] = &[NONE, NONE, METHOD_DEF, MEMBER_REF, NONE];
+    pub const RESOLUTION_SCOPE: &[usize] = &[MODULE, MODULE_REF, ASSEMBLY_REF, TYPE_REF];
+    pub const TYPE_OR_METHOD_DEF: &[usize] = &[TYPE_DEF, METHOD_DEF];
+}
+
+/// One column of a table row.
+#[derive(Clone, Copy)]
+enum Col {
+    U16,
+    U32,
+    Str,
+    Guid,
+    Blob,
+    /// A plain index into a table.
+    Idx(usize),
+    Coded(&'static [usize]),
+}
+
+/// The columns of each table (ECMA-335 II.22), by table number.
+fn schema(t: usize) -> &'static [Col] {
+    use coded::*;
+    use table::*;
+    use Col::*;
+    match t {
+        0x00 => &[U16, Str, Guid, Guid, Guid],
+        0x01 => &[Coded(RESOLUTION_SCOPE), Str, Str],
+        0x02 => &[U32, Str, Str, Coded(TYPE_DEF_OR_REF), Idx(FIELD), Idx(METHOD_DEF)],
+        0x03 => &[Idx(FIELD)],
+        0x04 => &[U16, Str, Blob],
+        0x05 => &[Idx(METHOD_DEF)],
+        0x06 => &[U32, U16, U16, Str, Blob, Idx(PARAM)],
+        0x07 => &[Idx(PARAM)],
+        0x08 => &[U16, U16, Str],
+        0x09 => &[Idx(TYPE_DEF), Coded(TYPE_DEF_OR_REF)],
+        0x0a => &[Coded(MEMBER_REF_PARENT), Str, Blob],
+        0x0b => &[U16, Coded(HAS_CONSTANT), Blob],
+        0x0c => &[Coded(HAS_CUSTOM_ATTRIBUTE), Coded(CUSTOM_ATTRIBUTE_TYPE), Blob],
+        0x0d => &[Coded(HAS_FIELD_MARSHAL), Blob],
+        0x0e => &[U16, Coded(HAS_DECL_SECURITY), Blob],
+        0x0f => &[U16, U32, Idx(TYPE_DEF)],
+        0x10 => &[U32, Idx(FIELD)],
+        0x11 => &[Blob],
+        0x12 => &[Idx(TYPE_DEF), Idx(EVENT)],
+        0x13 => &[Idx(EVENT)],
+        0x14 => &[U16, Str, Coded(TYPE_DEF_OR_REF)],
+        0x15 => &[Idx(TYPE_DEF), Idx(PROPERTY)],
+        0x16 => &[Idx(PROPERTY)],
+        0x17 => &[U16, Str, Blob],
+        0x18 => &[U16, Idx(METHOD_DEF), Coded(HAS_SEMANTICS)],
+        0x19 => &[Idx(TYPE_DEF), Coded(METHOD_DEF_OR_REF), Coded(METHOD_DEF_OR_REF)],
+        0x1a => &[Str],
+        0x1b => &[Blob],
+        0x1c => &[U16, Coded(MEMBER_FORWARDED), Str, Idx(MODULE_REF)],
+        0x1d => &[U32, Idx(FIELD)],
+        0x1e => &[U32, U32],
+        0x1f => &[U32],
+        0x20 => &[U32, U16, U16, U16, U16, U32, Blob, Str, Str],
+        0x21 => &[U32],
+        0x22 => &[U32, U32, U32],
+        0x23 => &[U16, U16, U16, U16, U32, Blob, Str, Str, Blob],
+        0x24 => &[U32, Idx(ASSEMBLY_REF)],
+        0x25 => &[U32, U32, U32, Idx(ASSEMBLY_REF)],
+        0x26 => &[U32, Str, Blob],
+        0x27 => &[U32, U32, Str, Str, Coded(IMPLEMENTATION)],
+        0x28 => &[U32, U32, Str, Coded(IMPLEMENTATION)],
+        0x29 => &[Idx(TYPE_DEF), Idx(TYPE_DEF)],
+        0x2a => &[U16, U16, Coded(TYPE_OR_METHOD_DEF), Str],
+        0x2b => &[Coded(METHOD_DEF_OR_REF), Blob],
+        0x2c => &[Idx(GENERIC_PARAM), Coded(TYPE_DEF_OR_REF)],
+        _ => &[],
+    }
+}
+
+/// Where one table lives and how its rows are laid out.
+#[derive(Clone, Default)]
+struct Table {
+    rows: u32,
+    /// Offset of the first row in the tables stream.
+    offset: usize,
+    row_size: usize,
+    /// Offset of each column within a row, and its width (2 or 4 bytes for everything read here).
+    cols: Vec<(usize, usize)>,
+    sorted: bool,
+}
+
+/// A module's metadata, parsed far enough to read rows. Borrows the bytes.
+pub struct Metadata<'a> {
+    strings: &'a [u8],
+    blobs: &'a [u8],
+    tables_stream: &'a [u8],
+    tables: Vec<Table>,
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+impl<'a> Metadata<'a> {
+    /// Parses the metadata root (`BSJB`) and the tables header. `None` for anything this reader
+    /// does not handle: a missing stream, edit-and-continue pointer tables (the `#-` layout's
+    /// indirections), tables it does not know.
+    pub fn parse(md: &'a [u8]) -> Option<Metadata<'a>> {
+        if u32_at(md, 0)? != 0x424a_5342 {
+            return None;
+        }
+        let version_len = u32_at(md, 12)? as usize;
+        let mut at = 16usize.checked_add(version_len)?;
+        let _flags = u16_at(md, at)?;
+        let streams = u16_at(md, at + 2)? as usize;
+        at += 4;
+        let (mut strings, mut blobs, mut tables) = (None, None, None);
+        for _ in 0..streams {
+            let offset = u32_at(md, at)? as usize;
+            let size = u32_at(md, at + 4)? as usize;
+            let name_start = at + 8;
+            let name_len = md.get(name_start..)?.iter().take(32).position(|&c| c == 0)?;
+            let name = &md[name_start..name_start + name_len];
+            let data = md.get(offset..offset.checked_add(size)?)?;
+            match name {
+                b"#Strings" => strings = Some(data),
+                b"#Blob" => blobs = Some(data),
+                b"#~" | b"#-" => tables = Some(data),
+                _ => {}
+            }
+            // The name is padded with zeros to a multiple of 4 bytes.
+            at = name_start + (name_len + 4) / 4 * 4;
+        }
+        let (strings, blobs, ts) = (strings?, blobs.unwrap_or(&[]), tables?);
+        let heap_sizes = *ts.get(6)?;
+        let valid = u32_at(ts, 8)? as u64 | (u32_at(ts, 12)? as u64) << 32;
+        let sorted = u32_at(ts, 16)? as u64 | (u32_at(ts, 20)? as u64) << 32;
+        if valid >> (table::LAST + 1) != 0 {
+            return None;
+        }
+        let mut rows = [0u32; table::LAST + 1];
+        let mut at = 24usize;
+        for (t, r) in rows.iter_mut().enumerate() {
+            if valid & (1 << t) != 0 {
+                *r = u32_at(ts, at)?;
+                at += 4;
+            }
+        }
+        // Pointer tables remap member lists (unoptimized, edit-and-continue metadata): not read here.
+        for t in [table::FIELD_PTR, table::METHOD_PTR, table::PARAM_PTR, table::EVENT_PTR, table::PROPERTY_PTR] {
+            if rows[t] != 0 {
+                return None;
+            }
+        }
+        // `#-` streams may carry 4 bytes of extra data after the row counts.
+        if heap_sizes & 0x40 != 0 {
+            at += 4;
+        }
+        let str_size = if heap_sizes & 0x01 != 0 { 4 } else { 2 };
+        let guid_size = if heap_sizes & 0x02 != 0 { 4 } else { 2 };
+        let blob_size = if heap_sizes & 0x04 != 0 { 4 } else { 2 };
+        let index_size = |t: usize| if rows[t] < 0x1_0000 { 2 } else { 4 };
+        let coded_size = |targets: &[usize]| {
+            let tag_bits = usize::BITS - (targets.len() - 1).leading_zeros();
+            let max = targets.iter().map(|&t| rows.get(t).copied().unwrap_or(0)).max().unwrap_or(0);
+            if (max as u64) < (1u64 << (16 - tag_bits)) {
+                2
+            } else {
+                4
+            }
+        };
+        let mut parsed = vec![Table::default(); table::LAST + 1];
+        for (t, p) in parsed.iter_mut().enumerate() {
+            let mut cols = Vec::new();
+            let mut size = 0usize;
+            for c in schema(t) {
+                let w = match *c {
+                    Col::U16 => 2,
+                    Col::U32 => 4,
+                    Col::Str => str_size,
+                    Col::Guid => guid_size,
+                    Col::Blob => blob_size,
+                    Col::Idx(t) => index_size(t),
+                    Col::Coded(k) => coded_size(k),
+                };
+                cols.push((size, w));
+                size += w;
+            }
+            *p = Table { rows: rows[t], offset: at, row_size: size, cols, sorted: sorted & (1 << t) != 0 };
+            at = at.checked_add(size.checked_mul(rows[t] as usize)?)?;
+        }
+        if at > ts.len() {
+            return None;
+        }
+        Some(Metadata { strings, blobs, tables_stream: ts, tables: parsed })
+    }
+
+    /// Column `col` of row `rid` (1-based) of table `t`.
+    fn cell(&self, t: usize, rid: u32, col: usize) -> Option<u32> {
+        let tab = self.tables.get(t)?;
+        if rid == 0 || rid > tab.rows {
+            return None;
+        }
+        let (off, w) = *tab.cols.get(col)?;
+        let at = tab.offset + (rid as usize - 1) * tab.row_size + off;
+        match w {
+            2 => u16_at(self.tables_stream, at).map(u32::from),
+            _ => u32_at(self.tables_stream, at),
+        }
+    }
+
+    fn string(&self, index: u32) -> Option<String> {
+        let s = self.strings.get(index as usize..)?;
+        let end = s.iter().position(|&c| c == 0)?;
+        Some(String::from_utf8_lossy(&s[..end]).into_owned())
+    }
+
+    fn blob(&self, index: u32) -> Option<&'a [u8]> {
+        let b = self.blobs.get(index as usize..)?;
+        let (len, skip): (usize, usize) = match *b.first()? {
+            x if x & 0x80 == 0 => (x as usize, 1),
+            x if x & 0xc0 == 0x80 => (((x as usize & 0x3f) << 8) | *b.get(1)? as usize, 2),
+            x if x & 0xe0 == 0xc0 => (
+                ((x as usize & 0x1f) << 24)
+                    | (*b.get(1)? as usize) << 16
+                    | (*b.get(2)? as usize) << 8
+                    | *b.get(3)? as usize,
+                4,
+            ),
+            _ => return None,
+        };
+        b.get(skip..skip.checked_add(len)?)
+    }
+
+    /// The token a coded index stands for.
+    fn decode(targets: &[usize], value: u32) -> Option<u32> {
+        let tag_bits = usize::BITS - (targets.len() - 1).leading_zeros();
+        let t = *targets.get((value & ((1 << tag_bits) - 1)) as usize)?;
+        (t != usize::MAX).then(|| (t as u32) << 24 | value >> tag_bits)
+    }
+
+    fn rid(token: u32, t: usize) -> Option<u32> {
+        (token >> 24 == t as u32).then_some(token & 0x00ff_ffff)
+    }
+
+    /// `Namespace.Name` of a TypeDef, as `GetTypeDefProps` gives it.
+    pub fn type_def_name(&self, token: u32) -> Option<String> {
+        let rid = Self::rid(token, table::TYPE_DEF)?;
+        let name = self.string(self.cell(table::TYPE_DEF, rid, 1)?)?;
+        let ns = self.string(self.cell(table::TYPE_DEF, rid, 2)?)?;
+        Some(qualified(&ns, name))
+    }
+
+    /// (`Namespace.Name`, resolution scope token) of a TypeRef, as `GetTypeRefProps` gives them.
+    pub fn type_ref(&self, token: u32) -> Option<(String, u32)> {
+        let rid = Self::rid(token, table::TYPE_REF)?;
+        let scope = Self::decode(coded::RESOLUTION_SCOPE, self.cell(table::TYPE_REF, rid, 0)?)?;
+        let name = self.string(self.cell(table::TYPE_REF, rid, 1)?)?;
+        let ns = self.string(self.cell(table::TYPE_REF, rid, 2)?)?;
+        // A null scope decodes to a Module token with rid 0, as the importer reports it.
+        Some((qualified(&ns, name), scope))
+    }
+
+    /// (declaring TypeDef token, name, attributes, signature) of a MethodDef.
+    pub fn method(&self, token: u32) -> Option<(u32, String, u32, &'a [u8])> {
+        let rid = Self::rid(token, table::METHOD_DEF)?;
+        let flags = self.cell(table::METHOD_DEF, rid, 2)?;
+        let name = self.string(self.cell(table::METHOD_DEF, rid, 3)?)?;
+        let sig = self.blob(self.cell(table::METHOD_DEF, rid, 4)?)?;
+        Some((self.method_owner(rid)?, name, flags, sig))
+    }
+
+    /// The TypeDef whose method list holds MethodDef `rid`: the last type whose list starts at or
+    /// before it (method lists are contiguous and in order).
+    fn method_owner(&self, rid: u32) -> Option<u32> {
+        let types = self.tables[table::TYPE_DEF].rows;
+        let (mut lo, mut hi) = (1u32, types);
+        let mut found = None;
+        while lo <= hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.cell(table::TYPE_DEF, mid, 5)? <= rid {
+                found = Some(mid);
+                lo = mid + 1;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        // Types with empty lists share their successor's start: the owner is the last of them.
+        found.map(|r| (table::TYPE_DEF as u32) << 24 | r)
+    }
+
+    /// The enclosing TypeDef of a TypeDef (`Some(None)`: not nested); `None` when the token is
+    /// not one of these tables' types.
+    pub fn enclosing_type(&self, token: u32) -> Option<Option<u32>> {
+        let rid = Self::rid(token, table::TYPE_DEF)?;
+        if rid == 0 || rid > self.tables[table::TYPE_DEF].rows {
+            return None;
+        }
+        let Some(row) = self.find_rows(table::NESTED_CLASS, 0, rid)?.next() else { return Some(None) };
+        let enclosing = self.cell(table::NESTED_CLASS, row, 1)?;
+        Some((enclosing != 0).then_some((table::TYPE_DEF as u32) << 24 | enclosing))
+    }
+
+    /// The signature blob of a TypeSpec.
+    pub fn type_spec(&self, token: u32) -> Option<&'a [u8]> {
+        let rid = Self::rid(token, table::TYPE_SPEC)?;
+        self.blob(self.cell(table::TYPE_SPEC, rid, 0)?)
+    }
+
+    /// Names of the generic parameters of a TypeDef or MethodDef, in table order (by number).
+    pub fn generic_param_names(&self, owner: u32) -> Option<Vec<String>> {
+        let (tag, t) = match owner >> 24 {
+            t if t == table::TYPE_DEF as u32 => (0, table::TYPE_DEF),
+            t if t == table::METHOD_DEF as u32 => (1, table::METHOD_DEF),
+            _ => return None,
+        };
+        if owner & 0x00ff_ffff == 0 || owner & 0x00ff_ffff > self.tables[t].rows {
+            return None;
+        }
+        let key = (owner & 0x00ff_ffff) << 1 | tag;
+        let mut names = Vec::new();
+        for row in self.find_rows(table::GENERIC_PARAM, 2, key)? {
+            names.push(self.string(self.cell(table::GENERIC_PARAM, row, 3)?)?);
+        }
+        Some(names)
+    }
+
+    /// The rows of table `t` whose column `col` equals `key`: by binary search when the table is
+    /// sorted on it (as ECMA-335 requires of these tables), else by a scan.
+    fn find_rows(&self, t: usize, col: usize, key: u32) -> Option<impl Iterator<Item = u32> + '_> {
+        let rows = self.tables.get(t)?.rows;
+        let (first, last) = if self.tables[t].sorted {
+            // The first row whose key is not below `key`.
+            let (mut lo, mut hi) = (1u32, rows + 1);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if self.cell(t, mid, col)? < key {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            (lo, rows)
+        } else {
+            (1, rows)
+        };
+        let sorted = self.tables[t].sorted;
+        Some(
+            (first..=last)
+                .map(move |r| (r, self.cell(t, r, col)))
+                .take_while(move |&(_, k)| !sorted || k == Some(key))
+                .filter(move |&(_, k)| k == Some(key))
+                .map(|(r, _)| r),
+        )
+    }
+}
+
+fn qualified(ns: &str, name: String) -> String {
+    if ns.is_empty() {
+        name
+    } else {
+        format!("{ns}.{name}")
+    }
+}
+
+/// The metadata bytes (`BSJB` root) of a PE image, read through `read(offset, len)`: from its
+/// bytes as a file (`flat`) or as the loader mapped it (sections at their RVAs). Only the headers,
+/// the CLI header and the metadata are read.
+pub fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u8]>, flat: bool) -> Option<&'a [u8]> {
+    let dos = read(0, 64)?;
+    if u16_at(dos, 0)? != 0x5a4d {
+        return None;
+    }
+    let pe = u32_at(dos, 0x3c)? as usize;
+    if pe > 0x1000 {
+        return None;
+    }
+    let nt = read(pe, 24)?;
+    if u32_at(nt, 0)? != 0x0000_4550 {
+        return None;
+    }
+    let sections = u16_at(nt, 6)? as usize;
+    let opt_size = u16_at(nt, 20)? as usize;
+    let opt = read(pe + 24, opt_size)?;
+    let dirs = match u16_at(opt, 0)? {
+        0x10b => 96,
+        0x20b => 112,
+        _ => return None,
+    };
+    // Data directory 14: the CLI header.
+    let cli_rva = u32_at(opt, dirs + 14 * 8)?;
+    let table = read(pe + 24 + opt_size, sections.checked_mul(40)?)?;
+    let at = |rva: u32| -> Option<usize> {
+        if !flat {
+            return Some(rva as usize);
+        }
+        (0..sections).find_map(|i| {
+            let s = i * 40;
+            let (vsize, va, raw_size, raw) =
+                (u32_at(table, s + 8)?, u32_at(table, s + 12)?, u32_at(table, s + 16)?, u32_at(table, s + 20)?);
+            (rva >= va && rva - va < vsize.max(raw_size)).then(|| (rva - va) as usize + raw as usize)
+        })
+    };
+    let cli = read(at(cli_rva)?, 16)?;
+    let (md_rva, md_size) = (u32_at(cli, 8)?, u32_at(cli, 12)? as usize);
+    read(at(md_rva)?, md_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// System.Private.CoreLib.dll of the runtime the tests run on (`dotnet` on PATH).
+    fn corelib() -> Option<Vec<u8>> {
+        let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().ok()?;
+        let text = String::from_utf8_lossy(&dotnet.stdout);
+        let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App "))?;
+        let mut parts = line.split_whitespace();
+        let version = parts.nth(1)?;
+        let dir = parts.next()?.trim_start_matches('[').trim_end_matches(']');
+        std::fs::read(format!("{dir}/{version}/System.Private.CoreLib.dll")).ok()
+    }
+
+    fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
+        metadata_of_image(|at, len| bytes.get(at..at.checked_add(len)?), true)
+    }
+
+    fn find_type(md: &Metadata, name: &str) -> Option<u32> {
+        (1..=md.tables[table::TYPE_DEF].rows)
+            .map(|r| 0x0200_0000 | r)
+            .find(|&t| md.type_def_name(t).as_deref() == Some(name))
+    }
+
+    #[test]
+    fn names_read_from_corelib_s_tables() {
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = Metadata::parse(file_metadata(&bytes).expect("a CLI image")).expect("its tables");
+        // Row 1 is the global <Module> type, which owns methods before any other type's.
+        assert_eq!(md.type_def_name(0x0200_0001).as_deref(), Some("<Module>"));
+        let string = find_type(&md, "System.String").expect("System.String");
+        let dict = find_type(&md, "System.Collections.Generic.Dictionary`2").expect("Dictionary`2");
+        assert_eq!(md.generic_param_names(dict), Some(vec!["TKey".to_string(), "TValue".to_string()]));
+        assert_eq!(md.generic_param_names(string), Some(vec![]));
+        // Nested: Dictionary`2+Enumerator, whose enclosing type is Dictionary`2.
+        let nested = (1..=md.tables[table::TYPE_DEF].rows)
+            .map(|r| 0x0200_0000 | r)
+            .find(|&t| md.type_def_name(t).as_deref() == Some("Enumerator") && md.enclosing_type(t) == Some(Some(dict)))
+            .expect("Dictionary`2+Enumerator");
+        assert_eq!(md.generic_param_names(nested).map(|v| v.len()), Some(2));
+        assert_eq!(md.enclosing_type(string), Some(None));
+        assert_eq!(md.enclosing_type(0x0200_0000 | 0x00ff_ffff), None, "a type past the table");
+        // Every method's owner lists it: String's own methods include Concat and get_Length.
+        let methods: Vec<(u32, String)> = (1..=md.tables[table::METHOD_DEF].rows)
+            .filter_map(|r| md.method(0x0600_0000 | r).map(|(owner, name, _, _)| (owner, name)))
+            .collect();
+        assert_eq!(methods.len(), md.tables[table::METHOD_DEF].rows as usize, "every method read");
+        assert!(methods.iter().any(|(o, n)| *o == string && n == "Concat"));
+        assert!(methods.iter().any(|(o, n)| *o == string && n == "get_Length"));
+        // A generic method's own parameters: Array.Empty<T>.
+        let array = find_type(&md, "System.Array").expect("System.Array");
+        let empty = (1..=md.tables[table::METHOD_DEF].rows)
+            .map(|r| 0x0600_0000 | r)
+            .find(|&t| md.method(t).is_some_and(|(o, n, _, _)| o == array && n == "Empty"))
+            .expect("Array.Empty");
+        assert_eq!(md.generic_param_names(empty), Some(vec!["T".to_string()]));
+        // Its signature: generic (0x10), one type parameter, no parameters, returns !!0[].
+        assert_eq!(md.method(empty).map(|m| m.3.to_vec()), Some(vec![0x10, 1, 0, 0x1d, 0x1e, 0]));
+        // A TypeRef in another module's scope: CoreLib refers to no assembly, so its refs (if any)
+        // resolve to a module or a type; a TypeSpec's blob starts with an element type.
+        for r in 1..=md.tables[table::TYPE_SPEC].rows {
+            let b = md.type_spec(0x1b00_0000 | r).expect("a TypeSpec blob");
+            assert!(!b.is_empty());
+        }
+    }
+
+    #[test]
+    fn damaged_metadata_is_refused_not_read() {
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = file_metadata(&bytes).expect("a CLI image");
+        // Every truncation of the root and the tables header parses to None or to tables whose
+        // reads stay in bounds.
+        for cut in (0..4096.min(md.len())).step_by(7) {
+            if let Some(m) = Metadata::parse(&md[..cut]) {
+                let _ = m.type_def_name(0x0200_0002);
+            }
+        }
+        let mut bad = md.to_vec();
+        bad[0] = b'X';
+        assert!(Metadata::parse(&bad).is_none());
+        assert!(file_metadata(&bytes[..64]).is_none());
+        assert!(file_metadata(b"not a PE image at all, not even 64 bytes of one.....................").is_none());
+    }
+}
