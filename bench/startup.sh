@@ -6,7 +6,7 @@
 # Results in BENCHMARKS.md ("Start-up").
 #   ROUNDS=7 CLRPROF=target/release/clrprof CONFIGS="none default" BUILD=1 bench/startup.sh
 # CONFIGS names from: none default no-classes alloc-off no-sample quiet (every recorder off) instrument
-# counts-only no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty; the
+# counts-only type-loads no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty; the
 # cache itself is warmed by the first round); AGENTS="a.so b.so" compares agents (each configuration
 # but none runs once per agent).
 set -euo pipefail
@@ -53,6 +53,7 @@ flags_of() {
         quiet) echo "--no-classes --no-sample --no-exceptions --no-gc --alloc off --no-locks" ;;
         instrument) echo "--instrument" ;;
         counts-only) echo "--instrument --counts-only" ;;
+        type-loads) echo "--type-loads" ;;
         *) echo "unknown configuration $1" >&2; exit 2 ;;
     esac
 }

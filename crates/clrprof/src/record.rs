@@ -42,13 +42,21 @@ pub struct Recording {
     pub sampling: bool,
     /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
     pub sample_rate: u32,
+    /// Name the runtime's type loads in samples (`CLRPROF_TYPE_LOADS`).
+    pub type_loads: bool,
     /// Runtime events: exceptions, GC, allocations, locks, the event log.
     pub events: EventOptions,
 }
 
 impl Default for Recording {
     fn default() -> Self {
-        Recording { classes: true, sampling: true, sample_rate: 100, events: EventOptions::default() }
+        Recording {
+            classes: true,
+            sampling: true,
+            sample_rate: 100,
+            type_loads: false,
+            events: EventOptions::default(),
+        }
     }
 }
 
@@ -66,6 +74,7 @@ impl Recording {
             ("CLRPROF_CLASSES", b(self.classes)),
             ("CLRPROF_SAMPLING", b(self.sampling)),
             ("CLRPROF_SAMPLE_RATE", self.sample_rate.to_string()),
+            ("CLRPROF_TYPE_LOADS", b(self.type_loads)),
             ("CLRPROF_EXCEPTIONS", exceptions.to_string()),
             ("CLRPROF_GC", b(e.gc)),
             ("CLRPROF_ALLOC", e.alloc.to_string()),

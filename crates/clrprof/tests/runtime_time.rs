@@ -26,7 +26,7 @@ fn hotspots(trace: &std::path::Path) -> Vec<(String, f64, f64)> {
 fn jit_compilations_and_type_loads_are_named_under_their_callers() {
     let dir = scratch("runtime-time");
     let trace = dir.join("rw.clrprof");
-    let out = record("RuntimeWork", &["jit", "types"], &trace, &["--rate", "1000"]);
+    let out = record("RuntimeWork", &["jit", "types"], &trace, &["--rate", "1000", "--type-loads"]);
     assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("types=2048"), "{stdout}");
@@ -75,4 +75,23 @@ fn jit_compilations_and_type_loads_are_named_under_their_callers() {
     let unnamed: f64 = rows.iter().filter(|r| r.0.ends_with("!<unknown>") || r.0 == "UNKNOWN").map(|r| r.1).sum();
     assert!(unnamed <= total * 0.10, "{unnamed} ms of {total} ms unnamed");
     assert!(!rows.iter().any(|r| r.0 == "libclrjit.so!<unknown>" && r.1 > 0.0), "JIT time left unnamed");
+}
+
+/// Without `--type-loads` (the default) the runtime's TypeLoad events are not asked for: no
+/// `[type load]` frame, and the 2,048 instantiations' loading time is still named as the
+/// runtime's own work under the managed caller that asked for the types, not left unnamed.
+#[test]
+fn type_loads_are_named_only_when_asked_for() {
+    let dir = scratch("no-type-loads");
+    let trace = dir.join("rw.clrprof");
+    let out = record("RuntimeWork", &["types"], &trace, &["--rate", "1000"]);
+    assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("types=2048"), "{}", text(&out.stdout));
+    let rows = hotspots(&trace);
+    assert!(!rows.iter().any(|r| r.0.starts_with("[type load] ")), "{rows:?}");
+    let total: f64 = rows.iter().map(|r| r.1).sum();
+    let unnamed: f64 = rows.iter().filter(|r| r.0.ends_with("!<unknown>") || r.0 == "UNKNOWN").map(|r| r.1).sum();
+    assert!(unnamed <= total * 0.10, "{unnamed} ms of {total} ms unnamed");
+    let runtime: f64 = rows.iter().filter(|r| r.0.starts_with('[') && !r.0.starts_with("[dynamic]")).map(|r| r.1).sum();
+    assert!(runtime >= 30.0, "{runtime} ms named as the runtime's work: {rows:?}");
 }

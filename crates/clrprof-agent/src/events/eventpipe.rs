@@ -54,7 +54,7 @@ pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
     if s.config.locks {
         keywords |= KEYWORD_CONTENTION;
     }
-    if s.config.sampling {
+    if s.config.sampling && s.config.type_loads {
         keywords |= KEYWORD_TYPE_DIAGNOSTIC;
     }
     if s.config.exceptions && !s.config.every_exception() {
@@ -68,6 +68,10 @@ pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
             keywords |= KEYWORD_GC;
             level = LEVEL_VERBOSE;
         }
+    }
+    if keywords == 0 {
+        // No keyword would mean every event of the provider.
+        return None;
     }
     match s.info.event_pipe_start_session(&[(PROVIDER, keywords, level)], false) {
         Ok(id) => {
