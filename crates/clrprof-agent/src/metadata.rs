@@ -557,6 +557,36 @@ mod tests {
         }
     }
 
+    /// The loader's layout: every section copied to its RVA, as the runtime maps an image.
+    fn mapped(file: &[u8]) -> Vec<u8> {
+        let pe = u32_at(file, 0x3c).unwrap() as usize;
+        let (sections, opt_size) = (u16_at(file, pe + 6).unwrap() as usize, u16_at(file, pe + 20).unwrap() as usize);
+        let size_of_image = u32_at(file, pe + 24 + 56).unwrap() as usize;
+        let size_of_headers = u32_at(file, pe + 24 + 60).unwrap() as usize;
+        let mut image = vec![0u8; size_of_image];
+        image[..size_of_headers].copy_from_slice(&file[..size_of_headers]);
+        for i in 0..sections {
+            let s = pe + 24 + opt_size + i * 40;
+            let (va, raw_size, raw) = (
+                u32_at(file, s + 12).unwrap() as usize,
+                u32_at(file, s + 16).unwrap() as usize,
+                u32_at(file, s + 20).unwrap() as usize,
+            );
+            image[va..va + raw_size].copy_from_slice(&file[raw..raw + raw_size]);
+        }
+        image
+    }
+
+    #[test]
+    fn the_loader_s_layout_gives_the_file_s_metadata() {
+        let file = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let image = mapped(&file);
+        let from_image = metadata_of_image(|at, len| image.get(at..at.checked_add(len)?), false).expect("mapped");
+        assert_eq!(Some(from_image), file_metadata(&file), "the same bytes at the RVA as at the file offset");
+        let md = Metadata::parse(from_image).expect("its tables");
+        assert!(find_type(&md, "System.String").is_some());
+    }
+
     #[test]
     fn damaged_metadata_is_refused_not_read() {
         let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");

@@ -117,7 +117,7 @@ pub struct Names {
     info: ProfilerInfo,
     /// Read names from modules' images (`CLRPROF_METADATA=image`, the default).
     use_image: bool,
-    importers: RwLock<HashMap<ModuleID, Arc<ModuleMetadata>>>,
+    modules: RwLock<HashMap<ModuleID, Arc<ModuleMetadata>>>,
     classes: RwLock<HashMap<ClassID, Arc<str>>>,
     /// Names of a module's TypeDef and TypeRef tokens: the types of signatures, classes and
     /// declaring types recur across many functions and classes, and each name takes several
@@ -151,7 +151,7 @@ impl Names {
         Names {
             info,
             use_image,
-            importers: RwLock::new(HashMap::new()),
+            modules: RwLock::new(HashMap::new()),
             classes: RwLock::new(HashMap::new()),
             tokens: RwLock::new(HashMap::new()),
             params: RwLock::new(HashMap::new()),
@@ -159,19 +159,19 @@ impl Names {
     }
 
     /// The cached metadata of a module.
-    pub fn importer(&self, module: ModuleID) -> Option<Arc<ModuleMetadata>> {
-        if let Some(m) = self.importers.read().ok()?.get(&module) {
+    pub fn module_metadata(&self, module: ModuleID) -> Option<Arc<ModuleMetadata>> {
+        if let Some(m) = self.modules.read().ok()?.get(&module) {
             return Some(Arc::clone(m));
         }
         let md = Arc::new(ModuleMetadata::open(self.info, module, self.use_image));
-        let mut w = self.importers.write().ok()?;
+        let mut w = self.modules.write().ok()?;
         Some(Arc::clone(w.entry(module).or_insert(md)))
     }
 
-    /// Releases the module's importer and forgets its token names (module unload: the id may be
-    /// reused by another module).
+    /// Releases the module's metadata (and its importer, if one was opened) and forgets its token
+    /// names (module unload: the id may be reused by another module).
     pub fn forget_module(&self, module: ModuleID) {
-        if let Ok(mut w) = self.importers.write() {
+        if let Ok(mut w) = self.modules.write() {
             w.remove(&module);
         }
         if let Ok(mut w) = self.tokens.write() {
@@ -274,7 +274,7 @@ impl Names {
         }
         match self.info.get_class_id_info2(class) {
             Ok((module, td, _parent, args)) => {
-                let base = match self.importer(module) {
+                let base = match self.module_metadata(module) {
                     Some(md) => self.type_token_name(module, &md, td).to_string(),
                     None => format!("<class 0x{td:08x}>"),
                 };
@@ -328,7 +328,7 @@ impl Names {
         f.class = class;
         f.module = module;
         f.token = token;
-        let Some(md) = self.importer(module) else {
+        let Some(md) = self.module_metadata(module) else {
             f.name = format!("<method 0x{token:08x}>");
             return f;
         };
