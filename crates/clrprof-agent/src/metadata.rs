@@ -557,6 +557,60 @@ mod tests {
         }
     }
 
+    /// Every assembly of the installed shared framework parses, and every row naming reads reads
+    /// back: type and type-reference names, every method with its owner, nesting, type
+    /// specifications and generic parameters (some tables there pass 65,535 rows: 4-byte indexes).
+    #[test]
+    fn every_framework_assembly_reads_whole() {
+        let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().expect("dotnet");
+        let text = String::from_utf8_lossy(&dotnet.stdout);
+        let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App ")).expect("a runtime");
+        let mut parts = line.split_whitespace();
+        let version = parts.nth(1).unwrap();
+        let dir = format!("{}/{version}", parts.next().unwrap().trim_start_matches('[').trim_end_matches(']'));
+        let (mut assemblies, mut methods, mut wide) = (0, 0u64, 0);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("dll") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            // Native libraries of the runtime end in .dll too on some platforms; only CLI images count.
+            let Some(raw) = file_metadata(&bytes) else { continue };
+            let md = Metadata::parse(raw).unwrap_or_else(|| panic!("{}: tables", path.display()));
+            assemblies += 1;
+            let rows = |t: usize| md.tables[t].rows;
+            wide += (0..=table::LAST).filter(|&t| rows(t) >= 0x1_0000).count();
+            for r in 1..=rows(table::TYPE_DEF) {
+                let t = 0x0200_0000 | r;
+                assert!(md.type_def_name(t).is_some_and(|n| !n.is_empty()), "{} {t:08x}", path.display());
+                assert!(md.enclosing_type(t).is_some() && md.generic_param_names(t).is_some(), "{t:08x}");
+            }
+            for r in 1..=rows(table::TYPE_REF) {
+                assert!(md.type_ref(0x0100_0000 | r).is_some(), "{} typeref {r}", path.display());
+            }
+            for r in 1..=rows(table::TYPE_SPEC) {
+                assert!(
+                    md.type_spec(0x1b00_0000 | r).is_some_and(|b| !b.is_empty()),
+                    "{} typespec {r}",
+                    path.display()
+                );
+            }
+            for r in 1..=rows(table::METHOD_DEF) {
+                let m = 0x0600_0000 | r;
+                let (owner, name, _, sig) = md.method(m).unwrap_or_else(|| panic!("{} method {r}", path.display()));
+                assert!(owner >> 24 == 0x02 && owner & 0xff_ffff <= rows(table::TYPE_DEF), "{m:08x}");
+                assert!(!name.is_empty() && !sig.is_empty(), "{} {m:08x}", path.display());
+                // A generic method's signature says so, and its parameters are found.
+                let generic = md.generic_param_names(m).unwrap();
+                assert_eq!(sig[0] & 0x10 != 0, !generic.is_empty(), "{} {name} {m:08x}", path.display());
+                methods += 1;
+            }
+        }
+        assert!(assemblies >= 100, "{assemblies} assemblies in {dir}");
+        assert!(methods >= 100_000 && wide > 0, "{methods} methods, {wide} tables of 65,536 rows or more");
+    }
+
     /// The loader's layout: every section copied to its RVA, as the runtime maps an image.
     fn mapped(file: &[u8]) -> Vec<u8> {
         let pe = u32_at(file, 0x3c).unwrap() as usize;
