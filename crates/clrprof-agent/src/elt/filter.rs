@@ -49,6 +49,12 @@ impl Filter {
         Filter { include: clean(include), exclude: clean(exclude) }
     }
 
+    /// True when every function gets hooks (no include, no exclude): nothing to match, so callers
+    /// need not resolve names first.
+    pub fn takes_all(&self) -> bool {
+        self.include.is_empty() && self.exclude.is_empty()
+    }
+
     /// True when the function gets hooks: it matches an include (or there are none) and no exclude.
     pub fn matches(&self, name: &str, class: &str, assembly: &str) -> bool {
         let inc = self.include.is_empty() || self.include.iter().any(|p| pattern_matches(p, name, class, assembly));
@@ -73,7 +79,9 @@ mod tests {
     #[test]
     fn filters_by_namespace_type_method_and_assembly() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(Filter::new(&[], &s(&[" "])).takes_all(), "blank patterns are none");
         let f = Filter::new(&s(&["Demo"]), &s(&["Demo.Primes"]));
+        assert!(!f.takes_all());
         assert!(f.matches("Demo.Pricing.Totals", "Demo.Pricing", "Demo"));
         assert!(!f.matches("Demo.Primes.Count", "Demo.Primes", "Demo"), "excluded type");
         assert!(!f.matches("System.String.Concat", "System.String", "System.Private.CoreLib"));

@@ -377,9 +377,13 @@ impl Instrumentation {
         if let Some(c) = self.clients.lock().ok().and_then(|m| m.get(&id).copied()) {
             return (c, c != id);
         }
-        let names = s.function_names(id);
-        let assembly = self.assembly_of(s, names.module);
-        let hook = self.filter.matches(&names.name, &names.class_name, &assembly);
+        // The mapper runs on the compiling thread: names are resolved here only when a filter needs
+        // them (the writer names every compiled function anyway, off the program's threads).
+        let hook = self.filter.takes_all() || {
+            let names = s.function_names(id);
+            let assembly = self.assembly_of(s, names.module);
+            self.filter.matches(&names.name, &names.class_name, &assembly)
+        };
         let client = if hook {
             let index = self.clients.lock().map(|m| m.len() as u32).unwrap_or(0);
             Box::into_raw(Box::new(FuncInfo { id, index })) as usize
