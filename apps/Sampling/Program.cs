@@ -87,6 +87,10 @@ public static class Ratio
     static long sink;
 
     // Each round gives Heavy three units of work and Light one; the units are identical loops.
+    // Each unit's length is drawn from the same spread (0.5 to 1.5 of the calibrated ~2 ms): with
+    // fixed units a round lasts a fixed 8 ms, and CPU-time samples, which the kernel takes at its
+    // ticks (every 12 ms of CPU at 100 Hz with a 4 ms tick), fell on the same two points of every
+    // round for long stretches, moving Heavy's share far from 3/4 in single runs.
     public static void Run(int totalMs)
     {
         // Calibrate a unit to about 2 ms.
@@ -115,19 +119,30 @@ public static class Ratio
     {
         // The `sink++` after each call keeps the JIT from turning the last call into a tail call
         // (which would drop this frame from the stack).
-        Unit(iters);
+        Unit(Spread(iters));
         sink++;
-        Unit(iters);
+        Unit(Spread(iters));
         sink++;
-        Unit(iters);
+        Unit(Spread(iters));
         sink++;
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     static void Light(long iters)
     {
-        Unit(iters);
+        Unit(Spread(iters));
         sink++;
+    }
+
+    static ulong seed = 0x9e3779b97f4a7c15;
+
+    // A length from 0.5 to 1.5 times `iters`, the same spread for every unit (xorshift64).
+    static long Spread(long iters)
+    {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        return iters / 2 + (long)(seed % (ulong)iters);
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
