@@ -494,15 +494,19 @@ pub fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u8]>, fl
 mod tests {
     use super::*;
 
-    /// System.Private.CoreLib.dll of the runtime the tests run on (`dotnet` on PATH).
-    fn corelib() -> Option<Vec<u8>> {
+    /// The directory of the newest shared framework `dotnet` (on PATH) lists.
+    fn runtime_dir() -> Option<String> {
         let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().ok()?;
         let text = String::from_utf8_lossy(&dotnet.stdout);
         let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App "))?;
         let mut parts = line.split_whitespace();
         let version = parts.nth(1)?;
-        let dir = parts.next()?.trim_start_matches('[').trim_end_matches(']');
-        std::fs::read(format!("{dir}/{version}/System.Private.CoreLib.dll")).ok()
+        Some(format!("{}/{version}", parts.next()?.trim_start_matches('[').trim_end_matches(']')))
+    }
+
+    /// System.Private.CoreLib.dll of the runtime the tests run on.
+    fn corelib() -> Option<Vec<u8>> {
+        std::fs::read(format!("{}/System.Private.CoreLib.dll", runtime_dir()?)).ok()
     }
 
     fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
@@ -557,17 +561,12 @@ mod tests {
         }
     }
 
-    /// Every assembly of the installed shared framework parses, and every row naming reads reads
-    /// back: type and type-reference names, every method with its owner, nesting, type
+    /// Every assembly of the installed shared framework parses, and every row that naming reads is
+    /// read back: type and type-reference names, every method with its owner, nesting, type
     /// specifications and generic parameters (some tables there pass 65,535 rows: 4-byte indexes).
     #[test]
     fn every_framework_assembly_reads_whole() {
-        let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().expect("dotnet");
-        let text = String::from_utf8_lossy(&dotnet.stdout);
-        let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App ")).expect("a runtime");
-        let mut parts = line.split_whitespace();
-        let version = parts.nth(1).unwrap();
-        let dir = format!("{}/{version}", parts.next().unwrap().trim_start_matches('[').trim_end_matches(']'));
+        let dir = runtime_dir().expect("a shared framework listed by dotnet --list-runtimes");
         let (mut assemblies, mut methods, mut wide) = (0, 0u64, 0);
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();

@@ -53,9 +53,7 @@ impl ModuleMetadata {
     /// (dynamic) and for collectible ones (their image goes at unload, possibly while a name is
     /// being read).
     fn image_tables(info: ProfilerInfo, module: ModuleID) -> Option<Metadata<'static>> {
-        const DYNAMIC: u32 = 0x4;
-        const COLLECTIBLE: u32 = 0x8;
-        const FLAT_LAYOUT: u32 = 0x20;
+        use clrprof_sys::consts::module_flags::{COLLECTIBLE, DYNAMIC, FLAT_LAYOUT};
         let (base, flags) = info.get_module_image(module).ok()?;
         if base == 0 || flags & (DYNAMIC | COLLECTIBLE) != 0 {
             return None;

@@ -103,5 +103,15 @@ pub mod high {
     pub const MONITOR_PINNEDOBJECT_ALLOCATED: u32 = 0x100;
 }
 
+/// `COR_PRF_MODULE_FLAGS` (`GetModuleInfo2`).
+pub mod module_flags {
+    /// Built in memory (Reflection.Emit): no image.
+    pub const DYNAMIC: u32 = 0x4;
+    /// Loaded in a collectible context: its image goes when the context unloads.
+    pub const COLLECTIBLE: u32 = 0x8;
+    /// The image is laid out as its file, not with sections at their RVAs.
+    pub const FLAT_LAYOUT: u32 = 0x20;
+}
+
 /// `COR_PRF_RUNTIME_TYPE`.
 pub const COR_PRF_CORE_CLR: u32 = 2;

@@ -83,7 +83,11 @@ impl State {
             return c;
         }
         // COR_PRF_MODULE_COLLECTIBLE; if the runtime cannot say, be safe.
-        let c = self.info.get_module_flags(module).map(|f| f & 0x8 != 0).unwrap_or(true);
+        let c = self
+            .info
+            .get_module_flags(module)
+            .map(|f| f & clrprof_sys::consts::module_flags::COLLECTIBLE != 0)
+            .unwrap_or(true);
         if let Ok(mut m) = self.collectible.lock() {
             m.insert(module, c);
         }
