@@ -50,6 +50,9 @@ pub struct ReportDocument {
     pub gcs: Vec<GcDoc>,
     pub allocations: Vec<AllocationDoc>,
     pub allocation_sites: Vec<AllocationSiteDoc>,
+    /// How the allocation figures were obtained: "exact", "allocation-sampled", "allocation-tick"
+    /// or "none".
+    pub allocation_estimator: clrprof_model::events::AllocEstimator,
     pub jit: JitDoc,
     pub contentions: Vec<ContentionDoc>,
     pub counters: CountersDoc,
@@ -389,7 +392,12 @@ pub struct AllocationDoc {
 pub struct AllocationSiteDoc {
     #[serde(rename = "type")]
     pub type_name: String,
+    /// The first frame of the user's code on the allocating stack.
     pub function: String,
+    /// The library function it called to allocate (empty when it allocated itself).
+    pub via: String,
+    /// The site's heaviest allocating stack, innermost first.
+    pub stack: Vec<String>,
     pub count: u64,
     pub bytes: u64,
     pub samples: u64,
@@ -684,12 +692,15 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
             .map(|s| AllocationSiteDoc {
                 type_name: s.type_name.clone(),
                 function: s.function.clone(),
+                via: s.via.clone(),
+                stack: s.stack.clone(),
                 count: s.count,
                 bytes: s.bytes,
                 samples: s.samples,
                 exact: false,
             })
             .collect(),
+        allocation_estimator: p.events.alloc_estimator,
         jit: jit(p),
         contentions: p
             .events

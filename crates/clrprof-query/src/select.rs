@@ -115,13 +115,36 @@ pub fn weight_note(p: &Profile, m: Metric) -> String {
         Metric::Wall => {
             format!("weight: wall — sampled thread time (running or blocked), {} samples", total.wall_samples)
         }
-        Metric::AllocBytes => "weight: alloc-bytes — allocated bytes".to_string(),
-        Metric::AllocCount => "weight: alloc-count — allocated objects".to_string(),
+        Metric::AllocBytes | Metric::AllocCount => alloc_note(p, m, total.alloc_count, total.alloc_bytes),
         Metric::Exceptions | Metric::LockWait => match event_stacks(p, m) {
             Some(w) => w.note,
             None => format!("weight: {} — none recorded", m.name()),
         },
     }
+}
+
+/// The note of the allocation weights: what the figures are, or why there are none.
+fn alloc_note(p: &Profile, m: Metric, count: u64, bytes: u64) -> String {
+    use clrprof_model::events::AllocEstimator as E;
+    let what = if m == Metric::AllocCount { "allocated objects" } else { "allocated bytes" };
+    let ev = &p.events;
+    if count > 0 || bytes > 0 {
+        let how = match ev.alloc_estimator {
+            E::Exact => "exact counts by type, shared out over the stacks of sampled objects".to_string(),
+            E::AllocationSampled => format!("estimated from {} AllocationSampled samples", ev.alloc_samples),
+            E::AllocationTick => format!("estimated from {} AllocationTick events", ev.alloc_samples),
+            E::None => "estimated".to_string(),
+        };
+        return format!("weight: {} — {what}, {how}, on the allocating stacks", m.name());
+    }
+    let why = if ev.allocations.is_empty() {
+        "the trace has no allocation records (record with `--alloc sampled`, the default, or `--alloc exact`)"
+    } else if ev.alloc_exact {
+        "the trace counts allocations by type only (`--alloc exact` by a clrprof that kept no allocation stacks;          `--view allocations` has the counts): record again for the allocating stacks"
+    } else {
+        "no allocation sample of the trace has a stack (`--view allocations` has the counts by type)"
+    };
+    format!("weight: {} — none: {why}", m.name())
 }
 
 /// One stack of an event weight: `stack` (a stack of the profile's cost tree), or, when the

@@ -1,9 +1,38 @@
-//! `--view allocations`: allocations by type and by allocation site.
+//! `--view allocations`: allocations by type and by allocation site, with each site's allocating
+//! stack.
 
+use clrprof_model::events::AllocEstimator;
 use clrprof_model::Profile;
 
 use super::table::{Align::*, TextTable};
 use super::title;
+
+/// Sites whose heaviest allocating stack is printed, and the frames printed of each.
+const STACKS_SHOWN: usize = 10;
+const STACK_FRAMES_SHOWN: usize = 12;
+
+/// One line on how the allocation figures were obtained.
+pub fn estimator_note(estimator: AllocEstimator, samples: u64) -> String {
+    match estimator {
+        AllocEstimator::None => "no allocations recorded".into(),
+        AllocEstimator::Exact => format!(
+            "exact counts: every object was counted (`--alloc exact`, which slows every allocation); \
+             sites share each type's exact counts by the stacks of {samples} objects sampled by the agent \
+             (one per 16 KiB allocated on average, each weighted by the inverse of its chance)"
+        ),
+        AllocEstimator::AllocationSampled => format!(
+            "ESTIMATES from {samples} allocation samples (.NET 10 AllocationSampled: an object is sampled with \
+             probability 1 - (1 - 1/102400)^size and stands for the inverse of that, an unbiased estimate); \
+             COUNT and BYTES are upscaled, SAMPLES is what was seen"
+        ),
+        AllocEstimator::AllocationTick => format!(
+            "ESTIMATES from {samples} AllocationTick events (before .NET 10: one per ~100 KiB allocated on a heap, \
+             on the object that crossed the threshold): each stands for the bytes allocated since the previous tick \
+             (its AllocationAmount), an object of 100 KiB or more for itself alone; \
+             COUNT and BYTES are upscaled, SAMPLES is what was seen"
+        ),
+    }
+}
 
 pub fn render(p: &Profile) -> String {
     let mut out = title(p, "allocations");
@@ -12,15 +41,7 @@ pub fn render(p: &Profile) -> String {
         out += "\nno allocations recorded (record with `--alloc sampled` or `--alloc exact`)\n";
         return out;
     }
-    if ev.alloc_exact {
-        out += "\nexact counts: every object was counted (`--alloc exact`, which slows every allocation)\n";
-    } else {
-        out += &format!(
-            "\nESTIMATES from {} allocation samples (the runtime samples about one object per 100 KiB allocated); \
-             COUNT and BYTES are upscaled, SAMPLES is what was seen\n",
-            ev.alloc_samples
-        );
-    }
+    out += &format!("\n{}\n", estimator_note(ev.alloc_estimator, ev.alloc_samples));
     let mut t =
         TextTable::new(&[("COUNT", Right), ("BYTES", Right), ("SAMPLES", Right), ("KIND", Left), ("TYPE", Left)]);
     for a in &ev.allocations {
@@ -48,17 +69,37 @@ pub fn render(p: &Profile) -> String {
                 s.bytes.to_string(),
                 s.samples.to_string(),
                 s.type_name.clone(),
-                s.function.clone(),
+                s.display(),
             ]);
         }
+        let how = if ev.alloc_exact {
+            "the stacks of the agent's sampled objects share out each type's exact counts"
+        } else {
+            "the agent walks the stack of the first 64 samples of each type and of every object of 85,000 bytes \
+             or more, then one in 32 (weighted by 32); the walked samples share out each type's estimate"
+        };
         out += &format!(
-            "\nby allocation site ({}): the agent walks the stack of the first 64 samples of each type, then one in 32; \
-             estimates are scaled to the type's total, SAMPLES counts walked samples\n",
+            "\nby allocation site ({}): the first frame of the user's code on the allocating stack (not System.*, \
+             Microsoft.*), via the library function it called; {how}; SAMPLES counts walked samples\n",
             t.len()
         );
         out += &t.render();
+        out += &format!(
+            "\nallocating stacks (the heaviest stack of the first {} sites, innermost first)\n",
+            STACKS_SHOWN.min(ev.alloc_sites.len())
+        );
+        for s in ev.alloc_sites.iter().take(STACKS_SHOWN) {
+            out += &format!("\n{} {} bytes in {}\n", s.type_name, s.bytes, s.display());
+            for f in s.stack.iter().take(STACK_FRAMES_SHOWN) {
+                out += &format!("    {f}\n");
+            }
+            if s.stack.len() > STACK_FRAMES_SHOWN {
+                out += &format!("    … {} more frames\n", s.stack.len() - STACK_FRAMES_SHOWN);
+            }
+        }
     } else if ev.alloc_exact {
-        out += "\n(exact mode counts types only; allocation sites come from `--alloc sampled`)\n";
+        out += "\n(no allocation sites: this trace has exact counts by type only, recorded by a clrprof that kept \
+                no stacks in `--alloc exact`)\n";
     }
     out
 }

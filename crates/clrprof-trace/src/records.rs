@@ -398,14 +398,22 @@ records! {
         type_name: String,
         /// Size of the sampled object in bytes.
         size: u64,
-        /// Bytes allocated since the previous tick (`AllocationTick`); 0 for `AllocationSampled`.
+        /// Bytes allocated since the previous tick (`AllocationTick`); 0 for `AllocationSampled`;
+        /// the mean sampling interval in bytes for the agent's own sampling (source 2).
         amount: u64,
-        /// 0 `AllocationSampled` (Poisson sampling, mean 100 KiB), 1 `AllocationTick` (every ~100 KiB).
+        /// 0 `AllocationSampled` (Poisson sampling, mean 100 KiB), 1 `AllocationTick` (every ~100 KiB),
+        /// 2 the agent's Poisson sampling of `ObjectAllocated` under `--alloc exact` (mean `amount`
+        /// bytes; these samples carry the stacks of allocation sites, the counts are exact).
         source: u8,
         /// Instruction pointers from the runtime, innermost first (empty for in-process sessions).
         ips: Vec<u64>,
         /// FunctionIDs walked by the agent on the allocating thread, innermost first.
         stack: Vec<u64>,
+        /// How many samples of its kind a walked stack stands for: 1 when every such sample is
+        /// walked (the first samples of a type, large objects, source 2), N when one in N is. 0 when
+        /// not walked, or unknown (written by an older agent, whose readers scale the sites of a
+        /// type to the type's total).
+        walk_weight: u32,
     }
     /// A `catch` was entered (`ExceptionCatcherEnter`) for the innermost exception in flight on the
     /// thread, with the handling steps it went through. Written instead of the `ExceptionPhase`
@@ -477,8 +485,10 @@ records! {
     /// `AllocationSample` records packed, as the agent writes them once per flush: `count`
     /// samples in `packed`, each as LEB128 varints — `ts` minus this record's `ts`, os_tid, class,
     /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
-    /// and each, the number of `stack` frames and each. About a third of the size.
-    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8> }
+    /// and each, the number of `stack` frames and each. About a third of the size. `walk_weights`
+    /// holds each sample's `walk_weight` as a varint, in the same order (empty when written by an
+    /// older agent: the weights are then unknown, 0).
+    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8>, walk_weights: Vec<u8> }
 }
 
 impl AllocationSamples {
@@ -500,13 +510,21 @@ impl AllocationSamples {
                 }
             }
         }
-        Some(AllocationSamples { ts, count: u32::try_from(samples.len()).ok()?, packed })
+        let mut walk_weights = Vec::new();
+        if samples.iter().any(|a| a.walk_weight != 0) {
+            walk_weights.reserve(samples.len());
+            for a in samples {
+                put_varint(&mut walk_weights, a.walk_weight as u64);
+            }
+        }
+        Some(AllocationSamples { ts, count: u32::try_from(samples.len()).ok()?, packed, walk_weights })
     }
 
     /// The samples, or why they cannot be read.
     pub fn unpack(&self) -> Result<Vec<AllocationSample>, DecodeError> {
         let bad =
             || DecodeError::Corrupt(format!("AllocationSamples at {} does not hold {} samples", self.ts, self.count));
+        let (w, mut wat) = (&self.walk_weights[..], 0usize);
         let (b, mut at) = (&self.packed[..], 0usize);
         let mut out = Vec::with_capacity((self.count as usize).min(b.len() / 9));
         for _ in 0..self.count {
@@ -529,6 +547,11 @@ impl AllocationSamples {
                 }
             }
             let [ips, stack] = lists;
+            let walk_weight = if w.is_empty() {
+                0
+            } else {
+                u32::try_from(get_varint(w, &mut wat).ok_or_else(bad)?).map_err(|_| bad())?
+            };
             out.push(AllocationSample {
                 ts: self.ts.checked_add(v[0]).ok_or_else(bad)?,
                 os_tid: u32::try_from(v[1]).map_err(|_| bad())?,
@@ -539,9 +562,10 @@ impl AllocationSamples {
                 source: u8::try_from(v[5]).map_err(|_| bad())?,
                 ips,
                 stack,
+                walk_weight,
             });
         }
-        if at != b.len() {
+        if at != b.len() || wat != w.len() {
             return Err(bad());
         }
         Ok(out)

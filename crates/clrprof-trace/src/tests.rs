@@ -197,6 +197,7 @@ fn runtime_event_records_round_trip() {
             source: 0,
             ips: vec![],
             stack: vec![5],
+            walk_weight: 32,
         }
         .into(),
         ContentionStarted { ts: 9, os_tid: 2, stack: vec![6, 5] }.into(),
@@ -215,7 +216,7 @@ fn runtime_event_records_round_trip() {
         ExceptionStack { id: 1, stack: vec![6, 5] }.into(),
         ExceptionType { id: 1, class: 8, type_name: "System.Exception".into() }.into(),
         ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![] }.into(),
-        AllocationSamples { ts: 0, count: 0, packed: vec![] }.into(),
+        AllocationSamples { ts: 0, count: 0, packed: vec![], walk_weights: vec![] }.into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
@@ -487,6 +488,7 @@ fn packed_allocation_samples_hold_the_same_samples() {
         amount: 0,
         source: 0,
         ips: vec![],
+        walk_weight: if stack.is_empty() { 0 } else { 32 },
         stack,
     };
     let samples = vec![
@@ -521,6 +523,19 @@ fn packed_allocation_samples_hold_the_same_samples() {
     assert!(d.unpack().is_err());
     d.count = u32::MAX;
     assert!(d.unpack().is_err());
+    // Walk weights: one per sample; none (an older agent) reads as 0, a count that differs is
+    // damage.
+    let mut old = p.clone();
+    old.walk_weights.clear();
+    let unknown: Vec<AllocationSample> =
+        samples.iter().map(|a| AllocationSample { walk_weight: 0, ..a.clone() }).collect();
+    assert_eq!(old.unpack().unwrap(), unknown);
+    let mut d = p.clone();
+    d.walk_weights.pop();
+    assert!(d.unpack().is_err(), "a weight missing");
+    let mut d = p.clone();
+    d.walk_weights.push(1);
+    assert!(d.unpack().is_err(), "a weight too many");
     let huge = AllocationSamples {
         count: 1,
         packed: vec![0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x0f, 0],

@@ -12,6 +12,8 @@
 //! Delivery is synchronous on the thread that wrote the event: the payload is parsed and copied
 //! into a record right away.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcInfo, Record};
 
@@ -180,6 +182,7 @@ pub fn parse(
                     source: 0,
                     ips: ips(),
                     stack: Vec::new(),
+                    walk_weight: 0,
                 }
                 .into(),
             )
@@ -205,6 +208,7 @@ pub fn parse(
                     source: 1,
                     ips: ips(),
                     stack: Vec::new(),
+                    walk_weight: 0,
                 }
                 .into(),
             )
@@ -229,9 +233,45 @@ pub fn parse(
     }
 }
 
-/// Samples of one type whose stacks are always walked; after that, one in `WALK_EVERY`.
+/// Samples of one type whose stacks are always walked; after that every sample while the walk
+/// budget lasts, and one in `WALK_EVERY` beyond it.
 const WALK_FIRST: u32 = 64;
 const WALK_EVERY: u32 = 32;
+/// Walks of allocation stacks per `WALK_WINDOW_NS` beyond which samples are walked one in
+/// `WALK_EVERY`: 2,000 a second, a walk costing about 10 µs inside the allocation path (some 2%
+/// of a core at most, in programs that allocate 200 MB a second or more).
+const WALK_BUDGET: u32 = 200;
+const WALK_WINDOW_NS: u64 = 100_000_000;
+/// Samples of objects this large (the runtime's large-object threshold) are always walked: each
+/// stands for itself (its bytes are sampled with near certainty), so one in `WALK_EVERY` walked
+/// would put 32 times its size on the site that happened to be walked.
+const WALK_ALWAYS_BYTES: u64 = 85_000;
+
+/// The walk budget's current window and the walks in it.
+static WALK_WINDOW: AtomicU64 = AtomicU64::new(0);
+static WALKS_IN_WINDOW: AtomicU32 = AtomicU32::new(0);
+
+/// Counts a walk at `now` (ns); false when the window's budget was spent already.
+fn within_walk_budget(now: u64) -> bool {
+    let window = now / WALK_WINDOW_NS + 1;
+    if WALK_WINDOW.swap(window, Ordering::Relaxed) != window {
+        WALKS_IN_WINDOW.store(0, Ordering::Relaxed);
+    }
+    WALKS_IN_WINDOW.fetch_add(1, Ordering::Relaxed) < WALK_BUDGET
+}
+
+/// Whether the `n`th sample (from 1) of a type, of an object of `size` bytes, is walked, and the
+/// walk weight it then gets (how many such samples its stack stands for). `budget` says whether
+/// the walk budget allows one more walk (asked only when the sample is not walked anyway).
+fn walk_weight(n: u32, size: u64, budget: &mut dyn FnMut() -> bool) -> Option<u32> {
+    if n <= WALK_FIRST || size >= WALK_ALWAYS_BYTES || budget() {
+        Some(1)
+    } else if n.is_multiple_of(WALK_EVERY) {
+        Some(WALK_EVERY)
+    } else {
+        None
+    }
+}
 
 /// What the agent knows of a type seen in allocation samples.
 #[derive(Clone, Copy, Default)]
@@ -311,14 +351,15 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
     }
     // One lookup per sample: whether the type's name was written, and whether to walk this one.
     // The stack walk is most of the cost of a sample (about 10 µs inside the allocation path): the
-    // first samples of each type are walked, then one in `WALK_EVERY`; type totals use every sample
-    // and the model scales allocation sites by the walked share.
-    let mut walk = false;
+    // first samples of each type and those of large objects are walked, then one in `WALK_EVERY`,
+    // and each walked sample says how many it stands for (`walk_weight`); type totals use every
+    // sample.
+    let mut nth = 0;
     let mut named = |class: u64| {
         let Ok(mut m) = s.events.alloc_types.lock() else { return false };
         let t = m.entry(class).or_default();
         t.samples = t.samples.saturating_add(1);
-        walk = t.samples <= WALK_FIRST || t.samples % WALK_EVERY == 0;
+        nth = t.samples;
         t.named
     };
     match parse(event_id, version, data, s.now(), os_tid(), ips, &mut named) {
@@ -326,8 +367,11 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             // In-process (synchronous) sessions get no stacks from the runtime (ep-session.c passes
             // the caller's stack, which runtime events leave NULL); the event is delivered on the
             // allocating thread, so walk it here.
-            if a.ips.is_empty() && walk {
-                a.stack = super::current_stack(s);
+            if a.ips.is_empty() {
+                if let Some(w) = walk_weight(nth, a.size, &mut || within_walk_budget(a.ts)) {
+                    a.stack = super::current_stack(s);
+                    a.walk_weight = w;
+                }
             }
             let class = a.class;
             let wrote_name = !a.type_name.is_empty();
@@ -391,6 +435,26 @@ mod tests {
             Some(Record::AllocationSample(a)) => assert_eq!((a.type_name.as_str(), a.size), ("", 48)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn walks_the_first_samples_large_objects_and_one_in_32() {
+        let spent = &mut || false;
+        assert_eq!(walk_weight(1, 24, spent), Some(1));
+        assert_eq!(walk_weight(64, 24, spent), Some(1));
+        assert_eq!(walk_weight(65, 24, spent), None);
+        assert_eq!(walk_weight(96, 24, spent), Some(32));
+        assert_eq!(walk_weight(97, 84_999, spent), None);
+        assert_eq!(walk_weight(97, 85_000, spent), Some(1), "a large object stands for itself");
+        assert_eq!(walk_weight(97, 20_000_000, spent), Some(1));
+        assert_eq!(walk_weight(65, 24, &mut || true), Some(1), "within the budget every sample is walked");
+        let mut asked = false;
+        assert_eq!(walk_weight(3, 24, &mut || std::mem::replace(&mut asked, true)), Some(1));
+        assert!(!asked, "the first samples do not spend the budget");
+        // The budget: 200 walks per 100 ms window.
+        let t = 50 * WALK_WINDOW_NS;
+        assert_eq!((0..300).filter(|_| within_walk_budget(t)).count(), 200);
+        assert!(within_walk_budget(t + WALK_WINDOW_NS), "a new window");
     }
 
     #[test]

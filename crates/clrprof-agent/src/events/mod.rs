@@ -47,7 +47,7 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
     if config.exceptions {
         low |= monitor::EXCEPTIONS;
     }
-    if config.exceptions || config.locks || config.alloc == AllocMode::Sampled {
+    if config.exceptions || config.locks || config.alloc != AllocMode::Off {
         low |= monitor::ENABLE_STACK_SNAPSHOT;
     }
     if config.gc || config.events {

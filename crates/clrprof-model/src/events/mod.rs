@@ -22,7 +22,10 @@ use clrprof_trace::Record;
 
 use crate::{Profile, TimeRange};
 
-pub use alloc::{upscale, AllocSite, AllocType, ALLOCATION_SAMPLING_MEAN_BYTES};
+pub use alloc::{
+    is_library_function, tick_estimate, upscale, upscale_with_mean, AllocEstimator, AllocSite, AllocType,
+    ALLOCATION_SAMPLING_MEAN_BYTES, ALLOCATION_TICK_BYTES,
+};
 pub use contention::ContentionSite;
 pub use counters::CounterRow;
 pub use exceptions::{ExceptionGroup, ExceptionSampling};
@@ -46,6 +49,8 @@ pub struct RuntimeEvents {
     pub alloc_exact: bool,
     /// Allocation samples in the range.
     pub alloc_samples: u64,
+    /// How the allocation figures were obtained.
+    pub alloc_estimator: AllocEstimator,
     /// Contentions that started in the range.
     pub contentions: Vec<ContentionSite>,
     /// Present when the trace was recorded with `--events`: the lines in the range.
@@ -322,6 +327,7 @@ impl EventsBuilder {
             alloc_sites: al.sites,
             alloc_exact: al.exact,
             alloc_samples: al.samples,
+            alloc_estimator: al.estimator,
             contentions: ct.sites,
             log,
             log_enabled: self.log.enabled,

@@ -247,6 +247,149 @@ fn sampled_allocations_are_upscaled_estimates() {
     assert_eq!(total, big.bytes);
 }
 
+/// A profile of `records` after a process start, functions 10.. named as given.
+fn alloc_profile(functions: &[&str], records: Vec<Record>) -> Profile {
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    for (i, f) in functions.iter().enumerate() {
+        b.add(&FunctionCompiled { ts: 1, id: 10 + i as u64, name: f.to_string(), ..Default::default() }.into());
+    }
+    for r in &records {
+        b.add(r);
+    }
+    b.finish()
+}
+
+fn site<'a>(p: &'a Profile, function: &str) -> &'a AllocSite {
+    p.events
+        .alloc_sites
+        .iter()
+        .find(|s| s.function == function)
+        .unwrap_or_else(|| panic!("no site {function}: {:?}", p.events.alloc_sites))
+}
+
+#[test]
+fn a_large_sample_stands_for_itself_and_strided_walks_for_the_rest() {
+    // 1,000 samples of small strings at one site, walked as the agent does (the first 64, then
+    // one in 32 weighted 32), and one 20 MB string elsewhere, its stack walked with certainty as
+    // the 100th sample of the type.
+    let mut v = Vec::new();
+    let small = |n: u32, ts: u64| {
+        let w = if n <= 64 {
+            1
+        } else if n.is_multiple_of(32) {
+            32
+        } else {
+            0
+        };
+        AllocationSample {
+            ts,
+            os_tid: 1,
+            class: 7,
+            type_name: if n == 1 { "System.String".into() } else { String::new() },
+            size: 64,
+            stack: if w > 0 { vec![10, 11] } else { vec![] },
+            walk_weight: w,
+            ..Default::default()
+        }
+    };
+    for n in 1..=1000u32 {
+        v.push(small(n, n as u64).into());
+        if n == 100 {
+            let huge = AllocationSample {
+                ts: 100,
+                os_tid: 1,
+                class: 7,
+                size: 20_000_022,
+                stack: vec![12, 13],
+                walk_weight: 1,
+                ..Default::default()
+            };
+            v.push(huge.into());
+        }
+    }
+    let p = alloc_profile(
+        &["System.String.Ctor", "Acme.Person..ctor", "System.Text.StringBuilder.ToString", "Acme.Program.BuildHuge"],
+        v,
+    );
+    let huge = site(&p, "Acme.Program.BuildHuge");
+    assert_eq!((huge.count, huge.bytes, huge.via.as_str()), (1, 20_000_022, "System.Text.StringBuilder.ToString"));
+    assert_eq!(huge.display(), "Acme.Program.BuildHuge (via System.Text.StringBuilder.ToString)");
+    assert_eq!(huge.stack, ["System.Text.StringBuilder.ToString", "Acme.Program.BuildHuge"]);
+    let person = site(&p, "Acme.Person..ctor");
+    assert_eq!(person.via, "System.String.Ctor");
+    let (c, b) = upscale(64);
+    assert!((person.count as f64 - 1000.0 * c).abs() <= 1.0, "{person:?}");
+    assert!((person.bytes as f64 - 1000.0 * b).abs() <= 1.0, "{person:?}");
+    // The sites add up to the type's estimate.
+    let t = p.events.allocations.iter().find(|a| a.type_name == "System.String").unwrap();
+    assert!(t.bytes.abs_diff(person.bytes + huge.bytes) <= 1, "{t:?}");
+    assert_eq!(p.events.alloc_estimator, AllocEstimator::AllocationSampled);
+}
+
+#[test]
+fn allocation_ticks_weigh_by_amount_and_a_huge_object_by_its_size() {
+    assert_eq!(tick_estimate(32, 102_432), (102_432.0 / 32.0, 102_432.0));
+    assert_eq!(tick_estimate(20_000_022, 20_050_000), (1.0, 20_000_022.0), "the bytes before it are not its");
+    let tick = |ts: u64, size: u64, amount: u64, stack: Vec<u64>| -> Record {
+        AllocationSample {
+            ts,
+            os_tid: 1,
+            class: 7,
+            type_name: "System.String".into(),
+            size,
+            amount,
+            source: 1,
+            walk_weight: 1,
+            stack,
+            ..Default::default()
+        }
+        .into()
+    };
+    let p = alloc_profile(
+        &["Acme.Small", "Acme.Big"],
+        vec![tick(1, 40, 104_000, vec![10]), tick(2, 20_000_022, 20_090_000, vec![11])],
+    );
+    assert_eq!((site(&p, "Acme.Big").count, site(&p, "Acme.Big").bytes), (1, 20_000_022));
+    assert_eq!((site(&p, "Acme.Small").count, site(&p, "Acme.Small").bytes), (2600, 104_000));
+    assert_eq!(p.events.alloc_estimator, AllocEstimator::AllocationTick);
+}
+
+#[test]
+fn exact_counts_are_shared_out_over_the_sampled_stacks_of_their_type() {
+    // 1,000 widgets counted exactly; the agent's samples (no name: the counts name the class) put
+    // three in four at one site. The samples' bytes are not counted again by time.
+    let sample = |ts: u64, stack: Vec<u64>| -> Record {
+        AllocationSample {
+            ts,
+            os_tid: 1,
+            class: 7,
+            size: 24,
+            amount: 16_384,
+            source: 2,
+            walk_weight: 1,
+            stack,
+            ..Default::default()
+        }
+        .into()
+    };
+    let mut v =
+        vec![sample(1, vec![10, 12]), sample(2, vec![10, 12]), sample(3, vec![10, 12]), sample(4, vec![11, 12])];
+    v.push(AllocationCounts { ts: 5, class: 7, type_name: "Acme.Widget".into(), count: 1000, bytes: 24_000 }.into());
+    let p = alloc_profile(&["Acme.Loop.Fill", "Acme.Loop.Other", "Acme.Program.Main"], v);
+    assert_eq!(p.events.alloc_estimator, AllocEstimator::Exact);
+    let types: Vec<(&str, u64, bool)> =
+        p.events.allocations.iter().map(|a| (a.type_name.as_str(), a.count, a.exact)).collect();
+    assert_eq!(types, [("Acme.Widget", 1000, true)]);
+    let fill = site(&p, "Acme.Loop.Fill");
+    assert_eq!((fill.type_name.as_str(), fill.count, fill.bytes, fill.samples), ("Acme.Widget", 750, 18_000, 3));
+    assert_eq!(site(&p, "Acme.Loop.Other").count, 250);
+    let bytes: u64 = p.events.times.allocations.iter().map(|t| t.2).sum();
+    assert_eq!(bytes, 24_000);
+    let total: u64 = p.costs.merged(None).iter().map(|c| c.alloc_count).sum();
+    assert_eq!(total, 1000);
+}
+
 fn gc_at(start_ns: u64, duration_ns: u64) -> Gc {
     Gc { start_ns, duration_ns, finished: true, ..Default::default() }
 }
@@ -989,7 +1132,7 @@ fn packed_allocation_samples_read_back_as_the_single_records() {
         sorted(&mut q);
         assert_eq!(normalized(&p), normalized(&q), "{range:?}");
     }
-    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1] };
+    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1], walk_weights: vec![] };
     let b = events_builder(&[ProcessStart::default().into(), damaged.into()]);
     let p = finished(&b, 1000 * MS, TimeRange::ALL);
     assert_eq!((p.events.alloc_samples, p.events.damaged_records), (0, 1));
