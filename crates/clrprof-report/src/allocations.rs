@@ -75,8 +75,9 @@ pub fn render(p: &Profile) -> String {
         let how = if ev.alloc_exact {
             "the stacks of the agent's sampled objects share out each type's exact counts"
         } else {
-            "the agent walks the stack of the first 64 samples of each type and of every object of 85,000 bytes \
-             or more, then one in 32 (weighted by 32); the walked samples share out each type's estimate"
+            "the agent walks the stack of every sample while it walks fewer than 2,000 a second, and beyond that of \
+             the first 64 samples of each type, of every object of 85,000 bytes or more and of one in 32 of the \
+             others (weighted by 32); the walked samples share out each type's estimate"
         };
         out += &format!(
             "\nby allocation site ({}): the first frame of the user's code on the allocating stack (not System.*, \

@@ -279,6 +279,18 @@ fn gc_and_allocations(runtime: &str, major: &str) {
     assert!(packed > 0 && packed < samples, "{samples} samples in {packed} records");
 }
 
+/// As `allocations.rs`: CsvRead's strings placed at the user's code and estimated without bias
+/// (from `GCAllocationTick` before .NET 10, `AllocationSampled` on it), and `--alloc exact`'s sites
+/// with the exact count of a loop.
+fn csv_allocations(runtime: &str, major: &str) {
+    let (trace, stdout, _) = record_ok(runtime, "csv", "CsvRead", &[csv::CSV_ROWS], &[]);
+    check_runtime(&report_json(&trace), major);
+    let estimator = if major == "10" { "allocation-sampled" } else { "allocation-tick" };
+    csv::check_sampled_csv(&trace, &csv::figures(&stdout), estimator);
+    let (trace, stdout, _) = record_ok(runtime, "csv-exact", "CsvRead", &[csv::CSV_ROWS], &["--alloc", "exact"]);
+    csv::check_exact_csv(&trace, &csv::figures(&stdout));
+}
+
 /// As `sampling.rs`: JsonBench sampled and hooked at once; its sampled stacks follow the hooks'
 /// call graph (frame layouts differ between the runtimes' JITs).
 fn sampled_stacks_follow_calls(runtime: &str, major: &str) {
@@ -317,6 +329,10 @@ macro_rules! runtime_matrix {
             #[test]
             fn gc_and_allocations() {
                 super::gc_and_allocations($tfm, $major);
+            }
+            #[test]
+            fn csv_allocations() {
+                super::csv_allocations($tfm, $major);
             }
         }
     };

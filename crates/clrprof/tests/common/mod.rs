@@ -2,6 +2,8 @@
 //! `clrprof record` and reads reports back as JSON.
 #![allow(dead_code)]
 
+pub mod csv;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
