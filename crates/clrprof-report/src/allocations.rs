@@ -72,7 +72,11 @@ pub fn render(p: &Profile) -> String {
                 s.display(),
             ]);
         }
-        let how = if ev.alloc_exact {
+        let how = if ev.alloc_unweighted_walks {
+            "recorded by an older clrprof, which walked the first 64 samples of each type and one in 32 after that \
+             without saying so in the trace: the walked samples are scaled to their type's total (a site walked among \
+             a type's first samples can read high, one walked later low)"
+        } else if ev.alloc_exact {
             "the stacks of the agent's sampled objects share out each type's exact counts"
         } else {
             "the agent walks the stack of every sample while it walks fewer than 2,000 a second, and beyond that of \

@@ -43,6 +43,10 @@ pub struct AllocType {
     pub samples: u64,
 }
 
+/// Frames kept of a site's heaviest stack (the allocation's context; the cost tree keeps whole
+/// stacks).
+const SITE_STACK_FRAMES: usize = 64;
+
 /// Allocations of one type made at one site: the first frame of the user's code on the
 /// allocating stack (not `System.*`, `Microsoft.*`), through the library frame it called.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -57,7 +61,7 @@ pub struct AllocSite {
     pub bytes: u64,
     /// Walked samples behind the site.
     pub samples: u64,
-    /// The site's heaviest allocating stack, innermost first.
+    /// The site's heaviest allocating stack, innermost first (its first 64 frames).
     pub stack: Vec<String>,
 }
 
@@ -248,6 +252,9 @@ pub(super) struct AllocResult {
     pub estimator: AllocEstimator,
     /// Samples the estimates come from (exact counts: the sampled stacks behind the sites).
     pub samples: u64,
+    /// Walked samples without a walk weight (an older agent): their sites are scaled to their
+    /// type's total.
+    pub unweighted_walks: bool,
     /// (ts, os_tid (0 for exact counts), bytes) by time.
     pub times: Vec<(u64, u32, u64)>,
 }
@@ -442,7 +449,10 @@ impl AllocFacts {
                 count: a.est.count.round() as u64,
                 bytes: a.est.bytes.round() as u64,
                 samples: a.samples,
-                stack: a.heaviest.map(|s| self.stacks.get(s).iter().map(|&f| name(f)).collect()).unwrap_or_default(),
+                stack: a
+                    .heaviest
+                    .map(|s| self.stacks.get(s).iter().take(SITE_STACK_FRAMES).map(|&f| name(f)).collect())
+                    .unwrap_or_default(),
             })
             .collect();
         sites.sort_by(|a, b| {
@@ -461,7 +471,16 @@ impl AllocFacts {
         } else {
             AllocEstimator::None
         };
-        AllocResult { allocations: allocs, sites, exact: !self.counted.is_empty(), estimator, samples, times }
+        let unweighted_walks = walked_type.values().any(|w| w.legacy.count > 0.0 || w.legacy.bytes > 0.0);
+        AllocResult {
+            allocations: allocs,
+            sites,
+            exact: !self.counted.is_empty(),
+            estimator,
+            samples,
+            unweighted_walks,
+            times,
+        }
     }
 }
 

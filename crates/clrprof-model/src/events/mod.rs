@@ -51,6 +51,9 @@ pub struct RuntimeEvents {
     pub alloc_samples: u64,
     /// How the allocation figures were obtained.
     pub alloc_estimator: AllocEstimator,
+    /// Allocation stacks walked by an older agent, which did not say how many samples each stands
+    /// for: their sites are scaled to their type's total.
+    pub alloc_unweighted_walks: bool,
     /// Contentions that started in the range.
     pub contentions: Vec<ContentionSite>,
     /// Present when the trace was recorded with `--events`: the lines in the range.
@@ -328,6 +331,7 @@ impl EventsBuilder {
             alloc_exact: al.exact,
             alloc_samples: al.samples,
             alloc_estimator: al.estimator,
+            alloc_unweighted_walks: al.unweighted_walks,
             contentions: ct.sites,
             log,
             log_enabled: self.log.enabled,

@@ -78,7 +78,7 @@ pub fn check_sampled_csv(trace: &Path, f: &HashMap<String, u64>, estimator: &str
     let t = text(&report(trace, &["--view", "allocations"]).stdout);
     assert!(t.contains("CsvRead.Program.BuildHuge (via System.Text.StringBuilder.ToString)"), "{t}");
     let how = if estimator == "allocation-sampled" { "AllocationSampled" } else { "AllocationTick" };
-    assert!(t.contains(&format!("ESTIMATES from")) && t.contains(how), "{t}");
+    assert!(t.contains("ESTIMATES from") && t.contains(how), "{t}");
     check_alloc_weights(trace, f);
 }
 
