@@ -67,10 +67,10 @@ pub fn check_sampled_csv(trace: &Path, f: &HashMap<String, u64>, estimator: &str
     assert_eq!(huge[0]["via"], "System.Text.StringBuilder.ToString");
     assert_eq!(u(huge[0], "count"), 1, "{}", huge[0]);
     within("the huge string", u(huge[0], "bytes"), f["huge_bytes"], 0.15);
-    // Person objects, one site.
+    // Person objects, one site: 22 MB, about 210 samples, a standard deviation of ~7%.
     let persons = sites(&v, "CsvRead.Person");
     assert_eq!(persons[0]["function"], "CsvRead.Program.Load");
-    within("Person objects", u(persons[0], "count"), f["persons"], 0.15);
+    within("Person objects", u(persons[0], "count"), f["persons"], 0.30);
     // All types together against the runtime's count of the process's allocations.
     let total: u64 = v["allocations"].as_array().unwrap().iter().map(|a| u(a, "bytes")).sum();
     within("all allocated bytes", total, f["total_bytes"], 0.10);
