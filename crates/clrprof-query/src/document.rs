@@ -489,7 +489,12 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
             _ => None,
         })
         .collect();
-    let instrumented = p.instrumentation.is_some();
+    // Exact calls and times: clrprof's enter/leave hooks, or an imported instrumentation report
+    // (vsperfreport's call counts and elapsed times), which has no `instrumentation` settings.
+    let instrumented = p.instrumentation.is_some() || {
+        let t = select::totals(p);
+        t.calls > 0 || t.time_ns > 0
+    };
     let pr = &p.process;
     let module_file = |id: u64| p.module(id).map(|m| m.file_name().to_string());
     let cpu_hits = module_hits(p, Metric::Cpu, threads).expect("cpu is a sampled weight");
