@@ -256,7 +256,7 @@ fn thread_churn_is_counted_exactly_with_bounded_memory() {
     assert!(text(&out.stdout).starts_with(&format!("churn: {} ", threads * 9)), "{}", text(&out.stdout));
     let peak_many = peak_rss_kb(&out);
 
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     assert_eq!(calls(&v, "Calls.Churn.Work"), threads * calls_each);
     assert_eq!(calls(&v, "Calls.Churn.Entry"), threads);
     assert_eq!(calls(&v, "Calls.Churn.Run"), 1);
