@@ -159,22 +159,28 @@ fn caller_callee_summaries_keep_exact_self_values() {
             "{name}"
         );
     }
-    // Instrumented, numeric types, ',' decimals, UTF-16: Hash's 69.25 ms are split over its
-    // callers by their calls (40 and 20), the parts summing exactly.
-    let (_, p) = load("vs2010_instrumentation_CallerCalleeSummary_utf16.csv");
-    assert_eq!(
-        functions(&p, Metric::Time),
-        [
-            row(HASH, "Hashing.dll", 69_250_000, 69_250_000, 60),
-            row(PARSE, "App.exe", 10_500_000, 10_500_000 + 23_083_333, 5),
-            row(MAIN, "App.exe", 500_000, 100_500_000, 1),
-            row(WORK, "App.exe", 20_250_000, 20_250_000 + 46_166_667, 10),
-        ]
-    );
-    let c = callers(&p, &CostQuery { metric: Some(Metric::Calls), ..Default::default() }, Some(HASH)).unwrap();
-    let edges: Vec<(Option<String>, u64)> =
-        c.function.unwrap().callers.iter().map(|e| (e.name.clone(), e.calls)).collect();
-    assert_eq!(edges, [(Some(WORK.to_string()), 40), (Some(PARSE.to_string()), 20)]);
+    // Instrumented: numeric types, ',' decimals, UTF-16; and Visual Studio 2010's full 33-column
+    // header (probe overheads, min/avg/max, source, address, `Root Function Name`, process). Hash's
+    // 69.25 ms are split over its callers by their calls (40 and 20), the parts summing exactly.
+    for name in
+        ["vs2010_instrumentation_CallerCalleeSummary_utf16.csv", "vs2010_instrumentation_CallerCalleeSummary_full.csv"]
+    {
+        let (_, p) = load(name);
+        assert_eq!(
+            functions(&p, Metric::Time),
+            [
+                row(HASH, "Hashing.dll", 69_250_000, 69_250_000, 60),
+                row(PARSE, "App.exe", 10_500_000, 10_500_000 + 23_083_333, 5),
+                row(MAIN, "App.exe", 500_000, 100_500_000, 1),
+                row(WORK, "App.exe", 20_250_000, 20_250_000 + 46_166_667, 10),
+            ],
+            "{name}"
+        );
+        let c = callers(&p, &CostQuery { metric: Some(Metric::Calls), ..Default::default() }, Some(HASH)).unwrap();
+        let edges: Vec<(Option<String>, u64)> =
+            c.function.unwrap().callers.iter().map(|e| (e.name.clone(), e.calls)).collect();
+        assert_eq!(edges, [(Some(WORK.to_string()), 40), (Some(PARSE.to_string()), 20)], "{name}");
+    }
 }
 
 #[test]
