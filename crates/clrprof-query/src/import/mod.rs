@@ -194,8 +194,16 @@ impl Builder {
             }
             m
         };
-        let (class_name, short, signature) =
+        let (mut class_name, short, signature) =
             if frame.kind == FrameKind::Synthetic { ("", name, "") } else { split_name(name) };
+        // Folded stacks name managed frames without parameters (`Demo.Pricing.LineTotal`): their
+        // class is before the last dot, unless the name is a file (a process row) or a token.
+        if class_name.is_empty() && signature.is_empty() && frame.kind == FrameKind::Managed {
+            let file_or_token = is_managed_module(name) || name.starts_with("0x");
+            if let Some(i) = separators(name).last().map(|&(i, _)| i).filter(|_| !file_or_token) {
+                class_name = &name[..i];
+            }
+        }
         self.p.functions.push(Function {
             id,
             name: short.to_string(),
@@ -361,6 +369,34 @@ mod tests {
             )
         );
         assert_eq!(sniff(b"").unwrap_err().0, "the file is empty");
+    }
+
+    #[test]
+    fn imported_functions_are_named_like_a_traces() {
+        let mut b = Builder::new("test");
+        for (module, name) in [
+            ("Demo.dll", "Demo.Pricing.LineTotal"),
+            ("App.exe", "App.Worker.Work(int32)"),
+            ("", "Render.exe"),
+            ("Render.exe", "0x0A00005F"),
+            ("libc.so.6", "libc.so.6!write"),
+            ("", "[GC]"),
+        ] {
+            b.frame(module, name);
+        }
+        let f: Vec<(&str, &str, &str)> =
+            b.p.functions.iter().map(|f| (f.name.as_str(), f.class_name.as_str(), f.signature.as_str())).collect();
+        assert_eq!(
+            f,
+            [
+                ("Demo.Pricing.LineTotal", "Demo.Pricing", ""),
+                ("App.Worker.Work", "App.Worker", "(int32)"),
+                ("Render.exe", "", ""),
+                ("0x0A00005F", "", ""),
+                ("libc.so.6!write", "", ""),
+                ("[GC]", "", ""),
+            ]
+        );
     }
 
     #[test]
