@@ -286,6 +286,9 @@ fn visual_studio_instrumentation_call_tree_reads_exactly() {
             .collect();
         assert_eq!(got, expected, "{name}");
         assert_eq!(functions(&p, Metric::Calls).iter().map(|r| r.4).sum::<u64>(), 10_605_033, "{name}");
+        // Not clrprof's hooks: the weight says whose figures they are.
+        let note = clrprof_query::select::weight_note(&p, Metric::Time);
+        assert_eq!(note, "weight: time — as the imported report gives them", "{name}");
         // Functions carry the trace's naming: `Ns.Type.Method`, its class and its parameter list.
         let f = |n: &str| p.functions.iter().find(|f| f.name == n).unwrap_or_else(|| panic!("{name}: no {n}"));
         let hit = f("Render.Shapes.IShape.Hit");
