@@ -12,7 +12,8 @@
 #   churn20k.clrprof  apps/Stress churn 20000 8 under --instrument --no-sample (20,000 threads)
 #   churn20ks.clrprof apps/Stress churn 20000 8 under --instrument, sampled (the timeline's threads)
 # Each run's output is compared with the first binary's: the reports must be byte-identical (a
-# baseline without --per-thread is run without it for both modes; compare with its `full` mode).
+# baseline without --per-thread is run without it for both modes; compare with its `full` mode, which
+# differs from a baseline before schema 3 in `schema_version` alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-3}

@@ -18,7 +18,10 @@ use crate::timeline::{timeline, Timeline};
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
 /// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the
 /// document linear in size and shallow for standard JSON readers.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `thread_hotspots` only with `--per-thread`, and `timeline.threads` only the busy threads
+/// (the rest summed in `timeline.other_threads`), so the document no longer grows with threads ×
+/// functions or threads × buckets; a reader that summed `timeline.threads` must add the new row.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Serialize)]
 pub struct ReportDocument {

@@ -52,7 +52,7 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
             assert_eq!(f["callee_ns"].as_u64().unwrap(), i - e);
         }
     }
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     check_tree(v["calltree"].as_array().unwrap());
     let instr = &v["instrumentation"];
     assert_eq!(instr["inlining_disabled"], true);
