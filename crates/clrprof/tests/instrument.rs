@@ -45,7 +45,7 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
     assert_eq!(text(&out.stdout), text(&plain.stdout));
     assert!(text(&out.stdout).contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"));
 
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     check_calls_app(&v);
     for f in v["functions"].as_array().unwrap() {
         if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {

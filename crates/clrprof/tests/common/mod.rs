@@ -327,7 +327,7 @@ pub fn calls(v: &serde_json::Value, name: &str) -> u64 {
 }
 
 /// The exact counts of `apps/Calls` run whole under `--instrument` (one run of every scenario),
-/// checked in its JSON report: the same on every runtime.
+/// checked in its JSON report with `--per-thread` (the per-thread tables): the same on every runtime.
 pub fn check_calls_app(v: &serde_json::Value) {
     assert_eq!(calls(v, "Calls.Counted.Tick"), 1000);
     assert_eq!(calls(v, "Calls.Counted.Run"), 1);
