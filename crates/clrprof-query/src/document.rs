@@ -18,7 +18,10 @@ use crate::timeline::{timeline, Timeline};
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
 /// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the
 /// document linear in size and shallow for standard JSON readers.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `thread_hotspots` only with `--per-thread`, and `timeline.threads` only the busy threads
+/// (the rest summed in `timeline.other_threads`), so the document no longer grows with threads ×
+/// functions or threads × buckets; a reader that summed `timeline.threads` must add the new row.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Serialize)]
 pub struct ReportDocument {
@@ -486,9 +489,24 @@ pub fn iso8601(unix_ns: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, (rem / 60) % 60, rem % 60)
 }
 
-/// The whole report document for a thread selection, with a timeline in buckets of `bucket_ns`
-/// (`None`: chosen from the profile's span).
+/// What the document holds beyond its fixed sections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DocumentOptions {
+    /// Per-thread detail: every thread's own hot spots (`thread_hotspots`) and timeline row. Off,
+    /// `thread_hotspots` is absent and the timeline's quiet threads are folded into one row
+    /// ([`crate::timeline::Timeline::fold_quiet`]): the document's size then no longer grows with
+    /// threads × functions or threads × buckets.
+    pub per_thread: bool,
+}
+
+/// The report document for a thread selection, with a timeline in buckets of `bucket_ns`
+/// (`None`: chosen from the profile's span), without per-thread detail.
 pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> ReportDocument {
+    document_with(p, threads, bucket_ns, DocumentOptions::default())
+}
+
+/// [`document`] with options.
+pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opts: DocumentOptions) -> ReportDocument {
     let rows = function_rows(p, threads);
     let by_function: HashMap<u64, &FunctionRow> = rows
         .iter()
@@ -497,7 +515,12 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
             _ => None,
         })
         .collect();
-    let instrumented = p.instrumentation.is_some();
+    // Exact calls and times: clrprof's enter/leave hooks, or an imported instrumentation report
+    // (vsperfreport's call counts and elapsed times), which has no `instrumentation` settings.
+    let instrumented = p.instrumentation.is_some() || {
+        let t = select::totals(p);
+        t.calls > 0 || t.time_ns > 0
+    };
     let pr = &p.process;
     let module_file = |id: u64| p.module(id).map(|m| m.file_name().to_string());
     let cpu_hits = module_hits(p, Metric::Cpu, threads).expect("cpu is a sampled weight");
@@ -635,10 +658,16 @@ pub fn document(p: &Profile, threads: &Threads, bucket_ns: Option<u64>) -> Repor
             filtered_functions: i.filtered_functions,
         }),
         calltree: instrumented.then(|| calltree(p, threads)),
-        thread_hotspots: instrumented.then(|| thread_hotspots(p, threads)),
+        thread_hotspots: (instrumented && opts.per_thread).then(|| thread_hotspots(p, threads)),
         flow: (!p.flow.is_empty()).then(|| flow(p, threads)),
         sampling: sampling(p, threads, &cpu_hits, &cpu_by_module, &wall_by_module),
-        timeline: timeline(p, threads, bucket_ns),
+        timeline: {
+            let mut t = timeline(p, threads, bucket_ns);
+            if !opts.per_thread {
+                t.fold_quiet(crate::timeline::BUSY_SHARE);
+            }
+            t
+        },
         exceptions: exceptions(p),
         exception_sampling: {
             let sm = &p.events.exception_sampling;

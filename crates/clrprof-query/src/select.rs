@@ -86,7 +86,12 @@ pub fn weight_note(p: &Profile, m: Metric) -> String {
     let total = totals(p);
     match m {
         Metric::Time | Metric::Calls => {
-            let mut s = format!("weight: {} — exact, from enter/leave hooks", m.name());
+            let mut s = match &p.instrumentation {
+                Some(_) => format!("weight: {} — exact, from enter/leave hooks", m.name()),
+                // An imported instrumentation report: its profiler's counts and times, as the
+                // profile's note tells how they were read.
+                None => format!("weight: {} — as the imported report gives them", m.name()),
+            };
             if let Some(i) = &p.instrumentation {
                 s += &format!(
                     "; inlining {}; ReadyToRun code {}; tiered compilation {}; profiler time {}",

@@ -27,6 +27,68 @@ pub struct ThreadActivity {
     pub exceptions: Vec<u64>,
 }
 
+/// Quiet threads folded into one row: how many, and their values added per bucket.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OtherThreads {
+    pub threads: usize,
+    pub cpu_samples: Vec<u64>,
+    pub cpu_ns: Vec<u64>,
+    pub wall_samples: Vec<u64>,
+    pub wall_ns: Vec<u64>,
+    pub exceptions: Vec<u64>,
+}
+
+/// A thread keeps its own timeline row when it holds at least this share (1/100) of the
+/// timeline's CPU samples, wall samples or exceptions: at most 300 rows whatever the thread count.
+pub const BUSY_SHARE: f64 = 0.01;
+
+impl Timeline {
+    /// Folds the threads that hold less than `share` of every one of the timeline's CPU samples,
+    /// wall samples and exceptions into [`Timeline::other_threads`], their values added bucket by
+    /// bucket, so the sums over rows stay exact. At most `3 / share` threads keep their row.
+    pub fn fold_quiet(&mut self, share: f64) {
+        let total = |f: fn(&ThreadActivity) -> &Vec<u64>| -> u64 {
+            self.threads
+                .iter()
+                .map(|r| f(r).iter().fold(0u64, |a, &v| a.saturating_add(v)))
+                .fold(0u64, u64::saturating_add)
+        };
+        let sum = |v: &Vec<u64>| v.iter().fold(0u64, |a, &x| a.saturating_add(x));
+        let (cpu, wall, exc) = (total(|r| &r.cpu_samples), total(|r| &r.wall_samples), total(|r| &r.exceptions));
+        let busy = |r: &ThreadActivity| {
+            let at_least = |v: u64, of: u64| of > 0 && v as f64 >= share * of as f64;
+            at_least(sum(&r.cpu_samples), cpu)
+                || at_least(sum(&r.wall_samples), wall)
+                || at_least(sum(&r.exceptions), exc)
+        };
+        let (keep, quiet): (Vec<ThreadActivity>, Vec<ThreadActivity>) =
+            std::mem::take(&mut self.threads).into_iter().partition(busy);
+        self.threads = keep;
+        if quiet.is_empty() {
+            return;
+        }
+        let n = self.buckets;
+        let mut o = OtherThreads {
+            threads: quiet.len(),
+            cpu_samples: vec![0; n],
+            cpu_ns: vec![0; n],
+            wall_samples: vec![0; n],
+            wall_ns: vec![0; n],
+            exceptions: vec![0; n],
+        };
+        let add =
+            |to: &mut Vec<u64>, from: &Vec<u64>| to.iter_mut().zip(from).for_each(|(a, &b)| *a = a.saturating_add(b));
+        for r in &quiet {
+            add(&mut o.cpu_samples, &r.cpu_samples);
+            add(&mut o.cpu_ns, &r.cpu_ns);
+            add(&mut o.wall_samples, &r.wall_samples);
+            add(&mut o.wall_ns, &r.wall_ns);
+            add(&mut o.exceptions, &r.exceptions);
+        }
+        self.other_threads = Some(o);
+    }
+}
+
 /// The profile's span cut into buckets of `bucket_ns` from `start_ns` (the size asked for, widened
 /// when it would give more than [`MAX_BUCKETS`]); the last bucket may end early at `end_ns`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -35,8 +97,12 @@ pub struct Timeline {
     pub start_ns: u64,
     pub end_ns: u64,
     pub buckets: usize,
-    /// Threads of the selection with samples or exceptions in the span, by OS tid.
+    /// Threads of the selection with samples or exceptions in the span, by OS tid (after
+    /// [`Timeline::fold_quiet`], only the busy ones).
     pub threads: Vec<ThreadActivity>,
+    /// The threads [`Timeline::fold_quiet`] folded into one row, their values added per bucket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_threads: Option<OtherThreads>,
     /// Time the runtime was paused for GCs, per bucket.
     pub gc_pause_ns: Vec<u64>,
     /// Collections started, per bucket.
@@ -158,7 +224,16 @@ pub fn timeline_with(
             gcs[at(g.start_ns)] += 1;
         }
     }
-    Timeline { bucket_ns: bucket, start_ns: start, end_ns: end, buckets: n, threads: rows, gc_pause_ns, gcs }
+    Timeline {
+        bucket_ns: bucket,
+        start_ns: start,
+        end_ns: end,
+        buckets: n,
+        threads: rows,
+        other_threads: None,
+        gc_pause_ns,
+        gcs,
+    }
 }
 
 #[cfg(test)]
@@ -175,6 +250,38 @@ mod tests {
         for span in [1u64, 999_999_999, 12_345_678_901, 987_654_321_000] {
             assert!(span.div_ceil(default_bucket(span)) <= DEFAULT_BUCKETS, "{span}");
         }
+    }
+
+    #[test]
+    fn quiet_threads_fold_into_one_row_with_exact_sums() {
+        let row = |tid: u32, cpu: u64, exc: u64| ThreadActivity {
+            os_tid: tid,
+            name: format!("t{tid}"),
+            cpu_samples: vec![cpu, 1],
+            cpu_ns: vec![cpu * 10, 10],
+            wall_samples: vec![0, 0],
+            wall_ns: vec![0, 0],
+            exceptions: vec![exc, 0],
+        };
+        // One busy thread (CPU), one with a few exceptions only, 500 quiet ones.
+        let mut threads = vec![row(1, 10_000, 0), row(2, 0, 5)];
+        threads.extend((3..503).map(|t| row(t, 1, 0)));
+        let mut t = Timeline {
+            bucket_ns: 1,
+            start_ns: 0,
+            end_ns: 2,
+            buckets: 2,
+            threads,
+            other_threads: None,
+            gc_pause_ns: vec![0, 0],
+            gcs: vec![0, 0],
+        };
+        t.fold_quiet(BUSY_SHARE);
+        assert_eq!(t.threads.iter().map(|r| r.os_tid).collect::<Vec<_>>(), vec![1, 2]);
+        let o = t.other_threads.as_ref().unwrap();
+        assert_eq!((o.threads, o.cpu_samples.clone(), o.cpu_ns.clone()), (500, vec![500, 500], vec![5000, 5000]));
+        let cpu: u64 = t.threads.iter().flat_map(|r| &r.cpu_samples).sum::<u64>() + o.cpu_samples.iter().sum::<u64>();
+        assert_eq!(cpu, 10_001 + 1 + 500 * 2);
     }
 
     #[test]

@@ -159,22 +159,28 @@ fn caller_callee_summaries_keep_exact_self_values() {
             "{name}"
         );
     }
-    // Instrumented, numeric types, ',' decimals, UTF-16: Hash's 69.25 ms are split over its
-    // callers by their calls (40 and 20), the parts summing exactly.
-    let (_, p) = load("vs2010_instrumentation_CallerCalleeSummary_utf16.csv");
-    assert_eq!(
-        functions(&p, Metric::Time),
-        [
-            row(HASH, "Hashing.dll", 69_250_000, 69_250_000, 60),
-            row(PARSE, "App.exe", 10_500_000, 10_500_000 + 23_083_333, 5),
-            row(MAIN, "App.exe", 500_000, 100_500_000, 1),
-            row(WORK, "App.exe", 20_250_000, 20_250_000 + 46_166_667, 10),
-        ]
-    );
-    let c = callers(&p, &CostQuery { metric: Some(Metric::Calls), ..Default::default() }, Some(HASH)).unwrap();
-    let edges: Vec<(Option<String>, u64)> =
-        c.function.unwrap().callers.iter().map(|e| (e.name.clone(), e.calls)).collect();
-    assert_eq!(edges, [(Some(WORK.to_string()), 40), (Some(PARSE.to_string()), 20)]);
+    // Instrumented: numeric types, ',' decimals, UTF-16; and Visual Studio 2010's full 33-column
+    // header (probe overheads, min/avg/max, source, address, `Root Function Name`, process). Hash's
+    // 69.25 ms are split over its callers by their calls (40 and 20), the parts summing exactly.
+    for name in
+        ["vs2010_instrumentation_CallerCalleeSummary_utf16.csv", "vs2010_instrumentation_CallerCalleeSummary_full.csv"]
+    {
+        let (_, p) = load(name);
+        assert_eq!(
+            functions(&p, Metric::Time),
+            [
+                row(HASH, "Hashing.dll", 69_250_000, 69_250_000, 60),
+                row(PARSE, "App.exe", 10_500_000, 10_500_000 + 23_083_333, 5),
+                row(MAIN, "App.exe", 500_000, 100_500_000, 1),
+                row(WORK, "App.exe", 20_250_000, 20_250_000 + 46_166_667, 10),
+            ],
+            "{name}"
+        );
+        let c = callers(&p, &CostQuery { metric: Some(Metric::Calls), ..Default::default() }, Some(HASH)).unwrap();
+        let edges: Vec<(Option<String>, u64)> =
+            c.function.unwrap().callers.iter().map(|e| (e.name.clone(), e.calls)).collect();
+        assert_eq!(edges, [(Some(WORK.to_string()), 40), (Some(PARSE.to_string()), 20)], "{name}");
+    }
 }
 
 #[test]
@@ -225,4 +231,95 @@ fn caller_callee_recursion_and_cycles_keep_self_values() {
     let roots: Vec<&str> = v.entry_points.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(roots, ["F"]);
     assert_eq!(v.entry_total, 80 * SAMPLE);
+}
+
+/// A CallTree report laid out as Visual Studio's instrumentation profiler writes it (the header,
+/// UTF-8 BOM, a level-0 process row with an empty module, quoted thousands, averages rounded to
+/// 0.01 ms, full signatures with commas, explicit interface implementations, an unresolved token),
+/// in English-locale UTF-8 and as a French-locale UTF-16 file (non-breaking-space thousands,
+/// decimal commas). Calls, names and times are exact: a function called 2,893,824 times at an
+/// average of "0.00" ms takes its 4.21% of the run's 200,000 ms, not 0 ms.
+#[test]
+fn visual_studio_instrumentation_call_tree_reads_exactly() {
+    for name in
+        ["vs2015_instrumentation_CallTreeSummary_bom.csv", "vs2019_instrumentation_CallTreeSummary_fr_utf16.csv"]
+    {
+        let (f, p) = load(name);
+        assert_eq!(f, Format::VsPerfCsv, "{name}");
+        const HIT: &str = "Render.Shapes.IShape.Hit(class Render.Ray&,bool&)";
+        const SPHERE: &str = "Render.Shapes.Sphere.Render.Shapes.IShape.Hit(class Render.Ray&,bool&)";
+        const BOX: &str = "Render.Shapes.Box.Render.Shapes.IShape.Hit(class Render.Ray&,bool&)";
+        const DOT: &str = "Render.Vector3.Dot(valuetype Render.Vector3,valuetype Render.Vector3)";
+        const LAMBDA: &str = "Render.Tracer.<Trace>b__4_0(int32)";
+        const MAIN: &str = "Render.App.Main(string[])";
+        let mut expected = vec![
+            row("0x0A00005F", "Render.exe", 10_000 * MS, 10_000 * MS, 35_330),
+            row(MAIN, "Render.exe", 2_000 * MS, 20_000 * MS, 1),
+            row(BOX, "Render.exe", 31_580 * MS, 31_580 * MS, 964_608),
+            row(HIT, "Render.exe", 8_420 * MS, 120_000 * MS, 2_893_824),
+            row(SPHERE, "Render.exe", 60_000 * MS, 80_000 * MS, 1_929_216),
+            row(LAMBDA, "Render.exe", 40_000 * MS, 180_000 * MS, 500),
+            row("Render.Exe", "", 0, 200_000 * MS, 0),
+            row(
+                "Render.Gl.TexImage2D(valuetype Render.Gl.Target,int32,!!0[])",
+                "Render.dll",
+                10_000 * MS,
+                10_000 * MS,
+                1,
+            ),
+            row("Render.Scene..ctor(int32,int32)", "Render.exe", 8_000 * MS, 8_000 * MS, 1),
+            row(DOT, "Render.dll", 20_000 * MS, 20_000 * MS, 3_575_792),
+            row(
+                "System.Collections.Generic.List`1.get_Item(int32)",
+                "mscorlib.dll",
+                10_000 * MS,
+                10_000 * MS,
+                1_205_760,
+            ),
+        ];
+        expected[6].0 = "Render.exe".into();
+        expected.sort();
+        // Times are read from rounded averages and shares: within a microsecond of the figures.
+        let got: Vec<_> = functions(&p, Metric::Time)
+            .into_iter()
+            .map(|(n, m, s, i, c)| (n, m, (s + 500) / 1000 * 1000, (i + 500) / 1000 * 1000, c))
+            .collect();
+        assert_eq!(got, expected, "{name}");
+        assert_eq!(functions(&p, Metric::Calls).iter().map(|r| r.4).sum::<u64>(), 10_605_033, "{name}");
+        // Not clrprof's hooks: the weight says whose figures they are.
+        let note = clrprof_query::select::weight_note(&p, Metric::Time);
+        assert_eq!(note, "weight: time — as the imported report gives them", "{name}");
+        // Functions carry the trace's naming: `Ns.Type.Method`, its class and its parameter list.
+        let f = |n: &str| p.functions.iter().find(|f| f.name == n).unwrap_or_else(|| panic!("{name}: no {n}"));
+        let hit = f("Render.Shapes.IShape.Hit");
+        assert_eq!(
+            (hit.class_name.as_str(), hit.signature.as_str()),
+            ("Render.Shapes.IShape", "(class Render.Ray&,bool&)")
+        );
+        let sphere = f("Render.Shapes.Sphere.Render.Shapes.IShape.Hit");
+        assert_eq!(sphere.class_name, "Render.Shapes.Sphere");
+        assert_eq!(f("Render.Scene..ctor").class_name, "Render.Scene");
+        assert_eq!(f("Render.exe").class_name, "");
+        assert_eq!(f("0x0A00005F").class_name, "");
+        assert!(paths(&p, Metric::Time)
+            .iter()
+            .any(|(path, v)| path == &format!("Render.exe > {LAMBDA} > {HIT} > {SPHERE} > {DOT}")
+                && (*v + 500) / 1000 * 1000 == 20_000 * MS));
+    }
+}
+
+/// The JSON report of an imported instrumentation report carries its calls and times (functions,
+/// call tree, hot spots), as a clrprof instrumented trace's does.
+#[test]
+fn imported_instrumentation_reports_have_calls_in_json() {
+    let (_, p) = load("vs2015_instrumentation_CallTreeSummary_bom.csv");
+    let doc = clrprof_query::document::document(&p, &clrprof_query::select::Threads::all(), None);
+    let v = serde_json::to_value(&doc).unwrap();
+    let hit = v["functions"].as_array().unwrap().iter().find(|f| f["name"] == "Render.Shapes.IShape.Hit").unwrap();
+    assert_eq!(hit["calls"], 2_893_824);
+    assert_eq!(hit["class"], "Render.Shapes.IShape");
+    assert_eq!(hit["signature"], "(class Render.Ray&,bool&)");
+    let tree = v["calltree"].as_array().expect("a call tree");
+    let calls: u64 = tree.iter().map(|n| n["calls"].as_u64().unwrap()).sum();
+    assert_eq!(calls, 10_605_033);
 }

@@ -18,7 +18,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     for g in &view.groups {
         out += &format!("\n{}: {} functions, total {}\n", g.label, g.count, fmt_value(m, g.total));
         let t = match m {
-            Metric::Time | Metric::Calls => instrumented(&g.rows, g.total),
+            Metric::Time | Metric::Calls => instrumented(&g.rows, m, g.total),
             _ => sampled(&g.rows, m, g.total),
         };
         out += &t.render();
@@ -26,11 +26,14 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     Ok(out)
 }
 
-fn instrumented(rows: &[FunctionStats], tot_excl: u64) -> TextTable {
+/// `tot` is the group's total of the weight `m`; the percentage column is each row's share of it
+/// (exclusive time, or calls with `--weight calls`: a time over a call count is no percentage).
+fn instrumented(rows: &[FunctionStats], m: Metric, tot: u64) -> TextTable {
+    let share = if m == Metric::Calls { "CALLS %" } else { "EXCL %" };
     let mut t = TextTable::new(&[
         ("CALLS", Right),
         ("EXCL ms", Right),
-        ("EXCL %", Right),
+        (share, Right),
         ("INCL ms", Right),
         ("CALLEE ms", Right),
         ("SUSP ms", Right),
@@ -42,7 +45,7 @@ fn instrumented(rows: &[FunctionStats], tot_excl: u64) -> TextTable {
         t.row(vec![
             s.calls.to_string(),
             ms(s.time_ns),
-            percent(s.time_ns, tot_excl),
+            percent(m.of(s), tot),
             ms(i.time_ns),
             ms(i.time_ns.saturating_sub(s.time_ns)),
             ms(i.suspended_ns),

@@ -66,6 +66,8 @@ pub struct ReportOptions {
     pub function: Option<String>,
     /// JSON: the timeline's bucket size (`None`: chosen from the span).
     pub bucket_ns: Option<u64>,
+    /// JSON: every thread's hot spots and timeline row (`--per-thread`).
+    pub per_thread: bool,
 }
 
 impl Default for ReportOptions {
@@ -81,6 +83,7 @@ impl Default for ReportOptions {
             min_percent: 0.0,
             function: None,
             bucket_ns: None,
+            per_thread: false,
         }
     }
 }
@@ -120,9 +123,19 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Auto => View::Hotspots,
         v => v,
     };
+    if opts.per_thread && opts.format != Format::Json {
+        return Err(ReportError::Unsupported(
+            "--per-thread is for --format json (text and CSV hot spots per thread: --by-thread)".into(),
+        ));
+    }
     if opts.format == Format::Json {
         let threads = Threads::resolve(p, opts.thread.as_deref())?;
-        let doc = clrprof_query::document::document(p, &threads, opts.bucket_ns);
+        let doc = clrprof_query::document::document_with(
+            p,
+            &threads,
+            opts.bucket_ns,
+            clrprof_query::document::DocumentOptions { per_thread: opts.per_thread },
+        );
         // Through a `Value`, whose maps keep their keys sorted: the same document byte for byte.
         let mut s = serde_json::to_string_pretty(&serde_json::to_value(&doc)?)?;
         s.push('\n');

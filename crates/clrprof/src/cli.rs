@@ -451,6 +451,10 @@ struct ReportArgs {
     /// JSON: the timeline's bucket size (e.g. 10ms) [default: a round size giving at most 200 buckets]
     #[arg(long, value_name = "TIME", value_parser = time_arg)]
     bucket: Option<u64>,
+    /// JSON: every thread's hot spots (`thread_hotspots`) and timeline row; without it the
+    /// timeline folds threads with under 1% of the samples and exceptions into one row
+    #[arg(long)]
+    per_thread: bool,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -656,6 +660,7 @@ pub fn run() -> Result<ExitCode> {
                     min_percent: a.min_percent,
                     function: a.function,
                     bucket_ns: a.bucket,
+                    per_thread: a.per_thread,
                 },
             };
             crate::report::report(&cmd)?;

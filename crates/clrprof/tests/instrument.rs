@@ -45,14 +45,14 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
     assert_eq!(text(&out.stdout), text(&plain.stdout));
     assert!(text(&out.stdout).contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"));
 
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     check_calls_app(&v);
     for f in v["functions"].as_array().unwrap() {
         if let (Some(i), Some(e)) = (f["inclusive_ns"].as_u64(), f["exclusive_ns"].as_u64()) {
             assert_eq!(f["callee_ns"].as_u64().unwrap(), i - e);
         }
     }
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     check_tree(v["calltree"].as_array().unwrap());
     let instr = &v["instrumentation"];
     assert_eq!(instr["inlining_disabled"], true);
@@ -256,7 +256,7 @@ fn thread_churn_is_counted_exactly_with_bounded_memory() {
     assert!(text(&out.stdout).starts_with(&format!("churn: {} ", threads * 9)), "{}", text(&out.stdout));
     let peak_many = peak_rss_kb(&out);
 
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     assert_eq!(calls(&v, "Calls.Churn.Work"), threads * calls_each);
     assert_eq!(calls(&v, "Calls.Churn.Entry"), threads);
     assert_eq!(calls(&v, "Calls.Churn.Run"), 1);

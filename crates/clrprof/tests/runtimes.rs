@@ -49,7 +49,7 @@ fn check_runtime(v: &Value, major: &str) {
 fn instrumented_calls(runtime: &str, major: &str) {
     let (trace, stdout, _) = record_ok(runtime, "calls", "Calls", &[], &["--instrument"]);
     assert!(stdout.contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"), "{stdout}");
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     check_runtime(&v, major);
     check_calls_app(&v);
 }

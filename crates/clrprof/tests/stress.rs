@@ -63,7 +63,7 @@ fn a_thousand_live_threads_sampled_and_instrumented() {
     let out = record("Stress", &["threads", "1000"], &trace, &["--instrument"]);
     let line = ok_line(&out, "threads");
     assert_eq!(field(&line, "at_once"), "1000", "{line}");
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     assert_eq!(calls(&v, "StressApp.LiveThreads.Body"), 1000);
     assert_eq!(calls(&v, "StressApp.LiveThreads.Leaf"), 20_000);
     // Every thread's own counts, and every thread in the threads table with its name.
@@ -103,7 +103,7 @@ fn twenty_thousand_short_lived_threads_exact_counts_bounded_memory() {
     // Every thread instrumented (the old limit was 16,384 threads over a process's life), and each
     // thread's own table exact: `Leaf` three times per `Body` (an OS tid the kernel reused holds
     // several threads' calls). The JSON report of 20,000 threads is linear in them now.
-    let v = report_json(&trace);
+    let v = report_json_per_thread(&trace);
     assert_eq!(calls(&v, "StressApp.Churn.Body"), 20000);
     assert_eq!(calls(&v, "StressApp.Churn.Leaf"), 60000);
     let mut body = 0;

@@ -194,17 +194,21 @@ impl Builder {
             }
             m
         };
-        // `Ns.Type.Method(args)`: the class is what comes before the last dot outside the
-        // parameter list.
-        let head = &name[..name.find('(').unwrap_or(name.len())];
-        let (class_name, short) = match head.rfind('.') {
-            Some(i) if frame.kind == FrameKind::Managed && i > 0 => (&name[..i], &name[i + 1..]),
-            _ => ("", name),
-        };
+        let (mut class_name, short, signature) =
+            if frame.kind == FrameKind::Synthetic { ("", name, "") } else { split_name(name) };
+        // Folded stacks name managed frames without parameters (`Demo.Pricing.LineTotal`): their
+        // class is before the last dot, unless the name is a file (a process row) or a token.
+        if class_name.is_empty() && signature.is_empty() && frame.kind == FrameKind::Managed {
+            let file_or_token = is_managed_module(name) || name.starts_with("0x");
+            if let Some(i) = separators(name).last().map(|&(i, _)| i).filter(|_| !file_or_token) {
+                class_name = &name[..i];
+            }
+        }
         self.p.functions.push(Function {
             id,
             name: short.to_string(),
             class_name: class_name.to_string(),
+            signature: signature.to_string(),
             module: module_id,
             // Neither JIT-compiled nor precompiled as far as we know: "other".
             kind: u8::MAX,
@@ -267,6 +271,78 @@ impl Builder {
     }
 }
 
+/// Byte offsets of `.` or `::` separators at angle-bracket depth 0 in `head`, each with the
+/// separator's length.
+fn separators(head: &str) -> Vec<(usize, usize)> {
+    let b = head.as_bytes();
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'<' | b'[' => depth += 1,
+            b'>' | b']' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 && b.get(i + 1) == Some(&b':') => {
+                out.push((i, 2));
+                i += 2;
+                continue;
+            }
+            // `Type..ctor`: the separator is the first dot, the method `.ctor`.
+            b'.' if depth == 0 && i > 0 && b[i - 1] != b'.' => out.push((i, 1)),
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A profiler's function name split into (class, name without the parameter list, parameter
+/// list): `Ns.Type.Method(class Ns.Ray&,bool&)` → (`Ns.Type`, `Ns.Type.Method`,
+/// `(class Ns.Ray&,bool&)`), as a trace names its functions (`name` is `Ns.Type.Method`).
+/// The parameter list is the first `(` outside generic brackets; commas, parentheses and generics
+/// inside it are kept whole. The class is cut at the last `.` or `::` outside generic brackets,
+/// and only when the name has a parameter list or a `::` (`Render.exe`, a process row, and
+/// `0x0A00005F`, an unresolved token, have no class). An explicit interface implementation, which
+/// Visual Studio writes `Ns.Type.Ns.IFace.Method`, keeps `Ns.Type` as its class when the
+/// namespace's first part comes back after three or more parts and the rest has three or more.
+pub(crate) fn split_name(full: &str) -> (&str, &str, &str) {
+    let mut depth = 0usize;
+    let mut open = None;
+    for (i, c) in full.char_indices() {
+        match c {
+            '<' | '[' => depth += 1,
+            '>' | ']' => depth = depth.saturating_sub(1),
+            '(' if depth == 0 && i > 0 => {
+                open = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let (head, signature) = match open {
+        Some(i) => (&full[..i], &full[i..]),
+        None => (full, ""),
+    };
+    let seps = separators(head);
+    let has_scope = seps.iter().any(|&(_, l)| l == 2);
+    if seps.is_empty() || (signature.is_empty() && !has_scope) {
+        return ("", head, signature);
+    }
+    // Explicit interface implementation: `A.B.Type.A.B.IFace.Method`.
+    let first = &head[..seps[0].0];
+    for (k, &(i, l)) in seps.iter().enumerate() {
+        if k >= 2 && l == 1 && head[i + 1..].starts_with(first) {
+            let rest = &head[i + 1..];
+            let after = seps.iter().filter(|&&(j, _)| j > i).count();
+            if rest.as_bytes().get(first.len()) == Some(&b'.') && after >= 2 {
+                return (&head[..i], head, signature);
+            }
+        }
+    }
+    let (i, _) = *seps.last().expect("not empty");
+    (&head[..i], head, signature)
+}
+
 /// A sampled cost: `n` samples of `period` ns each.
 pub(crate) fn samples(n: u64, period: u64) -> Cost {
     Cost { cpu_samples: n, cpu_ns: n.saturating_mul(period), ..Default::default() }
@@ -293,5 +369,78 @@ mod tests {
             )
         );
         assert_eq!(sniff(b"").unwrap_err().0, "the file is empty");
+    }
+
+    #[test]
+    fn imported_functions_are_named_like_a_traces() {
+        let mut b = Builder::new("test");
+        for (module, name) in [
+            ("Demo.dll", "Demo.Pricing.LineTotal"),
+            ("App.exe", "App.Worker.Work(int32)"),
+            ("", "Render.exe"),
+            ("Render.exe", "0x0A00005F"),
+            ("libc.so.6", "libc.so.6!write"),
+            ("", "[GC]"),
+        ] {
+            b.frame(module, name);
+        }
+        let f: Vec<(&str, &str, &str)> =
+            b.p.functions.iter().map(|f| (f.name.as_str(), f.class_name.as_str(), f.signature.as_str())).collect();
+        assert_eq!(
+            f,
+            [
+                ("Demo.Pricing.LineTotal", "Demo.Pricing", ""),
+                ("App.Worker.Work", "App.Worker", "(int32)"),
+                ("Render.exe", "", ""),
+                ("0x0A00005F", "", ""),
+                ("libc.so.6!write", "", ""),
+                ("[GC]", "", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn names_split_outside_their_parameter_lists() {
+        let s = |n| split_name(n);
+        assert_eq!(
+            s("Raytracer.Primitives.IPrimitive.Intersect(class Raytracer.Ray&,bool&)"),
+            (
+                "Raytracer.Primitives.IPrimitive",
+                "Raytracer.Primitives.IPrimitive.Intersect",
+                "(class Raytracer.Ray&,bool&)"
+            )
+        );
+        assert_eq!(
+            s("Raytracer.Primitives.Sphere.Raytracer.Primitives.IPrimitive.Intersect(class Raytracer.Ray&,bool&)"),
+            (
+                "Raytracer.Primitives.Sphere",
+                "Raytracer.Primitives.Sphere.Raytracer.Primitives.IPrimitive.Intersect",
+                "(class Raytracer.Ray&,bool&)"
+            )
+        );
+        // A namespace that repeats its first part is no interface implementation.
+        assert_eq!(
+            s("Raytracer.Raytracer.Tracer.<TraceImage>b__5_0(int32)"),
+            ("Raytracer.Raytracer.Tracer", "Raytracer.Raytracer.Tracer.<TraceImage>b__5_0", "(int32)")
+        );
+        assert_eq!(
+            s("OpenTK.Vector3..ctor(float32,float32)"),
+            ("OpenTK.Vector3", "OpenTK.Vector3..ctor", "(float32,float32)")
+        );
+        assert_eq!(
+            s("System.Collections.Generic.List`1.get_Item(int32)"),
+            ("System.Collections.Generic.List`1", "System.Collections.Generic.List`1.get_Item", "(int32)")
+        );
+        assert_eq!(
+            s("System.Action`1<int32>..ctor(object,native int)"),
+            ("System.Action`1<int32>", "System.Action`1<int32>..ctor", "(object,native int)")
+        );
+        assert_eq!(s("Raytracer.exe"), ("", "Raytracer.exe", ""));
+        assert_eq!(s("0x0A00005F"), ("", "0x0A00005F", ""));
+        assert_eq!(
+            s("boost::trim_end_iter_select<std::iterator<char>,boost::is_classifiedF>"),
+            ("boost", "boost::trim_end_iter_select<std::iterator<char>,boost::is_classifiedF>", "")
+        );
+        assert_eq!(s("testing::UnitTest::Run"), ("testing::UnitTest", "testing::UnitTest::Run", ""));
     }
 }

@@ -124,6 +124,11 @@ struct Columns {
     calls: Option<usize>,
     excl_time: Option<usize>,
     avg_excl_time: Option<usize>,
+    /// `Avg … Inclusive Time` and the inclusive and exclusive percentages of the same clock
+    /// (elapsed or application) as `avg_excl_time`: with the calls they give the run's total.
+    avg_incl_time: Option<usize>,
+    incl_pct: Option<usize>,
+    excl_pct: Option<usize>,
     percents: Vec<usize>,
 }
 
@@ -131,6 +136,8 @@ impl Columns {
     fn from_header(h: &[String]) -> Result<Columns, ImportError> {
         let names: Vec<String> = h.iter().map(|f| norm(f)).collect();
         let find = |n: &str| names.iter().position(|h| h == n);
+        let elapsed = find("avg elapsed exclusive time").is_some();
+        let clock = if elapsed { "elapsed" } else { "application" };
         let name = find("function name")
             .ok_or_else(|| ImportError("vsperfreport CSV: the header has no 'Function Name' column".into()))?;
         let c = Columns {
@@ -144,6 +151,9 @@ impl Columns {
             calls: find("number of calls"),
             excl_time: find("elapsed exclusive time").or_else(|| find("application exclusive time")),
             avg_excl_time: find("avg elapsed exclusive time").or_else(|| find("avg application exclusive time")),
+            avg_incl_time: find(&format!("avg {clock} inclusive time")),
+            incl_pct: find(&format!("{clock} inclusive time %")),
+            excl_pct: find(&format!("{clock} exclusive time %")),
             percents: (0..names.len()).filter(|&i| names[i].ends_with('%')).collect(),
         };
         if c.level.is_none() && c.kind.is_none() {
@@ -214,6 +224,15 @@ fn number(s: &str, comma: bool) -> Option<f64> {
     (v.is_finite() && v >= 0.0).then_some(v)
 }
 
+/// A number and its rounding error: half a unit of its last printed digit (`0.04` ± 0.005).
+fn number_err(s: &str, comma: bool) -> Option<(f64, f64)> {
+    let v = number(s, comma)?;
+    let dec = if comma { ',' } else { '.' };
+    let t = s.trim();
+    let decimals = t.rfind(dec).map_or(0, |i| t[i + 1..].chars().filter(char::is_ascii_digit).count());
+    Some((v, 0.5 * 10f64.powi(-(decimals.min(30) as i32))))
+}
+
 /// A row's values.
 struct Values {
     excl: Cost,
@@ -234,6 +253,31 @@ struct Reader<'a> {
     c: Columns,
     comma: bool,
     opts: &'a ImportOptions,
+    /// The run's total time in ms and its error, when only averages and percentages give
+    /// exclusive times (VS2012 and later instrumentation reports).
+    total_ms: Option<(f64, f64)>,
+}
+
+/// The run's total time (ms) and its error from the row that tells it most precisely:
+/// calls × average inclusive time / inclusive share. The averages are rounded to 0.01 ms (a
+/// function called 2,893,824 times at "0.04" ms may have taken anywhere between 101 and 130 s),
+/// the percentages to 0.01 points; the row whose two roundings weigh least is taken.
+fn total_ms(rows: &[Vec<String>], c: &Columns, comma: bool) -> Option<(f64, f64)> {
+    let (calls, avg, pct) = (c.calls?, c.avg_incl_time?, c.incl_pct?);
+    let mut best: Option<(f64, f64)> = None;
+    for r in rows {
+        let get = |i: usize| r.get(i).and_then(|s| number_err(s, comma));
+        let (Some((n, _)), Some((a, ae)), Some((p, pe))) = (get(calls), get(avg), get(pct)) else { continue };
+        if n <= 0.0 || a <= 0.0 || p <= 0.0 {
+            continue;
+        }
+        let total = n * a / (p / 100.0);
+        let rel = ae / a + pe / p;
+        if total.is_finite() && best.is_none_or(|(t, e)| rel < e / t) {
+            best = Some((total, total * rel));
+        }
+    }
+    best
 }
 
 impl Reader<'_> {
@@ -255,10 +299,46 @@ impl Reader<'_> {
         let calls = calls.unwrap_or(0);
         let time_ms = match self.get(r, self.c.excl_time, line, "time")? {
             Some(t) => t,
-            None => self.get(r, self.c.avg_excl_time, line, "time")?.unwrap_or(0.0) * calls as f64,
+            None => self.exclusive_from_average(r, calls, line)?,
         };
         let time_ns = to_u64(time_ms * 1e6);
         Ok(Values { excl: Cost { calls, time_ns, ..Default::default() }, weight: calls as f64, calls })
+    }
+
+    /// Exclusive time (ms) from `Avg Elapsed Exclusive Time` × calls while the average's rounding
+    /// is within 1% of it, else from the exclusive percentage of the run's total when that is
+    /// more precise: averages are printed to 0.01 ms, so a function called millions of times at
+    /// "0.00" ms is read from its share.
+    fn exclusive_from_average(&self, r: &[String], calls: u64, line: usize) -> Result<f64, ImportError> {
+        let cell = |col: Option<usize>| col.and_then(|i| r.get(i));
+        let by_avg = match cell(self.c.avg_excl_time) {
+            Some(s) => {
+                let (a, e) = number_err(s, self.comma).ok_or_else(|| {
+                    ImportError(format!("vsperfreport CSV, record {line}: '{}' is not a time", s.trim()))
+                })?;
+                Some((a * calls as f64, e * calls as f64))
+            }
+            None => None,
+        };
+        let by_share = match (cell(self.c.excl_pct), self.total_ms) {
+            (Some(s), Some((t, te))) => {
+                number_err(s, self.comma).map(|(p, pe)| (p / 100.0 * t, pe / 100.0 * t + p / 100.0 * te))
+            }
+            _ => None,
+        };
+        Ok(match (by_avg, by_share) {
+            // The reported average is taken while its rounding is within 1% of the value.
+            (Some((a, ae)), Some((p, pe))) => {
+                if ae <= a * 0.01 || ae <= pe {
+                    a
+                } else {
+                    p
+                }
+            }
+            (Some((a, _)), None) => a,
+            (None, Some((p, _))) => p,
+            (None, None) => 0.0,
+        })
     }
 
     fn frame(&self, b: &mut Builder, r: &[String]) -> FrameId {
@@ -278,11 +358,16 @@ pub fn read(bytes: &[u8], opts: &ImportOptions) -> Result<Profile, ImportError> 
     let (c, body) =
         if headerless { (Columns::headerless(), &rows[..]) } else { (Columns::from_header(first)?, &rows[1..]) };
     let comma = decimal_comma(body, &c);
-    let rd = Reader { c, comma, opts };
+    let total = if c.excl_time.is_none() { total_ms(body, &c, comma) } else { None };
+    let rd = Reader { c, comma, opts, total_ms: total };
     let mut b = Builder::new("(imported vsperfreport CSV)");
     let report = if rd.c.level.is_some() { call_tree(&rd, &mut b, body)? } else { caller_callee(&rd, &mut b, body)? };
     let mode = if rd.c.sampled() {
         format!("sampling; each sample counted as {} of CPU time", ms(opts.sample_period_ns))
+    } else if let Some((t, e)) = rd.total_ms {
+        format!(
+            "instrumentation; times in ms, exclusive times from the averages, or from the shares of the run's {t:.0} ms (± {e:.1} ms) where an average is rounded by more than 1%"
+        )
     } else {
         "instrumentation; times in ms".to_string()
     };

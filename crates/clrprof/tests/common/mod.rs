@@ -233,6 +233,13 @@ pub fn report_json(trace: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("report JSON parses")
 }
 
+/// `report --format json --per-thread`: with every thread's hot spots and timeline row.
+pub fn report_json_per_thread(trace: &Path) -> serde_json::Value {
+    let out = report(trace, &["--format", "json", "--per-thread"]);
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report JSON parses")
+}
+
 pub fn names(v: &serde_json::Value, table: &str, field: &str) -> Vec<String> {
     v[table].as_array().unwrap().iter().filter_map(|x| x[field].as_str().map(String::from)).collect()
 }
@@ -322,7 +329,7 @@ pub fn calls(v: &serde_json::Value, name: &str) -> u64 {
 }
 
 /// The exact counts of `apps/Calls` run whole under `--instrument` (one run of every scenario),
-/// checked in its JSON report: the same on every runtime.
+/// checked in its JSON report with `--per-thread` (the per-thread tables): the same on every runtime.
 pub fn check_calls_app(v: &serde_json::Value) {
     assert_eq!(calls(v, "Calls.Counted.Tick"), 1000);
     assert_eq!(calls(v, "Calls.Counted.Run"), 1);
