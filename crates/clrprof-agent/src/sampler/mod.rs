@@ -203,7 +203,31 @@ impl Sampler {
             if st.function_at(at).is_none() {
                 st.not_code.insert(at);
             }
+            st.known_functions.insert(id as u64);
             found(id);
+        }
+    }
+
+    /// Attach: names the functions of a walked stack that run precompiled code loaded before the
+    /// agent (the host's ReadyToRun code, blocked under a wait since before the attach: no CPU
+    /// sample and no code callback ever names it). Each such FunctionID the agent has not reported
+    /// is reported once, as `find_precompiled` does for sampled addresses.
+    fn name_walked(&self, st: &mut LoopState, frames: &[(u64, u64)]) {
+        let Some(found) = self.precompiled_found.get() else { return };
+        for (i, &(f, ip)) in frames.iter().enumerate() {
+            if f == 0 || st.known_functions.contains(&f) {
+                continue;
+            }
+            let at = if i > 0 { ip.saturating_sub(1) } else { ip };
+            if !st.maps.is_managed_image(at) {
+                continue;
+            }
+            // Reported since this pass's `update_code` (compiled a moment ago): named already.
+            if self.new_code.lock().map(|v| v.contains(&(f as FunctionID))).unwrap_or(true) {
+                continue;
+            }
+            st.known_functions.insert(f);
+            found(f as FunctionID);
         }
     }
 
@@ -421,6 +445,9 @@ impl Sampler {
     /// from stack words are never handed to the runtime.
     fn update_code(&self, st: &mut LoopState) {
         let fresh = self.new_code.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+        if self.precompiled_found.get().is_some() {
+            st.known_functions.extend(fresh.iter().map(|&id| id as u64));
+        }
         st.code_pending.extend(fresh.into_iter().map(|id| (id, 0u32)));
         let mut pending = std::mem::take(&mut st.code_pending);
         pending.retain_mut(|(id, tries)| {
@@ -1135,6 +1162,7 @@ impl Sampler {
                     self.stats.walks.fetch_add(1, Ordering::Relaxed);
                     match stacks.next().flatten() {
                         Some(frames) => {
+                            self.name_walked(st, &frames);
                             let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
                             let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
                             let id = self.intern(st, &ips, &fns);
@@ -1555,6 +1583,9 @@ struct LoopState {
     /// Stacks taken during runtime work, each with the same stack cut to its managed frames: wall
     /// time from before that work (carried until a stack was known) goes to the latter.
     activity_stacks: HashMap<u32, u32>,
+    /// Attach: the functions the agent has reported (compiled, found precompiled, or there
+    /// before the attach), so that a walked frame's function is reported once.
+    known_functions: std::collections::HashSet<u64>,
     next_stack: u32,
     maps: native::MapTracker,
     threads: HashMap<SlotKey, ThreadState>,
