@@ -740,9 +740,11 @@ impl Sampler {
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
                     let activity = self.activity_in_progress(st, key, slot, ips, *activity, *seq);
                     let id = self.intern_activity(st, ips, &fns, activity);
-                    if let Some(ths) = st.threads.get_mut(&key) {
-                        // Kept for blocked time charged to this stack (`cpu_stack_now`).
-                        ths.last_cpu_activity = (activity != 0).then(|| (activity, ips.clone(), fns.clone()));
+                    if activity != 0 {
+                        if let Some(ths) = st.threads.get_mut(&key) {
+                            // Kept for wall time charged to this stack (`cpu_stack_now`).
+                            ths.last_cpu_activity = Some((id, activity, ips.clone(), fns.clone()));
+                        }
                     }
                     match counts.iter_mut().find(|(s, _)| *s == id) {
                         Some(c) => c.1 += 1,
@@ -820,7 +822,7 @@ impl Sampler {
     fn cpu_stack_now(&self, st: &mut LoopState, key: SlotKey) -> Option<u32> {
         let t = st.threads.get(&key)?;
         let s = t.last_cpu_stack?;
-        let Some((activity, ips, fns)) = &t.last_cpu_activity else { return Some(s) };
+        let Some((_, activity, ips, fns)) = t.last_cpu_activity.as_ref().filter(|a| a.0 == s) else { return Some(s) };
         let now = t.activity_now;
         if *activity == now {
             return Some(s);
@@ -1467,9 +1469,9 @@ struct ThreadState {
     /// CPU time already given to samples.
     cpu_accounted: u64,
     last_cpu_stack: Option<u32>,
-    /// The runtime work that latest CPU sample was taken in (when any), with its IPs and
-    /// FunctionIDs: blocked time goes elsewhere once that work is over ([`Sampler::cpu_stack_now`]).
-    last_cpu_activity: Option<(u64, Vec<u64>, Vec<u64>)>,
+    /// The latest CPU stack taken during runtime work: its id, the activity, its IPs and
+    /// FunctionIDs. Wall time goes elsewhere once that work is over ([`Sampler::cpu_stack_now`]).
+    last_cpu_activity: Option<(u32, u64, Vec<u64>, Vec<u64>)>,
     /// The thread's runtime activity when the wall sampler last looked.
     activity_now: u64,
     /// Activities begun at or before this sequence number are over ([`Sampler::activity_in_progress`]).
