@@ -791,16 +791,34 @@ impl Slot {
 }
 
 thread_local! {
-    /// The calling thread's slot (set when the thread registers itself), for its callbacks.
+    /// The calling thread's slot (set when the thread registers itself, or found once it was
+    /// registered from another thread), for its callbacks.
     static CURRENT: std::cell::Cell<Option<&'static Slot>> = const { std::cell::Cell::new(None) };
+    /// [`REGISTERED_ELSEWHERE`] when the thread last looked for a slot of its own.
+    static LOOKED_UP: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
 }
 
-/// The calling thread's active slot, if it registered itself and still owns it.
+/// Threads registered from another thread so far (at attach, the threads that existed before).
+static REGISTERED_ELSEWHERE: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's active slot, if it was registered and still owns it. A thread registered
+/// from another thread (at attach) finds its slot at its first callback after that (one scan of
+/// the slot table per such registration at most), so its runtime work is recorded too: without
+/// it, the tiered-compilation thread that existed before an attach showed a bare `[JIT]`.
 fn current() -> Option<&'static Slot> {
-    let s = CURRENT.try_with(|c| c.get()).ok().flatten()?;
+    let me = crate::profiler::os_tid();
     // A slot is reused after its thread died: never write into another thread's slot.
-    (s.state.load(Ordering::Acquire) == ACTIVE && s.os_tid.load(Ordering::Relaxed) == crate::profiler::os_tid())
-        .then_some(s)
+    let owns = |s: &Slot| s.state.load(Ordering::Acquire) == ACTIVE && s.os_tid.load(Ordering::Relaxed) == me;
+    if let Some(s) = CURRENT.try_with(|c| c.get()).ok().flatten().filter(|s| owns(s)) {
+        return Some(s);
+    }
+    let generation = REGISTERED_ELSEWHERE.load(Ordering::Acquire);
+    if LOOKED_UP.try_with(|g| g.replace(generation)).ok()? == generation {
+        return None;
+    }
+    let s = slots().find(|s| owns(s))?;
+    let _ = CURRENT.try_with(|c| c.set(Some(s)));
+    Some(s)
 }
 
 /// True for runtime work that never runs managed code while it is in progress: JIT compilations,
@@ -1004,6 +1022,7 @@ pub fn register_current(
         let _ = CURRENT.try_with(|c| c.set(Some(slot)));
         current_stack_bounds()
     } else {
+        REGISTERED_ELSEWHERE.fetch_add(1, Ordering::Release);
         stack_bounds_of(os_tid)
     };
     if let Some((lo, hi)) = bounds {
@@ -1674,6 +1693,41 @@ mod tests {
         assert_eq!(slot.activity(), asm);
         activity_end(asm);
         assert_eq!(slot.activity(), 0);
+        unregister(slot);
+        release(slot);
+    }
+
+    #[test]
+    fn a_thread_registered_by_another_records_its_runtime_work() {
+        use clrprof_trace::runtime_activity as ra;
+        let _g = serial();
+        let jit = ra::pack(ra::JIT, 0x77);
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // A callback before the registration: nothing to record.
+            activity_begin(jit);
+            tid_tx.send(crate::profiler::os_tid()).unwrap();
+            go_rx.recv().unwrap();
+            activity_begin(jit);
+            done_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            activity_end(jit);
+            done_tx.send(()).unwrap();
+        });
+        let tid = tid_rx.recv().unwrap();
+        // Registered from this thread, as attach registers the threads that existed before it.
+        let (slot, _) = register_current(tid, 0x7e59, None);
+        let slot = slot.expect("a slot");
+        assert_eq!(slot.activity(), 0);
+        go_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        assert_eq!(slot.activity(), jit, "the thread found its slot");
+        go_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        assert_eq!(slot.activity(), 0);
+        t.join().unwrap();
         unregister(slot);
         release(slot);
     }
