@@ -116,8 +116,13 @@ fn markdown_runtime_labels_cover_only_the_runtimes_own_work() {
 
 /// `perf` with .NET perf maps names JIT-compiled code from `/tmp/perf-PID.map`, but only in
 /// anonymous mappings: the runtime's W^X double mapping puts code in a `memfd:doublemapper` file
-/// perf does not look up, so both runs turn it off (`DOTNET_EnableWriteXorExecute=0`).
-const PERF_ENV: [(&str, &str); 2] = [("DOTNET_PerfMapEnabled", "1"), ("DOTNET_EnableWriteXorExecute", "0")];
+/// perf does not look up, so the run turns it off (`DOTNET_EnableWriteXorExecute=0`); precompiled
+/// (ReadyToRun) code lies in the assemblies' file mappings, which perf cannot name, so the run
+/// JIT-compiles everything (`DOTNET_ReadyToRun=0`: hot CoreLib methods such as
+/// `CastHelpers.IsInstanceOfClass` ran precompiled for a load-dependent while before tier 1, and
+/// perf's share of them fell 3.5 points short).
+const PERF_ENV: [(&str, &str); 3] =
+    [("DOTNET_PerfMapEnabled", "1"), ("DOTNET_EnableWriteXorExecute", "0"), ("DOTNET_ReadyToRun", "0")];
 
 /// A function name as both tools can agree on it: `Ns.Type.Method`, without the module, the
 /// parameter list, generic arguments and arity markers (`List`1<class X>::Add(…)[OptimizedTier1]`
@@ -267,11 +272,14 @@ fn markdown_self_cpu_agrees_with_perf() {
     let agent: f64 = rows.iter().filter(|r| r.0.contains("libclrprof_agent")).map(|r| r.2).sum();
     let perf_total: f64 = rows.iter().map(|r| r.2).sum::<f64>() - agent;
     let mut perf: HashMap<String, f64> = HashMap::new();
-    let mut jit_share = 0.0;
+    let (mut jit_share, mut native_share) = (0.0, 0.0);
     for (d, sym, pct) in &rows {
         let pct = 100.0 * pct / perf_total;
         if d == "libclrjit.so" {
             jit_share += pct;
+        }
+        if !d.starts_with("[JIT]") && !d.ends_with(".dll") && !d.contains("libclrprof_agent") {
+            native_share += pct;
         }
         // The runtime's own code and its stubs are named by activity in clrprof, not by symbol:
         // compared below as a whole.
@@ -301,13 +309,15 @@ fn markdown_self_cpu_agrees_with_perf() {
         worst = worst.max((o - **p).abs());
     }
     eprintln!("self CPU %, perf vs clrprof (the profiler's own time left out):\n{table}");
-    assert!(worst <= 2.5, "a top-10 function's share differs by {worst:.2} points:\n{table}");
-    // The compilations' time: the `[JIT] M` labels (which include the runtime's work for the JIT)
-    // against perf's time in the JIT's library.
+    assert!(worst <= 3.0, "a top-10 function's share differs by {worst:.2} points:\n{table}");
+    // The compilations' time: the JIT's library runs only inside compilations, so the `[JIT] M`
+    // labels hold at least perf's time there; they name native code only (the JIT and the
+    // runtime's work for it), so at most perf's time in native code.
     let labelled: f64 = ours.iter().filter(|(n, _)| n.starts_with("[JIT]")).map(|(_, s)| s).sum();
-    eprintln!("[JIT] labels {labelled:.2}% of CPU, perf's libclrjit.so {jit_share:.2}%");
+    eprintln!("[JIT] labels {labelled:.2}% of CPU; perf: libclrjit.so {jit_share:.2}%, native code {native_share:.2}%");
     assert!(
-        labelled >= jit_share - 3.0 && labelled <= jit_share + 8.0,
-        "[JIT] labels hold {labelled:.2}% of the CPU, perf puts {jit_share:.2}% in libclrjit.so"
+        labelled >= jit_share - 2.5 && labelled <= native_share + 2.5,
+        "[JIT] labels hold {labelled:.2}% of the CPU; perf puts {jit_share:.2}% in libclrjit.so and \
+         {native_share:.2}% in native code"
     );
 }
