@@ -816,20 +816,15 @@ impl Sampler {
     /// blocked time not walked): its latest CPU sample's. An activity is charged only while the
     /// thread still does it: when that sample was taken during runtime work that is over at this
     /// tick (a JIT compilation whose thread then waited for more work), the runtime's frames of
-    /// that work are not where the time went. Another compilation, load or lookup in progress now
-    /// takes its place (the thread went on to it); otherwise only the managed frames stay (none
-    /// on a thread without any).
+    /// that work are not where the time went: only the managed frames stay (none on a thread
+    /// without any). Not the work in progress now with those frames: its callers may differ (the
+    /// compilation of a method called from the one compiled before).
     fn cpu_stack_now(&self, st: &mut LoopState, key: SlotKey) -> Option<u32> {
         let t = st.threads.get(&key)?;
         let s = t.last_cpu_stack?;
         let Some((_, activity, ips, fns)) = t.last_cpu_activity.as_ref().filter(|a| a.0 == s) else { return Some(s) };
-        let now = t.activity_now;
-        if *activity == now {
+        if *activity == t.activity_now {
             return Some(s);
-        }
-        if now != 0 && cpu::native_only(now) && cpu::native_only(*activity) {
-            let (ips, fns) = (ips.clone(), fns.clone());
-            return Some(self.intern_activity(st, &ips, &fns, now));
         }
         let (ips, fns) = managed_part(ips, fns);
         Some(self.intern(st, &ips, &fns))
