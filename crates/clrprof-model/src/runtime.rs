@@ -24,6 +24,15 @@ pub const STUB: &str = "[stub]";
 pub const JIT: &str = "[JIT]";
 /// The JIT's library.
 pub const JIT_LIBRARY: &str = "libclrjit.so";
+/// Label (and module) of the profiler's own time: samples with a frame in the agent's library.
+pub const PROFILER: &str = "[profiler]";
+/// The agent's library (the profiler itself).
+pub const PROFILER_LIBRARY: &str = "libclrprof_agent.so";
+
+/// True for the profiler's own library (by file name).
+pub fn is_profiler_library(module: &str) -> bool {
+    module == PROFILER_LIBRARY
+}
 
 /// Native libraries of the runtime itself.
 const RUNTIME_LIBRARIES: &[&str] = &[

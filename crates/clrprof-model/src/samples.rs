@@ -602,7 +602,7 @@ impl SampleData {
         // not resolved yet).
         let mut stack_of: Vec<Option<Option<crate::stacks::StackId>>> = vec![None; self.defs.len()];
         // (IP, a return address, FunctionID) → (frame, class, unnamed, in the JIT's library).
-        type Resolved = (FrameId, FrameClass, bool, bool);
+        type Resolved = (FrameId, FrameClass, bool, bool, bool);
         let mut frame_memo: FxHashMap<(u64, bool, u64), Resolved> = FxHashMap::default();
         let mut addresses = HashMap::new();
         for (tid, def, cost) in costs {
@@ -618,22 +618,26 @@ impl SampleData {
                 let mut classes: Vec<FrameClass> = Vec::with_capacity(ips.len());
                 // Whether the leaf's non-managed run has frames in the JIT's library.
                 let mut jit = false;
+                // The outermost frame in the profiler's own library (position in `frames`).
+                let mut agent_at = None;
                 for (i, &ip) in ips.iter().enumerate() {
                     let function = fns.get(i).copied().unwrap_or(0);
                     // Stacks share most of their frames: each (IP, position, function) is
                     // resolved and interned once per profile.
-                    let (f, class, unnamed, jit_library) =
+                    let (f, class, unnamed, jit_library, agent) =
                         *frame_memo.entry((ip, i > 0, function)).or_insert_with(|| {
                             let (key, addr) = resolver.frame(ip, i > 0, function);
                             // Runs of unnamed code of one module (stripped libraries) collapse into
                             // one frame: they cannot be told apart anyway.
                             let unnamed = matches!(&key, FrameKey::Native { symbol, .. } if symbol.is_empty());
                             let mut jit_library = false;
+                            let mut agent = false;
                             let class = match &key {
                                 FrameKey::Function(_) => FrameClass::Managed,
                                 FrameKey::Native { module, symbol } => {
                                     let runtime = crate::runtime::is_runtime_library(module);
                                     jit_library = module == crate::runtime::JIT_LIBRARY;
+                                    agent = crate::runtime::is_profiler_library(module);
                                     if symbol.is_empty() {
                                         FrameClass::Unnamed { runtime }
                                     } else {
@@ -644,17 +648,36 @@ impl SampleData {
                                 FrameKey::Label(_) => FrameClass::Unmapped,
                             };
                             let f = p.costs.stacks.intern_frame(key);
+                            if agent {
+                                // The profiler's own code counts as `[profiler]` in the module
+                                // tables too.
+                                p.costs.stacks.frames[f.0 as usize].module = crate::runtime::PROFILER.to_string();
+                            }
                             if let Some(a) = addr {
                                 addresses.entry(f).or_insert(a);
                             }
-                            (f, class, unnamed, jit_library)
+                            (f, class, unnamed, jit_library, agent)
                         });
                     jit |= jit_library && classes.iter().all(|c| *c != FrameClass::Managed);
                     if unnamed && frames.last() == Some(&f) {
                         continue;
                     }
+                    if agent {
+                        agent_at = Some(frames.len());
+                    }
                     frames.push(f);
                     classes.push(class);
+                }
+                // The profiler's own time (its callbacks, its sampler thread) is put apart: the
+                // frames from its outermost one down to the leaf go under one root frame
+                // `[profiler]`, so that no function of the application includes it.
+                if let Some(at) = agent_at {
+                    frames.truncate(at + 1);
+                    let pf = p.costs.stacks.intern_frame(FrameKey::Label(crate::runtime::PROFILER.to_string()));
+                    p.costs.stacks.frames[pf.0 as usize].module = crate::runtime::PROFILER.to_string();
+                    frames.push(pf);
+                    frames.reverse();
+                    return p.costs.stacks.intern_stack(&frames);
                 }
                 // The runtime's own code named by what the thread was doing (`crate::runtime`).
                 let label = activity_names.label(*activity);

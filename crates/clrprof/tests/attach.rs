@@ -144,6 +144,20 @@ fn attach_to_a_web_server_under_load_three_times() {
                 primes.join("\n")
             );
         }
+        // Every frame is named: code that ran before the attach and never since (the host's
+        // ReadyToRun code, blocked in a wait) shows up only in walked (wall) stacks.
+        for weight in ["cpu", "wall"] {
+            let stacks = folded(&trace, weight);
+            let total: f64 = stacks.iter().map(|(_, w)| w).sum();
+            let unnamed: Vec<&(Vec<String>, f64)> =
+                stacks.iter().filter(|(f, _)| f.iter().any(|n| n.starts_with("<function 0x"))).collect();
+            let unnamed_w: f64 = unnamed.iter().map(|(_, w)| w).sum();
+            assert!(
+                unnamed_w <= total * 0.001,
+                "round {round}: {weight}: {unnamed_w} of {total} in stacks with unnamed functions: {:?}",
+                unnamed.iter().take(3).collect::<Vec<_>>()
+            );
+        }
         // Exceptions after attach are seen, each one.
         let g = exception_group(&v, "System.InvalidOperationException");
         assert_eq!(g["thrown"], 20, "round {round}");

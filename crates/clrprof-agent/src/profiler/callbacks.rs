@@ -310,7 +310,11 @@ impl ProfilerCallback for Profiler {
     }
 
     fn runtime_resume_finished(&self) -> CallbackResult {
-        activity_gc(IN_GC_SUSPENSION, false);
+        // The thread that suspended the runtime resumes it once its part of the work is done: a
+        // blocking GC has finished by then, and a background GC goes on without this thread (the
+        // runtime raises that GC's `GarbageCollectionFinished` on the GC's own thread, so the
+        // thread that started it would otherwise keep its GC mark).
+        activity_gc(IN_GC_SUSPENSION | IN_GC, false);
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::resume_finished();
         }
@@ -332,11 +336,14 @@ impl ProfilerCallback for Profiler {
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_LEAVE, 0))
     }
 
+    // Filters and finally blocks are managed code the dispatch runs: not the runtime's own time.
     fn exception_search_filter_enter(&self, id: FunctionID) -> CallbackResult {
+        activity_exception(false);
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_ENTER, id))
     }
 
     fn exception_search_filter_leave(&self) -> CallbackResult {
+        activity_exception(true);
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_LEAVE, 0))
     }
 
@@ -353,10 +360,12 @@ impl ProfilerCallback for Profiler {
     }
 
     fn exception_unwind_finally_enter(&self, id: FunctionID) -> CallbackResult {
+        activity_exception(false);
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_ENTER, id))
     }
 
     fn exception_unwind_finally_leave(&self) -> CallbackResult {
+        activity_exception(true);
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_LEAVE, 0))
     }
 

@@ -57,6 +57,9 @@ pub struct Entry {
     pub sp_top: u64,
     /// What the thread was doing in the runtime ([`Slot::activity`]), 0 for nothing known.
     pub activity: u64,
+    /// The sequence number of that activity's begin on the thread (0 for a GC or an exception
+    /// dispatch, which are not kept on the activity stack): see [`Slot::discard_activities`].
+    pub activity_seq: u32,
     pub ips: [u64; MAX_FRAMES],
 }
 
@@ -106,6 +109,13 @@ pub struct Slot {
     /// signal handler (`clrprof_trace::runtime_activity` words). `act_depth` may exceed the
     /// array: deeper entries are counted, not kept.
     act: [AtomicU64; ACT_DEPTH],
+    /// The sequence number of each entry's begin (counted per thread by `act_begins`, from 1).
+    act_seq: [AtomicU32; ACT_DEPTH],
+    act_begins: AtomicU32,
+    /// Entries of work that never runs managed code (JIT compilations, type loads, ReadyToRun
+    /// lookups) begun at or before this sequence number are over: the sampler saw the thread run
+    /// managed code with such an entry innermost (their end callback never came).
+    act_discard: AtomicU32,
     act_depth: AtomicU32,
     /// Bits [`IN_GC`] and [`IN_GC_SUSPENSION`]: the thread is collecting or suspending for a GC.
     act_gc: AtomicU32,
@@ -700,6 +710,9 @@ impl Slot {
             registered_ns: AtomicU64::new(0),
             died_ns: AtomicU64::new(0),
             act: [const { AtomicU64::new(0) }; ACT_DEPTH],
+            act_seq: [const { AtomicU32::new(0) }; ACT_DEPTH],
+            act_begins: AtomicU32::new(0),
+            act_discard: AtomicU32::new(0),
             act_depth: AtomicU32::new(0),
             act_gc: AtomicU32::new(0),
             act_exception: AtomicBool::new(false),
@@ -708,7 +721,7 @@ impl Slot {
     }
 
     /// Copies out the samples recorded since the last call (sampler thread only).
-    pub fn drain(&self, mut f: impl FnMut(&[u64], u64, u64)) -> usize {
+    pub fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32)) -> usize {
         let tail = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
         let mut n = 0;
@@ -717,7 +730,7 @@ impl Slot {
             // Safety: entries in tail..head were published by the producer (release on head) and
             // are not written again until `tail` moves past them.
             let e = unsafe { &(*self.entries.get())[t as usize % RING] };
-            f(&e.ips[..(e.len as usize).min(MAX_FRAMES)], e.sp_top, e.activity);
+            f(&e.ips[..(e.len as usize).min(MAX_FRAMES)], e.sp_top, e.activity, e.activity_seq);
             t = t.wrapping_add(1);
             n += 1;
         }
@@ -731,50 +744,124 @@ impl Slot {
     }
 
     /// The runtime work the thread is doing now (a `runtime_activity` word, 0 for none): the
-    /// innermost GC, else the innermost nested load or compilation, else exception dispatch.
-    /// Async-signal-safe (atomic loads only).
+    /// innermost GC, else the innermost nested load or compilation not known to be over, else
+    /// exception dispatch. Async-signal-safe (atomic loads only).
     pub fn activity(&self) -> u64 {
+        self.activity_and_seq().0
+    }
+
+    /// [`Slot::activity`] and the sequence number of its begin (0 for a GC or an exception).
+    pub fn activity_and_seq(&self) -> (u64, u32) {
         use clrprof_trace::runtime_activity as ra;
         if self.act_gc.load(Ordering::Relaxed) != 0 {
-            return ra::pack(ra::GC, 0);
+            return (ra::pack(ra::GC, 0), 0);
         }
-        let d = self.act_depth.load(Ordering::Acquire) as usize;
-        if d > 0 {
-            return self.act[d.min(ACT_DEPTH) - 1].load(Ordering::Relaxed);
+        let d = (self.act_depth.load(Ordering::Acquire) as usize).min(ACT_DEPTH);
+        let discard = self.act_discard.load(Ordering::Relaxed);
+        for i in (0..d).rev() {
+            let w = self.act[i].load(Ordering::Relaxed);
+            let seq = self.act_seq[i].load(Ordering::Relaxed);
+            if !(native_only(w) && seq <= discard) {
+                return (w, seq);
+            }
         }
         if self.act_exception.load(Ordering::Relaxed) {
-            return ra::pack(ra::EXCEPTION, 0);
+            return (ra::pack(ra::EXCEPTION, 0), 0);
         }
-        0
+        (0, 0)
+    }
+
+    /// The sampler saw this thread run managed code while the innermost activity, begun as
+    /// `seq`, was work that never runs managed code: that work is over (its end callback never
+    /// came: the runtime skips `JITCachedFunctionSearchFinished` when it rejects precompiled code,
+    /// and a load or compilation that fails with an exception caught in native code reports no
+    /// end), so it and every such entry begun before it are ignored from now on and dropped at
+    /// the thread's next begin. Any thread may call this.
+    pub fn discard_activities(&self, seq: u32) {
+        self.act_discard.fetch_max(seq, Ordering::Relaxed);
     }
 
     fn reset_activity(&self) {
         self.act_depth.store(0, Ordering::Relaxed);
+        self.act_begins.store(0, Ordering::Relaxed);
+        self.act_discard.store(0, Ordering::Relaxed);
         self.act_gc.store(0, Ordering::Relaxed);
         self.act_exception.store(false, Ordering::Relaxed);
     }
 }
 
 thread_local! {
-    /// The calling thread's slot (set when the thread registers itself), for its callbacks.
+    /// The calling thread's slot (set when the thread registers itself, or found once it was
+    /// registered from another thread), for its callbacks.
     static CURRENT: std::cell::Cell<Option<&'static Slot>> = const { std::cell::Cell::new(None) };
+    /// [`REGISTERED_ELSEWHERE`] when the thread last looked for a slot of its own.
+    static LOOKED_UP: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
 }
 
-/// The calling thread's active slot, if it registered itself and still owns it.
+/// Threads registered from another thread so far (at attach, the threads that existed before).
+static REGISTERED_ELSEWHERE: AtomicU32 = AtomicU32::new(0);
+
+/// The calling thread's active slot, if it was registered and still owns it. A thread registered
+/// from another thread (at attach) finds its slot at its first callback after that (one scan of
+/// the slot table per such registration at most), so its runtime work is recorded too: without
+/// it, the tiered-compilation thread that existed before an attach showed a bare `[JIT]`.
 fn current() -> Option<&'static Slot> {
-    let s = CURRENT.try_with(|c| c.get()).ok().flatten()?;
+    let me = crate::profiler::os_tid();
     // A slot is reused after its thread died: never write into another thread's slot.
-    (s.state.load(Ordering::Acquire) == ACTIVE && s.os_tid.load(Ordering::Relaxed) == crate::profiler::os_tid())
-        .then_some(s)
+    let owns = |s: &Slot| s.state.load(Ordering::Acquire) == ACTIVE && s.os_tid.load(Ordering::Relaxed) == me;
+    if let Some(s) = CURRENT.try_with(|c| c.get()).ok().flatten().filter(|s| owns(s)) {
+        return Some(s);
+    }
+    let generation = REGISTERED_ELSEWHERE.load(Ordering::Acquire);
+    if LOOKED_UP.try_with(|g| g.replace(generation)).ok()? == generation {
+        return None;
+    }
+    let s = slots().find(|s| owns(s))?;
+    let _ = CURRENT.try_with(|c| c.set(Some(s)));
+    Some(s)
+}
+
+/// True for runtime work that never runs managed code while it is in progress: JIT compilations,
+/// type loads and ReadyToRun lookups (assembly loads may call managed resolvers).
+pub fn native_only(word: u64) -> bool {
+    use clrprof_trace::runtime_activity as ra;
+    matches!(ra::unpack(word).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN)
 }
 
 /// The calling thread starts runtime work `word` (a `runtime_activity` word): samples taken until
 /// the matching [`activity_end`] carry it.
+///
+/// Entries known to be over are dropped first: those the sampler discarded
+/// ([`Slot::discard_activities`]), and a lookup of the same function's precompiled code when this
+/// is its JIT compilation or another lookup of it. The runtime's `ReadyToRunInfo::GetEntryPoint`
+/// (`vm/readytoruninfo.cpp`) raises `JITCachedFunctionSearchStarted` and returns without
+/// `…Finished` when the method's fixups fail or the profiler rejects the code; the method is then
+/// JIT-compiled (or looked up in another image), so its search ended there.
 pub fn activity_begin(word: u64) {
+    use clrprof_trace::runtime_activity as ra;
     let Some(s) = current() else { return };
-    let d = s.act_depth.load(Ordering::Relaxed) as usize;
+    let mut d = s.act_depth.load(Ordering::Relaxed) as usize;
+    if d <= ACT_DEPTH {
+        let discard = s.act_discard.load(Ordering::Relaxed);
+        while d > 0
+            && native_only(s.act[d - 1].load(Ordering::Relaxed))
+            && s.act_seq[d - 1].load(Ordering::Relaxed) <= discard
+        {
+            d -= 1;
+        }
+        let (kind, id) = ra::unpack(word);
+        if matches!(kind, ra::JIT | ra::READY_TO_RUN) {
+            let search = ra::pack(ra::READY_TO_RUN, id);
+            if let Some(i) = (0..d).rev().find(|&i| s.act[i].load(Ordering::Relaxed) == search) {
+                d = i;
+            }
+        }
+    }
+    let seq = s.act_begins.load(Ordering::Relaxed).wrapping_add(1).max(1);
+    s.act_begins.store(seq, Ordering::Relaxed);
     if d < ACT_DEPTH {
         s.act[d].store(word, Ordering::Relaxed);
+        s.act_seq[d].store(seq, Ordering::Relaxed);
     }
     // Release: the handler that sees the new depth sees the entry.
     s.act_depth.store((d + 1) as u32, Ordering::Release);
@@ -799,10 +886,8 @@ pub fn activity_end(word: u64) {
 /// so such entries were left by a load that failed with an exception (whose stop event never
 /// came). The stack is cut at the oldest of them.
 pub fn activity_unwound() {
-    use clrprof_trace::runtime_activity as ra;
     let Some(s) = current() else { return };
     let d = (s.act_depth.load(Ordering::Relaxed) as usize).min(ACT_DEPTH);
-    let native_only = |w: u64| matches!(ra::unpack(w).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN);
     if let Some(i) = (0..d).find(|&i| native_only(s.act[i].load(Ordering::Relaxed))) {
         s.act_depth.store(i as u32, Ordering::Release);
     }
@@ -937,6 +1022,7 @@ pub fn register_current(
         let _ = CURRENT.try_with(|c| c.set(Some(slot)));
         current_stack_bounds()
     } else {
+        REGISTERED_ELSEWHERE.fetch_add(1, Ordering::Release);
         stack_bounds_of(os_tid)
     };
     if let Some((lo, hi)) = bounds {
@@ -1190,7 +1276,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         return;
     }
     e.ips[0] = ip;
-    e.activity = slot.activity();
+    (e.activity, e.activity_seq) = slot.activity_and_seq();
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
     // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
     // stack), only the IP is recorded.
@@ -1368,7 +1454,7 @@ mod tests {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = Vec::new();
-        slot.drain(|ips, _, _| out = ips.to_vec());
+        slot.drain(|ips, _, _, _| out = ips.to_vec());
         out
     }
 
@@ -1443,7 +1529,7 @@ mod tests {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = (Vec::new(), 0);
-        slot.drain(|ips, top, _| out = (ips.to_vec(), top));
+        slot.drain(|ips, top, _, _| out = (ips.to_vec(), top));
         out
     }
 
@@ -1546,6 +1632,104 @@ mod tests {
         release(slot);
         activity_begin(jit);
         assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1), "a released slot is not written");
+    }
+
+    #[test]
+    fn runtime_work_whose_end_never_comes_ends_when_it_cannot_be_in_progress() {
+        use clrprof_trace::runtime_activity as ra;
+        let _g = serial();
+        let me = crate::profiler::os_tid();
+        let (slot, _) = register_current(me, 0x7e58, None);
+        let slot = slot.expect("a slot");
+        let asm = ra::pack(ra::ASSEMBLY_LOAD, 0x20);
+        let search = |id| ra::pack(ra::READY_TO_RUN, id);
+        let jit = |id| ra::pack(ra::JIT, id);
+        activity_begin(asm);
+        // The runtime rejects a method's precompiled code (its fixups fail): the search raised no
+        // `…Finished`, and the method's JIT compilation ends it.
+        activity_begin(search(5));
+        activity_begin(ra::pack(ra::TYPE_LOAD, 9)); // a fixup's type load, failed too
+        activity_begin(jit(5));
+        assert_eq!(slot.activity(), jit(5));
+        activity_end(jit(5));
+        assert_eq!(slot.activity(), asm, "the search and what it began are over");
+        // A search that another search of the same method follows (another image) ends there.
+        activity_begin(search(6));
+        activity_begin(search(6));
+        activity_end(search(6));
+        assert_eq!(slot.activity(), asm);
+        // Searches of other methods nest as before.
+        activity_begin(search(7));
+        activity_begin(jit(8));
+        assert_eq!(slot.activity(), jit(8));
+        activity_end(jit(8));
+        assert_eq!(slot.activity(), search(7));
+        // The sampler saw managed code run with the search innermost: it is over, and so is every
+        // such entry begun before it; the assembly load (which runs managed code) stays.
+        let (w, seq) = slot.activity_and_seq();
+        assert_eq!(w, search(7));
+        slot.discard_activities(seq);
+        assert_eq!(slot.activity(), asm);
+        // Work begun later is not discarded, and the next begin drops the discarded entries.
+        activity_begin(jit(9));
+        assert_eq!(slot.activity(), jit(9));
+        activity_end(jit(9));
+        assert_eq!(slot.activity(), asm);
+        assert_eq!(slot.act_depth.load(Ordering::Relaxed), 1, "the discarded search was dropped");
+        // Eight searches that never finish no longer fill the stack: the next compilation is seen.
+        for id in 100..110 {
+            activity_begin(search(id));
+            let (_, seq) = slot.activity_and_seq();
+            slot.discard_activities(seq);
+        }
+        activity_begin(jit(11));
+        assert_eq!(slot.activity(), jit(11));
+        activity_end(jit(11));
+        // A GC's marks end with the runtime's resumption on the thread (both bits at once).
+        activity_gc(IN_GC, true);
+        activity_gc(IN_GC_SUSPENSION, true);
+        assert_eq!(slot.activity(), ra::pack(ra::GC, 0));
+        activity_gc(IN_GC | IN_GC_SUSPENSION, false);
+        assert_eq!(slot.activity(), asm);
+        activity_end(asm);
+        assert_eq!(slot.activity(), 0);
+        unregister(slot);
+        release(slot);
+    }
+
+    #[test]
+    fn a_thread_registered_by_another_records_its_runtime_work() {
+        use clrprof_trace::runtime_activity as ra;
+        let _g = serial();
+        let jit = ra::pack(ra::JIT, 0x77);
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // A callback before the registration: nothing to record.
+            activity_begin(jit);
+            tid_tx.send(crate::profiler::os_tid()).unwrap();
+            go_rx.recv().unwrap();
+            activity_begin(jit);
+            done_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            activity_end(jit);
+            done_tx.send(()).unwrap();
+        });
+        let tid = tid_rx.recv().unwrap();
+        // Registered from this thread, as attach registers the threads that existed before it.
+        let (slot, _) = register_current(tid, 0x7e59, None);
+        let slot = slot.expect("a slot");
+        assert_eq!(slot.activity(), 0);
+        go_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        assert_eq!(slot.activity(), jit, "the thread found its slot");
+        go_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        assert_eq!(slot.activity(), 0);
+        t.join().unwrap();
+        unregister(slot);
+        release(slot);
     }
 
     #[test]
@@ -1716,7 +1900,7 @@ mod tests {
         // Safety: the registers point into `w`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut got = (Vec::new(), u64::MAX);
-        slot.drain(|ips, sp_top, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got, (vec![leaf, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST], 0));
 
         // Without rules for the leaf (past the mapping's rules), the word at SP is kept for the
@@ -1724,7 +1908,7 @@ mod tests {
         let (slot, uc) = fake_thread(&w, NATIVE_CODE + 0x200, 5, 12);
         // Safety: as above.
         unsafe { record(&slot, &uc) };
-        slot.drain(|ips, sp_top, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got.1, RET_INTO_RUN + 0x40);
     }
 

@@ -203,7 +203,31 @@ impl Sampler {
             if st.function_at(at).is_none() {
                 st.not_code.insert(at);
             }
+            st.known_functions.insert(id as u64);
             found(id);
+        }
+    }
+
+    /// Attach: names the functions of a walked stack that run precompiled code loaded before the
+    /// agent (the host's ReadyToRun code, blocked under a wait since before the attach: no CPU
+    /// sample and no code callback ever names it). Each such FunctionID the agent has not reported
+    /// is reported once, as `find_precompiled` does for sampled addresses.
+    fn name_walked(&self, st: &mut LoopState, frames: &[(u64, u64)]) {
+        let Some(found) = self.precompiled_found.get() else { return };
+        for (i, &(f, ip)) in frames.iter().enumerate() {
+            if f == 0 || st.known_functions.contains(&f) {
+                continue;
+            }
+            let at = if i > 0 { ip.saturating_sub(1) } else { ip };
+            if !st.maps.is_managed_image(at) {
+                continue;
+            }
+            // Reported since this pass's `update_code` (compiled a moment ago): named already.
+            if self.new_code.lock().map(|v| v.contains(&(f as FunctionID))).unwrap_or(true) {
+                continue;
+            }
+            st.known_functions.insert(f);
+            found(f as FunctionID);
         }
     }
 
@@ -421,6 +445,9 @@ impl Sampler {
     /// from stack words are never handed to the runtime.
     fn update_code(&self, st: &mut LoopState) {
         let fresh = self.new_code.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+        if self.precompiled_found.get().is_some() {
+            st.known_functions.extend(fresh.iter().map(|&id| id as u64));
+        }
         st.code_pending.extend(fresh.into_iter().map(|id| (id, 0u32)));
         let mut pending = std::mem::take(&mut st.code_pending);
         pending.retain_mut(|(id, tries)| {
@@ -663,17 +690,23 @@ impl Sampler {
         }
         if st.stacks.len() >= MAX_INTERNED {
             st.stacks.clear();
+            st.activity_stacks.clear();
         }
         let id = st.next_stack;
         st.next_stack = st.next_stack.wrapping_add(1);
         st.stacks.insert((ips.to_vec(), functions.to_vec(), activity), id);
         self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec(), activity });
+        if activity != 0 {
+            let (ips, functions) = managed_part(ips, functions);
+            let managed = self.intern(st, &ips, &functions);
+            st.activity_stacks.insert(id, managed);
+        }
         id
     }
 
     fn drain_cpu(&self, st: &mut LoopState) {
         let ts = self.now();
-        let mut batch: Vec<(Vec<u64>, u64, u64)> = Vec::new();
+        let mut batch: Vec<(Vec<u64>, u64, u64, u32)> = Vec::new();
         for slot in cpu::slots() {
             let state = slot.state.load(Ordering::Acquire);
             if state == cpu::FREE {
@@ -681,7 +714,7 @@ impl Sampler {
             }
             let key = SlotKey::of(slot);
             batch.clear();
-            slot.drain(|ips, sp_top, activity| batch.push((ips.to_vec(), sp_top, activity)));
+            slot.drain(|ips, sp_top, activity, seq| batch.push((ips.to_vec(), sp_top, activity, seq)));
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
                 let cpu_now = if state == cpu::DEAD {
@@ -692,7 +725,7 @@ impl Sampler {
                 let delta = cpu_now.saturating_sub(ths.cpu_accounted);
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 let mut counts: Vec<(u32, u32)> = Vec::new();
-                for (ips, sp_top, activity) in &mut batch {
+                for (ips, sp_top, activity, seq) in &mut batch {
                     if let Some(&leaf) = ips.first() {
                         if !st.unknown_leaf
                             && !st.maps.is_native(leaf)
@@ -705,7 +738,14 @@ impl Sampler {
                     self.find_precompiled(st, ips);
                     let mut fns = self.managed_functions(st, ips);
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
-                    let id = self.intern_activity(st, ips, &fns, *activity);
+                    let activity = self.activity_in_progress(st, key, slot, ips, *activity, *seq);
+                    let id = self.intern_activity(st, ips, &fns, activity);
+                    if activity != 0 {
+                        if let Some(ths) = st.threads.get_mut(&key) {
+                            // Kept for wall time charged to this stack (`cpu_stack_now`).
+                            ths.last_cpu_activity = Some((id, activity, ips.clone(), fns.clone()));
+                        }
+                    }
                     match counts.iter_mut().find(|(s, _)| *s == id) {
                         Some(c) => c.1 += 1,
                         None => counts.push((id, 1)),
@@ -739,6 +779,55 @@ impl Sampler {
                 cpu::release(slot);
             }
         }
+    }
+
+    /// The activity a CPU sample carries, or 0 when that work was over when the sample was taken.
+    /// Work that never runs managed code (a JIT compilation, a type load, a ReadyToRun lookup)
+    /// cannot be in progress while the thread's leaf is managed code: such an entry whose end
+    /// callback never came is discarded on the thread (`Slot::discard_activities`), with every
+    /// entry begun before it, and later samples that still carry it (taken before the thread saw
+    /// the discard) lose it too.
+    fn activity_in_progress(
+        &self,
+        st: &mut LoopState,
+        key: SlotKey,
+        slot: &cpu::Slot,
+        ips: &[u64],
+        activity: u64,
+        seq: u32,
+    ) -> u64 {
+        if activity == 0 || !cpu::native_only(activity) || seq == 0 {
+            return activity;
+        }
+        let managed_leaf = ips.first().is_some_and(|&ip| st.function_at(ip).is_some() || st.maps.is_managed_image(ip));
+        let Some(t) = st.threads.get_mut(&key) else { return activity };
+        if seq <= t.discarded_activity {
+            return 0;
+        }
+        if managed_leaf {
+            t.discarded_activity = seq;
+            slot.discard_activities(seq);
+            return 0;
+        }
+        activity
+    }
+
+    /// The stack that wall time of a thread goes to when no walk tells (its running time, and
+    /// blocked time not walked): its latest CPU sample's. An activity is charged only while the
+    /// thread still does it: when that sample was taken during runtime work that is over at this
+    /// tick (a JIT compilation whose thread then waited for more work), the runtime's frames of
+    /// that work are not where the time went: only the managed frames stay (none on a thread
+    /// without any). Not the work in progress now with those frames: its callers may differ (the
+    /// compilation of a method called from the one compiled before).
+    fn cpu_stack_now(&self, st: &mut LoopState, key: SlotKey) -> Option<u32> {
+        let t = st.threads.get(&key)?;
+        let s = t.last_cpu_stack?;
+        let Some((_, activity, ips, fns)) = t.last_cpu_activity.as_ref().filter(|a| a.0 == s) else { return Some(s) };
+        if *activity == t.activity_now {
+            return Some(s);
+        }
+        let (ips, fns) = managed_part(ips, fns);
+        Some(self.intern(st, &ips, &fns))
     }
 
     /// FunctionIDs of the managed frames of a CPU sample, from the map of managed code (return
@@ -818,7 +907,9 @@ impl Sampler {
     fn charge_running(&self, st: &mut LoopState, key: SlotKey, ns: u64, ticks: u32) {
         let Some(t) = st.threads.get_mut(&key) else { return };
         let fresh = t.cpu_batches != t.cpu_batches_when_blocked;
-        match t.last_cpu_stack.filter(|_| fresh) {
+        let stack = if fresh { self.cpu_stack_now(st, key) } else { None };
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        match stack {
             Some(s) => self.add_wall(st, key, s, ns, ticks),
             None => {
                 t.carry_ns += ns;
@@ -848,7 +939,10 @@ impl Sampler {
         if ns + t.carry_ns == 0 && ticks + t.carry_ticks == 0 {
             return;
         }
-        let s = match t.wall_stack.or(t.last_cpu_stack) {
+        // The thread is gone: whatever runtime work its last sample showed is over.
+        t.activity_now = 0;
+        let walked = t.wall_stack;
+        let s = match walked.or_else(|| self.cpu_stack_now(st, key)) {
             Some(s) => s,
             None => self.intern(st, &[], &[]),
         };
@@ -858,6 +952,13 @@ impl Sampler {
     /// Adds `ns` (and `ticks` wall ticks) to the thread's pending wall sample of `stack`, with the
     /// time carried from earlier ticks whose stack was not known.
     fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64, ticks: u32) {
+        // Carried time passed before this stack's runtime work began (or at least is not known
+        // to lie in it): it goes to the stack's managed frames.
+        if let Some(&managed) = st.activity_stacks.get(&stack) {
+            if st.threads.get(&key).is_some_and(|t| t.carry_ns + t.carry_ticks as u64 > 0) {
+                self.add_wall(st, key, managed, 0, 0);
+            }
+        }
         let Some(t) = st.threads.get_mut(&key) else { return };
         let ns = ns + std::mem::take(&mut t.carry_ns);
         let ticks = ticks + std::mem::take(&mut t.carry_ticks);
@@ -909,6 +1010,7 @@ impl Sampler {
             }
             let Some(cpu) = slot.cpu_ns() else { continue };
             let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
+            t.activity_now = slot.activity();
             let Some(last_ts) = t.wall_ts.replace(now) else {
                 t.wall_cpu = cpu;
                 continue;
@@ -955,12 +1057,16 @@ impl Sampler {
                 };
                 // Blocked time never walked (it blocked and woke up between two suspensions)
                 // goes with the stack it ran before it blocked, as nothing better is known.
-                if let Some(t) = st.threads.get_mut(&key) {
-                    if t.unwalked_ticks > 0 {
-                        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
-                        match t.last_cpu_stack {
-                            Some(s) => self.add_wall(st, key, s, ns, ticks),
-                            None => {
+                let unwalked = st
+                    .threads
+                    .get_mut(&key)
+                    .filter(|t| t.unwalked_ticks > 0)
+                    .map(|t| (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks)));
+                if let Some((ns, ticks)) = unwalked {
+                    match self.cpu_stack_now(st, key) {
+                        Some(s) => self.add_wall(st, key, s, ns, ticks),
+                        None => {
+                            if let Some(t) = st.threads.get_mut(&key) {
                                 t.carry_ns += ns;
                                 t.carry_ticks += ticks;
                             }
@@ -1053,6 +1159,7 @@ impl Sampler {
                     self.stats.walks.fetch_add(1, Ordering::Relaxed);
                     match stacks.next().flatten() {
                         Some(frames) => {
+                            self.name_walked(st, &frames);
                             let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
                             let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
                             let id = self.intern(st, &ips, &fns);
@@ -1080,7 +1187,7 @@ impl Sampler {
     /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
     /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
     fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
-        let s = st.threads.get(&key).and_then(|t| t.wall_stack.or(t.last_cpu_stack));
+        let s = st.threads.get(&key).and_then(|t| t.wall_stack).or_else(|| self.cpu_stack_now(st, key));
         let s = match s {
             Some(s) => s,
             None => self.intern(st, &[], &[]),
@@ -1095,6 +1202,15 @@ impl Sampler {
         t.wall_stack = Some(stack);
         let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
         self.add_wall(st, key, stack, blocked + ns, 1 + ticks);
+    }
+}
+
+/// A sampled stack cut to its managed frames: from the first frame with a FunctionID on (nothing
+/// when it has none).
+fn managed_part(ips: &[u64], functions: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    match functions.iter().position(|&f| f != 0) {
+        Some(i) => (ips[i..].to_vec(), functions[i..].to_vec()),
+        None => (Vec::new(), Vec::new()),
     }
 }
 
@@ -1348,6 +1464,13 @@ struct ThreadState {
     /// CPU time already given to samples.
     cpu_accounted: u64,
     last_cpu_stack: Option<u32>,
+    /// The latest CPU stack taken during runtime work: its id, the activity, its IPs and
+    /// FunctionIDs. Wall time goes elsewhere once that work is over ([`Sampler::cpu_stack_now`]).
+    last_cpu_activity: Option<(u32, u64, Vec<u64>, Vec<u64>)>,
+    /// The thread's runtime activity when the wall sampler last looked.
+    activity_now: u64,
+    /// Activities begun at or before this sequence number are over ([`Sampler::activity_in_progress`]).
+    discarded_activity: u32,
     wall_ts: Option<u64>,
     wall_cpu: u64,
     /// Where the thread was blocked at its last walk.
@@ -1380,6 +1503,9 @@ impl ThreadState {
         ThreadState {
             cpu_accounted: slot.start_cpu_ns.load(Ordering::Relaxed),
             last_cpu_stack: None,
+            last_cpu_activity: None,
+            activity_now: 0,
+            discarded_activity: 0,
             wall_ts: (registered != 0).then_some(registered),
             wall_cpu: slot.start_cpu_ns.load(Ordering::Relaxed),
             wall_stack: None,
@@ -1451,6 +1577,12 @@ fn read_own_memory(addr: u64, buf: &mut [u8]) -> bool {
 #[derive(Default)]
 struct LoopState {
     stacks: HashMap<(Vec<u64>, Vec<u64>, u64), u32>,
+    /// Stacks taken during runtime work, each with the same stack cut to its managed frames: wall
+    /// time from before that work (carried until a stack was known) goes to the latter.
+    activity_stacks: HashMap<u32, u32>,
+    /// Attach: the functions the agent has reported (compiled, found precompiled, or there
+    /// before the attach), so that a walked frame's function is reported once.
+    known_functions: std::collections::HashSet<u64>,
     next_stack: u32,
     maps: native::MapTracker,
     threads: HashMap<SlotKey, ThreadState>,
