@@ -479,6 +479,10 @@ records! {
     /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
     /// and each, the number of `stack` frames and each. About a third of the size.
     90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8> }
+    /// A collection ended, by the runtime's own account (EventPipe `GCEnd_V1`, on the thread that
+    /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
+    /// collection's start and end by index, nested ones included.
+    91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
 }
 
 impl AllocationSamples {

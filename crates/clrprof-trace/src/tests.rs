@@ -186,6 +186,7 @@ fn runtime_event_records_round_trip() {
         RuntimeSuspended { ts: 3, os_tid: 7, reason: 1 }.into(),
         RuntimeResumed { ts: 6, os_tid: 7 }.into(),
         GcInfo { ts: 4, index: 9, generation: 2, reason: 1, kind: 0 }.into(),
+        GcEnd { ts: 6, os_tid: 7, index: 9, generation: 2 }.into(),
         AllocationCounts { ts: 7, class: 8, type_name: "int[]".into(), count: 10, bytes: 400 }.into(),
         AllocationSample {
             ts: 8,

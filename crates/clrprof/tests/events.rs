@@ -415,3 +415,64 @@ fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
     let log = text(&report(&trace, &["--view", "events"]).stdout);
     assert!(log.contains("lock contention"), "{log}");
 }
+
+/// A leak with background GCs: every collection the runtime counted is listed, by generation,
+/// including the ephemeral GC each background GC begins with (the profiling API reports no start
+/// for it) and the foreground GCs that run while a background GC is in progress.
+#[test]
+fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
+    let dir = scratch("leak");
+    let trace = dir.join("leak.clrprof");
+    let out = record("Leak", &["50000"], &trace, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // "gc0 A gc1 B gc2 C leaked N": CollectionCount(g) counts the collections of generation g or older.
+    let stdout = text(&out.stdout);
+    let w: Vec<&str> = stdout.split_whitespace().collect();
+    let count = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+    let (c0, c1, c2) = (count("gc0"), count("gc1"), count("gc2"));
+    let v = report_json(&trace);
+    let gcs = v["gcs"].as_array().unwrap();
+    let by_gen = |g: u64| gcs.iter().filter(|x| x["generation"] == g).count() as u64;
+    assert_eq!((by_gen(0), by_gen(1), by_gen(2)), (c0 - c1, c1 - c2, c2), "the runtime counted {stdout}");
+    let t = &v["gc_totals"]["per_generation"];
+    assert_eq!((t[0].as_u64(), t[1].as_u64(), t[2].as_u64()), (Some(c0 - c1), Some(c1 - c2), Some(c2)));
+    // Each index once, none skipped, all finished.
+    let mut idx: Vec<u64> = gcs.iter().map(|g| g["index"].as_u64().unwrap()).collect();
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=c0).collect::<Vec<u64>>());
+    assert!(gcs.iter().all(|g| g["finished"] == true));
+    // Not vacuous: background GCs ran, with foreground GCs started and finished inside one.
+    let span = |g: &Value| {
+        let s = g["start_ns"].as_u64().unwrap();
+        (s, s + g["duration_ns"].as_u64().unwrap())
+    };
+    let background: Vec<&Value> = gcs.iter().filter(|g| g["background"] == true && g["generation"] == 2).collect();
+    assert!(!background.is_empty(), "no background GC: {stdout}");
+    let nested = gcs
+        .iter()
+        .filter(|g| g["generation"] != 2)
+        .filter(|g| {
+            let (a, b) = span(g);
+            background.iter().any(|bg| {
+                let (s, e) = span(bg);
+                s < a && b < e
+            })
+        })
+        .count();
+    // Besides the ephemeral GC each background GC begins with, foreground ones.
+    assert!(nested > background.len(), "{nested} GCs inside {} background GCs", background.len());
+    // The runtime's own types say the same: background (1) and foreground (2) GCs.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let kinds: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::GcInfo(g) => Some(g.kind),
+            _ => None,
+        })
+        .collect();
+    assert!(kinds.contains(&1) && kinds.contains(&2), "{kinds:?}");
+    // The view's totals.
+    let t = text(&report(&trace, &["--view", "gc"]).stdout);
+    assert!(t.contains(&format!("{c0} collections")), "{t}");
+    assert!(t.contains(&format!("totals: gen0 {}, gen1 {}, gen2 {c2}", c0 - c1, c1 - c2)), "{t}");
+}

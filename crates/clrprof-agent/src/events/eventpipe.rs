@@ -2,7 +2,8 @@
 //! `Microsoft-Windows-DotNETRuntime`: allocation samples and the runtime's GC descriptions.
 //!
 //! Event ids and payloads (ClrEtwAll.man): `GCStart_V2` id 1 {u32 Count, u32 Depth, u32 Reason,
-//! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCAllocationTick_V2..V4` id 10 {u32
+//! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCEnd_V1` id 2 {u32 Count, u32 Depth,
+//! u16 ClrInstanceID}; `GCAllocationTick_V2..V4` id 10 {u32
 //! AllocationAmount, u32 AllocationKind, u16 ClrInstanceID, u64 AllocationAmount64, ptr TypeID,
 //! UTF-16z TypeName, u32 HeapIndex, ptr Address, [V4] u64 ObjectSize}; `AllocationSampled` id 303
 //! (.NET 10, keyword 0x80000000000) {u32 AllocationKind, u16 ClrInstanceID, ptr TypeID, UTF-16z
@@ -13,7 +14,7 @@
 //! into a record right away.
 
 use clrprof_sys::CallbackResult;
-use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcInfo, Record};
+use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
 
 use crate::config::AllocMode;
 use crate::profiler::{os_tid, State};
@@ -31,6 +32,7 @@ const LEVEL_INFORMATIONAL: u32 = 4;
 const LEVEL_VERBOSE: u32 = 5;
 
 const EVENT_GC_START: u32 = 1;
+const EVENT_GC_END: u32 = 2;
 const EVENT_ALLOCATION_TICK: u32 = 10;
 const EVENT_ALLOCATION_SAMPLED: u32 = 303;
 const EVENT_CONTENTION_START: u32 = 81;
@@ -161,6 +163,11 @@ pub fn parse(
             let reason = p.u32()?;
             let kind = p.u32()?;
             Some(GcInfo { ts, index, generation, reason, kind }.into())
+        }
+        EVENT_GC_END if version >= 1 => {
+            let index = p.u32()?;
+            let generation = p.u32()?;
+            Some(GcEnd { ts, os_tid: tid, index, generation }.into())
         }
         EVENT_ALLOCATION_SAMPLED => {
             let _kind = p.u32()?;
@@ -414,6 +421,15 @@ mod tests {
         d.extend_from_slice(&0u64.to_le_bytes());
         match parse(EVENT_GC_START, 2, &d, 1, 1, &[], &mut |_| false) {
             Some(Record::GcInfo(g)) => assert_eq!((g.index, g.generation, g.reason, g.kind), (3, 2, 1, 1)),
+            other => panic!("{other:?}"),
+        }
+        let mut d = Vec::new();
+        for v in [7u32, 1] {
+            d.extend_from_slice(&v.to_le_bytes());
+        }
+        d.extend_from_slice(&0u16.to_le_bytes());
+        match parse(EVENT_GC_END, 1, &d, 5, 8, &[], &mut |_| false) {
+            Some(Record::GcEnd(g)) => assert_eq!((g.ts, g.os_tid, g.index, g.generation), (5, 8, 7, 1)),
             other => panic!("{other:?}"),
         }
     }
