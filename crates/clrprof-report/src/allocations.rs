@@ -5,7 +5,12 @@ use clrprof_model::Profile;
 use super::table::{Align::*, TextTable};
 use super::title;
 
-pub fn render(p: &Profile) -> String {
+/// `top`: at most this many rows in each table (`--top`).
+pub fn render(p: &Profile, top: Option<usize>) -> String {
+    let shown = |n: usize| match top {
+        Some(k) if k < n => format!("top {k} of {n}"),
+        _ => n.to_string(),
+    };
     let mut out = title(p, "allocations");
     let ev = &p.events;
     if ev.allocations.is_empty() {
@@ -23,7 +28,7 @@ pub fn render(p: &Profile) -> String {
     }
     let mut t =
         TextTable::new(&[("COUNT", Right), ("BYTES", Right), ("SAMPLES", Right), ("KIND", Left), ("TYPE", Left)]);
-    for a in &ev.allocations {
+    for a in ev.allocations.iter().take(top.unwrap_or(usize::MAX)) {
         t.row(vec![
             a.count.to_string(),
             a.bytes.to_string(),
@@ -32,7 +37,7 @@ pub fn render(p: &Profile) -> String {
             a.type_name.clone(),
         ]);
     }
-    out += &format!("\nby type ({})\n", t.len());
+    out += &format!("\nby type ({})\n", shown(ev.allocations.len()));
     out += &t.render();
     if !ev.alloc_sites.is_empty() {
         let mut t = TextTable::new(&[
@@ -42,7 +47,7 @@ pub fn render(p: &Profile) -> String {
             ("TYPE", Left),
             ("ALLOCATED IN", Left),
         ]);
-        for s in &ev.alloc_sites {
+        for s in ev.alloc_sites.iter().take(top.unwrap_or(usize::MAX)) {
             t.row(vec![
                 s.count.to_string(),
                 s.bytes.to_string(),
@@ -54,7 +59,7 @@ pub fn render(p: &Profile) -> String {
         out += &format!(
             "\nby allocation site ({}): the agent walks the stack of the first 64 samples of each type, then one in 32; \
              estimates are scaled to the type's total, SAMPLES counts walked samples\n",
-            t.len()
+            shown(ev.alloc_sites.len())
         );
         out += &t.render();
     } else if ev.alloc_exact {

@@ -148,7 +148,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Flow => flow::render(p, opts)?,
         View::Exceptions => exceptions::render(p),
         View::Gc => gc::render(p),
-        View::Allocations => allocations::render(p),
+        View::Allocations => allocations::render(p, opts.top),
         View::Jit => jit::render(p),
         View::Events => events::render(p),
         View::Counters => counters::render(p),

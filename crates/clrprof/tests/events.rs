@@ -283,6 +283,18 @@ fn sampled_allocations_rank_the_heavy_type_first_as_an_estimate() {
     assert_eq!(site["function"], "EventsApp.Program.AllocHeavy");
     let t = text(&report(&trace, &["--view", "allocations"]).stdout);
     assert!(t.contains("ESTIMATES from"), "{t}");
+    // `--top` limits both tables' rows, and says so.
+    let (types, sites) = (v["allocations"].as_array().unwrap().len(), v["allocation_sites"].as_array().unwrap().len());
+    assert!(types > 2 && sites > 2, "{types} types, {sites} sites");
+    let t = text(&report(&trace, &["--view", "allocations", "--top", "2"]).stdout);
+    let rows = |header: &str| -> Vec<String> {
+        let from = t.find(header).unwrap_or_else(|| panic!("no {header:?} in {t}"));
+        t[from..].lines().skip(2).take_while(|l| !l.trim().is_empty()).map(str::to_string).collect()
+    };
+    let by_type = rows(&format!("by type (top 2 of {types})"));
+    assert_eq!(by_type.len(), 2, "{t}");
+    assert!(by_type[0].ends_with("EventsApp.HeavyNode"), "{t}");
+    assert_eq!(rows(&format!("by allocation site (top 2 of {sites})")).len(), 2, "{t}");
 }
 
 fn assert_balanced(v: &Value) {
