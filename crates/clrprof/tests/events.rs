@@ -488,3 +488,70 @@ fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
     assert!(t.contains(&format!("{c0} collections")), "{t}");
     assert!(t.contains(&format!("totals: gen0 {}, gen1 {}, gen2 {c2}", c0 - c1, c1 - c2)), "{t}");
 }
+
+/// Exceptions of a real library (Newtonsoft.Json parsing malformed documents), a third of them
+/// caught and rethrown with `throw;`: every throw is counted (the app's first-chance handler is
+/// the truth), rethrows are marked, and the header, the rows and the counters give one total,
+/// exact or sampled past the storm budget.
+#[test]
+fn rethrows_are_counted_and_marked_with_one_total_exact_and_sampled() {
+    let dir = scratch("json-errors");
+    let run = |name: &str, flags: &[&str]| {
+        let trace = dir.join(format!("{name}.clrprof"));
+        let out = record("JsonErrors", &["6000", "3"], &trace, flags);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // "documents N parsed 0 failed F rethrown R first-chance T"
+        let stdout = text(&out.stdout);
+        let w: Vec<&str> = stdout.split_whitespace().collect();
+        let n = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+        assert_eq!((n("documents"), n("parsed"), n("failed"), n("rethrown")), (6000, 0, 6000, 2000), "{stdout}");
+        assert_eq!(n("first-chance"), 8000, "{stdout}");
+        let v = report_json(&trace);
+        (trace, v)
+    };
+    let sum =
+        |v: &Value, f: &str| v["exceptions"].as_array().unwrap().iter().map(|g| g[f].as_u64().unwrap()).sum::<u64>();
+    let rethrow_group = |v: &Value| -> Value {
+        v["exceptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["throw_site"] == "JsonErrorsApp.Program.ParseAndRethrow")
+            .cloned()
+            .unwrap_or_else(|| panic!("no rethrow group: {}", v["exceptions"]))
+    };
+
+    // Exact: every throw, and every rethrow, where it happened.
+    let (trace, v) = run("exact", &["--exact-exceptions"]);
+    assert_eq!((sum(&v, "thrown"), sum(&v, "rethrown"), sum(&v, "caught")), (8000, 2000, 8000));
+    let g = rethrow_group(&v);
+    assert_eq!((g["thrown"].as_u64(), g["rethrown"].as_u64()), (Some(2000), Some(2000)));
+    assert_eq!(g["type"], "Newtonsoft.Json.JsonReaderException");
+    assert_eq!(counted_by_counters(&v), 8000);
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(
+        t.contains("8000 exceptions thrown (2000 of them rethrows), 8000 caught, 0 uncaught (exact counts)"),
+        "{t}"
+    );
+    assert!(t.contains("RETHROWN"), "{t}");
+
+    // Sampled past the storm budget: the runtime's count of new exceptions is exact, the rows
+    // share it and carry their rethrows, and header, rows and counters agree.
+    let (trace, v) = run("sampled", &[]);
+    let s = &v["exception_sampling"];
+    assert_eq!(s["sampled"], true, "{s}");
+    let runtime = s["runtime_total"].as_u64().unwrap_or_else(|| panic!("no runtime count: {s}"));
+    assert_eq!(runtime, 6000, "{s}");
+    let (thrown, rethrown) = (sum(&v, "thrown"), sum(&v, "rethrown"));
+    assert_eq!(thrown - rethrown, runtime, "new exceptions in the rows are the runtime's count");
+    assert_eq!((s["estimated_total"].as_u64(), s["rethrown"].as_u64()), (Some(thrown), Some(rethrown)), "{s}");
+    assert!(thrown.abs_diff(8000) <= 400, "estimated {thrown} throws of 8000");
+    assert!(rethrown.abs_diff(2000) <= 200, "estimated {rethrown} rethrows of 2000");
+    let unfollowed = s["unfollowed"].as_u64().unwrap();
+    assert!(counted_by_counters(&v).abs_diff(thrown + unfollowed) <= 1, "{} by the counters", counted_by_counters(&v));
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    let header = format!(
+        "about {thrown} exceptions thrown ({runtime} new by the runtime's own count, about {rethrown} of them rethrows)"
+    );
+    assert!(t.contains(&header), "{header}\n{t}");
+}

@@ -236,6 +236,18 @@ pub fn parse(
     }
 }
 
+/// `ExceptionThrown_V1`'s `ExceptionFlags`.
+fn exception_flags(data: &[u8]) -> Option<u16> {
+    let mut p = Payload { b: data, at: 0 };
+    p.skip_utf16z()?;
+    p.skip_utf16z()?;
+    p.u64()?;
+    p.u32()?;
+    p.u16()
+}
+
+const EXCEPTION_FLAG_RETHROWN: u16 = 0x4;
+
 /// Samples of one type whose stacks are always walked; after that, one in `WALK_EVERY`.
 const WALK_FIRST: u32 = 64;
 const WALK_EVERY: u32 = 32;
@@ -308,8 +320,14 @@ fn type_load(s: &State, event_id: u32, data: &[u8]) {
 
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
     if event_id == EVENT_EXCEPTION_THROWN {
-        // Counted only (the callbacks, when on, record the details).
+        // Counted only (the callbacks, when on, record the details). `ExceptionThrown_V1`
+        // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
+        // u16 ExceptionFlags, u16 ClrInstanceID}; flag 0x4 is a rethrow (.NET 8 raises the event
+        // for rethrows, .NET 9 and later do not).
         s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0) {
+            s.events.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         return Ok(());
     }
     if event_id == EVENT_TYPE_LOAD_START || event_id == EVENT_TYPE_LOAD_STOP {

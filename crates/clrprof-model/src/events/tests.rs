@@ -995,7 +995,7 @@ fn exceptions_counted_by_the_agent_read_back_the_same_figures_as_single_records(
 
 #[test]
 fn a_damaged_exception_count_is_skipped_and_counted() {
-    let bad = ExceptionCounts { ts: 0, interval_ns: 100 * MS, count: 2, packed: vec![1, 2, 3] };
+    let bad = ExceptionCounts { ts: 0, interval_ns: 100 * MS, count: 2, packed: vec![1, 2, 3], rethrown: vec![] };
     let b = events_builder(&[ProcessStart::default().into(), bad.into()]);
     let p = finished(&b, 1000 * MS, TimeRange::ALL);
     assert!(p.events.exceptions.is_empty());
