@@ -395,6 +395,11 @@ fn monitor_contention_is_reported_with_the_waiting_stack() {
     let t = text(&report(&trace, &["--view", "locks"]).stdout);
     assert!(t.contains("waiter"), "{t}");
     assert!(t.contains(&format!("{N} Monitor lock contentions")), "{t}");
+    // It says what it covers and what it leaves out.
+    assert!(t.contains("COVERS contention for Monitor locks only"), "{t}");
+    for left_out in ["SemaphoreSlim.Wait", "ReaderWriterLockSlim", "Monitor.Wait", "WaitHandle.WaitOne"] {
+        assert!(t.contains(left_out), "{left_out}: {t}");
+    }
     // Aggregated in the agent: counts per stack, no record per contention.
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
     let counted: u64 = records
