@@ -228,6 +228,24 @@ fn rethrows(runtime: &str, major: &str) {
     assert!(sum(&v, "rethrown").abs_diff(2000) <= 200, "{} rethrows", sum(&v, "rethrown"));
 }
 
+/// As `events.rs`: a leak's collections, background ones and those inside them included, each
+/// listed once by the runtime's index and counted by generation as the runtime counts them.
+fn leak_gcs(runtime: &str, major: &str) {
+    let (trace, stdout, _) = record_ok(runtime, "leak", "Leak", &["50000"], &[]);
+    let w: Vec<&str> = stdout.split_whitespace().collect();
+    let count = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+    let (c0, c1, c2) = (count("gc0"), count("gc1"), count("gc2"));
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    let gcs = v["gcs"].as_array().unwrap();
+    let by_gen = |g: u64| gcs.iter().filter(|x| x["generation"] == g).count() as u64;
+    assert_eq!((by_gen(0), by_gen(1), by_gen(2)), (c0 - c1, c1 - c2, c2), "the runtime counted {stdout}");
+    let mut idx: Vec<u64> = gcs.iter().map(|g| u(g, "index")).collect();
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=c0).collect::<Vec<u64>>());
+    assert!(gcs.iter().any(|g| g["background"] == true), "no background GC");
+}
+
 /// As `events.rs`: induced collections all seen; allocations counted exactly (`--alloc exact`) and
 /// sampled by default (`AllocationSampled` on .NET 10, `GCAllocationTick` before: both estimate).
 fn gc_and_allocations(runtime: &str, major: &str) {
@@ -337,6 +355,10 @@ macro_rules! runtime_matrix {
             #[test]
             fn gc_and_allocations() {
                 super::gc_and_allocations($tfm, $major);
+            }
+            #[test]
+            fn leak_gcs() {
+                super::leak_gcs($tfm, $major);
             }
             #[test]
             fn rethrows() {
