@@ -120,11 +120,25 @@ pub struct RunEnd {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("SQLite store: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     #[error("PostgreSQL store: {0}")]
-    Postgres(#[from] tokio_postgres::Error),
+    Postgres(tokio_postgres::Error),
     #[error("{0}")]
     Other(String),
+}
+
+// The messages above include their cause, so `source()` stays unset: an error chain printed with
+// `{:#}` would say it twice.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Postgres(e)
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -37,14 +37,21 @@ pub struct CollectorBuilder {
 /// Why a collector cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: String, source: std::io::Error },
+    #[error("cannot listen on {addr}: {error}")]
+    Listen { addr: String, error: std::io::Error },
     #[error("listening on {0} (not a loopback address) needs a token: pass --token or set CLRPROF_TOKEN")]
     TokenRequired(String),
     #[error("no store given")]
     NoStore,
     #[error("cannot recover the store: {0}")]
-    Store(#[from] crate::StoreError),
+    Store(crate::StoreError),
+}
+
+// The messages above include their cause, so `source()` stays unset (printed once in a chain).
+impl From<crate::StoreError> for StartError {
+    fn from(e: crate::StoreError) -> Self {
+        StartError::Store(e)
+    }
 }
 
 impl CollectorBuilder {
@@ -90,14 +97,14 @@ impl CollectorBuilder {
         let addrs: Vec<SocketAddr> = self
             .listen
             .to_socket_addrs()
-            .map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?
+            .map_err(|error| StartError::Listen { addr: self.listen.clone(), error })?
             .collect();
         if self.token.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
             return Err(StartError::TokenRequired(self.listen));
         }
         let listener =
-            TcpListener::bind(&addrs[..]).map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen { addr: self.listen.clone(), source })?;
+            TcpListener::bind(&addrs[..]).map_err(|error| StartError::Listen { addr: self.listen.clone(), error })?;
+        let addr = listener.local_addr().map_err(|error| StartError::Listen { addr: self.listen.clone(), error })?;
         let identity = format!("{}:{}", clrprof_trace::wire::hostname(), addr.port());
         // Never `eprintln!`: it panics when standard error is a closed pipe, and a collector must
         // outlive the terminal or pipe that started it.

@@ -249,6 +249,7 @@ impl ProfileBuilder {
             | R::RuntimeSuspended(_)
             | R::RuntimeResumed(_)
             | R::GcInfo(_)
+            | R::GcEnd(_)
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
             | R::AllocationSamples(_)
@@ -464,6 +465,7 @@ fn event_ts(r: &Record) -> Option<u64> {
         R::ExceptionCounts(x) => x.ts,
         R::GcStarted(x) => x.ts,
         R::GcFinished(x) => x.ts,
+        R::GcEnd(x) => x.ts,
         R::AllocationSample(x) => x.ts,
         R::AllocationSamples(x) => x.ts,
         _ => return None,

@@ -280,6 +280,7 @@ impl Sanity {
             R::RuntimeSuspended(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::RuntimeResumed(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::GcInfo(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
+            R::GcEnd(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::ExceptionMonitoring(x) => {
                 if !self.ts_ok(x.ts, DROPPED) {
                     return None;

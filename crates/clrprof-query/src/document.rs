@@ -341,7 +341,10 @@ pub struct ExceptionDoc {
     #[serde(rename = "type")]
     pub type_name: String,
     pub throw_site: String,
+    /// Every throw, rethrows included.
     pub thrown: u64,
+    /// Of `thrown`, the rethrows (the same exception object thrown again).
+    pub rethrown: u64,
     pub observed: u64,
     pub estimated: bool,
     pub caught: u64,
@@ -357,8 +360,10 @@ pub struct ExceptionSamplingDoc {
     pub sampled: bool,
     pub observed: u64,
     pub estimated_total: u64,
-    /// Throws by the runtime's own count (null when the trace has none).
+    /// New exceptions (rethrows aside) by the runtime's own count (null when the trace has none).
     pub runtime_total: Option<u64>,
+    /// Of `estimated_total` (the sum of the groups' `thrown`), the rethrows.
+    pub rethrown: u64,
     pub first_pause_ns: u64,
     pub paused_ns: u64,
     pub window_ns: u64,
@@ -676,6 +681,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
                 observed: sm.observed,
                 estimated_total: sm.estimated_total,
                 runtime_total: sm.runtime_total,
+                rethrown: sm.rethrown,
                 first_pause_ns: sm.first_pause_ns,
                 paused_ns: sm.paused_ns,
                 window_ns: sm.window_ns,
@@ -997,6 +1003,7 @@ fn exceptions(p: &Profile) -> Vec<ExceptionDoc> {
             type_name: e.type_name.clone(),
             throw_site: e.throw_site.clone(),
             thrown: e.thrown,
+            rethrown: e.rethrown,
             observed: e.observed,
             estimated: e.estimated,
             caught: e.caught,

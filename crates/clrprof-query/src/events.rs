@@ -48,7 +48,9 @@ pub fn gc_totals(p: &Profile) -> GcTotals {
 /// Exceptions in total (estimates when the rate limit sampled a storm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ExceptionTotals {
+    /// Every throw, rethrows included.
     pub thrown: u64,
+    pub rethrown: u64,
     pub caught: u64,
     pub uncaught: u64,
 }
@@ -57,6 +59,7 @@ pub fn exception_totals(p: &Profile) -> ExceptionTotals {
     let ex = &p.events.exceptions;
     ExceptionTotals {
         thrown: ex.iter().map(|e| e.thrown).saturating_sum(),
+        rethrown: ex.iter().map(|e| e.rethrown).saturating_sum(),
         caught: ex.iter().map(|e| e.caught).saturating_sum(),
         uncaught: ex.iter().map(|e| e.uncaught).saturating_sum(),
     }

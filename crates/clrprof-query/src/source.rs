@@ -17,15 +17,12 @@ use crate::import::{self, Format, ImportError, ImportOptions};
 /// Why a trace cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// (Its message is the I/O error's; `source()` is not set, so an error chain prints it once.)
     #[error("{0}")]
-    Open(#[source] std::io::Error),
+    Open(std::io::Error),
     /// The trace is damaged (or not a trace); `records` were read before.
-    #[error("{source}")]
-    Decode {
-        #[source]
-        source: DecodeError,
-        records: u64,
-    },
+    #[error("{error}")]
+    Decode { error: DecodeError, records: u64 },
     #[error("the trace holds no records: the profiled process ended before the agent wrote anything")]
     NoRecords,
     /// Not a trace, and not a format that can be imported (the message names what was seen), or
@@ -121,7 +118,7 @@ impl Loader {
             let n = self
                 .reader
                 .poll_each(|r| builder.add(&r))
-                .map_err(|source| LoadError::Decode { source, records: self.builder.records() })?;
+                .map_err(|error| LoadError::Decode { error, records: self.builder.records() })?;
             progress(self.builder.records());
             if n == 0 {
                 return Ok(self.builder.records() - before);
@@ -137,7 +134,7 @@ impl Loader {
         }
         self.update()?;
         let records = self.builder.records();
-        let truncation = self.reader.finish().map_err(|source| LoadError::Decode { source, records })?;
+        let truncation = self.reader.finish().map_err(|error| LoadError::Decode { error, records })?;
         if records == 0 {
             return Err(LoadError::NoRecords);
         }

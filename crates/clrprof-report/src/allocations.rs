@@ -34,7 +34,12 @@ pub fn estimator_note(estimator: AllocEstimator, samples: u64) -> String {
     }
 }
 
-pub fn render(p: &Profile) -> String {
+/// `top`: at most this many rows in each table (`--top`).
+pub fn render(p: &Profile, top: Option<usize>) -> String {
+    let shown = |n: usize| match top {
+        Some(k) if k < n => format!("top {k} of {n}"),
+        _ => n.to_string(),
+    };
     let mut out = title(p, "allocations");
     let ev = &p.events;
     if ev.allocations.is_empty() {
@@ -44,7 +49,7 @@ pub fn render(p: &Profile) -> String {
     out += &format!("\n{}\n", estimator_note(ev.alloc_estimator, ev.alloc_samples));
     let mut t =
         TextTable::new(&[("COUNT", Right), ("BYTES", Right), ("SAMPLES", Right), ("KIND", Left), ("TYPE", Left)]);
-    for a in &ev.allocations {
+    for a in ev.allocations.iter().take(top.unwrap_or(usize::MAX)) {
         t.row(vec![
             a.count.to_string(),
             a.bytes.to_string(),
@@ -53,7 +58,7 @@ pub fn render(p: &Profile) -> String {
             a.type_name.clone(),
         ]);
     }
-    out += &format!("\nby type ({})\n", t.len());
+    out += &format!("\nby type ({})\n", shown(ev.allocations.len()));
     out += &t.render();
     if !ev.alloc_sites.is_empty() {
         let mut t = TextTable::new(&[
@@ -63,7 +68,7 @@ pub fn render(p: &Profile) -> String {
             ("TYPE", Left),
             ("ALLOCATED IN", Left),
         ]);
-        for s in &ev.alloc_sites {
+        for s in ev.alloc_sites.iter().take(top.unwrap_or(usize::MAX)) {
             t.row(vec![
                 s.count.to_string(),
                 s.bytes.to_string(),
@@ -86,7 +91,7 @@ pub fn render(p: &Profile) -> String {
         out += &format!(
             "\nby allocation site ({}): the first frame of the user's code on the allocating stack (not System.*, \
              Microsoft.*), via the library function it called; {how}; SAMPLES counts walked samples\n",
-            t.len()
+            shown(ev.alloc_sites.len())
         );
         out += &t.render();
         out += &format!(

@@ -9,17 +9,22 @@ use clrprof_query::stacks::stack_names;
 pub fn render(p: &Profile) -> String {
     let mut out = title(p, "exceptions");
     let ex = &p.events.exceptions;
-    let clrprof_query::events::ExceptionTotals { thrown, caught, uncaught } =
+    let clrprof_query::events::ExceptionTotals { thrown, rethrown, caught, uncaught } =
         clrprof_query::events::exception_totals(p);
     let sm = &p.events.exception_sampling;
     if sm.sampled {
         let thrown = match sm.runtime_total {
-            Some(n) => format!("{n} exceptions thrown (the runtime's own count),"),
-            None => format!("about {thrown} exceptions thrown,"),
+            Some(_) if rethrown == 0 => format!("{thrown} exceptions thrown (the runtime's own count),"),
+            Some(n) => format!(
+                "about {thrown} exceptions thrown ({n} new by the runtime's own count, about {rethrown} of them \
+                 rethrows),"
+            ),
+            None if rethrown == 0 => format!("about {thrown} exceptions thrown,"),
+            None => format!("about {thrown} exceptions thrown (about {rethrown} of them rethrows),"),
         };
         let scaled = if sm.runtime_total.is_some() {
-            "the rows' counts (marked ~) share\nthe runtime's count of throws in the proportions the windows saw \
-             (types, sites and catches are estimates)."
+            "the rows' counts (marked ~) share\nthe runtime's count of new exceptions in the proportions the windows \
+             saw, rethrows scaled with them (types, sites and catches are estimates)."
         } else {
             "the windows' counts were scaled to the paused time (rows marked ~; callbacks slow\nthrowing down in the \
              windows, so in code that does little but throw the estimates are low)."
@@ -40,14 +45,20 @@ pub fn render(p: &Profile) -> String {
             sm.unfollowed,
         );
     } else {
-        out += &format!("\n{thrown} exceptions thrown, {caught} caught, {uncaught} uncaught (exact counts)\n");
+        let rethrows = if rethrown > 0 { format!(" ({rethrown} of them rethrows)") } else { String::new() };
+        out +=
+            &format!("\n{thrown} exceptions thrown{rethrows}, {caught} caught, {uncaught} uncaught (exact counts)\n");
     }
     if ex.is_empty() {
         out += "(none recorded; exceptions are recorded unless `record --no-exceptions`)\n";
         return out;
     }
-    let mut t = TextTable::new(&[
-        ("THROWN", Right),
+    let any_rethrows = ex.iter().any(|e| e.rethrown > 0);
+    let mut columns = vec![("THROWN", Right)];
+    if any_rethrows {
+        columns.push(("RETHROWN", Right));
+    }
+    columns.extend([
         ("CAUGHT", Right),
         ("UNCAUGHT", Right),
         ("FILTERS", Right),
@@ -57,11 +68,15 @@ pub fn render(p: &Profile) -> String {
         ("TYPE", Left),
         ("THROWN BY", Left),
     ]);
+    let mut t = TextTable::new(&columns);
     let est =
         |e: &clrprof_model::events::ExceptionGroup, n: u64| if e.estimated { format!("~{n}") } else { n.to_string() };
     for e in ex {
-        t.row(vec![
-            est(e, e.thrown),
+        let mut row = vec![est(e, e.thrown)];
+        if any_rethrows {
+            row.push(est(e, e.rethrown));
+        }
+        row.extend([
             est(e, e.caught),
             e.uncaught.to_string(),
             est(e, e.filters),
@@ -71,10 +86,15 @@ pub fn render(p: &Profile) -> String {
             e.type_name.clone(),
             e.throw_site.clone(),
         ]);
+        t.row(row);
     }
     out += "\n";
     out += &t.render();
     out += "\nSEARCHED/UNWOUND: frames visited by the first (search) and second (unwind) pass.\n";
+    if any_rethrows {
+        out += "THROWN counts every throw, as first-chance exceptions do; RETHROWN: those of an exception object thrown \
+                again (`throw;`) on the same thread since the last GC (a rethrow with a GC in between counts as new).\n";
+    }
     if sm.sampled {
         out += "Rows marked ~ include estimates. Stacks are walked for the first 32 throws of each type, then every 100th.\n";
     } else {

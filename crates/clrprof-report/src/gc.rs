@@ -68,5 +68,9 @@ pub fn render(p: &Profile) -> String {
         ms(t.largest_pause_ns)
     );
     out += "BACKGROUND: from the runtime's GCStart event (EventPipe), or `yes` when another GC ran inside it; `?` when unknown.\n";
+    if gcs.iter().any(|g| g.before.is_empty()) {
+        out += "BEFORE `-`: a collection the profiling API reported no start for (the ephemeral GC a background GC \
+                begins with), known from the runtime's own events.\n";
+    }
     out
 }

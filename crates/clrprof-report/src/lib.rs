@@ -110,7 +110,14 @@ pub enum ReportError {
     #[error("{0}")]
     Unsupported(String),
     #[error("cannot write JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
+}
+
+// The message includes its cause, so `source()` stays unset (printed once in an error chain).
+impl From<serde_json::Error> for ReportError {
+    fn from(e: serde_json::Error) -> Self {
+        ReportError::Json(e)
+    }
 }
 
 pub type Result<T, E = ReportError> = std::result::Result<T, E>;
@@ -154,7 +161,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Flow => flow::render(p, opts)?,
         View::Exceptions => exceptions::render(p),
         View::Gc => gc::render(p),
-        View::Allocations => allocations::render(p),
+        View::Allocations => allocations::render(p, opts.top),
         View::Jit => jit::render(p),
         View::Events => events::render(p),
         View::Counters => counters::render(p),

@@ -32,6 +32,10 @@ pub fn render(p: &Profile) -> String {
     let total: u64 = c.iter().map(|s| s.count).fold(0, u64::saturating_add);
     let wait: u64 = c.iter().map(|s| s.wait_ns).fold(0, u64::saturating_add);
     out += &format!("\n{total} Monitor lock contentions, {} ms waited in all\n", ms(wait));
+    out += "COVERS contention for Monitor locks only (`lock`, Monitor.Enter: the runtime's ContentionStart/Stop \
+            events). NOT INCLUDED: waits that are\nnot lock contention — SemaphoreSlim.Wait (beyond the short \
+            contention on its internal lock), ReaderWriterLockSlim, Monitor.Wait,\nWaitHandle.WaitOne, Mutex, \
+            events, Task.Wait; the wall-clock samples (`--weight wall`) show where threads blocked in them.\n";
     if c.is_empty() {
         return out;
     }

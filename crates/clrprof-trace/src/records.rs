@@ -350,6 +350,10 @@ records! {
         /// the agent did not walk this throw (it walks the first 32 throws of each type, then every
         /// 100th, to bound the cost of exception-heavy code).
         stack: Vec<u64>,
+        /// The exception object was thrown again (`throw;` in a catch, or a caught exception thrown
+        /// anew): the agent saw the same object thrown on this thread since the last garbage
+        /// collection. False in traces of older agents.
+        rethrow: bool,
     }
     /// One step of exception handling on a thread; see [`exception_phase`].
     71 ExceptionPhase { ts: u64, os_tid: u32, phase: u8, function: u64 }
@@ -454,7 +458,14 @@ records! {
     /// Exceptions thrown in the process so far by the runtime's own count (EventPipe
     /// `ExceptionThrown_V1`, delivered even while the exception callbacks are paused), written
     /// when it changed, at the agent's flushes, while the exception rate limit is in force.
-    84 ExceptionCount { ts: u64, thrown: u64 }
+    84 ExceptionCount {
+        ts: u64,
+        thrown: u64,
+        /// Of `thrown`, those the runtime flagged as rethrows. .NET 8 raises the event for rethrows
+        /// too (flag 0x4); .NET 9 and later only for new exceptions: `thrown - rethrown` is the
+        /// count of new exceptions either way. 0 in traces of older agents.
+        rethrown: u64,
+    }
     /// A waiting stack of Monitor contention (FunctionIDs, innermost first), numbered for
     /// `ContentionCounts`; written once, before the first counts that refer to it.
     85 ContentionStack { id: u32, stack: Vec<u64> }
@@ -481,7 +492,15 @@ records! {
     /// Caught exceptions aggregated by the agent (see [`ExceptionRow`]): `count` rows, each as
     /// twelve LEB128 varints in `packed`. Every exception thrown in `[ts, ts + interval_ns)` and
     /// caught is in exactly one row; the rows of one interval may come in several records.
-    89 ExceptionCounts { ts: u64, interval_ns: u64, count: u32, packed: Vec<u8> }
+    89 ExceptionCounts {
+        ts: u64,
+        interval_ns: u64,
+        count: u32,
+        packed: Vec<u8>,
+        /// Per row, how many of its exceptions were rethrows; empty when none was (and in traces
+        /// of older agents).
+        rethrown: Vec<u64>,
+    }
     /// `AllocationSample` records packed, as the agent writes them once per flush: `count`
     /// samples in `packed`, each as LEB128 varints — `ts` minus this record's `ts`, os_tid, class,
     /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
@@ -489,6 +508,10 @@ records! {
     /// holds each sample's `walk_weight` as a varint, in the same order (empty when written by an
     /// older agent: the weights are then unknown, 0).
     90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8>, walk_weights: Vec<u8> }
+    /// A collection ended, by the runtime's own account (EventPipe `GCEnd_V1`, on the thread that
+    /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
+    /// collection's start and end by index, nested ones included.
+    91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
 }
 
 impl AllocationSamples {
@@ -595,6 +618,8 @@ pub struct ExceptionRow {
     pub filters: u64,
     pub unwind_frames: u64,
     pub finallies: u64,
+    /// Of `count`, the rethrows (kept in `ExceptionCounts::rethrown`, not in the packed varints).
+    pub rethrown: u64,
 }
 
 impl ExceptionCounts {
@@ -624,7 +649,9 @@ impl ExceptionCounts {
                 put_varint(&mut packed, v);
             }
         }
-        Some(ExceptionCounts { ts, interval_ns, count: u32::try_from(rows.len()).ok()?, packed })
+        let rethrown: Vec<u64> =
+            if rows.iter().any(|r| r.rethrown > 0) { rows.iter().map(|r| r.rethrown).collect() } else { Vec::new() };
+        Some(ExceptionCounts { ts, interval_ns, count: u32::try_from(rows.len()).ok()?, packed, rethrown })
     }
 
     /// The rows, or why they cannot be read.
@@ -651,7 +678,16 @@ impl ExceptionCounts {
                 filters: v[9],
                 unwind_frames: v[10],
                 finallies: v[11],
+                rethrown: 0,
             });
+        }
+        if !self.rethrown.is_empty() {
+            if self.rethrown.len() != rows.len() {
+                return Err(bad());
+            }
+            for (r, &n) in rows.iter_mut().zip(&self.rethrown) {
+                r.rethrown = n.min(r.count);
+            }
         }
         if at != b.len() {
             return Err(bad());

@@ -166,8 +166,16 @@ fn unknown_tags_are_skipped_and_trailing_fields_ignored() {
 #[test]
 fn runtime_event_records_round_trip() {
     let recs: Vec<Record> = vec![
-        ExceptionThrown { ts: 1, os_tid: 2, thread: 3, class: 4, type_name: "Ns.Boom".into(), stack: vec![5, 6] }
-            .into(),
+        ExceptionThrown {
+            ts: 1,
+            os_tid: 2,
+            thread: 3,
+            class: 4,
+            type_name: "Ns.Boom".into(),
+            stack: vec![5, 6],
+            rethrow: true,
+        }
+        .into(),
         ExceptionPhase { ts: 2, os_tid: 2, phase: exception_phase::FILTER_ENTER, function: 6 }.into(),
         ExceptionCaught {
             ts: 3,
@@ -186,6 +194,7 @@ fn runtime_event_records_round_trip() {
         RuntimeSuspended { ts: 3, os_tid: 7, reason: 1 }.into(),
         RuntimeResumed { ts: 6, os_tid: 7 }.into(),
         GcInfo { ts: 4, index: 9, generation: 2, reason: 1, kind: 0 }.into(),
+        GcEnd { ts: 6, os_tid: 7, index: 9, generation: 2 }.into(),
         AllocationCounts { ts: 7, class: 8, type_name: "int[]".into(), count: 10, bytes: 400 }.into(),
         AllocationSample {
             ts: 8,
@@ -215,7 +224,7 @@ fn runtime_event_records_round_trip() {
         .into(),
         ExceptionStack { id: 1, stack: vec![6, 5] }.into(),
         ExceptionType { id: 1, class: 8, type_name: "System.Exception".into() }.into(),
-        ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![] }.into(),
+        ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![], rethrown: vec![] }.into(),
         AllocationSamples { ts: 0, count: 0, packed: vec![], walk_weights: vec![] }.into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
@@ -417,10 +426,20 @@ fn packed_exception_counts_hold_the_same_rows() {
         filters: count,
         unwind_frames: 4 * count,
         finallies: u64::MAX,
+        rethrown: 0,
     };
     let rows = vec![row(1234, 500_000_000, 1), row(99_999, 500_000_001, 70_000), ExceptionRow::default()];
     let c = ExceptionCounts::pack(0, 100_000_000, &rows).unwrap();
+    assert!(c.rethrown.is_empty(), "no rethrows, no list");
     assert_eq!(c.unpack().unwrap(), rows);
+    // Rethrows per row, beside the packed varints; a list of another length is damage.
+    let mut with = rows.clone();
+    with[1].rethrown = 70_000;
+    let mut c = ExceptionCounts::pack(0, 100_000_000, &with).unwrap();
+    assert_eq!(c.rethrown, vec![0, 70_000, 0]);
+    assert_eq!(c.unpack().unwrap(), with);
+    c.rethrown.pop();
+    assert!(c.unpack().is_err());
     let rows = &rows[..2];
     let c = ExceptionCounts::pack(500_000_000, 100_000_000, rows).unwrap();
     assert_eq!(c.unpack().unwrap(), rows);

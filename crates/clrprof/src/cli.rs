@@ -436,7 +436,7 @@ struct ReportArgs {
     /// Hot spots per thread instead of merged over threads
     #[arg(long)]
     by_thread: bool,
-    /// Show the first N rows (hot spots, summary)
+    /// Show the first N rows (hot spots, summary, flow, allocations)
     #[arg(long, value_name = "N")]
     top: Option<usize>,
     /// Call tree: levels to show

@@ -233,3 +233,37 @@ fn bad_pyroscope_options_are_refused_before_the_collector_starts() {
     assert!(!store.exists(), "nothing was started");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An error's cause is said once: the message of an I/O or decoding error is not repeated by the
+/// error chain (`cannot open trace X: Is a directory (os error 21)`, not twice).
+#[test]
+fn errors_say_their_cause_once() {
+    let dir = scratch("cause-once");
+    let empty = dir.join("empty.clrprof");
+    std::fs::write(&empty, b"").unwrap();
+    let missing = dir.join("missing.clrprof");
+    let cases = [
+        (dir.clone(), format!("cannot open trace {}: Is a directory (os error 21)", dir.display())),
+        (missing.clone(), format!("cannot open trace {}: No such file or directory (os error 2)", missing.display())),
+        (
+            empty.clone(),
+            format!(
+                "cannot read {}: empty file: the profiler never wrote a header (did the agent load?)",
+                empty.display()
+            ),
+        ),
+    ];
+    for (path, want) in cases {
+        for cmd in [&["report"][..], &["export", "--format", "collapsed"][..]] {
+            let out = Command::new(clrprof_exe()).args(cmd).arg(&path).output().unwrap();
+            assert_eq!(one_line_error(&out), format!("clrprof: error: {want}"), "{cmd:?}");
+        }
+    }
+    // The collector's listen error too.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let store = dir.join("runs.db");
+    let out = Command::new(clrprof_exe()).args(["collect", "--listen", &addr, "--store"]).arg(&store).output().unwrap();
+    let e = one_line_error(&out);
+    assert_eq!(e, format!("clrprof: error: cannot listen on {addr}: Address already in use (os error 98)"));
+}

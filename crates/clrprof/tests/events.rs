@@ -283,6 +283,18 @@ fn sampled_allocations_rank_the_heavy_type_first_as_an_estimate() {
     assert_eq!(site["function"], "EventsApp.Program.AllocHeavy");
     let t = text(&report(&trace, &["--view", "allocations"]).stdout);
     assert!(t.contains("ESTIMATES from"), "{t}");
+    // `--top` limits both tables' rows, and says so.
+    let (types, sites) = (v["allocations"].as_array().unwrap().len(), v["allocation_sites"].as_array().unwrap().len());
+    assert!(types > 2 && sites > 2, "{types} types, {sites} sites");
+    let t = text(&report(&trace, &["--view", "allocations", "--top", "2"]).stdout);
+    let rows = |header: &str| -> Vec<String> {
+        let from = t.find(header).unwrap_or_else(|| panic!("no {header:?} in {t}"));
+        t[from..].lines().skip(2).take_while(|l| !l.trim().is_empty()).map(str::to_string).collect()
+    };
+    let by_type = rows(&format!("by type (top 2 of {types})"));
+    assert_eq!(by_type.len(), 2, "{t}");
+    assert!(by_type[0].ends_with("EventsApp.HeavyNode"), "{t}");
+    assert_eq!(rows(&format!("by allocation site (top 2 of {sites})")).len(), 2, "{t}");
 }
 
 fn assert_balanced(v: &Value) {
@@ -383,6 +395,11 @@ fn monitor_contention_is_reported_with_the_waiting_stack() {
     let t = text(&report(&trace, &["--view", "locks"]).stdout);
     assert!(t.contains("waiter"), "{t}");
     assert!(t.contains(&format!("{N} Monitor lock contentions")), "{t}");
+    // It says what it covers and what it leaves out.
+    assert!(t.contains("COVERS contention for Monitor locks only"), "{t}");
+    for left_out in ["SemaphoreSlim.Wait", "ReaderWriterLockSlim", "Monitor.Wait", "WaitHandle.WaitOne"] {
+        assert!(t.contains(left_out), "{left_out}: {t}");
+    }
     // Aggregated in the agent: counts per stack, no record per contention.
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
     let counted: u64 = records
@@ -414,4 +431,132 @@ fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
     assert!(!records.iter().any(|r| matches!(r, clrprof_trace::Record::ContentionCounts(_))));
     let log = text(&report(&trace, &["--view", "events"]).stdout);
     assert!(log.contains("lock contention"), "{log}");
+}
+
+/// A leak with background GCs: every collection the runtime counted is listed, by generation,
+/// including the ephemeral GC each background GC begins with (the profiling API reports no start
+/// for it) and the foreground GCs that run while a background GC is in progress.
+#[test]
+fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
+    let dir = scratch("leak");
+    let trace = dir.join("leak.clrprof");
+    let out = record("Leak", &["50000"], &trace, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // "gc0 A gc1 B gc2 C leaked N": CollectionCount(g) counts the collections of generation g or older.
+    let stdout = text(&out.stdout);
+    let w: Vec<&str> = stdout.split_whitespace().collect();
+    let count = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+    let (c0, c1, c2) = (count("gc0"), count("gc1"), count("gc2"));
+    let v = report_json(&trace);
+    let gcs = v["gcs"].as_array().unwrap();
+    let by_gen = |g: u64| gcs.iter().filter(|x| x["generation"] == g).count() as u64;
+    assert_eq!((by_gen(0), by_gen(1), by_gen(2)), (c0 - c1, c1 - c2, c2), "the runtime counted {stdout}");
+    let t = &v["gc_totals"]["per_generation"];
+    assert_eq!((t[0].as_u64(), t[1].as_u64(), t[2].as_u64()), (Some(c0 - c1), Some(c1 - c2), Some(c2)));
+    // Each index once, none skipped, all finished.
+    let mut idx: Vec<u64> = gcs.iter().map(|g| g["index"].as_u64().unwrap()).collect();
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=c0).collect::<Vec<u64>>());
+    assert!(gcs.iter().all(|g| g["finished"] == true));
+    // Not vacuous: background GCs ran, with foreground GCs started and finished inside one.
+    let span = |g: &Value| {
+        let s = g["start_ns"].as_u64().unwrap();
+        (s, s + g["duration_ns"].as_u64().unwrap())
+    };
+    let background: Vec<&Value> = gcs.iter().filter(|g| g["background"] == true && g["generation"] == 2).collect();
+    assert!(!background.is_empty(), "no background GC: {stdout}");
+    let nested = gcs
+        .iter()
+        .filter(|g| g["generation"] != 2)
+        .filter(|g| {
+            let (a, b) = span(g);
+            background.iter().any(|bg| {
+                let (s, e) = span(bg);
+                s < a && b < e
+            })
+        })
+        .count();
+    // Besides the ephemeral GC each background GC begins with, foreground ones.
+    assert!(nested > background.len(), "{nested} GCs inside {} background GCs", background.len());
+    // The runtime's own types say the same: background (1) and foreground (2) GCs.
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let kinds: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::GcInfo(g) => Some(g.kind),
+            _ => None,
+        })
+        .collect();
+    assert!(kinds.contains(&1) && kinds.contains(&2), "{kinds:?}");
+    // The view's totals.
+    let t = text(&report(&trace, &["--view", "gc"]).stdout);
+    assert!(t.contains(&format!("{c0} collections")), "{t}");
+    assert!(t.contains(&format!("totals: gen0 {}, gen1 {}, gen2 {c2}", c0 - c1, c1 - c2)), "{t}");
+}
+
+/// Exceptions of a real library (Newtonsoft.Json parsing malformed documents), a third of them
+/// caught and rethrown with `throw;`: every throw is counted (the app's first-chance handler is
+/// the truth), rethrows are marked, and the header, the rows and the counters give one total,
+/// exact or sampled past the storm budget.
+#[test]
+fn rethrows_are_counted_and_marked_with_one_total_exact_and_sampled() {
+    let dir = scratch("json-errors");
+    let run = |name: &str, flags: &[&str]| {
+        let trace = dir.join(format!("{name}.clrprof"));
+        let out = record("JsonErrors", &["6000", "3"], &trace, flags);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // "documents N parsed 0 failed F rethrown R first-chance T"
+        let stdout = text(&out.stdout);
+        let w: Vec<&str> = stdout.split_whitespace().collect();
+        let n = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+        assert_eq!((n("documents"), n("parsed"), n("failed"), n("rethrown")), (6000, 0, 6000, 2000), "{stdout}");
+        assert_eq!(n("first-chance"), 8000, "{stdout}");
+        let v = report_json(&trace);
+        (trace, v)
+    };
+    let sum =
+        |v: &Value, f: &str| v["exceptions"].as_array().unwrap().iter().map(|g| g[f].as_u64().unwrap()).sum::<u64>();
+    let rethrow_group = |v: &Value| -> Value {
+        v["exceptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["throw_site"] == "JsonErrorsApp.Program.ParseAndRethrow")
+            .cloned()
+            .unwrap_or_else(|| panic!("no rethrow group: {}", v["exceptions"]))
+    };
+
+    // Exact: every throw, and every rethrow, where it happened.
+    let (trace, v) = run("exact", &["--exact-exceptions"]);
+    assert_eq!((sum(&v, "thrown"), sum(&v, "rethrown"), sum(&v, "caught")), (8000, 2000, 8000));
+    let g = rethrow_group(&v);
+    assert_eq!((g["thrown"].as_u64(), g["rethrown"].as_u64()), (Some(2000), Some(2000)));
+    assert_eq!(g["type"], "Newtonsoft.Json.JsonReaderException");
+    assert_eq!(counted_by_counters(&v), 8000);
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    assert!(
+        t.contains("8000 exceptions thrown (2000 of them rethrows), 8000 caught, 0 uncaught (exact counts)"),
+        "{t}"
+    );
+    assert!(t.contains("RETHROWN"), "{t}");
+
+    // Sampled past the storm budget: the runtime's count of new exceptions is exact, the rows
+    // share it and carry their rethrows, and header, rows and counters agree.
+    let (trace, v) = run("sampled", &[]);
+    let s = &v["exception_sampling"];
+    assert_eq!(s["sampled"], true, "{s}");
+    let runtime = s["runtime_total"].as_u64().unwrap_or_else(|| panic!("no runtime count: {s}"));
+    assert_eq!(runtime, 6000, "{s}");
+    let (thrown, rethrown) = (sum(&v, "thrown"), sum(&v, "rethrown"));
+    assert_eq!(thrown - rethrown, runtime, "new exceptions in the rows are the runtime's count");
+    assert_eq!((s["estimated_total"].as_u64(), s["rethrown"].as_u64()), (Some(thrown), Some(rethrown)), "{s}");
+    assert!(thrown.abs_diff(8000) <= 400, "estimated {thrown} throws of 8000");
+    assert!(rethrown.abs_diff(2000) <= 200, "estimated {rethrown} rethrows of 2000");
+    let unfollowed = s["unfollowed"].as_u64().unwrap();
+    assert!(counted_by_counters(&v).abs_diff(thrown + unfollowed) <= 1, "{} by the counters", counted_by_counters(&v));
+    let t = text(&report(&trace, &["--view", "exceptions"]).stdout);
+    let header = format!(
+        "about {thrown} exceptions thrown ({runtime} new by the runtime's own count, about {rethrown} of them rethrows)"
+    );
+    assert!(t.contains(&header), "{header}\n{t}");
 }

@@ -208,6 +208,44 @@ fn exact_exceptions(runtime: &str, major: &str) {
     assert_eq!(g["sites"][0]["count"], 32, "stacks of the first 32 throws");
 }
 
+/// As `events.rs`: Newtonsoft.Json's exceptions, a third rethrown. .NET 8 raises the runtime's
+/// `ExceptionThrown_V1` for rethrows too (flagged), .NET 9 and later only for new exceptions: either
+/// way the runtime's count of new exceptions is 6,000 and the rows' new exceptions add up to it.
+fn rethrows(runtime: &str, major: &str) {
+    let sum = |v: &Value, f: &str| v["exceptions"].as_array().unwrap().iter().map(|g| u(g, f)).sum::<u64>();
+    let args = ["6000", "3"];
+    let (trace, stdout, _) = record_ok(runtime, "rethrows-exact", "JsonErrors", &args, &["--exact-exceptions"]);
+    let first_chance = stdout.split_whitespace().skip_while(|w| *w != "first-chance").nth(1);
+    assert_eq!(first_chance, Some("8000"), "{stdout}");
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    assert_eq!((sum(&v, "thrown"), sum(&v, "rethrown")), (8000, 2000));
+    let (trace, _, _) = record_ok(runtime, "rethrows", "JsonErrors", &args, &[]);
+    let v = report_json(&trace);
+    let s = &v["exception_sampling"];
+    assert_eq!((s["sampled"].as_bool(), s["runtime_total"].as_u64()), (Some(true), Some(6000)), "{s}");
+    assert_eq!(sum(&v, "thrown") - sum(&v, "rethrown"), 6000);
+    assert!(sum(&v, "rethrown").abs_diff(2000) <= 200, "{} rethrows", sum(&v, "rethrown"));
+}
+
+/// As `events.rs`: a leak's collections, background ones and those inside them included, each
+/// listed once by the runtime's index and counted by generation as the runtime counts them.
+fn leak_gcs(runtime: &str, major: &str) {
+    let (trace, stdout, _) = record_ok(runtime, "leak", "Leak", &["50000"], &[]);
+    let w: Vec<&str> = stdout.split_whitespace().collect();
+    let count = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
+    let (c0, c1, c2) = (count("gc0"), count("gc1"), count("gc2"));
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    let gcs = v["gcs"].as_array().unwrap();
+    let by_gen = |g: u64| gcs.iter().filter(|x| x["generation"] == g).count() as u64;
+    assert_eq!((by_gen(0), by_gen(1), by_gen(2)), (c0 - c1, c1 - c2, c2), "the runtime counted {stdout}");
+    let mut idx: Vec<u64> = gcs.iter().map(|g| u(g, "index")).collect();
+    idx.sort_unstable();
+    assert_eq!(idx, (1..=c0).collect::<Vec<u64>>());
+    assert!(gcs.iter().any(|g| g["background"] == true), "no background GC");
+}
+
 /// As `events.rs`: induced collections all seen; allocations counted exactly (`--alloc exact`) and
 /// sampled by default (`AllocationSampled` on .NET 10, `GCAllocationTick` before: both estimate).
 fn gc_and_allocations(runtime: &str, major: &str) {
@@ -333,6 +371,14 @@ macro_rules! runtime_matrix {
             #[test]
             fn csv_allocations() {
                 super::csv_allocations($tfm, $major);
+            }
+            #[test]
+            fn leak_gcs() {
+                super::leak_gcs($tfm, $major);
+            }
+            #[test]
+            fn rethrows() {
+                super::rethrows($tfm, $major);
             }
         }
     };

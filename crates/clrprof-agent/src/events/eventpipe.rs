@@ -2,7 +2,8 @@
 //! `Microsoft-Windows-DotNETRuntime`: allocation samples and the runtime's GC descriptions.
 //!
 //! Event ids and payloads (ClrEtwAll.man): `GCStart_V2` id 1 {u32 Count, u32 Depth, u32 Reason,
-//! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCAllocationTick_V2..V4` id 10 {u32
+//! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCEnd_V1` id 2 {u32 Count, u32 Depth,
+//! u16 ClrInstanceID}; `GCAllocationTick_V2..V4` id 10 {u32
 //! AllocationAmount, u32 AllocationKind, u16 ClrInstanceID, u64 AllocationAmount64, ptr TypeID,
 //! UTF-16z TypeName, u32 HeapIndex, ptr Address, [V4] u64 ObjectSize}; `AllocationSampled` id 303
 //! (.NET 10, keyword 0x80000000000) {u32 AllocationKind, u16 ClrInstanceID, ptr TypeID, UTF-16z
@@ -15,7 +16,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use clrprof_sys::CallbackResult;
-use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcInfo, Record};
+use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
 
 use crate::config::AllocMode;
 use crate::profiler::{os_tid, State};
@@ -33,6 +34,7 @@ const LEVEL_INFORMATIONAL: u32 = 4;
 const LEVEL_VERBOSE: u32 = 5;
 
 const EVENT_GC_START: u32 = 1;
+const EVENT_GC_END: u32 = 2;
 const EVENT_ALLOCATION_TICK: u32 = 10;
 const EVENT_ALLOCATION_SAMPLED: u32 = 303;
 const EVENT_CONTENTION_START: u32 = 81;
@@ -164,6 +166,11 @@ pub fn parse(
             let kind = p.u32()?;
             Some(GcInfo { ts, index, generation, reason, kind }.into())
         }
+        EVENT_GC_END if version >= 1 => {
+            let index = p.u32()?;
+            let generation = p.u32()?;
+            Some(GcEnd { ts, os_tid: tid, index, generation }.into())
+        }
         EVENT_ALLOCATION_SAMPLED => {
             let _kind = p.u32()?;
             let _clr = p.u16()?;
@@ -232,6 +239,18 @@ pub fn parse(
         _ => None,
     }
 }
+
+/// `ExceptionThrown_V1`'s `ExceptionFlags`.
+fn exception_flags(data: &[u8]) -> Option<u16> {
+    let mut p = Payload { b: data, at: 0 };
+    p.skip_utf16z()?;
+    p.skip_utf16z()?;
+    p.u64()?;
+    p.u32()?;
+    p.u16()
+}
+
+const EXCEPTION_FLAG_RETHROWN: u16 = 0x4;
 
 /// Samples of one type whose stacks are always walked; after that every sample while the walk
 /// budget lasts, and one in `WALK_EVERY` beyond it.
@@ -341,8 +360,14 @@ fn type_load(s: &State, event_id: u32, data: &[u8]) {
 
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
     if event_id == EVENT_EXCEPTION_THROWN {
-        // Counted only (the callbacks, when on, record the details).
+        // Counted only (the callbacks, when on, record the details). `ExceptionThrown_V1`
+        // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
+        // u16 ExceptionFlags, u16 ClrInstanceID}; flag 0x4 is a rethrow (.NET 8 raises the event
+        // for rethrows, .NET 9 and later do not).
         s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0) {
+            s.events.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         return Ok(());
     }
     if event_id == EVENT_TYPE_LOAD_START || event_id == EVENT_TYPE_LOAD_STOP {
@@ -478,6 +503,15 @@ mod tests {
         d.extend_from_slice(&0u64.to_le_bytes());
         match parse(EVENT_GC_START, 2, &d, 1, 1, &[], &mut |_| false) {
             Some(Record::GcInfo(g)) => assert_eq!((g.index, g.generation, g.reason, g.kind), (3, 2, 1, 1)),
+            other => panic!("{other:?}"),
+        }
+        let mut d = Vec::new();
+        for v in [7u32, 1] {
+            d.extend_from_slice(&v.to_le_bytes());
+        }
+        d.extend_from_slice(&0u16.to_le_bytes());
+        match parse(EVENT_GC_END, 1, &d, 5, 8, &[], &mut |_| false) {
+            Some(Record::GcEnd(g)) => assert_eq!((g.ts, g.os_tid, g.index, g.generation), (5, 8, 7, 1)),
             other => panic!("{other:?}"),
         }
     }

@@ -52,10 +52,11 @@ struct Flight {
     finallies: u64,
     /// Its `ExceptionThrown` was written: its catch gets an `ExceptionCaught`.
     written: bool,
+    rethrow: bool,
 }
 
-/// Key of a row: (interval, mode generation, os_tid, type, site, stack, catcher).
-type RowKey = (u64, u32, u32, u32, u64, u32, u64);
+/// Key of a row: (interval, mode generation, os_tid, type, site, stack, catcher, rethrow).
+type RowKey = (u64, u32, u32, u32, u64, u32, u64, bool);
 
 #[derive(Clone, Copy, Default, Debug)]
 struct RowAcc {
@@ -89,7 +90,15 @@ impl Inner {
     fn thrown_record(&self, f: &Flight, os_tid: u32) -> ExceptionThrown {
         let (class, name) = self.types.get(f.type_id as usize - 1).cloned().unwrap_or((0, Arc::from("")));
         let stack = if f.stack == 0 { Vec::new() } else { self.stacks[f.stack as usize - 1].clone() };
-        ExceptionThrown { ts: f.ts, os_tid, thread: f.thread, class, type_name: name.to_string(), stack }
+        ExceptionThrown {
+            ts: f.ts,
+            os_tid,
+            thread: f.thread,
+            class,
+            type_name: name.to_string(),
+            stack,
+            rethrow: f.rethrow,
+        }
     }
 }
 
@@ -111,6 +120,8 @@ pub struct Throw {
     /// Innermost first; empty when not walked.
     pub stack: Vec<u64>,
     pub epoch: u32,
+    /// The same exception object thrown again (see `exceptions::is_rethrow`).
+    pub rethrow: bool,
 }
 
 impl ExceptionCountsState {
@@ -147,7 +158,16 @@ impl ExceptionCountsState {
             g.stack_ids.insert(t.stack, id);
             id
         };
-        let f = Flight { epoch: t.epoch, generation, ts: t.ts, thread: t.thread, type_id, stack, ..Flight::default() };
+        let f = Flight {
+            epoch: t.epoch,
+            generation,
+            ts: t.ts,
+            thread: t.thread,
+            type_id,
+            stack,
+            rethrow: t.rethrow,
+            ..Flight::default()
+        };
         let list = g.in_flight.entry(t.os_tid).or_default();
         let evicted = if list.len() >= MAX_IN_FLIGHT { Some(list.remove(0)) } else { None };
         list.push(f);
@@ -208,7 +228,7 @@ impl ExceptionCountsState {
             0 => f.site,
             s => g.stacks[s as usize - 1].first().copied().unwrap_or(f.site),
         };
-        let key = (f.ts / INTERVAL_NS, f.generation, os_tid, f.type_id, site, f.stack, function);
+        let key = (f.ts / INTERVAL_NS, f.generation, os_tid, f.type_id, site, f.stack, function, f.rethrow);
         let r = g.rows.entry(key).or_insert(RowAcc { first: f.ts, last: f.ts, ..RowAcc::default() });
         r.first = r.first.min(f.ts);
         r.last = r.last.max(f.ts);
@@ -245,7 +265,7 @@ impl ExceptionCountsState {
         }
         let mut out: Vec<Record> = std::mem::take(&mut g.new_defs);
         let keep_from = if last { u64::MAX } else { now / INTERVAL_NS };
-        let later = g.rows.split_off(&(keep_from, 0, 0, 0, 0, 0, 0));
+        let later = g.rows.split_off(&(keep_from, 0, 0, 0, 0, 0, 0, false));
         let ready = std::mem::replace(&mut g.rows, later);
         let mut interval: Option<u64> = None;
         let mut rows: Vec<ExceptionRow> = Vec::new();
@@ -256,7 +276,7 @@ impl ExceptionCountsState {
             }
             rows.clear();
         };
-        for ((iv, _, tid, type_id, site, stack, catcher), a) in ready {
+        for ((iv, _, tid, type_id, site, stack, catcher, rethrow), a) in ready {
             if interval.is_some_and(|i| i != iv) {
                 flush(interval.unwrap_or(0), &mut rows, &mut out);
             }
@@ -274,6 +294,7 @@ impl ExceptionCountsState {
                 filters: a.filters,
                 unwind_frames: a.unwind,
                 finallies: a.finallies,
+                rethrown: if rethrow { a.count } else { 0 },
             });
         }
         if let Some(iv) = interval {
@@ -302,7 +323,16 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn throw(c: &ExceptionCountsState, ts: u64, tid: u32, stack: Vec<u64>, epoch: u32) -> Option<Record> {
-        c.thrown(Throw { ts, os_tid: tid, thread: 0x100 + tid as u64, class: 7, type_name: "E".into(), stack, epoch })
+        c.thrown(Throw {
+            ts,
+            os_tid: tid,
+            thread: 0x100 + tid as u64,
+            class: 7,
+            type_name: "E".into(),
+            stack,
+            epoch,
+            rethrow: false,
+        })
     }
 
     fn rows(records: &[Record]) -> Vec<(u64, ExceptionRow)> {
@@ -360,6 +390,7 @@ mod tests {
             filters: count,
             unwind_frames: 0,
             finallies: count,
+            rethrown: 0,
         };
         assert_eq!(
             rows(&second),
@@ -382,8 +413,15 @@ mod tests {
         // Not yet long.
         assert!(c.take(50 * MS, false).0.is_empty());
         let (long, _) = c.take(10 * MS + LONG_IN_FLIGHT_NS, false);
-        let thrown =
-            ExceptionThrown { ts: 10 * MS, os_tid: 3, thread: 0x103, class: 7, type_name: "E".into(), stack: vec![60] };
+        let thrown = ExceptionThrown {
+            ts: 10 * MS,
+            os_tid: 3,
+            thread: 0x103,
+            class: 7,
+            type_name: "E".into(),
+            stack: vec![60],
+            rethrow: false,
+        };
         assert_eq!(long, vec![thrown.clone().into()]);
         // Written once.
         assert!(c.take(500 * MS, false).0.is_empty());
@@ -429,5 +467,31 @@ mod tests {
         );
         // A catch with no throw seen is ignored.
         assert!(c.phase(50 * MS, 6, ph::CATCHER_ENTER, 9, 1).is_none());
+    }
+
+    #[test]
+    fn rethrows_get_rows_of_their_own() {
+        let c = ExceptionCountsState::default();
+        // A throw caught in 51, thrown again (the same object) and caught in 52, twice over.
+        for ts in [10 * MS, 20 * MS] {
+            for (rethrow, catcher) in [(false, 51), (true, 52)] {
+                let t = Throw {
+                    ts,
+                    os_tid: 1,
+                    thread: 0x101,
+                    class: 7,
+                    type_name: "E".into(),
+                    stack: vec![],
+                    epoch: 0,
+                    rethrow,
+                };
+                assert!(c.thrown(t).is_none());
+                assert!(c.phase(ts, 1, ph::SEARCH_ENTER, 50, 0).is_none());
+                assert!(c.phase(ts + 1, 1, ph::CATCHER_ENTER, catcher, 0).is_none());
+            }
+        }
+        let got: Vec<(u64, u64, u64)> =
+            rows(&c.take(200 * MS, false).1).iter().map(|(_, r)| (r.catcher, r.count, r.rethrown)).collect();
+        assert_eq!(got, vec![(51, 2, 0), (52, 2, 2)]);
     }
 }

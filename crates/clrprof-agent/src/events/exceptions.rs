@@ -35,6 +35,8 @@ pub struct Limiter {
     /// Throws counted from the runtime's `ExceptionThrown_V1` events (every one, paused or not),
     /// and the count last written.
     pub runtime_thrown: AtomicU64,
+    /// Of those, the ones flagged as rethrows.
+    pub runtime_rethrown: AtomicU64,
     runtime_written: AtomicU64,
     /// Bumped each time the callbacks come back: steps of an exception thrown in an earlier epoch
     /// were partly missed, so its catch is not reported.
@@ -57,9 +59,12 @@ struct Control {
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
     pub fn tick(&self, s: &State, w: &Writer) {
+        // Rethrows are counted before their throw event's total (a reader never sees more
+        // rethrows than throws).
+        let rethrown = self.runtime_rethrown.load(Ordering::Relaxed);
         let thrown = self.runtime_thrown.load(Ordering::Relaxed);
         if self.runtime_written.swap(thrown, Ordering::Relaxed) != thrown {
-            w.write_now(&[ExceptionCount { ts: s.now(), thrown }.into()]);
+            w.write_now(&[ExceptionCount { ts: s.now(), thrown, rethrown: rethrown.min(thrown) }.into()]);
         }
         let Ok(mut c) = self.ctl.lock() else { return };
         if c.disabled {
@@ -139,7 +144,58 @@ fn set_callbacks(s: &State, on: bool) -> clrprof_sys::HrResult<()> {
     s.info.set_event_mask2(low, high)
 }
 
+/// Exception objects thrown lately on this thread, and the GC epoch they were recorded in.
+struct Recent {
+    objects: [ObjectID; RECENT],
+    next: usize,
+    epoch: u64,
+}
+
+const RECENT: usize = 8;
+
+thread_local! {
+    static RECENT_THROWS: RefCell<Recent> = const { RefCell::new(Recent { objects: [0; RECENT], next: 0, epoch: 0 }) };
+}
+
+/// Whether `object` is thrown again: the same object was thrown or caught on this thread with no
+/// garbage collection since (an address names one object between two GCs; a GC may move it or
+/// reuse its memory). `throw;` rethrows the object its catch received, whose address is noted at
+/// the catch (`caught_object`); a rethrow with a GC between the catch and the rethrow counts as a
+/// new throw. Remembers `object` either way.
+fn is_rethrow(s: &State, object: ObjectID) -> bool {
+    remember(s, object)
+}
+
+/// The object a `catch` received (`ExceptionCatcherEnter`), at its current address.
+pub fn caught_object(s: &State, object: ObjectID) {
+    remember(s, object);
+}
+
+/// Notes `object` among the thread's recent exception objects; whether it was there already.
+fn remember(s: &State, object: ObjectID) -> bool {
+    if object == 0 {
+        return false;
+    }
+    let epoch = s.events.gc.epoch.load(Ordering::Acquire);
+    RECENT_THROWS
+        .try_with(|r| {
+            let Ok(mut r) = r.try_borrow_mut() else { return false };
+            if r.epoch != epoch {
+                *r = Recent { objects: [0; RECENT], next: 0, epoch };
+            }
+            if r.objects.contains(&object) {
+                return true;
+            }
+            let at = r.next;
+            r.objects[at] = object;
+            r.next = (at + 1) % RECENT;
+            false
+        })
+        .unwrap_or(false)
+}
+
 pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
+    let rethrow = is_rethrow(s, object);
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class);
     let thread = s.info.get_current_thread_id().unwrap_or(0);
@@ -156,6 +212,7 @@ pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
             type_name,
             stack,
             epoch,
+            rethrow,
         };
         if let Some(r) = s.events.exception_counts.thrown(t) {
             s.emit(r);
@@ -172,6 +229,7 @@ pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
         class: class as u64,
         type_name: type_name.to_string(),
         stack,
+        rethrow,
     });
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! Garbage collections (`COR_PRF_HIGH_BASIC_GC`: every GC including background ones, without the
 //! heavy heap-walk callbacks) and runtime suspensions (the pauses).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use clrprof_sys::{CallbackResult, BOOL};
 use clrprof_trace::{GcFinished, GcStarted, RuntimeResumed, RuntimeSuspended};
@@ -21,6 +21,9 @@ pub fn is_gc_suspension(reason: u32) -> bool {
 pub struct GcState {
     /// The suspension in progress was recorded (suspensions never overlap).
     suspension_recorded: AtomicBool,
+    /// Bumped at every GC start and finish: an object's address names the same object only
+    /// between two changes (a GC moves objects and frees memory for reuse).
+    pub epoch: AtomicU64,
 }
 
 /// Used bytes per generation (gen0, gen1, gen2, LOH, POH). `GetGenerationBounds` is allowed in
@@ -41,6 +44,10 @@ fn heap_sizes(s: &State) -> Vec<u64> {
 
 /// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
 pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
+    s.events.gc.epoch.fetch_add(1, Ordering::AcqRel);
+    if !(s.config.gc || s.config.events) {
+        return Ok(()); // on for the exceptions' rethrow detection only
+    }
     let flags = &collected[..collected.len().min(3)];
     let generation = flags.iter().rposition(|&c| c != 0).unwrap_or(0) as u8;
     s.emit(GcStarted { ts: s.now(), os_tid: os_tid(), generation, reason, sizes: heap_sizes(s) });
@@ -48,6 +55,10 @@ pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
 }
 
 pub fn finished(s: &State) -> CallbackResult {
+    s.events.gc.epoch.fetch_add(1, Ordering::AcqRel);
+    if !(s.config.gc || s.config.events) {
+        return Ok(());
+    }
     s.emit(GcFinished { ts: s.now(), os_tid: os_tid(), sizes: heap_sizes(s) });
     Ok(())
 }

@@ -55,6 +55,11 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
         high |= high::BASIC_GC;
         low |= monitor::SUSPENDS;
     }
+    if config.exceptions {
+        // GC starts and finishes tell when an exception object's address may name another
+        // object (see `exceptions::is_rethrow`).
+        high |= high::BASIC_GC;
+    }
     match config.alloc {
         AllocMode::Exact => low |= monitor::ENABLE_OBJECT_ALLOCATED | monitor::OBJECT_ALLOCATED,
         AllocMode::Sampled if info_version >= 12 => high |= high::MONITOR_EVENT_PIPE,

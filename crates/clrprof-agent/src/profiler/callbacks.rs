@@ -369,10 +369,13 @@ impl ProfilerCallback for Profiler {
         self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_LEAVE, 0))
     }
 
-    fn exception_catcher_enter(&self, id: FunctionID, _object: ObjectID) -> CallbackResult {
+    fn exception_catcher_enter(&self, id: FunctionID, object: ObjectID) -> CallbackResult {
         activity_exception(false);
         crate::sampler::cpu::activity_unwound();
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_ENTER, id))
+        self.state().map_or(Ok(()), |s| {
+            exceptions::caught_object(s, object);
+            exceptions::phase(s, exception_phase::CATCHER_ENTER, id)
+        })
     }
 
     fn exception_catcher_leave(&self) -> CallbackResult {

@@ -19,7 +19,10 @@ pub struct ExceptionGroup {
     pub type_name: String,
     /// The throwing function (innermost managed frame at the throw), empty when unknown.
     pub throw_site: String,
+    /// Every throw, rethrows included (each one a first-chance exception).
     pub thrown: u64,
+    /// Of `thrown`, the rethrows: the same exception object thrown again (`throw;`).
+    pub rethrown: u64,
     /// Caught by a managed `catch` (`ExceptionCatcherEnter`).
     pub caught: u64,
     /// Never reached a catch before its thread or the trace ended.
@@ -70,7 +73,10 @@ pub struct ExceptionSampling {
     /// Observed exceptions whose catch was not followed (a pause began while they were in flight):
     /// counted here only, in no group.
     pub unfollowed: u64,
+    /// New exceptions (rethrows aside) by the runtime's own count.
     pub runtime_total: Option<u64>,
+    /// Of the throws (`estimated_total`), the rethrows (estimated where sampled).
+    pub rethrown: u64,
 }
 
 /// An exception between its throw and its catch.
@@ -83,6 +89,8 @@ struct Pending {
     site: u64,
     /// Throw stack, innermost first (interned; empty when not walked).
     stack: u32,
+    /// Rethrows among the exceptions this stands for (0 or 1 for one exception).
+    rethrown: u64,
     search: u64,
     filters: u64,
     unwind: u64,
@@ -110,7 +118,8 @@ pub(super) struct ExceptionFacts {
     throws: Vec<(u64, u32)>,
     /// `ExceptionMonitoring` changes (ts, mode), sorted; empty when every exception was observed.
     monitor: Vec<(u64, u8)>,
-    /// The runtime's cumulative count of throws (ts, thrown), sorted (`ExceptionCount`).
+    /// The runtime's cumulative count of new exceptions (ts, thrown - rethrown), sorted
+    /// (`ExceptionCount`).
     counts: Vec<(u64, u64)>,
     /// Caught exceptions counted by the agent (`ExceptionCounts` rows), in trace order.
     rows: Vec<ExceptionRow>,
@@ -144,6 +153,7 @@ fn in_range(r: &ExceptionRow, range: TimeRange) -> u64 {
 #[derive(Clone, Debug, Default)]
 struct GroupAcc {
     thrown: u64,
+    rethrown: u64,
     caught: u64,
     uncaught: u64,
     catch_sites: HashMap<u64, u64>,
@@ -167,6 +177,7 @@ impl GroupAcc {
     fn add_part(&mut self, x: &Pending, n: u64, k: u64, os_tid: u32, catcher: Option<u64>, no_stack: u32) {
         let part = |v: u64| if k == n { v } else { (v as u128 * k as u128 / n.max(1) as u128) as u64 };
         self.thrown += k;
+        self.rethrown += part(x.rethrown);
         self.search += part(x.search);
         self.filters += part(x.filters);
         self.unwind += part(x.unwind);
@@ -192,6 +203,7 @@ impl GroupAcc {
         let sc = |n: &mut u64| *n = (*n as f64 * k).round() as u64;
         for n in [
             &mut self.thrown,
+            &mut self.rethrown,
             &mut self.caught,
             &mut self.search,
             &mut self.filters,
@@ -209,6 +221,7 @@ impl GroupAcc {
     fn add_scaled(&mut self, counts: &GroupAcc, samples: Option<&GroupAcc>, k: f64) {
         let sc = |n: u64| (n as f64 * k).round() as u64;
         self.thrown += sc(counts.thrown);
+        self.rethrown += sc(counts.rethrown);
         self.caught += sc(counts.caught);
         self.search += sc(counts.search);
         self.filters += sc(counts.filters);
@@ -481,6 +494,7 @@ impl ExceptionFacts {
             type_name,
             site: e.stack.first().copied().unwrap_or(0),
             stack,
+            rethrown: e.rethrow as u64,
             ..Default::default()
         });
     }
@@ -541,7 +555,7 @@ impl ExceptionFacts {
 
     pub fn count(&mut self, c: &clrprof_trace::ExceptionCount) {
         let at = self.counts.partition_point(|&(t, _)| t <= c.ts);
-        self.counts.insert(at, (c.ts, c.thrown));
+        self.counts.insert(at, (c.ts, c.thrown.saturating_sub(c.rethrown)));
     }
 
     /// Throws in `range` by the runtime's count: the count at its end minus the count before it.
@@ -616,6 +630,7 @@ impl ExceptionFacts {
                 } else {
                     self.agent_stacks.get(&r.stack).copied().unwrap_or(no_stack)
                 },
+                rethrown: r.rethrown,
                 search: r.search_frames,
                 filters: r.filters,
                 unwind: r.unwind_frames,
@@ -645,31 +660,60 @@ impl ExceptionFacts {
         groups.retain(|k, g| g.thrown > 0 || g.uncaught > 0 || observed.contains_key(k));
         sm.runtime_total = self.runtime_total(range);
         if let (true, Some(total)) = (sm.sampled, sm.runtime_total) {
-            // The runtime counted every throw: the estimated groups share what the exactly
-            // observed ones leave, in the proportions the windows gave them.
+            // The runtime counted every new exception (rethrows aside): the estimated groups share
+            // what the exactly observed ones leave, in the proportions the windows gave them, and
+            // their rethrows scale with them.
             let is_estimated = |k: &GroupKey, g: &GroupAcc| observed.get(k).copied().unwrap_or(0) != g.thrown;
+            let new = |g: &GroupAcc| g.thrown - g.rethrown.min(g.thrown);
             let (mut exact, mut estimated) = (0u64, 0u64);
             for (k, g) in &groups {
                 if is_estimated(k, g) {
-                    estimated += g.thrown;
+                    estimated += new(g);
                 } else {
-                    exact += g.thrown;
+                    exact += new(g);
                 }
             }
             if estimated > 0 && total > exact {
                 let k = (total - exact) as f64 / estimated as f64;
-                for (key, g) in groups.iter_mut() {
-                    if observed.get(key).copied().unwrap_or(0) != g.thrown {
-                        g.scale(k);
-                    }
+                // Each group's new exceptions, rounded so that they add up to the runtime's count.
+                let mut keys: Vec<GroupKey> =
+                    groups.iter().filter(|(key, g)| is_estimated(key, g)).map(|(key, _)| *key).collect();
+                keys.sort_unstable();
+                let want: Vec<f64> = keys.iter().map(|key| new(&groups[key]) as f64 * k).collect();
+                let mut got: Vec<u64> = want.iter().map(|w| w.floor() as u64).collect();
+                let mut order: Vec<usize> = (0..keys.len()).collect();
+                order.sort_by(|&a, &b| {
+                    (want[b] - want[b].floor()).total_cmp(&(want[a] - want[a].floor())).then(a.cmp(&b))
+                });
+                let short = (total - exact).saturating_sub(got.iter().sum());
+                for &i in order.iter().cycle().take(short as usize) {
+                    got[i] += 1;
+                }
+                for (key, target) in keys.iter().zip(got) {
+                    let g = groups.get_mut(key).expect("key of groups");
+                    let n = new(g);
+                    let kg = if n > 0 { target as f64 / n as f64 } else { k };
+                    let rethrown = (g.rethrown as f64 * kg).round() as u64;
+                    g.scale(kg);
+                    g.rethrown = rethrown;
+                    g.thrown = target + rethrown;
                 }
             }
         }
-        sm.estimated_total = if sm.sampled {
-            sm.runtime_total.unwrap_or_else(|| groups.values().map(|g| g.thrown).sum())
-        } else {
-            sm.observed
-        };
+        sm.estimated_total = if sm.sampled { groups.values().map(|g| g.thrown).sum() } else { sm.observed };
+        sm.rethrown = groups.values().map(|g| g.rethrown).sum();
+        // Rows scaled to the runtime's count: the counters' storm estimates are scaled alike, so
+        // that the throws observed at full detail plus the storms' share make the rows' total (and
+        // the unfollowed ones, in no row). Without that count both come from the same windows.
+        let mut spans = spans;
+        let storm_sum: f64 = spans.iter().map(|s| s.2).sum();
+        let target = (sm.estimated_total + sm.unfollowed) as f64 - throws.len() as f64;
+        if sm.sampled && sm.runtime_total.is_some() && storm_sum > 0.0 && target > 0.0 {
+            let f = target / storm_sum;
+            for s in &mut spans {
+                s.2 *= f;
+            }
+        }
 
         let mut keys: Vec<GroupKey> = groups.keys().copied().collect();
         keys.sort_unstable();
@@ -743,6 +787,7 @@ impl ExceptionFacts {
             },
             throw_site: name(key.1),
             thrown: g.thrown,
+            rethrown: g.rethrown,
             caught: g.caught,
             uncaught: g.uncaught,
             catch_sites,

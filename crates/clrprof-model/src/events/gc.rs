@@ -1,7 +1,7 @@
 //! Garbage collections: each GC as the profiling API reports it, matched to the runtime's own
 //! description (`GcInfo`), with the runtime suspensions that served it as its pause.
 
-use clrprof_trace::{GcFinished, GcInfo, GcStarted};
+use clrprof_trace::{GcEnd, GcFinished, GcInfo, GcStarted};
 
 use crate::TimeRange;
 
@@ -20,7 +20,8 @@ pub struct Gc {
     pub duration_ns: u64,
     /// Time the runtime was suspended for this GC (within the profile's time range).
     pub pause_ns: u64,
-    /// Used bytes of gen0, gen1, gen2, LOH, POH before and after.
+    /// Used bytes of gen0, gen1, gen2, LOH, POH before and after (empty when the profiling API
+    /// did not report the collection: the ephemeral GC a background GC starts with).
     pub before: Vec<u64>,
     pub after: Vec<u64>,
     pub os_tid: u32,
@@ -39,24 +40,56 @@ impl Gc {
     }
 }
 
-#[derive(Clone, Debug)]
-struct GcInfoRec {
-    ts: u64,
-    index: u32,
-    generation: u32,
-    reason: u32,
-    kind: u32,
+/// How far apart (ns) a GC's start and its description by the runtime are looked for (a
+/// description is matched to the nearest start of its generation).
+const MATCH_NS: u64 = 50_000_000;
+
+/// How far apart the profiling API's callback and the runtime's event of the same GC start or end
+/// may be dated (written one after the other on the same thread; a description read in a test
+/// may come just before its start).
+const SKEW_NS: u64 = 2_000_000;
+
+/// Where a GC's facts came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Sources {
+    /// `GcStarted` (profiling API) seen.
+    started: bool,
+    /// `GcInfo` (the runtime's `GCStart`) seen.
+    described: bool,
+    /// `GcEnd` (the runtime's `GCEnd`) seen: its end is the runtime's, by index.
+    ended: bool,
 }
 
+/// A `GcFinished` not yet matched to a `GcEnd` (ends mode): (ts, os_tid, sizes).
+type Finish = (u64, u32, Vec<u64>);
+
 /// GC facts as they arrive.
+///
+/// Two ways of pairing a collection's start and end. With the runtime's `GCStart`/`GCEnd` events
+/// (`GcInfo`/`GcEnd`, written by the agent's EventPipe session) every collection has an index and
+/// its end is found by index: a background GC ends on its own thread while foreground GCs start
+/// and finish inside it, and the ephemeral GC a background GC begins with has no
+/// `GarbageCollectionStarted` callback at all (only the runtime's events and a
+/// `GarbageCollectionFinished`). Without them (older traces, no session), `GcFinished` finishes
+/// the innermost GC in progress.
 #[derive(Clone, Debug, Default)]
 pub(super) struct GcFacts {
     /// Every GC in the order they started (index, reason and pause are set by `resolve`).
     gcs: Vec<Gc>,
+    sources: Vec<Sources>,
     /// GCs in progress, innermost last.
     open: Vec<usize>,
-    /// The runtime's descriptions, sorted by time.
-    infos: Vec<GcInfoRec>,
+    /// Position in `gcs` of each runtime GC index.
+    by_index: std::collections::HashMap<u64, usize>,
+    /// `GcEnd` seen before the `GcInfo` of its GC (records of two threads out of order): index ->
+    /// (ts, os_tid).
+    early_ends: std::collections::HashMap<u64, (u64, u32)>,
+    /// A `GcEnd` has been seen: the runtime's ends pair the GCs, not the profiling API's finishes.
+    has_ends: bool,
+    /// Finishes waiting for their `GcEnd` (same thread, just after), and GCs ended by the runtime
+    /// waiting for their finish's sizes (index, ts, os_tid) — a few each.
+    finishes: Vec<Finish>,
+    unsized_ends: Vec<(usize, u64, u32)>,
     /// Runtime suspensions `[suspended, resumed)` in the order they ended.
     suspensions: Vec<(u64, u64)>,
     open_suspension: Option<u64>,
@@ -65,23 +98,73 @@ pub(super) struct GcFacts {
 }
 
 impl GcFacts {
-    pub fn started(&mut self, g: &GcStarted) {
+    fn push(&mut self, gc: Gc, src: Sources) -> usize {
         // A GC that starts while another runs: the running one is a background GC.
         for &i in &self.open {
             self.gcs[i].background = Some(true);
         }
-        self.open.push(self.gcs.len());
-        self.gcs.push(Gc {
-            generation: g.generation,
-            induced: g.reason == 1,
-            start_ns: g.ts,
-            before: g.sizes.clone(),
-            os_tid: g.os_tid,
-            ..Default::default()
-        });
+        let i = self.gcs.len();
+        self.open.push(i);
+        self.gcs.push(gc);
+        self.sources.push(src);
+        i
+    }
+
+    /// The GC among the last ones that `pred` accepts, nearest to `ts` and within `MATCH_NS`.
+    fn nearest(&self, ts: u64, pred: impl Fn(&Gc, &Sources) -> bool) -> Option<usize> {
+        let from = self.gcs.len().saturating_sub(64);
+        (from..self.gcs.len())
+            .filter(|&i| pred(&self.gcs[i], &self.sources[i]))
+            .map(|i| (self.gcs[i].start_ns.abs_diff(ts), i))
+            .filter(|&(d, _)| d <= MATCH_NS)
+            .min()
+            .map(|(_, i)| i)
+    }
+
+    pub fn started(&mut self, g: &GcStarted) {
+        let gen = g.generation;
+        // Its runtime description, written just after it on this thread, may have been read first
+        // (records of two threads out of time order). Not one that ended already: the ephemeral
+        // GC a background GC begins with has a description and an end but no start.
+        let later = |x: &Gc, s: &Sources| {
+            s.described && !s.started && !s.ended && x.generation == gen && x.start_ns + SKEW_NS >= g.ts
+        };
+        if let Some(i) = self.nearest(g.ts, later) {
+            let gc = &mut self.gcs[i];
+            gc.start_ns = g.ts;
+            gc.before = g.sizes.clone();
+            gc.os_tid = g.os_tid;
+            gc.induced |= g.reason == 1;
+            self.sources[i].started = true;
+            return;
+        }
+        self.push(
+            Gc {
+                generation: g.generation,
+                induced: g.reason == 1,
+                start_ns: g.ts,
+                before: g.sizes.clone(),
+                os_tid: g.os_tid,
+                ..Default::default()
+            },
+            Sources { started: true, ..Sources::default() },
+        );
     }
 
     pub fn finished(&mut self, g: &GcFinished) {
+        if self.has_ends {
+            // The runtime's end of the same GC follows on this thread: it takes these sizes.
+            if let Some(k) = self.unsized_ends.iter().position(|e| e.2 == g.os_tid && e.1.abs_diff(g.ts) <= SKEW_NS) {
+                let (i, _, _) = self.unsized_ends.remove(k);
+                self.gcs[i].after = g.sizes.clone();
+                return;
+            }
+            if self.finishes.len() >= 16 {
+                self.finishes.remove(0);
+            }
+            self.finishes.push((g.ts, g.os_tid, g.sizes.clone()));
+            return;
+        }
         if let Some(i) = self.open.pop() {
             let gc = &mut self.gcs[i];
             gc.duration_ns = g.ts.saturating_sub(gc.start_ns);
@@ -91,51 +174,102 @@ impl GcFacts {
     }
 
     pub fn info(&mut self, g: &GcInfo) {
-        let at = self.infos.partition_point(|i| i.ts <= g.ts);
-        self.infos.insert(
-            at,
-            GcInfoRec { ts: g.ts, index: g.index, generation: g.generation, reason: g.reason, kind: g.kind },
-        );
+        let gen = g.generation;
+        let earlier = |x: &Gc, s: &Sources| {
+            s.started && !s.described && x.generation as u32 == gen && x.start_ns <= g.ts + SKEW_NS
+        };
+        let i = match self.nearest(g.ts, earlier) {
+            Some(i) => i,
+            // No `GarbageCollectionStarted` for it (yet): known from the runtime's event.
+            None => {
+                self.push(Gc { generation: gen.min(2) as u8, start_ns: g.ts, ..Default::default() }, Sources::default())
+            }
+        };
+        self.sources[i].described = true;
+        let gc = &mut self.gcs[i];
+        gc.index = g.index as u64;
+        if g.kind == 1 {
+            gc.background = Some(true);
+        } else if gc.background.is_none() {
+            gc.background = Some(false);
+        }
+        if !gc.induced {
+            gc.reason = gc_reason(g.reason).to_string();
+            gc.induced = matches!(g.reason, 1 | 7 | 10);
+        }
+        self.by_index.insert(g.index as u64, i);
+        if let Some((ts, tid)) = self.early_ends.remove(&(g.index as u64)) {
+            self.end_at(i, ts, tid);
+        }
     }
 
-    /// Drops the GCs finished before `ts` (a prefix of them in start order, with the runtime's
-    /// descriptions they were matched to) and the suspensions that ended before `ts`: no range from
-    /// `ts` on sees them, and no suspension kept can be assigned to them.
+    /// The runtime's end of a GC, by index.
+    pub fn end(&mut self, g: &GcEnd) {
+        if !self.has_ends {
+            self.has_ends = true;
+        }
+        match self.by_index.get(&(g.index as u64)) {
+            Some(&i) => self.end_at(i, g.ts, g.os_tid),
+            None => {
+                self.early_ends.insert(g.index as u64, (g.ts, g.os_tid));
+            }
+        }
+    }
+
+    fn end_at(&mut self, i: usize, ts: u64, tid: u32) {
+        self.sources[i].ended = true;
+        self.open.retain(|&o| o != i);
+        let gc = &mut self.gcs[i];
+        gc.duration_ns = ts.saturating_sub(gc.start_ns);
+        gc.finished = true;
+        // The profiling API's finish of the same GC, just before on the same thread.
+        if let Some(k) = self.finishes.iter().rposition(|f| f.1 == tid && f.0.abs_diff(ts) <= SKEW_NS) {
+            let (_, _, sizes) = self.finishes.remove(k);
+            gc.after = sizes;
+        } else if gc.after.is_empty() {
+            if self.unsized_ends.len() >= 16 {
+                self.unsized_ends.remove(0);
+            }
+            self.unsized_ends.push((i, ts, tid));
+        }
+    }
+
+    /// Drops the GCs finished before `ts` (a prefix of them in start order) and the suspensions
+    /// that ended before `ts`: no range from `ts` on sees them, and no suspension kept can be
+    /// assigned to them.
     pub fn forget_before(&mut self, ts: u64) {
         self.suspensions.retain(|&(_, b)| b >= ts);
         let keep_from = self.suspensions.iter().map(|s| s.0).chain(self.open_suspension).fold(ts, u64::min);
         let lowest_open = self.open.iter().copied().min().unwrap_or(usize::MAX);
+        // Keep the recent ones the runtime's events may still complete.
+        let settled = keep_from.saturating_sub(MATCH_NS);
         let k = self
             .gcs
             .iter()
             .enumerate()
-            .take_while(|&(i, g)| i < lowest_open && g.finished && g.end_ns() < keep_from)
+            .take_while(|&(i, g)| i < lowest_open && g.finished && g.end_ns() < settled)
             .count();
         if k == 0 {
             return;
         }
-        // The descriptions the first k GCs consume, as `resolve` matches them.
-        let mut j = 0;
-        for gc in &self.gcs[..k] {
-            while j < self.infos.len() && self.infos[j].ts + 50_000_000 < gc.start_ns {
-                j += 1;
-            }
-            if let Some(info) = self.infos.get(j) {
-                if info.generation == gc.generation as u32 && info.ts <= gc.start_ns + 50_000_000 {
-                    j += 1;
-                }
-            }
-        }
-        self.infos.drain(..j);
         self.gcs.drain(..k);
+        self.sources.drain(..k);
         for i in &mut self.open {
             *i -= k;
+        }
+        self.by_index.retain(|_, i| *i >= k);
+        for i in self.by_index.values_mut() {
+            *i -= k;
+        }
+        self.unsized_ends.retain(|e| e.0 >= k);
+        for e in &mut self.unsized_ends {
+            e.0 -= k;
         }
         self.forgotten += k as u64;
     }
 
     pub fn retained(&self) -> usize {
-        self.gcs.len() + self.infos.len() + self.suspensions.len()
+        self.gcs.len() + self.suspensions.len()
     }
 
     pub fn suspended(&mut self, ts: u64) {
@@ -148,31 +282,13 @@ impl GcFacts {
         }
     }
 
-    /// Every GC of the trace (whatever the range: GCs are matched by order), with index, reason
-    /// and background flag, and as pause the part of its suspensions inside `range`.
+    /// Every GC of the trace (whatever the range), with index, reason and background flag, and
+    /// as pause the part of its suspensions inside `range`.
     pub fn resolve(&self, range: TimeRange) -> Vec<Gc> {
-        // Match the runtime's own descriptions (same order, same generation, close in time).
         let mut gcs = self.gcs.clone();
-        let mut j = 0;
-        for (i, gc) in gcs.iter_mut().enumerate() {
-            gc.index = self.forgotten + i as u64 + 1;
-            while j < self.infos.len() && self.infos[j].ts + 50_000_000 < gc.start_ns {
-                j += 1;
-            }
-            if let Some(info) = self.infos.get(j) {
-                if info.generation == gc.generation as u32 && info.ts <= gc.start_ns + 50_000_000 {
-                    gc.index = info.index as u64;
-                    if info.kind == 1 {
-                        gc.background = Some(true);
-                    } else if gc.background.is_none() {
-                        gc.background = Some(false);
-                    }
-                    if !gc.induced {
-                        gc.reason = gc_reason(info.reason).to_string();
-                        gc.induced = matches!(info.reason, 1 | 7 | 10);
-                    }
-                    j += 1;
-                }
+        for (i, (gc, src)) in gcs.iter_mut().zip(&self.sources).enumerate() {
+            if !src.described {
+                gc.index = self.forgotten + i as u64 + 1;
             }
             if gc.induced {
                 gc.reason = "induced".into();
@@ -180,6 +296,8 @@ impl GcFacts {
                 gc.reason = "other".into();
             }
         }
+        // In start order (a description that came before its start keeps its place otherwise).
+        gcs.sort_by_key(|g| (g.start_ns, g.index));
         for (&(a, b), target) in self.suspensions.iter().zip(assign_suspensions(&gcs, &self.suspensions)) {
             if let Some(i) = target {
                 gcs[i].pause_ns += range.overlap(a, b);

@@ -252,6 +252,7 @@ impl EventsBuilder {
                 log.push(g.ts, g.os_tid, "gc".into(), -1);
             }
             R::GcInfo(g) => self.gcs.info(g),
+            R::GcEnd(g) => self.gcs.end(g),
             R::RuntimeSuspended(s) => {
                 self.gcs.suspended(s.ts);
                 log.push(s.ts, s.os_tid, format!("runtime suspended ({})", log::suspend_reason(s.reason)), 1);

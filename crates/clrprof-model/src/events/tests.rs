@@ -390,6 +390,45 @@ fn exact_counts_are_shared_out_over_the_sampled_stacks_of_their_type() {
     assert_eq!(total, 1000);
 }
 
+/// A background GC as .NET 10 reports it: the profiling API's start, the runtime's description of
+/// it and of the ephemeral GC it begins with (which gets no `GarbageCollectionStarted`), that GC's
+/// finish and end on the same thread, a foreground GC inside, and the background GC's finish and
+/// end on its own thread, read after the foreground GC's records.
+#[test]
+fn nested_gcs_pair_by_the_runtimes_index() {
+    const MS: u64 = 1_000_000;
+    let mut b = ProfileBuilder::new();
+    b.add(&ProcessStart::default().into());
+    let (t, bgc) = (1, 2);
+    b.add(&GcStarted { ts: 100 * MS, os_tid: t, generation: 2, reason: 0, sizes: vec![9, 9, 9, 0, 0] }.into());
+    b.add(&GcInfo { ts: 100 * MS + 20, index: 26, generation: 2, reason: 0, kind: 1 }.into());
+    b.add(&GcInfo { ts: 100 * MS + 40, index: 27, generation: 0, reason: 0, kind: 0 }.into());
+    b.add(&GcFinished { ts: 102 * MS, os_tid: t, sizes: vec![0, 5, 9, 0, 0] }.into());
+    b.add(&GcEnd { ts: 102 * MS + 20, os_tid: t, index: 27, generation: 0 }.into());
+    b.add(&GcStarted { ts: 130 * MS, os_tid: t, generation: 0, reason: 0, sizes: vec![8, 5, 9, 0, 0] }.into());
+    b.add(&GcInfo { ts: 130 * MS + 20, index: 28, generation: 0, reason: 0, kind: 2 }.into());
+    b.add(&GcFinished { ts: 131 * MS, os_tid: t, sizes: vec![0, 6, 9, 0, 0] }.into());
+    b.add(&GcEnd { ts: 131 * MS + 20, os_tid: t, index: 28, generation: 0 }.into());
+    b.add(&GcFinished { ts: 150 * MS, os_tid: bgc, sizes: vec![1, 6, 4, 0, 0] }.into());
+    b.add(&GcEnd { ts: 150 * MS + 20, os_tid: bgc, index: 26, generation: 2 }.into());
+    let p = b.finish();
+    type Row = (u64, u8, Option<bool>, u64, bool, usize, u64);
+    let got: Vec<Row> = p
+        .events
+        .gcs
+        .iter()
+        .map(|g| (g.index, g.generation, g.background, g.duration_ns, g.finished, g.before.len(), g.after[2]))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (26, 2, Some(true), 50 * MS + 20, true, 5, 4),
+            (27, 0, Some(false), 2 * MS - 20, true, 0, 9),
+            (28, 0, Some(false), MS + 20, true, 5, 9),
+        ]
+    );
+}
+
 fn gc_at(start_ns: u64, duration_ns: u64) -> Gc {
     Gc { start_ns, duration_ns, finished: true, ..Default::default() }
 }
@@ -1099,7 +1138,7 @@ fn exceptions_counted_by_the_agent_read_back_the_same_figures_as_single_records(
 
 #[test]
 fn a_damaged_exception_count_is_skipped_and_counted() {
-    let bad = ExceptionCounts { ts: 0, interval_ns: 100 * MS, count: 2, packed: vec![1, 2, 3] };
+    let bad = ExceptionCounts { ts: 0, interval_ns: 100 * MS, count: 2, packed: vec![1, 2, 3], rethrown: vec![] };
     let b = events_builder(&[ProcessStart::default().into(), bad.into()]);
     let p = finished(&b, 1000 * MS, TimeRange::ALL);
     assert!(p.events.exceptions.is_empty());

@@ -73,6 +73,7 @@ pub fn shift(r: &mut Record, d: u64) -> bool {
         R::GcStarted(x) => &mut x.ts,
         R::GcFinished(x) => &mut x.ts,
         R::GcInfo(x) => &mut x.ts,
+        R::GcEnd(x) => &mut x.ts,
         R::RuntimeSuspended(x) => &mut x.ts,
         R::RuntimeResumed(x) => &mut x.ts,
         R::AllocationCounts(x) => &mut x.ts,
