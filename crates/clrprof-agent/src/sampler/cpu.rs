@@ -101,6 +101,8 @@ pub struct Slot {
     pub dropped: AtomicU64,
     /// CPU time (ns) read when the thread died, for the last drain.
     pub final_cpu_ns: AtomicU64,
+    /// Its run-queue wait (ns, `schedstat`) read when the thread died, `u64::MAX` when unknown.
+    pub final_runq_ns: AtomicU64,
     /// CPU time (ns) the thread had used when it was registered.
     pub start_cpu_ns: AtomicU64,
     /// When the thread was registered and when it died (ns since the agent started; 0 until
@@ -709,6 +711,7 @@ impl Slot {
             taken: AtomicU32::new(0),
             dropped: AtomicU64::new(0),
             final_cpu_ns: AtomicU64::new(0),
+            final_runq_ns: AtomicU64::new(u64::MAX),
             start_cpu_ns: AtomicU64::new(0),
             registered_ns: AtomicU64::new(0),
             died_ns: AtomicU64::new(0),
@@ -878,6 +881,13 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
     (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// Time a thread of this process has waited on a run queue for a CPU, ns (the second field of
+/// `/proc/self/task/<tid>/schedstat`). Not for the signal path.
+pub fn thread_runq_ns(tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
 /// The kernel's CPU-time clock of thread `tid`: `CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED` on `~tid`.
 fn thread_clock(tid: u32) -> libc::clockid_t {
     ((!(tid as libc::clockid_t)) << 3) | 6
@@ -976,6 +986,7 @@ pub fn register_current(
     slot.head.store(0, Ordering::Relaxed);
     slot.tail.store(0, Ordering::Relaxed);
     slot.final_cpu_ns.store(0, Ordering::Relaxed);
+    slot.final_runq_ns.store(u64::MAX, Ordering::Relaxed);
     slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
     let Some(period_ns) = period_ns else { return (Some(slot), None) };
     slot.period_ns.store(period_ns.max(1000), Ordering::Relaxed);
@@ -998,6 +1009,8 @@ pub fn unregister(slot: &Slot) {
         unsafe { libc::syscall(libc::SYS_timer_delete, t as libc::c_long) };
     }
     slot.final_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
+    let runq = thread_runq_ns(slot.os_tid.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+    slot.final_runq_ns.store(runq, Ordering::Relaxed);
     slot.state.store(DEAD, Ordering::Release);
 }
 
