@@ -57,7 +57,6 @@ fn python_reads_json(trace: &Path) -> usize {
 
 #[test]
 fn a_thousand_live_threads_sampled_and_instrumented() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-threads");
     let trace = dir.join("t.clrprof");
     let out = record("Stress", &["threads", "1000"], &trace, &["--instrument"]);
@@ -95,7 +94,6 @@ fn a_thousand_live_threads_sampled_and_instrumented() {
 
 #[test]
 fn twenty_thousand_short_lived_threads_exact_counts_bounded_memory() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-churn");
     let trace = dir.join("c.clrprof");
     let out = record("Stress", &["churn", "20000", "8"], &trace, &["--instrument", "--no-sample"]);
@@ -127,7 +125,6 @@ fn twenty_thousand_short_lived_threads_exact_counts_bounded_memory() {
 
 #[test]
 fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-dynamic");
     let trace = dir.join("d.clrprof");
     let out = record("Stress", &["dynamic", "1000", "300"], &trace, &["--instrument"]);
@@ -189,7 +186,6 @@ fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
 
 #[test]
 fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-deep");
     // Hooks: exact counts, a call tree 10,001 frames deep, JSON linear in size and flat.
     let trace = dir.join("h.clrprof");
@@ -209,7 +205,7 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
     let out = record("Stress", &["recurse", "10000", "600"], &trace, &[]);
     ok_line(&out, "recurse");
     let v = report_json(&trace);
-    let max_frames = 128;
+    let max_frames = 2048;
     let cut = format!("[stack cut at {max_frames} frames]");
     let collapsed = export(&trace, &["--format", "collapsed", "-o", "-"]);
     assert!(collapsed.status.success(), "{}", text(&collapsed.stderr));
@@ -222,16 +218,17 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
         assert!(stack.split(';').filter(|f| *f == "StressApp.Deep.Recurse").count() >= max_frames - 8, "{l}");
     }
     assert!(names(&v, "functions", "name").contains(&"StressApp.Deep.Bottom".to_string()));
-    // Wall samples of the sleep come from the runtime's walks, kept to 256 frames: marked too.
+    // Wall samples of the sleep come from the runtime's walks, kept to 2,048 frames too: marked.
     let wall = export(&trace, &["--format", "collapsed", "--weight", "wall", "-o", "-"]);
     let folded = text(&wall.stdout);
-    let walk_cut = "[stack cut at 256 frames]";
     let bottom: Vec<&str> = folded.lines().filter(|l| l.contains("StressApp.Deep.Bottom")).collect();
-    assert!(bottom.iter().all(|l| l.starts_with(&cut) || l.starts_with(walk_cut)), "{bottom:?}");
-    let walked: Vec<&&str> = bottom.iter().filter(|l| l.starts_with(walk_cut)).collect();
-    assert!(!walked.is_empty(), "the sleep's walked stacks: {bottom:?}");
-    for l in walked {
-        assert!(l.split(';').filter(|f| *f == "StressApp.Deep.Recurse").count() >= 240, "{l}");
+    assert!(
+        bottom.iter().any(|l| l.contains("System.Threading.Thread.Sleep")),
+        "the sleep's walked stacks: {bottom:?}"
+    );
+    for l in &bottom {
+        assert!(l.starts_with(&cut), "{l}");
+        assert!(l.split(';').filter(|f| *f == "StressApp.Deep.Recurse").count() >= max_frames - 8, "{l}");
     }
     python_reads_json(&trace);
     let _ = std::fs::remove_dir_all(dir);
@@ -239,7 +236,6 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
 
 #[test]
 fn an_exception_storm_leaves_a_readable_trace() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-storm");
     let trace = dir.join("e.clrprof");
     let out = record("Stress", &["exceptions", "300000"], &trace, &[]);
@@ -264,7 +260,6 @@ fn check_dead_trace(trace: &Path, what: &str) -> Value {
 
 #[test]
 fn failfast_unhandled_exception_and_stack_overflow_keep_their_traces() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-fatal");
     for (case, expect) in [("failfast", Some(134)), ("unhandled", Some(134)), ("overflow", Some(134))] {
         let trace = dir.join(format!("{case}.clrprof"));
@@ -295,7 +290,6 @@ fn child_of(parent: u32) -> Option<i32> {
 
 #[test]
 fn sigkill_at_random_moments_leaves_readable_traces() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-kill");
     // Fixed seed: the same moments every run, from start-up (before the agent loads) to steady work.
     let mut seed: u64 = 0x5eed_c1a5;
@@ -347,7 +341,6 @@ fn sigkill_at_random_moments_leaves_readable_traces() {
 
 #[test]
 fn generic_nested_unicode_and_very_long_names() {
-    let _one = one_at_a_time();
     let dir = scratch("stress-names");
     let long =
         format!("StressNames.Long{}.Spin", (0..996).map(|i| (b'A' + (i % 10) as u8) as char).collect::<String>());
@@ -397,7 +390,6 @@ fn rss_kb(pid: i32) -> Option<u64> {
 
 #[test]
 fn a_long_run_at_1khz_keeps_memory_bounded() {
-    let _one = one_at_a_time();
     let long = std::env::var("CLRPROF_STRESS_LONG").is_ok_and(|v| v == "1");
     let seconds: u64 = if long { 300 } else { 20 };
     let dir = scratch("stress-long");
@@ -454,7 +446,6 @@ fn a_long_run_at_1khz_keeps_memory_bounded() {
 /// threads.
 #[test]
 fn dynamic_code_and_thread_churn_on_net8_and_net9() {
-    let _one = one_at_a_time();
     for rt in ["net8.0", "net9.0"] {
         let dir = scratch(&format!("stress-{rt}"));
         let trace = dir.join("d.clrprof");

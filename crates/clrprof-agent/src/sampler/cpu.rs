@@ -7,6 +7,15 @@
 //! allocate, lock, log or call the runtime; it finds its slot through the timer's `sigval`, so it
 //! needs no thread-local storage. Signals that are not ours go to the previous handler.
 //!
+//! The ring holds records of variable length (a header and the sample's IPs), so a thread's memory
+//! is bounded by the ring, not by the number of samples times the deepest stack: [`RING_WORDS`]
+//! words (128 KiB of address space, mapped lazily) hold 7 stacks of [`MAX_FRAMES`] frames or
+//! hundreds of ordinary ones. A record never wraps around the end of the ring: the producer skips
+//! to the start instead, and it starts at the beginning whenever the ring is empty, so a thread
+//! with ordinary stacks touches the ring's first pages only. A walk that the ring's free space cuts
+//! short (a deep stack while the sampler thread is late) is not recorded but counted as dropped: a
+//! stack is recorded whole, or cut at `MAX_FRAMES` only.
+//!
 //! On-stack replacement (OSR) frames need one extra step. An OSR method is entered mid-loop from
 //! its tier-0 version, whose frame stays on the stack: the runtime's patchpoint helper
 //! (`JIT_Patchpoint`, `vm/jithelpers.cpp`) sets SP 8 bytes below the tier-0 frame — a fake
@@ -34,34 +43,25 @@
 //! free (DynamicMethods, collectible modules) is published when it is compiled and removed at its
 //! unload callback, before the runtime frees it ([`remove_frameless_code`]).
 
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// Deepest stack the handler records.
-pub const MAX_FRAMES: usize = 128;
-/// Samples a thread can hold between two drains of the sampler thread.
-const RING: usize = 16;
+/// Deepest stack the handler records (async-profiler's default depth).
+pub const MAX_FRAMES: usize = 2048;
+/// Words of a thread's ring of samples: the samples a thread can hold between two drains of the
+/// sampler thread, [`RECORD_HEADER`] words each plus one per IP.
+pub const RING_WORDS: usize = 16 * 1024;
+/// Words before a record's IPs: the number of IPs (or [`SKIP`]), the word at SP, the activity,
+/// the activity's sequence number.
+const RECORD_HEADER: usize = 4;
+/// A record's first word when the rest of the ring up to its end is unused: the next record is
+/// at the ring's start.
+const SKIP: u64 = u64::MAX;
 /// Most threads the sampler tracks at once (slots are reused after a thread dies).
 pub const MAX_SLOTS: usize = 8192;
 const MAGIC: u64 = 0x636c_7270_726f_6631;
 /// `si_code` of a POSIX timer signal.
 const SI_TIMER: i32 = -2;
-
-/// One sample: IPs, leaf first.
-#[repr(C)]
-pub struct Entry {
-    pub len: u32,
-    /// The word at the interrupted SP: the return address when the leaf has no frame yet (or
-    /// none at all); checked off the signal path.
-    pub sp_top: u64,
-    /// What the thread was doing in the runtime ([`Slot::activity`]), 0 for nothing known.
-    pub activity: u64,
-    /// The sequence number of that activity's begin on the thread (0 for a GC or an exception
-    /// dispatch, which are not kept on the activity stack): see [`Slot::discard_activities`].
-    pub activity_seq: u32,
-    pub ips: [u64; MAX_FRAMES],
-}
 
 /// Slot states.
 pub const FREE: u32 = 0;
@@ -93,11 +93,17 @@ pub struct Slot {
     timer: AtomicI64,
     period_ns: AtomicU64,
     rng: AtomicU64,
-    head: AtomicU32,
-    tail: AtomicU32,
+    /// Words written to the ring and words consumed (counters; a word's place is the counter
+    /// modulo [`RING_WORDS`]).
+    head: AtomicU64,
+    tail: AtomicU64,
+    /// Samples recorded (wrapping).
+    taken: AtomicU32,
     pub dropped: AtomicU64,
     /// CPU time (ns) read when the thread died, for the last drain.
     pub final_cpu_ns: AtomicU64,
+    /// Its run-queue wait (ns, `schedstat`) read when the thread died, `u64::MAX` when unknown.
+    pub final_runq_ns: AtomicU64,
     /// CPU time (ns) the thread had used when it was registered.
     pub start_cpu_ns: AtomicU64,
     /// When the thread was registered and when it died (ns since the agent started; 0 until
@@ -121,7 +127,13 @@ pub struct Slot {
     act_gc: AtomicU32,
     /// The thread is dispatching an exception (thrown, no catch entered yet).
     act_exception: AtomicBool,
-    entries: UnsafeCell<[Entry; RING]>,
+    /// The ring of samples: [`RING_WORDS`] words of an anonymous mapping (pages the thread never
+    /// reaches stay untouched), null when it could not be mapped (the thread records nothing).
+    /// Each record: the number of IPs `len`, the word at the interrupted SP (the return address
+    /// when the leaf has no frame yet, or none at all; checked off the signal path), what the
+    /// thread was doing in the runtime ([`Slot::activity`], 0 for nothing known), then `len` IPs,
+    /// leaf first.
+    ring: *mut u64,
 }
 
 /// Nested runtime activities a slot keeps (deeper ones are counted only).
@@ -130,10 +142,12 @@ const ACT_DEPTH: usize = 8;
 pub const IN_GC: u32 = 1;
 pub const IN_GC_SUSPENSION: u32 = 2;
 
-// Safety: `entries` is a single-producer (the slot's thread, in its signal handler, which cannot
+// Safety: `ring` is a single-producer (the slot's thread, in its signal handler, which cannot
 // nest because SIGPROF is blocked while it runs) single-consumer (the sampler thread) ring whose
-// ownership is handed over through `head`/`tail` with release/acquire ordering.
+// words are handed over through `head`/`tail` with release/acquire ordering; the mapping is never
+// unmapped (slots live as long as the process).
 unsafe impl Sync for Slot {}
+unsafe impl Send for Slot {}
 
 static SLOTS: [AtomicPtr<Slot>; MAX_SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_SLOTS];
 static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -366,7 +380,7 @@ pub fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> boo
 /// Steps through the RSP-based frames of native code without frame pointers from the interrupted
 /// state (`pc`, `sp`, `fp`), by the unwind rules of the mapped files: each frame's return address
 /// lies at its CFA − 8 and the caller's RBP is either the same or saved in the frame. Records the
-/// return addresses from `e.ips[n]` on and stops at code without such a rule (managed code, an RBP
+/// return addresses from `ips[n]` on and stops at code without such a rule (managed code, an RBP
 /// frame, code without rules), where the frame-pointer walk takes over. Returns the new `n`, the
 /// caller's RBP and SP, and the last return address; when no step was taken, whether the rules say
 /// the code at `pc` has its RBP frame set up (its caller is then found through RBP, and the word at
@@ -378,7 +392,7 @@ pub fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> boo
 /// `[sp, hi)` must be mapped stack of the current thread.
 #[inline(never)]
 unsafe fn native_steps(
-    e: &mut Entry,
+    ips: &mut [u64],
     mut n: usize,
     pc: u64,
     sp: u64,
@@ -394,7 +408,7 @@ unsafe fn native_steps(
     let (mut pc, mut sp, mut fp) = (pc, sp, fp);
     let mut last = None;
     for step in 0..MAX_NATIVE_STEPS {
-        if n >= MAX_FRAMES || !sp.is_multiple_of(8) {
+        if n >= ips.len() || !sp.is_multiple_of(8) {
             break;
         }
         let Some((_, info)) = NATIVE.find(tables, pc) else { break };
@@ -432,7 +446,7 @@ unsafe fn native_steps(
             }
             fp = *(slot as *const u64);
         }
-        e.ips[n] = ret;
+        ips[n] = ret;
         n += 1;
         last = Some(ret);
         sp = cfa;
@@ -573,7 +587,7 @@ unsafe fn tier0_frame(fp: u64, hi: u64) -> Option<u64> {
 /// ordinary walk's loop stays as small as it was.
 #[inline(never)]
 unsafe fn frameless_callers(
-    e: &mut Entry,
+    ips: &mut [u64],
     mut n: usize,
     tables: usize,
     mut at: u64,
@@ -582,7 +596,7 @@ unsafe fn frameless_callers(
     hi: u64,
 ) -> (usize, u64) {
     let limit = if next > at { next.min(hi) } else { hi };
-    while n < MAX_FRAMES {
+    while n < ips.len() {
         let Some((start, info)) = FRAMELESS.find(tables, ret - 1) else { break };
         let f = FramelessFrame::unpack(info);
         if ret - 1 < start + f.prolog as u64 {
@@ -596,7 +610,7 @@ unsafe fn frameless_callers(
         if r < 4096 {
             break;
         }
-        e.ips[n] = r;
+        ips[n] = r;
         n += 1;
         at = slot;
         ret = r;
@@ -653,7 +667,7 @@ unsafe fn frameless_return_slot(ip: u64, sp: u64, size: u32) -> Option<u64> {
 /// `[sp, hi)` must be mapped stack of the current thread, `sp` 8-aligned, `ip` the interrupted IP.
 #[inline(never)]
 unsafe fn frameless_leaf(
-    e: &mut Entry,
+    ips: &mut [u64],
     n: usize,
     tables: usize,
     ip: u64,
@@ -663,7 +677,7 @@ unsafe fn frameless_leaf(
 ) -> Option<(usize, u64)> {
     let (start, info) = FRAMELESS.find(tables, ip)?;
     let f = FramelessFrame::unpack(info);
-    if ip < start + f.prolog as u64 || n >= MAX_FRAMES {
+    if ip < start + f.prolog as u64 || n >= ips.len() {
         return None;
     }
     let slot = frameless_return_slot(ip, sp, f.size)?;
@@ -678,8 +692,8 @@ unsafe fn frameless_leaf(
     if ret < 4096 || (ret >= sp && ret < hi) {
         return None;
     }
-    e.ips[n] = ret;
-    Some(frameless_callers(e, n + 1, tables, slot, ret, fp, hi))
+    ips[n] = ret;
+    Some(frameless_callers(ips, n + 1, tables, slot, ret, fp, hi))
 }
 
 /// The previous `SIGPROF` disposition, for chaining.
@@ -688,8 +702,6 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 impl Slot {
     fn new() -> Box<Slot> {
-        // Safety: Entry is plain integers; all-zero is a valid value.
-        let entries: [Entry; RING] = unsafe { std::mem::zeroed() };
         Box::new(Slot {
             magic: MAGIC,
             state: AtomicU32::new(FREE),
@@ -702,10 +714,12 @@ impl Slot {
             timer: AtomicI64::new(-1),
             period_ns: AtomicU64::new(10_000_000),
             rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
-            head: AtomicU32::new(0),
-            tail: AtomicU32::new(0),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            taken: AtomicU32::new(0),
             dropped: AtomicU64::new(0),
             final_cpu_ns: AtomicU64::new(0),
+            final_runq_ns: AtomicU64::new(u64::MAX),
             start_cpu_ns: AtomicU64::new(0),
             registered_ns: AtomicU64::new(0),
             died_ns: AtomicU64::new(0),
@@ -716,22 +730,39 @@ impl Slot {
             act_depth: AtomicU32::new(0),
             act_gc: AtomicU32::new(0),
             act_exception: AtomicBool::new(false),
-            entries: UnsafeCell::new(entries),
+            ring: map_ring(),
         })
     }
 
-    /// Copies out the samples recorded since the last call (sampler thread only).
+    /// Hands the samples recorded since the last call to `f` (IPs leaf first, the word at SP, the
+    /// activity and its sequence number), oldest first (sampler thread only). Returns how many.
     pub fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32)) -> usize {
-        let tail = self.tail.load(Ordering::Relaxed);
+        let mut t = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
+        if self.ring.is_null() {
+            return 0;
+        }
         let mut n = 0;
-        let mut t = tail;
-        while t != head {
-            // Safety: entries in tail..head were published by the producer (release on head) and
-            // are not written again until `tail` moves past them.
-            let e = unsafe { &(*self.entries.get())[t as usize % RING] };
-            f(&e.ips[..(e.len as usize).min(MAX_FRAMES)], e.sp_top, e.activity, e.activity_seq);
-            t = t.wrapping_add(1);
+        while t < head {
+            let pos = (t % RING_WORDS as u64) as usize;
+            // Safety: words in tail..head were published by the producer (release on head) and are
+            // not written again until `tail` moves past them; `pos` is inside the ring.
+            let w = |i: usize| unsafe { *self.ring.add(i) };
+            let len = w(pos);
+            if len == SKIP {
+                t += (RING_WORDS - pos) as u64;
+                continue;
+            }
+            let len = len as usize;
+            // The producer never writes a record past the ring's end; anything else is no record.
+            if len > MAX_FRAMES || pos + RECORD_HEADER + len > RING_WORDS {
+                t = head;
+                break;
+            }
+            // Safety: as above, the record's words lie inside the ring.
+            let ips = unsafe { std::slice::from_raw_parts(self.ring.add(pos + RECORD_HEADER), len) };
+            f(ips, w(pos + 1), w(pos + 2), w(pos + 3) as u32);
+            t += (RECORD_HEADER + len) as u64;
             n += 1;
         }
         self.tail.store(t, Ordering::Release);
@@ -896,7 +927,7 @@ pub fn activity_unwound() {
 /// Samples the calling thread's handler has taken so far (wrapping), None when the thread is
 /// not sampled.
 pub fn samples_taken() -> Option<u32> {
-    current().map(|s| s.head.load(Ordering::Relaxed).wrapping_add(s.dropped.load(Ordering::Relaxed) as u32))
+    current().map(|s| s.taken.load(Ordering::Relaxed).wrapping_add(s.dropped.load(Ordering::Relaxed) as u32))
 }
 
 /// Sets or clears a GC bit ([`IN_GC`], [`IN_GC_SUSPENSION`]) of the calling thread.
@@ -931,6 +962,13 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
     // Safety: a per-thread CPU clock id; clock_gettime writes `ts` or fails.
     let r = unsafe { libc::clock_gettime(thread_clock(tid), &mut ts) };
     (r == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// Time a thread of this process has waited on a run queue for a CPU, ns (the second field of
+/// `/proc/self/task/<tid>/schedstat`). Not for the signal path.
+pub fn thread_runq_ns(tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// The kernel's CPU-time clock of thread `tid`: `CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED` on `~tid`.
@@ -1032,6 +1070,7 @@ pub fn register_current(
     slot.head.store(0, Ordering::Relaxed);
     slot.tail.store(0, Ordering::Relaxed);
     slot.final_cpu_ns.store(0, Ordering::Relaxed);
+    slot.final_runq_ns.store(u64::MAX, Ordering::Relaxed);
     slot.start_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
     let Some(period_ns) = period_ns else { return (Some(slot), None) };
     slot.period_ns.store(period_ns.max(1000), Ordering::Relaxed);
@@ -1054,6 +1093,8 @@ pub fn unregister(slot: &Slot) {
         unsafe { libc::syscall(libc::SYS_timer_delete, t as libc::c_long) };
     }
     slot.final_cpu_ns.store(slot.cpu_ns().unwrap_or(0), Ordering::Relaxed);
+    let runq = thread_runq_ns(slot.os_tid.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+    slot.final_runq_ns.store(runq, Ordering::Relaxed);
     slot.state.store(DEAD, Ordering::Release);
 }
 
@@ -1252,17 +1293,39 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
     }
 }
 
+/// Where the next record goes in a ring holding `head - tail` words: (the counter of its first
+/// word, room for its IPs — at most [`MAX_FRAMES`]), None when the ring is too full for a record
+/// of one IP. A record is written where the last one ended, unless the rest of the ring up to its
+/// end is too short for a stack of `MAX_FRAMES` and the free space at the ring's start is longer;
+/// or the ring is empty and a stack of `MAX_FRAMES` fits before the place of the last record: the
+/// record then starts at the ring's start (a [`SKIP`] word marks the unused rest), so a thread
+/// whose stacks are ordinary only ever touches the ring's first pages.
+fn ring_place(head: u64, tail: u64) -> Option<(u64, usize)> {
+    let cap = RING_WORDS as u64;
+    let used = head - tail;
+    let pos = head % cap;
+    let to_end = cap - pos;
+    let free = cap - used;
+    let full = (RECORD_HEADER + MAX_FRAMES) as u64;
+    let skip = pos != 0 && if used == 0 { pos >= full } else { to_end < full && free - to_end > to_end };
+    let (at, room) = if skip { (head + to_end, free - to_end) } else { (head, to_end.min(free)) };
+    (room > RECORD_HEADER as u64).then(|| (at, (room as usize - RECORD_HEADER).min(MAX_FRAMES)))
+}
+
 unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
-    if slot.state.load(Ordering::Acquire) != ACTIVE || uc.is_null() {
+    if slot.state.load(Ordering::Acquire) != ACTIVE || uc.is_null() || slot.ring.is_null() {
         return;
     }
     let head = slot.head.load(Ordering::Relaxed);
     let tail = slot.tail.load(Ordering::Acquire);
-    if head.wrapping_sub(tail) as usize >= RING {
+    let Some((at, room)) = ring_place(head, tail) else {
         slot.dropped.fetch_add(1, Ordering::Relaxed);
         return;
-    }
-    let e = &mut (*slot.entries.get())[head as usize % RING];
+    };
+    let pos = (at % RING_WORDS as u64) as usize;
+    // Safety: `room` words after the header lie inside the ring and are free (the consumer reads
+    // only below `head`); only this thread's handler writes them.
+    let ips = std::slice::from_raw_parts_mut(slot.ring.add(pos + RECORD_HEADER), room);
     let g = &(*uc).uc_mcontext.gregs;
     let ip = g[libc::REG_RIP as usize] as u64;
     let mut fp = g[libc::REG_RBP as usize] as u64;
@@ -1275,36 +1338,36 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         }
         return;
     }
-    e.ips[0] = ip;
-    (e.activity, e.activity_seq) = slot.activity_and_seq();
+    ips[0] = ip;
+    let (activity, activity_seq) = slot.activity_and_seq();
     // Only the part of the stack between the interrupted SP and the top is known to be mapped
     // (the main thread's stack grows on demand). When SP is elsewhere (an alternate signal
     // stack), only the IP is recorded.
     let on_stack = hi != 0 && sp >= lo && sp <= hi - 8;
-    e.sp_top = if on_stack && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
+    let mut sp_top = if on_stack && sp.is_multiple_of(8) { *(sp as *const u64) } else { 0 };
     let mut n = 1;
     let osr = OSR.visible();
     let frameless = FRAMELESS.visible();
     // The code that owns the frame at `fp`: the interrupted code, or — when the leaf has no frame
     // of its own (frameless, prolog, native code without frame pointers) — the code it returns to.
     let mut owner = ip;
-    let mut owner_alt = e.sp_top.wrapping_sub(1);
+    let mut owner_alt = sp_top.wrapping_sub(1);
     // Frames lie above this.
     let mut floor = sp;
     // A leaf in native code with an RSP-based frame (code without frame pointers, where RBP is a
     // scratch register, or a prolog): its frames are stepped through by the unwind rules, and the
     // walk goes on from the RBP they recover. The word at SP is then no guess to make later.
     if on_stack {
-        match native_steps(e, n, ip, sp, fp, hi, false) {
+        match native_steps(ips, n, ip, sp, fp, hi, false) {
             Ok((added, caller_fp, caller_sp, ret)) => {
                 n = added;
                 fp = caller_fp;
                 floor = caller_sp;
-                e.sp_top = 0;
+                sp_top = 0;
                 owner = ret - 1;
                 owner_alt = u64::MAX;
-                if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
-                    let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, ret, fp, hi);
+                if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
+                    let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, ret, fp, hi);
                     n = added;
                     owner = last - 1;
                 }
@@ -1313,7 +1376,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 // A native leaf whose rules say its RBP frame is set up: the frame-pointer walk
                 // finds its caller, and the word at SP is a local of it (the JIT keeps the address
                 // of the code it is writing there), no return address.
-                e.sp_top = 0;
+                sp_top = 0;
                 owner_alt = u64::MAX;
             }
             Err(false) => {
@@ -1321,13 +1384,13 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                 // frame's) frame pointer, and its return address lies at its fixed frame size
                 // above SP (or above the registers its epilog still pops).
                 let leaf = if frameless != 0 && FRAMELESS.may_hold(ip) && sp.is_multiple_of(8) {
-                    frameless_leaf(e, n, frameless, ip, sp, fp, hi)
+                    frameless_leaf(ips, n, frameless, ip, sp, fp, hi)
                 } else {
                     None
                 };
                 if let Some((added, last)) = leaf {
                     n = added;
-                    e.sp_top = 0;
+                    sp_top = 0;
                     owner = last - 1;
                     owner_alt = u64::MAX;
                 } else if fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
@@ -1339,13 +1402,13 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                     // return address; a copy of RBP further up is the caller's). The byte is read
                     // only once a copy was found: `ip` is the instruction being run.
                     if let Some(ret) = prolog_return_address(sp, fp, hi).filter(|_| *(ip as *const u8) != 0x55) {
-                        e.sp_top = ret;
+                        sp_top = ret;
                         owner_alt = ret - 1;
-                    } else if e.sp_top >= 4096
+                    } else if sp_top >= 4096
                         && frameless != 0
-                        && FRAMELESS.may_hold(e.sp_top - 1)
-                        && FRAMELESS.find(frameless, e.sp_top - 1).is_some()
-                        && n + 1 < MAX_FRAMES
+                        && FRAMELESS.may_hold(sp_top - 1)
+                        && FRAMELESS.find(frameless, sp_top - 1).is_some()
+                        && n + 1 < ips.len()
                         && matches!(*(ip as *const u8), 0x55 | 0xC3)
                     {
                         // At its `push rbp` or at a `ret` the word at SP is the leaf's return
@@ -1353,13 +1416,13 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
                         // own caller lies its frame size higher, below the frame at RBP: both
                         // are recorded here (the sampler thread would insert the first, and the
                         // walk from RBP skip the second).
-                        e.ips[n] = e.sp_top;
-                        let (added, last) = frameless_callers(e, n + 1, frameless, sp, e.sp_top, fp, hi);
+                        ips[n] = sp_top;
+                        let (added, last) = frameless_callers(ips, n + 1, frameless, sp, sp_top, fp, hi);
                         if added > n + 1 {
                             n = added;
                             owner = last - 1;
                             owner_alt = u64::MAX;
-                            e.sp_top = 0;
+                            sp_top = 0;
                         }
                     }
                 }
@@ -1368,7 +1431,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     }
     // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
     // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
-    while on_stack && n < MAX_FRAMES && fp >= floor && fp <= hi - 16 && fp.is_multiple_of(8) {
+    while on_stack && n < ips.len() && fp >= floor && fp <= hi - 16 && fp.is_multiple_of(8) {
         if osr != 0 && (OSR.find(osr, owner).is_some() || (owner_alt != u64::MAX && OSR.find(osr, owner_alt).is_some()))
         {
             // An OSR frame: its caller's return address is in the tier-0 frame under it.
@@ -1381,22 +1444,22 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         if ret < 4096 {
             break;
         }
-        e.ips[n] = ret;
+        ips[n] = ret;
         n += 1;
         // Return addresses are looked up at the call, one byte earlier.
         owner = ret - 1;
         owner_alt = u64::MAX;
-        if n < MAX_FRAMES && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
+        if n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
             // Native code without frame pointers in the middle of the stack (the agent's own
             // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
             // value of it, no frame record. Its SP at the call was just above the return slot;
             // its rules lead on, into known code only.
-            if let Ok((added, caller_fp, caller_sp, last)) = native_steps(e, n, owner, fp + 16, next, hi, true) {
+            if let Ok((added, caller_fp, caller_sp, last)) = native_steps(ips, n, owner, fp + 16, next, hi, true) {
                 n = added;
                 floor = caller_sp;
                 owner = last - 1;
-                if frameless != 0 && FRAMELESS.may_hold(owner) && n < MAX_FRAMES {
-                    let (added, last) = frameless_callers(e, n, frameless, caller_sp - 8, last, caller_fp, hi);
+                if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
+                    let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, last, caller_fp, hi);
                     n = added;
                     owner = last - 1;
                 }
@@ -1407,7 +1470,7 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         if frameless != 0 && FRAMELESS.may_hold(owner) {
             // Frameless callers between this frame and the next: their return addresses lie
             // above this frame, at their fixed frame sizes.
-            let (added, last) = frameless_callers(e, n, frameless, fp + 8, ret, next, hi);
+            let (added, last) = frameless_callers(ips, n, frameless, fp + 8, ret, next, hi);
             n = added;
             owner = last - 1;
         }
@@ -1416,8 +1479,40 @@ unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
         }
         fp = next;
     }
-    e.len = n as u32;
-    slot.head.store(head.wrapping_add(1), Ordering::Release);
+    // A walk the ring's room cut short is not recorded: the stack would read as a whole one.
+    if n == room && room < MAX_FRAMES {
+        slot.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if at != head {
+        *slot.ring.add((head % RING_WORDS as u64) as usize) = SKIP;
+    }
+    *slot.ring.add(pos) = n as u64;
+    *slot.ring.add(pos + 1) = sp_top;
+    *slot.ring.add(pos + 2) = activity;
+    *slot.ring.add(pos + 3) = activity_seq as u64;
+    slot.taken.fetch_add(1, Ordering::Relaxed);
+    slot.head.store(at + (RECORD_HEADER + n) as u64, Ordering::Release);
+}
+
+/// Maps a ring of [`RING_WORDS`] words (not on the signal path); null when it cannot be mapped.
+fn map_ring() -> *mut u64 {
+    // Safety: an anonymous private mapping; the kernel gives zeroed pages as they are touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            RING_WORDS * 8,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
 }
 
 #[cfg(test)]
@@ -1632,6 +1727,115 @@ mod tests {
         release(slot);
         activity_begin(jit);
         assert_eq!(slot.activity(), ra::pack(ra::JIT, ACT_DEPTH as u64 - 1), "a released slot is not written");
+    }
+
+    /// A chain of `depth` ordinary frames of two words each from word 8 up (frame `k` returns to
+    /// `code + k`; the outermost holds 0 as its caller's frame).
+    pub(super) fn deep_chain(depth: usize, code: u64) -> Vec<u64> {
+        let mut w = vec![0u64; 8 + 2 * depth + 8];
+        let base = w.as_ptr() as u64;
+        for k in 0..depth {
+            let fp = 8 + 2 * k;
+            w[fp] = if k + 1 == depth { 0 } else { base + 8 * (fp as u64 + 2) };
+            w[fp + 1] = code + k as u64;
+        }
+        w
+    }
+
+    /// The IPs the handler records for a signal at `ip` whose RBP is frame `from` of a chain of
+    /// `depth` frames returning to `code + k`.
+    fn chain_ips(ip: u64, code: u64, from: usize, depth: usize) -> Vec<u64> {
+        let mut v = vec![ip];
+        v.extend((from..depth).map(|k| code + k as u64));
+        v.truncate(MAX_FRAMES);
+        v
+    }
+
+    #[test]
+    fn deep_stacks_are_recorded_whole_up_to_max_frames_and_cut_there() {
+        let _s = serial();
+        const CODE: u64 = 0x5e00_0000_0000;
+        // 1,000 frames (deeper than the 128 the handler used to keep): every one of them.
+        let w = deep_chain(1000, CODE);
+        let got = walk(&w, unit() + 5, 4, 8);
+        assert_eq!(got.len(), 1001);
+        assert_eq!(got, chain_ips(unit() + 5, CODE, 0, 1000));
+        // 3,000 frames: the innermost MAX_FRAMES.
+        let w = deep_chain(3000, CODE);
+        let got = walk(&w, unit() + 5, 4, 8);
+        assert_eq!(got.len(), MAX_FRAMES);
+        assert_eq!(got, chain_ips(unit() + 5, CODE, 0, 3000));
+    }
+
+    #[test]
+    fn the_ring_holds_records_of_any_length_and_drops_the_walks_it_has_no_room_for() {
+        let _s = serial();
+        const CODE: u64 = 0x5e80_0000_0000;
+        const DEPTH: usize = 3000;
+        let w = deep_chain(DEPTH, CODE);
+        let (slot, mut uc) = fake_thread(&w, unit() + 5, 4, 8);
+        let base = w.as_ptr() as u64;
+        // A signal whose RBP is frame `from`: a stack of DEPTH - from frames.
+        let mut take = |from: usize| {
+            uc.uc_mcontext.gregs[libc::REG_RBP as usize] = (base + 8 * (8 + 2 * from as u64)) as i64;
+            // Safety: the registers point into `w`, the slot's stack bounds.
+            unsafe { record(&slot, &uc) };
+        };
+        let drain = |slot: &Slot| {
+            let mut out = Vec::new();
+            slot.drain(|ips, _, _, _| out.push(ips.to_vec()));
+            out
+        };
+        // Stacks of 2,000 frames (2,004 words each) while the sampler thread is late: 8 fit in the
+        // ring, the 9th walk would be cut by the ring's end and is dropped, not recorded cut.
+        for _ in 0..9 {
+            take(DEPTH - 2000);
+        }
+        assert_eq!(slot.dropped.load(Ordering::Relaxed), 1);
+        let got = drain(&slot);
+        assert_eq!(got.len(), 8);
+        assert!(got.iter().all(|ips| *ips == chain_ips(unit() + 5, CODE, DEPTH - 2000, DEPTH)));
+        assert!(drain(&slot).is_empty(), "drained once");
+        // Any mix of depths and drains: every recorded stack comes back whole and in order, every
+        // walk is either recorded or counted as dropped, and only when the ring has less than room
+        // for two whole records left (a record never wraps: the free space may lie at both ends).
+        let mut rng = 0x1234_5678_9abc_def1_u64;
+        let mut expected = Vec::new();
+        let (mut recorded, mut dropped0) = (0, slot.dropped.load(Ordering::Relaxed));
+        for i in 0..3000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let from =
+                if rng.is_multiple_of(4) { (rng >> 8) as usize % DEPTH } else { DEPTH - 1 - (rng >> 8) as usize % 40 };
+            let before = slot.dropped.load(Ordering::Relaxed);
+            let used = slot.head.load(Ordering::Relaxed) - slot.tail.load(Ordering::Relaxed);
+            take(from);
+            if slot.dropped.load(Ordering::Relaxed) == before {
+                expected.push(chain_ips(unit() + 5, CODE, from, DEPTH));
+            } else {
+                let free = RING_WORDS - used as usize;
+                assert!(free < 2 * (RECORD_HEADER + MAX_FRAMES), "dropped with {free} words free");
+            }
+            if (rng >> 40).is_multiple_of(7) || i == 2999 {
+                let got = drain(&slot);
+                recorded += got.len();
+                assert_eq!(got, std::mem::take(&mut expected));
+            }
+        }
+        dropped0 = slot.dropped.load(Ordering::Relaxed) - dropped0;
+        assert_eq!(recorded as u64 + dropped0, 3000);
+        // Ordinary stacks drained as they come stay in the ring's first pages (a record starts at
+        // the ring's start again once a deep one would fit before it).
+        let start = slot.head.load(Ordering::Relaxed);
+        let mut furthest = 0;
+        for _ in 0..5000 {
+            take(DEPTH - 30);
+            furthest = furthest.max((slot.head.load(Ordering::Relaxed) - 1) % RING_WORDS as u64);
+            assert_eq!(drain(&slot).len(), 1);
+        }
+        assert!(slot.head.load(Ordering::Relaxed) - start > RING_WORDS as u64, "went round the ring");
+        assert!(furthest < (2 * (RECORD_HEADER + MAX_FRAMES)) as u64, "touched up to word {furthest}");
     }
 
     #[test]
@@ -2152,6 +2356,57 @@ mod bench {
             w[fp + 1] = code + k as u64;
         }
         w
+    }
+
+    /// ns per call of `f`, best of 5 rounds of `n`.
+    fn time_calls(n: u32, mut f: impl FnMut()) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            best = best.min(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        best
+    }
+
+    /// What a sample costs the signal handler at 100 and 2,000 frames (ordinary RBP frames, the
+    /// ring drained after each), beside the clocks read in the same run: the thread's CPU clock
+    /// (which the sampler thread reads per thread and tick) and the monotonic clock.
+    #[test]
+    #[ignore]
+    fn deep_walk_cost() {
+        let code = 0x5f00_0000_0000;
+        let per_depth: Vec<(usize, f64)> = [100usize, 2000]
+            .iter()
+            .map(|&depth| {
+                let w = super::tests::deep_chain(depth, code);
+                let (slot, uc) = super::tests::fake_thread(&w, code - 1, 4, 8);
+                let ns = time_calls(if depth > 1000 { 100_000 } else { 1_000_000 }, || {
+                    // Safety: the registers point into `w`, the slot's stack bounds.
+                    unsafe { record(&slot, std::hint::black_box(&uc)) };
+                    slot.tail.store(slot.head.load(Ordering::Relaxed), Ordering::Relaxed);
+                });
+                let mut len = 0;
+                // Safety: as above.
+                unsafe { record(&slot, &uc) };
+                slot.drain(|ips, _, _, _| len = ips.len());
+                assert_eq!(len, depth + 1);
+                (depth, ns)
+            })
+            .collect();
+        let me = crate::profiler::os_tid();
+        let cpu_clock = time_calls(1_000_000, || {
+            std::hint::black_box(thread_cpu_ns(me));
+        });
+        let monotonic = time_calls(1_000_000, || {
+            std::hint::black_box(std::time::Instant::now());
+        });
+        for (depth, ns) in per_depth {
+            println!("{depth}-frame walk: {ns:.1} ns per sample ({:.2} ns per frame)", ns / (depth + 1) as f64);
+        }
+        println!("same run: thread CPU clock read {cpu_clock:.1} ns, monotonic clock read {monotonic:.1} ns");
     }
 
     #[test]

@@ -15,10 +15,13 @@
 //!
 //! Every nanosecond of a thread's life, from its registration to its death (or the sampler's
 //! stop), is charged to exactly one stack: an interval in which the thread blocked or woke up is
-//! split by its CPU-clock delta (plus, when it blocked after waiting for a CPU, its run-queue wait
-//! from `schedstat`): the part it ran goes to its running stack, the rest to where it was
-//! blocked. Blocked time whose stack is not known yet (the walk was rate-limited) waits for the
-//! walk instead of going to the stack the thread ran before it blocked.
+//! split by its CPU-clock delta and its run-queue wait from `schedstat`: the part it ran or waited
+//! for a CPU goes to its running stack, the rest to where it was blocked. A blocked stack is reused
+//! only while the thread provably did not run (its CPU clock did not move): once it ran, the stack
+//! it had is stale even if it is blocked again (it may have woken up and blocked elsewhere), and
+//! its blocked time waits for the walk that tells where — on a busy machine the walk can be a
+//! suspension interval away, and the old stack used to keep that time. Blocked time whose stack is
+//! not known yet waits for the walk instead of going to the stack the thread ran before it blocked.
 
 pub mod build_id;
 pub mod cfi;
@@ -414,25 +417,34 @@ impl Sampler {
         }
     }
 
-    /// Publishes the OSR code versions of `id` to the signal handler (its JIT compilations are
-    /// already published when `JITCompilationFinished` is raised). Only functions with several
-    /// code versions can have one: an OSR version always has its tier-0 version beside it. Only for
-    /// code that never unloads.
+    /// Publishes the OSR code versions of `id` and the frames of its code versions without an RBP
+    /// frame to the signal handler, on the compiling thread: the code runs as soon as it is
+    /// published, and the sampler thread's own lookup ([`Sampler::update_code`]) comes a tick or
+    /// more later — much more on a busy machine, where samples in the new code lost the callers the
+    /// tables keep. (Its JIT compilations are already published when `JITCompilationFinished` is
+    /// raised; a version the runtime publishes later is the sampler thread's.) Only for code that
+    /// never unloads.
     fn add_osr_versions(&self, id: FunctionID) {
         let starts = self.info.get_native_code_start_addresses(id).unwrap_or_default();
-        if starts.len() < 2 {
-            return;
-        }
         for start in starts {
-            if start == 0 || cpu::osr_code_known(start as u64) {
+            let start = start as u64;
+            if start == 0 || cpu::osr_code_known(start) || cpu::frameless_code_known(start) {
                 continue;
             }
-            let ranges: Vec<(u64, u64)> = code_ranges(&self.info, start);
+            let ranges: Vec<(u64, u64)> = code_ranges(&self.info, start as usize);
+            // An OSR version always has its tier-0 version beside it.
             // Safety: `ranges` are the code of a live code version of a function whose module
             // never unloads (the caller checked).
-            if unsafe { is_osr_code(start as u64, &ranges) } {
+            if unsafe { is_osr_code(start, &ranges) } {
                 for (a, n) in ranges {
                     cpu::add_osr_code(a, a + n);
+                }
+            // Safety: as above.
+            } else if let Some(f) = unsafe { frameless_frame_of(start, &ranges) } {
+                if let Some(&(a, n)) = ranges.iter().find(|&&(a, _)| a == start) {
+                    if !cpu::add_frameless_code(a, a + n, f) {
+                        self.frameless_table_full();
+                    }
                 }
             }
         }
@@ -770,7 +782,8 @@ impl Sampler {
                     0 => self.now(),
                     t => t,
                 };
-                self.settle(st, key, died, slot.final_cpu_ns.load(Ordering::Relaxed));
+                let runq = Some(slot.final_runq_ns.load(Ordering::Relaxed)).filter(|&q| q != u64::MAX);
+                self.settle(st, key, died, slot.final_cpu_ns.load(Ordering::Relaxed), runq);
                 self.flush_thread(st, key);
                 slot.registered_ns.store(0, Ordering::Relaxed);
                 slot.died_ns.store(0, Ordering::Relaxed);
@@ -887,18 +900,13 @@ impl Sampler {
     }
 
     /// Blocked time of a thread that needs a walk but is not walked at this tick (suspensions are
-    /// rate-limited). A thread seen blocked before keeps its blocked stack until its walk; the
-    /// blocked time of a thread that was running at its last tick waits for the walk (charged to the
-    /// stack it ran before it blocked, it would land on the wrong stack).
+    /// rate-limited): it waits for the walk. A thread needs one when it ran since its last tick, so
+    /// the stack it had before is not known to hold it any more (a thread that woke up and blocked
+    /// again elsewhere would have its new blocked time charged to the old place until the walk).
     fn defer_walk(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
         let Some(t) = st.threads.get_mut(&key) else { return };
-        match t.wall_stack {
-            Some(s) => self.add_wall(st, key, s, blocked, 1),
-            None => {
-                t.unwalked_ns += blocked;
-                t.unwalked_ticks += 1;
-            }
-        }
+        t.unwalked_ns += blocked;
+        t.unwalked_ticks += 1;
     }
 
     /// Charges time the thread spent running to its running stack: its latest CPU sample, when
@@ -921,15 +929,21 @@ impl Sampler {
     /// A thread is gone (or the sampler stops): charges the time from its last tick to `until`
     /// without a walk, then everything still waiting for a stack to its last known stack (an empty
     /// one when none is known), so its wall time adds up to its lifetime.
-    fn settle(&self, st: &mut LoopState, key: SlotKey, until: u64, cpu_now: u64) {
+    fn settle(&self, st: &mut LoopState, key: SlotKey, until: u64, cpu_now: u64, runq_now: Option<u64>) {
         let Some(t) = st.threads.get_mut(&key) else { return };
         if let Some(last_ts) = t.wall_ts.take() {
             let elapsed = until.saturating_sub(last_ts);
             let dcpu = cpu_now.saturating_sub(t.wall_cpu).min(elapsed);
             match t.wall_stack {
                 Some(b) => {
-                    self.add_wall(st, key, b, elapsed - dcpu, 0);
-                    self.charge_running(st, key, dcpu, 0);
+                    // What it ran and waited for a CPU after it woke up is not the wait's.
+                    let waited = match (t.block_runq, runq_now) {
+                        (Some(q0), Some(q)) => q.saturating_sub(q0),
+                        _ => 0,
+                    };
+                    let blocked = (elapsed - dcpu).saturating_sub(waited);
+                    self.add_wall(st, key, b, blocked, 0);
+                    self.charge_running(st, key, elapsed - blocked, 0);
                 }
                 None => self.charge_running(st, key, elapsed, 0),
             }
@@ -1037,21 +1051,27 @@ impl Sampler {
                 // threads that wake up for a moment never get there): when it blocks, the time
                 // since then that it neither ran nor waited for a CPU is its blocked time.
                 let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
+                let q_now = st.stat_files.runq_wait_ns(key.os_tid);
+                let Some(t) = st.threads.get_mut(&key) else { continue };
                 if !was_running {
                     t.stretch = None;
                 } else if t.stretch.is_none() {
-                    let q = st.stat_files.runq_wait_ns(key.os_tid);
-                    if let Some(t) = st.threads.get_mut(&key) {
-                        t.stretch = q.map(|q| (now, cpu, q));
-                    }
+                    t.stretch = q_now.map(|q| (now, cpu, q));
                 }
-                let Some(t) = st.threads.get_mut(&key) else { continue };
-                // It runs. If it was blocked, it woke up in this interval: the part it did not
-                // run stays where it was blocked.
+                t.tick_runq = q_now;
+                // It runs. If it was blocked, it woke up in this interval: the part it neither ran
+                // nor waited for a CPU (its run-queue wait since it blocked, from `schedstat`)
+                // stays where it was blocked; from its wake-up on, the time is its running stack's.
                 let running = match t.wall_stack.take() {
                     Some(b) => {
-                        self.add_wall(st, key, b, elapsed - dcpu, 0);
-                        dcpu
+                        let q0 = t.block_runq.take();
+                        let waited = match (q0, q_now) {
+                            (Some(q0), Some(q)) => q.saturating_sub(q0),
+                            _ => 0,
+                        };
+                        let blocked = (elapsed - dcpu).saturating_sub(waited);
+                        self.add_wall(st, key, b, blocked, 0);
+                        elapsed - blocked
                     }
                     None => elapsed,
                 };
@@ -1081,20 +1101,40 @@ impl Sampler {
             // the rest is blocked time. Over its running stretch, the time it neither ran nor
             // waited for a CPU was blocked time (at most the interval's, as short waits in the
             // stretch would count too).
+            // Its run-queue wait now: the time it waits for a CPU after it wakes is not blocked
+            // time (a blocked thread's wait does not grow).
+            let q = st.stat_files.runq_wait_ns(key.os_tid);
+            let Some(t) = st.threads.get_mut(&key) else { continue };
             let blocked = if t.wall_stack.is_none() {
-                let mut blocked = elapsed - dcpu;
-                if let Some((since, cpu0, q0)) = t.stretch.take() {
-                    if let Some(q) = st.stat_files.runq_wait_ns(key.os_tid) {
-                        let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
-                        blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
-                    }
+                // Nor is the time it waited for a CPU since the last tick before it blocked.
+                let waited = match (t.tick_runq, q) {
+                    (Some(q0), Some(q)) => q.saturating_sub(q0),
+                    _ => 0,
+                };
+                let mut blocked = (elapsed - dcpu).saturating_sub(waited);
+                if let (Some((since, cpu0, q0)), Some(q)) = (t.stretch.take(), q) {
+                    let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
+                    blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
                 }
                 self.charge_running(st, key, elapsed - blocked, 0);
                 blocked
             } else {
-                elapsed
+                // Blocked at its last tick, and it ran since (a thread that did not run keeps its
+                // stack above): it woke up and blocked again, maybe elsewhere. Its old stack is
+                // no longer known to hold it, so it gets none of this time; what it neither ran
+                // nor waited for a CPU waits for the walk that tells where it blocks now.
+                t.wall_stack = None;
+                let waited = match (t.block_runq, q) {
+                    (Some(q0), Some(q)) => q.saturating_sub(q0),
+                    _ => 0,
+                };
+                let ran = (dcpu + waited).min(elapsed);
+                self.charge_running(st, key, ran, 0);
+                elapsed - ran
             };
             let Some(t) = st.threads.get_mut(&key) else { continue };
+            t.block_runq = q;
+            t.tick_runq = q;
             t.cpu_batches_when_blocked = t.cpu_batches;
             let tid = slot.thread_id.load(Ordering::Relaxed);
             to_walk.push((key, tid, blocked));
@@ -1493,6 +1533,11 @@ struct ThreadState {
     stretch: Option<(u64, u64, u64)>,
     /// When the thread was last walked.
     walked_at: Option<u64>,
+    /// Its run-queue wait (`schedstat`) when it was last seen blocked: at its wake-up, what it
+    /// waited for a CPU since is no blocked time.
+    block_runq: Option<u64>,
+    /// Its run-queue wait at its last tick, when read (threads running or needing a walk).
+    tick_runq: Option<u64>,
 }
 
 impl ThreadState {
@@ -1518,6 +1563,8 @@ impl ThreadState {
             cpu_batches_when_blocked: u64::MAX,
             stretch: None,
             walked_at: None,
+            block_runq: None,
+            tick_runq: None,
         }
     }
 }

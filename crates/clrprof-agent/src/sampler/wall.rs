@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use clrprof_sys::{FunctionID, ProfilerInfo, ThreadID, HRESULT, S_OK};
 
 /// Deepest managed stack kept.
-pub const MAX_WALK_FRAMES: usize = 256;
+pub const MAX_WALK_FRAMES: usize = 2048;
 
 /// One walked stack, leaf first: (FunctionID or 0 for native code, IP).
 pub type Walked = Vec<(u64, u64)>;

@@ -191,16 +191,6 @@ fn remove_at_exit(dir: &Path) {
     }
 }
 
-/// Taken by the tests of `sampling.rs` and `stress.rs`, which assert where samples land, so that
-/// their profiled runs go one at a time within the binary. Fourteen profiled apps at once on a
-/// 2-core machine put one run of `sampling.rs` in three outside its bounds (2026-11-27, with this
-/// session's agent and the one before it alike: samples caught in OSR and funclet transitions, a
-/// frameless caller lost, a sleep's wall time 6% long); one at a time, 6 of 6 passed.
-pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// `clrprof record -o <trace> [extra] -- dotnet <app.dll> args`.
 pub fn record(app: &str, args: &[&str], trace: &Path, extra: &[&str]) -> Output {
     let dll = app_dll(app);

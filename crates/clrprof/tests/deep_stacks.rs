@@ -1,0 +1,80 @@
+//! End to end: stacks deeper than the old 128-frame walk are sampled whole — a JavaScript
+//! interpreter from NuGet (Jint) running recursive JS, and apps/Stress's recursion at an exact depth.
+
+mod common;
+use common::*;
+
+/// `key=value` from the app's stdout.
+fn printed(stdout: &str, key: &str) -> String {
+    stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{key}= not printed in {stdout:?}"))
+        .to_string()
+}
+
+/// The folded stacks of a trace (`frame;frame;… weight`, root first) for a weight and thread.
+fn folded(trace: &std::path::Path, weight: &str, thread: Option<&str>) -> Vec<(Vec<String>, u64)> {
+    let mut args = vec!["--format", "collapsed", "--weight", weight, "-o", "-"];
+    if let Some(t) = thread {
+        args.extend(["--thread", t]);
+    }
+    let out = export(trace, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("folded line {l:?}"));
+            (stack.split(';').map(str::to_string).collect(), n.parse().unwrap_or_else(|_| panic!("{l}")))
+        })
+        .collect()
+}
+
+/// Jint runs a recursive JS `fib(25)` for 3 s of CPU: each JS call is a dozen or more managed frames
+/// of the interpreter, so its deepest stacks are hundreds of frames deep. With the walk cut at 128
+/// frames about a tenth of the samples lost everything above (`Main` among them); now no stack is cut
+/// and `Main` holds all of the main thread's samples but those of the runtime's start-up and exit.
+#[test]
+fn a_javascript_interpreter_s_deep_recursion_is_sampled_whole() {
+    let dir = scratch("deep-jint");
+    let trace = dir.join("jint.clrprof");
+    let out = record("JsInterp", &["3000", "25"], &trace, &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "record failed: {stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("fib(25)=75025"), "{stdout}");
+    let main = printed(&stdout, "main_tid");
+    let stacks = folded(&trace, "cpu", Some(&main));
+    let total: u64 = stacks.iter().map(|s| s.1).sum();
+    let cut: u64 = stacks.iter().filter(|s| s.0[0].starts_with("[stack cut at")).map(|s| s.1).sum();
+    assert_eq!(cut, 0, "no stack is cut ({cut} of {total})");
+    let under_main: u64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Main")).map(|s| s.1).sum();
+    let share = under_main as f64 / total as f64;
+    assert!(share >= 0.95, "Main has {share:.3} of the main thread's CPU samples ({under_main} of {total})");
+    // The interpreter's own entry point too.
+    let run: u64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Run")).map(|s| s.1).sum();
+    assert!(run as f64 >= total as f64 * 0.9, "Run: {run} of {total}");
+    let deepest = stacks.iter().map(|s| s.0.len()).max().unwrap_or(0);
+    assert!(deepest > 200, "the recursion's stacks are deeper than the old limit: {deepest} frames");
+}
+
+/// apps/Stress recursing 1,000 deep: every CPU sample and every walked wall sample through `Bottom`
+/// holds exactly the 1,001 `Recurse` frames, uncut.
+#[test]
+fn a_recursion_one_thousand_deep_is_sampled_at_its_exact_depth() {
+    let dir = scratch("deep-1000");
+    let trace = dir.join("s.clrprof");
+    let out = record("Stress", &["recurse", "1000", "600"], &trace, &[]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success() && stdout.contains("stress recurse ok"), "{stdout}{}", text(&out.stderr));
+    for weight in ["cpu", "wall"] {
+        let stacks = folded(&trace, weight, Some("deep"));
+        let bottom: Vec<&(Vec<String>, u64)> =
+            stacks.iter().filter(|s| s.0.iter().any(|f| f == "StressApp.Deep.Bottom")).collect();
+        assert!(!bottom.is_empty(), "{weight}: Bottom sampled");
+        for (stack, n) in bottom {
+            let recurse = stack.iter().filter(|f| *f == "StressApp.Deep.Recurse").count();
+            assert!(!stack[0].starts_with("[stack cut at"), "{weight}: cut ({n}): {}", stack.join(";"));
+            assert_eq!(recurse, 1001, "{weight} ({n}): {}", stack.join(";"));
+        }
+    }
+}
