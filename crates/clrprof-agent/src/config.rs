@@ -295,6 +295,12 @@ impl Config {
         self.exceptions_exact || self.events
     }
 
+    /// Whether a mode that promises exact numbers is on (call counts, every exception, every
+    /// allocation): the writer then makes threads wait for room rather than drop records.
+    pub fn exact_mode(&self) -> bool {
+        self.instrument.enabled || (self.exceptions && self.every_exception()) || self.alloc == AllocMode::Exact
+    }
+
     /// `key=value` lines for the trace's `ProcessStart.config`.
     pub fn describe(&self) -> String {
         let mut m = BTreeMap::new();

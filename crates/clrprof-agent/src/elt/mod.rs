@@ -415,8 +415,8 @@ impl Instrumentation {
             published.push(Published::default());
         }
         let mut flow = Vec::new();
-        let all_deltas =
-            w.is_stopping() || now_ns.saturating_sub(self.last_deltas_ns.load(Ordering::Relaxed)) >= DELTA_INTERVAL_NS;
+        let all_deltas = w.wants_everything()
+            || now_ns.saturating_sub(self.last_deltas_ns.load(Ordering::Relaxed)) >= DELTA_INTERVAL_NS;
         if all_deltas {
             self.last_deltas_ns.store(now_ns, Ordering::Relaxed);
         }
