@@ -205,8 +205,8 @@ pub struct Writer {
     pub dropped_records: AtomicU64,
     pub dropped_bytes: AtomicU64,
     pub written_bytes: AtomicU64,
-    /// Bytes a thread's buffer may hold ([`THREAD_BUFFER_CAP`]; smaller in tests).
-    cap: usize,
+    /// Bytes a thread's buffer may hold ([`THREAD_BUFFER_CAP`] unless set).
+    cap: std::sync::atomic::AtomicUsize,
     /// Exact modes: a full buffer makes its (app) thread wait for the writer instead of dropping.
     exact: AtomicBool,
     /// Rounds (ticks and flush) the writer thread completed.
@@ -258,7 +258,7 @@ impl Writer {
             dropped_records: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
-            cap: THREAD_BUFFER_CAP,
+            cap: std::sync::atomic::AtomicUsize::new(THREAD_BUFFER_CAP),
             exact: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
@@ -276,7 +276,14 @@ impl Writer {
     fn for_test(sink: Sink, flush_interval: Duration, cap: usize) -> std::io::Result<Writer> {
         let w = Writer::new(sink, flush_interval)?;
         let created = w.created.checked_sub(EARLY).unwrap_or(w.created);
-        Ok(Writer { cap, created, ..w })
+        w.set_buffer_cap(cap);
+        Ok(Writer { created, ..w })
+    }
+
+    /// Bytes each thread's buffer holds (`CLRPROF_BUFFER_KB`): smaller buffers bound the agent's
+    /// memory and make a busy machine's pressure on the writer visible sooner.
+    pub fn set_buffer_cap(&self, bytes: usize) {
+        self.cap.store(bytes.max(1), Ordering::Relaxed);
     }
 
     /// Exact modes (call counts, every exception, every allocation): threads wait for room rather
@@ -367,7 +374,8 @@ impl Writer {
 
     fn append(&self, data: &Mutex<Vec<u8>>, record: &Record) {
         let Ok(mut d) = data.lock() else { return };
-        if d.len() >= self.cap {
+        let cap = self.cap.load(Ordering::Relaxed);
+        if d.len() >= cap {
             if WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false) {
                 // The writer's own records (a large tick): written out now, in order.
                 let full = std::mem::take(&mut *d);
@@ -380,7 +388,7 @@ impl Writer {
                 let Some(again) = self.wait_for_room(data) else { return };
                 d = again;
             }
-            if d.len() >= self.cap {
+            if d.len() >= cap {
                 self.dropped_records.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -401,7 +409,7 @@ impl Writer {
             let d = data.lock().ok()?;
             let sink_gone = self.sink.try_lock().map(|s| s.is_none()).unwrap_or(false);
             let stuck = self.stuck_at.load(Ordering::Relaxed) == self.rounds.load(Ordering::Acquire);
-            if d.len() < self.cap || self.is_stopping() || sink_gone || stuck {
+            if d.len() < self.cap.load(Ordering::Relaxed) || self.is_stopping() || sink_gone || stuck {
                 if waited {
                     self.waits.fetch_add(1, Ordering::Relaxed);
                     self.waited_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);

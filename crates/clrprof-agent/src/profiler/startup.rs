@@ -220,6 +220,7 @@ impl Profiler {
         };
         writer.write_now(&first);
         writer.set_exact(config.exact_mode());
+        writer.set_buffer_cap(config.buffer_bytes);
         let pending_code = Arc::new(PendingCode::default());
         let pc = Arc::clone(&pending_code);
         writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
