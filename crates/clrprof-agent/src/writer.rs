@@ -33,7 +33,7 @@ const THREAD_BUFFER_CAP: usize = 32 << 20;
 /// Longest an app thread waits at a time for the writer to drain its full buffer, in exact modes;
 /// beyond it the record is dropped and counted, and later records of a full buffer are dropped
 /// without waiting until the writer completes another round (it is stuck, not slow).
-pub const MAX_WAIT: Duration = Duration::from_secs(2);
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// Largest block written at once.
 const BLOCK_TARGET: usize = 4 << 20;
 
@@ -214,6 +214,9 @@ pub struct Writer {
     /// The round at which a wait for room last timed out (`u64::MAX`: none): until the writer
     /// completes another, full buffers drop without waiting.
     stuck_at: AtomicU64,
+    /// Threads waiting for room now: the writer then drains every buffer between its ticks and
+    /// whenever it writes out its own records, not only at the end of a round.
+    waiting: std::sync::atomic::AtomicUsize,
     /// Times a thread waited for room, and the time it waited in all.
     pub waits: AtomicU64,
     pub waited_ns: AtomicU64,
@@ -262,6 +265,7 @@ impl Writer {
             exact: AtomicBool::new(false),
             rounds: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
             waits: AtomicU64::new(0),
             waited_ns: AtomicU64::new(0),
             urgent_asked: AtomicU64::new(0),
@@ -381,11 +385,15 @@ impl Writer {
                 let full = std::mem::take(&mut *d);
                 drop(d);
                 self.write_block(&full);
+                self.drain_for_waiters();
                 let Ok(again) = data.lock() else { return };
                 d = again;
             } else if self.exact.load(Ordering::Relaxed) {
                 drop(d);
-                let Some(again) = self.wait_for_room(data) else { return };
+                self.waiting.fetch_add(1, Ordering::AcqRel);
+                let again = self.wait_for_room(data);
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                let Some(again) = again else { return };
                 d = again;
             }
             if d.len() >= cap {
@@ -395,6 +403,14 @@ impl Writer {
         }
         record.encode(&mut d);
         self.records.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writer thread: drains every buffer now if a thread waits for room (between ticks, and when
+    /// a long tick writes out its own records).
+    fn drain_for_waiters(&self) {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.flush();
+        }
     }
 
     /// Waits, with backoff, until the writer has drained `data` below the cap; gives up (the
@@ -448,6 +464,7 @@ impl Writer {
             if let Ok(ticks) = self.ticks.lock() {
                 for t in ticks.iter() {
                     t(self);
+                    self.drain_for_waiters();
                 }
             }
             self.flush();
