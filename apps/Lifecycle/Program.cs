@@ -8,7 +8,7 @@ public static class Overflow
     public static int Down(int n) => n == 0 ? 0 : Down(n + 1) + 1;
 }
 
-public static class Program
+public static partial class Program
 {
     public static int Main(string[] args)
     {
@@ -46,6 +46,25 @@ public static class Program
                 Thread.Sleep(args.Length > 1 ? int.Parse(args[1]) : 20);
                 Environment.FailFast("deliberate early failfast");
                 return 1;
+            case "failfast-work":
+                // Calls Work.Chunk for 50 ms of this thread's CPU time (at least 40 calls), prints how
+                // many calls and how much CPU, then fails fast: the trace must keep those calls and
+                // the samples of that time.
+                {
+                    long cpu0 = ThreadCpuNs();
+                    long sum = 0, cpu = 0;
+                    int n = 0;
+                    while (n < 40 || cpu < 50_000_000)
+                    {
+                        sum += Work.Chunk(sum + n);
+                        n++;
+                        if (n % 8 == 0) cpu = ThreadCpuNs() - cpu0;
+                    }
+                    Console.WriteLine($"chunks={n} cpu_ns={cpu}");
+                    Console.Out.Flush();
+                    Environment.FailFast($"deliberate failfast after {n} chunks ({sum % 10})");
+                    return 1;
+                }
             case "throw-early":
                 // An unhandled exception N ms into Main (default 20).
                 Work.Chunk(1);
@@ -68,6 +87,12 @@ public static class Program
                 return 64;
         }
     }
+}
+
+public static partial class Program
+{
+    // The calling thread's time on a CPU so far (Linux: the first field of its schedstat).
+    static long ThreadCpuNs() => long.Parse(File.ReadAllText("/proc/thread-self/schedstat").Split(' ')[0]);
 }
 
 public static class Unloader

@@ -15,6 +15,8 @@ pub struct Config {
     pub log: Option<String>,
     /// `CLRPROF_FLUSH_MS`: writer flush interval, 1..=1000 ms. Default 50.
     pub flush_ms: u64,
+    /// Bytes each thread's trace buffer holds before the writer drains it (`CLRPROF_BUFFER_KB`).
+    pub buffer_bytes: usize,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
     pub classes: bool,
     /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
@@ -96,6 +98,7 @@ impl Default for Config {
             output: "clrprof-{pid}.clrprof".into(),
             log: None,
             flush_ms: 50,
+            buffer_bytes: 32 << 20,
             classes: true,
             instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
             sampling: true,
@@ -160,6 +163,12 @@ impl Config {
             match v.trim().parse::<u64>() {
                 Ok(n) if (1..=1000).contains(&n) => c.flush_ms = n,
                 _ => bad("CLRPROF_FLUSH_MS", &v, "expected milliseconds in 1..=1000; using 50"),
+            }
+        }
+        if let Some(v) = get("CLRPROF_BUFFER_KB") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if (4..=1 << 20).contains(&n) => c.buffer_bytes = n << 10,
+                _ => bad("CLRPROF_BUFFER_KB", &v, "expected KiB in 4..=1048576; using 32768"),
             }
         }
         let flag = |name: &'static str, slot: &mut bool, problems: &mut Vec<ConfigProblem>| {
@@ -295,11 +304,18 @@ impl Config {
         self.exceptions_exact || self.events
     }
 
+    /// Whether a mode that promises exact numbers is on (call counts, every exception, every
+    /// allocation): the writer then makes threads wait for room rather than drop records.
+    pub fn exact_mode(&self) -> bool {
+        self.instrument.enabled || (self.exceptions && self.every_exception()) || self.alloc == AllocMode::Exact
+    }
+
     /// `key=value` lines for the trace's `ProcessStart.config`.
     pub fn describe(&self) -> String {
         let mut m = BTreeMap::new();
         m.insert("output", self.output.clone());
         m.insert("flush_ms", self.flush_ms.to_string());
+        m.insert("buffer_kb", (self.buffer_bytes >> 10).to_string());
         m.insert("classes", self.classes.to_string());
         m.insert("sampling", self.sampling.to_string());
         m.insert("sample_rate", self.sample_rate.to_string());

@@ -3,7 +3,18 @@
 //! A thread encodes records into its own buffer (a mutex only the writer ever contends for). Every
 //! flush interval the writer swaps each buffer out, frames the bytes as one block and writes it, so
 //! a crash loses at most one interval. If the sink fails (disk full) the agent keeps running: data
-//! is dropped and counted. Streaming to a collector ([`Remote`]) that becomes unreachable, the
+//! is dropped and counted.
+//!
+//! A buffer that reaches its cap is handled by who fills it. The writer thread's own records (what
+//! its ticks publish: call trees, deferred names) are written out at once, so one large tick never
+//! loses any. In exact modes ([`Writer::set_exact`]) another thread waits, with backoff, for the
+//! writer to drain its buffer (at most [`MAX_WAIT`] at a time; the writer never waits for an app
+//! thread, so this cannot deadlock); sampled modes drop and count, as they do at process exit and
+//! once the sink is gone.
+//!
+//! Written bytes go straight to the file (no user-space buffer), so what was written survives any
+//! death of the process. [`Writer::flush_urgently`] makes the writer thread do a full round at
+//! once (publishing everything its ticks hold) for a thread that knows the process is about to die. Streaming to a collector ([`Remote`]) that becomes unreachable, the
 //! writer falls back to the local trace file, which it starts with the header and the definition
 //! records (names, loads, stacks, …) already sent, so that the file is readable on its own.
 
@@ -16,8 +27,13 @@ use std::time::Duration;
 
 use clrprof_trace::{encode_block, Record};
 
-/// Bytes a thread may hold before the writer drains it; beyond this, records are dropped.
+/// Bytes a thread may hold before the writer drains it (see the module's notes for what happens
+/// beyond).
 const THREAD_BUFFER_CAP: usize = 32 << 20;
+/// Longest an app thread waits at a time for the writer to drain its full buffer, in exact modes;
+/// beyond it the record is dropped and counted, and later records of a full buffer are dropped
+/// without waiting until the writer completes another round (it is stuck, not slow).
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
 /// Largest block written at once.
 const BLOCK_TARGET: usize = 4 << 20;
 
@@ -189,6 +205,26 @@ pub struct Writer {
     pub dropped_records: AtomicU64,
     pub dropped_bytes: AtomicU64,
     pub written_bytes: AtomicU64,
+    /// Bytes a thread's buffer may hold ([`THREAD_BUFFER_CAP`] unless set).
+    cap: std::sync::atomic::AtomicUsize,
+    /// Exact modes: a full buffer makes its (app) thread wait for the writer instead of dropping.
+    exact: AtomicBool,
+    /// Rounds (ticks and flush) the writer thread completed.
+    rounds: AtomicU64,
+    /// The round at which a wait for room last timed out (`u64::MAX`: none): until the writer
+    /// completes another, full buffers drop without waiting.
+    stuck_at: AtomicU64,
+    /// Threads waiting for room now: the writer then drains every buffer between its ticks and
+    /// whenever it writes out its own records, not only at the end of a round.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// Times a thread waited for room, and the time it waited in all.
+    pub waits: AtomicU64,
+    pub waited_ns: AtomicU64,
+    /// Urgent rounds asked for ([`Writer::flush_urgently`]) and the last one the writer did.
+    urgent_asked: AtomicU64,
+    urgent_done: AtomicU64,
+    /// Set while the writer does an urgent round: ticks publish everything, as at the end.
+    urgent: AtomicBool,
 }
 
 /// How long after start-up the writer flushes every [`EARLY_FLUSH`] at most.
@@ -199,6 +235,8 @@ thread_local! {
     /// The thread's buffer and the id of the writer it belongs to: after an attach session ends
     /// and a new one starts in the same process, a thread's old buffer is replaced.
     static LOCAL: RefCell<Option<(u64, Arc<ThreadBuf>)>> = const { RefCell::new(None) };
+    /// The id of the writer whose thread this is (0: an app thread).
+    static WRITER_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 static NEXT_WRITER_ID: AtomicU64 = AtomicU64::new(1);
@@ -223,7 +261,68 @@ impl Writer {
             dropped_records: AtomicU64::new(0),
             dropped_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
+            cap: std::sync::atomic::AtomicUsize::new(THREAD_BUFFER_CAP),
+            exact: AtomicBool::new(false),
+            rounds: AtomicU64::new(0),
+            stuck_at: AtomicU64::new(u64::MAX),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
+            waited_ns: AtomicU64::new(0),
+            urgent_asked: AtomicU64::new(0),
+            urgent_done: AtomicU64::new(0),
+            urgent: AtomicBool::new(false),
         })
+    }
+
+    /// A writer past its start-up phase of frequent flushes whose threads' buffers hold `cap`
+    /// bytes (tests of full buffers and urgent rounds).
+    #[cfg(test)]
+    fn for_test(sink: Sink, flush_interval: Duration, cap: usize) -> std::io::Result<Writer> {
+        let w = Writer::new(sink, flush_interval)?;
+        let created = w.created.checked_sub(EARLY).unwrap_or(w.created);
+        w.set_buffer_cap(cap);
+        Ok(Writer { created, ..w })
+    }
+
+    /// Bytes each thread's buffer holds (`CLRPROF_BUFFER_KB`): smaller buffers bound the agent's
+    /// memory and make a busy machine's pressure on the writer visible sooner.
+    pub fn set_buffer_cap(&self, bytes: usize) {
+        self.cap.store(bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Exact modes (call counts, every exception, every allocation): threads wait for room rather
+    /// than drop records (see the module's notes).
+    pub fn set_exact(&self, exact: bool) {
+        self.exact.store(exact, Ordering::Relaxed);
+    }
+
+    /// Whether the ticks should publish everything they hold now: the writer is stopping, or doing
+    /// an urgent round for a process about to die.
+    pub fn wants_everything(&self) -> bool {
+        self.is_stopping() || self.urgent.load(Ordering::Acquire)
+    }
+
+    /// Makes the writer thread do a full round now — its ticks publish everything, as at the end,
+    /// and every buffer is written — and waits for it, `timeout` at most. For a thread that knows
+    /// the process is about to die (the runtime's FailFast path), which keeps its last moments.
+    /// Returns whether the round was done. Not from the writer thread (it returns at once).
+    pub fn flush_urgently(&self, timeout: Duration) -> bool {
+        if self.is_stopping() || WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false) {
+            return false;
+        }
+        let ticket = self.urgent_asked.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Ok(mut g) = self.wake_lock.lock() {
+            *g = true;
+        }
+        self.wake.notify_all();
+        let deadline = std::time::Instant::now() + timeout;
+        while self.urgent_done.load(Ordering::Acquire) < ticket {
+            if std::time::Instant::now() >= deadline || self.is_stopping() {
+                return self.urgent_done.load(Ordering::Acquire) >= ticket;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        true
     }
 
     /// Writes records immediately as one block (used for the first record, before the thread runs).
@@ -278,27 +377,107 @@ impl Writer {
     }
 
     fn append(&self, data: &Mutex<Vec<u8>>, record: &Record) {
-        if let Ok(mut d) = data.lock() {
-            if d.len() >= THREAD_BUFFER_CAP {
+        let Ok(mut d) = data.lock() else { return };
+        let cap = self.cap.load(Ordering::Relaxed);
+        if d.len() >= cap {
+            if WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false) {
+                // The writer's own records (a large tick): written out now, in order.
+                let full = std::mem::take(&mut *d);
+                drop(d);
+                self.write_block(&full);
+                self.drain_for_waiters();
+                let Ok(again) = data.lock() else { return };
+                d = again;
+            } else if self.exact.load(Ordering::Relaxed) {
+                drop(d);
+                self.waiting.fetch_add(1, Ordering::AcqRel);
+                let again = self.wait_for_room(data);
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                let Some(again) = again else { return };
+                d = again;
+            }
+            if d.len() >= cap {
                 self.dropped_records.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            record.encode(&mut d);
-            self.records.fetch_add(1, Ordering::Relaxed);
+        }
+        record.encode(&mut d);
+        self.records.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writer thread: drains every buffer now if a thread waits for room (between ticks, and when
+    /// a long tick writes out its own records).
+    fn drain_for_waiters(&self) {
+        if self.waiting.load(Ordering::Acquire) > 0 {
+            self.flush();
+        }
+    }
+
+    /// Waits, with backoff, until the writer has drained `data` below the cap; gives up (the
+    /// buffer is returned still full) at [`MAX_WAIT`], when the writer stops, when the sink is
+    /// gone, or at once when a wait already timed out since the writer's last round.
+    #[cold]
+    fn wait_for_room<'a>(&self, data: &'a Mutex<Vec<u8>>) -> Option<std::sync::MutexGuard<'a, Vec<u8>>> {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_micros(50);
+        let mut waited = false;
+        loop {
+            let d = data.lock().ok()?;
+            let sink_gone = self.sink.try_lock().map(|s| s.is_none()).unwrap_or(false);
+            let stuck = self.stuck_at.load(Ordering::Relaxed) == self.rounds.load(Ordering::Acquire);
+            if d.len() < self.cap.load(Ordering::Relaxed) || self.is_stopping() || sink_gone || stuck {
+                if waited {
+                    self.waits.fetch_add(1, Ordering::Relaxed);
+                    self.waited_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+                return Some(d);
+            }
+            if start.elapsed() >= MAX_WAIT {
+                self.stuck_at.store(self.rounds.load(Ordering::Acquire), Ordering::Relaxed);
+                crate::log_warn!(
+                    "a thread waited {} ms for the trace writer to make room; dropping records until it does",
+                    MAX_WAIT.as_millis()
+                );
+                continue;
+            }
+            drop(d);
+            waited = true;
+            if let Ok(mut g) = self.wake_lock.lock() {
+                *g = true;
+            }
+            self.wake.notify_all();
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
         }
     }
 
     fn run(&self) {
+        let _ = WRITER_THREAD.try_with(|w| w.set(self.id));
         loop {
             let stop = self.stopping.load(Ordering::Acquire);
+            // Urgent rounds asked for before this point are served by this round.
+            let asked = self.urgent_asked.load(Ordering::Acquire);
+            let urgent = asked > self.urgent_done.load(Ordering::Acquire);
+            if urgent {
+                self.urgent.store(true, Ordering::Release);
+            }
             if let Ok(ticks) = self.ticks.lock() {
                 for t in ticks.iter() {
                     t(self);
+                    self.drain_for_waiters();
                 }
             }
             self.flush();
+            if urgent {
+                self.urgent.store(false, Ordering::Release);
+                self.urgent_done.store(asked, Ordering::Release);
+            }
+            self.rounds.fetch_add(1, Ordering::AcqRel);
             if stop {
                 break;
+            }
+            if self.urgent_asked.load(Ordering::Acquire) > self.urgent_done.load(Ordering::Acquire) {
+                continue;
             }
             if let Ok(g) = self.wake_lock.lock() {
                 // A process that dies in its first moments (`Environment.FailFast`, an unhandled
@@ -310,7 +489,11 @@ impl Writer {
                 } else {
                     self.flush_interval
                 };
-                let _ = self.wake.wait_timeout(g, interval);
+                // Woken early by a thread waiting for room, an urgent round or the stop.
+                let woken = self.wake.wait_timeout_while(g, interval, |woken| !*woken && !self.is_stopping());
+                if let Ok((mut g, _)) = woken {
+                    *g = false;
+                }
             }
         }
     }
@@ -465,6 +648,116 @@ mod tests {
         let w = Writer::new(Sink::File(full), Duration::from_millis(5));
         // /dev/full fails the header write already.
         assert!(w.is_err());
+    }
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("clrprof-writer-{name}-{}", std::process::id()))
+    }
+
+    fn created(ts: u64, id: u64) -> Record {
+        ThreadCreated { ts, id }.into()
+    }
+
+    /// One tick that publishes far more than a buffer holds (a large call tree): the writer writes
+    /// its own records out as they come, and none is dropped.
+    #[test]
+    fn a_tick_larger_than_a_buffer_loses_nothing() {
+        let path = temp("big-tick");
+        let w = Arc::new(
+            Writer::for_test(Sink::File(std::fs::File::create(&path).unwrap()), Duration::from_millis(5), 1024)
+                .unwrap(),
+        );
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = Arc::clone(&done);
+        w.add_tick(Box::new(move |w| {
+            if !d2.swap(true, Ordering::AcqRel) {
+                for i in 0..20_000u64 {
+                    w.emit(&created(i, 7));
+                }
+            }
+        }));
+        w.start().unwrap();
+        while !done.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        w.stop(|_| vec![]);
+        assert_eq!(w.dropped_records.load(Ordering::Relaxed), 0);
+        let (recs, trunc) = clrprof_trace::read_all(std::fs::File::open(&path).unwrap()).unwrap();
+        assert!(trunc.is_none());
+        let ts: Vec<u64> = recs
+            .iter()
+            .filter_map(|r| match r {
+                Record::ThreadCreated(c) if c.id == 7 => Some(c.ts),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ts, (0..20_000).collect::<Vec<_>>(), "all, in order");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// Threads that fill their buffers faster than a slow writer drains them: in exact mode they
+    /// wait for room and every record arrives; in sampled mode the excess is dropped and counted.
+    #[test]
+    fn full_buffers_wait_in_exact_mode_and_drop_in_sampled_mode() {
+        for exact in [true, false] {
+            let path = temp(&format!("full-{exact}"));
+            let file = std::fs::File::create(&path).unwrap();
+            // A writer that flushes every 200 ms only, with 4 KiB buffers.
+            let w = Arc::new(Writer::for_test(Sink::File(file), Duration::from_millis(200), 4096).unwrap());
+            w.set_exact(exact);
+            w.start().unwrap();
+            let per_thread = 20_000u64;
+            let hs: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let w = Arc::clone(&w);
+                    std::thread::spawn(move || {
+                        for i in 0..per_thread {
+                            w.emit(&created(i, t));
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            w.stop(|_| vec![]);
+            let (recs, _) = clrprof_trace::read_all(std::fs::File::open(&path).unwrap()).unwrap();
+            let dropped = w.dropped_records.load(Ordering::Relaxed);
+            if exact {
+                assert_eq!(dropped, 0);
+                assert_eq!(recs.len() as u64, 3 * per_thread);
+                assert!(w.waits.load(Ordering::Relaxed) > 0, "the threads had to wait");
+            } else {
+                assert!(dropped > 0, "sampled mode drops");
+                assert_eq!(recs.len() as u64 + dropped, 3 * per_thread, "and counts what it drops");
+                assert_eq!(w.waits.load(Ordering::Relaxed), 0);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    /// A thread about to die asks for an urgent round: the ticks publish everything (as at the
+    /// end) and every buffer reaches the file before the call returns, long before the next flush.
+    #[test]
+    fn an_urgent_round_writes_everything_before_returning() {
+        let path = temp("urgent");
+        let file = std::fs::File::create(&path).unwrap();
+        let w = Arc::new(Writer::for_test(Sink::File(file), Duration::from_secs(60), THREAD_BUFFER_CAP).unwrap());
+        w.add_tick(Box::new(|w| {
+            if w.wants_everything() {
+                w.emit(&created(2, 2));
+            }
+        }));
+        w.start().unwrap();
+        // Let the first round pass, then emit: the next regular flush is a minute away.
+        std::thread::sleep(Duration::from_millis(50));
+        w.emit(&created(1, 1));
+        assert!(w.flush_urgently(Duration::from_secs(5)));
+        let (recs, _) = clrprof_trace::read_all(std::fs::File::open(&path).unwrap()).unwrap();
+        assert!(recs.contains(&created(1, 1)), "the thread's own buffer: {recs:?}");
+        assert!(recs.contains(&created(2, 2)), "what the ticks publish at the end: {recs:?}");
+        w.stop(|_| vec![]);
+        let _ = std::fs::remove_file(&path);
     }
 
     /// A collector that takes the hello and `keep` bytes of trace, then vanishes: the writer goes on

@@ -283,3 +283,47 @@ fn code_in_an_unloaded_assembly_context_is_named_and_the_app_is_unharmed() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A process that fails fast right after some 50 ms of CPU in known functions keeps its last
+/// moments: the runtime's FailFast event makes the agent drain the samples, publish the hooks' call
+/// counts and write every buffer before the abort. The functions carry their exact call counts
+/// under `--instrument` and `--counts-only`, their CPU time (at least 3/4 of what the thread
+/// measured of its own loop) and wall samples when sampling, in every one of 5 runs per mode.
+#[test]
+fn a_failfast_keeps_the_calls_and_samples_of_its_last_moments() {
+    let dir = scratch("failfast-work");
+    for flags in [&[][..], &["--instrument"][..], &["--instrument", "--counts-only"][..]] {
+        for round in 0..5 {
+            let trace = dir.join(format!("t{round}.clrprof"));
+            let out = record("Lifecycle", &["failfast-work"], &trace, flags);
+            let what = format!("{flags:?}, run {round}");
+            assert_eq!(out.status.code(), Some(128 + 6), "{what}: {}", text(&out.stderr));
+            let line = text(&out.stdout);
+            let field = |k: &str| -> u64 {
+                let at = line.find(&format!("{k}=")).unwrap_or_else(|| panic!("{what}: {k} in {line:?}"));
+                line[at + k.len() + 1..].split_whitespace().next().unwrap().parse().unwrap()
+            };
+            let (chunks, cpu_ns) = (field("chunks"), field("cpu_ns"));
+            let v = report_json(&trace);
+            assert_eq!(v["process"]["signal"], 6, "{what}");
+            let main = find(&v, "functions", "Program.Main");
+            let chunk = find(&v, "functions", "Work.Chunk");
+            let num = |f: &serde_json::Value, k: &str| f[k].as_u64().unwrap_or(0);
+            if flags.contains(&"--instrument") {
+                assert_eq!(num(main, "calls"), 1, "{what}: {main}");
+                assert_eq!(num(chunk, "calls"), chunks, "{what}: {chunk}");
+            }
+            // Sampling is on in every mode: the loop's CPU time and wall samples.
+            assert!(num(chunk, "samples_total") >= 1, "{what}: {chunk}");
+            assert!(
+                num(main, "cpu_total_ns") * 4 >= cpu_ns * 3,
+                "{what}: Main's sampled CPU {} ns of the loop's {cpu_ns} ns",
+                num(main, "cpu_total_ns")
+            );
+            assert!(num(main, "wall_samples_total") >= 1, "{what}: {main}");
+            let messages = v["messages"].to_string();
+            assert!(messages.contains("failed fast"), "{what}: {messages}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -415,8 +415,8 @@ impl Instrumentation {
             published.push(Published::default());
         }
         let mut flow = Vec::new();
-        let all_deltas =
-            w.is_stopping() || now_ns.saturating_sub(self.last_deltas_ns.load(Ordering::Relaxed)) >= DELTA_INTERVAL_NS;
+        let all_deltas = w.wants_everything()
+            || now_ns.saturating_sub(self.last_deltas_ns.load(Ordering::Relaxed)) >= DELTA_INTERVAL_NS;
         if all_deltas {
             self.last_deltas_ns.store(now_ns, Ordering::Relaxed);
         }
@@ -482,7 +482,14 @@ impl Instrumentation {
             self.publish_flow(w, ts, &mut flow, k);
             let over = ts.overflowed.swap(0, Ordering::Relaxed);
             if over > 0 {
-                crate::log_warn!("thread {}: {over} calls not recorded (call tree full or stack too deep)", ts.os_tid);
+                // In the trace too: the counts of that thread are low, and the reader must say so.
+                let text = format!(
+                    "thread {}: {over} calls not recorded (call tree full, or stack deeper than {} calls)",
+                    ts.os_tid,
+                    thread::MAX_DEPTH
+                );
+                crate::log_warn!("{text}");
+                w.emit(&clrprof_trace::Message { ts: now_ns, level: 1, text }.into());
             }
             if finished {
                 THREADS[slot].store(std::ptr::null_mut(), Ordering::Release);
@@ -492,7 +499,11 @@ impl Instrumentation {
         }
         let lost = THREADS_DROPPED.swap(0, Ordering::Relaxed);
         if lost > 0 {
-            crate::log_warn!("{lost} threads not instrumented (more than {MAX_THREADS} threads at once)");
+            let text = format!(
+                "{lost} threads not instrumented, their calls not recorded (more than {MAX_THREADS} threads at once)"
+            );
+            crate::log_warn!("{text}");
+            w.emit(&clrprof_trace::Message { ts: now_ns, level: 1, text }.into());
         }
         let late = LATE_HOOKS.swap(0, Ordering::Relaxed);
         if late > 0 {

@@ -12,6 +12,14 @@
 //!
 //! Delivery is synchronous on the thread that wrote the event: the payload is parsed and copied
 //! into a record right away.
+//!
+//! The session also takes `FailFast` (id 191, level Critical, keyword `Startup` 0x80000000 of
+//! `Microsoft-Windows-DotNETRuntimePrivate`) {UTF-16z FailFastUserMessage, ptr FailedEIP, u32
+//! OSExitCode, u32 ClrExitCode, u16 ClrInstanceID}, which the runtime fires from
+//! `EEPolicy::LogFatalError` on the failing thread for `Environment.FailFast` and a stack overflow,
+//! before it aborts the process without `Shutdown` (and after resetting the signal handlers, so no
+//! handler of ours would run). Delivered there, it is the agent's last chance to write what it
+//! holds: see [`process_dying`].
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -23,6 +31,16 @@ use crate::profiler::{os_tid, State};
 use crate::{log_info, log_warn};
 
 const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+const PRIVATE_PROVIDER: &str = "Microsoft-Windows-DotNETRuntimePrivate";
+/// `Startup` of the private provider, which holds `FailFast` (the only event of it at level
+/// Critical).
+const KEYWORD_PRIVATE_STARTUP: u64 = 0x8000_0000;
+const LEVEL_CRITICAL: u32 = 1;
+const EVENT_FAILFAST: u32 = 191;
+/// How long the dying thread waits for the sampler's and the writer's last rounds, at most: the
+/// process is going down anyway, this only delays its end.
+const LAST_SAMPLES_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+const LAST_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
 const KEYWORD_GC: u64 = 0x1;
 const KEYWORD_CONTENTION: u64 = 0x4000;
 const KEYWORD_ALLOCATION_SAMPLING: u64 = 0x0800_0000_0000;
@@ -73,13 +91,13 @@ pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
             level = LEVEL_VERBOSE;
         }
     }
-    if keywords == 0 {
-        // No keyword would mean every event of the provider.
-        return None;
-    }
-    match s.info.event_pipe_start_session(&[(PROVIDER, keywords, level)], false) {
+    let failfast = (PRIVATE_PROVIDER, KEYWORD_PRIVATE_STARTUP, LEVEL_CRITICAL);
+    let with_public = [(PROVIDER, keywords, level), failfast];
+    // No keyword would mean every event of the public provider: then only the private one.
+    let providers = if keywords == 0 { &with_public[1..] } else { &with_public[..] };
+    match s.info.event_pipe_start_session(providers, false) {
         Ok(id) => {
-            log_info!("EventPipe session {id} on {PROVIDER}, keywords 0x{keywords:x}, level {level}");
+            log_info!("EventPipe session {id} on {PROVIDER}, keywords 0x{keywords:x}, level {level}, and FailFast");
             Some(id)
         }
         Err(e) => {
@@ -358,7 +376,45 @@ fn type_load(s: &State, event_id: u32, data: &[u8]) {
     }
 }
 
+/// The `FailFast` event's message, when `data` is its payload (UTF-16z, then 18 bytes exactly).
+fn failfast_message(event_id: u32, version: u32, data: &[u8]) -> Option<String> {
+    if event_id != EVENT_FAILFAST || version != 0 {
+        return None;
+    }
+    let units: Vec<u16> = data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+    let end = units.iter().position(|&u| u == 0)?;
+    (data.len() == 2 * (end + 1) + 8 + 4 + 4 + 2).then(|| String::from_utf16_lossy(&units[..end]))
+}
+
+/// The runtime is about to abort the process (`FailFast` event, on the failing thread): the
+/// sampler drains its samples and writes its pending wall samples, then the writer does a full
+/// round — the hooks' call counts and times as at the end, every thread's buffer — so the trace
+/// keeps the process's last moments. Bounded waits: the thread waits for the sampler and the
+/// writer threads, which never wait for it. Once per process.
+pub fn process_dying(s: &State, message: &str) {
+    static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if ONCE.swap(true, std::sync::atomic::Ordering::AcqRel) || s.is_stopped() {
+        return;
+    }
+    let t0 = std::time::Instant::now();
+    s.emit(clrprof_trace::Message {
+        ts: s.now(),
+        level: 1,
+        text: format!("the runtime failed fast (Environment.FailFast or a fatal error): {message}"),
+    });
+    let sampled = s.sampler.as_ref().map(|sm| sm.flush_urgently(LAST_SAMPLES_WAIT));
+    let written = s.writer.flush_urgently(LAST_FLUSH_WAIT);
+    log_info!(
+        "the runtime is failing fast: last samples {sampled:?}, last flush {written} in {} µs",
+        t0.elapsed().as_micros()
+    );
+}
+
 pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
+    if let Some(message) = failfast_message(event_id, version, data) {
+        process_dying(s, &message);
+        return Ok(());
+    }
     if event_id == EVENT_EXCEPTION_THROWN {
         // Counted only (the callbacks, when on, record the details). `ExceptionThrown_V1`
         // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
@@ -434,6 +490,17 @@ mod tests {
 
     fn utf16z(s: &str) -> Vec<u8> {
         s.encode_utf16().chain([0]).flat_map(|u| u.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn the_failfast_event_is_told_by_its_payload() {
+        let mut d = utf16z("deliberate");
+        d.extend_from_slice(&[0u8; 8 + 4 + 4 + 2]);
+        assert_eq!(failfast_message(EVENT_FAILFAST, 0, &d).as_deref(), Some("deliberate"));
+        assert_eq!(failfast_message(EVENT_FAILFAST, 1, &d), None);
+        assert_eq!(failfast_message(EVENT_GC_START, 0, &d), None);
+        assert_eq!(failfast_message(EVENT_FAILFAST, 0, &d[..d.len() - 2]), None);
+        assert_eq!(failfast_message(EVENT_FAILFAST, 0, &[0x41, 0]), None);
     }
 
     #[test]

@@ -65,10 +65,10 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
         AllocMode::Sampled if info_version >= 12 => high |= high::MONITOR_EVENT_PIPE,
         _ => {}
     }
-    let type_loads = config.sampling && config.type_loads;
-    if (config.gc || config.locks || type_loads || config.exceptions) && info_version >= 12 {
+    if info_version >= 12 {
         // GCStart_V2 says whether a collection is background and why it ran; Contention* events
-        // report Monitor contention; TypeLoadStart/Stop bracket type loads for the sampler.
+        // report Monitor contention; TypeLoadStart/Stop bracket type loads for the sampler; the
+        // private provider's FailFast says the process is about to die (`eventpipe`), always.
         high |= high::MONITOR_EVENT_PIPE;
     }
     (low, high)

@@ -219,6 +219,8 @@ impl Profiler {
             None
         };
         writer.write_now(&first);
+        writer.set_exact(config.exact_mode());
+        writer.set_buffer_cap(config.buffer_bytes);
         let pending_code = Arc::new(PendingCode::default());
         let pc = Arc::clone(&pending_code);
         writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
@@ -323,10 +325,12 @@ impl Profiler {
             .into()]
         });
         log_info!(
-            "shutdown: {} records, {} bytes written, {} records dropped",
+            "shutdown: {} records, {} bytes written, {} records dropped; threads waited for room {} times, {} ms in all",
             s.writer.records.load(Ordering::Relaxed),
             s.writer.written_bytes.load(Ordering::Relaxed),
-            s.writer.dropped_records.load(Ordering::Relaxed)
+            s.writer.dropped_records.load(Ordering::Relaxed),
+            s.writer.waits.load(Ordering::Relaxed),
+            s.writer.waited_ns.load(Ordering::Relaxed) / 1_000_000
         );
         Ok(())
     }

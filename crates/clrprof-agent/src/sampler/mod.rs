@@ -104,6 +104,9 @@ pub struct Sampler {
     unloadable_forgotten: AtomicU64,
     /// The signal handler's table of frameless code was found full (said once).
     frameless_full: AtomicBool,
+    /// Urgent rounds asked for ([`Sampler::flush_urgently`]) and the last one the sampler did.
+    urgent_asked: AtomicU64,
+    urgent_done: AtomicU64,
 }
 
 /// Code ranges that can unload (start → end), and their starts by what frees them.
@@ -153,6 +156,8 @@ impl Sampler {
             start,
             rate_hz: rate_hz.clamp(1, 10_000),
             stop: AtomicBool::new(false),
+            urgent_asked: AtomicU64::new(0),
+            urgent_done: AtomicU64::new(0),
             thread: Mutex::new(None),
             walk_lock: Mutex::new(()),
             stats: Stats::default(),
@@ -286,6 +291,24 @@ impl Sampler {
 
     /// Stops the sampler thread after a last drain (before the writer stops). Timers are deleted
     /// so no signal arrives after Shutdown.
+    /// Makes the sampler thread drain the CPU samples and write its pending wall samples at its
+    /// next tick, and waits for it, `timeout` at most: for a thread that knows the process is about
+    /// to die. Returns whether it was done.
+    pub fn flush_urgently(&self, timeout: Duration) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let ticket = self.urgent_asked.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = Instant::now() + timeout;
+        while self.urgent_done.load(Ordering::Acquire) < ticket {
+            if Instant::now() >= deadline || self.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        true
+    }
+
     pub fn stop(&self) {
         if self.stop.swap(true, Ordering::AcqRel) {
             return;
@@ -576,14 +599,22 @@ impl Sampler {
                     ths.cpu_accounted = s.start_cpu_ns.load(Ordering::Relaxed);
                 }
             }
+            // An urgent round asked for before this point (the process is about to die) is served
+            // by this one: the samples drained below and the pending wall samples, without a wall
+            // tick (its walks suspend the runtime, which would wait for the dying thread).
+            let asked = self.urgent_asked.load(Ordering::Acquire);
+            let urgent = asked > self.urgent_done.load(Ordering::Acquire);
             self.drain_cpu(&mut st);
-            if wall {
+            if wall && !urgent {
                 self.wall_tick(&mut st);
             }
-            if last_flush.elapsed() >= WALL_FLUSH {
+            if urgent || last_flush.elapsed() >= WALL_FLUSH {
                 self.flush_wall(&mut st);
                 self.emit_stats();
                 last_flush = Instant::now();
+            }
+            if urgent {
+                self.urgent_done.store(asked, Ordering::Release);
             }
         }
         // Last round: stop the timers, drain what they recorded, write everything pending.
