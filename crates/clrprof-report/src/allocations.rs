@@ -84,7 +84,7 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
         } else if ev.alloc_exact {
             "the stacks of the agent's sampled objects share out each type's exact counts"
         } else {
-            "the agent walks the stack of every sample while it walks fewer than 2,000 a second, and beyond that of \
+            "the agent walks the stack of every sample while its walks take under 2% of a core (2 ms in each 100 ms), and beyond that of \
              the first 64 samples of each type, of every object of 85,000 bytes or more and of one in 32 of the \
              others (weighted by 32); the walked samples share out each type's estimate"
         };

@@ -21,7 +21,7 @@
 //! handler of ours would run). Delivered there, it is the agent's last chance to write what it
 //! holds: see [`process_dying`].
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
@@ -274,27 +274,33 @@ const EXCEPTION_FLAG_RETHROWN: u16 = 0x4;
 /// budget lasts, and one in `WALK_EVERY` beyond it.
 const WALK_FIRST: u32 = 64;
 const WALK_EVERY: u32 = 32;
-/// Walks of allocation stacks per `WALK_WINDOW_NS` beyond which samples are walked one in
-/// `WALK_EVERY`: 2,000 a second, a walk costing about 10 µs inside the allocation path (some 2%
-/// of a core at most, in programs that allocate 200 MB a second or more).
-const WALK_BUDGET: u32 = 200;
+/// Time spent walking allocation stacks per `WALK_WINDOW_NS` beyond which samples are walked one
+/// in `WALK_EVERY`: 2 ms in 100 ms, some 2% of a core at most. A budget of time, not of walks: a
+/// walk costs about 10 µs on an ordinary stack but ten times that on an interpreter's recursion
+/// hundreds of frames deep, where a count of walks let the walks take 4% of the thread's CPU.
+const WALK_BUDGET_NS: u64 = 2_000_000;
 const WALK_WINDOW_NS: u64 = 100_000_000;
 /// Samples of objects this large (the runtime's large-object threshold) are always walked: each
 /// stands for itself (its bytes are sampled with near certainty), so one in `WALK_EVERY` walked
 /// would put 32 times its size on the site that happened to be walked.
 const WALK_ALWAYS_BYTES: u64 = 85_000;
 
-/// The walk budget's current window and the walks in it.
+/// The walk budget's current window and the walking time spent in it.
 static WALK_WINDOW: AtomicU64 = AtomicU64::new(0);
-static WALKS_IN_WINDOW: AtomicU32 = AtomicU32::new(0);
+static WALK_NS_IN_WINDOW: AtomicU64 = AtomicU64::new(0);
 
-/// Counts a walk at `now` (ns); false when the window's budget was spent already.
+/// Whether the window of `now` (ns) has walking time left.
 fn within_walk_budget(now: u64) -> bool {
     let window = now / WALK_WINDOW_NS + 1;
     if WALK_WINDOW.swap(window, Ordering::Relaxed) != window {
-        WALKS_IN_WINDOW.store(0, Ordering::Relaxed);
+        WALK_NS_IN_WINDOW.store(0, Ordering::Relaxed);
     }
-    WALKS_IN_WINDOW.fetch_add(1, Ordering::Relaxed) < WALK_BUDGET
+    WALK_NS_IN_WINDOW.load(Ordering::Relaxed) < WALK_BUDGET_NS
+}
+
+/// Charges a walk of `ns` to the current window's budget.
+fn spent_walking(ns: u64) {
+    WALK_NS_IN_WINDOW.fetch_add(ns, Ordering::Relaxed);
 }
 
 /// Whether the `n`th sample (from 1) of a type, of an object of `size` bytes, is walked, and the
@@ -450,8 +456,10 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             // allocating thread, so walk it here.
             if a.ips.is_empty() {
                 if let Some(w) = walk_weight(nth, a.size, &mut || within_walk_budget(a.ts)) {
+                    let t0 = s.now();
                     a.stack = super::current_stack(s);
                     a.walk_weight = w;
+                    spent_walking(s.now().saturating_sub(t0));
                 }
             }
             let class = a.class;
@@ -543,10 +551,12 @@ mod tests {
         let mut asked = false;
         assert_eq!(walk_weight(3, 24, &mut || std::mem::replace(&mut asked, true)), Some(1));
         assert!(!asked, "the first samples do not spend the budget");
-        // The budget: 200 walks per 100 ms window.
+        // The budget: 2 ms of walking per 100 ms window, spent by walks of 10 µs or of 100 µs.
+        let walks =
+            |t: u64, ns: u64| (0..1000).take_while(|_| within_walk_budget(t)).map(|_| spent_walking(ns)).count();
         let t = 50 * WALK_WINDOW_NS;
-        assert_eq!((0..300).filter(|_| within_walk_budget(t)).count(), 200);
-        assert!(within_walk_budget(t + WALK_WINDOW_NS), "a new window");
+        assert_eq!(walks(t, 10_000), 200);
+        assert_eq!(walks(t + WALK_WINDOW_NS, 100_000), 20, "a new window, deeper stacks");
     }
 
     #[test]
