@@ -17,19 +17,11 @@ const RENDERS: &str = "400";
 
 /// The all-threads hot spots of one weight: function → (self ms, inclusive ms).
 fn hotspots(trace: &Path, weight: &str) -> HashMap<String, (f64, f64)> {
-    let out = report(trace, &["--view", "hotspots", "--weight", weight, "--format", "csv"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = text(&out.stdout);
-    let mut lines = t.lines();
-    let header: Vec<&str> = lines.next().expect("a header").split(';').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
-    let (thread, function, excl, incl) =
-        (col("Thread ID"), col("Function"), col("Exclusive Time"), col("Inclusive Time"));
     let mut rows = HashMap::new();
-    for c in lines.map(|l| l.split(';').collect::<Vec<_>>()).filter(|c| c[thread] == "all") {
-        let e = rows.entry(c[function].to_string()).or_insert((0.0, 0.0));
-        e.0 += c[excl].parse::<f64>().unwrap();
-        e.1 += c[incl].parse::<f64>().unwrap();
+    for (function, excl, incl) in hotspot_rows(trace, weight) {
+        let e = rows.entry(function).or_insert((0.0, 0.0));
+        e.0 += excl;
+        e.1 += incl;
     }
     rows
 }

@@ -5,23 +5,6 @@
 mod common;
 use common::*;
 
-/// The all-threads hot spots: (function, exclusive ms, inclusive ms).
-fn hotspots(trace: &std::path::Path) -> Vec<(String, f64, f64)> {
-    let out = report(trace, &["--view", "hotspots", "--format", "csv"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = text(&out.stdout);
-    let mut lines = t.lines();
-    let header: Vec<&str> = lines.next().expect("a header").split(';').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
-    let (thread, function, excl, incl) =
-        (col("Thread ID"), col("Function"), col("Exclusive Time"), col("Inclusive Time"));
-    lines
-        .map(|l| l.split(';').collect::<Vec<_>>())
-        .filter(|c| c[thread] == "all")
-        .map(|c| (c[function].to_string(), c[excl].parse().unwrap(), c[incl].parse().unwrap()))
-        .collect()
-}
-
 #[test]
 fn jit_compilations_and_type_loads_are_named_under_their_callers() {
     let dir = scratch("runtime-time");
@@ -30,7 +13,7 @@ fn jit_compilations_and_type_loads_are_named_under_their_callers() {
     assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("types=2048"), "{stdout}");
-    let rows = hotspots(&trace);
+    let rows = hotspot_rows(&trace, "cpu");
 
     // 24 full-optimization compilations of Big<Sxx>.Run: their time is named by the method, and
     // each such frame sits right under the one method that called Big<Sxx>.Run the first time.
@@ -87,7 +70,7 @@ fn type_loads_are_named_only_when_asked_for() {
     let out = record("RuntimeWork", &["types"], &trace, &["--rate", "1000"]);
     assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("types=2048"), "{}", text(&out.stdout));
-    let rows = hotspots(&trace);
+    let rows = hotspot_rows(&trace, "cpu");
     assert!(!rows.iter().any(|r| r.0.starts_with("[type load] ")), "{rows:?}");
     let total: f64 = rows.iter().map(|r| r.1).sum();
     let unnamed: f64 = rows.iter().filter(|r| r.0.ends_with("!<unknown>") || r.0 == "UNKNOWN").map(|r| r.1).sum();

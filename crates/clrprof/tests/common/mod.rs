@@ -524,3 +524,21 @@ pub fn samples_follow_the_exact_call_graph(trace: &Path) {
     assert!(total >= 400.0, "CPU samples of {total} ms");
     assert!(bad <= total * 0.002, "{bad} of {total} ms of samples step along no call the hooks saw: {wrong:#?}");
 }
+
+/// The all-threads rows of the hot spots of one weight (`report --view hotspots --format csv`):
+/// (function, exclusive ms, inclusive ms), in the report's order.
+pub fn hotspot_rows(trace: &Path, weight: &str) -> Vec<(String, f64, f64)> {
+    let out = report(trace, &["--view", "hotspots", "--weight", weight, "--format", "csv"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    let mut lines = t.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(';').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name} in {header:?}"));
+    let (thread, function, excl, incl) =
+        (col("Thread ID"), col("Function"), col("Exclusive Time"), col("Inclusive Time"));
+    lines
+        .map(|l| l.split(';').collect::<Vec<_>>())
+        .filter(|c| c[thread] == "all")
+        .map(|c| (c[function].to_string(), c[excl].parse().unwrap(), c[incl].parse().unwrap()))
+        .collect()
+}
