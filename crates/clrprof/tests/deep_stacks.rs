@@ -13,23 +13,6 @@ fn printed(stdout: &str, key: &str) -> String {
         .to_string()
 }
 
-/// The folded stacks of a trace (`frame;frame;… weight`, root first) for a weight and thread.
-fn folded(trace: &std::path::Path, weight: &str, thread: Option<&str>) -> Vec<(Vec<String>, u64)> {
-    let mut args = vec!["--format", "collapsed", "--weight", weight, "-o", "-"];
-    if let Some(t) = thread {
-        args.extend(["--thread", t]);
-    }
-    let out = export(trace, &args);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
-        .lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("folded line {l:?}"));
-            (stack.split(';').map(str::to_string).collect(), n.parse().unwrap_or_else(|_| panic!("{l}")))
-        })
-        .collect()
-}
-
 /// Jint runs a recursive JS `fib(25)` for 3 s of CPU: each JS call is a dozen or more managed frames
 /// of the interpreter, so its deepest stacks are hundreds of frames deep. With the walk cut at 128
 /// frames about a tenth of the samples lost everything above (`Main` among them); now no stack is cut
@@ -46,16 +29,17 @@ fn a_javascript_interpreter_s_deep_recursion_is_sampled_whole() {
     let main = printed(&stdout, "main_tid");
     // The profiler's own time (its allocation-stack walks on this thread) is apart, under
     // `[profiler]`: it is not the program's.
-    let stacks: Vec<_> = folded(&trace, "cpu", Some(&main)).into_iter().filter(|s| s.0[0] != "[profiler]").collect();
-    let total: u64 = stacks.iter().map(|s| s.1).sum();
-    let cut: u64 = stacks.iter().filter(|s| s.0[0].starts_with("[stack cut at")).map(|s| s.1).sum();
-    assert_eq!(cut, 0, "no stack is cut ({cut} of {total})");
-    let under_main: u64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Main")).map(|s| s.1).sum();
-    let share = under_main as f64 / total as f64;
+    let stacks: Vec<_> =
+        folded_thread(&trace, "cpu", Some(&main)).into_iter().filter(|s| s.0[0] != "[profiler]").collect();
+    let total: f64 = stacks.iter().map(|s| s.1).sum();
+    let cut: f64 = stacks.iter().filter(|s| s.0[0].starts_with("[stack cut at")).map(|s| s.1).sum();
+    assert_eq!(cut, 0.0, "no stack is cut ({cut} of {total})");
+    let under_main: f64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Main")).map(|s| s.1).sum();
+    let share = under_main / total;
     assert!(share >= 0.95, "Main has {share:.3} of the main thread's CPU samples ({under_main} of {total})");
     // The interpreter's own entry point too.
-    let run: u64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Run")).map(|s| s.1).sum();
-    assert!(run as f64 >= total as f64 * 0.9, "Run: {run} of {total}");
+    let run: f64 = stacks.iter().filter(|s| s.0.iter().any(|f| f == "JsInterp.Program.Run")).map(|s| s.1).sum();
+    assert!(run >= total * 0.9, "Run: {run} of {total}");
     let deepest = stacks.iter().map(|s| s.0.len()).max().unwrap_or(0);
     assert!(deepest > 200, "the recursion's stacks are deeper than the old limit: {deepest} frames");
 }
@@ -70,8 +54,8 @@ fn a_recursion_one_thousand_deep_is_sampled_at_its_exact_depth() {
     let stdout = text(&out.stdout);
     assert!(out.status.success() && stdout.contains("stress recurse ok"), "{stdout}{}", text(&out.stderr));
     for weight in ["cpu", "wall"] {
-        let stacks = folded(&trace, weight, Some("deep"));
-        let bottom: Vec<&(Vec<String>, u64)> =
+        let stacks = folded_thread(&trace, weight, Some("deep"));
+        let bottom: Vec<&(Vec<String>, f64)> =
             stacks.iter().filter(|s| s.0.iter().any(|f| f == "StressApp.Deep.Bottom")).collect();
         assert!(!bottom.is_empty(), "{weight}: Bottom sampled");
         for (stack, n) in bottom {

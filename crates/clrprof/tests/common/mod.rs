@@ -218,14 +218,17 @@ pub fn export(trace: &Path, args: &[&str]) -> Output {
 }
 
 pub fn report_json(trace: &Path) -> serde_json::Value {
-    let out = report(trace, &["--format", "json"]);
-    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("report JSON parses")
+    report_json_with(trace, &[])
 }
 
 /// `report --format json --per-thread`: with every thread's hot spots and timeline row.
 pub fn report_json_per_thread(trace: &Path) -> serde_json::Value {
-    let out = report(trace, &["--format", "json", "--per-thread"]);
+    report_json_with(trace, &["--per-thread"])
+}
+
+/// `report --format json` with `extra` options, parsed.
+pub fn report_json_with(trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = report(trace, &[&["--format", "json"], extra].concat());
     assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("report JSON parses")
 }
@@ -482,7 +485,16 @@ impl Collector {
 
 /// Folded stacks of one weight (`export -f collapsed`): frames root first, and the weight.
 pub fn folded(trace: &Path, weight: &str) -> Vec<(Vec<String>, f64)> {
-    let out = export(trace, &["-f", "collapsed", "-w", weight, "-o", "-"]);
+    folded_thread(trace, weight, None)
+}
+
+/// [`folded`] of one thread (`--thread`), or of all with `None`.
+pub fn folded_thread(trace: &Path, weight: &str, thread: Option<&str>) -> Vec<(Vec<String>, f64)> {
+    let mut args = vec!["-f", "collapsed", "-w", weight, "-o", "-"];
+    if let Some(t) = thread {
+        args.extend(["--thread", t]);
+    }
+    let out = export(trace, &args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout)
         .lines()
