@@ -307,14 +307,11 @@ impl Writer {
     /// the process is about to die (the runtime's FailFast path), which keeps its last moments.
     /// Returns whether the round was done. Not from the writer thread (it returns at once).
     pub fn flush_urgently(&self, timeout: Duration) -> bool {
-        if self.is_stopping() || WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false) {
+        if self.is_stopping() || self.on_writer_thread() {
             return false;
         }
         let ticket = self.urgent_asked.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Ok(mut g) = self.wake_lock.lock() {
-            *g = true;
-        }
-        self.wake.notify_all();
+        self.wake_writer();
         let deadline = std::time::Instant::now() + timeout;
         while self.urgent_done.load(Ordering::Acquire) < ticket {
             if std::time::Instant::now() >= deadline || self.is_stopping() {
@@ -380,7 +377,7 @@ impl Writer {
         let Ok(mut d) = data.lock() else { return };
         let cap = self.cap.load(Ordering::Relaxed);
         if d.len() >= cap {
-            if WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false) {
+            if self.on_writer_thread() {
                 // The writer's own records (a large tick): written out now, in order.
                 let full = std::mem::take(&mut *d);
                 drop(d);
@@ -403,6 +400,19 @@ impl Writer {
         }
         record.encode(&mut d);
         self.records.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Wakes the writer thread for a round now.
+    fn wake_writer(&self) {
+        if let Ok(mut g) = self.wake_lock.lock() {
+            *g = true;
+        }
+        self.wake.notify_all();
+    }
+
+    /// Whether the calling thread is this writer's own thread.
+    fn on_writer_thread(&self) -> bool {
+        WRITER_THREAD.try_with(|w| w.get() == self.id).unwrap_or(false)
     }
 
     /// Writer thread: drains every buffer now if a thread waits for room (between ticks, and when
@@ -442,10 +452,7 @@ impl Writer {
             }
             drop(d);
             waited = true;
-            if let Ok(mut g) = self.wake_lock.lock() {
-                *g = true;
-            }
-            self.wake.notify_all();
+            self.wake_writer();
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         }
