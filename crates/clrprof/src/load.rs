@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use clrprof_model::{NoSymbols, Profile, TimeRange};
+use clrprof_model::{Profile, TimeRange};
 use clrprof_query::import::{Format, ImportOptions};
 use clrprof_query::source::{LoadError, Loader};
 
@@ -49,9 +49,6 @@ pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
             loader.format().name()
         );
     }
-    Ok(if read.native_symbols {
-        loader.into_profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))
-    } else {
-        loader.into_profile(read.range, &mut NoSymbols)
-    })
+    let symbols = clrprof_symbols::Symbolizer::new(read.native_symbols, read.debug_dirs.clone());
+    Ok(loader.into_profile(read.range, &mut *symbols.resolver()))
 }

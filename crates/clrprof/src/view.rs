@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clrprof_collect::{RunId, RunState, RunStore, RunTail};
-use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
+use clrprof_model::{Profile, ProfileBuilder, TimeRange};
 use clrprof_query::source::{LoadError, Loader};
+use clrprof_symbols::Symbolizer;
 use clrprof_trace::{Record, StreamDecoder};
 use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
 use signal_hook::iterator::Signals;
@@ -36,27 +37,17 @@ pub struct ViewCommand {
 struct LoadedSource {
     /// Shared with the thread that prepares it for ranges of time.
     loader: Arc<Loader>,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
+    symbols: Symbolizer,
 }
 
 impl ProfileSource for LoadedSource {
     fn profile(&self, range: TimeRange) -> Profile {
-        if self.native_symbols {
-            self.loader.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            self.loader.profile(range, &mut NoSymbols)
-        }
+        self.loader.profile(range, &mut *self.symbols.resolver())
     }
 
     // The viewer keeps the loader's sample records: its profiles need no second copy of them.
     fn profile_untimed(&self, range: TimeRange) -> Profile {
-        if self.native_symbols {
-            self.loader
-                .profile_untimed(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            self.loader.profile_untimed(range, &mut NoSymbols)
-        }
+        self.loader.profile_untimed(range, &mut *self.symbols.resolver())
     }
 
     fn each_sample(
@@ -96,7 +87,7 @@ fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
 
 /// Reads an opened trace with a progress line on stderr and in the page every half second.
 /// Ctrl-C or SIGTERM while loading ends the command.
-fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) -> Result<LoadedSource> {
+fn read(o: Opened, symbols: &Symbolizer, session: &Session, signals: &mut Signals) -> Result<LoadedSource> {
     let Opened { loader: mut l, label, size } = o;
     let started = Instant::now();
     let mut last = Instant::now();
@@ -133,7 +124,7 @@ fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) 
     let loader = Arc::new(l);
     let background = Arc::clone(&loader);
     let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
-    Ok(LoadedSource { loader, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() })
+    Ok(LoadedSource { loader, symbols: symbols.clone() })
 }
 
 /// A token given on the command line must be long and URL/cookie safe.
@@ -190,12 +181,14 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     let session = Arc::new(Session::loading(trace.label.clone()));
     let viewer = Viewer::start(session.clone(), &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     print_url(cmd, &viewer.url())?;
+    // The trace and its baseline name frames of the same libraries: one set of symbol tables.
+    let symbols = Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone());
     let loaded = (|| -> Result<_> {
-        let source = read(trace, cmd, &session, &mut signals)?;
+        let source = read(trace, &symbols, &session, &mut signals)?;
         let baseline = match baseline {
             Some(b) => {
                 let name = b.label.clone();
-                let s = read(b, cmd, &session, &mut signals)?;
+                let s = read(b, &symbols, &session, &mut signals)?;
                 Some((name, Box::new(s) as Box<dyn ProfileSource>))
             }
             None => None,
@@ -238,7 +231,7 @@ fn serve_store(cmd: &ViewCommand, bind: IpAddr, token: String) -> Result<()> {
     let name = crate::collect::redact(&crate::collect::store_spec(cmd.store.as_deref()));
     let mut signals =
         Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
-    let catalog = StoreCatalog { store, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() };
+    let catalog = StoreCatalog { store, symbols: Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone()) };
     let session = Arc::new(Session::store(name, Box::new(catalog)));
     let viewer = Viewer::start(session, &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     print_url(cmd, &viewer.url())?;
@@ -250,8 +243,8 @@ fn serve_store(cmd: &ViewCommand, bind: IpAddr, token: String) -> Result<()> {
 /// The runs of a store, for the viewer.
 struct StoreCatalog {
     store: Arc<dyn RunStore>,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
+    /// Shared by the runs opened: they name frames of the same libraries.
+    symbols: Symbolizer,
 }
 
 impl RunCatalog for StoreCatalog {
@@ -269,8 +262,7 @@ impl RunCatalog for StoreCatalog {
             .ok_or_else(|| format!("no run {id} in this store"))?;
         Ok(Arc::new(StoreRun {
             id,
-            native_symbols: self.native_symbols,
-            debug_dirs: self.debug_dirs.clone(),
+            symbols: self.symbols.clone(),
             inner: Mutex::new(Follow {
                 tail: RunTail::new(self.store.clone(), info.id),
                 decoder: StreamDecoder::new(),
@@ -291,8 +283,7 @@ impl RunCatalog for StoreCatalog {
 /// one go).
 struct StoreRun {
     id: i64,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
+    symbols: Symbolizer,
     inner: Mutex<Follow>,
 }
 
@@ -313,11 +304,7 @@ struct Follow {
 impl ProfileSource for StoreRun {
     fn profile(&self, range: TimeRange) -> Profile {
         let f = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if self.native_symbols {
-            f.builder.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            f.builder.profile(range, &mut NoSymbols)
-        }
+        f.builder.profile(range, &mut *self.symbols.resolver())
     }
 }
 
