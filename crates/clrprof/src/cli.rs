@@ -232,7 +232,7 @@ impl ReadArgs {
             range: TimeRange::new(from, to),
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
-            import: clrprof_query::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
+            import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
         })
     }

@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use anyhow::Result;
+use clrprof_load::import::{Format, ImportOptions};
+use clrprof_load::{LoadError, Loader};
 use clrprof_model::{Profile, TimeRange};
-use clrprof_query::import::{Format, ImportOptions};
-use clrprof_query::source::{LoadError, Loader};
 
 /// How to read a trace.
 #[derive(Clone, Debug, Default)]

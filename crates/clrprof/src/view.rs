@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clrprof_collect::{RunId, RunState, RunStore, RunTail};
+use clrprof_load::{LoadError, Loader};
 use clrprof_model::{Profile, ProfileBuilder, TimeRange};
-use clrprof_query::source::{LoadError, Loader};
 use clrprof_symbols::Symbolizer;
 use clrprof_trace::{Record, StreamDecoder};
 use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
