@@ -5,16 +5,12 @@
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clrprof_collect::{RunId, RunState, RunStore, RunTail};
-use clrprof_load::{LoadError, Loader};
-use clrprof_model::{Profile, ProfileBuilder, TimeRange};
-use clrprof_symbols::Symbolizer;
-use clrprof_trace::{Record, StreamDecoder};
-use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
+use clrprof_load::{describe, store, Loader, Symbolizer};
+use clrprof_view::{LoadedSource, ProfileSource, ServeOptions, Session, StoreCatalog, Viewer};
 use signal_hook::iterator::Signals;
 
 /// What `clrprof view` was asked.
@@ -33,42 +29,6 @@ pub struct ViewCommand {
     pub debug_dirs: Vec<PathBuf>,
 }
 
-/// A loaded trace or imported file: profiles for any time range.
-struct LoadedSource {
-    /// Shared with the thread that prepares it for ranges of time.
-    loader: Arc<Loader>,
-    symbols: Symbolizer,
-}
-
-impl ProfileSource for LoadedSource {
-    fn profile(&self, range: TimeRange) -> Profile {
-        self.loader.profile(range, &mut *self.symbols.resolver())
-    }
-
-    // The viewer keeps the loader's sample records: its profiles need no second copy of them.
-    fn profile_untimed(&self, range: TimeRange) -> Profile {
-        self.loader.profile_untimed(range, &mut *self.symbols.resolver())
-    }
-
-    fn each_sample(
-        &self,
-        range: TimeRange,
-        same_group: Option<clrprof_model::samples::SameGroup<'_>>,
-        f: &mut dyn FnMut(clrprof_model::samples::SampleTime),
-    ) -> bool {
-        self.loader.each_sample(range, same_group, f)
-    }
-}
-
-fn describe(label: &str, e: LoadError) -> anyhow::Error {
-    let what = match &e {
-        LoadError::Decode { records, .. } if *records > 0 => format!("cannot read {label} (after {records} records)"),
-        LoadError::Open(_) => format!("cannot open trace {label}"),
-        _ => format!("cannot read {label}"),
-    };
-    anyhow::Error::new(e).context(what)
-}
-
 /// An opened trace: the loader, its name and its size in bytes.
 struct Opened {
     loader: Loader,
@@ -80,9 +40,9 @@ struct Opened {
 /// `trace_source` as `report`, `export` and `diff`): a missing file, an unknown run or an unknown
 /// format fails here, before anything is served.
 fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
-    let (source, label, size) = crate::collect::trace_source(path, store)?;
-    let loader = Loader::open(source).map_err(|e| describe(&label, e))?;
-    Ok(Opened { loader, label, size })
+    let input = crate::load::trace_source(path, store)?;
+    let loader = Loader::open(input.source).map_err(|e| describe(&input.label, e))?;
+    Ok(Opened { loader, label: input.label, size: input.size })
 }
 
 /// Reads an opened trace with a progress line on stderr and in the page every half second.
@@ -116,15 +76,7 @@ fn read(o: Opened, symbols: &Symbolizer, session: &Session, signals: &mut Signal
     if size > 50_000_000 {
         eprintln!("clrprof: loaded {} records in {:.1} s", d.records, started.elapsed().as_secs_f64());
     }
-    // Brushing asks for profiles of ranges again and again: sums at checkpoints make each one
-    // cost the records near its ends, not all the records inside it. Prepared on one core in the
-    // background (one pass over the records); ranges asked for meanwhile read the records.
-    // The timeline and every range read the records through their time index (one pass).
-    l.prepare_index();
-    let loader = Arc::new(l);
-    let background = Arc::clone(&loader);
-    let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
-    Ok(LoadedSource { loader, symbols: symbols.clone() })
+    Ok(LoadedSource::new(l, symbols.clone()))
 }
 
 /// A token given on the command line must be long and URL/cookie safe.
@@ -227,130 +179,15 @@ fn serve_store(cmd: &ViewCommand, bind: IpAddr, token: String) -> Result<()> {
     if cmd.baseline.is_some() {
         bail!("--baseline needs a TRACE to compare with (e.g. `clrprof view run:2 --baseline run:1 --store S`)");
     }
-    let store = crate::collect::open(cmd.store.as_deref())?;
-    let name = crate::collect::redact(&crate::collect::store_spec(cmd.store.as_deref()));
+    let store = store::open(cmd.store.as_deref())?;
+    let name = store::redact(&store::store_spec(cmd.store.as_deref()));
     let mut signals =
         Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
-    let catalog = StoreCatalog { store, symbols: Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone()) };
+    let catalog = StoreCatalog::new(store, Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone()));
     let session = Arc::new(Session::store(name, Box::new(catalog)));
     let viewer = Viewer::start(session, &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     print_url(cmd, &viewer.url())?;
     let _ = signals.forever().next();
     viewer.stop();
     Ok(())
-}
-
-/// The runs of a store, for the viewer.
-struct StoreCatalog {
-    store: Arc<dyn RunStore>,
-    /// Shared by the runs opened: they name frames of the same libraries.
-    symbols: Symbolizer,
-}
-
-impl RunCatalog for StoreCatalog {
-    fn runs(&self) -> Result<Vec<serde_json::Value>, String> {
-        let mut runs = self.store.list().map_err(|e| e.to_string())?;
-        runs.reverse();
-        Ok(runs.iter().map(|r| serde_json::to_value(r).unwrap_or_default()).collect())
-    }
-
-    fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String> {
-        let info = self
-            .store
-            .get(RunId(id))
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no run {id} in this store"))?;
-        Ok(Arc::new(StoreRun {
-            id,
-            symbols: self.symbols.clone(),
-            inner: Mutex::new(Follow {
-                tail: RunTail::new(self.store.clone(), info.id),
-                decoder: StreamDecoder::new(),
-                builder: ProfileBuilder::new(),
-                batch: Vec::new(),
-                generation: 0,
-                bytes: 0,
-                state: RunState::Running,
-                ended: false,
-                failed: None,
-            }),
-        }))
-    }
-}
-
-/// A run read from its store as it grows: each refresh decodes the bytes stored since the last
-/// one into the incremental `ProfileBuilder` (the same decoding `run_source` + `Loader` does in
-/// one go).
-struct StoreRun {
-    id: i64,
-    symbols: Symbolizer,
-    inner: Mutex<Follow>,
-}
-
-struct Follow {
-    tail: RunTail,
-    decoder: StreamDecoder,
-    builder: ProfileBuilder,
-    batch: Vec<Record>,
-    generation: u64,
-    bytes: u64,
-    state: RunState,
-    /// The run ended and the decoder was finished: nothing more will come.
-    ended: bool,
-    /// The stored bytes stopped decoding here (kept: the profile is what was read before).
-    failed: Option<String>,
-}
-
-impl ProfileSource for StoreRun {
-    fn profile(&self, range: TimeRange) -> Profile {
-        let f = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f.builder.profile(range, &mut *self.symbols.resolver())
-    }
-}
-
-impl LiveRun for StoreRun {
-    fn refresh(&self) -> Result<RunStatus, String> {
-        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let f = &mut *guard;
-        if !f.ended {
-            let (bytes, info) = f.tail.poll().map_err(|e| format!("run {}: {e}", self.id))?;
-            let info = info.ok_or_else(|| format!("run {} is no longer in the store", self.id))?;
-            let mut changed = info.state != f.state;
-            if !bytes.is_empty() && f.failed.is_none() {
-                f.bytes += bytes.len() as u64;
-                changed = true;
-                if let Err(e) = f.decoder.push(&bytes, &mut f.batch) {
-                    let msg =
-                        format!("run {}: stored trace unreadable after {} records: {e}", self.id, f.builder.records());
-                    f.builder.warn(msg.clone());
-                    f.failed = Some(msg);
-                }
-                for r in f.batch.drain(..) {
-                    f.builder.add(&r);
-                }
-            }
-            f.state = info.state;
-            if info.state != RunState::Running {
-                // Everything stored before the state said "ended" was read above.
-                f.ended = true;
-                if f.failed.is_none() {
-                    match f.decoder.finish() {
-                        Ok(Some(t)) => f.builder.warn(t.to_string()),
-                        Ok(None) => {}
-                        Err(e) => f.builder.warn(format!("run {}: the stored trace ends badly: {e}", self.id)),
-                    }
-                }
-            }
-            if changed {
-                f.generation += 1;
-            }
-        }
-        Ok(RunStatus {
-            id: self.id,
-            generation: f.generation,
-            bytes: f.bytes,
-            records: f.builder.records(),
-            state: f.state.name().to_string(),
-        })
-    }
 }
