@@ -3,7 +3,8 @@
 # native frames (libcoreclr, libc, ...). This starts `clrprof view` on a trace with native frames,
 # brushes ROUNDS distinct ranges (each a new profile and view: curl on loopback, time to the last
 # byte) with native symbols on and then off, and prints the median of each and their difference —
-# what naming native frames costs a brush.
+# what naming native frames costs a brush — and the viewer's CPU time over all the brushes (less
+# sensitive than wall time to a loaded machine).
 # Usage: bench/view_symbols.sh TRACE [ROUNDS]     CLRPROF=/path/to/clrprof measures another build
 # (default: target/debug/clrprof, built here).
 set -euo pipefail
@@ -17,6 +18,9 @@ fi
 OUT=$(mktemp -d)
 PID=
 trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$OUT"' EXIT
+
+# utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
@@ -40,18 +44,23 @@ measure() { # label, extra view flags...
     # of the run and spans half of it.
     curl -s -o /dev/null "$base/api/hotspots?w=cpu&token=$token"
     : >"$OUT/times"
+    local cpu0
+    cpu0=$(cpu_ticks $PID)
     for i in $(seq 1 "$ROUNDS"); do
         local from=$((end / (4 * ROUNDS) * i)) to
         to=$((from + end / 2))
         curl -s -o /dev/null -w '%{time_total}\n' "$base/api/hotspots?w=cpu&from=$from&to=$to&token=$token" \
             >>"$OUT/times"
     done
+    local cpu
+    cpu=$(($(cpu_ticks $PID) - cpu0))
     kill $PID
     wait $PID 2>/dev/null || true
     PID=
     local m
     m=$(median <"$OUT/times" | awk '{printf "%.1f", $1 * 1000}')
-    printf '%-22s median %6s ms per brush (%s ranges)\n' "$label" "$m" "$ROUNDS"
+    printf '%-22s median %6s ms per brush (%s ranges); viewer CPU %s ms per brush\n' "$label" "$m" "$ROUNDS" \
+        "$(awk -v t="$cpu" -v hz="$(getconf CLK_TCK)" -v n="$ROUNDS" 'BEGIN {printf "%.0f", t * 1000 / hz / n}')"
     echo "$m" >"$OUT/$label"
 }
 
