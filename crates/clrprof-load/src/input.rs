@@ -4,13 +4,30 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
 use clrprof_model::{Profile, TimeRange};
 use clrprof_symbols::Symbolizer;
 use clrprof_trace::{TraceSource, Truncation};
 
 use crate::import::{Format, ImportOptions};
+use crate::store::RunError;
 use crate::{LoadError, Loader};
+
+/// Why a reader's input cannot be loaded. Messages are complete sentences for the user; the
+/// cause, if any, is the error's source.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// What could not be read (naming the input), and why.
+    #[error("{what}")]
+    Read {
+        what: String,
+        #[source]
+        error: LoadError,
+    },
+    #[error("{path} is {format}: it has no timestamps, so --from/--to cannot select a window")]
+    NoTimestamps { path: String, format: &'static str },
+}
 
 /// A reader's input, resolved.
 pub struct Input {
@@ -26,7 +43,7 @@ pub struct Input {
 impl Input {
     /// `path` — a trace file (or an imported file), or `run:ID`/`run:latest` of `store` — as a
     /// source. An unknown run or store is an error here; a missing file is one when it is read.
-    pub fn resolve(path: &Path, store: Option<&str>) -> Result<Input> {
+    pub fn resolve(path: &Path, store: Option<&str>) -> Result<Input, RunError> {
         Ok(match crate::store::run_spec(path) {
             Some(spec) => {
                 let (source, run, warnings) = crate::store::run_source(spec, store)?;
@@ -47,13 +64,13 @@ impl Input {
 }
 
 /// A load error as the user reads it: what could not be read (`label` names the input), then why.
-pub fn describe(label: &str, e: LoadError) -> anyhow::Error {
-    let what = match &e {
+pub fn describe(label: &str, error: LoadError) -> InputError {
+    let what = match &error {
         LoadError::Decode { records, .. } if *records > 0 => format!("cannot read {label} (after {records} records)"),
         LoadError::Open(_) => format!("cannot open trace {label}"),
         _ => format!("cannot read {label}"),
     };
-    anyhow::Error::new(e).context(what)
+    InputError::Read { what, error }
 }
 
 /// How to read a trace.
@@ -75,15 +92,11 @@ pub struct ReadOptions {
 /// — for the time range of `read`. Corrupt, foreign, empty or newer-version files are errors; a
 /// truncated trace is read up to the damage, and the truncation comes back with the profile (it is
 /// in `Profile::messages` too) for the caller to warn of. `path` is the input as given.
-pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, Option<Truncation>)> {
+pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, Option<Truncation>), InputError> {
     let label = input.label;
     let (loader, diagnostics) = Loader::read(input.source, &read.import).map_err(|e| describe(&label, e))?;
     if loader.format() != Format::Trace && !read.range.is_all() {
-        anyhow::bail!(
-            "{} is {}: it has no timestamps, so --from/--to cannot select a window",
-            path.display(),
-            loader.format().name()
-        );
+        return Err(InputError::NoTimestamps { path: path.display().to_string(), format: loader.format().name() });
     }
     let symbols = Symbolizer::new(read.native_symbols, read.debug_dirs.clone());
     Ok((loader.into_profile(read.range, &mut *symbols.resolver()), diagnostics.truncation))

@@ -22,5 +22,6 @@ pub mod store;
 
 pub use clrprof_model::Profile;
 pub use clrprof_symbols::Symbolizer;
-pub use input::{describe, read, Input, ReadOptions};
+pub use input::{describe, read, Input, InputError, ReadOptions};
 pub use source::{Diagnostics, LoadError, Loader};
+pub use store::RunError;

@@ -4,9 +4,32 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
-use clrprof_collect::{open_store, RunId, RunInfo, RunState, RunStore, DEFAULT_STORE};
+use clrprof_collect::{open_store, RunId, RunInfo, RunState, RunStore, StoreError, DEFAULT_STORE};
 use clrprof_trace::TraceSource;
+
+/// Why a run cannot be read from a store. Messages are complete sentences for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("no run store at {0}: run `clrprof collect` there first, or pass --store PATH|postgresql://…")]
+    NoStore(String),
+    /// The store (named without its password) exists but cannot be opened.
+    #[error("cannot open the run store {spec}")]
+    Open {
+        spec: String,
+        #[source]
+        error: StoreError,
+    },
+    #[error("the run store {0} holds no runs")]
+    NoRuns(String),
+    #[error("`run:{0}`: expected run:ID (a number, see `clrprof runs`) or run:latest")]
+    BadSpec(String),
+    #[error("no run {id} in the store {store} (see `clrprof runs`)")]
+    NoSuchRun { id: i64, store: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// The store to use: the one given, else the default file in the working directory.
 pub fn store_spec(store: Option<&str>) -> String {
@@ -17,9 +40,9 @@ pub fn store_spec(store: Option<&str>) -> String {
 pub fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
     let spec = store_spec(store);
     if !spec.contains("://") && !Path::new(&spec).is_file() {
-        bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
+        return Err(RunError::NoStore(spec));
     }
-    open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))
+    open_store(&spec).map_err(|error| RunError::Open { spec: redact(&spec), error })
 }
 
 /// A store URL without its password, for messages.
@@ -45,14 +68,10 @@ pub fn run_spec(trace: &Path) -> Option<&str> {
 pub fn run_source(spec: &str, store: Option<&str>) -> Result<(TraceSource, RunInfo, Vec<String>)> {
     let s = open(store)?;
     let run = if spec == "latest" {
-        s.latest()?.with_context(|| format!("the run store {} holds no runs", redact(&store_spec(store))))?
+        s.latest()?.ok_or_else(|| RunError::NoRuns(redact(&store_spec(store))))?
     } else {
-        let id: i64 = match spec.parse() {
-            Ok(id) => id,
-            Err(_) => bail!("`run:{spec}`: expected run:ID (a number, see `clrprof runs`) or run:latest"),
-        };
-        s.get(RunId(id))?
-            .with_context(|| format!("no run {id} in the store {} (see `clrprof runs`)", redact(&store_spec(store))))?
+        let id: i64 = spec.parse().map_err(|_| RunError::BadSpec(spec.to_string()))?;
+        s.get(RunId(id))?.ok_or_else(|| RunError::NoSuchRun { id, store: redact(&store_spec(store)) })?
     };
     let bytes = s.read(run.id, 0)?;
     let mut warnings = Vec::new();
