@@ -4,7 +4,7 @@
 # brushes ROUNDS distinct ranges (each a new profile and view: curl on loopback, time to the last
 # byte) with native symbols on and then off, and prints the median of each and their difference —
 # what naming native frames costs a brush — and the viewer's CPU time over all the brushes (less
-# sensitive than wall time to a loaded machine).
+# sensitive than wall time to a loaded machine) and peak resident memory.
 # Usage: bench/view_symbols.sh TRACE [ROUNDS]     CLRPROF=/path/to/clrprof measures another build
 # (default: target/debug/clrprof, built here).
 set -euo pipefail
@@ -52,15 +52,16 @@ measure() { # label, extra view flags...
         curl -s -o /dev/null -w '%{time_total}\n' "$base/api/hotspots?w=cpu&from=$from&to=$to&token=$token" \
             >>"$OUT/times"
     done
-    local cpu
+    local cpu hwm
     cpu=$(($(cpu_ticks $PID) - cpu0))
+    hwm=$(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$PID/status")
     kill $PID
     wait $PID 2>/dev/null || true
     PID=
     local m
     m=$(median <"$OUT/times" | awk '{printf "%.1f", $1 * 1000}')
-    printf '%-22s median %6s ms per brush (%s ranges); viewer CPU %s ms per brush\n' "$label" "$m" "$ROUNDS" \
-        "$(awk -v t="$cpu" -v hz="$(getconf CLK_TCK)" -v n="$ROUNDS" 'BEGIN {printf "%.0f", t * 1000 / hz / n}')"
+    printf '%-22s median %6s ms per brush (%s ranges); viewer CPU %s ms per brush; peak RSS %s MB\n' "$label" \
+        "$m" "$ROUNDS" "$(awk -v t="$cpu" -v hz="$(getconf CLK_TCK)" -v n="$ROUNDS" 'BEGIN {printf "%.0f", t * 1000 / hz / n}')" "$hwm"
     echo "$m" >"$OUT/$label"
 }
 
