@@ -34,12 +34,14 @@
 //!   walks hold the runtime suspended through a guard that resumes it on every exit, unwinding
 //!   included (`sampler::wall`), so the app never stays stopped.
 
+pub mod activity;
 pub mod config;
 pub mod elt;
 pub mod events;
 pub mod log;
 pub mod metadata;
 pub mod names;
+pub mod os;
 pub mod profiler;
 pub mod sampler;
 pub mod signature;

@@ -335,7 +335,7 @@ pub fn forget_class(s: &State, class: u64) {
 /// type load activity for the sampler; a `TypeLoad` record names it when a sample was taken
 /// during the load.
 fn type_load(s: &State, event_id: u32, data: &[u8]) {
-    use crate::sampler::cpu;
+    use crate::sampler::slot as cpu;
     use clrprof_trace::runtime_activity as ra;
     thread_local! {
         /// Type loads in progress on this thread: (TypeLoadStartID, samples taken at the start).

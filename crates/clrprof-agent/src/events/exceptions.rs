@@ -105,7 +105,7 @@ impl Limiter {
         let callbacks_on = next != mode::PAUSED;
         if !callbacks_on {
             // The catches that end the threads' exception dispatches will not be seen.
-            crate::sampler::cpu::clear_exception_activity();
+            crate::sampler::slot::clear_exception_activity();
         }
         if let Err(e) = set_callbacks(s, callbacks_on) {
             crate::log_warn!(

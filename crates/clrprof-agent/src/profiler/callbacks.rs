@@ -11,9 +11,10 @@ use clrprof_sys::{
 use clrprof_trace::*;
 
 use super::Profiler;
+use crate::activity::{IN_GC, IN_GC_SUSPENSION};
 use crate::events::{alloc, eventpipe, exceptions, gc};
 use crate::log_error;
-use crate::sampler::cpu::{activity_begin, activity_end, activity_exception, activity_gc, IN_GC, IN_GC_SUSPENSION};
+use crate::sampler::slot::{activity_begin, activity_end, activity_exception, activity_gc};
 use clrprof_trace::runtime_activity as ra;
 
 impl ProfilerCallback for Profiler {
@@ -371,7 +372,7 @@ impl ProfilerCallback for Profiler {
 
     fn exception_catcher_enter(&self, id: FunctionID, object: ObjectID) -> CallbackResult {
         activity_exception(false);
-        crate::sampler::cpu::activity_unwound();
+        crate::sampler::slot::activity_unwound();
         self.state().map_or(Ok(()), |s| {
             exceptions::caught_object(s, object);
             exceptions::phase(s, exception_phase::CATCHER_ENTER, id)

@@ -28,21 +28,11 @@ use clrprof_trace::Record;
 
 use crate::config::Config;
 use crate::names::{FunctionNames, Names};
+pub use crate::os::os_tid;
 use crate::writer::Writer;
 
 use functions::Deferred;
 pub use functions::PendingCode;
-
-/// The calling thread's kernel tid (cached per thread).
-pub fn os_tid() -> u32 {
-    thread_local! { static TID: u32 = unsafe_gettid(); }
-    TID.try_with(|t| *t).unwrap_or_else(|_| unsafe_gettid())
-}
-
-fn unsafe_gettid() -> u32 {
-    // Safety: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
 
 pub struct State {
     pub info: ProfilerInfo,
