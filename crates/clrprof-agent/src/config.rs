@@ -22,7 +22,7 @@ pub struct Config {
     /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
     /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
     /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
-    pub instrument: crate::elt::EltConfig,
+    pub instrument: EltConfig,
     /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
     pub sampling: bool,
     /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
@@ -72,6 +72,18 @@ pub struct Config {
     pub metadata_importer: bool,
 }
 
+/// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EltConfig {
+    pub enabled: bool,
+    /// Measure time (rdtsc per hook); false = call counts only.
+    pub timing: bool,
+    pub flow: bool,
+    pub keep_inlining: bool,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
 /// How allocations are recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocMode {
@@ -100,7 +112,7 @@ impl Default for Config {
             flush_ms: 50,
             buffer_bytes: 32 << 20,
             classes: true,
-            instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
+            instrument: EltConfig { timing: true, ..Default::default() },
             sampling: true,
             sample_rate: 100,
             type_loads: false,

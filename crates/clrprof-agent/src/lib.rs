@@ -36,6 +36,7 @@
 
 pub mod activity;
 pub mod config;
+pub mod context;
 pub mod elt;
 pub mod events;
 pub mod log;
@@ -48,27 +49,10 @@ pub mod signature;
 pub mod writer;
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use clrprof_sys::{ClassFactory, ComObject, GUID, HRESULT};
+use clrprof_sys::{ClassFactory, GUID, HRESULT};
 
-static CREATED: AtomicBool = AtomicBool::new(false);
-
-fn make_profiler() -> Option<*mut c_void> {
-    // One profiler per process: a second CreateInstance politely declines.
-    if CREATED.swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    Some(ComObject::create(profiler::Profiler::new()))
-}
-
-/// After `ProfilerDetachSucceeded` (an attach session ended), the next attach loads the same
-/// image (`-z nodelete`) and needs a new profiler object.
-pub(crate) fn allow_new_profiler() {
-    CREATED.store(false, Ordering::Release);
-}
-
-static FACTORY: ClassFactory = ClassFactory::new(make_profiler);
+static FACTORY: ClassFactory = ClassFactory::new(profiler::make_profiler);
 
 fn clsid() -> GUID {
     GUID::parse(clrprof_trace::AGENT_CLSID).unwrap_or(GUID::new(0, 0, 0, 0, 0))

@@ -17,22 +17,12 @@ use std::sync::Mutex;
 use clrprof_sys::{monitor, FunctionID, HrResult, ModuleID, ProfilerInfo, BOOL, FALSE, TRUE};
 use clrprof_trace::{CallTreeCosts, CallTreeDelta, CallTreeNodes, FlowEvents, FunctionHooked, InstrumentationInfo};
 
-use crate::profiler::{os_tid, State};
+use crate::config::EltConfig;
+use crate::context::Context;
+use crate::os::os_tid;
 use crate::writer::Writer;
 use filter::Filter;
 use thread::{FuncInfo, ThreadState};
-
-/// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EltConfig {
-    pub enabled: bool,
-    /// Measure time (rdtsc per hook); false = call counts only.
-    pub timing: bool,
-    pub flow: bool,
-    pub keep_inlining: bool,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-}
 
 /// Threads instrumented at once, at most (a slot is reused once its thread ended and the writer
 /// published it).
@@ -276,6 +266,8 @@ pub struct Instrumentation {
     last_deltas_ns: AtomicU64,
     base_offset_ns: u64,
     base_ticks: u64,
+    /// The recorders' context, for the mapper (set by [`Instrumentation::install`]).
+    cx: std::sync::OnceLock<&'static Context>,
 }
 
 #[derive(Default)]
@@ -335,19 +327,20 @@ impl Instrumentation {
             last_deltas_ns: AtomicU64::new(now_ns),
             base_offset_ns: now_ns,
             base_ticks: clock::ticks(),
+            cx: std::sync::OnceLock::new(),
         };
         (i, info)
     }
 
-    /// Registers the mapper and the hooks (Initialize only). `state` must outlive the process.
-    pub fn install(info: &ProfilerInfo, state: &'static State) -> HrResult<()> {
-        // Safety: the mapper treats its client data as `&'static State`, which `state` is.
-        unsafe { info.set_function_id_mapper2(mapper, state as *const State as *mut c_void)? };
+    /// Registers the mapper and the hooks (Initialize only). `self` and `cx` must outlive the
+    /// process.
+    pub fn install(&'static self, info: &ProfilerInfo, cx: &'static Context) -> HrResult<()> {
+        let _ = self.cx.set(cx);
+        // Safety: the mapper treats its client data as `&'static Instrumentation`, which `self` is.
+        unsafe { info.set_function_id_mapper2(mapper, self as *const Instrumentation as *mut c_void)? };
         #[cfg(target_arch = "x86_64")]
         {
-            let (timing, flow) =
-                state.instrumentation.as_ref().map(|i| (i.config.timing, i.config.flow)).unwrap_or((true, false));
-            let [enter, leave, tailcall] = hook_stubs(timing, flow).map(|f| f as usize);
+            let [enter, leave, tailcall] = hook_stubs(self.config.timing, self.config.flow).map(|f| f as usize);
             info.set_enter_leave_function_hooks3(enter, leave, tailcall)
         }
         // The hook stubs exist for x86_64 System V only.
@@ -355,7 +348,7 @@ impl Instrumentation {
         Err(clrprof_sys::HrError { method: "enter/leave hooks (x86_64 only)", hr: clrprof_sys::E_NOTIMPL })
     }
 
-    fn assembly_of(&self, s: &State, module: ModuleID) -> String {
+    fn assembly_of(&self, s: &Context, module: ModuleID) -> String {
         if let Some(a) = self.assemblies.lock().ok().and_then(|m| m.get(&module).cloned()) {
             return a;
         }
@@ -373,7 +366,7 @@ impl Instrumentation {
     }
 
     /// Decides whether `id` gets hooks; returns the client id for the JIT.
-    fn map(&self, s: &State, id: FunctionID) -> (usize, bool) {
+    fn map(&self, s: &Context, id: FunctionID) -> (usize, bool) {
         if let Some(c) = self.clients.lock().ok().and_then(|m| m.get(&id).copied()) {
             return (c, c != id);
         }
@@ -544,10 +537,10 @@ impl Instrumentation {
 /// `FunctionIDMapper2`: hook a function or not, and give it its client id.
 unsafe extern "system" fn mapper(id: FunctionID, data: *mut c_void, hook: *mut BOOL) -> usize {
     let r = std::panic::catch_unwind(|| {
-        // Safety: `data` is the `&'static State` registered in `install`.
-        let s = unsafe { &*(data as *const State) };
-        match s.instrumentation.as_ref() {
-            Some(i) => i.map(s, id),
+        // Safety: `data` is the `&'static Instrumentation` registered in `install`.
+        let i = unsafe { &*(data as *const Instrumentation) };
+        match i.cx.get() {
+            Some(cx) => i.map(cx, id),
             None => (id, false),
         }
     });

@@ -7,8 +7,10 @@ use std::sync::Mutex;
 use clrprof_sys::{CallbackResult, ClassID, ObjectID};
 use clrprof_trace::AllocationCounts;
 
+use super::Events;
+use crate::context::Context;
 use crate::names::Names;
-use crate::profiler::{os_tid, State};
+use crate::os::os_tid;
 use crate::writer::Writer;
 
 const SHARDS: usize = 16;
@@ -62,10 +64,10 @@ impl ExactCounts {
     }
 }
 
-pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult {
+pub fn allocated(s: &Context, ev: &Events, object: ObjectID, class: ClassID) -> CallbackResult {
     let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
     let tid = os_tid();
-    let shard = &s.events.alloc.shards[tid as usize % SHARDS];
+    let shard = &ev.alloc.shards[tid as usize % SHARDS];
     if let Ok(mut m) = shard.lock() {
         let e = m.entry(class).or_default();
         e.0 += 1;
@@ -74,7 +76,7 @@ pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult 
     if site_sampled(size) && !s.is_stopped() {
         // Allocation sites: the stacks of the sampled objects. Their type is named by the
         // `AllocationCounts` of the class (the reader resolves it by class id).
-        s.events.alloc_samples.push(clrprof_trace::AllocationSample {
+        ev.alloc_samples.push(clrprof_trace::AllocationSample {
             ts: s.now(),
             os_tid: tid,
             class: class as u64,

@@ -26,8 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
 
+use super::Events;
 use crate::config::AllocMode;
-use crate::profiler::{os_tid, State};
+use crate::context::Context;
+use crate::os::os_tid;
+use crate::sampler::Sampler;
 use crate::{log_info, log_warn};
 
 const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
@@ -63,7 +66,7 @@ const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app
 /// runs. Returns the session's id.
-pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
+pub fn start(s: &Context, runtime_major: u16) -> Option<u64> {
     let (_, high) = s.info.get_event_mask2().unwrap_or((0, 0));
     if high & clrprof_sys::high::MONITOR_EVENT_PIPE == 0 {
         return None;
@@ -324,8 +327,8 @@ pub struct SampledType {
 }
 
 /// Forgets an unloaded class (its id may be reused for another type).
-pub fn forget_class(s: &State, class: u64) {
-    if let Ok(mut m) = s.events.alloc_types.lock() {
+pub fn forget_class(ev: &Events, class: u64) {
+    if let Ok(mut m) = ev.alloc_types.lock() {
         m.remove(&class);
     }
 }
@@ -334,7 +337,7 @@ pub fn forget_class(s: &State, class: u64) {
 /// TypeLoadStartID, u16 ClrInstanceID, u16 LoadLevel, u64 TypeID, UTF-16z TypeName}: the thread's
 /// type load activity for the sampler; a `TypeLoad` record names it when a sample was taken
 /// during the load.
-fn type_load(s: &State, event_id: u32, data: &[u8]) {
+fn type_load(s: &Context, event_id: u32, data: &[u8]) {
     use crate::sampler::slot as cpu;
     use clrprof_trace::runtime_activity as ra;
     thread_local! {
@@ -397,7 +400,7 @@ fn failfast_message(event_id: u32, version: u32, data: &[u8]) -> Option<String> 
 /// round — the hooks' call counts and times as at the end, every thread's buffer — so the trace
 /// keeps the process's last moments. Bounded waits: the thread waits for the sampler and the
 /// writer threads, which never wait for it. Once per process.
-pub fn process_dying(s: &State, message: &str) {
+pub fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
     static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if ONCE.swap(true, std::sync::atomic::Ordering::AcqRel) || s.is_stopped() {
         return;
@@ -408,7 +411,7 @@ pub fn process_dying(s: &State, message: &str) {
         level: 1,
         text: format!("the runtime failed fast (Environment.FailFast or a fatal error): {message}"),
     });
-    let sampled = s.sampler.as_ref().map(|sm| sm.flush_urgently(LAST_SAMPLES_WAIT));
+    let sampled = sampler.map(|sm| sm.flush_urgently(LAST_SAMPLES_WAIT));
     let written = s.writer.flush_urgently(LAST_FLUSH_WAIT);
     log_info!(
         "the runtime is failing fast: last samples {sampled:?}, last flush {written} in {} µs",
@@ -416,9 +419,17 @@ pub fn process_dying(s: &State, message: &str) {
     );
 }
 
-pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
+pub fn delivered(
+    s: &Context,
+    ev: &Events,
+    sampler: Option<&Sampler>,
+    event_id: u32,
+    version: u32,
+    data: &[u8],
+    ips: &[usize],
+) -> CallbackResult {
     if let Some(message) = failfast_message(event_id, version, data) {
-        process_dying(s, &message);
+        process_dying(s, sampler, &message);
         return Ok(());
     }
     if event_id == EVENT_EXCEPTION_THROWN {
@@ -426,9 +437,9 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
         // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
         // u16 ExceptionFlags, u16 ClrInstanceID}; flag 0x4 is a rethrow (.NET 8 raises the event
         // for rethrows, .NET 9 and later do not).
-        s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ev.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0) {
-            s.events.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ev.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         return Ok(());
     }
@@ -443,7 +454,7 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
     // sample.
     let mut nth = 0;
     let mut named = |class: u64| {
-        let Ok(mut m) = s.events.alloc_types.lock() else { return false };
+        let Ok(mut m) = ev.alloc_types.lock() else { return false };
         let t = m.entry(class).or_default();
         t.samples = t.samples.saturating_add(1);
         nth = t.samples;
@@ -466,10 +477,10 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             let wrote_name = !a.type_name.is_empty();
             if !s.is_stopped() {
                 // Packed with the others by the writer thread (`AllocationSamples`).
-                s.events.alloc_samples.push(a);
+                ev.alloc_samples.push(a);
             }
             if wrote_name {
-                if let Ok(mut m) = s.events.alloc_types.lock() {
+                if let Ok(mut m) = ev.alloc_types.lock() {
                     m.entry(class).or_default().named = true;
                 }
             }
@@ -480,11 +491,11 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             if s.config.events {
                 s.emit(c);
             } else {
-                s.events.contention.started(c.ts, c.os_tid, c.stack);
+                ev.contention.started(c.ts, c.os_tid, c.stack);
             }
         }
         Some(Record::ContentionEnded(c)) if !s.config.events => {
-            s.events.contention.ended(c.ts, c.os_tid, c.duration_ns);
+            ev.contention.ended(c.ts, c.os_tid, c.duration_ns);
         }
         Some(r) => s.emit(r),
         None => {}

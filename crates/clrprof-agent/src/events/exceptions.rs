@@ -18,7 +18,9 @@ use clrprof_trace::{
     ExceptionPhase, ExceptionThrown,
 };
 
-use crate::profiler::{os_tid, State};
+use super::Events;
+use crate::context::Context;
+use crate::os::os_tid;
 use crate::writer::Writer;
 
 const BURST: f64 = mode::BURST as f64;
@@ -58,7 +60,7 @@ struct Control {
 
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
-    pub fn tick(&self, s: &State, w: &Writer) {
+    pub fn tick(&self, s: &Context, ev: &Events, w: &Writer) {
         // Rethrows are counted before their throw event's total (a reader never sees more
         // rethrows than throws).
         let rethrown = self.runtime_rethrown.load(Ordering::Relaxed);
@@ -120,7 +122,7 @@ impl Limiter {
         if callbacks_on {
             self.epoch.fetch_add(1, Ordering::AcqRel);
         }
-        s.events.exception_counts.next_generation();
+        ev.exception_counts.next_generation();
         c.mode = next;
         c.mode_since = now;
         c.window_observed = observed;
@@ -138,7 +140,7 @@ impl Limiter {
     }
 }
 
-fn set_callbacks(s: &State, on: bool) -> clrprof_sys::HrResult<()> {
+fn set_callbacks(s: &Context, on: bool) -> clrprof_sys::HrResult<()> {
     let (low, high) = s.info.get_event_mask2()?;
     let low = if on { low | monitor::EXCEPTIONS } else { low & !monitor::EXCEPTIONS };
     s.info.set_event_mask2(low, high)
@@ -162,21 +164,21 @@ thread_local! {
 /// reuse its memory). `throw;` rethrows the object its catch received, whose address is noted at
 /// the catch (`caught_object`); a rethrow with a GC between the catch and the rethrow counts as a
 /// new throw. Remembers `object` either way.
-fn is_rethrow(s: &State, object: ObjectID) -> bool {
-    remember(s, object)
+fn is_rethrow(ev: &Events, object: ObjectID) -> bool {
+    remember(ev, object)
 }
 
 /// The object a `catch` received (`ExceptionCatcherEnter`), at its current address.
-pub fn caught_object(s: &State, object: ObjectID) {
-    remember(s, object);
+pub fn caught_object(ev: &Events, object: ObjectID) {
+    remember(ev, object);
 }
 
 /// Notes `object` among the thread's recent exception objects; whether it was there already.
-fn remember(s: &State, object: ObjectID) -> bool {
+fn remember(ev: &Events, object: ObjectID) -> bool {
     if object == 0 {
         return false;
     }
-    let epoch = s.events.gc.epoch.load(Ordering::Acquire);
+    let epoch = ev.gc.epoch.load(Ordering::Acquire);
     RECENT_THROWS
         .try_with(|r| {
             let Ok(mut r) = r.try_borrow_mut() else { return false };
@@ -194,14 +196,14 @@ fn remember(s: &State, object: ObjectID) -> bool {
         .unwrap_or(false)
 }
 
-pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
-    let rethrow = is_rethrow(s, object);
+pub fn thrown(s: &Context, ev: &Events, object: ObjectID) -> CallbackResult {
+    let rethrow = is_rethrow(ev, object);
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class);
     let thread = s.info.get_current_thread_id().unwrap_or(0);
-    let stack = if walk_this_throw(s, class) { super::current_stack(s) } else { Vec::new() };
-    s.events.limiter.observed.fetch_add(1, Ordering::Relaxed);
-    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    let stack = if walk_this_throw(ev, class) { super::current_stack(s) } else { Vec::new() };
+    ev.limiter.observed.fetch_add(1, Ordering::Relaxed);
+    let epoch = ev.limiter.epoch.load(Ordering::Acquire);
     if !s.config.every_exception() {
         // Counted in the agent (`exc_counts`) unless it stays in flight.
         let t = super::exc_counts::Throw {
@@ -214,7 +216,7 @@ pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
             epoch,
             rethrow,
         };
-        if let Some(r) = s.events.exception_counts.thrown(t) {
+        if let Some(r) = ev.exception_counts.thrown(t) {
             s.emit(r);
         }
         return Ok(());
@@ -241,8 +243,8 @@ const WALK_EVERY: u32 = 100;
 /// Walking the stack is most of the cost of recording a throw (about 5 µs on .NET 10): walk the
 /// first throws of each exception type, then a regular sample. Counts stay exact: the throw site
 /// comes from the first pass (`ExceptionCaught.site`).
-fn walk_this_throw(s: &State, class: ClassID) -> bool {
-    let Ok(mut m) = s.events.throws.lock() else { return true };
+fn walk_this_throw(ev: &Events, class: ClassID) -> bool {
+    let Ok(mut m) = ev.throws.lock() else { return true };
     let n = m.entry(class).or_insert(0);
     *n = n.saturating_add(1);
     *n <= WALK_FIRST || *n % WALK_EVERY == 0
@@ -269,15 +271,15 @@ thread_local! {
 /// Deepest nesting of exceptions in flight tracked per thread.
 const MAX_IN_FLIGHT: usize = 64;
 
-pub fn phase(s: &State, phase: u8, function: FunctionID) -> CallbackResult {
+pub fn phase(s: &Context, ev: &Events, phase: u8, function: FunctionID) -> CallbackResult {
     if s.config.events {
         // The event log wants every step with its time.
         s.emit(ExceptionPhase { ts: s.now(), os_tid: os_tid(), phase, function: function as u64 });
         return Ok(());
     }
-    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    let epoch = ev.limiter.epoch.load(Ordering::Acquire);
     if !s.config.every_exception() {
-        if let Some(r) = s.events.exception_counts.phase(s.now(), os_tid(), phase, function as u64, epoch) {
+        if let Some(r) = ev.exception_counts.phase(s.now(), os_tid(), phase, function as u64, epoch) {
             s.emit(r);
         }
         return Ok(());

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clrprof_sys::{high, monitor, FunctionID, HRESULT, S_OK};
 
 use crate::config::{AllocMode, Config};
-use crate::profiler::State;
+use crate::context::Context;
 
 /// Per-process state of the runtime-event recorders.
 #[derive(Default)]
@@ -103,7 +103,7 @@ static WALK_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// The current thread's managed stack as FunctionIDs, innermost first (`DoStackSnapshot` of the
 /// current thread, which is synchronous and allowed in any callback on that thread).
-pub fn current_stack(s: &State) -> Vec<u64> {
+pub fn current_stack(s: &Context) -> Vec<u64> {
     let mut stack: Vec<u64> = Vec::with_capacity(32);
     // Safety: `collect_frame` treats the data pointer as the `Vec<u64>` given here; the walk of the
     // current thread is synchronous, so the vector outlives it.

@@ -221,7 +221,7 @@ impl Profiler {
                 let _ = writeln!(st, "detached");
             }
         }
-        crate::allow_new_profiler();
+        super::allow_new_profiler();
     }
 }
 

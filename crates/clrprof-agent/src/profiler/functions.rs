@@ -3,18 +3,15 @@
 //! callbacks only queue ids; names are looked up later on the writer thread (at once for
 //! collectible modules, whose ids die at unload).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use clrprof_sys::info::ProfilerInfo;
 use clrprof_sys::{ClassID, FunctionID, ModuleID};
 use clrprof_trace::{ClassLoaded, FunctionCompiled};
 
-use super::{os_tid, State};
-use crate::names::FunctionNames;
+use super::State;
+use crate::os::os_tid;
 use crate::writer::Writer;
-
-/// How dynamic methods' names start (`names::dynamic_name`).
-const DYNAMIC_PREFIX: &str = "[dynamic] ";
 
 /// A runtime notification whose names are looked up later (see `State::resolve_deferred`).
 pub(super) enum Deferred {
@@ -56,23 +53,6 @@ impl PendingCode {
 }
 
 impl State {
-    /// Names of a function, resolved once.
-    pub fn function_names(&self, id: FunctionID) -> Arc<FunctionNames> {
-        if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&id).cloned()) {
-            return f;
-        }
-        let f = Arc::new(self.names.function(id));
-        // A dynamic method's id can be reused by another one once it is collected: not cached
-        // (its names are looked up once anyway, when it is compiled).
-        if f.name.starts_with(DYNAMIC_PREFIX) {
-            return f;
-        }
-        if let Ok(mut m) = self.functions.lock() {
-            m.insert(id, Arc::clone(&f));
-        }
-        f
-    }
-
     /// True when `module` can unload (a collectible assembly context): ids of its functions and
     /// classes die then, so they are never looked up later from another thread.
     pub fn is_collectible(&self, module: ModuleID) -> bool {

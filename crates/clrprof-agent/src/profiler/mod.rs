@@ -18,30 +18,23 @@ mod functions;
 mod startup;
 
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
-use clrprof_sys::info::ProfilerInfo;
-use clrprof_sys::{FunctionID, ModuleID};
-use clrprof_trace::Record;
+use clrprof_sys::{ComObject, ModuleID};
 
-use crate::config::Config;
-use crate::names::{FunctionNames, Names};
-pub use crate::os::os_tid;
-use crate::writer::Writer;
+use crate::context::Context;
+use crate::os::os_tid;
 
 use functions::Deferred;
 pub use functions::PendingCode;
 
+/// The profiler's state: the recorders' [`Context`] and the recorders. It derefs to its
+/// context, so the profiler's methods read `s.info`, `s.writer`, `s.now()` as the recorders do.
 pub struct State {
-    pub info: ProfilerInfo,
-    pub config: Config,
-    pub writer: Arc<Writer>,
-    pub names: Names,
-    start: Instant,
+    pub cx: Context,
     started: Mutex<HashMap<(u32, usize), u64>>,
-    functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
     pending_code: Arc<PendingCode>,
     /// Functions and classes reported by the runtime whose names are resolved off the app's
     /// threads, by the writer thread before each flush. Only non-collectible modules' ids are
@@ -49,7 +42,6 @@ pub struct State {
     deferred: Mutex<Vec<Deferred>>,
     /// Whether a module is collectible (its ids die at unload), by module.
     collectible: Mutex<HashMap<ModuleID, bool>>,
-    stopped: AtomicBool,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
@@ -62,22 +54,15 @@ pub struct State {
     pub eventpipe_session: AtomicU64,
 }
 
+impl std::ops::Deref for State {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.cx
+    }
+}
+
 impl State {
-    pub fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
-    }
-
-    /// `Shutdown` began: records emitted from now on are not written.
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
-    }
-
-    pub fn emit(&self, r: impl Into<Record>) {
-        if !self.stopped.load(Ordering::Relaxed) {
-            self.writer.emit(&r.into());
-        }
-    }
-
     fn mark_start(&self, key: usize) {
         let ts = self.now();
         if let Ok(mut m) = self.started.lock() {
@@ -97,6 +82,24 @@ impl State {
     }
 }
 
+static CREATED: AtomicBool = AtomicBool::new(false);
+
+/// The class factory's constructor (`DllGetClassObject`): the profiler object, or None when one
+/// exists already.
+pub(crate) fn make_profiler() -> Option<*mut c_void> {
+    // One profiler per process: a second CreateInstance politely declines.
+    if CREATED.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    Some(ComObject::create(Profiler::new()))
+}
+
+/// After `ProfilerDetachSucceeded` (an attach session ended), the next attach loads the same
+/// image (`-z nodelete`) and needs a new profiler object.
+fn allow_new_profiler() {
+    CREATED.store(false, Ordering::Release);
+}
+
 /// The profiler object handed to the runtime.
 pub struct Profiler {
     state: OnceLock<State>,
@@ -114,6 +117,6 @@ impl Profiler {
     }
 
     fn state(&self) -> Option<&State> {
-        self.state.get().filter(|s| !s.stopped.load(Ordering::Relaxed))
+        self.state.get().filter(|s| !s.is_stopped())
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use clrprof_trace::{AgentStop, Message, ProcessStart, Record};
 
 use super::{PendingCode, Profiler, State};
 use crate::config::Config;
+use crate::context::Context;
 use crate::names::Names;
 use crate::writer::{Sink, Writer};
 use crate::{log_error, log_info, log_warn};
@@ -247,18 +248,13 @@ impl Profiler {
         } else {
             None
         };
+        let names = Names::new(info, !config.metadata_importer);
         let state = State {
-            names: Names::new(info, !config.metadata_importer),
-            info,
-            config,
-            writer,
-            start,
+            cx: Context::new(info, config, writer, names, start),
             started: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
             pending_code,
             deferred: Mutex::new(Vec::new()),
             collectible: Mutex::new(HashMap::new()),
-            stopped: AtomicBool::new(false),
             sampler,
             instrumentation,
             events,
@@ -278,8 +274,8 @@ impl Profiler {
                     }));
                 }
             }
-            if st.instrumentation.is_some() {
-                crate::elt::Instrumentation::install(&st.info, st)?;
+            if let Some(i) = &st.instrumentation {
+                i.install(&st.info, &st.cx)?;
                 st.writer.add_tick(Box::new(move |w| {
                     if let Some(i) = &st.instrumentation {
                         i.publish(w, st.now());
@@ -289,7 +285,7 @@ impl Profiler {
             }
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| {
-                    st.events.limiter.tick(st, w);
+                    st.events.limiter.tick(st, &st.events, w);
                     st.events.exception_counts.publish(w, st.now());
                 }));
             }
@@ -314,7 +310,7 @@ impl Profiler {
             sm.stop();
         }
         let ts = s.now();
-        s.stopped.store(true, Ordering::Release);
+        s.stop();
         s.writer.stop(|w| {
             vec![AgentStop {
                 ts,
