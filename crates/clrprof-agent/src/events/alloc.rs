@@ -7,7 +7,6 @@ use std::sync::Mutex;
 use clrprof_sys::{CallbackResult, ClassID, ObjectID};
 use clrprof_trace::AllocationCounts;
 
-use super::Events;
 use crate::context::Context;
 use crate::names::Names;
 use crate::os::os_tid;
@@ -43,6 +42,12 @@ impl ExactCounts {
     }
 }
 
+/// What [`allocated`] fills (borrowed from `super::Events`).
+pub struct Recorder<'a> {
+    pub alloc: &'a ExactCounts,
+    pub alloc_samples: &'a PendingSamples,
+}
+
 impl ExactCounts {
     /// A class is about to unload (`ClassUnloadStarted`, the id still valid): its counts not yet
     /// drained are written now, named through the one class-name cache while the runtime can still
@@ -64,7 +69,7 @@ impl ExactCounts {
     }
 }
 
-pub fn allocated(s: &Context, ev: &Events, object: ObjectID, class: ClassID) -> CallbackResult {
+pub fn allocated(s: &Context, ev: &Recorder, object: ObjectID, class: ClassID) -> CallbackResult {
     let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
     let tid = os_tid();
     let shard = &ev.alloc.shards[tid as usize % SHARDS];
@@ -83,7 +88,7 @@ pub fn allocated(s: &Context, ev: &Events, object: ObjectID, class: ClassID) -> 
             size,
             amount: SITE_SAMPLING_MEAN_BYTES,
             source: 2,
-            stack: super::current_stack(s),
+            stack: super::stack::current_stack(s),
             walk_weight: 1,
             ..Default::default()
         });

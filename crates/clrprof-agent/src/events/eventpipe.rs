@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
 
-use super::Events;
+use super::alloc::PendingSamples;
+use super::contention::Contention;
+use super::exceptions::Limiter;
 use crate::config::AllocMode;
 use crate::context::Context;
 use crate::os::os_tid;
@@ -319,6 +321,15 @@ fn walk_weight(n: u32, size: u64, budget: &mut dyn FnMut() -> bool) -> Option<u3
     }
 }
 
+/// What the EventPipe recorder fills (borrowed from `super::Events`).
+pub struct Recorder<'a> {
+    /// Allocation samples seen per type (see `super::Events::alloc_types`).
+    pub alloc_types: &'a std::sync::Mutex<std::collections::HashMap<u64, SampledType>>,
+    pub alloc_samples: &'a PendingSamples,
+    pub contention: &'a Contention,
+    pub limiter: &'a Limiter,
+}
+
 /// What the agent knows of a type seen in allocation samples.
 #[derive(Clone, Copy, Default)]
 pub struct SampledType {
@@ -327,7 +338,7 @@ pub struct SampledType {
 }
 
 /// Forgets an unloaded class (its id may be reused for another type).
-pub fn forget_class(ev: &Events, class: u64) {
+pub fn forget_class(ev: &Recorder, class: u64) {
     if let Ok(mut m) = ev.alloc_types.lock() {
         m.remove(&class);
     }
@@ -421,7 +432,7 @@ pub fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
 
 pub fn delivered(
     s: &Context,
-    ev: &Events,
+    ev: &Recorder,
     sampler: Option<&Sampler>,
     event_id: u32,
     version: u32,
@@ -468,7 +479,7 @@ pub fn delivered(
             if a.ips.is_empty() {
                 if let Some(w) = walk_weight(nth, a.size, &mut || within_walk_budget(a.ts)) {
                     let t0 = s.now();
-                    a.stack = super::current_stack(s);
+                    a.stack = super::stack::current_stack(s);
                     a.walk_weight = w;
                     spent_walking(s.now().saturating_sub(t0));
                 }
@@ -487,7 +498,7 @@ pub fn delivered(
         }
         Some(Record::ContentionStarted(mut c)) => {
             // Contention blocks the thread anyway: walk its stack every time.
-            c.stack = super::current_stack(s);
+            c.stack = super::stack::current_stack(s);
             if s.config.events {
                 s.emit(c);
             } else {

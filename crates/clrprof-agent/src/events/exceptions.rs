@@ -18,7 +18,8 @@ use clrprof_trace::{
     ExceptionPhase, ExceptionThrown,
 };
 
-use super::Events;
+use super::exc_counts::ExceptionCountsState;
+use super::gc::GcState;
 use crate::context::Context;
 use crate::os::os_tid;
 use crate::writer::Writer;
@@ -27,6 +28,16 @@ const BURST: f64 = mode::BURST as f64;
 const RATE_PER_SEC: f64 = mode::RATE_PER_SEC as f64;
 const WINDOW_NS: u64 = mode::WINDOW_NS;
 const PAUSE_NS: u64 = mode::PAUSE_NS;
+
+/// What the exception recorder fills (borrowed from `super::Events`).
+pub struct Recorder<'a> {
+    pub limiter: &'a Limiter,
+    /// Throws seen per exception type (to sample throw stacks).
+    pub throws: &'a Mutex<std::collections::HashMap<ClassID, u32>>,
+    pub exception_counts: &'a ExceptionCountsState,
+    /// Tells when an exception object's address may name another object (a GC ran).
+    pub gc: &'a GcState,
+}
 
 /// The exception storm rate limit: a token bucket on observed throws, checked on the writer
 /// thread's tick, which switches `COR_PRF_MONITOR_EXCEPTIONS` off and on (a mutable flag).
@@ -60,7 +71,7 @@ struct Control {
 
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
-    pub fn tick(&self, s: &Context, ev: &Events, w: &Writer) {
+    pub fn tick(&self, s: &Context, ev: &Recorder, w: &Writer) {
         // Rethrows are counted before their throw event's total (a reader never sees more
         // rethrows than throws).
         let rethrown = self.runtime_rethrown.load(Ordering::Relaxed);
@@ -164,17 +175,17 @@ thread_local! {
 /// reuse its memory). `throw;` rethrows the object its catch received, whose address is noted at
 /// the catch (`caught_object`); a rethrow with a GC between the catch and the rethrow counts as a
 /// new throw. Remembers `object` either way.
-fn is_rethrow(ev: &Events, object: ObjectID) -> bool {
+fn is_rethrow(ev: &Recorder, object: ObjectID) -> bool {
     remember(ev, object)
 }
 
 /// The object a `catch` received (`ExceptionCatcherEnter`), at its current address.
-pub fn caught_object(ev: &Events, object: ObjectID) {
+pub fn caught_object(ev: &Recorder, object: ObjectID) {
     remember(ev, object);
 }
 
 /// Notes `object` among the thread's recent exception objects; whether it was there already.
-fn remember(ev: &Events, object: ObjectID) -> bool {
+fn remember(ev: &Recorder, object: ObjectID) -> bool {
     if object == 0 {
         return false;
     }
@@ -196,12 +207,12 @@ fn remember(ev: &Events, object: ObjectID) -> bool {
         .unwrap_or(false)
 }
 
-pub fn thrown(s: &Context, ev: &Events, object: ObjectID) -> CallbackResult {
+pub fn thrown(s: &Context, ev: &Recorder, object: ObjectID) -> CallbackResult {
     let rethrow = is_rethrow(ev, object);
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class);
     let thread = s.info.get_current_thread_id().unwrap_or(0);
-    let stack = if walk_this_throw(ev, class) { super::current_stack(s) } else { Vec::new() };
+    let stack = if walk_this_throw(ev, class) { super::stack::current_stack(s) } else { Vec::new() };
     ev.limiter.observed.fetch_add(1, Ordering::Relaxed);
     let epoch = ev.limiter.epoch.load(Ordering::Acquire);
     if !s.config.every_exception() {
@@ -243,7 +254,7 @@ const WALK_EVERY: u32 = 100;
 /// Walking the stack is most of the cost of recording a throw (about 5 µs on .NET 10): walk the
 /// first throws of each exception type, then a regular sample. Counts stay exact: the throw site
 /// comes from the first pass (`ExceptionCaught.site`).
-fn walk_this_throw(ev: &Events, class: ClassID) -> bool {
+fn walk_this_throw(ev: &Recorder, class: ClassID) -> bool {
     let Ok(mut m) = ev.throws.lock() else { return true };
     let n = m.entry(class).or_insert(0);
     *n = n.saturating_add(1);
@@ -271,7 +282,7 @@ thread_local! {
 /// Deepest nesting of exceptions in flight tracked per thread.
 const MAX_IN_FLIGHT: usize = 64;
 
-pub fn phase(s: &Context, ev: &Events, phase: u8, function: FunctionID) -> CallbackResult {
+pub fn phase(s: &Context, ev: &Recorder, phase: u8, function: FunctionID) -> CallbackResult {
     if s.config.events {
         // The event log wants every step with its time.
         s.emit(ExceptionPhase { ts: s.now(), os_tid: os_tid(), phase, function: function as u64 });

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use clrprof_sys::{CallbackResult, BOOL};
 use clrprof_trace::{GcFinished, GcStarted, RuntimeResumed, RuntimeSuspended};
 
-use super::Events;
 use crate::context::Context;
 use crate::os::os_tid;
 
@@ -45,8 +44,8 @@ fn heap_sizes(s: &Context) -> Vec<u64> {
 }
 
 /// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
-pub fn started(s: &Context, ev: &Events, collected: &[BOOL], reason: u32) -> CallbackResult {
-    ev.gc.epoch.fetch_add(1, Ordering::AcqRel);
+pub fn started(s: &Context, ev: &GcState, collected: &[BOOL], reason: u32) -> CallbackResult {
+    ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(()); // on for the exceptions' rethrow detection only
     }
@@ -56,8 +55,8 @@ pub fn started(s: &Context, ev: &Events, collected: &[BOOL], reason: u32) -> Cal
     Ok(())
 }
 
-pub fn finished(s: &Context, ev: &Events) -> CallbackResult {
-    ev.gc.epoch.fetch_add(1, Ordering::AcqRel);
+pub fn finished(s: &Context, ev: &GcState) -> CallbackResult {
+    ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(());
     }
@@ -65,17 +64,17 @@ pub fn finished(s: &Context, ev: &Events) -> CallbackResult {
     Ok(())
 }
 
-pub fn suspend_started(s: &Context, ev: &Events, reason: u32) -> CallbackResult {
+pub fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult {
     let keep = s.config.events || reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP;
-    ev.gc.suspension_recorded.store(keep, Ordering::Relaxed);
+    ev.suspension_recorded.store(keep, Ordering::Relaxed);
     if keep {
         s.emit(RuntimeSuspended { ts: s.now(), os_tid: os_tid(), reason });
     }
     Ok(())
 }
 
-pub fn resume_finished(s: &Context, ev: &Events) -> CallbackResult {
-    if ev.gc.suspension_recorded.swap(false, Ordering::Relaxed) {
+pub fn resume_finished(s: &Context, ev: &GcState) -> CallbackResult {
+    if ev.suspension_recorded.swap(false, Ordering::Relaxed) {
         s.emit(RuntimeResumed { ts: s.now(), os_tid: os_tid() });
     }
     Ok(())

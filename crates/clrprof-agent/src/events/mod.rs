@@ -11,14 +11,11 @@ pub mod eventpipe;
 pub mod exc_counts;
 pub mod exceptions;
 pub mod gc;
+pub mod stack;
 
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use clrprof_sys::{high, monitor, FunctionID, HRESULT, S_OK};
+use clrprof_sys::{high, monitor};
 
 use crate::config::{AllocMode, Config};
-use crate::context::Context;
 
 /// Per-process state of the runtime-event recorders.
 #[derive(Default)]
@@ -74,45 +71,29 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
     (low, high)
 }
 
-/// Deepest stack kept.
-const MAX_FRAMES: usize = 512;
-const ABORT: HRESULT = 1;
-
-unsafe extern "system" fn collect_frame(
-    function: FunctionID,
-    _ip: usize,
-    _frame_info: usize,
-    _ctx_len: u32,
-    _ctx: *const u8,
-    data: *mut c_void,
-) -> HRESULT {
-    // Safety: `data` is the `Vec<u64>` passed by `current_stack`, alive for the whole walk.
-    let frames = unsafe { &mut *(data as *mut Vec<u64>) };
-    if function != 0 {
-        frames.push(function as u64);
-    }
-    if frames.len() >= MAX_FRAMES {
-        ABORT
-    } else {
-        S_OK
-    }
-}
-
-/// Failed walks, logged once each kind.
-static WALK_FAILURES: AtomicU64 = AtomicU64::new(0);
-
-/// The current thread's managed stack as FunctionIDs, innermost first (`DoStackSnapshot` of the
-/// current thread, which is synchronous and allowed in any callback on that thread).
-pub fn current_stack(s: &Context) -> Vec<u64> {
-    let mut stack: Vec<u64> = Vec::with_capacity(32);
-    // Safety: `collect_frame` treats the data pointer as the `Vec<u64>` given here; the walk of the
-    // current thread is synchronous, so the vector outlives it.
-    let walked = unsafe { s.info.do_stack_snapshot(0, collect_frame, 0, &mut stack as *mut Vec<u64> as *mut c_void) };
-    if let Err(e) = walked {
-        // An aborted walk (too deep) keeps the frames it got.
-        if e.hr != clrprof_sys::CORPROF_E_STACKSNAPSHOT_ABORTED && WALK_FAILURES.fetch_add(1, Ordering::Relaxed) < 10 {
-            crate::log_warn!("stack walk of the current thread: {e}");
+impl Events {
+    /// What the exception recorder fills.
+    pub fn exceptions(&self) -> exceptions::Recorder<'_> {
+        exceptions::Recorder {
+            limiter: &self.limiter,
+            throws: &self.throws,
+            exception_counts: &self.exception_counts,
+            gc: &self.gc,
         }
     }
-    stack
+
+    /// What the EventPipe recorder fills.
+    pub fn eventpipe(&self) -> eventpipe::Recorder<'_> {
+        eventpipe::Recorder {
+            alloc_types: &self.alloc_types,
+            alloc_samples: &self.alloc_samples,
+            contention: &self.contention,
+            limiter: &self.limiter,
+        }
+    }
+
+    /// What the exact allocation recorder fills.
+    pub fn alloc(&self) -> alloc::Recorder<'_> {
+        alloc::Recorder { alloc: &self.alloc, alloc_samples: &self.alloc_samples }
+    }
 }

@@ -22,12 +22,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clrprof_sys::{ComObject, ModuleID};
+use clrprof_sys::ComObject;
 
 use crate::context::Context;
 use crate::os::os_tid;
 
-use functions::Deferred;
+use functions::Functions;
 pub use functions::PendingCode;
 
 /// The profiler's state: the recorders' [`Context`] and the recorders. It derefs to its
@@ -35,13 +35,8 @@ pub use functions::PendingCode;
 pub struct State {
     pub cx: Context,
     started: Mutex<HashMap<(u32, usize), u64>>,
-    pending_code: Arc<PendingCode>,
-    /// Functions and classes reported by the runtime whose names are resolved off the app's
-    /// threads, by the writer thread before each flush. Only non-collectible modules' ids are
-    /// queued: those never die.
-    deferred: Mutex<Vec<Deferred>>,
-    /// Whether a module is collectible (its ids die at unload), by module.
-    collectible: Mutex<HashMap<ModuleID, bool>>,
+    /// The loads/JIT recorder's queues.
+    functions: Functions,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
     pub sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
@@ -63,6 +58,16 @@ impl std::ops::Deref for State {
 }
 
 impl State {
+    /// Reports a compiled function (see [`Functions::function_compiled`]).
+    fn function_compiled(&self, id: clrprof_sys::FunctionID, jit_ns: u64, kind: u8) {
+        self.functions.function_compiled(&self.cx, self.sampler.as_deref(), id, jit_ns, kind);
+    }
+
+    /// Reports a loaded class (see [`Functions::class_loaded`]).
+    fn class_loaded(&self, id: clrprof_sys::ClassID) {
+        self.functions.class_loaded(&self.cx, id);
+    }
+
     fn mark_start(&self, key: usize) {
         let ts = self.now();
         if let Ok(mut m) = self.started.lock() {
