@@ -20,7 +20,7 @@ fn monotonic_ns() -> u64 {
 pub fn ticks() -> u64 {
     // Unit tests drive the hooks (Rust and assembly alike) with a scripted clock.
     #[cfg(all(test, target_arch = "x86_64"))]
-    if let Some(t) = super::stubs::fake_ticks() {
+    if let Some(t) = fake_ticks() {
         return t;
     }
     #[cfg(target_arch = "x86_64")]
@@ -68,4 +68,52 @@ pub fn ns_per_tick() -> f64 {
         return 1.0;
     }
     n1.saturating_sub(n0) as f64 / dt as f64
+}
+
+// Unit tests: a second TLS slot holding a scripted clock (0 = not scripted), read by
+// `clock::ticks()` and, in place of `rdtsc`, by copies of the timing stubs.
+#[cfg(test)]
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl clrprof_elt_fake_clock",
+    ".hidden clrprof_elt_fake_clock",
+    ".type clrprof_elt_fake_clock, @object",
+    ".size clrprof_elt_fake_clock, 8",
+    "clrprof_elt_fake_clock:",
+    ".zero 8",
+    ".text",
+);
+
+/// The calling thread's scripted clock, if set.
+#[cfg(test)]
+#[inline(never)]
+pub fn fake_ticks() -> Option<u64> {
+    let t: u64;
+    // Safety: reads our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {t}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov {t}, qword ptr fs:[{t}]",
+            t = out(reg) t,
+            options(nostack, readonly),
+        );
+    }
+    (t != 0).then_some(t)
+}
+
+/// Sets the calling thread's scripted clock (0 = back to the real one).
+#[cfg(test)]
+#[inline(never)]
+pub fn set_fake_ticks(t: u64) {
+    // Safety: writes our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {tmp}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov qword ptr fs:[{tmp}], {val}",
+            tmp = out(reg) _,
+            val = in(reg) t,
+            options(nostack),
+        );
+    }
 }

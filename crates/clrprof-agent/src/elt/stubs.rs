@@ -9,54 +9,8 @@
 //! the common enter and leave in a few instructions without saving anything, and jump to the
 //! full stubs, registers untouched, for everything else.
 //!
-//! The calling thread's state pointer lives in one initial-exec TLS slot read with a single
-//! `fs:`-relative load (no `__tls_get_addr` call on the hot path); the stubs pass it to the Rust
-//! hook, which creates the state on the thread's first call.
-
-// One 8-byte initial-exec TLS slot: the current thread's `ThreadState` (null until its first hook).
-// Global but hidden: visible to every codegen unit of this crate, not exported from the library.
-core::arch::global_asm!(
-    ".section .tbss,\"awT\",@nobits",
-    ".p2align 3",
-    ".globl clrprof_elt_current",
-    ".hidden clrprof_elt_current",
-    ".type clrprof_elt_current, @object",
-    ".size clrprof_elt_current, 8",
-    "clrprof_elt_current:",
-    ".zero 8",
-    ".text",
-);
-
-/// The calling thread's state pointer from the TLS slot (null before its first hook).
-#[inline(never)]
-pub fn current() -> *mut super::thread::ThreadState {
-    let p: *mut super::thread::ThreadState;
-    // Safety: reads our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {p}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-            "mov {p}, qword ptr fs:[{p}]",
-            p = out(reg) p,
-            options(nostack, readonly),
-        );
-    }
-    p
-}
-
-/// Stores the calling thread's state pointer in the TLS slot.
-#[inline(never)]
-pub fn set_current(p: *mut super::thread::ThreadState) {
-    // Safety: writes our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {tmp}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-            "mov qword ptr fs:[{tmp}], {val}",
-            tmp = out(reg) _,
-            val = in(reg) p,
-            options(nostack),
-        );
-    }
-}
+//! The calling thread's state pointer lives in one initial-exec TLS slot (`super::tls`); the stubs
+//! pass it to the Rust hook (`super::hooks`), which creates the state on the thread's first call.
 
 #[unsafe(naked)]
 pub unsafe extern "C" fn enter_stub() {
@@ -108,7 +62,7 @@ pub unsafe extern "C" fn enter_stub() {
         ".cfi_restore rbp",
         "ret",
         ".cfi_endproc",
-        enter = sym super::hook_enter,
+        enter = sym super::hooks::hook_enter,
     );
 }
 
@@ -152,8 +106,8 @@ macro_rules! leave_like_stub {
     };
 }
 
-leave_like_stub!(leave_stub, super::hook_leave);
-leave_like_stub!(tailcall_stub, super::hook_tailcall);
+leave_like_stub!(leave_stub, super::hooks::hook_leave);
+leave_like_stub!(tailcall_stub, super::hooks::hook_tailcall);
 
 /// The callee's child of the caller's node (enter stubs, after their checks; rax = the thread's
 /// state, r10 = one past the top entry, r14 = the callee's `FuncInfo`): first the caller's callee
@@ -485,54 +439,6 @@ pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::threa
             inout("rdi") func => _,
             inout("rsi") sp => _,
             clobber_abi("C"),
-        );
-    }
-}
-
-// Unit tests: a second TLS slot holding a scripted clock (0 = not scripted), read by
-// `clock::ticks()` and, in place of `rdtsc`, by copies of the timing stubs.
-#[cfg(test)]
-core::arch::global_asm!(
-    ".section .tbss,\"awT\",@nobits",
-    ".p2align 3",
-    ".globl clrprof_elt_fake_clock",
-    ".hidden clrprof_elt_fake_clock",
-    ".type clrprof_elt_fake_clock, @object",
-    ".size clrprof_elt_fake_clock, 8",
-    "clrprof_elt_fake_clock:",
-    ".zero 8",
-    ".text",
-);
-
-/// The calling thread's scripted clock, if set.
-#[cfg(test)]
-#[inline(never)]
-pub fn fake_ticks() -> Option<u64> {
-    let t: u64;
-    // Safety: reads our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {t}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
-            "mov {t}, qword ptr fs:[{t}]",
-            t = out(reg) t,
-            options(nostack, readonly),
-        );
-    }
-    (t != 0).then_some(t)
-}
-
-/// Sets the calling thread's scripted clock (0 = back to the real one).
-#[cfg(test)]
-#[inline(never)]
-pub fn set_fake_ticks(t: u64) {
-    // Safety: writes our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {tmp}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
-            "mov qword ptr fs:[{tmp}], {val}",
-            tmp = out(reg) _,
-            val = in(reg) t,
-            options(nostack),
         );
     }
 }
