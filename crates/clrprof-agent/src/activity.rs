@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 /// Nested runtime activities a slot keeps (deeper ones are counted only).
 pub(crate) const ACT_DEPTH: usize = 8;
 /// [`Activities::set_gc`] bits.
-pub const IN_GC: u32 = 1;
-pub const IN_GC_SUSPENSION: u32 = 2;
+pub(crate) const IN_GC: u32 = 1;
+pub(crate) const IN_GC_SUSPENSION: u32 = 2;
 
 /// The runtime work in progress on one thread (nested: innermost last). `depth` may exceed the
 /// array: deeper entries are counted, not kept.
-pub struct Activities {
+pub(crate) struct Activities {
     words: [AtomicU64; ACT_DEPTH],
     /// The sequence number of each entry's begin (counted per thread by `begins`, from 1).
     seqs: [AtomicU32; ACT_DEPTH],
@@ -37,7 +37,7 @@ impl Default for Activities {
 }
 
 impl Activities {
-    pub const fn new() -> Activities {
+    pub(crate) const fn new() -> Activities {
         Activities {
             words: [const { AtomicU64::new(0) }; ACT_DEPTH],
             seqs: [const { AtomicU32::new(0) }; ACT_DEPTH],
@@ -52,13 +52,13 @@ impl Activities {
     /// The runtime work the thread is doing now (a `runtime_activity` word, 0 for none): the
     /// innermost GC, else the innermost nested load or compilation not known to be over, else
     /// exception dispatch. Async-signal-safe (atomic loads only).
-    pub fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.now_and_seq().0
     }
 
     /// [`Activities::now`] and the sequence number of its begin (0 for a GC or an exception).
     #[inline(always)]
-    pub fn now_and_seq(&self) -> (u64, u32) {
+    pub(crate) fn now_and_seq(&self) -> (u64, u32) {
         use clrprof_trace::runtime_activity as ra;
         if self.gc.load(Ordering::Relaxed) != 0 {
             return (ra::pack(ra::GC, 0), 0);
@@ -84,12 +84,12 @@ impl Activities {
     /// and a load or compilation that fails with an exception caught in native code reports no
     /// end), so it and every such entry begun before it are ignored from now on and dropped at
     /// the thread's next begin. Any thread may call this.
-    pub fn discard(&self, seq: u32) {
+    pub(crate) fn discard(&self, seq: u32) {
         self.discarded.fetch_max(seq, Ordering::Relaxed);
     }
 
     /// Forgets everything (the slot is handed to a new thread).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.depth.store(0, Ordering::Relaxed);
         self.begins.store(0, Ordering::Relaxed);
         self.discarded.store(0, Ordering::Relaxed);
@@ -99,7 +99,7 @@ impl Activities {
 
     /// Entries kept or counted (for tests).
     #[cfg(test)]
-    pub fn depth(&self) -> u32 {
+    pub(crate) fn depth(&self) -> u32 {
         self.depth.load(Ordering::Relaxed)
     }
 
@@ -112,7 +112,7 @@ impl Activities {
     /// (`vm/readytoruninfo.cpp`) raises `JITCachedFunctionSearchStarted` and returns without
     /// `…Finished` when the method's fixups fail or the profiler rejects the code; the method is then
     /// JIT-compiled (or looked up in another image), so its search ended there.
-    pub fn begin(&self, word: u64) {
+    pub(crate) fn begin(&self, word: u64) {
         use clrprof_trace::runtime_activity as ra;
         let s = self;
         let mut d = s.depth.load(Ordering::Relaxed) as usize;
@@ -144,7 +144,7 @@ impl Activities {
 
     /// The thread finished runtime work `word`: it and anything begun inside it and not
     /// finished (a failed load whose finish never came) end. Unknown words are ignored.
-    pub fn end(&self, word: u64) {
+    pub(crate) fn end(&self, word: u64) {
         let s = self;
         let d = s.depth.load(Ordering::Relaxed) as usize;
         if d > ACT_DEPTH {
@@ -160,7 +160,7 @@ impl Activities {
     /// managed code (JIT compilations, type loads, ReadyToRun lookups) cannot be in progress under it,
     /// so such entries were left by a load that failed with an exception (whose stop event never
     /// came). The stack is cut at the oldest of them.
-    pub fn unwound(&self) {
+    pub(crate) fn unwound(&self) {
         let s = self;
         let d = (s.depth.load(Ordering::Relaxed) as usize).min(ACT_DEPTH);
         if let Some(i) = (0..d).find(|&i| native_only(s.words[i].load(Ordering::Relaxed))) {
@@ -169,7 +169,7 @@ impl Activities {
     }
 
     /// Sets or clears a GC bit ([`IN_GC`], [`IN_GC_SUSPENSION`]).
-    pub fn set_gc(&self, bit: u32, on: bool) {
+    pub(crate) fn set_gc(&self, bit: u32, on: bool) {
         if on {
             self.gc.fetch_or(bit, Ordering::Relaxed);
         } else {
@@ -179,14 +179,14 @@ impl Activities {
 
     /// The thread starts (`ExceptionThrown`) or ends (`ExceptionCatcherEnter`) an exception
     /// dispatch.
-    pub fn set_exception(&self, on: bool) {
+    pub(crate) fn set_exception(&self, on: bool) {
         self.exception.store(on, Ordering::Relaxed);
     }
 }
 
 /// True for runtime work that never runs managed code while it is in progress: JIT compilations,
 /// type loads and ReadyToRun lookups (assembly loads may call managed resolvers).
-pub fn native_only(word: u64) -> bool {
+pub(crate) fn native_only(word: u64) -> bool {
     use clrprof_trace::runtime_activity as ra;
     matches!(ra::unpack(word).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN)
 }

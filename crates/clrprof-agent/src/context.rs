@@ -20,11 +20,11 @@ use crate::writer::Writer;
 const DYNAMIC_PREFIX: &str = "[dynamic] ";
 
 /// What the recorders share: see the module documentation.
-pub struct Context {
-    pub info: ProfilerInfo,
-    pub config: Config,
-    pub writer: Arc<Writer>,
-    pub names: Names,
+pub(crate) struct Context {
+    pub(crate) info: ProfilerInfo,
+    pub(crate) config: Config,
+    pub(crate) writer: Arc<Writer>,
+    pub(crate) names: Names,
     start: Instant,
     stopped: AtomicBool,
     /// Names of functions, resolved once (see [`Context::function_names`]).
@@ -33,7 +33,13 @@ pub struct Context {
 
 impl Context {
     /// `start` is the run's time origin (trace timestamps are nanoseconds since it).
-    pub fn new(info: ProfilerInfo, config: Config, writer: Arc<Writer>, names: Names, start: Instant) -> Context {
+    pub(crate) fn new(
+        info: ProfilerInfo,
+        config: Config,
+        writer: Arc<Writer>,
+        names: Names,
+        start: Instant,
+    ) -> Context {
         Context {
             info,
             config,
@@ -46,28 +52,28 @@ impl Context {
     }
 
     /// Nanoseconds since the run started.
-    pub fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
 
     /// `Shutdown` began: records emitted from now on are not written.
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Relaxed)
     }
 
     /// Marks the run stopped (`Shutdown`, or the end of an attach session).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
     }
 
-    pub fn emit(&self, r: impl Into<Record>) {
+    pub(crate) fn emit(&self, r: impl Into<Record>) {
         if !self.stopped.load(Ordering::Relaxed) {
             self.writer.emit(&r.into());
         }
     }
 
     /// Names of a function, resolved once.
-    pub fn function_names(&self, id: FunctionID) -> Arc<FunctionNames> {
+    pub(crate) fn function_names(&self, id: FunctionID) -> Arc<FunctionNames> {
         if let Some(f) = self.functions.lock().ok().and_then(|m| m.get(&id).cloned()) {
             return f;
         }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// The calling thread's kernel tid (cached per thread).
-pub fn os_tid() -> u32 {
+pub(crate) fn os_tid() -> u32 {
     thread_local! { static TID: u32 = unsafe_gettid(); }
     TID.try_with(|t| *t).unwrap_or_else(|_| unsafe_gettid())
 }
@@ -18,7 +18,7 @@ pub(crate) fn unsafe_gettid() -> u32 {
 }
 
 /// CPU time of a thread of this process, read from its CPU-time clock (no signal involved).
-pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
+pub(crate) fn thread_cpu_ns(tid: u32) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // Safety: a per-thread CPU clock id; clock_gettime writes `ts` or fails.
     let r = unsafe { libc::clock_gettime(thread_clock(tid), &mut ts) };
@@ -27,7 +27,7 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
 
 /// Time a thread of this process has waited on a run queue for a CPU, ns (the second field of
 /// `/proc/self/task/<tid>/schedstat`). Not for the signal path.
-pub fn thread_runq_ns(tid: u32) -> Option<u64> {
+pub(crate) fn thread_runq_ns(tid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
     text.split_ascii_whitespace().nth(1)?.parse().ok()
 }
@@ -147,7 +147,7 @@ pub(crate) fn stack_bounds_of(tid: u32) -> Option<(u64, u64)> {
 }
 
 /// The writable mapping of `maps` (`/proc/PID/maps` text) that contains `sp`.
-pub fn stack_mapping(maps: &str, sp: u64) -> Option<(u64, u64)> {
+pub(crate) fn stack_mapping(maps: &str, sp: u64) -> Option<(u64, u64)> {
     maps.lines().find_map(|l| {
         let mut it = l.split_whitespace();
         let (range, perms) = (it.next()?, it.next()?);

@@ -17,7 +17,7 @@ fn monotonic_ns() -> u64 {
 
 /// Current time in ticks (TSC cycles, or ns).
 #[inline(always)]
-pub fn ticks() -> u64 {
+pub(crate) fn ticks() -> u64 {
     // Unit tests drive the hooks (Rust and assembly alike) with a scripted clock.
     #[cfg(all(test, target_arch = "x86_64"))]
     if let Some(t) = fake_ticks() {
@@ -32,12 +32,12 @@ pub fn ticks() -> u64 {
 }
 
 /// Whether `ticks()` reads the TSC (plain `rdtsc`, as the timing fast stubs do).
-pub fn is_tsc() -> bool {
+pub(crate) fn is_tsc() -> bool {
     USE_TSC.load(Ordering::Relaxed)
 }
 
 /// Chooses the source (`/proc/cpuinfo` flags) and takes the base reading.
-pub fn init() -> &'static str {
+pub(crate) fn init() -> &'static str {
     let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let tsc =
         flags.split_whitespace().any(|f| f == "constant_tsc") && flags.split_whitespace().any(|f| f == "nonstop_tsc");
@@ -52,7 +52,7 @@ pub fn init() -> &'static str {
 }
 
 /// Nanoseconds per tick, measured from the base reading to now (exact 1.0 without the TSC).
-pub fn ns_per_tick() -> f64 {
+pub(crate) fn ns_per_tick() -> f64 {
     if !USE_TSC.load(Ordering::Relaxed) {
         return 1.0;
     }
@@ -88,7 +88,7 @@ core::arch::global_asm!(
 /// The calling thread's scripted clock, if set.
 #[cfg(test)]
 #[inline(never)]
-pub fn fake_ticks() -> Option<u64> {
+pub(crate) fn fake_ticks() -> Option<u64> {
     let t: u64;
     // Safety: reads our own TLS slot of the calling thread.
     unsafe {
@@ -105,7 +105,7 @@ pub fn fake_ticks() -> Option<u64> {
 /// Sets the calling thread's scripted clock (0 = back to the real one).
 #[cfg(test)]
 #[inline(never)]
-pub fn set_fake_ticks(t: u64) {
+pub(crate) fn set_fake_ticks(t: u64) {
     // Safety: writes our own TLS slot of the calling thread.
     unsafe {
         core::arch::asm!(

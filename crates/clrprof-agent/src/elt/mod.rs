@@ -2,13 +2,13 @@
 //! function-id mapper that filters what is instrumented, per-thread calling-context trees
 //! aggregated in the agent, and periodic deltas streamed by the writer thread.
 
-pub mod bench_support;
-pub mod clock;
-pub mod filter;
+pub(crate) mod bench_support;
+pub(crate) mod clock;
+pub(crate) mod filter;
 mod hooks;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod stubs;
-pub mod thread;
+pub(crate) mod thread;
 #[cfg(target_arch = "x86_64")]
 mod tls;
 
@@ -88,8 +88,8 @@ fn calibrate(flow: bool) -> u64 {
 }
 
 /// Instrumentation state shared with the mapper and the writer.
-pub struct Instrumentation {
-    pub config: EltConfig,
+pub(crate) struct Instrumentation {
+    pub(crate) config: EltConfig,
     filter: Filter,
     clients: Mutex<HashMap<FunctionID, usize>>,
     assemblies: Mutex<HashMap<ModuleID, String>>,
@@ -112,11 +112,11 @@ struct Published {
 /// Cost deltas are published at most this often (and when a thread ends, and at the end): a busy
 /// server changes thousands of nodes every flush, and deltas every flush made megabytes a second.
 /// New nodes are still published every flush. A crash loses at most this long of counts.
-pub const DELTA_INTERVAL_NS: u64 = 1_000_000_000;
+pub(crate) const DELTA_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl Instrumentation {
     /// Event-mask bits for instrumentation.
-    pub fn mask(config: &EltConfig) -> (u32, u32) {
+    pub(crate) fn mask(config: &EltConfig) -> (u32, u32) {
         if !config.enabled {
             return (0, 0);
         }
@@ -130,7 +130,7 @@ impl Instrumentation {
         (low, 0)
     }
 
-    pub fn new(config: EltConfig, now_ns: u64) -> (Instrumentation, InstrumentationInfo) {
+    pub(crate) fn new(config: EltConfig, now_ns: u64) -> (Instrumentation, InstrumentationInfo) {
         let source = clock::init();
         TIMING.store(config.timing, Ordering::Relaxed);
         FLOW.store(config.flow, Ordering::Relaxed);
@@ -166,7 +166,7 @@ impl Instrumentation {
 
     /// Registers the mapper and the hooks (Initialize only). `self` and `cx` must outlive the
     /// process.
-    pub fn install(&'static self, info: &ProfilerInfo, cx: &'static Context) -> HrResult<()> {
+    pub(crate) fn install(&'static self, info: &ProfilerInfo, cx: &'static Context) -> HrResult<()> {
         let _ = self.cx.set(cx);
         // Safety: the mapper treats its client data as `&'static Instrumentation`, which `self` is.
         unsafe { info.set_function_id_mapper2(mapper, self as *const Instrumentation as *mut c_void)? };
@@ -232,7 +232,7 @@ impl Instrumentation {
     /// Publishes new tree nodes, cost deltas and flow events of every thread (writer thread).
     /// A thread that has ended is published once more, with its final counts, and its slot and
     /// state are recycled: the writer is the only reader of states, so none is reused while read.
-    pub fn publish(&self, w: &Writer, now_ns: u64) {
+    pub(crate) fn publish(&self, w: &Writer, now_ns: u64) {
         let k = clock::ns_per_tick();
         let n = THREAD_COUNT.load(Ordering::Acquire).min(MAX_THREADS);
         let Ok(mut published) = self.published.lock() else { return };
@@ -353,11 +353,11 @@ impl Instrumentation {
         }
     }
 
-    pub fn suspend_started() {
+    pub(crate) fn suspend_started() {
         SUSPEND_START.store(clock::ticks(), Ordering::Relaxed);
     }
 
-    pub fn resume_finished() {
+    pub(crate) fn resume_finished() {
         let start = SUSPEND_START.swap(0, Ordering::Relaxed);
         if start != 0 {
             let d = clock::ticks().saturating_sub(start);

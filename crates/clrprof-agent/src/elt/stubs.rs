@@ -1,7 +1,7 @@
 //! Fast-path enter/leave/tailcall hooks for x86_64 System V (`SetEnterLeaveFunctionHooks3`).
 //!
-//! The JIT calls these directly from prologs and epilogs with its own register contract
-//! (research notes §3.2): Enter gets the client id in r14 and the caller's SP in r15 and must
+//! The JIT calls these directly from prologs and epilogs with its own register contract:
+//! Enter gets the client id in r14 and the caller's SP in r15 and must
 //! preserve every argument register (rdi, rsi, rdx, rcx, r8, r9, xmm0–7, at full 128-bit
 //! width); Leave/Tailcall get the id in rdi and the SP in rsi and must preserve the return
 //! registers rax, rdx, xmm0, xmm1. The full stubs save those, realign the stack, call a plain
@@ -13,7 +13,7 @@
 //! pass it to the Rust hook (`super::hooks`), which creates the state on the thread's first call.
 
 #[unsafe(naked)]
-pub unsafe extern "C" fn enter_stub() {
+pub(crate) unsafe extern "C" fn enter_stub() {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "push rbp",
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn enter_stub() {
 macro_rules! leave_like_stub {
     ($name:ident, $hook:path) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "push rbp",
@@ -181,7 +181,7 @@ macro_rules! callee_lookup_tail {
 // Anything else jumps to the full stubs above with every register untouched.
 
 #[unsafe(naked)]
-pub unsafe extern "C" fn enter_counts_stub() {
+pub(crate) unsafe extern "C" fn enter_counts_stub() {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
 macro_rules! leave_counts_stub {
     ($name:ident, $slow:ident) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -271,7 +271,7 @@ leave_counts_stub!(tailcall_counts_stub, tailcall_stub);
 macro_rules! enter_timing_stub {
     ($name:ident, [$($clock:literal),+]) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -344,7 +344,7 @@ macro_rules! enter_timing_stub {
 macro_rules! leave_timing_stub {
     ($name:ident, $slow:ident, [$($clock:literal),+]) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -412,7 +412,7 @@ leave_timing_stub!(tailcall_timing_stub, tailcall_stub, ["rdtsc"]);
 /// `stub` must be one of this module's enter stubs and `func` a leaked `FuncInfo` (or null); the
 /// calling thread's TLS slot must be null or point to a live `ThreadState`.
 #[inline(always)]
-pub unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+pub(crate) unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
     // Safety: the stubs follow the enter contract, which clobbers only caller-saved registers.
     unsafe {
         core::arch::asm!(
@@ -430,7 +430,7 @@ pub unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::threa
 /// # Safety
 /// As for [`call_enter`], with a leave or tailcall stub.
 #[inline(always)]
-pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+pub(crate) unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
     // Safety: as in `call_enter`.
     unsafe {
         core::arch::asm!(

@@ -5,7 +5,7 @@ use std::cell::Cell;
 
 thread_local! {
     /// Calls of the Rust hooks on this thread (the stubs' slow path, or tests calling them).
-    pub static SLOW_HOOKS: Cell<u64> = const { Cell::new(0) };
+    pub(crate) static SLOW_HOOKS: Cell<u64> = const { Cell::new(0) };
 }
 
 #[cfg(target_arch = "x86_64")]

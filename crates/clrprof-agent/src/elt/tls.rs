@@ -20,7 +20,7 @@ core::arch::global_asm!(
 
 /// The calling thread's state pointer from the TLS slot (null before its first hook).
 #[inline(never)]
-pub fn current() -> *mut ThreadState {
+pub(crate) fn current() -> *mut ThreadState {
     let p: *mut ThreadState;
     // Safety: reads our own TLS slot of the calling thread.
     unsafe {
@@ -36,7 +36,7 @@ pub fn current() -> *mut ThreadState {
 
 /// Stores the calling thread's state pointer in the TLS slot.
 #[inline(never)]
-pub fn set_current(p: *mut ThreadState) {
+pub(crate) fn set_current(p: *mut ThreadState) {
     // Safety: writes our own TLS slot of the calling thread.
     unsafe {
         core::arch::asm!(

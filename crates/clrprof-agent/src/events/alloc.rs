@@ -16,13 +16,13 @@ const SHARDS: usize = 16;
 
 /// (count, bytes) per class, sharded by thread to keep lock contention away.
 #[derive(Default)]
-pub struct ExactCounts {
+pub(crate) struct ExactCounts {
     shards: [Mutex<HashMap<ClassID, (u64, u64)>>; SHARDS],
 }
 
 impl ExactCounts {
     /// Emits the counts gathered since the last drain (on the writer thread).
-    pub fn drain(&self, names: &Names, writer: &Writer, ts: u64) {
+    pub(crate) fn drain(&self, names: &Names, writer: &Writer, ts: u64) {
         let mut all: HashMap<ClassID, (u64, u64)> = HashMap::new();
         for sh in &self.shards {
             let taken = match sh.lock() {
@@ -43,16 +43,16 @@ impl ExactCounts {
 }
 
 /// What [`allocated`] fills (borrowed from `super::Events`).
-pub struct Recorder<'a> {
-    pub alloc: &'a ExactCounts,
-    pub alloc_samples: &'a PendingSamples,
+pub(crate) struct Recorder<'a> {
+    pub(crate) alloc: &'a ExactCounts,
+    pub(crate) alloc_samples: &'a PendingSamples,
 }
 
 impl ExactCounts {
     /// A class is about to unload (`ClassUnloadStarted`, the id still valid): its counts not yet
     /// drained are written now, named through the one class-name cache while the runtime can still
     /// name it (the caller then forgets the name). Later allocations of a reused id start afresh.
-    pub fn unloading(&self, class: ClassID, names: &Names, writer: &Writer, ts: u64) {
+    pub(crate) fn unloading(&self, class: ClassID, names: &Names, writer: &Writer, ts: u64) {
         let (mut count, mut bytes) = (0u64, 0u64);
         for sh in &self.shards {
             if let Ok(mut m) = sh.lock() {
@@ -69,7 +69,7 @@ impl ExactCounts {
     }
 }
 
-pub fn allocated(s: &Context, ev: &Recorder, object: ObjectID, class: ClassID) -> CallbackResult {
+pub(crate) fn allocated(s: &Context, ev: &Recorder, object: ObjectID, class: ClassID) -> CallbackResult {
     let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
     let tid = os_tid();
     let shard = &ev.alloc.shards[tid as usize % SHARDS];
@@ -100,7 +100,7 @@ pub fn allocated(s: &Context, ev: &Recorder, object: ObjectID, class: ClassID) -
 /// each type's sites their shares. A walk costs about as much as 30 to 50 `ObjectAllocated`
 /// callbacks of small objects, so one per 16 KiB (some 500 small objects) keeps the walks a
 /// small part of what the mode costs anyway.
-pub const SITE_SAMPLING_MEAN_BYTES: u64 = 16 * 1024;
+pub(crate) const SITE_SAMPLING_MEAN_BYTES: u64 = 16 * 1024;
 
 /// The allocating thread's byte countdown to its next sampled object, and its random state.
 #[derive(Clone, Copy)]
@@ -164,7 +164,7 @@ fn site_sampled(size: u64) -> bool {
 /// Allocation samples waiting for the writer thread, which packs them into one
 /// `AllocationSamples` record per flush (about a third of a record per sample).
 #[derive(Default)]
-pub struct PendingSamples {
+pub(crate) struct PendingSamples {
     samples: Mutex<Vec<clrprof_trace::AllocationSample>>,
     dropped: std::sync::atomic::AtomicU64,
 }
@@ -173,7 +173,7 @@ pub struct PendingSamples {
 const MAX_PENDING: usize = 1 << 20;
 
 impl PendingSamples {
-    pub fn push(&self, a: clrprof_trace::AllocationSample) {
+    pub(crate) fn push(&self, a: clrprof_trace::AllocationSample) {
         if let Ok(mut v) = self.samples.lock() {
             if v.len() < MAX_PENDING {
                 v.push(a);
@@ -186,7 +186,7 @@ impl PendingSamples {
     }
 
     /// The samples since the last call, packed (in their order).
-    pub fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
+    pub(crate) fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
         let taken = std::mem::take(&mut *self.samples.lock().ok()?);
         if taken.is_empty() {
             return None;
@@ -195,7 +195,7 @@ impl PendingSamples {
     }
 
     /// Writer tick.
-    pub fn publish(&self, w: &Writer) {
+    pub(crate) fn publish(&self, w: &Writer) {
         if let Some(r) = self.take() {
             w.emit(&r.into());
         }

@@ -68,7 +68,7 @@ const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app
 /// runs. Returns the session's id.
-pub fn start(s: &Context, runtime_major: u16) -> Option<u64> {
+pub(crate) fn start(s: &Context, runtime_major: u16) -> Option<u64> {
     let (_, high) = s.info.get_event_mask2().unwrap_or((0, 0));
     if high & clrprof_sys::high::MONITOR_EVENT_PIPE == 0 {
         return None;
@@ -162,7 +162,7 @@ impl<'a> Payload<'a> {
 /// Parses a runtime event payload into a record; `None` for events this module does not use or
 /// payloads that do not parse. `named(class)` says whether an allocation sample's type name was
 /// already written (then it is left empty: the reader keeps names by class id).
-pub fn parse(
+pub(crate) fn parse(
     event_id: u32,
     version: u32,
     data: &[u8],
@@ -322,23 +322,23 @@ fn walk_weight(n: u32, size: u64, budget: &mut dyn FnMut() -> bool) -> Option<u3
 }
 
 /// What the EventPipe recorder fills (borrowed from `super::Events`).
-pub struct Recorder<'a> {
+pub(crate) struct Recorder<'a> {
     /// Allocation samples seen per type (see `super::Events::alloc_types`).
-    pub alloc_types: &'a std::sync::Mutex<std::collections::HashMap<u64, SampledType>>,
-    pub alloc_samples: &'a PendingSamples,
-    pub contention: &'a Contention,
-    pub limiter: &'a Limiter,
+    pub(crate) alloc_types: &'a std::sync::Mutex<std::collections::HashMap<u64, SampledType>>,
+    pub(crate) alloc_samples: &'a PendingSamples,
+    pub(crate) contention: &'a Contention,
+    pub(crate) limiter: &'a Limiter,
 }
 
 /// What the agent knows of a type seen in allocation samples.
 #[derive(Clone, Copy, Default)]
-pub struct SampledType {
+pub(crate) struct SampledType {
     samples: u32,
     named: bool,
 }
 
 /// Forgets an unloaded class (its id may be reused for another type).
-pub fn forget_class(ev: &Recorder, class: u64) {
+pub(crate) fn forget_class(ev: &Recorder, class: u64) {
     if let Ok(mut m) = ev.alloc_types.lock() {
         m.remove(&class);
     }
@@ -411,7 +411,7 @@ fn failfast_message(event_id: u32, version: u32, data: &[u8]) -> Option<String> 
 /// round — the hooks' call counts and times as at the end, every thread's buffer — so the trace
 /// keeps the process's last moments. Bounded waits: the thread waits for the sampler and the
 /// writer threads, which never wait for it. Once per process.
-pub fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
+pub(crate) fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
     static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if ONCE.swap(true, std::sync::atomic::Ordering::AcqRel) || s.is_stopped() {
         return;
@@ -430,7 +430,7 @@ pub fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
     );
 }
 
-pub fn delivered(
+pub(crate) fn delivered(
     s: &Context,
     ev: &Recorder,
     sampler: Option<&Sampler>,

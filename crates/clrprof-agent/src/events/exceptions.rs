@@ -30,26 +30,26 @@ const WINDOW_NS: u64 = mode::WINDOW_NS;
 const PAUSE_NS: u64 = mode::PAUSE_NS;
 
 /// What the exception recorder fills (borrowed from `super::Events`).
-pub struct Recorder<'a> {
-    pub limiter: &'a Limiter,
+pub(crate) struct Recorder<'a> {
+    pub(crate) limiter: &'a Limiter,
     /// Throws seen per exception type (to sample throw stacks).
-    pub throws: &'a Mutex<std::collections::HashMap<ClassID, u32>>,
-    pub exception_counts: &'a ExceptionCountsState,
+    pub(crate) throws: &'a Mutex<std::collections::HashMap<ClassID, u32>>,
+    pub(crate) exception_counts: &'a ExceptionCountsState,
     /// Tells when an exception object's address may name another object (a GC ran).
-    pub gc: &'a GcState,
+    pub(crate) gc: &'a GcState,
 }
 
 /// The exception storm rate limit: a token bucket on observed throws, checked on the writer
 /// thread's tick, which switches `COR_PRF_MONITOR_EXCEPTIONS` off and on (a mutable flag).
 #[derive(Default)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     /// Throws seen by the `ExceptionThrown` callback.
     observed: AtomicU64,
     /// Throws counted from the runtime's `ExceptionThrown_V1` events (every one, paused or not),
     /// and the count last written.
-    pub runtime_thrown: AtomicU64,
+    pub(crate) runtime_thrown: AtomicU64,
     /// Of those, the ones flagged as rethrows.
-    pub runtime_rethrown: AtomicU64,
+    pub(crate) runtime_rethrown: AtomicU64,
     runtime_written: AtomicU64,
     /// Bumped each time the callbacks come back: steps of an exception thrown in an earlier epoch
     /// were partly missed, so its catch is not reported.
@@ -71,7 +71,7 @@ struct Control {
 
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
-    pub fn tick(&self, s: &Context, ev: &Recorder, w: &Writer) {
+    pub(crate) fn tick(&self, s: &Context, ev: &Recorder, w: &Writer) {
         // Rethrows are counted before their throw event's total (a reader never sees more
         // rethrows than throws).
         let rethrown = self.runtime_rethrown.load(Ordering::Relaxed);
@@ -180,7 +180,7 @@ fn is_rethrow(ev: &Recorder, object: ObjectID) -> bool {
 }
 
 /// The object a `catch` received (`ExceptionCatcherEnter`), at its current address.
-pub fn caught_object(ev: &Recorder, object: ObjectID) {
+pub(crate) fn caught_object(ev: &Recorder, object: ObjectID) {
     remember(ev, object);
 }
 
@@ -207,7 +207,7 @@ fn remember(ev: &Recorder, object: ObjectID) -> bool {
         .unwrap_or(false)
 }
 
-pub fn thrown(s: &Context, ev: &Recorder, object: ObjectID) -> CallbackResult {
+pub(crate) fn thrown(s: &Context, ev: &Recorder, object: ObjectID) -> CallbackResult {
     let rethrow = is_rethrow(ev, object);
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class);
@@ -282,7 +282,7 @@ thread_local! {
 /// Deepest nesting of exceptions in flight tracked per thread.
 const MAX_IN_FLIGHT: usize = 64;
 
-pub fn phase(s: &Context, ev: &Recorder, phase: u8, function: FunctionID) -> CallbackResult {
+pub(crate) fn phase(s: &Context, ev: &Recorder, phase: u8, function: FunctionID) -> CallbackResult {
     if s.config.events {
         // The event log wants every step with its time.
         s.emit(ExceptionPhase { ts: s.now(), os_tid: os_tid(), phase, function: function as u64 });

@@ -14,17 +14,17 @@ const SUSPEND_FOR_GC: u32 = 1;
 const SUSPEND_FOR_GC_PREP: u32 = 6;
 
 /// A suspension for a collection (`COR_PRF_SUSPEND_FOR_GC` or `_GC_PREP`).
-pub fn is_gc_suspension(reason: u32) -> bool {
+pub(crate) fn is_gc_suspension(reason: u32) -> bool {
     reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP
 }
 
 #[derive(Default)]
-pub struct GcState {
+pub(crate) struct GcState {
     /// The suspension in progress was recorded (suspensions never overlap).
     suspension_recorded: AtomicBool,
     /// Bumped at every GC start and finish: an object's address names the same object only
     /// between two changes (a GC moves objects and frees memory for reuse).
-    pub epoch: AtomicU64,
+    pub(crate) epoch: AtomicU64,
 }
 
 /// Used bytes per generation (gen0, gen1, gen2, LOH, POH). `GetGenerationBounds` is allowed in
@@ -44,7 +44,7 @@ fn heap_sizes(s: &Context) -> Vec<u64> {
 }
 
 /// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
-pub fn started(s: &Context, ev: &GcState, collected: &[BOOL], reason: u32) -> CallbackResult {
+pub(crate) fn started(s: &Context, ev: &GcState, collected: &[BOOL], reason: u32) -> CallbackResult {
     ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(()); // on for the exceptions' rethrow detection only
@@ -55,7 +55,7 @@ pub fn started(s: &Context, ev: &GcState, collected: &[BOOL], reason: u32) -> Ca
     Ok(())
 }
 
-pub fn finished(s: &Context, ev: &GcState) -> CallbackResult {
+pub(crate) fn finished(s: &Context, ev: &GcState) -> CallbackResult {
     ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(());
@@ -64,7 +64,7 @@ pub fn finished(s: &Context, ev: &GcState) -> CallbackResult {
     Ok(())
 }
 
-pub fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult {
+pub(crate) fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult {
     let keep = s.config.events || reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP;
     ev.suspension_recorded.store(keep, Ordering::Relaxed);
     if keep {
@@ -73,7 +73,7 @@ pub fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult
     Ok(())
 }
 
-pub fn resume_finished(s: &Context, ev: &GcState) -> CallbackResult {
+pub(crate) fn resume_finished(s: &Context, ev: &GcState) -> CallbackResult {
     if ev.suspension_recorded.swap(false, Ordering::Relaxed) {
         s.emit(RuntimeResumed { ts: s.now(), os_tid: os_tid() });
     }

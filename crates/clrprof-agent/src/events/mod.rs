@@ -1,17 +1,17 @@
-//! Runtime events (issue 5): exceptions, garbage collections and suspensions, allocations
+//! Runtime events: exceptions, garbage collections and suspensions, allocations
 //! (exact through `ObjectAllocated`, sampled through an in-process EventPipe session).
 //!
 //! Every callback here runs in a restricted context (cooperative mode, GC callbacks, EventPipe
 //! delivery on the emitting thread): no blocking beyond short uncontended locks, no Info call
 //! that can trigger a GC, payloads copied before returning.
 
-pub mod alloc;
-pub mod contention;
-pub mod eventpipe;
-pub mod exc_counts;
-pub mod exceptions;
-pub mod gc;
-pub mod stack;
+pub(crate) mod alloc;
+pub(crate) mod contention;
+pub(crate) mod eventpipe;
+pub(crate) mod exc_counts;
+pub(crate) mod exceptions;
+pub(crate) mod gc;
+pub(crate) mod stack;
 
 use clrprof_sys::{high, monitor};
 
@@ -19,26 +19,26 @@ use crate::config::{AllocMode, Config};
 
 /// Per-process state of the runtime-event recorders.
 #[derive(Default)]
-pub struct Events {
-    pub alloc: alloc::ExactCounts,
-    pub gc: gc::GcState,
+pub(crate) struct Events {
+    pub(crate) alloc: alloc::ExactCounts,
+    pub(crate) gc: gc::GcState,
     /// The exception storm rate limit.
-    pub limiter: exceptions::Limiter,
+    pub(crate) limiter: exceptions::Limiter,
     /// Throws seen per exception type (to sample throw stacks).
-    pub throws: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
+    pub(crate) throws: std::sync::Mutex<std::collections::HashMap<clrprof_sys::ClassID, u32>>,
     /// Allocation samples seen per type: how many (to sample their stack walks) and whether the
     /// type's name was written (with its first sample only).
-    pub alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
+    pub(crate) alloc_types: std::sync::Mutex<std::collections::HashMap<u64, eventpipe::SampledType>>,
     /// Monitor contention counted per waiting stack (unless the event log keeps every one).
-    pub contention: contention::Contention,
+    pub(crate) contention: contention::Contention,
     /// Allocation samples waiting to be packed by the writer thread.
-    pub alloc_samples: alloc::PendingSamples,
+    pub(crate) alloc_samples: alloc::PendingSamples,
     /// Caught exceptions counted in the agent (under the storm rate limit, the default).
-    pub exception_counts: exc_counts::ExceptionCountsState,
+    pub(crate) exception_counts: exc_counts::ExceptionCountsState,
 }
 
 /// Event-mask bits (low, high) the configuration needs.
-pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
+pub(crate) fn mask(config: &Config, info_version: u32) -> (u32, u32) {
     let mut low = 0;
     let mut high = 0;
     if config.exceptions {
@@ -73,7 +73,7 @@ pub fn mask(config: &Config, info_version: u32) -> (u32, u32) {
 
 impl Events {
     /// What the exception recorder fills.
-    pub fn exceptions(&self) -> exceptions::Recorder<'_> {
+    pub(crate) fn exceptions(&self) -> exceptions::Recorder<'_> {
         exceptions::Recorder {
             limiter: &self.limiter,
             throws: &self.throws,
@@ -83,7 +83,7 @@ impl Events {
     }
 
     /// What the EventPipe recorder fills.
-    pub fn eventpipe(&self) -> eventpipe::Recorder<'_> {
+    pub(crate) fn eventpipe(&self) -> eventpipe::Recorder<'_> {
         eventpipe::Recorder {
             alloc_types: &self.alloc_types,
             alloc_samples: &self.alloc_samples,
@@ -93,7 +93,7 @@ impl Events {
     }
 
     /// What the exact allocation recorder fills.
-    pub fn alloc(&self) -> alloc::Recorder<'_> {
+    pub(crate) fn alloc(&self) -> alloc::Recorder<'_> {
         alloc::Recorder { alloc: &self.alloc, alloc_samples: &self.alloc_samples }
     }
 }

@@ -37,7 +37,7 @@ static WALK_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// The current thread's managed stack as FunctionIDs, innermost first (`DoStackSnapshot` of the
 /// current thread, which is synchronous and allowed in any callback on that thread).
-pub fn current_stack(s: &Context) -> Vec<u64> {
+pub(crate) fn current_stack(s: &Context) -> Vec<u64> {
     let mut stack: Vec<u64> = Vec::with_capacity(32);
     // Safety: `collect_frame` treats the data pointer as the `Vec<u64>` given here; the walk of the
     // current thread is synchronous, so the vector outlives it.

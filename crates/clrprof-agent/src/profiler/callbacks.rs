@@ -306,7 +306,7 @@ impl ProfilerCallback for Profiler {
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::suspend_started();
         }
-        // Runtime events (issue 5): GC pauses, and every suspension in the event log.
+        // Runtime events: GC pauses, and every suspension in the event log.
         self.state().map_or(Ok(()), |s| gc::suspend_started(s, &s.events.gc, reason))
     }
 

@@ -25,7 +25,7 @@ enum Deferred {
 /// found by `JITCachedFunctionSearchFinished`); the writer thread looks their code up before each
 /// flush and emits them.
 #[derive(Default)]
-pub struct PendingCode {
+pub(crate) struct PendingCode {
     items: Mutex<Vec<(FunctionCompiled, u32)>>,
 }
 
@@ -56,9 +56,9 @@ impl PendingCode {
 
 /// The loads/JIT recorder's queues: what the runtime reported and is named later.
 #[derive(Default)]
-pub struct Functions {
+pub(crate) struct Functions {
     /// Precompiled code not published yet when reported (see [`PendingCode`]).
-    pub pending_code: Arc<PendingCode>,
+    pub(crate) pending_code: Arc<PendingCode>,
     /// Functions and classes reported by the runtime whose names are resolved off the app's
     /// threads, by the writer thread before each flush. Only non-collectible modules' ids are
     /// queued: those never die.
@@ -70,7 +70,7 @@ pub struct Functions {
 impl Functions {
     /// True when `module` can unload (a collectible assembly context): ids of its functions and
     /// classes die then, so they are never looked up later from another thread.
-    pub fn is_collectible(&self, cx: &Context, module: ModuleID) -> bool {
+    pub(crate) fn is_collectible(&self, cx: &Context, module: ModuleID) -> bool {
         if module == 0 {
             return false;
         }
@@ -132,7 +132,7 @@ impl Functions {
     }
 
     /// Resolves and emits everything queued so far (writer thread, or an unloading callback).
-    pub fn resolve_deferred(&self, cx: &Context, w: &Writer) {
+    pub(crate) fn resolve_deferred(&self, cx: &Context, w: &Writer) {
         let items = match self.deferred.lock() {
             Ok(mut q) => std::mem::take(&mut *q),
             Err(_) => return,

@@ -28,25 +28,24 @@ use crate::context::Context;
 use crate::os::os_tid;
 
 use functions::Functions;
-pub use functions::PendingCode;
 
 /// The profiler's state: the recorders' [`Context`] and the recorders. It derefs to its
 /// context, so the profiler's methods read `s.info`, `s.writer`, `s.now()` as the recorders do.
-pub struct State {
-    pub cx: Context,
+pub(crate) struct State {
+    pub(crate) cx: Context,
     started: Mutex<HashMap<(u32, usize), u64>>,
     /// The loads/JIT recorder's queues.
     functions: Functions,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
-    pub sampler: Option<Arc<crate::sampler::Sampler>>,
+    pub(crate) sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
-    pub instrumentation: Option<crate::elt::Instrumentation>,
+    pub(crate) instrumentation: Option<crate::elt::Instrumentation>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
-    pub events: Arc<crate::events::Events>,
+    pub(crate) events: Arc<crate::events::Events>,
     /// Where the trace is written.
-    pub trace_path: String,
+    pub(crate) trace_path: String,
     /// The in-process EventPipe session (0 when none), stopped before an attach session detaches.
-    pub eventpipe_session: AtomicU64,
+    pub(crate) eventpipe_session: AtomicU64,
 }
 
 impl std::ops::Deref for State {
@@ -106,7 +105,7 @@ fn allow_new_profiler() {
 }
 
 /// The profiler object handed to the runtime.
-pub struct Profiler {
+pub(crate) struct Profiler {
     state: OnceLock<State>,
 }
 
@@ -117,7 +116,7 @@ impl Default for Profiler {
 }
 
 impl Profiler {
-    pub fn new() -> Profiler {
+    pub(crate) fn new() -> Profiler {
         Profiler { state: OnceLock::new() }
     }
 

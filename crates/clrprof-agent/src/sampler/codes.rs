@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Most OSR code ranges the handler knows (later ones are walked the ordinary way).
-pub const MAX_OSR_RANGES: usize = 4096;
+pub(crate) const MAX_OSR_RANGES: usize = 4096;
 /// Most frameless code ranges the handler knows (later ones lose their callers, as before).
-pub const MAX_FRAMELESS_RANGES: usize = 16384;
+pub(crate) const MAX_FRAMELESS_RANGES: usize = 16384;
 
 /// Code ranges shared with the signal handler, sorted by start, each with a word of information.
 /// One writer at a time (serialized by `writer`, not on the signal path) inserts; the handler only
@@ -177,16 +177,16 @@ pub(super) static OSR: CodeTable<MAX_OSR_RANGES> = CodeTable::new();
 pub(super) static FRAMELESS: CodeTable<MAX_FRAMELESS_RANGES> = CodeTable::new();
 
 /// Most native code mappings whose unwind rules the handler knows.
-pub const MAX_NATIVE_RANGES: usize = 1024;
+pub(crate) const MAX_NATIVE_RANGES: usize = 1024;
 /// Most executable mappings the handler knows.
-pub const MAX_EXEC_RANGES: usize = 4096;
+pub(crate) const MAX_EXEC_RANGES: usize = 4096;
 /// Every executable mapping (native code, managed images, JIT code heaps): a return address
 /// read from a frame record must lie in one, or the record is no frame record.
 pub(super) static EXEC: CodeTable<MAX_EXEC_RANGES> = CodeTable::new();
 
 /// Makes an executable mapping known to the handler (not on the signal path); one known by its
 /// start grows with it. False when the table is full.
-pub fn add_exec_range(start: u64, end: u64) -> bool {
+pub(crate) fn add_exec_range(start: u64, end: u64) -> bool {
     EXEC.add_or_grow(start, end, 0)
 }
 
@@ -196,14 +196,14 @@ pub(super) static NATIVE: CodeTable<MAX_NATIVE_RANGES> = CodeTable::new();
 
 /// The unwind rules of one mapping of native code: a mapped address `ip` is the file's virtual
 /// address `ip - bias`.
-pub struct NativeRules {
-    pub bias: u64,
-    pub rows: &'static [u64],
+pub(crate) struct NativeRules {
+    pub(crate) bias: u64,
+    pub(crate) rows: &'static [u64],
 }
 
 /// Makes the unwind rules of the native code mapped at `[start, end)` known to the handler (not on
 /// the signal path: it takes a lock). False when the table is full.
-pub fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> bool {
+pub(crate) fn add_native_code(start: u64, end: u64, rules: &'static NativeRules) -> bool {
     NATIVE.add(start, end, rules as *const NativeRules as u64)
 }
 
@@ -225,12 +225,12 @@ pub(super) fn page_bit(ip: u64) -> (usize, u64) {
 
 /// Makes `[start, end)` known to the handler as the code of an OSR method version. False when the
 /// table is full or the range is empty (not on the signal path: it takes a lock).
-pub fn add_osr_code(start: u64, end: u64) -> bool {
+pub(crate) fn add_osr_code(start: u64, end: u64) -> bool {
     OSR.add(start, end, 0)
 }
 
 /// True when `ip` is in a known OSR code range (not on the signal path).
-pub fn osr_code_known(ip: u64) -> bool {
+pub(crate) fn osr_code_known(ip: u64) -> bool {
     OSR.known(ip).is_some()
 }
 
@@ -241,9 +241,9 @@ pub fn osr_code_known(ip: u64) -> bool {
 /// epilog (outgoing arguments have a fixed area; `localloc` requires an RBP frame). Calls are
 /// only made after the prolog, so at a return address into such code the frame is complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FramelessFrame {
-    pub size: u32,
-    pub prolog: u32,
+pub(crate) struct FramelessFrame {
+    pub(crate) size: u32,
+    pub(crate) prolog: u32,
 }
 
 impl FramelessFrame {
@@ -258,17 +258,17 @@ impl FramelessFrame {
 /// Makes `[start, end)` known to the handler as code of a frameless code version whose entry is
 /// `start` (not on the signal path: it takes a lock). False when the table is full or the range
 /// is empty.
-pub fn add_frameless_code(start: u64, end: u64, frame: FramelessFrame) -> bool {
+pub(crate) fn add_frameless_code(start: u64, end: u64, frame: FramelessFrame) -> bool {
     FRAMELESS.add(start, end, frame.pack())
 }
 
 /// Forgets the frameless code range starting at `start` (its code is about to be freed: a
 /// DynamicMethod or a collectible module unloads). Not on the signal path.
-pub fn remove_frameless_code(start: u64) -> bool {
+pub(crate) fn remove_frameless_code(start: u64) -> bool {
     FRAMELESS.remove(start)
 }
 
 /// True when `ip` is in a known frameless code range (not on the signal path).
-pub fn frameless_code_known(ip: u64) -> bool {
+pub(crate) fn frameless_code_known(ip: u64) -> bool {
     FRAMELESS.known(ip).is_some()
 }

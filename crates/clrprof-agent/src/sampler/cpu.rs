@@ -25,7 +25,7 @@ static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Installs the `SIGPROF` handler (once), keeping the previous disposition for chaining.
-pub fn install_handler() -> std::io::Result<()> {
+pub(crate) fn install_handler() -> std::io::Result<()> {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
@@ -50,7 +50,7 @@ pub fn install_handler() -> std::io::Result<()> {
 /// Registers the calling thread (`ThreadAssignedToOSThread` runs on it): records its stack bounds
 /// and, when `period_ns` is set, starts its CPU-time timer. Returns the slot (None when the table
 /// is full) and the reason the timer could not be started, if any.
-pub fn register_current(
+pub(crate) fn register_current(
     os_tid: u32,
     thread_id: usize,
     period_ns: Option<u64>,
@@ -90,7 +90,7 @@ pub fn register_current(
 }
 
 /// Stops a thread's timer and hands its slot to the sampler for a last drain.
-pub fn unregister(slot: &Slot) {
+pub(crate) fn unregister(slot: &Slot) {
     let t = slot.timer.swap(-1, Ordering::AcqRel);
     if t >= 0 {
         // Safety: deletes a timer this module created.

@@ -23,18 +23,18 @@
 //! suspension interval away, and the old stack used to keep that time. Blocked time whose stack is
 //! not known yet waits for the walk instead of going to the stack the thread ran before it blocked.
 
-pub mod build_id;
-pub mod cfi;
-pub mod codes;
-pub mod cpu;
-pub mod native;
-pub mod prolog;
+pub(crate) mod build_id;
+pub(crate) mod cfi;
+pub(crate) mod codes;
+pub(crate) mod cpu;
+pub(crate) mod native;
+pub(crate) mod prolog;
 mod publish;
-pub mod slot;
+pub(crate) mod slot;
 #[cfg(test)]
 mod tests;
 mod unwind;
-pub mod wall;
+pub(crate) mod wall;
 mod wall_time;
 
 use std::collections::HashMap;
@@ -52,7 +52,7 @@ use crate::writer::Writer;
 use crate::{log_info, log_warn};
 
 /// Highest wall-clock tick rate (each tick reads every thread's CPU clock).
-pub const MAX_WALL_HZ: u32 = 250;
+pub(crate) const MAX_WALL_HZ: u32 = 250;
 /// Stacks interned before the table is reset (ids are then redefined).
 const MAX_INTERNED: usize = 200_000;
 /// Shortest time between two runtime suspensions of the wall sampler.
@@ -79,7 +79,7 @@ struct Stats {
 }
 
 /// The sampler: started at `Initialize`, stopped at `Shutdown` before the writer.
-pub struct Sampler {
+pub(crate) struct Sampler {
     info: ProfilerInfo,
     writer: Arc<Writer>,
     start: Instant,
@@ -149,7 +149,7 @@ struct NativeRulesState {
 }
 
 impl Sampler {
-    pub fn new(
+    pub(crate) fn new(
         info: ProfilerInfo,
         writer: Arc<Writer>,
         start: Instant,
@@ -182,7 +182,7 @@ impl Sampler {
     /// Attach: names sampled addresses in managed images that no code callback reported
     /// (ReadyToRun code loaded before the agent) through `GetFunctionFromIP`, and calls `found`
     /// once for each function found that way.
-    pub fn name_precompiled_code(&self, found: Box<dyn Fn(FunctionID) + Send + Sync>) {
+    pub(crate) fn name_precompiled_code(&self, found: Box<dyn Fn(FunctionID) + Send + Sync>) {
         let _ = self.precompiled_found.set(found);
     }
 
@@ -259,7 +259,7 @@ impl Sampler {
     }
 
     /// Installs the signal handler and starts the sampler thread.
-    pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
+    pub(crate) fn start(self: &Arc<Self>) -> std::io::Result<()> {
         // The unwind rules of the C library and of the agent itself, before any thread is
         // sampled: the code without frame pointers that every thread runs from the start (system
         // call wrappers, allocation, the agent's callbacks) is walked from the first sample on.
@@ -301,7 +301,7 @@ impl Sampler {
     /// Makes the sampler thread drain the CPU samples and write its pending wall samples at its
     /// next tick, and waits for it, `timeout` at most: for a thread that knows the process is about
     /// to die. Returns whether it was done.
-    pub fn flush_urgently(&self, timeout: Duration) -> bool {
+    pub(crate) fn flush_urgently(&self, timeout: Duration) -> bool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
@@ -316,7 +316,7 @@ impl Sampler {
         true
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         if self.stop.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -341,7 +341,7 @@ impl Sampler {
     }
 
     /// `ThreadAssignedToOSThread`, on the thread itself.
-    pub fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
+    pub(crate) fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
         if self.stop.load(Ordering::Acquire) {
             return;
         }
@@ -360,7 +360,7 @@ impl Sampler {
     }
 
     /// `ThreadDestroyed`: waits for an in-flight walk, then retires the thread's slot.
-    pub fn thread_destroyed(&self, id: ThreadID) {
+    pub(crate) fn thread_destroyed(&self, id: ThreadID) {
         // Its wall time ends now, not when an in-flight walk lets go of the lock (ticks leave a
         // dying thread alone).
         if let Some(s) = slot::slot_of_thread(id) {

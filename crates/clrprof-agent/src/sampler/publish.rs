@@ -22,7 +22,7 @@ impl Sampler {
     /// DynamicMethod) and taken back by [`Sampler::code_unloading`]. A JIT compilation that gave
     /// the function a second code version may be an OSR version, which the running tier-0 frame
     /// enters as soon as this callback returns: it is made known to the signal handler at once.
-    pub fn code_compiled(&self, id: FunctionID, unloads_with: Option<u64>, jitted: bool) {
+    pub(crate) fn code_compiled(&self, id: FunctionID, unloads_with: Option<u64>, jitted: bool) {
         let Some(key) = unloads_with else {
             if jitted {
                 self.add_osr_versions(id);
@@ -93,7 +93,7 @@ impl Sampler {
     /// A DynamicMethod or a collectible module is about to be freed (`DynamicMethodUnloaded`,
     /// `ModuleUnloadStarted`): its frameless code leaves the signal handler's table first, so code
     /// compiled later at the same addresses is never walked with its frame size.
-    pub fn code_unloading(&self, key: u64) {
+    pub(crate) fn code_unloading(&self, key: u64) {
         if let Ok(mut d) = self.dynamic_code.lock() {
             for a in d.by_key.remove(&key).unwrap_or_default() {
                 d.ranges.remove(&a);

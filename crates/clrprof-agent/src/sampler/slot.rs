@@ -18,10 +18,10 @@ use crate::activity::Activities;
 use crate::os::{os_tid, stack_mapping, syscall_sp, thread_cpu_ns};
 
 /// Deepest stack the handler records (async-profiler's default depth).
-pub const MAX_FRAMES: usize = 2048;
+pub(crate) const MAX_FRAMES: usize = 2048;
 /// Words of a thread's ring of samples: the samples a thread can hold between two drains of the
 /// sampler thread, [`RECORD_HEADER`] words each plus one per IP.
-pub const RING_WORDS: usize = 16 * 1024;
+pub(crate) const RING_WORDS: usize = 16 * 1024;
 /// Words before a record's IPs: the number of IPs (or [`SKIP`]), the word at SP, the activity,
 /// the activity's sequence number.
 pub(super) const RECORD_HEADER: usize = 4;
@@ -29,23 +29,23 @@ pub(super) const RECORD_HEADER: usize = 4;
 /// at the ring's start.
 pub(super) const SKIP: u64 = u64::MAX;
 /// Most threads the sampler tracks at once (slots are reused after a thread dies).
-pub const MAX_SLOTS: usize = 8192;
+pub(crate) const MAX_SLOTS: usize = 8192;
 pub(super) const MAGIC: u64 = 0x636c_7270_726f_6631;
 
 /// Slot states.
-pub const FREE: u32 = 0;
-pub const ACTIVE: u32 = 1;
+pub(crate) const FREE: u32 = 0;
+pub(crate) const ACTIVE: u32 = 1;
 /// The thread is gone; the sampler drains what is left, then frees the slot.
-pub const DEAD: u32 = 2;
+pub(crate) const DEAD: u32 = 2;
 
 /// Per-thread sampling state shared between the thread's signal handler (producer) and the
 /// sampler thread (consumer). Slots are allocated once and never freed.
-pub struct Slot {
+pub(crate) struct Slot {
     pub(super) magic: u64,
-    pub state: AtomicU32,
-    pub os_tid: AtomicU32,
+    pub(crate) state: AtomicU32,
+    pub(crate) os_tid: AtomicU32,
     /// The runtime's ThreadID.
-    pub thread_id: AtomicUsize,
+    pub(crate) thread_id: AtomicUsize,
     pub(super) stack_lo: AtomicU64,
     pub(super) stack_hi: AtomicU64,
     /// The interrupted SP of the latest sample taken while the stack bounds were unknown (a
@@ -68,17 +68,17 @@ pub struct Slot {
     pub(super) tail: AtomicU64,
     /// Samples recorded (wrapping).
     pub(super) taken: AtomicU32,
-    pub dropped: AtomicU64,
+    pub(crate) dropped: AtomicU64,
     /// CPU time (ns) read when the thread died, for the last drain.
-    pub final_cpu_ns: AtomicU64,
+    pub(crate) final_cpu_ns: AtomicU64,
     /// Its run-queue wait (ns, `schedstat`) read when the thread died, `u64::MAX` when unknown.
-    pub final_runq_ns: AtomicU64,
+    pub(crate) final_runq_ns: AtomicU64,
     /// CPU time (ns) the thread had used when it was registered.
-    pub start_cpu_ns: AtomicU64,
+    pub(crate) start_cpu_ns: AtomicU64,
     /// When the thread was registered and when it died (ns since the agent started; 0 until
     /// known), set by the sampler: its wall time runs from one to the other.
-    pub registered_ns: AtomicU64,
-    pub died_ns: AtomicU64,
+    pub(crate) registered_ns: AtomicU64,
+    pub(crate) died_ns: AtomicU64,
     /// The runtime work in progress on the thread, written by its own callbacks and read by its
     /// signal handler.
     pub(crate) activities: Activities,
@@ -131,7 +131,7 @@ impl Slot {
 
     /// Hands the samples recorded since the last call to `f` (IPs leaf first, the word at SP, the
     /// activity and its sequence number), oldest first (sampler thread only). Returns how many.
-    pub fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32)) -> usize {
+    pub(crate) fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32)) -> usize {
         let mut t = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
         if self.ring.is_null() {
@@ -165,24 +165,24 @@ impl Slot {
     }
 
     /// The thread's CPU time so far, ns (None once the thread is gone).
-    pub fn cpu_ns(&self) -> Option<u64> {
+    pub(crate) fn cpu_ns(&self) -> Option<u64> {
         thread_cpu_ns(self.os_tid.load(Ordering::Relaxed))
     }
 
     /// The runtime work the thread is doing now ([`Activities::now`]). Async-signal-safe.
-    pub fn activity(&self) -> u64 {
+    pub(crate) fn activity(&self) -> u64 {
         self.activities.now()
     }
 
     /// [`Slot::activity`] and the sequence number of its begin ([`Activities::now_and_seq`]).
     #[inline(always)]
-    pub fn activity_and_seq(&self) -> (u64, u32) {
+    pub(crate) fn activity_and_seq(&self) -> (u64, u32) {
         self.activities.now_and_seq()
     }
 
     /// The sampler saw this thread run managed code with work that never runs managed code
     /// innermost: see [`Activities::discard`]. Any thread may call this.
-    pub fn discard_activities(&self, seq: u32) {
+    pub(crate) fn discard_activities(&self, seq: u32) {
         self.activities.discard(seq);
     }
 }
@@ -219,21 +219,21 @@ pub(super) fn current() -> Option<&'static Slot> {
 }
 
 /// The calling thread starts runtime work `word` ([`Activities::begin`]).
-pub fn activity_begin(word: u64) {
+pub(crate) fn activity_begin(word: u64) {
     if let Some(s) = current() {
         s.activities.begin(word);
     }
 }
 
 /// The calling thread finished runtime work `word` ([`Activities::end`]).
-pub fn activity_end(word: u64) {
+pub(crate) fn activity_end(word: u64) {
     if let Some(s) = current() {
         s.activities.end(word);
     }
 }
 
 /// A managed `catch` runs on the calling thread ([`Activities::unwound`]).
-pub fn activity_unwound() {
+pub(crate) fn activity_unwound() {
     if let Some(s) = current() {
         s.activities.unwound();
     }
@@ -241,13 +241,13 @@ pub fn activity_unwound() {
 
 /// Samples the calling thread's handler has taken so far (wrapping), None when the thread is
 /// not sampled.
-pub fn samples_taken() -> Option<u32> {
+pub(crate) fn samples_taken() -> Option<u32> {
     current().map(|s| s.taken.load(Ordering::Relaxed).wrapping_add(s.dropped.load(Ordering::Relaxed) as u32))
 }
 
 /// Sets or clears a GC bit ([`crate::activity::IN_GC`], [`crate::activity::IN_GC_SUSPENSION`])
 /// of the calling thread.
-pub fn activity_gc(bit: u32, on: bool) {
+pub(crate) fn activity_gc(bit: u32, on: bool) {
     if let Some(s) = current() {
         s.activities.set_gc(bit, on);
     }
@@ -255,7 +255,7 @@ pub fn activity_gc(bit: u32, on: bool) {
 
 /// The calling thread starts (`ExceptionThrown`) or ends (`ExceptionCatcherEnter`) an exception
 /// dispatch.
-pub fn activity_exception(on: bool) {
+pub(crate) fn activity_exception(on: bool) {
     if let Some(s) = current() {
         s.activities.set_exception(on);
     }
@@ -263,14 +263,14 @@ pub fn activity_exception(on: bool) {
 
 /// Clears every thread's exception-dispatch mark: when the exception callbacks are paused, the
 /// catches that would clear them are not seen.
-pub fn clear_exception_activity() {
+pub(crate) fn clear_exception_activity() {
     for s in slots() {
         s.activities.set_exception(false);
     }
 }
 
 /// Every slot ever allocated (some may be free).
-pub fn slots() -> impl Iterator<Item = &'static Slot> {
+pub(crate) fn slots() -> impl Iterator<Item = &'static Slot> {
     let n = SLOT_COUNT.load(Ordering::Acquire).min(MAX_SLOTS);
     (0..n).filter_map(|i| {
         let p = SLOTS[i].load(Ordering::Acquire);
@@ -280,7 +280,7 @@ pub fn slots() -> impl Iterator<Item = &'static Slot> {
 }
 
 /// The active slot of a runtime thread.
-pub fn slot_of_thread(thread_id: usize) -> Option<&'static Slot> {
+pub(crate) fn slot_of_thread(thread_id: usize) -> Option<&'static Slot> {
     slots().find(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.thread_id.load(Ordering::Relaxed) == thread_id)
 }
 
@@ -314,7 +314,7 @@ pub(super) fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
 }
 
 /// Marks a drained dead slot reusable (sampler thread only).
-pub fn release(slot: &Slot) {
+pub(crate) fn release(slot: &Slot) {
     slot.thread_id.store(0, Ordering::Relaxed);
     slot.state.store(FREE, Ordering::Release);
 }
@@ -325,7 +325,7 @@ pub fn release(slot: &Slot) {
 /// in its stack's mapping. Called on the sampler thread after it published the code known so
 /// far; returns the slots that start recording now (their CPU time counts from now). Cheap when
 /// no thread waits.
-pub fn learn_stack_bounds() -> Vec<&'static Slot> {
+pub(crate) fn learn_stack_bounds() -> Vec<&'static Slot> {
     let mut known = Vec::new();
     let pending: Vec<&'static Slot> =
         slots().filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.probe.load(Ordering::Acquire) != 0).collect();

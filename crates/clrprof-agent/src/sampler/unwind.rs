@@ -14,7 +14,7 @@
 //! `genOSRRecordTier0CalleeSavedRegistersAndFrame` in `jit/codegenxarch.cpp`). Walked the usual
 //! way, the fake slot reads as the return address and the tier-0 frame's real one is skipped: the
 //! OSR method's caller is lost. The agent publishes the code ranges of OSR versions
-//! ([`add_osr_code`]); when a frame's code is OSR code, the walk moves up to the tier-0 frame —
+//! ([`super::codes::add_osr_code`]); when a frame's code is OSR code, the walk moves up to the tier-0 frame —
 //! the slot above the fake one that holds the same saved RBP — and reads the return address there,
 //! as the runtime's own unwinder does from the OSR method's unwind info (which describes the
 //! tier-0 frame too).
@@ -23,13 +23,13 @@
 //! leaves RBP as its caller's (RBP is never a scratch register in x64 JIT code), so the walk from
 //! its callee's frame goes straight to its caller's frame and loses its caller. The agent reads
 //! the prolog of each code version and publishes the frameless ones with their frame size
-//! ([`add_frameless_code`]); when a return address read from the stack points into such code past
+//! ([`super::codes::add_frameless_code`]); when a return address read from the stack points into such code past
 //! its prolog, that code's SP at the call was just above the return slot, and its own return
 //! address lies its frame size higher: the walk records it (and goes on when it is frameless code
 //! too), reading only between the two frame records. The runtime's unwinder gets the same size
 //! from the method's unwind info, which the profiling API does not expose. Code the runtime can
 //! free (DynamicMethods, collectible modules) is published when it is compiled and removed at its
-//! unload callback, before the runtime frees it ([`remove_frameless_code`]).
+//! unload callback, before the runtime frees it ([`super::codes::remove_frameless_code`]).
 
 use std::sync::atomic::Ordering;
 
