@@ -186,6 +186,7 @@ impl Activities {
 
 /// True for runtime work that never runs managed code while it is in progress: JIT compilations,
 /// type loads and ReadyToRun lookups (assembly loads may call managed resolvers).
+#[inline]
 pub(crate) fn native_only(word: u64) -> bool {
     use clrprof_trace::runtime_activity as ra;
     matches!(ra::unpack(word).0, ra::JIT | ra::TYPE_LOAD | ra::READY_TO_RUN)

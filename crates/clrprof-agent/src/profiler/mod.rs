@@ -1,4 +1,5 @@
-//! The profiler object handed to the runtime, and the state every recorder shares.
+//! The profiler object handed to the runtime, and its state: the recorders' context
+//! ([`crate::context::Context`]) and the recorders.
 //!
 //! - [`startup`]: `Initialize` (configuration, event masks, the trace writer, the recorders) and
 //!   `Shutdown`.
@@ -9,8 +10,8 @@
 //! - [`functions`]: the loads/JIT recorder's names and code of functions and classes (the General
 //!   Code Profiler's tables), resolved off the app's threads.
 //!
-//! The other recorders live beside this module: `crate::elt` (enter/leave hooks), `crate::sampler`
-//! and `crate::events` (exceptions, GC, allocations, EventPipe).
+//! The other recorders live beside this module and know nothing of it: `crate::elt` (enter/leave
+//! hooks), `crate::sampler` and `crate::events` (exceptions, GC, allocations, EventPipe).
 
 mod attach;
 mod callbacks;

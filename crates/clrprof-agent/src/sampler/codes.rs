@@ -1,7 +1,8 @@
 //! The code tables the `SIGPROF` handler reads: every executable mapping, the code of OSR method
 //! versions, managed code without an RBP frame (with its frame size) and native code with unwind
 //! rules. The sampler thread publishes into them (not on the signal path: an insertion takes a
-//! lock); the handler only loads atomics.
+//! lock); the handler only loads atomics. The small helpers the handler calls are `#[inline]`,
+//! so that the walk in `super::unwind` can inline them as it could when they shared a file.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -218,6 +219,7 @@ pub(super) fn code_known(exec: usize, ip: u64) -> bool {
         || (FRAMELESS.may_hold(ip) && FRAMELESS.find(FRAMELESS.visible(), ip).is_some())
 }
 
+#[inline]
 pub(super) fn page_bit(ip: u64) -> (usize, u64) {
     let h = (ip >> 12) as usize % (64 * 64);
     (h / 64, 1 << (h % 64))
@@ -247,9 +249,11 @@ pub(crate) struct FramelessFrame {
 }
 
 impl FramelessFrame {
+    #[inline]
     pub(super) fn pack(self) -> u64 {
         (self.prolog as u64) << 32 | self.size as u64
     }
+    #[inline]
     pub(super) fn unpack(v: u64) -> Self {
         FramelessFrame { size: v as u32, prolog: (v >> 32) as u32 }
     }

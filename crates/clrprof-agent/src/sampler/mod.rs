@@ -2,6 +2,12 @@
 //! time with exact managed stacks from suspended `DoStackSnapshot` walks ([`wall`]), native module
 //! mappings for naming native IPs later ([`native`], with each file's [`build_id`]).
 //!
+//! By concern: the signal handler and the timers are [`cpu`]; the per-thread slots, their rings
+//! and the calling thread's runtime activities [`slot`]; the walk the handler takes `unwind`, over
+//! the code tables it reads ([`codes`]) and the native unwind rules ([`cfi`]). On the sampler
+//! thread: x86-64 prolog decoding ([`prolog`]), what it publishes to the code tables (`publish`),
+//! wall-time accounting (`wall_time`), and this module — the thread, its loop, CPU samples.
+//!
 //! One native sampler thread drains the per-thread sample rings, weighs CPU samples with the
 //! thread's measured CPU time, takes wall-clock samples, interns stacks and emits the sampling
 //! records (trace tags 50–69). Every record of the sampler comes from that one thread, so readers

@@ -380,6 +380,7 @@ pub(super) fn is_slot(p: *const Slot) -> bool {
 /// or the ring is empty and a stack of `MAX_FRAMES` fits before the place of the last record: the
 /// record then starts at the ring's start (a [`SKIP`] word marks the unused rest), so a thread
 /// whose stacks are ordinary only ever touches the ring's first pages.
+#[inline]
 pub(super) fn ring_place(head: u64, tail: u64) -> Option<(u64, usize)> {
     let cap = RING_WORDS as u64;
     let used = head - tail;

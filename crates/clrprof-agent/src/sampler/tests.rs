@@ -1,20 +1,13 @@
 //! Tests of the signal-time walk (OSR, frameless and native frames), of the slots' rings and
 //! runtime activities, and the cost of the walk (an ignored test).
 
-#[allow(unused_imports)]
 use std::sync::atomic::Ordering;
 
-#[allow(unused_imports)]
 use super::codes::*;
-#[allow(unused_imports)]
 use super::cpu::*;
-#[allow(unused_imports)]
 use super::slot::*;
-#[allow(unused_imports)]
 use super::unwind::*;
-#[allow(unused_imports)]
 use crate::activity::*;
-#[allow(unused_imports)]
 use crate::os::*;
 
 mod walks {
