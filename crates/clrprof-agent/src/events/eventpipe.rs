@@ -5,7 +5,7 @@
 //! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCEnd_V1` id 2 {u32 Count, u32 Depth,
 //! u16 ClrInstanceID}; `GCAllocationTick_V2..V4` id 10 {u32
 //! AllocationAmount, u32 AllocationKind, u16 ClrInstanceID, u64 AllocationAmount64, ptr TypeID,
-//! UTF-16z TypeName, u32 HeapIndex, ptr Address, [V4] u64 ObjectSize}; `AllocationSampled` id 303
+//! UTF-16z TypeName, u32 HeapIndex, ptr Address, (V4) u64 ObjectSize}; `AllocationSampled` id 303
 //! (.NET 10, keyword 0x80000000000) {u32 AllocationKind, u16 ClrInstanceID, ptr TypeID, UTF-16z
 //! TypeName, ptr Address, u64 ObjectSize, u64 SampledByteOffset}; `ContentionStart` id 81 and
 //! `ContentionStop_V1` id 91 {u8 ContentionFlags, u16 ClrInstanceID, f64 DurationNs} (keyword 0x4000).
