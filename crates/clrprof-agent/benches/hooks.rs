@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use clrprof_agent::elt::bench_support::{pair_cost_ns, rdtsc_cost_ns, stub_pair_cost_ns, thread_cpu_ns};
+use clrprof_agent::bench::{pair_cost_ns, rdtsc_cost_ns, stub_pair_cost_ns, thread_cpu_ns};
 
 fn main() {
     let n = 5_000_000;

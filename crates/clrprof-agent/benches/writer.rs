@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clrprof_agent::writer::{Sink, Writer};
+use clrprof_agent::bench::{Sink, Writer};
 use clrprof_trace::CpuSample;
 
 fn env(name: &str, default: u64) -> u64 {

@@ -6,75 +6,87 @@ use std::collections::BTreeMap;
 /// The agent's settings. Each field documents its variable and default.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct Config {
+pub(crate) struct Config {
     /// `CLRPROF_OUTPUT`: trace path; `{pid}` is replaced by the process id, `{name}` by the
     /// program's name (the main assembly's for `dotnet app.dll`), `{time}` by the start time
     /// (UTC, `YYYYMMDD-HHMMSS`). Default `clrprof-{pid}.clrprof` in the working directory.
-    pub output: String,
+    pub(crate) output: String,
     /// `CLRPROF_LOG`: diagnostics file. Default: none.
-    pub log: Option<String>,
+    pub(crate) log: Option<String>,
     /// `CLRPROF_FLUSH_MS`: writer flush interval, 1..=1000 ms. Default 50.
-    pub flush_ms: u64,
+    pub(crate) flush_ms: u64,
     /// Bytes each thread's trace buffer holds before the writer drains it (`CLRPROF_BUFFER_KB`).
-    pub buffer_bytes: usize,
+    pub(crate) buffer_bytes: usize,
     /// `CLRPROF_CLASSES`: record class loads (`1`/`0`). Default on.
-    pub classes: bool,
+    pub(crate) classes: bool,
     /// Enter/leave instrumentation: `CLRPROF_INSTRUMENT` (default 0), `CLRPROF_TIMING` (default 1;
     /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
     /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
-    pub instrument: crate::elt::EltConfig,
+    pub(crate) instrument: EltConfig,
     /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
-    pub sampling: bool,
+    pub(crate) sampling: bool,
     /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
     /// timers deliver at most one signal per kernel tick (250/s at CONFIG_HZ=250), and wall-clock
     /// ticks are capped at 1000/s; the trace records what was delivered.
-    pub sample_rate: u32,
+    pub(crate) sample_rate: u32,
     /// `CLRPROF_TYPE_LOADS`: with sampling, name the runtime's type loads in samples
     /// (`[type load] T`) from its TypeLoadStart/Stop events (`1`/`0`). Default off: the events
     /// cost type-heavy start-ups about 6%, and that time is still named after the method being
     /// prepared or compiled.
-    pub type_loads: bool,
+    pub(crate) type_loads: bool,
     /// `CLRPROF_EXCEPTIONS`: record exceptions (`1`/`0`/`exact`). Default on.
-    pub exceptions: bool,
+    pub(crate) exceptions: bool,
     /// `CLRPROF_EXCEPTIONS=exact`: observe every exception however many are thrown (no storm rate
     /// limit). The event log implies it.
-    pub exceptions_exact: bool,
+    pub(crate) exceptions_exact: bool,
     /// `CLRPROF_GC`: record garbage collections and runtime suspensions (`1`/`0`). Default on.
-    pub gc: bool,
+    pub(crate) gc: bool,
     /// `CLRPROF_ALLOC`: `sampled`, `exact` or `off`. Default `sampled`.
-    pub alloc: AllocMode,
+    pub(crate) alloc: AllocMode,
     /// `CLRPROF_EVENTS`: keep every runtime event for the event log (`1`/`0`). Default off.
-    pub events: bool,
+    pub(crate) events: bool,
     /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
-    pub locks: bool,
+    pub(crate) locks: bool,
     /// `CLRPROF_SERVICE`: the service this process belongs to (continuous profiling names its
     /// profiles after it). Default: none (the process name is used).
-    pub service: String,
+    pub(crate) service: String,
     /// `CLRPROF_LABELS`: the user's own labels, `key=value,key=value`. Default: none.
-    pub labels: Vec<(String, String)>,
+    pub(crate) labels: Vec<(String, String)>,
     /// `CLRPROF_SERVER`: `ADDR:PORT` of a `clrprof collect` to stream the trace to; the trace file
     /// (`CLRPROF_OUTPUT`) is written only if the collector cannot be reached or goes. Default: none.
-    pub server: Option<String>,
+    pub(crate) server: Option<String>,
     /// `CLRPROF_TOKEN`: the collector's token. Never written to the trace.
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// `CLRPROF_PROCESS`: only profile processes matching one of these globs (`;`-separated; `*`
     /// and `?`), tried on the executable's name, the main assembly's file name and the command
     /// line. Default: every process.
-    pub process: Vec<String>,
+    pub(crate) process: Vec<String>,
     /// `CLRPROF_CACHE_DIR`: a directory where the agent keeps what it derives from files and can
     /// reuse in later processes (the unwind rules of native libraries, by build id). Default:
     /// none, no cache (`clrprof record` and `attach` set it to the user's cache directory).
-    pub cache_dir: Option<String>,
+    pub(crate) cache_dir: Option<String>,
     /// `CLRPROF_METADATA`: where names come from: `image` (default), the metadata tables read in
     /// place in each module's loaded image, or `importer`, the runtime's `IMetaDataImport` for
     /// every module (it switches the runtime's own metadata access for those modules to a slower,
     /// locked form; see `metadata.rs`). Modules without an image use the importer either way.
-    pub metadata_importer: bool,
+    pub(crate) metadata_importer: bool,
+}
+
+/// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct EltConfig {
+    pub(crate) enabled: bool,
+    /// Measure time (rdtsc per hook); false = call counts only.
+    pub(crate) timing: bool,
+    pub(crate) flow: bool,
+    pub(crate) keep_inlining: bool,
+    pub(crate) include: Vec<String>,
+    pub(crate) exclude: Vec<String>,
 }
 
 /// How allocations are recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AllocMode {
+pub(crate) enum AllocMode {
     Off,
     /// The runtime's allocation sampling events through an in-process EventPipe session.
     Sampled,
@@ -83,7 +95,7 @@ pub enum AllocMode {
 }
 
 impl AllocMode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AllocMode::Off => "off",
             AllocMode::Sampled => "sampled",
@@ -100,7 +112,7 @@ impl Default for Config {
             flush_ms: 50,
             buffer_bytes: 32 << 20,
             classes: true,
-            instrument: crate::elt::EltConfig { timing: true, ..Default::default() },
+            instrument: EltConfig { timing: true, ..Default::default() },
             sampling: true,
             sample_rate: 100,
             type_loads: false,
@@ -123,10 +135,10 @@ impl Default for Config {
 
 /// A value that was rejected, with the reason.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ConfigProblem {
-    pub variable: &'static str,
-    pub value: String,
-    pub reason: String,
+pub(crate) struct ConfigProblem {
+    pub(crate) variable: &'static str,
+    pub(crate) value: String,
+    pub(crate) reason: String,
 }
 
 impl std::fmt::Display for ConfigProblem {
@@ -145,7 +157,7 @@ fn parse_bool(v: &str) -> Option<bool> {
 
 impl Config {
     /// Reads the configuration through `get` (the process environment in the agent).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<ConfigProblem>) {
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<ConfigProblem>) {
         let mut c = Config::default();
         let mut problems = Vec::new();
         let mut bad = |variable: &'static str, value: &str, reason: &str| {
@@ -278,19 +290,20 @@ impl Config {
     }
 
     /// `CLRPROF_LABELS` as `key=value` lines for the trace's `ProcessStart.labels`.
-    pub fn labels_lines(&self) -> String {
+    pub(crate) fn labels_lines(&self) -> String {
         self.labels.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
     }
 
     /// The output path with `{pid}` expanded (and `{name}`, `{time}` as "app" and 0: see
     /// [`Config::output_path_for`]).
-    pub fn output_path(&self, pid: u32) -> String {
+    #[cfg(test)]
+    pub(crate) fn output_path(&self, pid: u32) -> String {
         self.output_path_for(pid, "app", 0)
     }
 
     /// The output path with `{pid}`, `{name}` (made safe for a file name) and `{time}` (UTC
     /// `YYYYMMDD-HHMMSS` of `unix_secs`) expanded.
-    pub fn output_path_for(&self, pid: u32, name: &str, unix_secs: u64) -> String {
+    pub(crate) fn output_path_for(&self, pid: u32, name: &str, unix_secs: u64) -> String {
         let name: String =
             name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
         self.output
@@ -300,18 +313,18 @@ impl Config {
     }
 
     /// Every exception is observed, with no storm rate limit: asked for, or implied by the event log.
-    pub fn every_exception(&self) -> bool {
+    pub(crate) fn every_exception(&self) -> bool {
         self.exceptions_exact || self.events
     }
 
     /// Whether a mode that promises exact numbers is on (call counts, every exception, every
     /// allocation): the writer then makes threads wait for room rather than drop records.
-    pub fn exact_mode(&self) -> bool {
+    pub(crate) fn exact_mode(&self) -> bool {
         self.instrument.enabled || (self.exceptions && self.every_exception()) || self.alloc == AllocMode::Exact
     }
 
     /// `key=value` lines for the trace's `ProcessStart.config`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut m = BTreeMap::new();
         m.insert("output", self.output.clone());
         m.insert("flush_ms", self.flush_ms.to_string());
@@ -357,25 +370,25 @@ impl Config {
 }
 
 /// `YYYYMMDD-HHMMSS` (UTC) of a Unix time.
-pub fn utc_stamp(unix_secs: u64) -> String {
+pub(crate) fn utc_stamp(unix_secs: u64) -> String {
     let (y, m, d, h, min, sec) = clrprof_trace::utc_from_unix(unix_secs.min(i64::MAX as u64) as i64);
     format!("{y:04}{m:02}{d:02}-{h:02}{min:02}{sec:02}")
 }
 
 /// Who the process is, for `CLRPROF_PROCESS` and `{name}`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProcessIdentity {
+pub(crate) struct ProcessIdentity {
     /// The executable's file name (`dotnet`, `MyApp`).
-    pub executable: String,
+    pub(crate) executable: String,
     /// The main assembly's file name for `dotnet [options] app.dll`.
-    pub assembly: Option<String>,
+    pub(crate) assembly: Option<String>,
     /// Arguments joined by spaces.
-    pub command_line: String,
+    pub(crate) command_line: String,
 }
 
 impl ProcessIdentity {
     /// From the executable path and the arguments (`/proc/self/exe`, `/proc/self/cmdline`).
-    pub fn new(exe: &str, args: &[String]) -> ProcessIdentity {
+    pub(crate) fn new(exe: &str, args: &[String]) -> ProcessIdentity {
         let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
         let executable = base(exe);
         let host = executable == "dotnet" || args.first().is_some_and(|a| base(a) == "dotnet");
@@ -388,7 +401,7 @@ impl ProcessIdentity {
     }
 
     /// This process.
-    pub fn current() -> ProcessIdentity {
+    pub(crate) fn current() -> ProcessIdentity {
         let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         let args: Vec<String> = std::fs::read("/proc/self/cmdline")
             .map(|b| {
@@ -402,7 +415,7 @@ impl ProcessIdentity {
     }
 
     /// The program's name: the main assembly's without `.dll`, else the executable's.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match &self.assembly {
             Some(a) => a.trim_end_matches(".dll").trim_end_matches(".exe").to_string(),
             None => self.executable.clone(),
@@ -411,7 +424,7 @@ impl ProcessIdentity {
 
     /// True when one of `patterns` matches the executable's name, the main assembly's file name
     /// (with or without its extension) or the whole command line; true when there is none.
-    pub fn matches(&self, patterns: &[String]) -> bool {
+    pub(crate) fn matches(&self, patterns: &[String]) -> bool {
         if patterns.is_empty() {
             return true;
         }
@@ -428,7 +441,7 @@ impl ProcessIdentity {
 }
 
 /// Shell-style matching of the whole text: `*` any run of characters, `?` one character.
-pub fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0, 0);

@@ -2,9 +2,27 @@
 //! (`CORECLR_PROFILER_PATH`). It answers `DllGetClassObject` with a class factory for one profiler
 //! object, records what the runtime reports and streams it to a trace file or socket.
 //!
-//! Principles (DESIGN.md): never harm the host — no panic crosses FFI (every entry point is a
-//! `catch_unwind` shim in `clrprof-sys`), nothing on the app's stdout/stderr, no blocking on hot
-//! paths, and the app keeps running when the trace sink is gone.
+//! Principles (docs/architecture.md): never harm the host — no panic crosses FFI (every entry
+//! point is a `catch_unwind` shim in `clrprof-sys`), nothing on the app's stdout/stderr, no
+//! blocking on hot paths, and the app keeps running when the trace sink is gone.
+//!
+//! # Modules
+//!
+//! From the bottom up (a module uses only modules above it in this list, or its own children):
+//!
+//! - `log`, `os` (the calling thread's tid, thread clocks, `/proc` reading), `activity` (the
+//!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`,
+//!   `names`, `writer` (the trace sink and its thread).
+//! - `context`: what every recorder works in — runtime info, configuration, writer, names, the
+//!   run's clock, `emit`. Recorders take a `&Context`, never the profiler's state.
+//! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks),
+//!   `events` (exceptions, GC, allocations, EventPipe; it asks the sampler for a last flush when
+//!   the runtime fails fast).
+//! - `profiler`: the profiler object — `Initialize`/`Shutdown`, the callbacks, attach sessions —
+//!   whose state is the context plus the recorders. A new recorder is a module beside the others
+//!   that takes a `&Context`, a field of `profiler::State`, and the callbacks that feed it.
+//!
+//! Everything is private to the crate; `bench` re-exports what the benchmarks drive.
 //!
 //! # Entry points and panics
 //!
@@ -17,7 +35,7 @@
 //!   `FunctionIDMapper2` callback (`elt::mapper`: a panic leaves the function unhooked). The panic
 //!   hook writes panics from the agent's own sources to the agent's log, never to the app's stderr.
 //! - **Written not to panic, not caught**: the enter/leave/tailcall paths (`elt::stubs`, naked
-//!   assembly, and their Rust slow paths `elt::hook_enter/leave/tailcall`), the SIGPROF handler
+//!   assembly, and their Rust slow paths `elt::hooks::hook_enter/leave/tailcall`), the SIGPROF handler
 //!   (`sampler::cpu::on_sigprof`) and the `DoStackSnapshot` frame callbacks (`sampler::wall`,
 //!   `events`). A `catch_unwind` there would cost on every call, and unwinding cannot cross the
 //!   JIT's frames or leave a signal handler. These paths check every pointer for null and every
@@ -27,46 +45,40 @@
 //!   walking thread outside any signal handler, only push into a vector bounded by a frame limit.
 //!   Should one panic all the same, Rust aborts the process at the `extern` boundary (unwinding out
 //!   of an `extern "C"`/`"system"` function aborts): a crash that is loud, never memory corruption.
-//!   The signal handler also reads the thread's runtime activity (`sampler::cpu::Slot::activity`:
+//!   The signal handler also reads the thread's runtime activity (`activity::Activities::now`:
 //!   atomic loads of a fixed array, index clamped), which the thread's own callbacks write through
-//!   `sampler::cpu::activity_begin/end` — caught callbacks, no allocation, one thread-local read.
+//!   `sampler::slot::activity_begin/end` — caught callbacks, no allocation, one thread-local read.
 //! - **Agent threads** (the writer, the sampler): a panic ends only that thread; the sampler's
 //!   walks hold the runtime suspended through a guard that resumes it on every exit, unwinding
 //!   included (`sampler::wall`), so the app never stays stopped.
 
-pub mod config;
-pub mod elt;
-pub mod events;
-pub mod log;
-pub mod metadata;
-pub mod names;
-pub mod profiler;
-pub mod sampler;
-pub mod signature;
-pub mod writer;
+pub(crate) mod activity;
+pub(crate) mod config;
+pub(crate) mod context;
+pub(crate) mod elt;
+pub(crate) mod events;
+pub(crate) mod image_metadata;
+pub(crate) mod log;
+pub(crate) mod names;
+pub(crate) mod os;
+pub(crate) mod profiler;
+pub(crate) mod sampler;
+pub(crate) mod signature;
+pub(crate) mod writer;
+
+/// What the benchmarks in `benches/` drive, and nothing else: the library's interface is
+/// `DllGetClassObject` and `DllCanUnloadNow`, every module is private to the crate.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::elt::bench_support::{pair_cost_ns, rdtsc_cost_ns, stub_pair_cost_ns, thread_cpu_ns};
+    pub use crate::writer::{Sink, Writer};
+}
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use clrprof_sys::{ClassFactory, ComObject, GUID, HRESULT};
+use clrprof_sys::{ClassFactory, GUID, HRESULT};
 
-static CREATED: AtomicBool = AtomicBool::new(false);
-
-fn make_profiler() -> Option<*mut c_void> {
-    // One profiler per process: a second CreateInstance politely declines.
-    if CREATED.swap(true, Ordering::AcqRel) {
-        return None;
-    }
-    Some(ComObject::create(profiler::Profiler::new()))
-}
-
-/// After `ProfilerDetachSucceeded` (an attach session ended), the next attach loads the same
-/// image (`-z nodelete`) and needs a new profiler object.
-pub(crate) fn allow_new_profiler() {
-    CREATED.store(false, Ordering::Release);
-}
-
-static FACTORY: ClassFactory = ClassFactory::new(make_profiler);
+static FACTORY: ClassFactory = ClassFactory::new(profiler::make_profiler);
 
 fn clsid() -> GUID {
     GUID::parse(clrprof_trace::AGENT_CLSID).unwrap_or(GUID::new(0, 0, 0, 0, 0))

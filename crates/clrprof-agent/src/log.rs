@@ -8,17 +8,13 @@ use std::sync::{Mutex, OnceLock};
 static LOG: OnceLock<Mutex<File>> = OnceLock::new();
 
 /// Opens the log file (appending). Errors are ignored: logging must never stop the app.
-pub fn init(path: &str) {
+pub(crate) fn init(path: &str) {
     if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = LOG.set(Mutex::new(f));
     }
 }
 
-pub fn enabled() -> bool {
-    LOG.get().is_some()
-}
-
-pub fn write(level: &str, args: std::fmt::Arguments<'_>) {
+pub(crate) fn write(level: &str, args: std::fmt::Arguments<'_>) {
     if let Some(m) = LOG.get() {
         if let Ok(mut f) = m.lock() {
             let ts = std::time::SystemTime::now()

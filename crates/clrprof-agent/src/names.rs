@@ -1,7 +1,7 @@
 //! Names of classes and functions, resolved through the Profiling API and metadata once per id
 //! and cached. Never called from hot paths or signal handlers.
 //!
-//! Metadata is read in place from each module's loaded image ([`crate::metadata`]); the
+//! Metadata is read in place from each module's loaded image ([`crate::image_metadata`]); the
 //! runtime's `IMetaDataImport` is used only for modules without an image (dynamic, collectible),
 //! for tokens the image does not hold (metadata updates applied at run time), or everywhere
 //! with `CLRPROF_METADATA=importer`.
@@ -11,19 +11,19 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use clrprof_sys::{ClassID, FunctionID, MetaDataImport, MethodProps, ModuleID, ProfilerInfo};
 
-use crate::metadata::Metadata;
+use crate::image_metadata::Metadata;
 
 use crate::signature::{self, alias, apply_type_args, TypeNames};
 
 /// What a function is called and where it lives.
 #[derive(Clone, Debug, Default)]
-pub struct FunctionNames {
-    pub class: ClassID,
-    pub module: ModuleID,
-    pub token: u32,
-    pub name: String,
-    pub class_name: String,
-    pub signature: String,
+pub(crate) struct FunctionNames {
+    pub(crate) class: ClassID,
+    pub(crate) module: ModuleID,
+    pub(crate) token: u32,
+    pub(crate) name: String,
+    pub(crate) class_name: String,
+    pub(crate) signature: String,
 }
 
 /// Per module and metadata token.
@@ -31,7 +31,7 @@ type TokenMap<T> = RwLock<HashMap<(ModuleID, u32), T>>;
 
 /// The metadata of one module: its tables read in place from its loaded image, and the
 /// runtime's importer, opened only when the image cannot answer.
-pub struct ModuleMetadata {
+pub(crate) struct ModuleMetadata {
     info: ProfilerInfo,
     module: ModuleID,
     image: Option<Metadata<'static>>,
@@ -61,7 +61,7 @@ impl ModuleMetadata {
         // Safety: a loaded, non-collectible module's image stays mapped for the process's life,
         // and `metadata_of_image` reads only the ranges its headers give (see the function).
         let read = |at: usize, len: usize| unsafe { clrprof_sys::info::module_image_bytes(base, at, len) };
-        Metadata::parse(crate::metadata::metadata_of_image(read, flags & FLAT_LAYOUT != 0)?)
+        Metadata::parse(crate::image_metadata::metadata_of_image(read, flags & FLAT_LAYOUT != 0)?)
     }
 
     fn importer(&self) -> Option<&MetaDataImport> {
@@ -111,7 +111,7 @@ impl ModuleMetadata {
     }
 }
 
-pub struct Names {
+pub(crate) struct Names {
     info: ProfilerInfo,
     /// Read names from modules' images (`CLRPROF_METADATA=image`, the default).
     use_image: bool,
@@ -145,7 +145,7 @@ const ELEMENT_NAMES: &[(u32, &str)] = &[
 ];
 
 impl Names {
-    pub fn new(info: ProfilerInfo, use_image: bool) -> Names {
+    pub(crate) fn new(info: ProfilerInfo, use_image: bool) -> Names {
         Names {
             info,
             use_image,
@@ -157,7 +157,7 @@ impl Names {
     }
 
     /// The cached metadata of a module.
-    pub fn module_metadata(&self, module: ModuleID) -> Option<Arc<ModuleMetadata>> {
+    pub(crate) fn module_metadata(&self, module: ModuleID) -> Option<Arc<ModuleMetadata>> {
         if let Some(m) = self.modules.read().ok()?.get(&module) {
             return Some(Arc::clone(m));
         }
@@ -168,7 +168,7 @@ impl Names {
 
     /// Releases the module's metadata (and its importer, if one was opened) and forgets its token
     /// names (module unload: the id may be reused by another module).
-    pub fn forget_module(&self, module: ModuleID) {
+    pub(crate) fn forget_module(&self, module: ModuleID) {
         if let Ok(mut w) = self.modules.write() {
             w.remove(&module);
         }
@@ -208,7 +208,7 @@ impl Names {
         p
     }
 
-    pub fn forget_class(&self, class: ClassID) {
+    pub(crate) fn forget_class(&self, class: ClassID) {
         if let Ok(mut w) = self.classes.write() {
             w.remove(&class);
         }
@@ -252,7 +252,7 @@ impl Names {
     }
 
     /// Display name of a loaded class: `Ns.Type<int, string>`, `int[]`, `Ns.Outer+Inner`.
-    pub fn class_name(&self, class: ClassID) -> Arc<str> {
+    pub(crate) fn class_name(&self, class: ClassID) -> Arc<str> {
         if let Some(n) = self.classes.read().ok().and_then(|m| m.get(&class).cloned()) {
             return n;
         }
@@ -306,7 +306,7 @@ impl Names {
     }
 
     /// Names of a function: `Ns.Type<args>.Method<margs>`, its class, and its signature.
-    pub fn function(&self, id: FunctionID) -> FunctionNames {
+    pub(crate) fn function(&self, id: FunctionID) -> FunctionNames {
         let mut f = FunctionNames::default();
         // A method without metadata (DynamicMethod, compiled expression, IL stub): its token and
         // class mean nothing; the runtime knows the name it was given.
@@ -367,7 +367,7 @@ impl Names {
 
 /// The display name of a dynamic method: `[dynamic] Name` (the `DynamicMethod`'s name as given;
 /// `[dynamic] <unnamed>` when the runtime gives none).
-pub fn dynamic_name(name: &str) -> String {
+pub(crate) fn dynamic_name(name: &str) -> String {
     let name = name.trim();
     if name.is_empty() {
         "[dynamic] <unnamed>".into()

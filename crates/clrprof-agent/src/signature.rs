@@ -3,7 +3,7 @@
 //! tokens and generic parameters come from a [`TypeNames`] implementation.
 
 /// Resolves what a signature refers to.
-pub trait TypeNames {
+pub(crate) trait TypeNames {
     /// Name of a TypeDef/TypeRef token (`0x02..`/`0x01..`), or of a TypeSpec (`0x1b..`).
     fn token_name(&self, token: u32) -> String;
     /// Name of the declaring type's generic parameter `index` (`!index`).
@@ -13,7 +13,7 @@ pub trait TypeNames {
 }
 
 /// C# keyword for a well-known `System` type name, else the name itself.
-pub fn alias(full_name: &str) -> &str {
+pub(crate) fn alias(full_name: &str) -> &str {
     match full_name {
         "System.Void" => "void",
         "System.Boolean" => "bool",
@@ -172,19 +172,19 @@ fn method_sig(c: &mut Cursor<'_>, names: &dyn TypeNames, depth: u32) -> Option<S
 }
 
 /// Formats a MethodDefSig/MethodRefSig blob; `None` when the blob is malformed.
-pub fn format_method_sig(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
+pub(crate) fn format_method_sig(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
     method_sig(&mut Cursor { b: blob, pos: 0 }, names, 0)
 }
 
 /// Formats a TypeSpec blob (a single type); `None` when malformed.
-pub fn format_type_spec(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
+pub(crate) fn format_type_spec(blob: &[u8], names: &dyn TypeNames) -> Option<String> {
     ty(&mut Cursor { b: blob, pos: 0 }, names, 0)
 }
 
 /// Places generic arguments on the nesting segments that declare them:
 /// ``("Ns.Pair`2+Node", [int, string])`` → `Ns.Pair<int, string>+Node`. Arguments left over (when
 /// arities are unknown) go on the last segment.
-pub fn apply_type_args(name_with_arity: &str, args: &[String]) -> String {
+pub(crate) fn apply_type_args(name_with_arity: &str, args: &[String]) -> String {
     let mut rest = args;
     let segs: Vec<&str> = name_with_arity.split('+').collect();
     let mut out = Vec::with_capacity(segs.len());
@@ -208,7 +208,7 @@ pub fn apply_type_args(name_with_arity: &str, args: &[String]) -> String {
 }
 
 /// Removes the generic arity suffix: ``List`1`` → `List` (in every nesting segment).
-pub fn strip_arity(name: &str) -> String {
+pub(crate) fn strip_arity(name: &str) -> String {
     name.split('+')
         .map(|seg| match seg.rfind('`') {
             Some(i) if seg[i + 1..].bytes().all(|b| b.is_ascii_digit()) && i + 1 < seg.len() => &seg[..i],

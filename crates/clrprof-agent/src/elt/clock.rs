@@ -17,10 +17,10 @@ fn monotonic_ns() -> u64 {
 
 /// Current time in ticks (TSC cycles, or ns).
 #[inline(always)]
-pub fn ticks() -> u64 {
+pub(crate) fn ticks() -> u64 {
     // Unit tests drive the hooks (Rust and assembly alike) with a scripted clock.
     #[cfg(all(test, target_arch = "x86_64"))]
-    if let Some(t) = super::stubs::fake_ticks() {
+    if let Some(t) = fake_ticks() {
         return t;
     }
     #[cfg(target_arch = "x86_64")]
@@ -32,12 +32,12 @@ pub fn ticks() -> u64 {
 }
 
 /// Whether `ticks()` reads the TSC (plain `rdtsc`, as the timing fast stubs do).
-pub fn is_tsc() -> bool {
+pub(crate) fn is_tsc() -> bool {
     USE_TSC.load(Ordering::Relaxed)
 }
 
 /// Chooses the source (`/proc/cpuinfo` flags) and takes the base reading.
-pub fn init() -> &'static str {
+pub(crate) fn init() -> &'static str {
     let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let tsc =
         flags.split_whitespace().any(|f| f == "constant_tsc") && flags.split_whitespace().any(|f| f == "nonstop_tsc");
@@ -52,7 +52,7 @@ pub fn init() -> &'static str {
 }
 
 /// Nanoseconds per tick, measured from the base reading to now (exact 1.0 without the TSC).
-pub fn ns_per_tick() -> f64 {
+pub(crate) fn ns_per_tick() -> f64 {
     if !USE_TSC.load(Ordering::Relaxed) {
         return 1.0;
     }
@@ -68,4 +68,52 @@ pub fn ns_per_tick() -> f64 {
         return 1.0;
     }
     n1.saturating_sub(n0) as f64 / dt as f64
+}
+
+// Unit tests: a second TLS slot holding a scripted clock (0 = not scripted), read by
+// `clock::ticks()` and, in place of `rdtsc`, by copies of the timing stubs.
+#[cfg(test)]
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl clrprof_elt_fake_clock",
+    ".hidden clrprof_elt_fake_clock",
+    ".type clrprof_elt_fake_clock, @object",
+    ".size clrprof_elt_fake_clock, 8",
+    "clrprof_elt_fake_clock:",
+    ".zero 8",
+    ".text",
+);
+
+/// The calling thread's scripted clock, if set.
+#[cfg(test)]
+#[inline(never)]
+pub(crate) fn fake_ticks() -> Option<u64> {
+    let t: u64;
+    // Safety: reads our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {t}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov {t}, qword ptr fs:[{t}]",
+            t = out(reg) t,
+            options(nostack, readonly),
+        );
+    }
+    (t != 0).then_some(t)
+}
+
+/// Sets the calling thread's scripted clock (0 = back to the real one).
+#[cfg(test)]
+#[inline(never)]
+pub(crate) fn set_fake_ticks(t: u64) {
+    // Safety: writes our own TLS slot of the calling thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {tmp}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
+            "mov qword ptr fs:[{tmp}], {val}",
+            tmp = out(reg) _,
+            val = in(reg) t,
+            options(nostack),
+        );
+    }
 }

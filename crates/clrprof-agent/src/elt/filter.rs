@@ -2,13 +2,13 @@
 //! (`Ns.Type.Method`), its type, a namespace or type prefix, and its assembly's name.
 
 #[derive(Clone, Debug, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     include: Vec<String>,
     exclude: Vec<String>,
 }
 
 /// Glob match with `*` (any run of characters), case-sensitive.
-pub fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0usize, 0usize);
@@ -44,19 +44,19 @@ fn pattern_matches(p: &str, name: &str, class: &str, assembly: &str) -> bool {
 }
 
 impl Filter {
-    pub fn new(include: &[String], exclude: &[String]) -> Filter {
+    pub(crate) fn new(include: &[String], exclude: &[String]) -> Filter {
         let clean = |v: &[String]| v.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         Filter { include: clean(include), exclude: clean(exclude) }
     }
 
     /// True when every function gets hooks (no include, no exclude): nothing to match, so callers
     /// need not resolve names first.
-    pub fn takes_all(&self) -> bool {
+    pub(crate) fn takes_all(&self) -> bool {
         self.include.is_empty() && self.exclude.is_empty()
     }
 
     /// True when the function gets hooks: it matches an include (or there are none) and no exclude.
-    pub fn matches(&self, name: &str, class: &str, assembly: &str) -> bool {
+    pub(crate) fn matches(&self, name: &str, class: &str, assembly: &str) -> bool {
         let inc = self.include.is_empty() || self.include.iter().any(|p| pattern_matches(p, name, class, assembly));
         inc && !self.exclude.iter().any(|p| pattern_matches(p, name, class, assembly))
     }

@@ -1,7 +1,7 @@
 //! Fast-path enter/leave/tailcall hooks for x86_64 System V (`SetEnterLeaveFunctionHooks3`).
 //!
-//! The JIT calls these directly from prologs and epilogs with its own register contract
-//! (research notes §3.2): Enter gets the client id in r14 and the caller's SP in r15 and must
+//! The JIT calls these directly from prologs and epilogs with its own register contract:
+//! Enter gets the client id in r14 and the caller's SP in r15 and must
 //! preserve every argument register (rdi, rsi, rdx, rcx, r8, r9, xmm0–7, at full 128-bit
 //! width); Leave/Tailcall get the id in rdi and the SP in rsi and must preserve the return
 //! registers rax, rdx, xmm0, xmm1. The full stubs save those, realign the stack, call a plain
@@ -9,57 +9,11 @@
 //! the common enter and leave in a few instructions without saving anything, and jump to the
 //! full stubs, registers untouched, for everything else.
 //!
-//! The calling thread's state pointer lives in one initial-exec TLS slot read with a single
-//! `fs:`-relative load (no `__tls_get_addr` call on the hot path); the stubs pass it to the Rust
-//! hook, which creates the state on the thread's first call.
-
-// One 8-byte initial-exec TLS slot: the current thread's `ThreadState` (null until its first hook).
-// Global but hidden: visible to every codegen unit of this crate, not exported from the library.
-core::arch::global_asm!(
-    ".section .tbss,\"awT\",@nobits",
-    ".p2align 3",
-    ".globl clrprof_elt_current",
-    ".hidden clrprof_elt_current",
-    ".type clrprof_elt_current, @object",
-    ".size clrprof_elt_current, 8",
-    "clrprof_elt_current:",
-    ".zero 8",
-    ".text",
-);
-
-/// The calling thread's state pointer from the TLS slot (null before its first hook).
-#[inline(never)]
-pub fn current() -> *mut super::thread::ThreadState {
-    let p: *mut super::thread::ThreadState;
-    // Safety: reads our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {p}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-            "mov {p}, qword ptr fs:[{p}]",
-            p = out(reg) p,
-            options(nostack, readonly),
-        );
-    }
-    p
-}
-
-/// Stores the calling thread's state pointer in the TLS slot.
-#[inline(never)]
-pub fn set_current(p: *mut super::thread::ThreadState) {
-    // Safety: writes our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {tmp}, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
-            "mov qword ptr fs:[{tmp}], {val}",
-            tmp = out(reg) _,
-            val = in(reg) p,
-            options(nostack),
-        );
-    }
-}
+//! The calling thread's state pointer lives in one initial-exec TLS slot (`super::tls`); the stubs
+//! pass it to the Rust hook (`super::hooks`), which creates the state on the thread's first call.
 
 #[unsafe(naked)]
-pub unsafe extern "C" fn enter_stub() {
+pub(crate) unsafe extern "C" fn enter_stub() {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "push rbp",
@@ -108,7 +62,7 @@ pub unsafe extern "C" fn enter_stub() {
         ".cfi_restore rbp",
         "ret",
         ".cfi_endproc",
-        enter = sym super::hook_enter,
+        enter = sym super::hooks::hook_enter,
     );
 }
 
@@ -117,7 +71,7 @@ pub unsafe extern "C" fn enter_stub() {
 macro_rules! leave_like_stub {
     ($name:ident, $hook:path) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "push rbp",
@@ -152,8 +106,8 @@ macro_rules! leave_like_stub {
     };
 }
 
-leave_like_stub!(leave_stub, super::hook_leave);
-leave_like_stub!(tailcall_stub, super::hook_tailcall);
+leave_like_stub!(leave_stub, super::hooks::hook_leave);
+leave_like_stub!(tailcall_stub, super::hooks::hook_tailcall);
 
 /// The callee's child of the caller's node (enter stubs, after their checks; rax = the thread's
 /// state, r10 = one past the top entry, r14 = the callee's `FuncInfo`): first the caller's callee
@@ -227,7 +181,7 @@ macro_rules! callee_lookup_tail {
 // Anything else jumps to the full stubs above with every register untouched.
 
 #[unsafe(naked)]
-pub unsafe extern "C" fn enter_counts_stub() {
+pub(crate) unsafe extern "C" fn enter_counts_stub() {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -268,7 +222,7 @@ pub unsafe extern "C" fn enter_counts_stub() {
 macro_rules! leave_counts_stub {
     ($name:ident, $slow:ident) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -317,7 +271,7 @@ leave_counts_stub!(tailcall_counts_stub, tailcall_stub);
 macro_rules! enter_timing_stub {
     ($name:ident, [$($clock:literal),+]) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rax, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -390,7 +344,7 @@ macro_rules! enter_timing_stub {
 macro_rules! leave_timing_stub {
     ($name:ident, $slow:ident, [$($clock:literal),+]) => {
         #[unsafe(naked)]
-        pub unsafe extern "C" fn $name() {
+        pub(crate) unsafe extern "C" fn $name() {
             core::arch::naked_asm!(
                 ".cfi_startproc",
                 "mov rcx, qword ptr [rip + clrprof_elt_current@GOTTPOFF]",
@@ -458,7 +412,7 @@ leave_timing_stub!(tailcall_timing_stub, tailcall_stub, ["rdtsc"]);
 /// `stub` must be one of this module's enter stubs and `func` a leaked `FuncInfo` (or null); the
 /// calling thread's TLS slot must be null or point to a live `ThreadState`.
 #[inline(always)]
-pub unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+pub(crate) unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
     // Safety: the stubs follow the enter contract, which clobbers only caller-saved registers.
     unsafe {
         core::arch::asm!(
@@ -476,7 +430,7 @@ pub unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::threa
 /// # Safety
 /// As for [`call_enter`], with a leave or tailcall stub.
 #[inline(always)]
-pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
+pub(crate) unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
     // Safety: as in `call_enter`.
     unsafe {
         core::arch::asm!(
@@ -485,54 +439,6 @@ pub unsafe fn call_leave(stub: unsafe extern "C" fn(), func: *const super::threa
             inout("rdi") func => _,
             inout("rsi") sp => _,
             clobber_abi("C"),
-        );
-    }
-}
-
-// Unit tests: a second TLS slot holding a scripted clock (0 = not scripted), read by
-// `clock::ticks()` and, in place of `rdtsc`, by copies of the timing stubs.
-#[cfg(test)]
-core::arch::global_asm!(
-    ".section .tbss,\"awT\",@nobits",
-    ".p2align 3",
-    ".globl clrprof_elt_fake_clock",
-    ".hidden clrprof_elt_fake_clock",
-    ".type clrprof_elt_fake_clock, @object",
-    ".size clrprof_elt_fake_clock, 8",
-    "clrprof_elt_fake_clock:",
-    ".zero 8",
-    ".text",
-);
-
-/// The calling thread's scripted clock, if set.
-#[cfg(test)]
-#[inline(never)]
-pub fn fake_ticks() -> Option<u64> {
-    let t: u64;
-    // Safety: reads our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {t}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
-            "mov {t}, qword ptr fs:[{t}]",
-            t = out(reg) t,
-            options(nostack, readonly),
-        );
-    }
-    (t != 0).then_some(t)
-}
-
-/// Sets the calling thread's scripted clock (0 = back to the real one).
-#[cfg(test)]
-#[inline(never)]
-pub fn set_fake_ticks(t: u64) {
-    // Safety: writes our own TLS slot of the calling thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {tmp}, qword ptr [rip + clrprof_elt_fake_clock@GOTTPOFF]",
-            "mov qword ptr fs:[{tmp}], {val}",
-            tmp = out(reg) _,
-            val = in(reg) t,
-            options(nostack),
         );
     }
 }

@@ -13,12 +13,12 @@ use super::clock;
 
 /// Per-function data handed to the runtime as the hooks' client id.
 #[repr(C)]
-pub struct FuncInfo {
-    pub id: usize,
-    pub index: u32,
+pub(crate) struct FuncInfo {
+    pub(crate) id: usize,
+    pub(crate) index: u32,
 }
 
-pub const NO_NODE: u32 = u32::MAX;
+pub(crate) const NO_NODE: u32 = u32::MAX;
 /// Nodes in a tree's first chunk (`log2`); chunk `k` holds `FIRST_CHUNK << k` nodes.
 const FIRST_CHUNK_LOG2: u32 = 8;
 const FIRST_CHUNK: usize = 1 << FIRST_CHUNK_LOG2;
@@ -26,14 +26,14 @@ const FIRST_CHUNK: usize = 1 << FIRST_CHUNK_LOG2;
 const MAX_CHUNKS: usize = 16;
 /// A recycled state keeps a shadow stack up to this many entries (a deeper one is reallocated).
 const KEEP_STACK: usize = 4096;
-pub const MAX_DEPTH: usize = 1 << 16;
+pub(crate) const MAX_DEPTH: usize = 1 << 16;
 /// How many children of the caller's node the fast enter stubs compare with the callee.
-pub const FAST_SEARCH: usize = 8;
+pub(crate) const FAST_SEARCH: usize = 8;
 /// Slots of each node's callee cache (a power of two, in the node's first cache line): the slot of
 /// a callee ([`callee_slot`]) holds the child last found for a callee of that slot, so a caller
 /// with many callees finds most of them with one load instead of a walk down its sibling list (the
 /// fast stubs probe it first).
-pub const CALLEE_CACHE: usize = 4;
+pub(crate) const CALLEE_CACHE: usize = 4;
 /// A child found farther down its sibling list moves to the front on every this many such finds
 /// (see `ThreadState::child`).
 const PROMOTE_EVERY: u32 = 8;
@@ -45,30 +45,30 @@ const PROMOTE_EVERY: u32 = 8;
 /// an enter reads and bumps — the callee's `func` and `calls`, and the caller's links and callee
 /// cache — so a caller entered a moment ago finds its callee cache in a line it just touched.
 #[repr(C, align(64))]
-pub struct Node {
-    pub func: *const FuncInfo,
-    pub calls: AtomicU64,
+pub(crate) struct Node {
+    pub(crate) func: *const FuncInfo,
+    pub(crate) calls: AtomicU64,
     first_child: *mut Node,
     next_sibling: *mut Node,
     /// Children by callee slot ([`callee_slot`]), written by the owner thread only (its Rust path
     /// and its fast stubs); a hint, checked against the child's `func` before use.
     cache: [*mut Node; CALLEE_CACHE],
-    pub excl: AtomicU64,
-    pub susp: AtomicU64,
-    pub prof: AtomicU64,
-    pub parent: u32,
+    pub(crate) excl: AtomicU64,
+    pub(crate) susp: AtomicU64,
+    pub(crate) prof: AtomicU64,
+    pub(crate) parent: u32,
     id: u32,
 }
 
 /// The callee-cache slot of a callee: bits of its `FuncInfo`'s address (leaked boxes, 32 bytes
 /// apart when allocated one after another), so the stubs need no load to find it.
 #[inline(always)]
-pub fn callee_slot(func: *const FuncInfo) -> usize {
+pub(crate) fn callee_slot(func: *const FuncInfo) -> usize {
     (func as usize >> CALLEE_SLOT_SHIFT) % CALLEE_CACHE
 }
 
 /// See [`callee_slot`].
-pub const CALLEE_SLOT_SHIFT: u32 = 5;
+pub(crate) const CALLEE_SLOT_SHIFT: u32 = 5;
 
 impl Node {
     fn blank() -> Node {
@@ -96,7 +96,7 @@ impl Node {
 /// A shadow-stack entry (`repr(C)`, 16 bytes: the fast stubs index it).
 #[derive(Clone, Copy)]
 #[repr(C)]
-pub struct Entry {
+pub(crate) struct Entry {
     node: *mut Node,
     sp: usize,
 }
@@ -109,7 +109,7 @@ pub struct Entry {
 /// thread does not allow, `hi` is null and `lo` the highest address, so the comparison always
 /// sends it to the full stub. Owner thread only.
 #[repr(C)]
-pub struct ShadowStack {
+pub(crate) struct ShadowStack {
     ptr: *mut Entry,
     end: *mut Entry,
     cap: usize,
@@ -221,11 +221,11 @@ impl ShadowStack {
 }
 
 /// Flow events (`--flow`): a single-producer single-consumer ring the writer drains.
-pub struct FlowRing {
+pub(crate) struct FlowRing {
     buf: Box<[(AtomicU64, AtomicU64)]>,
     head: AtomicUsize,
     tail: AtomicUsize,
-    pub dropped: AtomicU64,
+    pub(crate) dropped: AtomicU64,
 }
 
 impl FlowRing {
@@ -260,7 +260,7 @@ impl FlowRing {
     }
 
     /// Drains events (kind, function, ticks) — writer thread only.
-    pub fn drain(&self, out: &mut Vec<(u8, u64, u64)>) {
+    pub(crate) fn drain(&self, out: &mut Vec<(u8, u64, u64)>) {
         let h = self.head.load(Ordering::Acquire);
         let mut t = self.tail.load(Ordering::Relaxed);
         while t != h {
@@ -274,51 +274,51 @@ impl FlowRing {
     }
 }
 
-pub const FLOW_ENTER: u8 = 0;
-pub const FLOW_LEAVE: u8 = 1;
-pub const FLOW_TAILCALL: u8 = 2;
-pub const FLOW_UNWIND: u8 = 3;
+pub(crate) const FLOW_ENTER: u8 = 0;
+pub(crate) const FLOW_LEAVE: u8 = 1;
+pub(crate) const FLOW_TAILCALL: u8 = 2;
+pub(crate) const FLOW_UNWIND: u8 = 3;
 
 /// `ShadowStack::mode`: which fast stubs may handle this thread's common enters and leaves.
-pub const FAST_NONE: u8 = 0;
+pub(crate) const FAST_NONE: u8 = 0;
 /// Counts only, no flow.
-pub const FAST_COUNTS: u8 = 1;
+pub(crate) const FAST_COUNTS: u8 = 1;
 /// Timing with the TSC as the clock, no flow.
-pub const FAST_TIMING: u8 = 2;
+pub(crate) const FAST_TIMING: u8 = 2;
 
 /// Field offsets the fast stubs rely on.
-pub mod layout {
+pub(crate) mod layout {
     use super::{Node, ShadowStack, ThreadState};
     const STACK: usize = std::mem::offset_of!(ThreadState, stack);
-    pub const STACK_END: usize = STACK + std::mem::offset_of!(ShadowStack, end);
-    pub const COUNTS_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_COUNTS as usize;
-    pub const COUNTS_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_COUNTS as usize;
-    pub const TIMING_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_TIMING as usize;
-    pub const TIMING_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_TIMING as usize;
-    pub const LAST: usize = std::mem::offset_of!(ThreadState, last);
-    pub const LAST_SUSP: usize = std::mem::offset_of!(ThreadState, last_susp);
-    pub const OVERHEAD: usize = std::mem::offset_of!(ThreadState, overhead);
-    pub const NODE_FUNC: usize = std::mem::offset_of!(Node, func);
-    pub const NODE_FIRST_CHILD: usize = std::mem::offset_of!(Node, first_child);
-    pub const NODE_NEXT_SIBLING: usize = std::mem::offset_of!(Node, next_sibling);
-    pub const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
-    pub const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
-    pub const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
-    pub const NODE_CACHE: usize = std::mem::offset_of!(Node, cache);
+    pub(crate) const STACK_END: usize = STACK + std::mem::offset_of!(ShadowStack, end);
+    pub(crate) const COUNTS_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_COUNTS as usize;
+    pub(crate) const COUNTS_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_COUNTS as usize;
+    pub(crate) const TIMING_HI: usize = STACK + std::mem::offset_of!(ShadowStack, hi) + 8 * super::FAST_TIMING as usize;
+    pub(crate) const TIMING_LO: usize = STACK + std::mem::offset_of!(ShadowStack, lo) + 8 * super::FAST_TIMING as usize;
+    pub(crate) const LAST: usize = std::mem::offset_of!(ThreadState, last);
+    pub(crate) const LAST_SUSP: usize = std::mem::offset_of!(ThreadState, last_susp);
+    pub(crate) const OVERHEAD: usize = std::mem::offset_of!(ThreadState, overhead);
+    pub(crate) const NODE_FUNC: usize = std::mem::offset_of!(Node, func);
+    pub(crate) const NODE_FIRST_CHILD: usize = std::mem::offset_of!(Node, first_child);
+    pub(crate) const NODE_NEXT_SIBLING: usize = std::mem::offset_of!(Node, next_sibling);
+    pub(crate) const NODE_CALLS: usize = std::mem::offset_of!(Node, calls);
+    pub(crate) const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
+    pub(crate) const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
+    pub(crate) const NODE_CACHE: usize = std::mem::offset_of!(Node, cache);
     // The enter stubs read the callee's func and calls and the caller's links and cache in one line.
     const _: () = assert!(NODE_CACHE + 8 * super::CALLEE_CACHE <= 64 && NODE_CALLS < 64 && NODE_FUNC < 64);
 }
 
 #[repr(C)]
-pub struct ThreadState {
+pub(crate) struct ThreadState {
     stack: ShadowStack,
-    pub os_tid: u32,
+    pub(crate) os_tid: u32,
     /// Which calling-context tree of the process this is (one per thread lifetime, from 1; 0 for
     /// private states): the kernel reuses thread ids, the tree number is not reused.
-    pub tree: u32,
+    pub(crate) tree: u32,
     chunks: [AtomicPtr<Node>; MAX_CHUNKS],
     /// Published node count (Release after a node is initialised).
-    pub node_count: AtomicU32,
+    pub(crate) node_count: AtomicU32,
     /// The thread's root: parent of functions entered with nothing recorded above them (owned
     /// here, used through the bottom stack entry's pointer).
     _root: Box<Node>,
@@ -326,9 +326,9 @@ pub struct ThreadState {
     last_susp: u64,
     timing: bool,
     overhead: u64,
-    pub flow: Option<FlowRing>,
+    pub(crate) flow: Option<FlowRing>,
     /// Calls not recorded (call tree full, stack too deep).
-    pub overflowed: AtomicU64,
+    pub(crate) overflowed: AtomicU64,
     /// Children found beyond the fast stubs' search window (`ThreadState::child`).
     far_finds: u32,
     /// Set (Release) by the owner thread as its last access, when it ends: the counters are
@@ -343,10 +343,10 @@ unsafe impl Send for ThreadState {}
 unsafe impl Sync for ThreadState {}
 
 /// Total time the runtime spent suspended so far, in ticks (updated at resume).
-pub static SUSPENDED_TICKS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static SUSPENDED_TICKS: AtomicU64 = AtomicU64::new(0);
 
 impl ThreadState {
-    pub fn new(os_tid: u32, timing: bool, overhead: u64, flow: bool) -> ThreadState {
+    pub(crate) fn new(os_tid: u32, timing: bool, overhead: u64, flow: bool) -> ThreadState {
         let mut root = Box::new(Node::blank());
         let fast = match (timing, flow) {
             (_, true) => FAST_NONE,
@@ -377,7 +377,7 @@ impl ThreadState {
 
     /// Starts a new (or recycled, see [`ThreadState::recycle`]) state on the calling thread:
     /// its ids, and the clock readings the first event charges from.
-    pub fn start(&mut self, os_tid: u32, tree: u32) {
+    pub(crate) fn start(&mut self, os_tid: u32, tree: u32) {
         self.os_tid = os_tid;
         self.tree = tree;
         self.last = clock::ticks();
@@ -387,20 +387,20 @@ impl ThreadState {
 
     /// The owner thread ends: its last access to the state. The writer publishes what it did
     /// since the previous flush, then recycles the state.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.finished.store(true, Ordering::Release);
     }
 
     /// Whether the owner thread has ended (Acquire: every counter it wrote is visible). Read
     /// before the counters, so that a state seen finished is published with its final counts.
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.finished.load(Ordering::Acquire)
     }
 
     /// Makes a finished state as new for a later thread, keeping its first chunk and shadow
     /// stack (a deep one is replaced by a small one). Writer thread only, after the last
     /// publication, while no thread uses the state.
-    pub fn recycle(&mut self) {
+    pub(crate) fn recycle(&mut self) {
         let count = self.node_count.load(Ordering::Relaxed) as usize;
         for (k, slot) in self.chunks.iter().enumerate() {
             let c = slot.load(Ordering::Relaxed);
@@ -446,7 +446,7 @@ impl ThreadState {
     }
 
     /// The node with id `i`, if published.
-    pub fn node(&self, i: u32) -> Option<&Node> {
+    pub(crate) fn node(&self, i: u32) -> Option<&Node> {
         if i >= self.node_count.load(Ordering::Acquire) {
             return None;
         }
@@ -606,7 +606,7 @@ impl ThreadState {
     /// # Safety
     /// `func` must point to a `FuncInfo` that lives for the rest of the process.
     #[inline(always)]
-    pub unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize) {
+    pub(crate) unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize) {
         let now = self.event_time();
         // Frames at or below this SP are gone: an exception unwound them without leave hooks.
         while self.stack.len() > 1 {
@@ -646,7 +646,7 @@ impl ThreadState {
     /// # Safety
     /// As for [`ThreadState::enter`].
     #[inline(always)]
-    pub unsafe fn leave(&mut self, func: *const FuncInfo, sp: usize, kind: u8) {
+    pub(crate) unsafe fn leave(&mut self, func: *const FuncInfo, sp: usize, kind: u8) {
         let now = self.event_time();
         while self.stack.len() > 1 {
             let e = self.top();
@@ -690,19 +690,19 @@ impl Drop for ThreadState {
 /// Everything the hooks accumulate on a thread, for tests that compare two ways of driving them.
 #[cfg(test)]
 #[derive(Debug, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Per node (the root first): parent, function, calls, exclusive, suspended, profiler.
-    pub nodes: Vec<(u32, usize, u64, u64, u64, u64)>,
+    pub(crate) nodes: Vec<(u32, usize, u64, u64, u64, u64)>,
     /// Shadow stack: (node id, SP).
-    pub stack: Vec<(u32, usize)>,
-    pub last: u64,
-    pub last_susp: u64,
-    pub overflowed: u64,
+    pub(crate) stack: Vec<(u32, usize)>,
+    pub(crate) last: u64,
+    pub(crate) last_susp: u64,
+    pub(crate) overflowed: u64,
 }
 
 #[cfg(test)]
 impl ThreadState {
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let row = |n: &Node| {
             (
                 n.parent,
@@ -730,12 +730,12 @@ impl ThreadState {
     }
 
     /// Forces the fast-stub mode (tests run without `clock::init`, so timing would get none).
-    pub fn set_fast(&mut self, mode: u8) {
+    pub(crate) fn set_fast(&mut self, mode: u8) {
         self.stack.set_mode(mode);
     }
 
     /// Sum of all time charged to the thread's nodes (exclusive + suspended + profiler).
-    pub fn charged(&self) -> u64 {
+    pub(crate) fn charged(&self) -> u64 {
         self.snapshot().nodes.iter().map(|n| n.3.wrapping_add(n.4).wrapping_add(n.5)).fold(0, u64::wrapping_add)
     }
 }

@@ -7,21 +7,22 @@ use std::sync::Mutex;
 use clrprof_sys::{CallbackResult, ClassID, ObjectID};
 use clrprof_trace::AllocationCounts;
 
+use crate::context::Context;
 use crate::names::Names;
-use crate::profiler::{os_tid, State};
+use crate::os::os_tid;
 use crate::writer::Writer;
 
 const SHARDS: usize = 16;
 
 /// (count, bytes) per class, sharded by thread to keep lock contention away.
 #[derive(Default)]
-pub struct ExactCounts {
+pub(crate) struct ExactCounts {
     shards: [Mutex<HashMap<ClassID, (u64, u64)>>; SHARDS],
 }
 
 impl ExactCounts {
     /// Emits the counts gathered since the last drain (on the writer thread).
-    pub fn drain(&self, names: &Names, writer: &Writer, ts: u64) {
+    pub(crate) fn drain(&self, names: &Names, writer: &Writer, ts: u64) {
         let mut all: HashMap<ClassID, (u64, u64)> = HashMap::new();
         for sh in &self.shards {
             let taken = match sh.lock() {
@@ -41,11 +42,17 @@ impl ExactCounts {
     }
 }
 
+/// What [`allocated`] fills (borrowed from `super::Events`).
+pub(crate) struct Recorder<'a> {
+    pub(crate) alloc: &'a ExactCounts,
+    pub(crate) alloc_samples: &'a PendingSamples,
+}
+
 impl ExactCounts {
     /// A class is about to unload (`ClassUnloadStarted`, the id still valid): its counts not yet
     /// drained are written now, named through the one class-name cache while the runtime can still
     /// name it (the caller then forgets the name). Later allocations of a reused id start afresh.
-    pub fn unloading(&self, class: ClassID, names: &Names, writer: &Writer, ts: u64) {
+    pub(crate) fn unloading(&self, class: ClassID, names: &Names, writer: &Writer, ts: u64) {
         let (mut count, mut bytes) = (0u64, 0u64);
         for sh in &self.shards {
             if let Ok(mut m) = sh.lock() {
@@ -62,10 +69,10 @@ impl ExactCounts {
     }
 }
 
-pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult {
+pub(crate) fn allocated(s: &Context, ev: &Recorder, object: ObjectID, class: ClassID) -> CallbackResult {
     let size = s.info.get_object_size2(object).unwrap_or(0) as u64;
     let tid = os_tid();
-    let shard = &s.events.alloc.shards[tid as usize % SHARDS];
+    let shard = &ev.alloc.shards[tid as usize % SHARDS];
     if let Ok(mut m) = shard.lock() {
         let e = m.entry(class).or_default();
         e.0 += 1;
@@ -74,14 +81,14 @@ pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult 
     if site_sampled(size) && !s.is_stopped() {
         // Allocation sites: the stacks of the sampled objects. Their type is named by the
         // `AllocationCounts` of the class (the reader resolves it by class id).
-        s.events.alloc_samples.push(clrprof_trace::AllocationSample {
+        ev.alloc_samples.push(clrprof_trace::AllocationSample {
             ts: s.now(),
             os_tid: tid,
             class: class as u64,
             size,
             amount: SITE_SAMPLING_MEAN_BYTES,
             source: 2,
-            stack: super::current_stack(s),
+            stack: super::stack::current_stack(s),
             walk_weight: 1,
             ..Default::default()
         });
@@ -93,7 +100,7 @@ pub fn allocated(s: &State, object: ObjectID, class: ClassID) -> CallbackResult 
 /// each type's sites their shares. A walk costs about as much as 30 to 50 `ObjectAllocated`
 /// callbacks of small objects, so one per 16 KiB (some 500 small objects) keeps the walks a
 /// small part of what the mode costs anyway.
-pub const SITE_SAMPLING_MEAN_BYTES: u64 = 16 * 1024;
+pub(crate) const SITE_SAMPLING_MEAN_BYTES: u64 = 16 * 1024;
 
 /// The allocating thread's byte countdown to its next sampled object, and its random state.
 #[derive(Clone, Copy)]
@@ -157,7 +164,7 @@ fn site_sampled(size: u64) -> bool {
 /// Allocation samples waiting for the writer thread, which packs them into one
 /// `AllocationSamples` record per flush (about a third of a record per sample).
 #[derive(Default)]
-pub struct PendingSamples {
+pub(crate) struct PendingSamples {
     samples: Mutex<Vec<clrprof_trace::AllocationSample>>,
     dropped: std::sync::atomic::AtomicU64,
 }
@@ -166,7 +173,7 @@ pub struct PendingSamples {
 const MAX_PENDING: usize = 1 << 20;
 
 impl PendingSamples {
-    pub fn push(&self, a: clrprof_trace::AllocationSample) {
+    pub(crate) fn push(&self, a: clrprof_trace::AllocationSample) {
         if let Ok(mut v) = self.samples.lock() {
             if v.len() < MAX_PENDING {
                 v.push(a);
@@ -179,7 +186,7 @@ impl PendingSamples {
     }
 
     /// The samples since the last call, packed (in their order).
-    pub fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
+    pub(crate) fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
         let taken = std::mem::take(&mut *self.samples.lock().ok()?);
         if taken.is_empty() {
             return None;
@@ -188,7 +195,7 @@ impl PendingSamples {
     }
 
     /// Writer tick.
-    pub fn publish(&self, w: &Writer) {
+    pub(crate) fn publish(&self, w: &Writer) {
         if let Some(r) = self.take() {
             w.emit(&r.into());
         }

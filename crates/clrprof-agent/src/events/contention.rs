@@ -16,7 +16,7 @@ use clrprof_trace::{ContentionCounts, ContentionStack, Record};
 use crate::writer::Writer;
 
 /// Length of the intervals contention is counted in (the counters view's finest rows).
-pub const INTERVAL_NS: u64 = 100_000_000;
+pub(crate) const INTERVAL_NS: u64 = 100_000_000;
 
 /// Contentions of one interval and stack: ended, total wait, longest wait, never seen to end.
 #[derive(Clone, Copy, Default, Debug, PartialEq)]
@@ -41,7 +41,7 @@ struct Inner {
 
 /// The aggregator (one per process).
 #[derive(Default)]
-pub struct Contention {
+pub(crate) struct Contention {
     inner: Mutex<Inner>,
 }
 
@@ -53,7 +53,7 @@ impl Inner {
 
 impl Contention {
     /// A contention started at `ts` on thread `tid`, waiting at `stack` (innermost first).
-    pub fn started(&self, ts: u64, tid: u32, stack: Vec<u64>) {
+    pub(crate) fn started(&self, ts: u64, tid: u32, stack: Vec<u64>) {
         let Ok(mut g) = self.inner.lock() else { return };
         let g = &mut *g;
         let next = g.ids.len() as u32 + 1;
@@ -72,7 +72,7 @@ impl Contention {
     }
 
     /// The thread's open contention ended at `ts`; `duration_ns` is the runtime's wait (0: none).
-    pub fn ended(&self, ts: u64, tid: u32, duration_ns: u64) {
+    pub(crate) fn ended(&self, ts: u64, tid: u32, duration_ns: u64) {
         let Ok(mut g) = self.inner.lock() else { return };
         let Some((start, id)) = g.open.remove(&tid) else { return };
         let wait = if duration_ns > 0 { duration_ns } else { ts.saturating_sub(start) };
@@ -84,7 +84,7 @@ impl Contention {
 
     /// The records to publish at `now`: new stacks, then the counts of intervals that have ended
     /// (all of them when `last`, with the contentions still open counted as never ended).
-    pub fn take(&self, now: u64, last: bool) -> Vec<Record> {
+    pub(crate) fn take(&self, now: u64, last: bool) -> Vec<Record> {
         let Ok(mut g) = self.inner.lock() else { return Vec::new() };
         let g = &mut *g;
         if last {
@@ -116,7 +116,7 @@ impl Contention {
     }
 
     /// Writer tick: publishes what `take` gives.
-    pub fn publish(&self, w: &Writer, now: u64) {
+    pub(crate) fn publish(&self, w: &Writer, now: u64) {
         for r in self.take(now, w.is_stopping()) {
             w.emit(&r);
         }

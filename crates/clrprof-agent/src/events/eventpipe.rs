@@ -5,7 +5,7 @@
 //! u32 Type, u16 ClrInstanceID, u64 ClientSequenceNumber}; `GCEnd_V1` id 2 {u32 Count, u32 Depth,
 //! u16 ClrInstanceID}; `GCAllocationTick_V2..V4` id 10 {u32
 //! AllocationAmount, u32 AllocationKind, u16 ClrInstanceID, u64 AllocationAmount64, ptr TypeID,
-//! UTF-16z TypeName, u32 HeapIndex, ptr Address, [V4] u64 ObjectSize}; `AllocationSampled` id 303
+//! UTF-16z TypeName, u32 HeapIndex, ptr Address, (V4) u64 ObjectSize}; `AllocationSampled` id 303
 //! (.NET 10, keyword 0x80000000000) {u32 AllocationKind, u16 ClrInstanceID, ptr TypeID, UTF-16z
 //! TypeName, ptr Address, u64 ObjectSize, u64 SampledByteOffset}; `ContentionStart` id 81 and
 //! `ContentionStop_V1` id 91 {u8 ContentionFlags, u16 ClrInstanceID, f64 DurationNs} (keyword 0x4000).
@@ -26,8 +26,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd, GcInfo, Record};
 
+use super::alloc::PendingSamples;
+use super::contention::Contention;
+use super::exceptions::Limiter;
 use crate::config::AllocMode;
-use crate::profiler::{os_tid, State};
+use crate::context::Context;
+use crate::os::os_tid;
+use crate::sampler::Sampler;
 use crate::{log_info, log_warn};
 
 const PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
@@ -63,7 +68,7 @@ const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
 /// Starts the session when the configuration needs it; failures are logged and recorded, the app
 /// runs. Returns the session's id.
-pub fn start(s: &State, runtime_major: u16) -> Option<u64> {
+pub(crate) fn start(s: &Context, runtime_major: u16) -> Option<u64> {
     let (_, high) = s.info.get_event_mask2().unwrap_or((0, 0));
     if high & clrprof_sys::high::MONITOR_EVENT_PIPE == 0 {
         return None;
@@ -157,7 +162,7 @@ impl<'a> Payload<'a> {
 /// Parses a runtime event payload into a record; `None` for events this module does not use or
 /// payloads that do not parse. `named(class)` says whether an allocation sample's type name was
 /// already written (then it is left empty: the reader keeps names by class id).
-pub fn parse(
+pub(crate) fn parse(
     event_id: u32,
     version: u32,
     data: &[u8],
@@ -316,16 +321,25 @@ fn walk_weight(n: u32, size: u64, budget: &mut dyn FnMut() -> bool) -> Option<u3
     }
 }
 
+/// What the EventPipe recorder fills (borrowed from `super::Events`).
+pub(crate) struct Recorder<'a> {
+    /// Allocation samples seen per type (see `super::Events::alloc_types`).
+    pub(crate) alloc_types: &'a std::sync::Mutex<std::collections::HashMap<u64, SampledType>>,
+    pub(crate) alloc_samples: &'a PendingSamples,
+    pub(crate) contention: &'a Contention,
+    pub(crate) limiter: &'a Limiter,
+}
+
 /// What the agent knows of a type seen in allocation samples.
 #[derive(Clone, Copy, Default)]
-pub struct SampledType {
+pub(crate) struct SampledType {
     samples: u32,
     named: bool,
 }
 
 /// Forgets an unloaded class (its id may be reused for another type).
-pub fn forget_class(s: &State, class: u64) {
-    if let Ok(mut m) = s.events.alloc_types.lock() {
+pub(crate) fn forget_class(ev: &Recorder, class: u64) {
+    if let Ok(mut m) = ev.alloc_types.lock() {
         m.remove(&class);
     }
 }
@@ -334,8 +348,8 @@ pub fn forget_class(s: &State, class: u64) {
 /// TypeLoadStartID, u16 ClrInstanceID, u16 LoadLevel, u64 TypeID, UTF-16z TypeName}: the thread's
 /// type load activity for the sampler; a `TypeLoad` record names it when a sample was taken
 /// during the load.
-fn type_load(s: &State, event_id: u32, data: &[u8]) {
-    use crate::sampler::cpu;
+fn type_load(s: &Context, event_id: u32, data: &[u8]) {
+    use crate::sampler::slot as cpu;
     use clrprof_trace::runtime_activity as ra;
     thread_local! {
         /// Type loads in progress on this thread: (TypeLoadStartID, samples taken at the start).
@@ -397,7 +411,7 @@ fn failfast_message(event_id: u32, version: u32, data: &[u8]) -> Option<String> 
 /// round — the hooks' call counts and times as at the end, every thread's buffer — so the trace
 /// keeps the process's last moments. Bounded waits: the thread waits for the sampler and the
 /// writer threads, which never wait for it. Once per process.
-pub fn process_dying(s: &State, message: &str) {
+pub(crate) fn process_dying(s: &Context, sampler: Option<&Sampler>, message: &str) {
     static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if ONCE.swap(true, std::sync::atomic::Ordering::AcqRel) || s.is_stopped() {
         return;
@@ -408,7 +422,7 @@ pub fn process_dying(s: &State, message: &str) {
         level: 1,
         text: format!("the runtime failed fast (Environment.FailFast or a fatal error): {message}"),
     });
-    let sampled = s.sampler.as_ref().map(|sm| sm.flush_urgently(LAST_SAMPLES_WAIT));
+    let sampled = sampler.map(|sm| sm.flush_urgently(LAST_SAMPLES_WAIT));
     let written = s.writer.flush_urgently(LAST_FLUSH_WAIT);
     log_info!(
         "the runtime is failing fast: last samples {sampled:?}, last flush {written} in {} µs",
@@ -416,9 +430,17 @@ pub fn process_dying(s: &State, message: &str) {
     );
 }
 
-pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usize]) -> CallbackResult {
+pub(crate) fn delivered(
+    s: &Context,
+    ev: &Recorder,
+    sampler: Option<&Sampler>,
+    event_id: u32,
+    version: u32,
+    data: &[u8],
+    ips: &[usize],
+) -> CallbackResult {
     if let Some(message) = failfast_message(event_id, version, data) {
-        process_dying(s, &message);
+        process_dying(s, sampler, &message);
         return Ok(());
     }
     if event_id == EVENT_EXCEPTION_THROWN {
@@ -426,9 +448,9 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
         // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
         // u16 ExceptionFlags, u16 ClrInstanceID}; flag 0x4 is a rethrow (.NET 8 raises the event
         // for rethrows, .NET 9 and later do not).
-        s.events.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ev.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0) {
-            s.events.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ev.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         return Ok(());
     }
@@ -443,7 +465,7 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
     // sample.
     let mut nth = 0;
     let mut named = |class: u64| {
-        let Ok(mut m) = s.events.alloc_types.lock() else { return false };
+        let Ok(mut m) = ev.alloc_types.lock() else { return false };
         let t = m.entry(class).or_default();
         t.samples = t.samples.saturating_add(1);
         nth = t.samples;
@@ -457,7 +479,7 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             if a.ips.is_empty() {
                 if let Some(w) = walk_weight(nth, a.size, &mut || within_walk_budget(a.ts)) {
                     let t0 = s.now();
-                    a.stack = super::current_stack(s);
+                    a.stack = super::stack::current_stack(s);
                     a.walk_weight = w;
                     spent_walking(s.now().saturating_sub(t0));
                 }
@@ -466,25 +488,25 @@ pub fn delivered(s: &State, event_id: u32, version: u32, data: &[u8], ips: &[usi
             let wrote_name = !a.type_name.is_empty();
             if !s.is_stopped() {
                 // Packed with the others by the writer thread (`AllocationSamples`).
-                s.events.alloc_samples.push(a);
+                ev.alloc_samples.push(a);
             }
             if wrote_name {
-                if let Ok(mut m) = s.events.alloc_types.lock() {
+                if let Ok(mut m) = ev.alloc_types.lock() {
                     m.entry(class).or_default().named = true;
                 }
             }
         }
         Some(Record::ContentionStarted(mut c)) => {
             // Contention blocks the thread anyway: walk its stack every time.
-            c.stack = super::current_stack(s);
+            c.stack = super::stack::current_stack(s);
             if s.config.events {
                 s.emit(c);
             } else {
-                s.events.contention.started(c.ts, c.os_tid, c.stack);
+                ev.contention.started(c.ts, c.os_tid, c.stack);
             }
         }
         Some(Record::ContentionEnded(c)) if !s.config.events => {
-            s.events.contention.ended(c.ts, c.os_tid, c.duration_ns);
+            ev.contention.ended(c.ts, c.os_tid, c.duration_ns);
         }
         Some(r) => s.emit(r),
         None => {}

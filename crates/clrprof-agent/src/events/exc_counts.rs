@@ -25,9 +25,9 @@ use clrprof_trace::{
 };
 
 /// Length of the intervals exceptions are counted in (by throw time).
-pub const INTERVAL_NS: u64 = 100_000_000;
+pub(crate) const INTERVAL_NS: u64 = 100_000_000;
 /// An exception in flight this long at a writer tick is written on its own.
-pub const LONG_IN_FLIGHT_NS: u64 = 100_000_000;
+pub(crate) const LONG_IN_FLIGHT_NS: u64 = 100_000_000;
 /// Deepest nesting of exceptions in flight tracked per thread.
 const MAX_IN_FLIGHT: usize = 64;
 
@@ -104,35 +104,35 @@ impl Inner {
 
 /// The aggregator (one per process).
 #[derive(Default)]
-pub struct ExceptionCountsState {
+pub(crate) struct ExceptionCountsState {
     inner: Mutex<Inner>,
     /// Bumped at each change of the rate limit's mode.
     generation: AtomicU32,
 }
 
 /// A throw, as the callback saw it.
-pub struct Throw {
-    pub ts: u64,
-    pub os_tid: u32,
-    pub thread: u64,
-    pub class: u64,
-    pub type_name: Arc<str>,
+pub(crate) struct Throw {
+    pub(crate) ts: u64,
+    pub(crate) os_tid: u32,
+    pub(crate) thread: u64,
+    pub(crate) class: u64,
+    pub(crate) type_name: Arc<str>,
     /// Innermost first; empty when not walked.
-    pub stack: Vec<u64>,
-    pub epoch: u32,
+    pub(crate) stack: Vec<u64>,
+    pub(crate) epoch: u32,
     /// The same exception object thrown again (see `exceptions::is_rethrow`).
-    pub rethrow: bool,
+    pub(crate) rethrow: bool,
 }
 
 impl ExceptionCountsState {
     /// The rate limit changed mode: exceptions thrown from now on go to other rows.
-    pub fn next_generation(&self) {
+    pub(crate) fn next_generation(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// An exception was thrown. Returns a record to write when the thread's nesting overflowed
     /// (its oldest exception in flight, not written yet, is written now and forgotten).
-    pub fn thrown(&self, t: Throw) -> Option<Record> {
+    pub(crate) fn thrown(&self, t: Throw) -> Option<Record> {
         let generation = self.generation.load(Ordering::Acquire);
         let Ok(mut g) = self.inner.lock() else { return None };
         let g = &mut *g;
@@ -177,7 +177,7 @@ impl ExceptionCountsState {
     /// A step of the handling of the innermost exception in flight on thread `os_tid`. Returns a
     /// record to write: at a catch, the `ExceptionCaught` of an exception written on its own, or
     /// the `ExceptionThrown` of one whose catch cannot be reported (thrown in another `epoch`).
-    pub fn phase(&self, ts: u64, os_tid: u32, phase: u8, function: u64, epoch: u32) -> Option<Record> {
+    pub(crate) fn phase(&self, ts: u64, os_tid: u32, phase: u8, function: u64, epoch: u32) -> Option<Record> {
         let Ok(mut g) = self.inner.lock() else { return None };
         let g = &mut *g;
         let list = g.in_flight.get_mut(&os_tid)?;
@@ -244,7 +244,7 @@ impl ExceptionCountsState {
     /// `LONG_IN_FLIGHT_NS` or more (every one when `last`), written on their own — to be written
     /// at once, ahead of any catch record the threads may write next; then new types and
     /// stacks and the counts of intervals that are over.
-    pub fn take(&self, now: u64, last: bool) -> (Vec<Record>, Vec<Record>) {
+    pub(crate) fn take(&self, now: u64, last: bool) -> (Vec<Record>, Vec<Record>) {
         let Ok(mut g) = self.inner.lock() else { return (Vec::new(), Vec::new()) };
         let g = &mut *g;
         let mut long = Vec::new();
@@ -304,7 +304,7 @@ impl ExceptionCountsState {
     }
 
     /// Writer tick: writes what `take` gives.
-    pub fn publish(&self, w: &crate::writer::Writer, now: u64) {
+    pub(crate) fn publish(&self, w: &crate::writer::Writer, now: u64) {
         let (long, rest) = self.take(now, w.is_stopping());
         if !long.is_empty() {
             w.write_now(&long);

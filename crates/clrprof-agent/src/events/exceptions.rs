@@ -18,7 +18,10 @@ use clrprof_trace::{
     ExceptionPhase, ExceptionThrown,
 };
 
-use crate::profiler::{os_tid, State};
+use super::exc_counts::ExceptionCountsState;
+use super::gc::GcState;
+use crate::context::Context;
+use crate::os::os_tid;
 use crate::writer::Writer;
 
 const BURST: f64 = mode::BURST as f64;
@@ -26,17 +29,27 @@ const RATE_PER_SEC: f64 = mode::RATE_PER_SEC as f64;
 const WINDOW_NS: u64 = mode::WINDOW_NS;
 const PAUSE_NS: u64 = mode::PAUSE_NS;
 
+/// What the exception recorder fills (borrowed from `super::Events`).
+pub(crate) struct Recorder<'a> {
+    pub(crate) limiter: &'a Limiter,
+    /// Throws seen per exception type (to sample throw stacks).
+    pub(crate) throws: &'a Mutex<std::collections::HashMap<ClassID, u32>>,
+    pub(crate) exception_counts: &'a ExceptionCountsState,
+    /// Tells when an exception object's address may name another object (a GC ran).
+    pub(crate) gc: &'a GcState,
+}
+
 /// The exception storm rate limit: a token bucket on observed throws, checked on the writer
 /// thread's tick, which switches `COR_PRF_MONITOR_EXCEPTIONS` off and on (a mutable flag).
 #[derive(Default)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     /// Throws seen by the `ExceptionThrown` callback.
     observed: AtomicU64,
     /// Throws counted from the runtime's `ExceptionThrown_V1` events (every one, paused or not),
     /// and the count last written.
-    pub runtime_thrown: AtomicU64,
+    pub(crate) runtime_thrown: AtomicU64,
     /// Of those, the ones flagged as rethrows.
-    pub runtime_rethrown: AtomicU64,
+    pub(crate) runtime_rethrown: AtomicU64,
     runtime_written: AtomicU64,
     /// Bumped each time the callbacks come back: steps of an exception thrown in an earlier epoch
     /// were partly missed, so its catch is not reported.
@@ -58,7 +71,7 @@ struct Control {
 
 impl Limiter {
     /// One step of the rate limit (writer thread, before each flush).
-    pub fn tick(&self, s: &State, w: &Writer) {
+    pub(crate) fn tick(&self, s: &Context, ev: &Recorder, w: &Writer) {
         // Rethrows are counted before their throw event's total (a reader never sees more
         // rethrows than throws).
         let rethrown = self.runtime_rethrown.load(Ordering::Relaxed);
@@ -105,7 +118,7 @@ impl Limiter {
         let callbacks_on = next != mode::PAUSED;
         if !callbacks_on {
             // The catches that end the threads' exception dispatches will not be seen.
-            crate::sampler::cpu::clear_exception_activity();
+            crate::sampler::slot::clear_exception_activity();
         }
         if let Err(e) = set_callbacks(s, callbacks_on) {
             crate::log_warn!(
@@ -120,7 +133,7 @@ impl Limiter {
         if callbacks_on {
             self.epoch.fetch_add(1, Ordering::AcqRel);
         }
-        s.events.exception_counts.next_generation();
+        ev.exception_counts.next_generation();
         c.mode = next;
         c.mode_since = now;
         c.window_observed = observed;
@@ -138,7 +151,7 @@ impl Limiter {
     }
 }
 
-fn set_callbacks(s: &State, on: bool) -> clrprof_sys::HrResult<()> {
+fn set_callbacks(s: &Context, on: bool) -> clrprof_sys::HrResult<()> {
     let (low, high) = s.info.get_event_mask2()?;
     let low = if on { low | monitor::EXCEPTIONS } else { low & !monitor::EXCEPTIONS };
     s.info.set_event_mask2(low, high)
@@ -162,21 +175,21 @@ thread_local! {
 /// reuse its memory). `throw;` rethrows the object its catch received, whose address is noted at
 /// the catch (`caught_object`); a rethrow with a GC between the catch and the rethrow counts as a
 /// new throw. Remembers `object` either way.
-fn is_rethrow(s: &State, object: ObjectID) -> bool {
-    remember(s, object)
+fn is_rethrow(ev: &Recorder, object: ObjectID) -> bool {
+    remember(ev, object)
 }
 
 /// The object a `catch` received (`ExceptionCatcherEnter`), at its current address.
-pub fn caught_object(s: &State, object: ObjectID) {
-    remember(s, object);
+pub(crate) fn caught_object(ev: &Recorder, object: ObjectID) {
+    remember(ev, object);
 }
 
 /// Notes `object` among the thread's recent exception objects; whether it was there already.
-fn remember(s: &State, object: ObjectID) -> bool {
+fn remember(ev: &Recorder, object: ObjectID) -> bool {
     if object == 0 {
         return false;
     }
-    let epoch = s.events.gc.epoch.load(Ordering::Acquire);
+    let epoch = ev.gc.epoch.load(Ordering::Acquire);
     RECENT_THROWS
         .try_with(|r| {
             let Ok(mut r) = r.try_borrow_mut() else { return false };
@@ -194,14 +207,14 @@ fn remember(s: &State, object: ObjectID) -> bool {
         .unwrap_or(false)
 }
 
-pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
-    let rethrow = is_rethrow(s, object);
+pub(crate) fn thrown(s: &Context, ev: &Recorder, object: ObjectID) -> CallbackResult {
+    let rethrow = is_rethrow(ev, object);
     let class = s.info.get_class_from_object(object).unwrap_or(0);
     let type_name = s.names.class_name(class);
     let thread = s.info.get_current_thread_id().unwrap_or(0);
-    let stack = if walk_this_throw(s, class) { super::current_stack(s) } else { Vec::new() };
-    s.events.limiter.observed.fetch_add(1, Ordering::Relaxed);
-    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    let stack = if walk_this_throw(ev, class) { super::stack::current_stack(s) } else { Vec::new() };
+    ev.limiter.observed.fetch_add(1, Ordering::Relaxed);
+    let epoch = ev.limiter.epoch.load(Ordering::Acquire);
     if !s.config.every_exception() {
         // Counted in the agent (`exc_counts`) unless it stays in flight.
         let t = super::exc_counts::Throw {
@@ -214,7 +227,7 @@ pub fn thrown(s: &State, object: ObjectID) -> CallbackResult {
             epoch,
             rethrow,
         };
-        if let Some(r) = s.events.exception_counts.thrown(t) {
+        if let Some(r) = ev.exception_counts.thrown(t) {
             s.emit(r);
         }
         return Ok(());
@@ -241,8 +254,8 @@ const WALK_EVERY: u32 = 100;
 /// Walking the stack is most of the cost of recording a throw (about 5 µs on .NET 10): walk the
 /// first throws of each exception type, then a regular sample. Counts stay exact: the throw site
 /// comes from the first pass (`ExceptionCaught.site`).
-fn walk_this_throw(s: &State, class: ClassID) -> bool {
-    let Ok(mut m) = s.events.throws.lock() else { return true };
+fn walk_this_throw(ev: &Recorder, class: ClassID) -> bool {
+    let Ok(mut m) = ev.throws.lock() else { return true };
     let n = m.entry(class).or_insert(0);
     *n = n.saturating_add(1);
     *n <= WALK_FIRST || *n % WALK_EVERY == 0
@@ -269,15 +282,15 @@ thread_local! {
 /// Deepest nesting of exceptions in flight tracked per thread.
 const MAX_IN_FLIGHT: usize = 64;
 
-pub fn phase(s: &State, phase: u8, function: FunctionID) -> CallbackResult {
+pub(crate) fn phase(s: &Context, ev: &Recorder, phase: u8, function: FunctionID) -> CallbackResult {
     if s.config.events {
         // The event log wants every step with its time.
         s.emit(ExceptionPhase { ts: s.now(), os_tid: os_tid(), phase, function: function as u64 });
         return Ok(());
     }
-    let epoch = s.events.limiter.epoch.load(Ordering::Acquire);
+    let epoch = ev.limiter.epoch.load(Ordering::Acquire);
     if !s.config.every_exception() {
-        if let Some(r) = s.events.exception_counts.phase(s.now(), os_tid(), phase, function as u64, epoch) {
+        if let Some(r) = ev.exception_counts.phase(s.now(), os_tid(), phase, function as u64, epoch) {
             s.emit(r);
         }
         return Ok(());

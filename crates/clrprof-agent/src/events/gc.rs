@@ -6,31 +6,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use clrprof_sys::{CallbackResult, BOOL};
 use clrprof_trace::{GcFinished, GcStarted, RuntimeResumed, RuntimeSuspended};
 
-use crate::profiler::{os_tid, State};
+use crate::context::Context;
+use crate::os::os_tid;
 
 /// `COR_PRF_SUSPEND_FOR_GC` and `COR_PRF_SUSPEND_FOR_GC_PREP`.
 const SUSPEND_FOR_GC: u32 = 1;
 const SUSPEND_FOR_GC_PREP: u32 = 6;
 
 /// A suspension for a collection (`COR_PRF_SUSPEND_FOR_GC` or `_GC_PREP`).
-pub fn is_gc_suspension(reason: u32) -> bool {
+pub(crate) fn is_gc_suspension(reason: u32) -> bool {
     reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP
 }
 
 #[derive(Default)]
-pub struct GcState {
+pub(crate) struct GcState {
     /// The suspension in progress was recorded (suspensions never overlap).
     suspension_recorded: AtomicBool,
     /// Bumped at every GC start and finish: an object's address names the same object only
     /// between two changes (a GC moves objects and frees memory for reuse).
-    pub epoch: AtomicU64,
+    pub(crate) epoch: AtomicU64,
 }
 
 /// Used bytes per generation (gen0, gen1, gen2, LOH, POH). `GetGenerationBounds` is allowed in
 /// the GC callbacks (the runtime's own gcbasicprofiler test calls it from `GarbageCollectionStarted`),
 /// and the `COR_PRF_GC_GENERATION_RANGE` docs say its lengths are accurate only when called from
 /// `GarbageCollectionStarted` or `GarbageCollectionFinished`.
-fn heap_sizes(s: &State) -> Vec<u64> {
+fn heap_sizes(s: &Context) -> Vec<u64> {
     let mut sizes = vec![0u64; 5];
     if let Ok(ranges) = s.info.get_generation_bounds() {
         for (g, len) in ranges {
@@ -43,8 +44,8 @@ fn heap_sizes(s: &State) -> Vec<u64> {
 }
 
 /// `collected[g]` is non-zero when generation `g` is collected (gen0..gen2, LOH, POH).
-pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
-    s.events.gc.epoch.fetch_add(1, Ordering::AcqRel);
+pub(crate) fn started(s: &Context, ev: &GcState, collected: &[BOOL], reason: u32) -> CallbackResult {
+    ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(()); // on for the exceptions' rethrow detection only
     }
@@ -54,8 +55,8 @@ pub fn started(s: &State, collected: &[BOOL], reason: u32) -> CallbackResult {
     Ok(())
 }
 
-pub fn finished(s: &State) -> CallbackResult {
-    s.events.gc.epoch.fetch_add(1, Ordering::AcqRel);
+pub(crate) fn finished(s: &Context, ev: &GcState) -> CallbackResult {
+    ev.epoch.fetch_add(1, Ordering::AcqRel);
     if !(s.config.gc || s.config.events) {
         return Ok(());
     }
@@ -63,17 +64,17 @@ pub fn finished(s: &State) -> CallbackResult {
     Ok(())
 }
 
-pub fn suspend_started(s: &State, reason: u32) -> CallbackResult {
+pub(crate) fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult {
     let keep = s.config.events || reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP;
-    s.events.gc.suspension_recorded.store(keep, Ordering::Relaxed);
+    ev.suspension_recorded.store(keep, Ordering::Relaxed);
     if keep {
         s.emit(RuntimeSuspended { ts: s.now(), os_tid: os_tid(), reason });
     }
     Ok(())
 }
 
-pub fn resume_finished(s: &State) -> CallbackResult {
-    if s.events.gc.suspension_recorded.swap(false, Ordering::Relaxed) {
+pub(crate) fn resume_finished(s: &Context, ev: &GcState) -> CallbackResult {
+    if ev.suspension_recorded.swap(false, Ordering::Relaxed) {
         s.emit(RuntimeResumed { ts: s.now(), os_tid: os_tid() });
     }
     Ok(())

@@ -34,7 +34,7 @@ use crate::{log_error, log_info, log_warn};
 
 /// The event bits the runtime accepts from an attached profiler (`COR_PRF_ALLOWABLE_AFTER_ATTACH`
 /// in corprof.idl, without DISABLE_INLINING/OPTIMIZATIONS, which only .NET 10 accepts).
-pub const ALLOWED_LOW: u32 = monitor::THREADS
+pub(crate) const ALLOWED_LOW: u32 = monitor::THREADS
     | monitor::MODULE_LOADS
     | monitor::ASSEMBLY_LOADS
     | monitor::APPDOMAIN_LOADS
@@ -45,16 +45,16 @@ pub const ALLOWED_LOW: u32 = monitor::THREADS
     | monitor::EXCEPTIONS
     | monitor::JIT_COMPILATION;
 /// `COR_PRF_HIGH_ALLOWABLE_AFTER_ATTACH`.
-pub const ALLOWED_HIGH: u32 = 0xF6;
+pub(crate) const ALLOWED_HIGH: u32 = 0xF6;
 
 /// The `AttachProfiler` client data: `KEY=VALUE` lines.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ClientData {
-    pub vars: HashMap<String, String>,
+pub(crate) struct ClientData {
+    pub(crate) vars: HashMap<String, String>,
 }
 
 impl ClientData {
-    pub fn parse(data: &[u8]) -> ClientData {
+    pub(crate) fn parse(data: &[u8]) -> ClientData {
         let text = String::from_utf8_lossy(data);
         let vars = text
             .lines()
@@ -65,7 +65,7 @@ impl ClientData {
         ClientData { vars }
     }
 
-    pub fn get(&self, key: &str) -> Option<String> {
+    pub(crate) fn get(&self, key: &str) -> Option<String> {
         self.vars.get(key).cloned()
     }
 }
@@ -221,7 +221,7 @@ impl Profiler {
                 let _ = writeln!(st, "detached");
             }
         }
-        crate::allow_new_profiler();
+        super::allow_new_profiler();
     }
 }
 

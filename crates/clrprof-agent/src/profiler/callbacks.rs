@@ -11,9 +11,10 @@ use clrprof_sys::{
 use clrprof_trace::*;
 
 use super::Profiler;
+use crate::activity::{IN_GC, IN_GC_SUSPENSION};
 use crate::events::{alloc, eventpipe, exceptions, gc};
 use crate::log_error;
-use crate::sampler::cpu::{activity_begin, activity_end, activity_exception, activity_gc, IN_GC, IN_GC_SUSPENSION};
+use crate::sampler::slot::{activity_begin, activity_end, activity_exception, activity_gc};
 use clrprof_trace::runtime_activity as ra;
 
 impl ProfilerCallback for Profiler {
@@ -36,7 +37,7 @@ impl ProfilerCallback for Profiler {
         if r.is_err() {
             // The runtime unloads the agent without `ProfilerDetachSucceeded`: a later attach
             // must get a new profiler object.
-            crate::allow_new_profiler();
+            super::allow_new_profiler();
         }
         r
     }
@@ -181,7 +182,7 @@ impl ProfilerCallback for Profiler {
         // Exact allocation counts of the class are named and written before its name is forgotten.
         s.events.alloc.unloading(id, &s.names, &s.writer, s.now());
         s.names.forget_class(id);
-        crate::events::eventpipe::forget_class(s, id as u64);
+        crate::events::eventpipe::forget_class(&s.events.eventpipe(), id as u64);
         s.emit(ClassUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }
@@ -305,8 +306,8 @@ impl ProfilerCallback for Profiler {
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::suspend_started();
         }
-        // Runtime events (issue 5): GC pauses, and every suspension in the event log.
-        self.state().map_or(Ok(()), |s| gc::suspend_started(s, reason))
+        // Runtime events: GC pauses, and every suspension in the event log.
+        self.state().map_or(Ok(()), |s| gc::suspend_started(s, &s.events.gc, reason))
     }
 
     fn runtime_resume_finished(&self) -> CallbackResult {
@@ -318,68 +319,70 @@ impl ProfilerCallback for Profiler {
         if self.state().map(|s| s.instrumentation.is_some()).unwrap_or(false) {
             crate::elt::Instrumentation::resume_finished();
         }
-        self.state().map_or(Ok(()), gc::resume_finished)
+        self.state().map_or(Ok(()), |s| gc::resume_finished(s, &s.events.gc))
     }
 
     // Exceptions: each a one-line delegation to `crate::events::exceptions`.
 
     fn exception_thrown(&self, object: ObjectID) -> CallbackResult {
         activity_exception(true);
-        self.state().map_or(Ok(()), |s| exceptions::thrown(s, object))
+        self.state().map_or(Ok(()), |s| exceptions::thrown(s, &s.events.exceptions(), object))
     }
 
     fn exception_search_function_enter(&self, id: FunctionID) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_ENTER, id))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::SEARCH_ENTER, id))
     }
 
     fn exception_search_function_leave(&self) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::SEARCH_LEAVE, 0))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::SEARCH_LEAVE, 0))
     }
 
     // Filters and finally blocks are managed code the dispatch runs: not the runtime's own time.
     fn exception_search_filter_enter(&self, id: FunctionID) -> CallbackResult {
         activity_exception(false);
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_ENTER, id))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::FILTER_ENTER, id))
     }
 
     fn exception_search_filter_leave(&self) -> CallbackResult {
         activity_exception(true);
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FILTER_LEAVE, 0))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::FILTER_LEAVE, 0))
     }
 
     fn exception_search_catcher_found(&self, id: FunctionID) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_FOUND, id))
+        self.state()
+            .map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::CATCHER_FOUND, id))
     }
 
     fn exception_unwind_function_enter(&self, id: FunctionID) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_ENTER, id))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::UNWIND_ENTER, id))
     }
 
     fn exception_unwind_function_leave(&self) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::UNWIND_LEAVE, 0))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::UNWIND_LEAVE, 0))
     }
 
     fn exception_unwind_finally_enter(&self, id: FunctionID) -> CallbackResult {
         activity_exception(false);
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_ENTER, id))
+        self.state()
+            .map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::FINALLY_ENTER, id))
     }
 
     fn exception_unwind_finally_leave(&self) -> CallbackResult {
         activity_exception(true);
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::FINALLY_LEAVE, 0))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::FINALLY_LEAVE, 0))
     }
 
     fn exception_catcher_enter(&self, id: FunctionID, object: ObjectID) -> CallbackResult {
         activity_exception(false);
-        crate::sampler::cpu::activity_unwound();
+        crate::sampler::slot::activity_unwound();
         self.state().map_or(Ok(()), |s| {
-            exceptions::caught_object(s, object);
-            exceptions::phase(s, exception_phase::CATCHER_ENTER, id)
+            exceptions::caught_object(&s.events.exceptions(), object);
+            exceptions::phase(s, &s.events.exceptions(), exception_phase::CATCHER_ENTER, id)
         })
     }
 
     fn exception_catcher_leave(&self) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| exceptions::phase(s, exception_phase::CATCHER_LEAVE, 0))
+        self.state().map_or(Ok(()), |s| exceptions::phase(s, &s.events.exceptions(), exception_phase::CATCHER_LEAVE, 0))
     }
 
     // Garbage collections and allocations (`crate::events`).
@@ -390,16 +393,16 @@ impl ProfilerCallback for Profiler {
         // Safety: the runtime passes `generations` BOOLs valid for the callback.
         let collected = unsafe { clrprof_sys::info::slice_from_raw(collected, generations.max(0) as usize) };
         activity_gc(IN_GC, true);
-        self.state().map_or(Ok(()), |s| gc::started(s, collected, reason))
+        self.state().map_or(Ok(()), |s| gc::started(s, &s.events.gc, collected, reason))
     }
 
     fn garbage_collection_finished(&self) -> CallbackResult {
         activity_gc(IN_GC, false);
-        self.state().map_or(Ok(()), gc::finished)
+        self.state().map_or(Ok(()), |s| gc::finished(s, &s.events.gc))
     }
 
     fn object_allocated(&self, object: ObjectID, class: ClassID) -> CallbackResult {
-        self.state().map_or(Ok(()), |s| alloc::allocated(s, object, class))
+        self.state().map_or(Ok(()), |s| alloc::allocated(s, &s.events.alloc(), object, class))
     }
 
     // EventPipe events of the in-process session (`crate::events::eventpipe`).
@@ -429,6 +432,6 @@ impl ProfilerCallback for Profiler {
                 clrprof_sys::info::slice_from_raw(frames, frame_count as usize),
             )
         };
-        eventpipe::delivered(s, event_id, event_version, data, ips)
+        eventpipe::delivered(s, &s.events.eventpipe(), s.sampler.as_deref(), event_id, event_version, data, ips)
     }
 }

@@ -1,4 +1,5 @@
-//! The profiler object handed to the runtime, and the state every recorder shares.
+//! The profiler object handed to the runtime, and its state: the recorders' context
+//! ([`crate::context::Context`]) and the recorders.
 //!
 //! - [`startup`]: `Initialize` (configuration, event masks, the trace writer, the recorders) and
 //!   `Shutdown`.
@@ -9,8 +10,8 @@
 //! - [`functions`]: the loads/JIT recorder's names and code of functions and classes (the General
 //!   Code Profiler's tables), resolved off the app's threads.
 //!
-//! The other recorders live beside this module: `crate::elt` (enter/leave hooks), `crate::sampler`
-//! and `crate::events` (exceptions, GC, allocations, EventPipe).
+//! The other recorders live beside this module and know nothing of it: `crate::elt` (enter/leave
+//! hooks), `crate::sampler` and `crate::events` (exceptions, GC, allocations, EventPipe).
 
 mod attach;
 mod callbacks;
@@ -18,74 +19,53 @@ mod functions;
 mod startup;
 
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
 
-use clrprof_sys::info::ProfilerInfo;
-use clrprof_sys::{FunctionID, ModuleID};
-use clrprof_trace::Record;
+use clrprof_sys::ComObject;
 
-use crate::config::Config;
-use crate::names::{FunctionNames, Names};
-use crate::writer::Writer;
+use crate::context::Context;
+use crate::os::os_tid;
 
-use functions::Deferred;
-pub use functions::PendingCode;
+use functions::Functions;
 
-/// The calling thread's kernel tid (cached per thread).
-pub fn os_tid() -> u32 {
-    thread_local! { static TID: u32 = unsafe_gettid(); }
-    TID.try_with(|t| *t).unwrap_or_else(|_| unsafe_gettid())
-}
-
-fn unsafe_gettid() -> u32 {
-    // Safety: gettid has no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
-
-pub struct State {
-    pub info: ProfilerInfo,
-    pub config: Config,
-    pub writer: Arc<Writer>,
-    pub names: Names,
-    start: Instant,
+/// The profiler's state: the recorders' [`Context`] and the recorders. It derefs to its
+/// context, so the profiler's methods read `s.info`, `s.writer`, `s.now()` as the recorders do.
+pub(crate) struct State {
+    pub(crate) cx: Context,
     started: Mutex<HashMap<(u32, usize), u64>>,
-    functions: Mutex<HashMap<FunctionID, Arc<FunctionNames>>>,
-    pending_code: Arc<PendingCode>,
-    /// Functions and classes reported by the runtime whose names are resolved off the app's
-    /// threads, by the writer thread before each flush. Only non-collectible modules' ids are
-    /// queued: those never die.
-    deferred: Mutex<Vec<Deferred>>,
-    /// Whether a module is collectible (its ids die at unload), by module.
-    collectible: Mutex<HashMap<ModuleID, bool>>,
-    stopped: AtomicBool,
+    /// The loads/JIT recorder's queues.
+    functions: Functions,
     /// The sampling profiler, when `CLRPROF_SAMPLING` is on.
-    pub sampler: Option<Arc<crate::sampler::Sampler>>,
+    pub(crate) sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
-    pub instrumentation: Option<crate::elt::Instrumentation>,
+    pub(crate) instrumentation: Option<crate::elt::Instrumentation>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
-    pub events: Arc<crate::events::Events>,
+    pub(crate) events: Arc<crate::events::Events>,
     /// Where the trace is written.
-    pub trace_path: String,
+    pub(crate) trace_path: String,
     /// The in-process EventPipe session (0 when none), stopped before an attach session detaches.
-    pub eventpipe_session: AtomicU64,
+    pub(crate) eventpipe_session: AtomicU64,
+}
+
+impl std::ops::Deref for State {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.cx
+    }
 }
 
 impl State {
-    pub fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+    /// Reports a compiled function (see [`Functions::function_compiled`]).
+    fn function_compiled(&self, id: clrprof_sys::FunctionID, jit_ns: u64, kind: u8) {
+        self.functions.function_compiled(&self.cx, self.sampler.as_deref(), id, jit_ns, kind);
     }
 
-    /// `Shutdown` began: records emitted from now on are not written.
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
-    }
-
-    pub fn emit(&self, r: impl Into<Record>) {
-        if !self.stopped.load(Ordering::Relaxed) {
-            self.writer.emit(&r.into());
-        }
+    /// Reports a loaded class (see [`Functions::class_loaded`]).
+    fn class_loaded(&self, id: clrprof_sys::ClassID) {
+        self.functions.class_loaded(&self.cx, id);
     }
 
     fn mark_start(&self, key: usize) {
@@ -107,8 +87,26 @@ impl State {
     }
 }
 
+static CREATED: AtomicBool = AtomicBool::new(false);
+
+/// The class factory's constructor (`DllGetClassObject`): the profiler object, or None when one
+/// exists already.
+pub(crate) fn make_profiler() -> Option<*mut c_void> {
+    // One profiler per process: a second CreateInstance politely declines.
+    if CREATED.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    Some(ComObject::create(Profiler::new()))
+}
+
+/// After `ProfilerDetachSucceeded` (an attach session ended), the next attach loads the same
+/// image (`-z nodelete`) and needs a new profiler object.
+fn allow_new_profiler() {
+    CREATED.store(false, Ordering::Release);
+}
+
 /// The profiler object handed to the runtime.
-pub struct Profiler {
+pub(crate) struct Profiler {
     state: OnceLock<State>,
 }
 
@@ -119,11 +117,11 @@ impl Default for Profiler {
 }
 
 impl Profiler {
-    pub fn new() -> Profiler {
+    pub(crate) fn new() -> Profiler {
         Profiler { state: OnceLock::new() }
     }
 
     fn state(&self) -> Option<&State> {
-        self.state.get().filter(|s| !s.stopped.load(Ordering::Relaxed))
+        self.state.get().filter(|s| !s.is_stopped())
     }
 }

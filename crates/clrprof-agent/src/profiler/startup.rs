@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,10 @@ use clrprof_sys::info::ProfilerInfo;
 use clrprof_sys::monitor;
 use clrprof_trace::{AgentStop, Message, ProcessStart, Record};
 
-use super::{PendingCode, Profiler, State};
+use super::functions::Functions;
+use super::{Profiler, State};
 use crate::config::Config;
+use crate::context::Context;
 use crate::names::Names;
 use crate::writer::{Sink, Writer};
 use crate::{log_error, log_info, log_warn};
@@ -221,8 +223,8 @@ impl Profiler {
         writer.write_now(&first);
         writer.set_exact(config.exact_mode());
         writer.set_buffer_cap(config.buffer_bytes);
-        let pending_code = Arc::new(PendingCode::default());
-        let pc = Arc::clone(&pending_code);
+        let functions = Functions::default();
+        let pc = Arc::clone(&functions.pending_code);
         writer.add_tick(Box::new(move |w| pc.resolve(&info, w, w.is_stopping())));
         let events = Arc::new(crate::events::Events::default());
         let ev = Arc::clone(&events);
@@ -247,18 +249,11 @@ impl Profiler {
         } else {
             None
         };
+        let names = Names::new(info, !config.metadata_importer);
         let state = State {
-            names: Names::new(info, !config.metadata_importer),
-            info,
-            config,
-            writer,
-            start,
+            cx: Context::new(info, config, writer, names, start),
             started: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
-            pending_code,
-            deferred: Mutex::new(Vec::new()),
-            collectible: Mutex::new(HashMap::new()),
-            stopped: AtomicBool::new(false),
+            functions,
             sampler,
             instrumentation,
             events,
@@ -270,7 +265,7 @@ impl Profiler {
             // Safety: the profiler object is never freed (see `ComObject::create`), so its state
             // lives for the rest of the process.
             let st: &'static State = unsafe { &*(s as *const State) };
-            st.writer.add_tick(Box::new(move |w| st.resolve_deferred(w)));
+            st.writer.add_tick(Box::new(move |w| st.functions.resolve_deferred(&st.cx, w)));
             if attach.is_some() {
                 if let Some(sm) = &st.sampler {
                     sm.name_precompiled_code(Box::new(move |id| {
@@ -278,8 +273,8 @@ impl Profiler {
                     }));
                 }
             }
-            if st.instrumentation.is_some() {
-                crate::elt::Instrumentation::install(&st.info, st)?;
+            if let Some(i) = &st.instrumentation {
+                i.install(&st.info, &st.cx)?;
                 st.writer.add_tick(Box::new(move |w| {
                     if let Some(i) = &st.instrumentation {
                         i.publish(w, st.now());
@@ -289,7 +284,7 @@ impl Profiler {
             }
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| {
-                    st.events.limiter.tick(st, w);
+                    st.events.limiter.tick(st, &st.events.exceptions(), w);
                     st.events.exception_counts.publish(w, st.now());
                 }));
             }
@@ -314,7 +309,7 @@ impl Profiler {
             sm.stop();
         }
         let ts = s.now();
-        s.stopped.store(true, Ordering::Release);
+        s.stop();
         s.writer.stop(|w| {
             vec![AgentStop {
                 ts,

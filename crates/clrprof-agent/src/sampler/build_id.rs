@@ -42,12 +42,13 @@ impl Source for File {
 }
 
 /// The build-id of the file at `path`; empty when it has none or cannot be read.
-pub fn of_file(path: &str) -> Vec<u8> {
+pub(crate) fn of_file(path: &str) -> Vec<u8> {
     File::open(path).ok().and_then(|f| read(&f)).unwrap_or_default()
 }
 
-/// The build-id of an ELF image held in memory (for tests and tools).
-pub fn of_bytes(image: &[u8]) -> Option<Vec<u8>> {
+/// The build-id of an ELF image held in memory (for tests).
+#[cfg(test)]
+pub(crate) fn of_bytes(image: &[u8]) -> Option<Vec<u8>> {
     read(image)
 }
 

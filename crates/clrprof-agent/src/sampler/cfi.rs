@@ -25,11 +25,11 @@ use object::{Object, ObjectSection, ObjectSegment};
 use std::path::Path;
 
 /// How a row's frame is found.
-pub const KIND_NONE: u32 = 0;
+pub(crate) const KIND_NONE: u32 = 0;
 /// CFA = RSP + offset (an RSP-based frame): return address at CFA − 8.
-pub const KIND_RSP: u32 = 1;
+pub(crate) const KIND_RSP: u32 = 1;
 /// CFA = RBP + offset (a frame-pointer frame): the ordinary walk handles it.
-pub const KIND_RBP: u32 = 2;
+pub(crate) const KIND_RBP: u32 = 2;
 
 /// Largest `.eh_frame` section read (libcoreclr's is about 1 MB).
 const MAX_EH_FRAME: u64 = 64 << 20;
@@ -38,20 +38,20 @@ const MAX_EH_FRAME: u64 = 64 << 20;
 /// the file's virtual address) and `info` (bits 32–63): CFA offset (bits 0–15 of info), the
 /// caller's RBP saved at CFA − 8·k (k in bits 16–23, 0 when RBP is not saved), kind (bits 24–25).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub address: u32,
-    pub kind: u32,
-    pub cfa_offset: u16,
-    pub rbp_slot: u8,
+pub(crate) struct Row {
+    pub(crate) address: u32,
+    pub(crate) kind: u32,
+    pub(crate) cfa_offset: u16,
+    pub(crate) rbp_slot: u8,
 }
 
 impl Row {
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         let info = self.cfa_offset as u32 | (self.rbp_slot as u32) << 16 | (self.kind & 3) << 24;
         self.address as u64 | (info as u64) << 32
     }
     #[inline(always)]
-    pub fn unpack(v: u64) -> Row {
+    pub(crate) fn unpack(v: u64) -> Row {
         let info = (v >> 32) as u32;
         Row { address: v as u32, kind: (info >> 24) & 3, cfa_offset: info as u16, rbp_slot: (info >> 16) as u8 }
     }
@@ -59,9 +59,9 @@ impl Row {
 
 /// The rules of one ELF file: rows sorted by address, and its loadable segments (file offset,
 /// virtual address, size) to translate mapped addresses.
-pub struct FileRules {
-    pub rows: Box<[u64]>,
-    pub segments: Vec<(u64, u64, u64)>,
+pub(crate) struct FileRules {
+    pub(crate) rows: Box<[u64]>,
+    pub(crate) segments: Vec<(u64, u64, u64)>,
 }
 
 impl FileRules {
@@ -70,7 +70,7 @@ impl FileRules {
     /// does). A mapping starts at a page boundary, so it may begin with the end of the segment
     /// before: linkers that do not keep virtual addresses and file offsets equal (lld) shift
     /// the code's segment by a page from the one before.
-    pub fn vaddr_of(&self, file_offset: u64, len: u64) -> Option<u64> {
+    pub(crate) fn vaddr_of(&self, file_offset: u64, len: u64) -> Option<u64> {
         let end = file_offset.checked_add(len)?;
         let (off, vaddr, _) = self
             .segments
@@ -88,7 +88,7 @@ impl FileRules {
 /// The rule that holds at virtual address `vaddr`, from rows packed by [`Row::pack`] (binary
 /// search; async-signal-safe: reads only `rows`).
 #[inline(always)]
-pub fn lookup(rows: &[u64], vaddr: u64) -> Option<Row> {
+pub(crate) fn lookup(rows: &[u64], vaddr: u64) -> Option<Row> {
     if vaddr > u32::MAX as u64 {
         return None;
     }
@@ -98,20 +98,23 @@ pub fn lookup(rows: &[u64], vaddr: u64) -> Option<Row> {
 }
 
 /// Reads the rules of the ELF file at `path` (None when it cannot be read or has no `.eh_frame`).
-pub fn of_file(path: &str) -> Option<FileRules> {
+/// The agent reads through [`of_file_cached`]; tests and tools read directly.
+#[cfg(test)]
+pub(crate) fn of_file(path: &str) -> Option<FileRules> {
     of_file_cached(path, None).map(|(r, _)| r)
 }
 
-/// [`of_file`] through the cache directory `cache`: the rows come from there when it holds
+/// `of_file` through the cache directory `cache`: the rows come from there when it holds
 /// them for this file's build id (the flag says so), and are stored there when read afresh.
-pub fn of_file_cached(path: &str, cache: Option<&Path>) -> Option<(FileRules, bool)> {
+pub(crate) fn of_file_cached(path: &str, cache: Option<&Path>) -> Option<(FileRules, bool)> {
     // Only the headers and the sections used are read (not the debug information).
     let data = object::ReadCache::new(std::fs::File::open(path).ok()?);
     of_image_cached(&data, cache)
 }
 
-/// Reads the rules of an ELF image.
-pub fn of_image<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileRules> {
+/// Reads the rules of an ELF image (tests).
+#[cfg(test)]
+pub(crate) fn of_image<'d, R: object::ReadRef<'d>>(data: R) -> Option<FileRules> {
     of_image_cached(data, None).map(|(r, _)| r)
 }
 

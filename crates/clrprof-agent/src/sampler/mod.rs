@@ -2,6 +2,12 @@
 //! time with exact managed stacks from suspended `DoStackSnapshot` walks ([`wall`]), native module
 //! mappings for naming native IPs later ([`native`], with each file's [`build_id`]).
 //!
+//! By concern: the signal handler and the timers are [`cpu`]; the per-thread slots, their rings
+//! and the calling thread's runtime activities [`slot`]; the walk the handler takes `unwind`, over
+//! the code tables it reads ([`codes`]) and the native unwind rules ([`cfi`]). On the sampler
+//! thread: x86-64 prolog decoding ([`prolog`]), what it publishes to the code tables (`publish`),
+//! wall-time accounting (`wall_time`), and this module — the thread, its loop, CPU samples.
+//!
 //! One native sampler thread drains the per-thread sample rings, weighs CPU samples with the
 //! thread's measured CPU time, takes wall-clock samples, interns stacks and emits the sampling
 //! records (trace tags 50–69). Every record of the sampler comes from that one thread, so readers
@@ -23,11 +29,19 @@
 //! suspension interval away, and the old stack used to keep that time. Blocked time whose stack is
 //! not known yet waits for the walk instead of going to the stack the thread ran before it blocked.
 
-pub mod build_id;
-pub mod cfi;
-pub mod cpu;
-pub mod native;
-pub mod wall;
+pub(crate) mod build_id;
+pub(crate) mod cfi;
+pub(crate) mod codes;
+pub(crate) mod cpu;
+pub(crate) mod native;
+pub(crate) mod prolog;
+mod publish;
+pub(crate) mod slot;
+#[cfg(test)]
+mod tests;
+mod unwind;
+pub(crate) mod wall;
+mod wall_time;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -37,15 +51,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clrprof_sys::{FunctionID, ProfilerInfo, ThreadID};
-use clrprof_trace::{
-    CodeRange, CpuSample, NativeMapping, Record, SampleStack, SamplerStats, SamplingStart, WallSample,
-};
+use clrprof_trace::{CodeRange, CpuSample, Record, SampleStack, SamplerStats, SamplingStart};
 
+use crate::os;
 use crate::writer::Writer;
 use crate::{log_info, log_warn};
 
 /// Highest wall-clock tick rate (each tick reads every thread's CPU clock).
-pub const MAX_WALL_HZ: u32 = 250;
+pub(crate) const MAX_WALL_HZ: u32 = 250;
 /// Stacks interned before the table is reset (ids are then redefined).
 const MAX_INTERNED: usize = 200_000;
 /// Shortest time between two runtime suspensions of the wall sampler.
@@ -72,7 +85,7 @@ struct Stats {
 }
 
 /// The sampler: started at `Initialize`, stopped at `Shutdown` before the writer.
-pub struct Sampler {
+pub(crate) struct Sampler {
     info: ProfilerInfo,
     writer: Arc<Writer>,
     start: Instant,
@@ -142,7 +155,7 @@ struct NativeRulesState {
 }
 
 impl Sampler {
-    pub fn new(
+    pub(crate) fn new(
         info: ProfilerInfo,
         writer: Arc<Writer>,
         start: Instant,
@@ -175,7 +188,7 @@ impl Sampler {
     /// Attach: names sampled addresses in managed images that no code callback reported
     /// (ReadyToRun code loaded before the agent) through `GetFunctionFromIP`, and calls `found`
     /// once for each function found that way.
-    pub fn name_precompiled_code(&self, found: Box<dyn Fn(FunctionID) + Send + Sync>) {
+    pub(crate) fn name_precompiled_code(&self, found: Box<dyn Fn(FunctionID) + Send + Sync>) {
         let _ = self.precompiled_found.set(found);
     }
 
@@ -252,7 +265,7 @@ impl Sampler {
     }
 
     /// Installs the signal handler and starts the sampler thread.
-    pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
+    pub(crate) fn start(self: &Arc<Self>) -> std::io::Result<()> {
         // The unwind rules of the C library and of the agent itself, before any thread is
         // sampled: the code without frame pointers that every thread runs from the start (system
         // call wrappers, allocation, the agent's callbacks) is walked from the first sample on.
@@ -294,7 +307,7 @@ impl Sampler {
     /// Makes the sampler thread drain the CPU samples and write its pending wall samples at its
     /// next tick, and waits for it, `timeout` at most: for a thread that knows the process is about
     /// to die. Returns whether it was done.
-    pub fn flush_urgently(&self, timeout: Duration) -> bool {
+    pub(crate) fn flush_urgently(&self, timeout: Duration) -> bool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
@@ -309,7 +322,7 @@ impl Sampler {
         true
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         if self.stop.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -334,7 +347,7 @@ impl Sampler {
     }
 
     /// `ThreadAssignedToOSThread`, on the thread itself.
-    pub fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
+    pub(crate) fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
         if self.stop.load(Ordering::Acquire) {
             return;
         }
@@ -352,199 +365,21 @@ impl Sampler {
         }
     }
 
-    /// A function got native code (`JITCompilationFinished`, `JITCachedFunctionSearchFinished`):
-    /// its code versions are looked up later, on the sampler thread.
-    /// Code that can be freed (`unloads_with`: the DynamicMethod's or the collectible module's id, 0
-    /// when the runtime could not say) is looked up at once, on the compiling thread: its ids die at
-    /// unload and must never be handed to the runtime later. Its frame size is published to the
-    /// signal handler when it has no RBP frame (so the walk keeps the callers of a small
-    /// DynamicMethod) and taken back by [`Sampler::code_unloading`]. A JIT compilation that gave
-    /// the function a second code version may be an OSR version, which the running tier-0 frame
-    /// enters as soon as this callback returns: it is made known to the signal handler at once.
-    pub fn code_compiled(&self, id: FunctionID, unloads_with: Option<u64>, jitted: bool) {
-        let Some(key) = unloads_with else {
-            if jitted {
-                self.add_osr_versions(id);
-            }
-            if let Ok(mut v) = self.new_code.lock() {
-                if v.len() < 1 << 20 {
-                    v.push(id);
-                }
-            }
-            return;
-        };
-        for start in self.info.get_native_code_start_addresses(id).unwrap_or_default() {
-            if start == 0 {
-                continue;
-            }
-            let ranges = code_ranges(&self.info, start);
-            for &(a, n) in &ranges {
-                self.emit(CodeRange { id: id as u64, start: a, size: n });
-            }
-            if let Ok(mut d) = self.dynamic_code.lock() {
-                if d.ranges.len() + ranges.len() > MAX_DYNAMIC_RANGES {
-                    *d = DynamicCode::default();
-                }
-                for &(a, n) in &ranges {
-                    d.ranges.insert(a, a + n);
-                    d.by_key.entry(key).or_default().push(a);
-                }
-            }
-            if key != 0 {
-                // Safety: `ranges` are the live code of the version just compiled (it cannot be
-                // freed before this callback returns).
-                if let Some(f) = unsafe { frameless_frame_of(start as u64, &ranges) } {
-                    self.add_unloadable_frameless(key, start as u64, &ranges, f);
-                }
-            }
-        }
-    }
-
-    /// Publishes the entry range of a frameless code version that can be freed, remembered under
-    /// `key` for [`Sampler::code_unloading`]. An older entry at the same address (code freed
-    /// without its unload being seen) is replaced.
-    fn add_unloadable_frameless(&self, key: u64, start: u64, ranges: &[(u64, u64)], f: cpu::FramelessFrame) {
-        let Some(&(a, n)) = ranges.iter().find(|&&(a, _)| a == start) else { return };
-        let Ok(mut m) = self.unloadable.lock() else { return };
-        cpu::remove_frameless_code(a);
-        if cpu::add_frameless_code(a, a + n, f) {
-            m.entry(key).or_default().push(a);
-            self.unloadable_published.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.frameless_table_full();
-        }
-    }
-
-    /// Says once that frameless code no longer fits the signal handler's table.
-    fn frameless_table_full(&self) {
-        if !self.frameless_full.swap(true, Ordering::Relaxed) {
-            let max = cpu::MAX_FRAMELESS_RANGES;
-            log_warn!("sampler: over {max} frameless code ranges; later ones lose their callers");
-        }
-    }
-
-    /// A DynamicMethod or a collectible module is about to be freed (`DynamicMethodUnloaded`,
-    /// `ModuleUnloadStarted`): its frameless code leaves the signal handler's table first, so code
-    /// compiled later at the same addresses is never walked with its frame size.
-    pub fn code_unloading(&self, key: u64) {
-        if let Ok(mut d) = self.dynamic_code.lock() {
-            for a in d.by_key.remove(&key).unwrap_or_default() {
-                d.ranges.remove(&a);
-            }
-        }
-        let Ok(mut m) = self.unloadable.lock() else { return };
-        for a in m.remove(&key).unwrap_or_default() {
-            if cpu::remove_frameless_code(a) {
-                self.unloadable_forgotten.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Publishes the OSR code versions of `id` and the frames of its code versions without an RBP
-    /// frame to the signal handler, on the compiling thread: the code runs as soon as it is
-    /// published, and the sampler thread's own lookup ([`Sampler::update_code`]) comes a tick or
-    /// more later — much more on a busy machine, where samples in the new code lost the callers the
-    /// tables keep. (Its JIT compilations are already published when `JITCompilationFinished` is
-    /// raised; a version the runtime publishes later is the sampler thread's.) Only for code that
-    /// never unloads.
-    fn add_osr_versions(&self, id: FunctionID) {
-        let starts = self.info.get_native_code_start_addresses(id).unwrap_or_default();
-        for start in starts {
-            let start = start as u64;
-            if start == 0 || cpu::osr_code_known(start) || cpu::frameless_code_known(start) {
-                continue;
-            }
-            let ranges: Vec<(u64, u64)> = code_ranges(&self.info, start as usize);
-            // An OSR version always has its tier-0 version beside it.
-            // Safety: `ranges` are the code of a live code version of a function whose module
-            // never unloads (the caller checked).
-            if unsafe { is_osr_code(start, &ranges) } {
-                for (a, n) in ranges {
-                    cpu::add_osr_code(a, a + n);
-                }
-            // Safety: as above.
-            } else if let Some(f) = unsafe { frameless_frame_of(start, &ranges) } {
-                if let Some(&(a, n)) = ranges.iter().find(|&&(a, _)| a == start) {
-                    if !cpu::add_frameless_code(a, a + n, f) {
-                        self.frameless_table_full();
-                    }
-                }
-            }
-        }
-    }
-
-    /// Looks up the code versions of recently compiled functions (again a few times until a new
-    /// one appears, as a version is published a little after its compilation; a found version ends
-    /// the lookups of its compilation) and adds their ranges to the map of
-    /// managed code. The map, not `GetFunctionFromIP`, names managed IPs: arbitrary addresses
-    /// from stack words are never handed to the runtime.
-    fn update_code(&self, st: &mut LoopState) {
-        let fresh = self.new_code.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
-        if self.precompiled_found.get().is_some() {
-            st.known_functions.extend(fresh.iter().map(|&id| id as u64));
-        }
-        st.code_pending.extend(fresh.into_iter().map(|id| (id, 0u32)));
-        let mut pending = std::mem::take(&mut st.code_pending);
-        pending.retain_mut(|(id, tries)| {
-            *tries += 1;
-            // Each compilation publishes one code version: once a version not known before is
-            // found, this compilation's is (a version another compilation published is found by
-            // that one's entry, or was already known).
-            let mut found = false;
-            if matches!(*tries, 1 | 3 | 10 | 30 | 100) {
-                for start in self.info.get_native_code_start_addresses(*id).unwrap_or_default() {
-                    if start == 0 || st.code_starts.contains(&(start as u64)) {
-                        continue;
-                    }
-                    let ranges = code_ranges(&self.info, start);
-                    // Not published yet: looked up again at the next try.
-                    if ranges.is_empty() {
-                        continue;
-                    }
-                    st.code_starts.insert(start as u64);
-                    found = true;
-                    // Safety: `ranges` are the code of a live code version of a function whose
-                    // module never unloads (collectible code is handled in `code_compiled`).
-                    let osr = unsafe { is_osr_code(start as u64, &ranges) };
-                    // Safety: as above.
-                    let frameless = if osr { None } else { unsafe { frameless_frame_of(start as u64, &ranges) } };
-                    for (a, n) in ranges {
-                        st.code.insert(a, (a + n, *id as u64));
-                        self.emit(CodeRange { id: *id as u64, start: a, size: n });
-                        if osr && !cpu::add_osr_code(a, a + n) && !st.osr_full {
-                            st.osr_full = true;
-                            let max = cpu::MAX_OSR_RANGES;
-                            log_warn!("sampler: over {max} OSR code ranges; later ones lose their callers");
-                        }
-                        // Only the range holding the entry (and the prolog that was read).
-                        if let Some(f) = frameless.filter(|_| a == start as u64) {
-                            if !cpu::add_frameless_code(a, a + n, f) {
-                                self.frameless_table_full();
-                            }
-                        }
-                    }
-                }
-            }
-            *tries < 100 && !found
-        });
-        st.code_pending = pending;
-    }
-
     /// `ThreadDestroyed`: waits for an in-flight walk, then retires the thread's slot.
-    pub fn thread_destroyed(&self, id: ThreadID) {
+    pub(crate) fn thread_destroyed(&self, id: ThreadID) {
         // Its wall time ends now, not when an in-flight walk lets go of the lock (ticks leave a
         // dying thread alone).
-        if let Some(s) = cpu::slot_of_thread(id) {
+        if let Some(s) = slot::slot_of_thread(id) {
             let _ = s.died_ns.compare_exchange(0, self.now().max(1), Ordering::AcqRel, Ordering::Relaxed);
         }
         let _g = self.walk_lock.lock();
-        if let Some(s) = cpu::slot_of_thread(id) {
+        if let Some(s) = slot::slot_of_thread(id) {
             self.retire(s);
         }
     }
 
     /// Stops a thread's sampling, noting when (its wall time ends there).
-    fn retire(&self, s: &cpu::Slot) {
+    fn retire(&self, s: &slot::Slot) {
         let _ = s.died_ns.compare_exchange(0, self.now().max(1), Ordering::AcqRel, Ordering::Relaxed);
         cpu::unregister(s); // publishes `died_ns` (release store of the state)
     }
@@ -565,7 +400,7 @@ impl Sampler {
             ts: self.now(),
             cpu_rate_hz: self.rate_hz,
             wall_rate_hz: if wall { self.wall_hz() } else { 0 },
-            max_frames: cpu::MAX_FRAMES as u32,
+            max_frames: slot::MAX_FRAMES as u32,
             max_walk_frames: wall::MAX_WALK_FRAMES as u32,
         });
         log_info!("sampler: {} Hz CPU, {} Hz wall", self.rate_hz, if wall { self.wall_hz() } else { 0 });
@@ -594,7 +429,7 @@ impl Sampler {
             self.update_code(&mut st);
             // Threads registered at attach start recording once their stack is found and the
             // code above is published (cheap when none waits); their CPU time counts from then.
-            for s in cpu::learn_stack_bounds() {
+            for s in slot::learn_stack_bounds() {
                 if let Some(ths) = st.threads.get_mut(&SlotKey::of(s)) {
                     ths.cpu_accounted = s.start_cpu_ns.load(Ordering::Relaxed);
                 }
@@ -618,8 +453,8 @@ impl Sampler {
             }
         }
         // Last round: stop the timers, drain what they recorded, write everything pending.
-        for s in cpu::slots() {
-            if s.state.load(Ordering::Acquire) == cpu::ACTIVE {
+        for s in slot::slots() {
+            if s.state.load(Ordering::Acquire) == slot::ACTIVE {
                 self.retire(s);
             }
         }
@@ -629,83 +464,9 @@ impl Sampler {
         self.emit_stats();
     }
 
-    /// Publishes the executable mappings to the signal handler (frame records are checked
-    /// against them).
-    fn publish_exec_ranges(&self, ranges: &[(u64, u64)]) {
-        let Ok(mut g) = self.native_rules.lock() else { return };
-        for &(a, b) in ranges {
-            if !g.full_exec && !cpu::add_exec_range(a, b) {
-                g.full_exec = true;
-                log_warn!(
-                    "sampler: over {} executable mappings; frame records into later ones are not checked",
-                    cpu::MAX_EXEC_RANGES
-                );
-            }
-        }
-    }
-
-    fn emit_mappings(&self, st: &mut LoopState) {
-        let ts = self.now();
-        let fresh = st.maps.new_mappings();
-        self.publish_exec_ranges(st.maps.exec_ranges());
-        for m in fresh {
-            self.add_native_rules(&m);
-            let build_id = st.maps.build_id(&m.path);
-            self.emit(NativeMapping {
-                ts,
-                start: m.start,
-                end: m.end,
-                file_offset: m.file_offset,
-                path: m.path,
-                build_id,
-            });
-        }
-    }
-
-    /// Publishes the unwind rules of a native code mapping to the signal handler (its file's
-    /// `.eh_frame`, read once per file; kept for the process's life).
-    fn add_native_rules(&self, m: &native::Mapping) {
-        if m.path.ends_with(".dll") || m.path.ends_with(".exe") {
-            return;
-        }
-        let Ok(mut g) = self.native_rules.lock() else { return };
-        let st = &mut *g;
-        if st.full || !st.published.insert((m.start, m.end)) {
-            return;
-        }
-        let file = match st.files.entry(m.path.clone()) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let t = Instant::now();
-                let read = cfi::of_file_cached(&m.path, self.cache_dir.as_deref());
-                st.read_ns += t.elapsed().as_nanos() as u64;
-                match &read {
-                    Some((_, true)) => st.from_cache += 1,
-                    Some((_, false)) => st.parsed += 1,
-                    None => {}
-                }
-                e.insert(read.map(|(f, _)| {
-                    let rows: &'static [u64] = Box::leak(f.rows);
-                    (rows, f.segments)
-                }))
-            }
-        }
-        .as_ref();
-        let Some((rows, segments)) = file else { return };
-        let rules = cfi::FileRules { rows: Box::new([]), segments: segments.clone() };
-        let Some(vaddr) = rules.vaddr_of(m.file_offset, m.end - m.start) else { return };
-        let Some(bias) = m.start.checked_sub(vaddr) else { return };
-        let r: &'static cpu::NativeRules = Box::leak(Box::new(cpu::NativeRules { bias, rows }));
-        if !cpu::add_native_code(m.start, m.end, r) {
-            st.full = true;
-            let max = cpu::MAX_NATIVE_RANGES;
-            log_warn!("sampler: over {max} native code mappings; later ones are walked by frame pointers only");
-        }
-    }
-
     fn emit_stats(&self) {
         let s = &self.stats;
-        let cpu_dropped = cpu::slots().map(|s| s.dropped.load(Ordering::Relaxed)).sum();
+        let cpu_dropped = slot::slots().map(|s| s.dropped.load(Ordering::Relaxed)).sum();
         self.emit(SamplerStats {
             ts: self.now(),
             cpu_samples: s.cpu_samples.load(Ordering::Relaxed),
@@ -717,7 +478,7 @@ impl Sampler {
             timer_failures: s.timer_failures.load(Ordering::Relaxed),
             threads: s.threads.load(Ordering::Relaxed),
             suspended_ns: s.suspended_ns.load(Ordering::Relaxed),
-            sampler_cpu_ns: own_cpu_ns(),
+            sampler_cpu_ns: os::own_cpu_ns(),
         });
     }
 
@@ -750,9 +511,9 @@ impl Sampler {
     fn drain_cpu(&self, st: &mut LoopState) {
         let ts = self.now();
         let mut batch: Vec<(Vec<u64>, u64, u64, u32)> = Vec::new();
-        for slot in cpu::slots() {
+        for slot in slot::slots() {
             let state = slot.state.load(Ordering::Acquire);
-            if state == cpu::FREE {
+            if state == slot::FREE {
                 continue;
             }
             let key = SlotKey::of(slot);
@@ -760,7 +521,7 @@ impl Sampler {
             slot.drain(|ips, sp_top, activity, seq| batch.push((ips.to_vec(), sp_top, activity, seq)));
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
-                let cpu_now = if state == cpu::DEAD {
+                let cpu_now = if state == slot::DEAD {
                     slot.final_cpu_ns.load(Ordering::Relaxed)
                 } else {
                     slot.cpu_ns().unwrap_or(0)
@@ -808,7 +569,7 @@ impl Sampler {
                     ths.cpu_batches += 1;
                 }
             }
-            if state == cpu::DEAD {
+            if state == slot::DEAD {
                 let died = match slot.died_ns.load(Ordering::Relaxed) {
                     0 => self.now(),
                     t => t,
@@ -820,7 +581,7 @@ impl Sampler {
                 slot.died_ns.store(0, Ordering::Relaxed);
                 st.threads.remove(&key);
                 st.stat_files.forget(key.os_tid);
-                cpu::release(slot);
+                slot::release(slot);
             }
         }
     }
@@ -835,12 +596,12 @@ impl Sampler {
         &self,
         st: &mut LoopState,
         key: SlotKey,
-        slot: &cpu::Slot,
+        slot: &slot::Slot,
         ips: &[u64],
         activity: u64,
         seq: u32,
     ) -> u64 {
-        if activity == 0 || !cpu::native_only(activity) || seq == 0 {
+        if activity == 0 || !crate::activity::native_only(activity) || seq == 0 {
             return activity;
         }
         let managed_leaf = ips.first().is_some_and(|&ip| st.function_at(ip).is_some() || st.maps.is_managed_image(ip));
@@ -929,351 +690,6 @@ impl Sampler {
         ips.insert(1, sp_top);
         fns.insert(1, f);
     }
-
-    /// Blocked time of a thread that needs a walk but is not walked at this tick (suspensions are
-    /// rate-limited): it waits for the walk. A thread needs one when it ran since its last tick, so
-    /// the stack it had before is not known to hold it any more (a thread that woke up and blocked
-    /// again elsewhere would have its new blocked time charged to the old place until the walk).
-    fn defer_walk(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        t.unwalked_ns += blocked;
-        t.unwalked_ticks += 1;
-    }
-
-    /// Charges time the thread spent running to its running stack: its latest CPU sample, when
-    /// one was taken since the thread was last seen blocked; otherwise the time waits for the next
-    /// stack known (the sample from before the block is not where it runs now).
-    fn charge_running(&self, st: &mut LoopState, key: SlotKey, ns: u64, ticks: u32) {
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        let fresh = t.cpu_batches != t.cpu_batches_when_blocked;
-        let stack = if fresh { self.cpu_stack_now(st, key) } else { None };
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        match stack {
-            Some(s) => self.add_wall(st, key, s, ns, ticks),
-            None => {
-                t.carry_ns += ns;
-                t.carry_ticks += ticks;
-            }
-        }
-    }
-
-    /// A thread is gone (or the sampler stops): charges the time from its last tick to `until`
-    /// without a walk, then everything still waiting for a stack to its last known stack (an empty
-    /// one when none is known), so its wall time adds up to its lifetime.
-    fn settle(&self, st: &mut LoopState, key: SlotKey, until: u64, cpu_now: u64, runq_now: Option<u64>) {
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        if let Some(last_ts) = t.wall_ts.take() {
-            let elapsed = until.saturating_sub(last_ts);
-            let dcpu = cpu_now.saturating_sub(t.wall_cpu).min(elapsed);
-            match t.wall_stack {
-                Some(b) => {
-                    // What it ran and waited for a CPU after it woke up is not the wait's.
-                    let waited = match (t.block_runq, runq_now) {
-                        (Some(q0), Some(q)) => q.saturating_sub(q0),
-                        _ => 0,
-                    };
-                    let blocked = (elapsed - dcpu).saturating_sub(waited);
-                    self.add_wall(st, key, b, blocked, 0);
-                    self.charge_running(st, key, elapsed - blocked, 0);
-                }
-                None => self.charge_running(st, key, elapsed, 0),
-            }
-        }
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
-        if ns + t.carry_ns == 0 && ticks + t.carry_ticks == 0 {
-            return;
-        }
-        // The thread is gone: whatever runtime work its last sample showed is over.
-        t.activity_now = 0;
-        let walked = t.wall_stack;
-        let s = match walked.or_else(|| self.cpu_stack_now(st, key)) {
-            Some(s) => s,
-            None => self.intern(st, &[], &[]),
-        };
-        self.add_wall(st, key, s, ns, ticks);
-    }
-
-    /// Adds `ns` (and `ticks` wall ticks) to the thread's pending wall sample of `stack`, with the
-    /// time carried from earlier ticks whose stack was not known.
-    fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64, ticks: u32) {
-        // Carried time passed before this stack's runtime work began (or at least is not known
-        // to lie in it): it goes to the stack's managed frames.
-        if let Some(&managed) = st.activity_stacks.get(&stack) {
-            if st.threads.get(&key).is_some_and(|t| t.carry_ns + t.carry_ticks as u64 > 0) {
-                self.add_wall(st, key, managed, 0, 0);
-            }
-        }
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        let ns = ns + std::mem::take(&mut t.carry_ns);
-        let ticks = ticks + std::mem::take(&mut t.carry_ticks);
-        if ns == 0 && ticks == 0 {
-            return;
-        }
-        match &mut t.pending {
-            Some(p) if p.0 == stack => {
-                p.1 += ticks;
-                p.2 += ns;
-                return;
-            }
-            _ => {}
-        }
-        let old = t.pending.replace((stack, ticks, ns));
-        if let Some((s, c, w)) = old {
-            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
-        }
-    }
-
-    fn flush_thread(&self, st: &mut LoopState, key: SlotKey) {
-        if let Some((s, c, w)) = st.threads.get_mut(&key).and_then(|t| t.pending.take()) {
-            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
-        }
-    }
-
-    fn flush_wall(&self, st: &mut LoopState) {
-        let keys: Vec<SlotKey> = st.threads.keys().copied().collect();
-        for k in keys {
-            self.flush_thread(st, k);
-        }
-    }
-
-    fn wall_tick(&self, st: &mut LoopState) {
-        self.stats.wall_ticks.fetch_add(1, Ordering::Relaxed);
-        let now = self.now();
-        let mut to_walk: Vec<(SlotKey, ThreadID, u64)> = Vec::new();
-        // At most MAX_THREADS_PER_TICK threads per tick, round robin: with many threads each is
-        // looked at every few ticks, and its sample stands for the time since it was last seen.
-        let all: Vec<&cpu::Slot> = cpu::slots().filter(|s| s.state.load(Ordering::Acquire) == cpu::ACTIVE).collect();
-        let n = all.len();
-        let take = n.min(MAX_THREADS_PER_TICK);
-        let first = if n == 0 { 0 } else { st.wall_cursor % n };
-        st.wall_cursor = first + take;
-        for slot in (0..take).map(|i| all[(first + i) % n]) {
-            let key = SlotKey::of(slot);
-            if slot.died_ns.load(Ordering::Acquire) != 0 {
-                continue; // dying: settled up to its death when its slot is drained
-            }
-            let Some(cpu) = slot.cpu_ns() else { continue };
-            let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
-            t.activity_now = slot.activity();
-            let Some(last_ts) = t.wall_ts.replace(now) else {
-                t.wall_cpu = cpu;
-                continue;
-            };
-            let elapsed = now.saturating_sub(last_ts);
-            // It cannot have run longer than the interval (the clocks are read a little apart).
-            let dcpu = cpu.saturating_sub(t.wall_cpu).min(elapsed);
-            t.wall_cpu = cpu;
-            if dcpu == 0 {
-                if let Some(s) = t.wall_stack {
-                    self.add_wall(st, key, s, elapsed, 1);
-                    continue;
-                }
-            }
-            // Running (or waiting for a CPU), or blocked again? The thread's scheduler state
-            // tells (a file read, so only for threads that ran for 2 % of the interval or more,
-            // or whose blocked stack is not known: a runnable thread may not have run at all
-            // this interval).
-            if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
-                && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
-            {
-                // Waiting for a CPU is not blocking. At the second tick of a running stretch the
-                // thread's CPU time and run-queue wait are noted (one file read per stretch;
-                // threads that wake up for a moment never get there): when it blocks, the time
-                // since then that it neither ran nor waited for a CPU is its blocked time.
-                let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
-                let q_now = st.stat_files.runq_wait_ns(key.os_tid);
-                let Some(t) = st.threads.get_mut(&key) else { continue };
-                if !was_running {
-                    t.stretch = None;
-                } else if t.stretch.is_none() {
-                    t.stretch = q_now.map(|q| (now, cpu, q));
-                }
-                t.tick_runq = q_now;
-                // It runs. If it was blocked, it woke up in this interval: the part it neither ran
-                // nor waited for a CPU (its run-queue wait since it blocked, from `schedstat`)
-                // stays where it was blocked; from its wake-up on, the time is its running stack's.
-                let running = match t.wall_stack.take() {
-                    Some(b) => {
-                        let q0 = t.block_runq.take();
-                        let waited = match (q0, q_now) {
-                            (Some(q0), Some(q)) => q.saturating_sub(q0),
-                            _ => 0,
-                        };
-                        let blocked = (elapsed - dcpu).saturating_sub(waited);
-                        self.add_wall(st, key, b, blocked, 0);
-                        elapsed - blocked
-                    }
-                    None => elapsed,
-                };
-                // Blocked time never walked (it blocked and woke up between two suspensions)
-                // goes with the stack it ran before it blocked, as nothing better is known.
-                let unwalked = st
-                    .threads
-                    .get_mut(&key)
-                    .filter(|t| t.unwalked_ticks > 0)
-                    .map(|t| (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks)));
-                if let Some((ns, ticks)) = unwalked {
-                    match self.cpu_stack_now(st, key) {
-                        Some(s) => self.add_wall(st, key, s, ns, ticks),
-                        None => {
-                            if let Some(t) = st.threads.get_mut(&key) {
-                                t.carry_ns += ns;
-                                t.carry_ticks += ticks;
-                            }
-                        }
-                    }
-                }
-                self.charge_running(st, key, running, 1);
-                continue;
-            }
-            // Blocked. A thread that was running at its last tick ran `dcpu` of the interval on
-            // its running stack (and may have waited for a CPU) and has been blocked since: only
-            // the rest is blocked time. Over its running stretch, the time it neither ran nor
-            // waited for a CPU was blocked time (at most the interval's, as short waits in the
-            // stretch would count too).
-            // Its run-queue wait now: the time it waits for a CPU after it wakes is not blocked
-            // time (a blocked thread's wait does not grow).
-            let q = st.stat_files.runq_wait_ns(key.os_tid);
-            let Some(t) = st.threads.get_mut(&key) else { continue };
-            let blocked = if t.wall_stack.is_none() {
-                // Nor is the time it waited for a CPU since the last tick before it blocked.
-                let waited = match (t.tick_runq, q) {
-                    (Some(q0), Some(q)) => q.saturating_sub(q0),
-                    _ => 0,
-                };
-                let mut blocked = (elapsed - dcpu).saturating_sub(waited);
-                if let (Some((since, cpu0, q0)), Some(q)) = (t.stretch.take(), q) {
-                    let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
-                    blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
-                }
-                self.charge_running(st, key, elapsed - blocked, 0);
-                blocked
-            } else {
-                // Blocked at its last tick, and it ran since (a thread that did not run keeps its
-                // stack above): it woke up and blocked again, maybe elsewhere. Its old stack is
-                // no longer known to hold it, so it gets none of this time; what it neither ran
-                // nor waited for a CPU waits for the walk that tells where it blocks now.
-                t.wall_stack = None;
-                let waited = match (t.block_runq, q) {
-                    (Some(q0), Some(q)) => q.saturating_sub(q0),
-                    _ => 0,
-                };
-                let ran = (dcpu + waited).min(elapsed);
-                self.charge_running(st, key, ran, 0);
-                elapsed - ran
-            };
-            let Some(t) = st.threads.get_mut(&key) else { continue };
-            t.block_runq = q;
-            t.tick_runq = q;
-            t.cpu_batches_when_blocked = t.cpu_batches;
-            let tid = slot.thread_id.load(Ordering::Relaxed);
-            to_walk.push((key, tid, blocked));
-        }
-        if to_walk.is_empty() {
-            return;
-        }
-        // Suspensions stop every thread: at most one per MIN_SUSPEND_INTERVAL. Until the next
-        // one, threads keep their last known stack.
-        if st.last_suspend.is_some_and(|t| t.elapsed() < MIN_SUSPEND_INTERVAL) {
-            for (key, _, blocked) in to_walk {
-                self.defer_walk(st, key, blocked);
-            }
-            return;
-        }
-        st.last_suspend = Some(Instant::now());
-        // Walk at most MAX_WALKS_PER_SUSPEND threads, those whose stack is oldest (never walked
-        // first); the others keep their last known stack until their turn.
-        if to_walk.len() > MAX_WALKS_PER_SUSPEND {
-            to_walk.sort_by_key(|(k, _, _)| st.threads.get(k).map(|t| t.walked_at.unwrap_or(0)).unwrap_or(0));
-            for (key, _, blocked) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
-                self.defer_walk(st, key, blocked);
-            }
-        }
-        for (key, _, _) in &to_walk {
-            if let Some(t) = st.threads.get_mut(key) {
-                t.walked_at = Some(now);
-            }
-        }
-        let result = {
-            let _g = self.walk_lock.lock();
-            // Only threads still alive (ThreadDestroyed retires slots under the same lock).
-            let alive: Vec<bool> = to_walk
-                .iter()
-                .map(|(k, tid, _)| {
-                    cpu::slots().any(|s| {
-                        SlotKey::of(s) == *k
-                            && s.state.load(Ordering::Acquire) == cpu::ACTIVE
-                            && s.thread_id.load(Ordering::Relaxed) == *tid
-                    })
-                })
-                .collect();
-            let ids: Vec<ThreadID> = to_walk.iter().zip(&alive).filter(|(_, a)| **a).map(|((_, t, _), _)| *t).collect();
-            let r = wall::walk_suspended(&self.info, &ids);
-            r.map(|r| (r, alive))
-        };
-        match result {
-            Ok((r, alive)) => {
-                self.stats.suspended_ns.fetch_add(r.suspended_ns, Ordering::Relaxed);
-                if let Some(e) = r.first_error {
-                    if self.stats.walk_failures.load(Ordering::Relaxed) == 0 {
-                        log_warn!("sampler: {e} (walk failures are counted in SamplerStats)");
-                    }
-                }
-                let mut stacks = r.stacks.into_iter();
-                for ((key, _, blocked), a) in to_walk.into_iter().zip(alive) {
-                    if !a {
-                        // Gone: its time is settled when its slot is drained.
-                        self.defer_walk(st, key, blocked);
-                        continue;
-                    }
-                    self.stats.walks.fetch_add(1, Ordering::Relaxed);
-                    match stacks.next().flatten() {
-                        Some(frames) => {
-                            self.name_walked(st, &frames);
-                            let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
-                            let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
-                            let id = self.intern(st, &ips, &fns);
-                            self.walked(st, key, id, blocked);
-                        }
-                        None => {
-                            self.stats.walk_failures.fetch_add(1, Ordering::Relaxed);
-                            self.wall_fallback(st, key, blocked);
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                let n = self.stats.suspend_failures.fetch_add(1, Ordering::Relaxed);
-                if n == 0 {
-                    log_warn!("sampler: {e}; tick skipped (counted in SamplerStats)");
-                }
-                for (key, _, blocked) in to_walk {
-                    self.wall_fallback(st, key, blocked);
-                }
-            }
-        }
-    }
-
-    /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
-    /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
-    fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
-        let s = st.threads.get(&key).and_then(|t| t.wall_stack).or_else(|| self.cpu_stack_now(st, key));
-        let s = match s {
-            Some(s) => s,
-            None => self.intern(st, &[], &[]),
-        };
-        self.walked(st, key, s, blocked);
-    }
-
-    /// The thread is blocked at `stack` (walked, or the fallback): it gets this tick's blocked
-    /// time and the blocked time that waited for the walk.
-    fn walked(&self, st: &mut LoopState, key: SlotKey, stack: u32, blocked: u64) {
-        let Some(t) = st.threads.get_mut(&key) else { return };
-        t.wall_stack = Some(stack);
-        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
-        self.add_wall(st, key, stack, blocked + ns, 1 + ticks);
-    }
 }
 
 /// A sampled stack cut to its managed frames: from the first frame with a FunctionID on (nothing
@@ -1283,25 +699,6 @@ fn managed_part(ips: &[u64], functions: &[u64]) -> (Vec<u64>, Vec<u64>) {
         Some(i) => (ips[i..].to_vec(), functions[i..].to_vec()),
         None => (Vec::new(), Vec::new()),
     }
-}
-
-/// True when the code at `entry` starts with the x64 OSR prolog: `mov reg, [rbp]` then
-/// `push reg` (what .NET 10's JIT emits, seen with `DOTNET_JitDisasm`). An OSR version is entered with the tier-0 frame's RBP and, when it builds an RBP
-/// frame, first copies the tier-0 frame's saved RBP (the caller's frame pointer) onto its own frame
-/// to keep the frame chain. Ordinary code never reads `[rbp]` at its entry, where RBP is still the
-/// caller's. (An OSR version without an RBP frame keeps the tier-0 RBP, and ordinary walks
-/// already pass it.)
-///
-/// # Safety
-/// `ranges` (start, size) must be the live code of the code version that starts at `entry`.
-unsafe fn is_osr_code(entry: u64, ranges: &[(u64, u64)]) -> bool {
-    // Only bytes inside the code itself are read.
-    if !ranges.iter().any(|&(a, n)| a == entry && n >= 6) {
-        return false;
-    }
-    let mut b = [0u8; 6];
-    std::ptr::copy_nonoverlapping(entry as *const u8, b.as_mut_ptr(), b.len());
-    is_osr_prolog(&b)
 }
 
 /// The non-empty code ranges (start, size) of the code version that starts at `start`.
@@ -1314,204 +711,6 @@ fn code_ranges(info: &ProfilerInfo, start: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
-fn is_osr_prolog(b: &[u8; 6]) -> bool {
-    // push qword ptr [rbp+0] (FF /6, ModRM mod=01 rm=101, disp8 0): the same copy in one
-    // instruction, accepted in case another JIT version emits it.
-    if b[..3] == [0xFF, 0x75, 0x00] {
-        return true;
-    }
-    // mov r64, qword ptr [rbp+0]: REX.W (+R) 8B, ModRM mod=01 rm=101 (rbp + disp8), disp8 0.
-    if !matches!(b[0], 0x48 | 0x4C) || b[1] != 0x8B || b[2] & 0xC7 != 0x45 || b[3] != 0 {
-        return false;
-    }
-    let reg = ((b[0] & 0x04) << 1) | ((b[2] >> 3) & 7);
-    if reg == 4 || reg == 5 {
-        return false; // rsp, rbp
-    }
-    // push r64: 50+r, or 41 50+r for r8–r15.
-    if reg < 8 {
-        b[4] == 0x50 + reg
-    } else {
-        b[4] == 0x41 && b[5] == 0x50 + (reg - 8)
-    }
-}
-
-/// Most prolog bytes read from a code version's entry.
-const PROLOG_BYTES: usize = 32;
-
-/// The fixed frame of the code version at `entry` when it does not set up RBP (see
-/// [`frameless_frame`]).
-///
-/// # Safety
-/// `ranges` (start, size) must be the live code of the code version that starts at `entry`.
-unsafe fn frameless_frame_of(entry: u64, ranges: &[(u64, u64)]) -> Option<cpu::FramelessFrame> {
-    // Only bytes inside the code itself are read.
-    let &(_, size) = ranges.iter().find(|&&(a, _)| a == entry)?;
-    let mut b = [0u8; PROLOG_BYTES];
-    let len = (size as usize).min(PROLOG_BYTES);
-    std::ptr::copy_nonoverlapping(entry as *const u8, b.as_mut_ptr(), len);
-    frameless_frame(&b[..len])
-}
-
-/// The length of the x64 prolog of JIT code with an RBP frame (`rbp based frame` in
-/// `DOTNET_JitDisasm`): `push rbp`, pushes of callee-saved registers, an optional `sub rsp`, then
-/// `lea rbp, [rsp+N]` or `mov rbp, rsp` (a `vzeroupper` may come before or after the `sub rsp`),
-/// after which RBP is the code's own frame pointer. None for anything else (frameless code, OSR
-/// versions, prologs that probe the stack).
-fn rbp_prolog(b: &[u8]) -> Option<u32> {
-    if b.first() != Some(&0x55) {
-        return None;
-    }
-    let mut i = 1usize;
-    loop {
-        match b.get(i..) {
-            Some([0x50..=0x57, ..]) => i += 1,
-            Some([0x41, 0x50..=0x57, ..]) => i += 2,
-            _ => break,
-        }
-    }
-    // `vzeroupper` (code using 256-bit vectors) before or after the local area.
-    let vzeroupper = |i: &mut usize| {
-        if let Some([0xC5, 0xF8, 0x77, ..]) = b.get(*i..) {
-            *i += 3;
-        }
-    };
-    vzeroupper(&mut i);
-    match b.get(i..) {
-        Some([0x48, 0x83, 0xEC, _, ..]) => i += 4,
-        Some([0x48, 0x81, 0xEC, _, _, _, _, ..]) => i += 7,
-        _ => {}
-    }
-    vzeroupper(&mut i);
-    match b.get(i..) {
-        Some([0x48, 0x8D, 0x6C, 0x24, _, ..]) => Some(i as u32 + 5),
-        Some([0x48, 0x8D, 0xAC, 0x24, _, _, _, _, ..]) => Some(i as u32 + 8),
-        Some([0x48, 0x89, 0xE5, ..] | [0x48, 0x8B, 0xEC, ..]) => Some(i as u32 + 3),
-        _ => None,
-    }
-}
-
-/// Recognizes the x64 prolog of JIT code without an RBP frame (`rsp based frame` in
-/// `DOTNET_JitDisasm`): pushes of callee-saved registers other than RBP (`push rbx`, `push r12`–
-/// `push r15`; RBP is never a scratch register on x64, as `ETW_EBP_FRAMED` is set), then the
-/// local area: `push rax` (8 bytes), `sub rsp, imm8` or `sub rsp, imm32` below a page (larger
-/// frames are probed first and are not recognized). The frame must keep the SysV stack alignment
-/// at calls (return address + frame a multiple of 16), which code that calls anything does, so a
-/// return address can only point into code whose frame passes this check. An RBP frame starts
-/// with `push rbp`, an OSR version with `mov reg, [rbp]`: neither matches. Returns the frame's
-/// size (bytes between SP after the prolog and the return address) and the prolog's length.
-fn frameless_frame(b: &[u8]) -> Option<cpu::FramelessFrame> {
-    let (mut i, mut size) = (0usize, 0u32);
-    loop {
-        match b.get(i..) {
-            // push rbx
-            Some([0x53, ..]) => i += 1,
-            // push r12–r15
-            Some([0x41, 0x54..=0x57, ..]) => i += 2,
-            _ => break,
-        }
-        size += 8;
-    }
-    match b.get(i..) {
-        // push rax: an 8-byte local area
-        Some([0x50, ..]) => {
-            size += 8;
-            i += 1;
-        }
-        // sub rsp, imm8 (sign-extended: positive only)
-        Some([0x48, 0x83, 0xEC, n, ..]) if *n < 0x80 => {
-            size += *n as u32;
-            i += 4;
-        }
-        // sub rsp, imm32
-        Some([0x48, 0x81, 0xEC, a, b2, c, d, ..]) => {
-            let n = u32::from_le_bytes([*a, *b2, *c, *d]);
-            if n >= 4096 {
-                return None;
-            }
-            size += n;
-            i += 7;
-        }
-        _ => {}
-    }
-    // Anything that could still be building a frame after that (another push, RBP set up) is
-    // not a prolog this recognizes.
-    if matches!(
-        b.get(i..),
-        Some(
-            [0x50..=0x57, ..]
-                | [0x41, 0x50..=0x57, ..]
-                | [0x48, 0x8D, 0x6C | 0xAC, 0x24, ..]
-                | [0x48, 0x89, 0xE5, ..]
-                | [0x48, 0x8B, 0xEC, ..]
-        )
-    ) {
-        return None;
-    }
-    (size % 16 == 8).then_some(cpu::FramelessFrame { size, prolog: i as u32 })
-}
-
-/// CPU time of the calling thread.
-fn own_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // Safety: clock_gettime writes `ts`.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Open `/proc/self/task/<tid>/stat` and `schedstat` files, re-read with `pread` (cheaper than
-/// opening each time).
-#[derive(Default)]
-struct StatFiles {
-    files: HashMap<u32, std::fs::File>,
-    schedstat: HashMap<u32, std::fs::File>,
-}
-
-/// Most stat files kept open.
-const MAX_STAT_FILES: usize = 256;
-
-impl StatFiles {
-    /// Whether a thread is running or waiting for a CPU (state `R`).
-    fn runnable(&mut self, tid: u32) -> Option<bool> {
-        use std::os::unix::fs::FileExt;
-        if !self.files.contains_key(&tid) {
-            if self.files.len() >= MAX_STAT_FILES {
-                self.files.clear();
-            }
-            let f = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()?;
-            self.files.insert(tid, f);
-        }
-        let mut buf = [0u8; 512];
-        let n = self.files.get(&tid)?.read_at(&mut buf, 0).ok()?;
-        let text = &buf[..n];
-        let close = text.iter().rposition(|&b| b == b')')?;
-        Some(text.get(close + 2) == Some(&b'R'))
-    }
-
-    /// Time the thread has spent waiting on a run queue, ns (the second field of `schedstat`).
-    fn runq_wait_ns(&mut self, tid: u32) -> Option<u64> {
-        use std::os::unix::fs::FileExt;
-        if !self.schedstat.contains_key(&tid) {
-            if self.schedstat.len() >= MAX_STAT_FILES {
-                self.schedstat.clear();
-            }
-            let f = std::fs::File::open(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-            self.schedstat.insert(tid, f);
-        }
-        let mut buf = [0u8; 96];
-        let n = self.schedstat.get(&tid)?.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        text.split_ascii_whitespace().nth(1)?.parse().ok()
-    }
-
-    fn forget(&mut self, tid: u32) {
-        self.files.remove(&tid);
-        self.schedstat.remove(&tid);
-    }
-}
-
 /// Identifies one registration of a thread (slots are reused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct SlotKey {
@@ -1521,9 +720,9 @@ struct SlotKey {
 }
 
 impl SlotKey {
-    fn of(s: &cpu::Slot) -> SlotKey {
+    fn of(s: &slot::Slot) -> SlotKey {
         SlotKey {
-            slot: s as *const cpu::Slot as usize,
+            slot: s as *const slot::Slot as usize,
             os_tid: s.os_tid.load(Ordering::Relaxed),
             thread_id: s.thread_id.load(Ordering::Relaxed),
         }
@@ -1572,7 +771,7 @@ struct ThreadState {
 }
 
 impl ThreadState {
-    fn new(slot: &cpu::Slot) -> ThreadState {
+    fn new(slot: &slot::Slot) -> ThreadState {
         // Wall time starts at the thread's registration (when it is known already; otherwise at
         // the first tick that sees the thread).
         let registered = slot.registered_ns.load(Ordering::Acquire);
@@ -1616,39 +815,13 @@ impl LoopState {
             return false;
         }
         let prolog = *self.rbp_prologs.entry(start).or_insert_with(|| {
-            let mut b = [0u8; PROLOG_BYTES];
-            let len = ((end - start) as usize).min(PROLOG_BYTES);
-            read_own_memory(start, &mut b[..len]).then(|| rbp_prolog(&b[..len])).flatten()
+            let mut b = [0u8; prolog::PROLOG_BYTES];
+            let len = ((end - start) as usize).min(prolog::PROLOG_BYTES);
+            os::read_own_memory(start, &mut b[..len]).then(|| prolog::rbp_prolog(&b[..len])).flatten()
         });
         let Some(n) = prolog else { return false };
         let mut at = [0u8; 1];
-        ip >= start + n as u64 && read_own_memory(ip, &mut at) && at[0] != 0xC3
-    }
-}
-
-/// Copies this process's memory at `addr` into `buf` through the kernel (written to a pipe and
-/// read back): false, not a fault, when it is not mapped. Code found by address at attach
-/// (`GetFunctionFromIP`) may lie in an image a collectible context has since unloaded. (A pipe,
-/// not `process_vm_readv`, which container seccomp profiles may refuse.)
-fn read_own_memory(addr: u64, buf: &mut [u8]) -> bool {
-    static PIPE: std::sync::OnceLock<Option<Mutex<(i32, i32)>>> = std::sync::OnceLock::new();
-    let pipe = PIPE.get_or_init(|| {
-        let mut fds = [0i32; 2];
-        // Safety: `fds` has room for the two descriptors.
-        let ok = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0;
-        ok.then(|| Mutex::new((fds[0], fds[1])))
-    });
-    let Some(Ok(fds)) = pipe.as_ref().map(|m| m.lock()) else { return false };
-    // Safety: the kernel reads `buf.len()` bytes at `addr` and fails with EFAULT where they are
-    // not mapped; `buf` is ours to fill.
-    unsafe {
-        let written = libc::write(fds.1, addr as *const libc::c_void, buf.len());
-        if written <= 0 {
-            return false;
-        }
-        // What was written is read back in any case: the pipe stays empty for the next read.
-        let read = libc::read(fds.0, buf.as_mut_ptr().cast(), written as usize);
-        written == buf.len() as isize && read == written
+        ip >= start + n as u64 && os::read_own_memory(ip, &mut at) && at[0] != 0xC3
     }
 }
 
@@ -1676,140 +849,10 @@ struct LoopState {
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
     last_suspend: Option<Instant>,
-    stat_files: StatFiles,
+    stat_files: os::StatFiles,
     /// Where the next wall tick starts in the thread list.
     wall_cursor: usize,
     /// A CPU sample's leaf lay outside every executable mapping known: the mappings are read
     /// again soon.
     unknown_leaf: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{frameless_frame, is_osr_prolog, rbp_prolog};
-    use crate::sampler::cpu::FramelessFrame;
-
-    #[test]
-    fn own_memory_is_read_without_faulting() {
-        use super::read_own_memory;
-        let src = [1u8, 2, 3, 4, 5];
-        let mut b = [0u8; 5];
-        assert!(read_own_memory(src.as_ptr() as u64, &mut b));
-        assert_eq!(b, src);
-        // Nothing mapped at page 1; then the pipe still gives the right bytes.
-        assert!(!read_own_memory(0x1000, &mut b));
-        // A range running off the end of a mapping: part of it was copied, and read back.
-        // Safety: a fresh anonymous mapping of two pages, the second unmapped again.
-        let page = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                8192,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            libc::munmap((p as *mut u8).add(4096).cast(), 4096);
-            p as u64
-        };
-        let mut d = [0u8; 16];
-        assert!(!read_own_memory(page + 4096 - 8, &mut d));
-        let mut c = [0u8; 3];
-        assert!(read_own_memory(src[2..].as_ptr() as u64, &mut c));
-        assert_eq!(c, [3, 4, 5]);
-    }
-
-    #[test]
-    fn rbp_frame_prologs_are_measured() {
-        // push rbp; push r15; push r14; sub rsp, 16; lea rbp, [rsp+0x20] (tier 0 under the hooks)
-        assert_eq!(
-            rbp_prolog(&[0x55, 0x41, 0x57, 0x41, 0x56, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x20]),
-            Some(14)
-        );
-        // push rbp; sub rsp, 16; lea rbp, [rsp+0x10] (apps/Sampling's Prolog.Leaf)
-        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x10, 0x89]), Some(10));
-        // push rbp; mov rbp, rsp (libSystem.Native's style)
-        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x89, 0xE5, 0x48]), Some(4));
-        // push rbp; push rbx; sub rsp, 0x118 (imm32); lea rbp, [rsp+0x120] (disp32)
-        assert_eq!(
-            rbp_prolog(&[0x55, 0x53, 0x48, 0x81, 0xEC, 0x18, 1, 0, 0, 0x48, 0x8D, 0xAC, 0x24, 0x20, 1, 0, 0, 0x90]),
-            Some(17)
-        );
-        // With `vzeroupper` (AVX code on .NET 8): push rbp; push r15; push r14; sub rsp, 176;
-        // vzeroupper; lea rbp, [rsp+0xC0] (disp32), and at tier 1 without the `sub`.
-        assert_eq!(
-            rbp_prolog(&[
-                0x55, 0x41, 0x57, 0x41, 0x56, 0x48, 0x81, 0xEC, 0xB0, 0, 0, 0, 0xC5, 0xF8, 0x77, 0x48, 0x8D, 0xAC,
-                0x24, 0xC0, 0, 0, 0
-            ]),
-            Some(23)
-        );
-        assert_eq!(
-            rbp_prolog(&[0x55, 0x41, 0x57, 0x41, 0x56, 0xC5, 0xF8, 0x77, 0x48, 0x8D, 0x6C, 0x24, 0x10]),
-            Some(13)
-        );
-        // Frameless, OSR, cut short, or something else before RBP is set up: not measured.
-        assert_eq!(rbp_prolog(&[0x53, 0x48, 0x83, 0xEC, 0x20]), None);
-        assert_eq!(rbp_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]), None);
-        assert_eq!(rbp_prolog(&[0x55, 0x48, 0x8D, 0x6C]), None);
-        assert_eq!(rbp_prolog(&[0x55, 0xC5, 0xF8, 0x77, 0x90, 0x48, 0x89, 0xE5]), None);
-        assert_eq!(rbp_prolog(&[]), None);
-    }
-
-    #[test]
-    fn frameless_prologs_are_recognized() {
-        let f = |size, prolog| Some(FramelessFrame { size, prolog });
-        // push rax; call [...]: Ratio.Light at tier 1 on .NET 10
-        assert_eq!(frameless_frame(&[0x50, 0xFF, 0x15, 0, 0, 0, 0]), f(8, 1));
-        // push r15; push rbx; push rax
-        assert_eq!(frameless_frame(&[0x41, 0x57, 0x53, 0x50, 0x48, 0x8B]), f(24, 4));
-        // push rbx; sub rsp, 0x20
-        assert_eq!(frameless_frame(&[0x53, 0x48, 0x83, 0xEC, 0x20, 0x48]), f(40, 5));
-        // sub rsp, 0x18
-        assert_eq!(frameless_frame(&[0x48, 0x83, 0xEC, 0x18, 0xE8]), f(24, 4));
-        // push r14; push rbx; sub rsp, 0x128 (imm32)
-        assert_eq!(frameless_frame(&[0x41, 0x56, 0x53, 0x48, 0x81, 0xEC, 0x28, 0x01, 0, 0, 0x90]), f(312, 10));
-        // push rbx: 8 bytes, aligned
-        assert_eq!(frameless_frame(&[0x53, 0xE8, 0, 0, 0, 0]), f(8, 1));
-        // push rbp; mov rbp, rsp: an RBP frame
-        assert_eq!(frameless_frame(&[0x55, 0x48, 0x89, 0xE5]), None);
-        // push rbx; push rbp: RBP pushed
-        assert_eq!(frameless_frame(&[0x53, 0x55, 0x48, 0x8D, 0x6C, 0x24]), None);
-        // push rbx; sub rsp, 0x10; lea rbp, [rsp+0x10]: RBP set up after the pushes
-        assert_eq!(frameless_frame(&[0x53, 0x48, 0x83, 0xEC, 0x10, 0x48, 0x8D, 0x6C, 0x24, 0x10]), None);
-        // mov rax, [rbp]; push rax: an OSR prolog
-        assert_eq!(frameless_frame(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]), None);
-        // No frame at all (a leaf): nothing to step over, and never a caller.
-        assert_eq!(frameless_frame(&[0x48, 0x8B, 0x07, 0xC3]), None);
-        // Misaligned frames (not code that calls): sub rsp, 0x10 after no push
-        assert_eq!(frameless_frame(&[0x48, 0x83, 0xEC, 0x10, 0x90]), None);
-        // A page or more: probed, not recognized.
-        assert_eq!(frameless_frame(&[0x48, 0x81, 0xEC, 0x08, 0x10, 0, 0, 0x90]), None);
-        // Cut short.
-        assert_eq!(frameless_frame(&[0x41]), None);
-        assert_eq!(frameless_frame(&[]), None);
-    }
-
-    #[test]
-    fn the_osr_prolog_is_recognized() {
-        // mov rax, [rbp]; push rax (what .NET 10's JIT emits)
-        assert!(is_osr_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x50, 0x48]));
-        // mov r11, [rbp]; push r11
-        assert!(is_osr_prolog(&[0x4C, 0x8B, 0x5D, 0x00, 0x41, 0x53]));
-        // push rbp; mov rbp, rsp: an ordinary prolog
-        assert!(!is_osr_prolog(&[0x55, 0x48, 0x89, 0xE5, 0x48, 0x83]));
-        // push rbp; sub rsp, 112
-        assert!(!is_osr_prolog(&[0x55, 0x48, 0x83, 0xEC, 0x70, 0x48]));
-        // mov rax, [rbp]; push rcx: another register pushed
-        assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x00, 0x51, 0x00]));
-        // mov rax, [rbp+8]; push rax
-        assert!(!is_osr_prolog(&[0x48, 0x8B, 0x45, 0x08, 0x50, 0x00]));
-        // push qword ptr [rbp]
-        assert!(is_osr_prolog(&[0xFF, 0x75, 0x00, 0x48, 0x83, 0xEC]));
-        // push qword ptr [rbp+8]
-        assert!(!is_osr_prolog(&[0xFF, 0x75, 0x08, 0x48, 0x83, 0xEC]));
-        // mov r11, [rbp]; push rbx (no REX.B)
-        assert!(!is_osr_prolog(&[0x4C, 0x8B, 0x5D, 0x00, 0x53, 0x00]));
-    }
 }

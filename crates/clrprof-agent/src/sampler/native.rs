@@ -6,15 +6,15 @@ use std::collections::{HashMap, HashSet};
 
 /// One executable, file-backed mapping.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub file_offset: u64,
-    pub path: String,
+pub(crate) struct Mapping {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) file_offset: u64,
+    pub(crate) path: String,
 }
 
 /// Parses the executable file mappings out of `/proc/<pid>/maps` text.
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
+pub(crate) fn parse_maps(text: &str) -> Vec<Mapping> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut it = line.split_ascii_whitespace();
@@ -40,7 +40,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 }
 
 /// Every executable mapping of `/proc/<pid>/maps` text (file-backed or not: JIT code heaps too).
-pub fn exec_ranges(text: &str) -> Vec<(u64, u64)> {
+pub(crate) fn exec_ranges(text: &str) -> Vec<(u64, u64)> {
     text.lines()
         .filter_map(|line| {
             let mut it = line.split_ascii_whitespace();
@@ -56,7 +56,7 @@ pub fn exec_ranges(text: &str) -> Vec<(u64, u64)> {
 
 /// Remembers which mappings were already written.
 #[derive(Default)]
-pub struct MapTracker {
+pub(crate) struct MapTracker {
     seen: HashSet<Mapping>,
     /// Sorted ranges of native code.
     native: Vec<(u64, u64)>,
@@ -71,29 +71,29 @@ pub struct MapTracker {
 impl MapTracker {
     /// Mappings not written before.
     /// Whether `ip` lies in native (ELF) code: a mapped file other than a managed `.dll`.
-    pub fn is_native(&self, ip: u64) -> bool {
+    pub(crate) fn is_native(&self, ip: u64) -> bool {
         let i = self.native.partition_point(|r| r.0 <= ip);
         i > 0 && ip < self.native[i - 1].1
     }
 
     /// Whether `ip` lies in the executable part of a mapped managed image (ReadyToRun code).
-    pub fn is_managed_image(&self, ip: u64) -> bool {
+    pub(crate) fn is_managed_image(&self, ip: u64) -> bool {
         let i = self.managed.partition_point(|r| r.0 <= ip);
         i > 0 && ip < self.managed[i - 1].1
     }
 
     /// Whether `ip` lies in an executable mapping as of the last read.
-    pub fn exec_known(&self, ip: u64) -> bool {
+    pub(crate) fn exec_known(&self, ip: u64) -> bool {
         let i = self.exec.partition_point(|r| r.0 <= ip);
         i > 0 && ip < self.exec[i - 1].1
     }
 
     /// The executable mappings as of the last read.
-    pub fn exec_ranges(&self) -> &[(u64, u64)] {
+    pub(crate) fn exec_ranges(&self) -> &[(u64, u64)] {
         &self.exec
     }
 
-    pub fn new_mappings(&mut self) -> Vec<Mapping> {
+    pub(crate) fn new_mappings(&mut self) -> Vec<Mapping> {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         self.exec = exec_ranges(&text);
         self.exec.sort_unstable();
@@ -119,7 +119,7 @@ impl MapTracker {
 
     /// The GNU build-id of a mapped file (empty when it has none or cannot be read), read once per
     /// path.
-    pub fn build_id(&mut self, path: &str) -> Vec<u8> {
+    pub(crate) fn build_id(&mut self, path: &str) -> Vec<u8> {
         if let Some(id) = self.build_ids.get(path) {
             return id.clone();
         }

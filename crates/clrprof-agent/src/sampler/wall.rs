@@ -6,10 +6,10 @@ use std::ffi::c_void;
 use clrprof_sys::{FunctionID, ProfilerInfo, ThreadID, HRESULT, S_OK};
 
 /// Deepest managed stack kept.
-pub const MAX_WALK_FRAMES: usize = 2048;
+pub(crate) const MAX_WALK_FRAMES: usize = 2048;
 
 /// One walked stack, leaf first: (FunctionID or 0 for native code, IP).
-pub type Walked = Vec<(u64, u64)>;
+pub(crate) type Walked = Vec<(u64, u64)>;
 
 unsafe extern "system" fn on_frame(
     function: FunctionID,
@@ -33,12 +33,12 @@ unsafe extern "system" fn on_frame(
 }
 
 /// Outcome of one suspended walk.
-pub struct WalkResult {
+pub(crate) struct WalkResult {
     /// Per requested thread: the stack, or None when the walk failed.
-    pub stacks: Vec<Option<Walked>>,
-    pub suspended_ns: u64,
+    pub(crate) stacks: Vec<Option<Walked>>,
+    pub(crate) suspended_ns: u64,
     /// The first failed walk's error.
-    pub first_error: Option<clrprof_sys::HrError>,
+    pub(crate) first_error: Option<clrprof_sys::HrError>,
 }
 
 /// Resumes the runtime when dropped, unless resumed already: whatever goes wrong between
@@ -69,7 +69,7 @@ impl Drop for ResumeGuard<'_> {
 
 /// Suspends the runtime, walks `threads` and resumes. `Err` when the runtime could not be
 /// suspended (the tick is skipped). Walks that fail leave `None`.
-pub fn walk_suspended(info: &ProfilerInfo, threads: &[ThreadID]) -> Result<WalkResult, clrprof_sys::HrError> {
+pub(crate) fn walk_suspended(info: &ProfilerInfo, threads: &[ThreadID]) -> Result<WalkResult, clrprof_sys::HrError> {
     let mut stacks: Vec<Option<Walked>> = (0..threads.len()).map(|_| None).collect();
     let mut bufs: Vec<Walked> = (0..threads.len()).map(|_| Vec::with_capacity(64)).collect();
     let mut first_error = None;

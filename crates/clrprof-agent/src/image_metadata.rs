@@ -1,6 +1,7 @@
-//! A read-only ECMA-335 metadata reader over a module's metadata bytes (the `BSJB` root and its
-//! streams), for the few lookups naming needs: type, type reference, method, nested class, type
-//! specification and generic parameter rows.
+//! A read-only ECMA-335 metadata reader over a module's metadata bytes as loaded in its image (the
+//! `BSJB` root and its streams), for the few lookups naming needs: type, type reference, method,
+//! nested class, type specification and generic parameter rows. (`clrprof_sys::metadata` wraps the
+//! runtime's `IMetaDataImport` instead.)
 //!
 //! Why not the runtime's `IMetaDataImport`: the first public importer asked for a module converts
 //! the runtime's own internal importer of that module from its read-only to its read-write form
@@ -15,45 +16,45 @@
 
 /// Table numbers (ECMA-335 II.22).
 mod table {
-    pub const TYPE_REF: usize = 0x01;
-    pub const TYPE_DEF: usize = 0x02;
-    pub const FIELD_PTR: usize = 0x03;
-    pub const FIELD: usize = 0x04;
-    pub const METHOD_PTR: usize = 0x05;
-    pub const METHOD_DEF: usize = 0x06;
-    pub const PARAM_PTR: usize = 0x07;
-    pub const PARAM: usize = 0x08;
-    pub const INTERFACE_IMPL: usize = 0x09;
-    pub const MEMBER_REF: usize = 0x0a;
-    pub const DECL_SECURITY: usize = 0x0e;
-    pub const STAND_ALONE_SIG: usize = 0x11;
-    pub const EVENT_PTR: usize = 0x13;
-    pub const EVENT: usize = 0x14;
-    pub const PROPERTY_PTR: usize = 0x16;
-    pub const PROPERTY: usize = 0x17;
-    pub const MODULE: usize = 0x00;
-    pub const MODULE_REF: usize = 0x1a;
-    pub const TYPE_SPEC: usize = 0x1b;
-    pub const ASSEMBLY: usize = 0x20;
-    pub const ASSEMBLY_REF: usize = 0x23;
-    pub const FILE: usize = 0x26;
-    pub const EXPORTED_TYPE: usize = 0x27;
-    pub const MANIFEST_RESOURCE: usize = 0x28;
-    pub const NESTED_CLASS: usize = 0x29;
-    pub const GENERIC_PARAM: usize = 0x2a;
-    pub const METHOD_SPEC: usize = 0x2b;
-    pub const GENERIC_PARAM_CONSTRAINT: usize = 0x2c;
+    pub(crate) const TYPE_REF: usize = 0x01;
+    pub(crate) const TYPE_DEF: usize = 0x02;
+    pub(crate) const FIELD_PTR: usize = 0x03;
+    pub(crate) const FIELD: usize = 0x04;
+    pub(crate) const METHOD_PTR: usize = 0x05;
+    pub(crate) const METHOD_DEF: usize = 0x06;
+    pub(crate) const PARAM_PTR: usize = 0x07;
+    pub(crate) const PARAM: usize = 0x08;
+    pub(crate) const INTERFACE_IMPL: usize = 0x09;
+    pub(crate) const MEMBER_REF: usize = 0x0a;
+    pub(crate) const DECL_SECURITY: usize = 0x0e;
+    pub(crate) const STAND_ALONE_SIG: usize = 0x11;
+    pub(crate) const EVENT_PTR: usize = 0x13;
+    pub(crate) const EVENT: usize = 0x14;
+    pub(crate) const PROPERTY_PTR: usize = 0x16;
+    pub(crate) const PROPERTY: usize = 0x17;
+    pub(crate) const MODULE: usize = 0x00;
+    pub(crate) const MODULE_REF: usize = 0x1a;
+    pub(crate) const TYPE_SPEC: usize = 0x1b;
+    pub(crate) const ASSEMBLY: usize = 0x20;
+    pub(crate) const ASSEMBLY_REF: usize = 0x23;
+    pub(crate) const FILE: usize = 0x26;
+    pub(crate) const EXPORTED_TYPE: usize = 0x27;
+    pub(crate) const MANIFEST_RESOURCE: usize = 0x28;
+    pub(crate) const NESTED_CLASS: usize = 0x29;
+    pub(crate) const GENERIC_PARAM: usize = 0x2a;
+    pub(crate) const METHOD_SPEC: usize = 0x2b;
+    pub(crate) const GENERIC_PARAM_CONSTRAINT: usize = 0x2c;
     /// Tables past this one belong to portable PDBs, never to a loaded module.
-    pub const LAST: usize = 0x2c;
+    pub(crate) const LAST: usize = 0x2c;
 }
 
 /// Coded index kinds (ECMA-335 II.24.2.6): the tables each can refer to, in tag order.
 mod coded {
     use super::table::*;
     const NONE: usize = usize::MAX;
-    pub const TYPE_DEF_OR_REF: &[usize] = &[TYPE_DEF, TYPE_REF, TYPE_SPEC];
-    pub const HAS_CONSTANT: &[usize] = &[FIELD, PARAM, PROPERTY];
-    pub const HAS_CUSTOM_ATTRIBUTE: &[usize] = &[
+    pub(crate) const TYPE_DEF_OR_REF: &[usize] = &[TYPE_DEF, TYPE_REF, TYPE_SPEC];
+    pub(crate) const HAS_CONSTANT: &[usize] = &[FIELD, PARAM, PROPERTY];
+    pub(crate) const HAS_CUSTOM_ATTRIBUTE: &[usize] = &[
         METHOD_DEF,
         FIELD,
         TYPE_REF,
@@ -77,16 +78,16 @@ mod coded {
         GENERIC_PARAM_CONSTRAINT,
         METHOD_SPEC,
     ];
-    pub const HAS_FIELD_MARSHAL: &[usize] = &[FIELD, PARAM];
-    pub const HAS_DECL_SECURITY: &[usize] = &[TYPE_DEF, METHOD_DEF, ASSEMBLY];
-    pub const MEMBER_REF_PARENT: &[usize] = &[TYPE_DEF, TYPE_REF, MODULE_REF, METHOD_DEF, TYPE_SPEC];
-    pub const HAS_SEMANTICS: &[usize] = &[EVENT, PROPERTY];
-    pub const METHOD_DEF_OR_REF: &[usize] = &[METHOD_DEF, MEMBER_REF];
-    pub const MEMBER_FORWARDED: &[usize] = &[FIELD, METHOD_DEF];
-    pub const IMPLEMENTATION: &[usize] = &[FILE, ASSEMBLY_REF, EXPORTED_TYPE];
-    pub const CUSTOM_ATTRIBUTE_TYPE: &[usize] = &[NONE, NONE, METHOD_DEF, MEMBER_REF, NONE];
-    pub const RESOLUTION_SCOPE: &[usize] = &[MODULE, MODULE_REF, ASSEMBLY_REF, TYPE_REF];
-    pub const TYPE_OR_METHOD_DEF: &[usize] = &[TYPE_DEF, METHOD_DEF];
+    pub(crate) const HAS_FIELD_MARSHAL: &[usize] = &[FIELD, PARAM];
+    pub(crate) const HAS_DECL_SECURITY: &[usize] = &[TYPE_DEF, METHOD_DEF, ASSEMBLY];
+    pub(crate) const MEMBER_REF_PARENT: &[usize] = &[TYPE_DEF, TYPE_REF, MODULE_REF, METHOD_DEF, TYPE_SPEC];
+    pub(crate) const HAS_SEMANTICS: &[usize] = &[EVENT, PROPERTY];
+    pub(crate) const METHOD_DEF_OR_REF: &[usize] = &[METHOD_DEF, MEMBER_REF];
+    pub(crate) const MEMBER_FORWARDED: &[usize] = &[FIELD, METHOD_DEF];
+    pub(crate) const IMPLEMENTATION: &[usize] = &[FILE, ASSEMBLY_REF, EXPORTED_TYPE];
+    pub(crate) const CUSTOM_ATTRIBUTE_TYPE: &[usize] = &[NONE, NONE, METHOD_DEF, MEMBER_REF, NONE];
+    pub(crate) const RESOLUTION_SCOPE: &[usize] = &[MODULE, MODULE_REF, ASSEMBLY_REF, TYPE_REF];
+    pub(crate) const TYPE_OR_METHOD_DEF: &[usize] = &[TYPE_DEF, METHOD_DEF];
 }
 
 /// One column of a table row.
@@ -170,7 +171,7 @@ struct Table {
 }
 
 /// A module's metadata, parsed far enough to read rows. Borrows the bytes.
-pub struct Metadata<'a> {
+pub(crate) struct Metadata<'a> {
     strings: &'a [u8],
     blobs: &'a [u8],
     tables_stream: &'a [u8],
@@ -189,7 +190,7 @@ impl<'a> Metadata<'a> {
     /// Parses the metadata root (`BSJB`) and the tables header. `None` for anything this reader
     /// does not handle: a missing stream, edit-and-continue pointer tables (the `#-` layout's
     /// indirections), tables it does not know.
-    pub fn parse(md: &'a [u8]) -> Option<Metadata<'a>> {
+    pub(crate) fn parse(md: &'a [u8]) -> Option<Metadata<'a>> {
         if u32_at(md, 0)? != 0x424a_5342 {
             return None;
         }
@@ -328,7 +329,7 @@ impl<'a> Metadata<'a> {
     }
 
     /// `Namespace.Name` of a TypeDef, as `GetTypeDefProps` gives it.
-    pub fn type_def_name(&self, token: u32) -> Option<String> {
+    pub(crate) fn type_def_name(&self, token: u32) -> Option<String> {
         let rid = Self::rid(token, table::TYPE_DEF)?;
         let name = self.string(self.cell(table::TYPE_DEF, rid, 1)?)?;
         let ns = self.string(self.cell(table::TYPE_DEF, rid, 2)?)?;
@@ -336,7 +337,7 @@ impl<'a> Metadata<'a> {
     }
 
     /// (`Namespace.Name`, resolution scope token) of a TypeRef, as `GetTypeRefProps` gives them.
-    pub fn type_ref(&self, token: u32) -> Option<(String, u32)> {
+    pub(crate) fn type_ref(&self, token: u32) -> Option<(String, u32)> {
         let rid = Self::rid(token, table::TYPE_REF)?;
         let scope = Self::decode(coded::RESOLUTION_SCOPE, self.cell(table::TYPE_REF, rid, 0)?)?;
         let name = self.string(self.cell(table::TYPE_REF, rid, 1)?)?;
@@ -346,7 +347,7 @@ impl<'a> Metadata<'a> {
     }
 
     /// (declaring TypeDef token, name, attributes, signature) of a MethodDef.
-    pub fn method(&self, token: u32) -> Option<(u32, String, u32, &'a [u8])> {
+    pub(crate) fn method(&self, token: u32) -> Option<(u32, String, u32, &'a [u8])> {
         let rid = Self::rid(token, table::METHOD_DEF)?;
         let flags = self.cell(table::METHOD_DEF, rid, 2)?;
         let name = self.string(self.cell(table::METHOD_DEF, rid, 3)?)?;
@@ -375,7 +376,7 @@ impl<'a> Metadata<'a> {
 
     /// The enclosing TypeDef of a TypeDef (`Some(None)`: not nested); `None` when the token is
     /// not one of these tables' types.
-    pub fn enclosing_type(&self, token: u32) -> Option<Option<u32>> {
+    pub(crate) fn enclosing_type(&self, token: u32) -> Option<Option<u32>> {
         let rid = Self::rid(token, table::TYPE_DEF)?;
         if rid == 0 || rid > self.tables[table::TYPE_DEF].rows {
             return None;
@@ -386,13 +387,13 @@ impl<'a> Metadata<'a> {
     }
 
     /// The signature blob of a TypeSpec.
-    pub fn type_spec(&self, token: u32) -> Option<&'a [u8]> {
+    pub(crate) fn type_spec(&self, token: u32) -> Option<&'a [u8]> {
         let rid = Self::rid(token, table::TYPE_SPEC)?;
         self.blob(self.cell(table::TYPE_SPEC, rid, 0)?)
     }
 
     /// Names of the generic parameters of a TypeDef or MethodDef, in table order (by number).
-    pub fn generic_param_names(&self, owner: u32) -> Option<Vec<String>> {
+    pub(crate) fn generic_param_names(&self, owner: u32) -> Option<Vec<String>> {
         let (tag, t) = match owner >> 24 {
             t if t == table::TYPE_DEF as u32 => (0, table::TYPE_DEF),
             t if t == table::METHOD_DEF as u32 => (1, table::METHOD_DEF),
@@ -450,7 +451,7 @@ fn qualified(ns: &str, name: String) -> String {
 /// The metadata bytes (`BSJB` root) of a PE image, read through `read(offset, len)`: from its
 /// bytes as a file (`flat`) or as the loader mapped it (sections at their RVAs). Only the headers,
 /// the CLI header and the metadata are read.
-pub fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u8]>, flat: bool) -> Option<&'a [u8]> {
+pub(crate) fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u8]>, flat: bool) -> Option<&'a [u8]> {
     let dos = read(0, 64)?;
     if u16_at(dos, 0)? != 0x5a4d {
         return None;

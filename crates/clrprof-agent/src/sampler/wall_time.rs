@@ -1,0 +1,364 @@
+//! Wall-time accounting on the sampler thread: every nanosecond of a thread's life goes to one
+//! stack — the stack it ran on for the part it ran or waited for a CPU, the stack it blocked in
+//! for the rest — and blocked time whose stack is not known yet waits for a walk
+//! ([`super::wall`]). Methods of [`Sampler`]; see the module documentation of `super` for the
+//! rules.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use clrprof_sys::ThreadID;
+use clrprof_trace::WallSample;
+
+use super::{
+    slot, wall, LoopState, Sampler, SlotKey, ThreadState, MAX_THREADS_PER_TICK, MAX_WALKS_PER_SUSPEND,
+    MIN_SUSPEND_INTERVAL,
+};
+use crate::log_warn;
+
+impl Sampler {
+    /// Blocked time of a thread that needs a walk but is not walked at this tick (suspensions are
+    /// rate-limited): it waits for the walk. A thread needs one when it ran since its last tick, so
+    /// the stack it had before is not known to hold it any more (a thread that woke up and blocked
+    /// again elsewhere would have its new blocked time charged to the old place until the walk).
+    pub(super) fn defer_walk(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        t.unwalked_ns += blocked;
+        t.unwalked_ticks += 1;
+    }
+
+    /// Charges time the thread spent running to its running stack: its latest CPU sample, when
+    /// one was taken since the thread was last seen blocked; otherwise the time waits for the next
+    /// stack known (the sample from before the block is not where it runs now).
+    pub(super) fn charge_running(&self, st: &mut LoopState, key: SlotKey, ns: u64, ticks: u32) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let fresh = t.cpu_batches != t.cpu_batches_when_blocked;
+        let stack = if fresh { self.cpu_stack_now(st, key) } else { None };
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        match stack {
+            Some(s) => self.add_wall(st, key, s, ns, ticks),
+            None => {
+                t.carry_ns += ns;
+                t.carry_ticks += ticks;
+            }
+        }
+    }
+
+    /// A thread is gone (or the sampler stops): charges the time from its last tick to `until`
+    /// without a walk, then everything still waiting for a stack to its last known stack (an empty
+    /// one when none is known), so its wall time adds up to its lifetime.
+    pub(super) fn settle(&self, st: &mut LoopState, key: SlotKey, until: u64, cpu_now: u64, runq_now: Option<u64>) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        if let Some(last_ts) = t.wall_ts.take() {
+            let elapsed = until.saturating_sub(last_ts);
+            let dcpu = cpu_now.saturating_sub(t.wall_cpu).min(elapsed);
+            match t.wall_stack {
+                Some(b) => {
+                    // What it ran and waited for a CPU after it woke up is not the wait's.
+                    let waited = match (t.block_runq, runq_now) {
+                        (Some(q0), Some(q)) => q.saturating_sub(q0),
+                        _ => 0,
+                    };
+                    let blocked = (elapsed - dcpu).saturating_sub(waited);
+                    self.add_wall(st, key, b, blocked, 0);
+                    self.charge_running(st, key, elapsed - blocked, 0);
+                }
+                None => self.charge_running(st, key, elapsed, 0),
+            }
+        }
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
+        if ns + t.carry_ns == 0 && ticks + t.carry_ticks == 0 {
+            return;
+        }
+        // The thread is gone: whatever runtime work its last sample showed is over.
+        t.activity_now = 0;
+        let walked = t.wall_stack;
+        let s = match walked.or_else(|| self.cpu_stack_now(st, key)) {
+            Some(s) => s,
+            None => self.intern(st, &[], &[]),
+        };
+        self.add_wall(st, key, s, ns, ticks);
+    }
+
+    /// Adds `ns` (and `ticks` wall ticks) to the thread's pending wall sample of `stack`, with the
+    /// time carried from earlier ticks whose stack was not known.
+    pub(super) fn add_wall(&self, st: &mut LoopState, key: SlotKey, stack: u32, ns: u64, ticks: u32) {
+        // Carried time passed before this stack's runtime work began (or at least is not known
+        // to lie in it): it goes to the stack's managed frames.
+        if let Some(&managed) = st.activity_stacks.get(&stack) {
+            if st.threads.get(&key).is_some_and(|t| t.carry_ns + t.carry_ticks as u64 > 0) {
+                self.add_wall(st, key, managed, 0, 0);
+            }
+        }
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let ns = ns + std::mem::take(&mut t.carry_ns);
+        let ticks = ticks + std::mem::take(&mut t.carry_ticks);
+        if ns == 0 && ticks == 0 {
+            return;
+        }
+        match &mut t.pending {
+            Some(p) if p.0 == stack => {
+                p.1 += ticks;
+                p.2 += ns;
+                return;
+            }
+            _ => {}
+        }
+        let old = t.pending.replace((stack, ticks, ns));
+        if let Some((s, c, w)) = old {
+            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
+        }
+    }
+
+    pub(super) fn flush_thread(&self, st: &mut LoopState, key: SlotKey) {
+        if let Some((s, c, w)) = st.threads.get_mut(&key).and_then(|t| t.pending.take()) {
+            self.emit(WallSample { ts: self.now(), os_tid: key.os_tid, stack: s, count: c, wall_ns: w });
+        }
+    }
+
+    pub(super) fn flush_wall(&self, st: &mut LoopState) {
+        let keys: Vec<SlotKey> = st.threads.keys().copied().collect();
+        for k in keys {
+            self.flush_thread(st, k);
+        }
+    }
+
+    pub(super) fn wall_tick(&self, st: &mut LoopState) {
+        self.stats.wall_ticks.fetch_add(1, Ordering::Relaxed);
+        let now = self.now();
+        let mut to_walk: Vec<(SlotKey, ThreadID, u64)> = Vec::new();
+        // At most MAX_THREADS_PER_TICK threads per tick, round robin: with many threads each is
+        // looked at every few ticks, and its sample stands for the time since it was last seen.
+        let all: Vec<&slot::Slot> = slot::slots().filter(|s| s.state.load(Ordering::Acquire) == slot::ACTIVE).collect();
+        let n = all.len();
+        let take = n.min(MAX_THREADS_PER_TICK);
+        let first = if n == 0 { 0 } else { st.wall_cursor % n };
+        st.wall_cursor = first + take;
+        for slot in (0..take).map(|i| all[(first + i) % n]) {
+            let key = SlotKey::of(slot);
+            if slot.died_ns.load(Ordering::Acquire) != 0 {
+                continue; // dying: settled up to its death when its slot is drained
+            }
+            let Some(cpu) = slot.cpu_ns() else { continue };
+            let t = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
+            t.activity_now = slot.activity();
+            let Some(last_ts) = t.wall_ts.replace(now) else {
+                t.wall_cpu = cpu;
+                continue;
+            };
+            let elapsed = now.saturating_sub(last_ts);
+            // It cannot have run longer than the interval (the clocks are read a little apart).
+            let dcpu = cpu.saturating_sub(t.wall_cpu).min(elapsed);
+            t.wall_cpu = cpu;
+            if dcpu == 0 {
+                if let Some(s) = t.wall_stack {
+                    self.add_wall(st, key, s, elapsed, 1);
+                    continue;
+                }
+            }
+            // Running (or waiting for a CPU), or blocked again? The thread's scheduler state
+            // tells (a file read, so only for threads that ran for 2 % of the interval or more,
+            // or whose blocked stack is not known: a runnable thread may not have run at all
+            // this interval).
+            if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
+                && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
+            {
+                // Waiting for a CPU is not blocking. At the second tick of a running stretch the
+                // thread's CPU time and run-queue wait are noted (one file read per stretch;
+                // threads that wake up for a moment never get there): when it blocks, the time
+                // since then that it neither ran nor waited for a CPU is its blocked time.
+                let was_running = t.wall_stack.is_none() && t.unwalked_ticks == 0;
+                let q_now = st.stat_files.runq_wait_ns(key.os_tid);
+                let Some(t) = st.threads.get_mut(&key) else { continue };
+                if !was_running {
+                    t.stretch = None;
+                } else if t.stretch.is_none() {
+                    t.stretch = q_now.map(|q| (now, cpu, q));
+                }
+                t.tick_runq = q_now;
+                // It runs. If it was blocked, it woke up in this interval: the part it neither ran
+                // nor waited for a CPU (its run-queue wait since it blocked, from `schedstat`)
+                // stays where it was blocked; from its wake-up on, the time is its running stack's.
+                let running = match t.wall_stack.take() {
+                    Some(b) => {
+                        let q0 = t.block_runq.take();
+                        let waited = match (q0, q_now) {
+                            (Some(q0), Some(q)) => q.saturating_sub(q0),
+                            _ => 0,
+                        };
+                        let blocked = (elapsed - dcpu).saturating_sub(waited);
+                        self.add_wall(st, key, b, blocked, 0);
+                        elapsed - blocked
+                    }
+                    None => elapsed,
+                };
+                // Blocked time never walked (it blocked and woke up between two suspensions)
+                // goes with the stack it ran before it blocked, as nothing better is known.
+                let unwalked = st
+                    .threads
+                    .get_mut(&key)
+                    .filter(|t| t.unwalked_ticks > 0)
+                    .map(|t| (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks)));
+                if let Some((ns, ticks)) = unwalked {
+                    match self.cpu_stack_now(st, key) {
+                        Some(s) => self.add_wall(st, key, s, ns, ticks),
+                        None => {
+                            if let Some(t) = st.threads.get_mut(&key) {
+                                t.carry_ns += ns;
+                                t.carry_ticks += ticks;
+                            }
+                        }
+                    }
+                }
+                self.charge_running(st, key, running, 1);
+                continue;
+            }
+            // Blocked. A thread that was running at its last tick ran `dcpu` of the interval on
+            // its running stack (and may have waited for a CPU) and has been blocked since: only
+            // the rest is blocked time. Over its running stretch, the time it neither ran nor
+            // waited for a CPU was blocked time (at most the interval's, as short waits in the
+            // stretch would count too).
+            // Its run-queue wait now: the time it waits for a CPU after it wakes is not blocked
+            // time (a blocked thread's wait does not grow).
+            let q = st.stat_files.runq_wait_ns(key.os_tid);
+            let Some(t) = st.threads.get_mut(&key) else { continue };
+            let blocked = if t.wall_stack.is_none() {
+                // Nor is the time it waited for a CPU since the last tick before it blocked.
+                let waited = match (t.tick_runq, q) {
+                    (Some(q0), Some(q)) => q.saturating_sub(q0),
+                    _ => 0,
+                };
+                let mut blocked = (elapsed - dcpu).saturating_sub(waited);
+                if let (Some((since, cpu0, q0)), Some(q)) = (t.stretch.take(), q) {
+                    let not_blocked = cpu.saturating_sub(cpu0) + q.saturating_sub(q0);
+                    blocked = blocked.min(now.saturating_sub(since).saturating_sub(not_blocked));
+                }
+                self.charge_running(st, key, elapsed - blocked, 0);
+                blocked
+            } else {
+                // Blocked at its last tick, and it ran since (a thread that did not run keeps its
+                // stack above): it woke up and blocked again, maybe elsewhere. Its old stack is
+                // no longer known to hold it, so it gets none of this time; what it neither ran
+                // nor waited for a CPU waits for the walk that tells where it blocks now.
+                t.wall_stack = None;
+                let waited = match (t.block_runq, q) {
+                    (Some(q0), Some(q)) => q.saturating_sub(q0),
+                    _ => 0,
+                };
+                let ran = (dcpu + waited).min(elapsed);
+                self.charge_running(st, key, ran, 0);
+                elapsed - ran
+            };
+            let Some(t) = st.threads.get_mut(&key) else { continue };
+            t.block_runq = q;
+            t.tick_runq = q;
+            t.cpu_batches_when_blocked = t.cpu_batches;
+            let tid = slot.thread_id.load(Ordering::Relaxed);
+            to_walk.push((key, tid, blocked));
+        }
+        if to_walk.is_empty() {
+            return;
+        }
+        // Suspensions stop every thread: at most one per MIN_SUSPEND_INTERVAL. Until the next
+        // one, threads keep their last known stack.
+        if st.last_suspend.is_some_and(|t| t.elapsed() < MIN_SUSPEND_INTERVAL) {
+            for (key, _, blocked) in to_walk {
+                self.defer_walk(st, key, blocked);
+            }
+            return;
+        }
+        st.last_suspend = Some(Instant::now());
+        // Walk at most MAX_WALKS_PER_SUSPEND threads, those whose stack is oldest (never walked
+        // first); the others keep their last known stack until their turn.
+        if to_walk.len() > MAX_WALKS_PER_SUSPEND {
+            to_walk.sort_by_key(|(k, _, _)| st.threads.get(k).map(|t| t.walked_at.unwrap_or(0)).unwrap_or(0));
+            for (key, _, blocked) in to_walk.split_off(MAX_WALKS_PER_SUSPEND) {
+                self.defer_walk(st, key, blocked);
+            }
+        }
+        for (key, _, _) in &to_walk {
+            if let Some(t) = st.threads.get_mut(key) {
+                t.walked_at = Some(now);
+            }
+        }
+        let result = {
+            let _g = self.walk_lock.lock();
+            // Only threads still alive (ThreadDestroyed retires slots under the same lock).
+            let alive: Vec<bool> = to_walk
+                .iter()
+                .map(|(k, tid, _)| {
+                    slot::slots().any(|s| {
+                        SlotKey::of(s) == *k
+                            && s.state.load(Ordering::Acquire) == slot::ACTIVE
+                            && s.thread_id.load(Ordering::Relaxed) == *tid
+                    })
+                })
+                .collect();
+            let ids: Vec<ThreadID> = to_walk.iter().zip(&alive).filter(|(_, a)| **a).map(|((_, t, _), _)| *t).collect();
+            let r = wall::walk_suspended(&self.info, &ids);
+            r.map(|r| (r, alive))
+        };
+        match result {
+            Ok((r, alive)) => {
+                self.stats.suspended_ns.fetch_add(r.suspended_ns, Ordering::Relaxed);
+                if let Some(e) = r.first_error {
+                    if self.stats.walk_failures.load(Ordering::Relaxed) == 0 {
+                        log_warn!("sampler: {e} (walk failures are counted in SamplerStats)");
+                    }
+                }
+                let mut stacks = r.stacks.into_iter();
+                for ((key, _, blocked), a) in to_walk.into_iter().zip(alive) {
+                    if !a {
+                        // Gone: its time is settled when its slot is drained.
+                        self.defer_walk(st, key, blocked);
+                        continue;
+                    }
+                    self.stats.walks.fetch_add(1, Ordering::Relaxed);
+                    match stacks.next().flatten() {
+                        Some(frames) => {
+                            self.name_walked(st, &frames);
+                            let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
+                            let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
+                            let id = self.intern(st, &ips, &fns);
+                            self.walked(st, key, id, blocked);
+                        }
+                        None => {
+                            self.stats.walk_failures.fetch_add(1, Ordering::Relaxed);
+                            self.wall_fallback(st, key, blocked);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let n = self.stats.suspend_failures.fetch_add(1, Ordering::Relaxed);
+                if n == 0 {
+                    log_warn!("sampler: {e}; tick skipped (counted in SamplerStats)");
+                }
+                for (key, _, blocked) in to_walk {
+                    self.wall_fallback(st, key, blocked);
+                }
+            }
+        }
+    }
+
+    /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
+    /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
+    pub(super) fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
+        let s = st.threads.get(&key).and_then(|t| t.wall_stack).or_else(|| self.cpu_stack_now(st, key));
+        let s = match s {
+            Some(s) => s,
+            None => self.intern(st, &[], &[]),
+        };
+        self.walked(st, key, s, blocked);
+    }
+
+    /// The thread is blocked at `stack` (walked, or the fallback): it gets this tick's blocked
+    /// time and the blocked time that waited for the walk.
+    pub(super) fn walked(&self, st: &mut LoopState, key: SlotKey, stack: u32, blocked: u64) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        t.wall_stack = Some(stack);
+        let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
+        self.add_wall(st, key, stack, blocked + ns, 1 + ticks);
+    }
+}
