@@ -5,9 +5,8 @@
 //! `GC.GetTotalAllocatedBytes`). The runtime matrix (`runtimes.rs`) runs the same checks on .NET 8
 //! and 9, whose samples are `AllocationTick` events.
 
-mod common;
-use common::csv::*;
-use common::*;
+use crate::common::csv::*;
+use crate::common::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 

@@ -2,8 +2,7 @@
 //! the hot spots, call tree, callers, summary and flow views, filters, and proof that the
 //! hooks preserve every register the JIT relies on.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 

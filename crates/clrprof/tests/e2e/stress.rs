@@ -6,8 +6,7 @@
 //!
 //! `CLRPROF_STRESS_LONG=1` makes the memory case run 5 minutes instead of 20 s (not in CI).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -2,8 +2,7 @@
 //! become `[JIT] Namespace.Type.Method`, `[type load] Type`, … frames under their managed caller
 //! instead of `libclrjit.so!<unknown>` (crates/clrprof-model/src/runtime.rs).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn jit_compilations_and_type_loads_are_named_under_their_callers() {

@@ -57,7 +57,7 @@ pub fn app_dll(name: &str) -> PathBuf {
     dll
 }
 
-/// The runtimes of the end-to-end matrix (`tests/runtimes.rs`): target framework and the runtime
+/// The runtimes of the end-to-end matrix (the `runtimes` module): target framework and the runtime
 /// version its apps are published with. .NET 8 and 9 are pinned to patches the package feed has (the
 /// SDK would ask for its own idea of the latest patch); .NET 10 takes the SDK's own runtime.
 pub const RUNTIMES: [(&str, Option<&str>); 3] =

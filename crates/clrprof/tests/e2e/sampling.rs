@@ -1,8 +1,7 @@
 //! End to end: the sampler on real .NET programs (apps/Sampling) — CPU shares, blocked time,
 //! native frames, per-thread CPU time against the kernel's, and bad input.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 

@@ -5,8 +5,7 @@
 //! than after minutes. No record may be dropped, every call-tree record must be placed, and the
 //! app's own counts of its functions must match the exact call counts.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::{Command, Stdio};
 

@@ -3,10 +3,9 @@
 //! allocations and the runtime version in the trace) on apps published self-contained for .NET 8,
 //! 9 and 10 (`common::app_for`) and run through their apphost. The rest of the suite runs on .NET 10.
 //!
-//! One module per runtime (`cargo test --test runtimes net8::`); every module runs the same checks.
+//! One module per runtime (`cargo test -p clrprof --test e2e runtimes::net8::`); every module runs the same checks.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

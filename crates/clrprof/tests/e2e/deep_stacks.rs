@@ -1,8 +1,7 @@
 //! End to end: stacks deeper than the old 128-frame walk are sampled whole — a JavaScript
 //! interpreter from NuGet (Jint) running recursive JS, and apps/Stress's recursion at an exact depth.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// `key=value` from the app's stdout.
 fn printed(stdout: &str, key: &str) -> String {

@@ -1,8 +1,7 @@
 //! End to end: the agent loads into .NET, streams a trace, and `clrprof report` prints the
 //! General Code Profiler's tables with exact names.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 
 #[test]

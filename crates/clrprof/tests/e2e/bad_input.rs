@@ -1,8 +1,7 @@
 //! Bad input gets a clear error and the profiled app always runs: broken traces, bad flags,
 //! a missing or invalid agent, bad `CLRPROF_*` values, an unwritable output.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 

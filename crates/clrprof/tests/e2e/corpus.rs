@@ -5,8 +5,7 @@
 //! from the application's functions. Then the per-function self CPU is checked against `perf`
 //! with .NET perf maps, an independent sampler.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -5,8 +5,7 @@
 //! pprof`. Checked: names and labels, sample types, windows that follow each other, nothing lost
 //! (the windows add up to the finished trace's own pprof export), and Heavy's share of the CPU.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -17,7 +16,7 @@ use std::time::Duration;
 
 use clrprof_pyroscope::{Config, Endpoint, Pyroscope};
 
-#[path = "../../clrprof-pyroscope/tests/support/mod.rs"]
+#[path = "../../../clrprof-pyroscope/tests/support/mod.rs"]
 mod support;
 use support::receiver;
 

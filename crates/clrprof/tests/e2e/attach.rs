@@ -2,8 +2,6 @@
 //! load three times in a row, each error case that can be produced here, and the process filter
 //! (`CLRPROF_PROCESS`, `record --process`).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -12,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// apps/Web started plainly (no CORECLR_* variables), with its URL.
 fn start_web(env: &[(&str, &str)]) -> (KillOnDrop, String, BufReader<std::process::ChildStdout>) {
@@ -417,7 +415,7 @@ fn process_filter_profiles_only_the_matching_child() {
 
 /// Attach on every runtime of the matrix (.NET 8, 9 and 10, self-contained apphosts): twice to one
 /// process running apps/Sampling's 3:1 workload; each trace names the runtime, and Heavy and
-/// Light share the CPU about 3:1 (as `record` measures it in tests/sampling.rs).
+/// Light share the CPU about 3:1 (as `record` measures it in the `sampling` tests).
 #[test]
 fn attach_works_on_every_runtime() {
     let dir = scratch("attach-runtimes");

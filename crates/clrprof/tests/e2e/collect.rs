@@ -2,8 +2,6 @@
 //! collector process; the collector is killed, restarted, given wrong tokens and small limits; a
 //! throwaway PostgreSQL 15 server holds a shared store.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -11,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn runs(store: &str) -> Vec<serde_json::Value> {
     let out = Command::new(clrprof_exe()).args(["runs", "--store", store, "--format", "json"]).output().unwrap();

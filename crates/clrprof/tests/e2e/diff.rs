@@ -2,8 +2,7 @@
 //! (Changing.Unit called twice as often; Steady.Unit the same), sampled and instrumented, and the
 //! command's formats and errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 

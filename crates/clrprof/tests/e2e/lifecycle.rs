@@ -1,8 +1,7 @@
 //! End to end: the profiled process is never harmed — stdin/stdout/stderr and exit codes pass
 //! through, Ctrl-C reaches it, and a crash, FailFast or SIGKILL still leaves a readable trace.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -1,8 +1,7 @@
 //! End to end: runtime events (issue 5) on the `Events` app — exact exception, GC and allocation
 //! counts, sampled allocation estimates, the event log's nesting and the other views.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn group<'a>(v: &'a Value, type_name: &str) -> &'a Value {

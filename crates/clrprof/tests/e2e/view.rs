@@ -3,8 +3,7 @@
 //! CSP, figures equal the report's and the exact call counts of apps/Calls, transforms and time
 //! ranges change them exactly, hostile names come back verbatim, bad requests get one-line errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -5,8 +5,7 @@
 //! runtime's GC counts, and the sampled CPU against the process's own user+sys time; no frame is
 //! left unnamed.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 

@@ -3,8 +3,7 @@
 //! multiple of its trace's size; the timeline's quiet threads are folded into one row with their
 //! sums kept exact, and `--per-thread` still lists every thread (docs/report-json.md).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 
