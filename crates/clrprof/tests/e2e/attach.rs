@@ -101,6 +101,7 @@ fn attach_session(pid: u32, trace: &Path, secs: &str, during: impl FnOnce()) -> 
 
 #[test]
 fn attach_to_a_web_server_under_load_three_times() {
+    let _machine = machine::shared();
     let dir = scratch("attach-web");
     let (mut web, addr, mut out) = start_web(&[]);
     let pid = web.0.id();
@@ -240,6 +241,7 @@ fn attach_error(pid: u32, extra: &[&str]) -> String {
 
 #[test]
 fn attach_errors_are_clear() {
+    let _machine = machine::shared();
     // No such process: a pid that just exited.
     let mut gone = Command::new("true").spawn().unwrap();
     let gone_pid = gone.id();
@@ -360,6 +362,7 @@ fn files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn process_filter_profiles_only_the_matching_child() {
+    let _machine = machine::shared();
     let dir = scratch("process-filter");
     let (calls, demo) = (app_dll("Calls"), app_dll("Demo"));
     let script = format!("dotnet {} counted; dotnet {} 20000", calls.display(), demo.display());
@@ -418,6 +421,7 @@ fn process_filter_profiles_only_the_matching_child() {
 /// Light share the CPU about 3:1 (as `record` measures it in the `sampling` tests).
 #[test]
 fn attach_works_on_every_runtime() {
+    let _machine = machine::alone();
     let dir = scratch("attach-runtimes");
     for (runtime, _) in RUNTIMES {
         let exe = app_for(runtime, "Sampling");
@@ -452,6 +456,7 @@ fn attach_works_on_every_runtime() {
 
 #[test]
 fn attach_streams_to_a_collector() {
+    let _machine = machine::shared();
     let dir = scratch("attach-server");
     let store = dir.join("runs.db");
     let collector = Collector::start(store.to_str().unwrap(), "127.0.0.1:0", &[]);

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn the_compiler_s_exact_counts_hold_on_a_busy_machine() {
+    let _machine = machine::shared();
     let dir = scratch("compile-busy");
     let dll = app_dll("CompileLib");
     for flags in [&["--instrument"][..], &["--instrument", "--counts-only"][..]] {

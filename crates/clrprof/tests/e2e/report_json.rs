@@ -36,6 +36,7 @@ fn column_sums(t: &Value, col: &str) -> Vec<u64> {
 
 #[test]
 fn twenty_thousand_threads_give_a_json_report_of_bounded_size_with_exact_totals() {
+    let _machine = machine::shared();
     let dir = scratch("report-json-threads");
     let trace = dir.join("churn.clrprof");
     let out = record("Stress", &["churn", "20000", "8"], &trace, &["--instrument"]);
