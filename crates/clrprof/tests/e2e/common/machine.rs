@@ -6,8 +6,9 @@
 //!   time within 5 %, Heavy and Light at 3:1, a sample rate delivered, stacks walked to their real
 //!   callers). On 2 CPUs a second profiled app beside it starves the sampler thread and the app's
 //!   own threads (late timer signals folded into one, unwind rules of a library read late, the JIT
-//!   thread taking the CPU a spinner counts on): such runs failed about one in three with the
-//!   figures right and the premise wrong, and passed every time with the machine to themselves.
+//!   thread taking the CPU a spinner counts on): the sampling tests failed about one run in three
+//!   that way, the figures right and the premise wrong, and passed every time one at a time. The
+//!   lock orders this binary's tests only; other work on the machine still competes.
 //! - [`shared`]: the test runs .NET programs or other heavy processes (a profiled app, a build, a
 //!   collector with fifty clients, a browser); any number of these run together, none beside an
 //!   [`alone`] test.
