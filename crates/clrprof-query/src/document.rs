@@ -1061,7 +1061,7 @@ mod tests {
         let mut checked = 0;
         for e in std::fs::read_dir(dir).unwrap() {
             let path = e.unwrap().path();
-            let (b, _) = crate::source::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
+            let (b, _) = clrprof_load::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
             let p = b.profile(TimeRange::ALL, &mut NoSymbols);
             let n = p.costs.stacks.frames.len();
             let mut scratch = super::RowScratch {

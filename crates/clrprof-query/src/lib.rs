@@ -9,9 +9,7 @@ pub mod diff;
 pub mod document;
 pub mod events;
 pub mod explore;
-pub mod import;
 pub mod select;
-pub mod source;
 pub mod stacks;
 pub mod timeline;
 
