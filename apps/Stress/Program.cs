@@ -1,4 +1,4 @@
-// Profiling target for the stress matrix (docs/stress.md, crates/clrprof/tests/stress.rs): one case
+// Profiling target for the stress matrix (docs/stress.md, crates/clrprof/tests/e2e/stress.rs): one case
 // per argument, each with a known outcome. Every case prints `stress CASE ok …` with the figures the
 // tests check, and exits 0 unless it is meant to die.
 using System.Diagnostics;

@@ -1,5 +1,5 @@
 //! The collector against agent-like streams (the real agent is tested end to end in
-//! crates/clrprof/tests/collect.rs): runs stored block by block, observers, tokens, limits, damage.
+//! crates/clrprof/tests/e2e/collect.rs): runs stored block by block, observers, tokens, limits, damage.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,8 +2,7 @@
 //! (Changing.Unit called twice as often; Steady.Unit the same), sampled and instrumented, and the
 //! command's formats and errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +46,7 @@ fn i(v: &Value, key: &str) -> i64 {
 
 #[test]
 fn sampled_diff_shows_the_doubled_function_and_the_unchanged_one() {
+    let _machine = machine::shared();
     let dir = scratch("diff-sampled");
     // 300 calls of each unit against 300 and 600: Changing.Unit's CPU time doubles.
     let old = record_ok(&dir, "old", &["300", "300"], &["-r", "250"]);
@@ -110,6 +110,7 @@ fn sampled_diff_shows_the_doubled_function_and_the_unchanged_one() {
 
 #[test]
 fn instrumented_diff_has_exact_call_count_deltas() {
+    let _machine = machine::shared();
     let dir = scratch("diff-instrumented");
     let old = record_ok(&dir, "old", &["20", "20"], &["--instrument", "--no-sample"]);
     let new = record_ok(&dir, "new", &["20", "40"], &["--instrument", "--no-sample"]);

@@ -3,8 +3,7 @@
 //! exceptions on their threads, thread names as metadata. The Firefox Profiler's processed format:
 //! consistent tables, every sample, GC and exception markers.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -5,8 +5,7 @@
 //! pprof`. Checked: names and labels, sample types, windows that follow each other, nothing lost
 //! (the windows add up to the finished trace's own pprof export), and Heavy's share of the CPU.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -17,7 +16,7 @@ use std::time::Duration;
 
 use clrprof_pyroscope::{Config, Endpoint, Pyroscope};
 
-#[path = "../../clrprof-pyroscope/tests/support/mod.rs"]
+#[path = "../../../clrprof-pyroscope/tests/support/mod.rs"]
 mod support;
 use support::receiver;
 
@@ -77,6 +76,7 @@ fn top(file: &Path, index: &str, unit: &str) -> (u64, Vec<(u64, u64, String)>) {
 
 #[test]
 fn a_live_run_is_pushed_every_interval_with_its_labels() {
+    let _machine = machine::alone();
     let dir = scratch("pyroscope-live");
     let (port, got) = receiver();
     let mut cfg = Config::new(Endpoint::parse(&format!("http://127.0.0.1:{port}"), Some("tenant:secret")).unwrap());
@@ -198,6 +198,7 @@ fn terminate(c: &mut std::process::Child) -> std::process::ExitStatus {
 
 #[test]
 fn clrprof_collect_pushes_the_runs_it_receives() {
+    let _machine = machine::shared();
     let dir = scratch("pyroscope-collect");
     let (rport, got) = receiver();
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -1,8 +1,7 @@
 //! End to end: stacks deeper than the old 128-frame walk are sampled whole — a JavaScript
 //! interpreter from NuGet (Jint) running recursive JS, and apps/Stress's recursion at an exact depth.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// `key=value` from the app's stdout.
 fn printed(stdout: &str, key: &str) -> String {
@@ -20,6 +19,7 @@ fn printed(stdout: &str, key: &str) -> String {
 /// and the profiler's own.
 #[test]
 fn a_javascript_interpreter_s_deep_recursion_is_sampled_whole() {
+    let _machine = machine::shared();
     let dir = scratch("deep-jint");
     let trace = dir.join("jint.clrprof");
     let out = record("JsInterp", &["3000", "25"], &trace, &[]);
@@ -48,6 +48,7 @@ fn a_javascript_interpreter_s_deep_recursion_is_sampled_whole() {
 /// holds exactly the 1,001 `Recurse` frames, uncut.
 #[test]
 fn a_recursion_one_thousand_deep_is_sampled_at_its_exact_depth() {
+    let _machine = machine::shared();
     let dir = scratch("deep-1000");
     let trace = dir.join("s.clrprof");
     let out = record("Stress", &["recurse", "1000", "600"], &trace, &[]);

@@ -1,12 +1,12 @@
 //! End to end: the agent loads into .NET, streams a trace, and `clrprof report` prints the
 //! General Code Profiler's tables with exact names.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 
 #[test]
 fn types_app_classes_and_functions_are_named_exactly() {
+    let _machine = machine::shared();
     let dir = scratch("types");
     let trace = dir.join("types.clrprof");
     let out = record("Types", &[], &trace, &[]);
@@ -93,6 +93,7 @@ fn types_app_classes_and_functions_are_named_exactly() {
 
 #[test]
 fn named_threads_are_recorded_with_lifetimes() {
+    let _machine = machine::shared();
     let dir = scratch("threads");
     let trace = dir.join("threads.clrprof");
     let out = record("Threads", &["4"], &trace, &[]);
@@ -128,6 +129,7 @@ fn named_threads_are_recorded_with_lifetimes() {
 /// runs saw, hundreds of the app's and the framework's, has the same name, signature and class.
 #[test]
 fn names_from_module_images_equal_the_runtime_importer_s() {
+    let _machine = machine::shared();
     let dir = scratch("md-image");
     let run = |trace: &std::path::Path, importer: bool| {
         let log = trace.with_extension("log");

@@ -1,8 +1,7 @@
-//! End to end: runtime events (issue 5) on the `Events` app — exact exception, GC and allocation
+//! End to end: runtime events on the `Events` app — exact exception, GC and allocation
 //! counts, sampled allocation estimates, the event log's nesting and the other views.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn group<'a>(v: &'a Value, type_name: &str) -> &'a Value {
@@ -27,6 +26,7 @@ fn run(name: &str, args: &[&str], flags: &[&str]) -> (std::process::Output, std:
 
 #[test]
 fn exceptions_are_counted_exactly_with_filter_finally_and_catch_site() {
+    let _machine = machine::shared();
     const N: u64 = 250;
     let (out, trace) = run("exc", &["exceptions", &N.to_string()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -94,6 +94,7 @@ fn counted_by_counters(v: &Value) -> u64 {
 /// event log's one-by-one records, exactly.
 #[test]
 fn exceptions_counted_in_the_agent_match_the_one_by_one_records() {
+    let _machine = machine::shared();
     const N: u64 = 300;
     let (out, counted) = run("exc-kinds", &["exc-kinds", &N.to_string()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -150,6 +151,7 @@ const STORM: u64 = 100_000;
 
 #[test]
 fn an_exception_storm_is_sampled_by_default_and_labelled_as_estimates() {
+    let _machine = machine::shared();
     let (out, trace) = run("storm", &["bench-exceptions", &STORM.to_string()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).ends_with(&format!("caught {STORM}\n")), "{}", text(&out.stdout));
@@ -184,6 +186,7 @@ fn an_exception_storm_is_sampled_by_default_and_labelled_as_estimates() {
 
 #[test]
 fn exact_exceptions_mode_observes_every_exception_of_a_storm() {
+    let _machine = machine::shared();
     let (out, trace) = run("storm-exact", &["bench-exceptions", &STORM.to_string()], &["--exact-exceptions"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
@@ -203,6 +206,7 @@ fn exact_exceptions_mode_observes_every_exception_of_a_storm() {
 
 #[test]
 fn an_uncaught_exception_in_a_background_thread_is_reported() {
+    let _machine = machine::shared();
     let (out, trace) = run("uncaught", &["uncaught", "3"], &[]);
     assert!(!out.status.success(), "the runtime ends the process on an unhandled exception");
     let v = report_json(&trace);
@@ -222,6 +226,7 @@ fn an_uncaught_exception_in_a_background_thread_is_reported() {
 
 #[test]
 fn induced_collections_are_all_seen() {
+    let _machine = machine::shared();
     const K: usize = 7;
     let (out, trace) = run("gc", &["gc", &K.to_string()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -248,6 +253,7 @@ fn induced_collections_are_all_seen() {
 
 #[test]
 fn exact_allocation_mode_counts_every_object() {
+    let _machine = machine::shared();
     const M: u64 = 54_321;
     let (out, trace) = run("alloc-exact", &["alloc", &M.to_string()], &["--alloc", "exact"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -263,6 +269,7 @@ fn exact_allocation_mode_counts_every_object() {
 
 #[test]
 fn sampled_allocations_rank_the_heavy_type_first_as_an_estimate() {
+    let _machine = machine::shared();
     let (out, trace) = run("alloc-sampled", &["mix", "100"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
@@ -313,6 +320,7 @@ fn assert_balanced(v: &Value) {
 
 #[test]
 fn event_log_nesting_is_balanced_per_thread() {
+    let _machine = machine::shared();
     let (out, trace) = run("events-gc", &["gc", "2"], &["--events"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
@@ -338,6 +346,7 @@ fn event_log_nesting_is_balanced_per_thread() {
 
 #[test]
 fn jit_and_counters_views_and_json() {
+    let _machine = machine::shared();
     let (out, trace) = run("counters", &["gc", "3"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
@@ -357,6 +366,7 @@ fn jit_and_counters_views_and_json() {
 
 #[test]
 fn a_bad_alloc_value_is_reported_and_the_app_runs() {
+    let _machine = machine::shared();
     let dir = scratch("bad-alloc");
     let trace = dir.join("t.clrprof");
     let out = std::process::Command::new("dotnet")
@@ -379,6 +389,7 @@ fn a_bad_alloc_value_is_reported_and_the_app_runs() {
 
 #[test]
 fn monitor_contention_is_reported_with_the_waiting_stack() {
+    let _machine = machine::shared();
     const N: u64 = 3;
     let (out, trace) = run("locks", &["contention", &N.to_string()], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -417,6 +428,7 @@ fn monitor_contention_is_reported_with_the_waiting_stack() {
 /// the figures are the same as the aggregated ones.
 #[test]
 fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
+    let _machine = machine::shared();
     const N: u64 = 3;
     let (out, trace) = run("locks-log", &["contention", &N.to_string()], &["--events"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -438,6 +450,7 @@ fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
 /// for it) and the foreground GCs that run while a background GC is in progress.
 #[test]
 fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
+    let _machine = machine::shared();
     let dir = scratch("leak");
     let trace = dir.join("leak.clrprof");
     let out = record("Leak", &["50000"], &trace, &[]);
@@ -500,6 +513,7 @@ fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
 /// exact or sampled past the storm budget.
 #[test]
 fn rethrows_are_counted_and_marked_with_one_total_exact_and_sampled() {
+    let _machine = machine::shared();
     let dir = scratch("json-errors");
     let run = |name: &str, flags: &[&str]| {
         let trace = dir.join(format!("{name}.clrprof"));

@@ -2,8 +2,7 @@
 //! does not know, fields appended to known records) is still reported, with a note saying what
 //! was skipped. Runs without .NET, on a checked-in trace.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 

@@ -5,9 +5,8 @@
 //! `GC.GetTotalAllocatedBytes`). The runtime matrix (`runtimes.rs`) runs the same checks on .NET 8
 //! and 9, whose samples are `AllocationTick` events.
 
-mod common;
-use common::csv::*;
-use common::*;
+use crate::common::csv::*;
+use crate::common::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -21,18 +20,21 @@ fn record_csv(name: &str, flags: &[&str]) -> (PathBuf, HashMap<String, u64>) {
 
 #[test]
 fn csv_strings_are_placed_at_the_users_code_and_estimated_without_bias() {
+    let _machine = machine::shared();
     let (trace, f) = record_csv("csv-sampled", &[]);
     check_sampled_csv(&trace, &f, "allocation-sampled");
 }
 
 #[test]
 fn exact_allocations_have_sites_with_exact_counts() {
+    let _machine = machine::shared();
     let (trace, f) = record_csv("csv-exact", &["--alloc", "exact"]);
     check_exact_csv(&trace, &f);
 }
 
 #[test]
 fn allocation_weights_without_allocation_stacks_say_why() {
+    let _machine = machine::shared();
     let dir = scratch("alloc-weights");
     // No allocations recorded at all.
     let off = dir.join("off.clrprof");

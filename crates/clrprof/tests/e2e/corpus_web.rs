@@ -5,8 +5,7 @@
 //! runtime's GC counts, and the sampled CPU against the process's own user+sys time; no frame is
 //! left unnamed.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 
@@ -37,6 +36,7 @@ fn u(v: &Value) -> u64 {
 
 #[test]
 fn async_web_service_sampled_figures_match_the_process() {
+    let _machine = machine::shared();
     let dir = scratch("corpus-web-sampled");
     let trace = dir.join("web.clrprof");
     let out = record("WebEf", &[&REQUESTS.to_string()], &trace, &[]);
@@ -82,6 +82,7 @@ fn async_web_service_sampled_figures_match_the_process() {
 
 #[test]
 fn async_web_service_handlers_are_counted_exactly() {
+    let _machine = machine::shared();
     let dir = scratch("corpus-web-instrumented");
     let trace = dir.join("web.clrprof");
     let out = record("WebEf", &[&REQUESTS.to_string()], &trace, &["--instrument", "--include", "Handlers"]);

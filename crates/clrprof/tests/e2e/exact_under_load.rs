@@ -5,13 +5,13 @@
 //! than after minutes. No record may be dropped, every call-tree record must be placed, and the
 //! app's own counts of its functions must match the exact call counts.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::{Command, Stdio};
 
 #[test]
 fn the_compiler_s_exact_counts_hold_on_a_busy_machine() {
+    let _machine = machine::shared();
     let dir = scratch("compile-busy");
     let dll = app_dll("CompileLib");
     for flags in [&["--instrument"][..], &["--instrument", "--counts-only"][..]] {

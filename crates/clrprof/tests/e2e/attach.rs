@@ -2,8 +2,6 @@
 //! load three times in a row, each error case that can be produced here, and the process filter
 //! (`CLRPROF_PROCESS`, `record --process`).
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -12,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// apps/Web started plainly (no CORECLR_* variables), with its URL.
 fn start_web(env: &[(&str, &str)]) -> (KillOnDrop, String, BufReader<std::process::ChildStdout>) {
@@ -103,6 +101,7 @@ fn attach_session(pid: u32, trace: &Path, secs: &str, during: impl FnOnce()) -> 
 
 #[test]
 fn attach_to_a_web_server_under_load_three_times() {
+    let _machine = machine::shared();
     let dir = scratch("attach-web");
     let (mut web, addr, mut out) = start_web(&[]);
     let pid = web.0.id();
@@ -242,6 +241,7 @@ fn attach_error(pid: u32, extra: &[&str]) -> String {
 
 #[test]
 fn attach_errors_are_clear() {
+    let _machine = machine::shared();
     // No such process: a pid that just exited.
     let mut gone = Command::new("true").spawn().unwrap();
     let gone_pid = gone.id();
@@ -362,6 +362,7 @@ fn files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn process_filter_profiles_only_the_matching_child() {
+    let _machine = machine::shared();
     let dir = scratch("process-filter");
     let (calls, demo) = (app_dll("Calls"), app_dll("Demo"));
     let script = format!("dotnet {} counted; dotnet {} 20000", calls.display(), demo.display());
@@ -417,9 +418,10 @@ fn process_filter_profiles_only_the_matching_child() {
 
 /// Attach on every runtime of the matrix (.NET 8, 9 and 10, self-contained apphosts): twice to one
 /// process running apps/Sampling's 3:1 workload; each trace names the runtime, and Heavy and
-/// Light share the CPU about 3:1 (as `record` measures it in tests/sampling.rs).
+/// Light share the CPU about 3:1 (as `record` measures it in the `sampling` tests).
 #[test]
 fn attach_works_on_every_runtime() {
+    let _machine = machine::alone();
     let dir = scratch("attach-runtimes");
     for (runtime, _) in RUNTIMES {
         let exe = app_for(runtime, "Sampling");
@@ -454,6 +456,7 @@ fn attach_works_on_every_runtime() {
 
 #[test]
 fn attach_streams_to_a_collector() {
+    let _machine = machine::shared();
     let dir = scratch("attach-server");
     let store = dir.join("runs.db");
     let collector = Collector::start(store.to_str().unwrap(), "127.0.0.1:0", &[]);

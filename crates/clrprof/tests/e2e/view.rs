@@ -3,8 +3,7 @@
 //! CSP, figures equal the report's and the exact call counts of apps/Calls, transforms and time
 //! ranges change them exactly, hostile names come back verbatim, bad requests get one-line errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -525,6 +524,7 @@ fn the_diff_view_compares_with_the_baseline() {
 /// CLRPROF_SCREENSHOTS=DIR to keep a screenshot of each view.
 #[test]
 fn browser_end_to_end() {
+    let _machine = machine::shared();
     let e2e = repo_root().join("crates/clrprof-view/e2e");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
@@ -611,6 +611,7 @@ fn check_event_weight(v: &Viewer, w: &str, total: u64, count: u64, estimated: bo
 /// count is exact, its spread over stacks estimated), and contends a Monitor 3 times.
 #[test]
 fn exceptions_and_lock_wait_are_weights_with_the_events_totals() {
+    let _machine = machine::shared();
     let dir = scratch("view-event-weights");
     let rec = |name: &str, args: &[&str]| {
         let t = dir.join(format!("{name}.clrprof"));

@@ -3,8 +3,7 @@
 //! multiple of its trace's size; the timeline's quiet threads are folded into one row with their
 //! sums kept exact, and `--per-thread` still lists every thread (docs/report-json.md).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 
@@ -37,6 +36,7 @@ fn column_sums(t: &Value, col: &str) -> Vec<u64> {
 
 #[test]
 fn twenty_thousand_threads_give_a_json_report_of_bounded_size_with_exact_totals() {
+    let _machine = machine::shared();
     let dir = scratch("report-json-threads");
     let trace = dir.join("churn.clrprof");
     let out = record("Stress", &["churn", "20000", "8"], &trace, &["--instrument"]);

@@ -2,8 +2,6 @@
 //! collector process; the collector is killed, restarted, given wrong tokens and small limits; a
 //! throwaway PostgreSQL 15 server holds a shared store.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -11,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn runs(store: &str) -> Vec<serde_json::Value> {
     let out = Command::new(clrprof_exe()).args(["runs", "--store", store, "--format", "json"]).output().unwrap();
@@ -167,6 +165,7 @@ fn has_function(v: &serde_json::Value, name: &str) -> bool {
 
 #[test]
 fn a_web_app_under_load_streams_to_the_collector() {
+    let _machine = machine::shared();
     let dir = scratch("collect-web");
     let store = store_path(&dir);
     let c = Collector::start(&store, "127.0.0.1:0", &[]);
@@ -218,6 +217,7 @@ fn a_web_app_under_load_streams_to_the_collector() {
 
 #[test]
 fn the_collector_killed_mid_run_harms_nothing_and_loses_nothing() {
+    let _machine = machine::shared();
     let dir = scratch("collect-killed");
     let store = store_path(&dir);
     let mut c = Collector::start(&store, "127.0.0.1:0", &[]);
@@ -260,6 +260,7 @@ fn the_collector_killed_mid_run_harms_nothing_and_loses_nothing() {
 
 #[test]
 fn wrong_tokens_size_limits_and_open_addresses() {
+    let _machine = machine::shared();
     let dir = scratch("collect-limits");
     let store = store_path(&dir);
     // Another address than loopback needs a token.
@@ -318,6 +319,7 @@ fn replay(addr: &str, pid: u32, trace: &[u8]) -> u64 {
 
 #[test]
 fn fifty_runs_at_once() {
+    let _machine = machine::shared();
     let dir = scratch("collect-fifty");
     let store = store_path(&dir);
     let c = Collector::start(&store, "127.0.0.1:0", &[]);
@@ -446,6 +448,7 @@ impl Drop for Postgres {
 
 #[test]
 fn a_postgresql_store_shared_by_two_collectors_survives_restarts() {
+    let _machine = machine::shared();
     let pg = Postgres::start("shared");
     let url = pg.url();
     let dir = scratch("collect-pg");
@@ -607,6 +610,7 @@ fn hotspots_equal_report(v: &StoreViewer, query: &str, doc: &serde_json::Value, 
 
 #[test]
 fn view_store_follows_a_running_run_and_ends_equal_to_the_report() {
+    let _machine = machine::shared();
     let dir = scratch("collect-view");
     let store = store_path(&dir);
     let c = Collector::start(&store, "127.0.0.1:0", &[]);

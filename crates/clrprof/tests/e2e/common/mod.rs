@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod csv;
+pub mod machine;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -57,7 +58,7 @@ pub fn app_dll(name: &str) -> PathBuf {
     dll
 }
 
-/// The runtimes of the end-to-end matrix (`tests/runtimes.rs`): target framework and the runtime
+/// The runtimes of the end-to-end matrix (the `runtimes` module): target framework and the runtime
 /// version its apps are published with. .NET 8 and 9 are pinned to patches the package feed has (the
 /// SDK would ask for its own idea of the latest patch); .NET 10 takes the SDK's own runtime.
 pub const RUNTIMES: [(&str, Option<&str>); 3] =
@@ -145,7 +146,9 @@ pub fn record_on(runtime: &str, app: &str, args: &[&str], trace: &Path, extra: &
 /// A fresh scratch directory for one test. It is removed when the test binary exits, unless the
 /// test that made it failed (kept to look at) or `CLRPROF_KEEP_SCRATCH` is set: traces are tens of
 /// megabytes, and a suite run used to leave hundreds of them in the temporary directory.
+/// The name must be unique in the suite: all modules share one process, hence one set of names.
 pub fn scratch(test: &str) -> PathBuf {
+    claim_scratch_name(test);
     let d = std::env::temp_dir().join(format!("clrprof-test-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -153,6 +156,18 @@ pub fn scratch(test: &str) -> PathBuf {
         remove_at_exit(&d);
     }
     d
+}
+
+/// Fails the second test that asks for a scratch name another test of the run already has: two tests
+/// at once in one directory would remove or overwrite each other's traces.
+fn claim_scratch_name(name: &str) {
+    static CLAIMED: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+    let me = test_name();
+    if let Some((_, other)) = claimed.iter().find(|(n, t)| n == name && *t != me) {
+        panic!("scratch name {name:?} is already used by {other}: give each test its own");
+    }
+    claimed.push((name.to_string(), me));
 }
 
 /// Scratch directories and the tests (threads) that made them; the tests that panicked.
@@ -512,11 +527,10 @@ pub fn folded_thread(trace: &Path, weight: &str, thread: Option<&str>) -> Vec<(V
 /// A trace sampled and instrumented in the same run (`--instrument` with sampling on): every
 /// call the program made is in the hooks' call tree, so each caller → callee step between two
 /// hooked methods of a CPU sample must be an edge of it. A walk that loses a frame (a leaf in its
-/// prolog, a frameless leaf) or takes a stale return address for a caller breaks that. JsonBench
-/// (then 6 rounds, about 800 ms of CPU samples): 1.2–1.3% of the sample weight broke it on every
-/// runtime before the walk fixes of 2026-11-23, none or one sample after; at most 0.2% passes.
-/// On a faster host (2026-11-27: `rdtsc` 9 ns, plain JsonBench 2.3× faster) 6 rounds gave 369 ms
-/// of CPU samples, under the 400 ms floor: the callers run 12.
+/// prolog, a frameless leaf) or takes a stale return address for a caller breaks that: walks with
+/// those faults broke it for 1.2–1.3% of the sample weight on every runtime, correct walks for none
+/// or one sample, so at most 0.2% passes. The 400 ms floor of CPU samples keeps 0.2% meaningful;
+/// on a fast host 6 rounds of JsonBench gave 369 ms, so the callers run 12.
 pub fn samples_follow_the_exact_call_graph(trace: &Path) {
     let exact = folded(trace, "calls");
     let names: std::collections::HashSet<&str> = exact.iter().flat_map(|(f, _)| f.iter().map(String::as_str)).collect();

@@ -1,8 +1,7 @@
 //! Bad input gets a clear error and the profiled app always runs: broken traces, bad flags,
 //! a missing or invalid agent, bad `CLRPROF_*` values, an unwritable output.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 
@@ -17,6 +16,7 @@ fn one_line_error(out: &std::process::Output) -> String {
 
 #[test]
 fn broken_traces_give_one_line_errors() {
+    let _machine = machine::shared();
     let dir = scratch("broken");
     let good = dir.join("good.clrprof");
     assert!(record("Lifecycle", &["quick"], &good, &[]).status.code() == Some(3));
@@ -112,6 +112,7 @@ fn bad_time_ranges_are_refused_clearly() {
 
 #[test]
 fn missing_agent_is_refused_before_the_app_starts() {
+    let _machine = machine::shared();
     let dir = scratch("missing-agent");
     let marker = dir.join("t.clrprof");
     let out = Command::new(clrprof_exe())
@@ -132,6 +133,7 @@ fn missing_agent_is_refused_before_the_app_starts() {
 
 #[test]
 fn an_invalid_agent_or_profiler_path_never_stops_the_app() {
+    let _machine = machine::shared();
     let dir = scratch("invalid-agent");
     let plain = run_plain("Threads", &["2"]);
     // A file that is not a shared library: the runtime refuses it and the app runs unprofiled.
@@ -160,6 +162,7 @@ fn an_invalid_agent_or_profiler_path_never_stops_the_app() {
 
 #[test]
 fn bad_clrprof_values_are_reported_and_the_app_runs() {
+    let _machine = machine::shared();
     let dir = scratch("bad-env");
     let plain = run_plain("Threads", &["2"]);
     let trace = dir.join("t.clrprof");

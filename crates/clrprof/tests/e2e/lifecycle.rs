@@ -1,8 +1,7 @@
 //! End to end: the profiled process is never harmed — stdin/stdout/stderr and exit codes pass
 //! through, Ctrl-C reaches it, and a crash, FailFast or SIGKILL still leaves a readable trace.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn stdin_stdout_stderr_and_exit_code_pass_through() {
+    let _machine = machine::shared();
     let dir = scratch("echo");
     let trace = dir.join("echo.clrprof");
     let input = "hello profiler\nsecond line ünïcödé\n";
@@ -62,6 +62,7 @@ fn wait_for_line(child: &mut std::process::Child, prefix: &str) -> String {
 
 #[test]
 fn sigkill_leaves_a_readable_trace() {
+    let _machine = machine::shared();
     let dir = scratch("sigkill");
     let trace = dir.join("killed.clrprof");
     let mut c = Command::new(clrprof_exe());
@@ -100,6 +101,7 @@ fn sigkill_leaves_a_readable_trace() {
 
 #[test]
 fn ctrl_c_reaches_the_child_and_the_trace_is_saved() {
+    let _machine = machine::shared();
     let dir = scratch("ctrlc");
     let trace = dir.join("int.clrprof");
     let mut c = Command::new(clrprof_exe());
@@ -139,6 +141,7 @@ fn ctrl_c_reaches_the_child_and_the_trace_is_saved() {
 
 #[test]
 fn crash_and_failfast_pass_their_status_through_and_keep_the_trace() {
+    let _machine = machine::shared();
     for mode in ["crash", "failfast"] {
         let dir = scratch(mode);
         let trace = dir.join("t.clrprof");
@@ -157,6 +160,7 @@ fn crash_and_failfast_pass_their_status_through_and_keep_the_trace() {
 /// and the names of the functions it ran: the agent flushes every few ms during start-up.
 #[test]
 fn a_process_that_dies_within_50_ms_leaves_its_assemblies_and_functions() {
+    let _machine = machine::shared();
     for mode in ["failfast-early", "throw-early", "overflow-early"] {
         for round in 0..3 {
             let dir = scratch(&format!("{mode}-{round}"));
@@ -179,6 +183,7 @@ fn a_process_that_dies_within_50_ms_leaves_its_assemblies_and_functions() {
 
 #[test]
 fn a_target_that_exits_at_once_gives_a_trace() {
+    let _machine = machine::shared();
     let dir = scratch("quick");
     let trace = dir.join("q.clrprof");
     let out = record("Lifecycle", &["quick"], &trace, &[]);
@@ -194,6 +199,7 @@ fn a_target_that_exits_at_once_gives_a_trace() {
 /// program is a .NET one; a program that fails, or ends without loading the agent, is told apart.
 #[test]
 fn a_program_killed_before_the_profiler_loads_is_named_as_such() {
+    let _machine = machine::shared();
     let dir = scratch("killed-early");
     let trace = dir.join("x.clrprof");
     let run = |cmd: &[&str]| {
@@ -226,6 +232,7 @@ fn a_program_killed_before_the_profiler_loads_is_named_as_such() {
 
 #[test]
 fn default_trace_name_comes_from_the_program_and_pid() {
+    let _machine = machine::shared();
     let dir = scratch("default-name");
     let out = Command::new(clrprof_exe())
         .current_dir(&dir)
@@ -252,6 +259,7 @@ fn default_trace_name_comes_from_the_program_and_pid() {
 
 #[test]
 fn code_in_an_unloaded_assembly_context_is_named_and_the_app_is_unharmed() {
+    let _machine = machine::shared();
     let dir = scratch("unload");
     let trace = dir.join("u.clrprof");
     let plain = run_plain("Lifecycle", &["unload"]);
@@ -291,6 +299,7 @@ fn code_in_an_unloaded_assembly_context_is_named_and_the_app_is_unharmed() {
 /// measured of its own loop) and wall samples when sampling, in every one of 5 runs per mode.
 #[test]
 fn a_failfast_keeps_the_calls_and_samples_of_its_last_moments() {
+    let _machine = machine::shared();
     let dir = scratch("failfast-work");
     for flags in [&[][..], &["--instrument"][..], &["--instrument", "--counts-only"][..]] {
         for round in 0..5 {

@@ -3,10 +3,9 @@
 //! allocations and the runtime version in the trace) on apps published self-contained for .NET 8,
 //! 9 and 10 (`common::app_for`) and run through their apphost. The rest of the suite runs on .NET 10.
 //!
-//! One module per runtime (`cargo test --test runtimes net8::`); every module runs the same checks.
+//! One module per runtime (`cargo test -p clrprof --test e2e runtimes::net8::`); every module runs the same checks.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -47,6 +46,7 @@ fn check_runtime(v: &Value, major: &str) {
 
 /// As `instrument.rs`: enter/leave hooks count every call exactly and preserve every register.
 fn instrumented_calls(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     let (trace, stdout, _) = record_ok(runtime, "calls", "Calls", &[], &["--instrument"]);
     assert!(stdout.contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"), "{stdout}");
     let v = report_json_per_thread(&trace);
@@ -131,6 +131,7 @@ fn assert_walked(trace: &Path, tid: &str) {
 /// RBP) reach their managed callers through libSystem.Native: the /proc reading loop has its CPU
 /// time, most of it in libc leaves under it, and no sample of the thread is cut short.
 fn sampled_syscall_callers(runtime: &str, major: &str) {
+    let _machine = machine::alone();
     let (trace, stdout, _) = record_ok(runtime, "syscalls", "Sampling", &["syscalls", "600"], &[]);
     check_runtime(&report_json(&trace), major);
     let tid = printed(&stdout, "main_tid").to_string();
@@ -158,6 +159,7 @@ fn sampled_syscall_callers(runtime: &str, major: &str) {
 
 /// As `sampling.rs`: CPU and wall stacks through on-stack replacement reach the real callers.
 fn sampled_osr_callers(runtime: &str, major: &str) {
+    let _machine = machine::alone();
     let (trace, stdout, _) = record_ok(runtime, "osr", "Sampling", &["osr"], &[]);
     let v = report_json(&trace);
     check_runtime(&v, major);
@@ -173,6 +175,7 @@ fn sampled_osr_callers(runtime: &str, major: &str) {
 /// As `sampling.rs`: a 500 ms sleep is 500 ms ± 5 % of wall time and no CPU time; the spinning
 /// before it has the CPU time.
 fn sampled_sleep_wall_time(runtime: &str, major: &str) {
+    let _machine = machine::alone();
     let (trace, stdout, _) = record_ok(runtime, "sleep", "Sampling", &["sleep"], &[]);
     check_runtime(&report_json(&trace), major);
     let tid = printed(&stdout, "main_tid").to_string();
@@ -199,6 +202,7 @@ fn sampled_sleep_wall_time(runtime: &str, major: &str) {
 
 /// As `events.rs`: every exception counted exactly, with its filter, finally, catch and frames.
 fn exact_exceptions(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     const N: u64 = 40;
     let (trace, stdout, _) = record_ok(runtime, "exceptions", "Events", &["exceptions", &N.to_string()], &[]);
     assert_eq!(stdout, format!("thrown {N} caught {N} finally {N} filter {N}\n"));
@@ -212,6 +216,7 @@ fn exact_exceptions(runtime: &str, major: &str) {
 /// `ExceptionThrown_V1` for rethrows too (flagged), .NET 9 and later only for new exceptions: either
 /// way the runtime's count of new exceptions is 6,000 and the rows' new exceptions add up to it.
 fn rethrows(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     let sum = |v: &Value, f: &str| v["exceptions"].as_array().unwrap().iter().map(|g| u(g, f)).sum::<u64>();
     let args = ["6000", "3"];
     let (trace, stdout, _) = record_ok(runtime, "rethrows-exact", "JsonErrors", &args, &["--exact-exceptions"]);
@@ -231,6 +236,7 @@ fn rethrows(runtime: &str, major: &str) {
 /// As `events.rs`: a leak's collections, background ones and those inside them included, each
 /// listed once by the runtime's index and counted by generation as the runtime counts them.
 fn leak_gcs(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     let (trace, stdout, _) = record_ok(runtime, "leak", "Leak", &["50000"], &[]);
     let w: Vec<&str> = stdout.split_whitespace().collect();
     let count = |k: &str| -> u64 { w[w.iter().position(|x| *x == k).unwrap() + 1].parse().unwrap() };
@@ -249,6 +255,7 @@ fn leak_gcs(runtime: &str, major: &str) {
 /// As `events.rs`: induced collections all seen; allocations counted exactly (`--alloc exact`) and
 /// sampled by default (`AllocationSampled` on .NET 10, `GCAllocationTick` before: both estimate).
 fn gc_and_allocations(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     const K: usize = 3;
     let (trace, _, _) = record_ok(runtime, "gc", "Events", &["gc", &K.to_string()], &[]);
     let v = report_json(&trace);
@@ -321,6 +328,7 @@ fn gc_and_allocations(runtime: &str, major: &str) {
 /// (from `GCAllocationTick` before .NET 10, `AllocationSampled` on it), and `--alloc exact`'s sites
 /// with the exact count of a loop.
 fn csv_allocations(runtime: &str, major: &str) {
+    let _machine = machine::shared();
     let (trace, stdout, _) = record_ok(runtime, "csv", "CsvRead", &[csv::CSV_ROWS], &[]);
     check_runtime(&report_json(&trace), major);
     let estimator = if major == "10" { "allocation-sampled" } else { "allocation-tick" };
@@ -332,6 +340,7 @@ fn csv_allocations(runtime: &str, major: &str) {
 /// As `sampling.rs`: JsonBench sampled and hooked at once; its sampled stacks follow the hooks'
 /// call graph (frame layouts differ between the runtimes' JITs).
 fn sampled_stacks_follow_calls(runtime: &str, major: &str) {
+    let _machine = machine::alone();
     let (trace, _, _) = record_ok(runtime, "truth", "JsonBench", &["12"], &["--instrument", "--rate", "1000"]);
     check_runtime(&report_json(&trace), major);
     samples_follow_the_exact_call_graph(&trace);

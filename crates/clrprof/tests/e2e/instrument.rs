@@ -2,8 +2,7 @@
 //! the hot spots, call tree, callers, summary and flow views, filters, and proof that the
 //! hooks preserve every register the JIT relies on.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 
@@ -35,6 +34,7 @@ fn check_tree(nodes: &[Value]) {
 
 #[test]
 fn exact_counts_and_consistent_times_on_every_scenario() {
+    let _machine = machine::shared();
     let dir = scratch("instrument-all");
     let trace = dir.join("calls.clrprof");
     let plain = run_plain("Calls", &[]);
@@ -112,6 +112,7 @@ fn exact_counts_and_consistent_times_on_every_scenario() {
 
 #[test]
 fn filters_decide_what_gets_hooks() {
+    let _machine = machine::shared();
     let dir = scratch("instrument-filter");
     let trace = dir.join("f.clrprof");
     let out = record(
@@ -158,6 +159,7 @@ fn filters_decide_what_gets_hooks() {
 
 #[test]
 fn counts_only_and_flow_modes() {
+    let _machine = machine::shared();
     let dir = scratch("instrument-modes");
     let trace = dir.join("c.clrprof");
     let out = record("Calls", &["fib"], &trace, &["--instrument", "--counts-only"]);
@@ -217,6 +219,7 @@ fn counts_only_and_flow_modes() {
 
 #[test]
 fn keep_inlining_is_reported_and_flags_need_instrument() {
+    let _machine = machine::shared();
     let dir = scratch("instrument-inline");
     let trace = dir.join("i.clrprof");
     let out = record("Calls", &["counted"], &trace, &["--instrument", "--keep-inlining"]);
@@ -248,6 +251,7 @@ fn peak_rss_kb(out: &std::process::Output) -> u64 {
 /// threads ever seen: the peak with 20,000 threads stays near the peak with 1,000.
 #[test]
 fn thread_churn_is_counted_exactly_with_bounded_memory() {
+    let _machine = machine::shared();
     let dir = scratch("instrument-churn");
     let (threads, calls_each) = (20_000u64, 10u64);
     let trace = dir.join("churn.clrprof");
@@ -287,10 +291,10 @@ fn thread_churn_is_counted_exactly_with_bounded_memory() {
         "{summary}"
     );
 
-    // The same with 1,000 threads. Measured 2026-11-22 (timing mode): 42 MB with 1,000 threads,
-    // 79 MB with 20,000 — the runtime alone grows as much (33 → 76 MB without the profiler); the
-    // agent before thread states were reused: 345 MB with 1,000, 1.6 GB with 5,000 (330 kB per
-    // thread ever seen). 192 MB is 600 threads' worth of the old per-thread state.
+    // The same with 1,000 threads. In timing mode a run takes about 42 MB with 1,000 threads and
+    // 79 MB with 20,000: the runtime alone grows as much (33 → 76 MB without the profiler). An agent
+    // that keeps a thread's state for every thread ever seen costs 330 kB each (345 MB with 1,000,
+    // 1.6 GB with 5,000); 192 MB is 600 threads' worth of that state.
     let out =
         record("Calls", &["churn", "1000", "50", "10"], &dir.join("few.clrprof"), &["--instrument", "--counts-only"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

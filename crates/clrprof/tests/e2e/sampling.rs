@@ -1,8 +1,7 @@
 //! End to end: the sampler on real .NET programs (apps/Sampling) — CPU shares, blocked time,
 //! native frames, per-thread CPU time against the kernel's, and bad input.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use serde_json::Value;
 
@@ -32,6 +31,7 @@ fn record_ok(dir: &std::path::Path, name: &str, args: &[&str], extra: &[&str]) -
 
 #[test]
 fn cpu_shares_follow_a_known_ratio_and_match_the_kernel() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-ratio");
     let (trace, stdout) = record_ok(&dir, "ratio", &["ratio", "3000"], &[]);
     let v = report_json(&trace);
@@ -107,6 +107,7 @@ fn check_sleep_and_spin(trace: &std::path::Path, stdout: &str) {
 
 #[test]
 fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-sleep");
     let (trace, stdout) = record_ok(&dir, "sleep", &["sleep"], &[]);
     check_sleep_and_spin(&trace, &stdout);
@@ -124,6 +125,7 @@ fn a_sleeping_function_has_no_cpu_time_but_wall_time() {
 /// to the sleep, not to the code it ran before.
 #[test]
 fn a_sleep_keeps_its_wall_time_while_other_threads_wake_often() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-sleep-heartbeat");
     let (trace, stdout) = record_ok(&dir, "sleep", &["sleep", "heartbeat"], &[]);
     check_sleep_and_spin(&trace, &stdout);
@@ -133,6 +135,7 @@ fn a_sleep_keeps_its_wall_time_while_other_threads_wake_often() {
 /// table), and the blocked part is on the blocking call, for four ways of blocking.
 #[test]
 fn each_thread_s_wall_time_is_its_lifetime_and_blocking_calls_get_their_time() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-blocking");
     let (trace, stdout) = record_ok(&dir, "blocking", &["blocking"], &[]);
     let out = report(&trace, &["--format", "json", "--weight", "wall"]);
@@ -173,6 +176,7 @@ fn each_thread_s_wall_time_is_its_lifetime_and_blocking_calls_get_their_time() {
 
 #[test]
 fn native_time_is_attributed_to_library_and_symbol() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-pinvoke");
     let (trace, stdout) = record_ok(&dir, "pinvoke", &["pinvoke", "1500"], &[]);
     let out = report(&trace, &["--view", "modules"]);
@@ -272,6 +276,7 @@ fn native_time_is_attributed_to_library_and_symbol() {
 /// there, and walks native code with them as well (libz's time still reaches its managed caller).
 #[test]
 fn unwind_rules_are_read_once_and_then_from_the_cache() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-cfi-cache");
     let cache = dir.join("cache");
     let run = |n: u32| -> (u64, u64, u64, u64) {
@@ -328,6 +333,7 @@ fn unwind_rules_are_read_once_and_then_from_the_cache() {
 
 #[test]
 fn one_kilohertz_reports_the_rate_delivered() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-1khz");
     let (trace, _) = record_ok(&dir, "fast", &["ratio", "1000"], &["--rate", "1000"]);
     let v = report_json(&trace);
@@ -343,6 +349,7 @@ fn one_kilohertz_reports_the_rate_delivered() {
 
 #[test]
 fn hundreds_of_threads_are_sampled_without_harm() {
+    let _machine = machine::alone();
     let dir = scratch("sampling-threads");
     let (trace, stdout) = record_ok(&dir, "threads", &["threads", "300", "30"], &[]);
     assert!(stdout.contains("threads=300"), "{stdout}");
@@ -359,6 +366,7 @@ fn hundreds_of_threads_are_sampled_without_harm() {
 
 #[test]
 fn sampling_can_be_turned_off_and_short_runs_are_fine() {
+    let _machine = machine::shared();
     let dir = scratch("sampling-off");
     let (trace, _) = record_ok(&dir, "off", &["ratio", "300"], &["--no-sample"]);
     let v = report_json(&trace);
@@ -379,6 +387,7 @@ fn sampling_can_be_turned_off_and_short_runs_are_fine() {
 
 #[test]
 fn absurd_rates_are_refused_with_a_clear_message() {
+    let _machine = machine::shared();
     let dir = scratch("sampling-bad");
     for rate in ["0", "20000", "-5", "fast"] {
         let out = record("Sampling", &["quick"], &dir.join("bad.clrprof"), &["--rate", rate]);
@@ -427,6 +436,7 @@ fn check_speedscope(v: &Value) {
 
 #[test]
 fn exports_parse_and_agree_with_the_report() {
+    let _machine = machine::shared();
     let dir = scratch("sampling-export");
     let (trace, _) = record_ok(&dir, "ratio", &["ratio", "800"], &[]);
     let v = report_json(&trace);
@@ -491,6 +501,7 @@ fn exports_parse_and_agree_with_the_report() {
 
 #[test]
 fn a_leaf_stopped_in_its_prolog_keeps_its_caller() {
+    let _machine = machine::alone();
     // Caller calls the tiny Leaf in a loop; Leaf sets up an RBP frame (`push rbp; sub rsp, 16;
     // lea rbp, [rsp+0x10]`), so about one sample in five stops after `push rbp` with RBP still
     // Caller's frame: a frame-pointer walk from there goes from Leaf straight to Run.
@@ -506,6 +517,7 @@ fn a_leaf_stopped_in_its_prolog_keeps_its_caller() {
 
 #[test]
 fn stacks_through_on_stack_replacement_reach_the_real_callers() {
+    let _machine = machine::alone();
     // Methods called once from Main whose loops move to OSR code mid-run (the tier-0 frame stays
     // under the OSR frame); one of them runs its callee from a catch funclet of its OSR code.
     let dir = scratch("sampling-osr");
@@ -559,6 +571,7 @@ fn stacks_through_on_stack_replacement_reach_the_real_callers() {
 
 #[test]
 fn frameless_methods_in_the_middle_of_a_stack_keep_their_callers() {
+    let _machine = machine::alone();
     // At tier 1, Ratio.Light has no RBP frame (`push rax; call Unit`): a frame-pointer walk from
     // Unit's frame skips it to Run's frame, and Run went missing from Light's stacks.
     let dir = scratch("sampling-frameless");

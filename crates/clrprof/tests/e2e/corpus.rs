@@ -5,8 +5,7 @@
 //! from the application's functions. Then the per-function self CPU is checked against `perf`
 //! with .NET perf maps, an independent sampler.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,6 +31,7 @@ fn num(v: &serde_json::Value, key: &str) -> f64 {
 
 #[test]
 fn markdown_runtime_labels_cover_only_the_runtimes_own_work() {
+    let _machine = machine::shared();
     let dir = scratch("corpus-labels");
     let trace = dir.join("md.clrprof");
     let out = record("Markdown", &[RENDERS], &trace, &[]);
@@ -225,6 +225,7 @@ fn perf_dotnet_pid(data: &Path) -> u32 {
 /// time out of its total.
 #[test]
 fn markdown_self_cpu_agrees_with_perf() {
+    let _machine = machine::alone();
     let perf_ok = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
     assert!(perf_ok, "the corpus cross-check needs `perf` (Debian's linux-perf; scripts/bootstrap installs it)");
     let dir = scratch("corpus-perf");

@@ -6,8 +6,7 @@
 //!
 //! `CLRPROF_STRESS_LONG=1` makes the memory case run 5 minutes instead of 20 s (not in CI).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -57,6 +56,7 @@ fn python_reads_json(trace: &Path) -> usize {
 
 #[test]
 fn a_thousand_live_threads_sampled_and_instrumented() {
+    let _machine = machine::shared();
     let dir = scratch("stress-threads");
     let trace = dir.join("t.clrprof");
     let out = record("Stress", &["threads", "1000"], &trace, &["--instrument"]);
@@ -94,6 +94,7 @@ fn a_thousand_live_threads_sampled_and_instrumented() {
 
 #[test]
 fn twenty_thousand_short_lived_threads_exact_counts_bounded_memory() {
+    let _machine = machine::shared();
     let dir = scratch("stress-churn");
     let trace = dir.join("c.clrprof");
     let out = record("Stress", &["churn", "20000", "8"], &trace, &["--instrument", "--no-sample"]);
@@ -125,6 +126,7 @@ fn twenty_thousand_short_lived_threads_exact_counts_bounded_memory() {
 
 #[test]
 fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
+    let _machine = machine::alone();
     let dir = scratch("stress-dynamic");
     let trace = dir.join("d.clrprof");
     let out = record("Stress", &["dynamic", "1000", "300"], &trace, &["--instrument"]);
@@ -186,6 +188,7 @@ fn generated_code_is_counted_where_the_runtime_hooks_it_and_named_in_samples() {
 
 #[test]
 fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
+    let _machine = machine::shared();
     let dir = scratch("stress-deep");
     // Hooks: exact counts, a call tree 10,001 frames deep, JSON linear in size and flat.
     let trace = dir.join("h.clrprof");
@@ -236,6 +239,7 @@ fn ten_thousand_deep_recursion_under_hooks_and_sampling() {
 
 #[test]
 fn an_exception_storm_leaves_a_readable_trace() {
+    let _machine = machine::shared();
     let dir = scratch("stress-storm");
     let trace = dir.join("e.clrprof");
     let out = record("Stress", &["exceptions", "300000"], &trace, &[]);
@@ -260,6 +264,7 @@ fn check_dead_trace(trace: &Path, what: &str) -> Value {
 
 #[test]
 fn failfast_unhandled_exception_and_stack_overflow_keep_their_traces() {
+    let _machine = machine::shared();
     let dir = scratch("stress-fatal");
     for (case, expect) in [("failfast", Some(134)), ("unhandled", Some(134)), ("overflow", Some(134))] {
         let trace = dir.join(format!("{case}.clrprof"));
@@ -290,6 +295,7 @@ fn child_of(parent: u32) -> Option<i32> {
 
 #[test]
 fn sigkill_at_random_moments_leaves_readable_traces() {
+    let _machine = machine::shared();
     let dir = scratch("stress-kill");
     // Fixed seed: the same moments every run, from start-up (before the agent loads) to steady work.
     let mut seed: u64 = 0x5eed_c1a5;
@@ -341,6 +347,7 @@ fn sigkill_at_random_moments_leaves_readable_traces() {
 
 #[test]
 fn generic_nested_unicode_and_very_long_names() {
+    let _machine = machine::shared();
     let dir = scratch("stress-names");
     let long =
         format!("StressNames.Long{}.Spin", (0..996).map(|i| (b'A' + (i % 10) as u8) as char).collect::<String>());
@@ -390,6 +397,7 @@ fn rss_kb(pid: i32) -> Option<u64> {
 
 #[test]
 fn a_long_run_at_1khz_keeps_memory_bounded() {
+    let _machine = machine::alone();
     let long = std::env::var("CLRPROF_STRESS_LONG").is_ok_and(|v| v == "1");
     let seconds: u64 = if long { 300 } else { 20 };
     let dir = scratch("stress-long");
@@ -446,6 +454,7 @@ fn a_long_run_at_1khz_keeps_memory_bounded() {
 /// threads.
 #[test]
 fn dynamic_code_and_thread_churn_on_net8_and_net9() {
+    let _machine = machine::alone();
     for rt in ["net8.0", "net9.0"] {
         let dir = scratch(&format!("stress-{rt}"));
         let trace = dir.join("d.clrprof");

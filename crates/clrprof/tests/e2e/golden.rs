@@ -2,8 +2,7 @@
 //! versions of clrprof, kept readable by every later one). Runs without .NET: every case in
 //! `testdata/golden/cases` must print exactly its file. `CLRPROF_BLESS=1` rewrites the files.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::Path;
 use std::process::Command;

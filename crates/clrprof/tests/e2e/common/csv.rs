@@ -1,5 +1,5 @@
-//! The checks of `apps/CsvRead`'s allocations (`tests/allocations.rs`, and on .NET 8 and 9 in
-//! `tests/runtimes.rs`): the app prints the figures it knows exactly (its own counts, string sizes
+//! The checks of `apps/CsvRead`'s allocations (the `allocations` tests, and on .NET 8 and 9 in
+//! the `runtimes` tests): the app prints the figures it knows exactly (its own counts, string sizes
 //! checked against `GC.GetAllocatedBytesForCurrentThread`, the process's `GC.GetTotalAllocatedBytes`).
 
 use serde_json::Value;

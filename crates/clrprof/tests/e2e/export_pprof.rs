@@ -2,8 +2,7 @@
 //! scripts/bootstrap) must read every exported profile, and its `-top` must agree with
 //! `clrprof report` on the hottest functions and on the totals. Runs on the checked-in traces.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

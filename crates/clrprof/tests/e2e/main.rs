@@ -1,0 +1,32 @@
+//! The end-to-end tests of the `clrprof` command, one module per area, in one test binary: the
+//! binary is compiled and linked once (not once per file), the C# apps of `apps/` are built once
+//! for all of them, and the shared harness lives in `common`. Run one area with its module as the
+//! filter (`cargo test -p clrprof --test e2e sampling::`); docs/testing.md lists the modules, the
+//! part that needs no .NET, and the tests that take the machine to themselves.
+
+mod common;
+
+mod allocations;
+mod attach;
+mod bad_input;
+mod collect;
+mod compat;
+mod corpus;
+mod corpus_web;
+mod deep_stacks;
+mod diff;
+mod events;
+mod exact_under_load;
+mod export_pprof;
+mod export_timelines;
+mod golden;
+mod instrument;
+mod lifecycle;
+mod pyroscope;
+mod report_json;
+mod runtime_time;
+mod runtimes;
+mod sampling;
+mod stress;
+mod tables;
+mod view;
