@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use clrprof_model::{FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
-use crate::explore::{apply_transforms, FuncTable, Transform};
+use crate::engine::{self, apply_transforms, push_stack, FuncTable, Paths, Transform, Weight};
 use crate::select::{self, Threads};
 
 /// Which profile something is in.
@@ -272,49 +272,34 @@ impl SideCosts {
     }
 }
 
-/// A function's figures on one side.
-#[derive(Clone, Copy, Default)]
+/// What a call path of one side weighs: the weight's value, the calls (instrumented), and that it
+/// is there at all (a path the weight rounds to 0 still makes its functions present on that side).
+#[derive(Clone, Copy, Debug, Default)]
 struct Agg {
     value: u64,
     calls: u64,
     any: bool,
 }
 
-impl Agg {
-    fn add(&mut self, value: u64, calls: u64, any: bool) {
-        self.value = self.value.saturating_add(value);
-        self.calls = self.calls.saturating_add(calls);
-        self.any |= any;
+impl Weight for Agg {
+    fn add(&mut self, o: &Self) {
+        self.value = self.value.saturating_add(o.value);
+        self.calls = self.calls.saturating_add(o.calls);
+        self.any |= o.any;
     }
-}
-
-/// One side's cost per call path of function keys (root first), after the transforms.
-struct SidePath {
-    keys: Vec<u32>,
-    value: u64,
-    calls: u64,
+    fn is_zero(&self) -> bool {
+        !self.any && self.value == 0 && self.calls == 0
+    }
 }
 
 /// The paths of one side: every stack with a cost as its keys, transformed, same paths merged
 /// (in stack order, so the result is deterministic).
-fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Vec<SidePath> {
-    let st = &p.costs.stacks;
-    let mut out: Vec<SidePath> = Vec::new();
-    let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
+fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Paths<Agg> {
+    let mut out: Paths<Agg> = Paths::merging();
     let mut buf: Vec<u32> = Vec::new();
     let mut add = |buf: &mut Vec<u32>, value: u64, calls: u64, keys: &mut Keys| {
-        if !apply_transforms(keys, ts, buf, 0) {
-            return;
-        }
-        match index.get(buf.as_slice()) {
-            Some(&i) => {
-                out[i].value = out[i].value.saturating_add(value);
-                out[i].calls = out[i].calls.saturating_add(calls);
-            }
-            None => {
-                index.insert(buf.clone(), out.len());
-                out.push(SidePath { keys: buf.clone(), value, calls });
-            }
+        if apply_transforms(keys, ts, buf, 0) {
+            out.add(buf, &Agg { value, calls, any: true });
         }
     };
     for i in 0..sc.value.len() {
@@ -322,13 +307,7 @@ fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: 
             continue;
         }
         buf.clear();
-        let mut cur = Some(StackId(i as u32));
-        while let Some(n) = cur {
-            let node = st.node(n);
-            buf.push(key_of[node.frame.0 as usize]);
-            cur = node.parent;
-        }
-        buf.reverse();
+        push_stack(&p.costs.stacks, StackId(i as u32), |f| key_of[f.0 as usize], &mut buf);
         add(&mut buf, sc.value[i], sc.calls[i], keys);
     }
     for (name, v) in &sc.leaves {
@@ -339,26 +318,19 @@ fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: 
     out
 }
 
-/// Per key, self and inclusive figures of one side (recursion counted once).
-fn per_key(paths: &[SidePath], nkeys: usize) -> (Vec<Agg>, Vec<Agg>) {
+/// Per key, self and inclusive figures of one side (recursion counted once), by key id.
+fn per_key(paths: &Paths<Agg>, nkeys: usize) -> (Vec<Agg>, Vec<Agg>) {
     let mut selfc = vec![Agg::default(); nkeys];
     let mut inc = vec![Agg::default(); nkeys];
-    let mut stamp = vec![usize::MAX; nkeys];
-    for (i, p) in paths.iter().enumerate() {
-        let Some(&last) = p.keys.last() else { continue };
-        selfc[last as usize].add(p.value, p.calls, true);
-        for &k in &p.keys {
-            if stamp[k as usize] != i {
-                stamp[k as usize] = i;
-                inc[k as usize].add(p.value, p.calls, true);
-            }
-        }
+    for t in engine::function_totals(paths) {
+        selfc[t.func as usize] = t.self_w;
+        inc[t.func as usize] = t.total;
     }
     (selfc, inc)
 }
 
 /// Both sides' paths and the keys they refer to.
-fn sides(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (Keys, Vec<SidePath>, Vec<SidePath>) {
+fn sides(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (Keys, Paths<Agg>, Paths<Agg>) {
     let (mut keys, bk, nk) = Keys::both(base, new);
     let b = SideCosts::of(base, &q.base_threads, m);
     let n = SideCosts::of(new, &q.new_threads, m);
@@ -382,9 +354,8 @@ pub fn diff_metric(base: &Profile, new: &Profile, asked: Option<Metric>) -> Metr
 }
 
 /// Sums (after the transforms) and the baseline's scale factor.
-fn sums(base: &[SidePath], new: &[SidePath], q: &DiffQuery) -> (u64, u64, f64) {
-    let sum = |v: &[SidePath]| v.iter().fold(0u64, |a, p| a.saturating_add(p.value));
-    let (b, n) = (sum(base), sum(new));
+fn sums(base: &Paths<Agg>, new: &Paths<Agg>, q: &DiffQuery) -> (u64, u64, f64) {
+    let (b, n) = (base.total().value, new.total().value);
     let scale = if q.normalize && b > 0 { n as f64 / b as f64 } else { 1.0 };
     (b, n, scale)
 }
@@ -540,9 +511,9 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     let mut raw: Vec<[u64; 2]> = Vec::new();
     let mut any: Vec<[bool; 2]> = Vec::new();
     for (side, paths) in [(0, &bp), (1, &np)] {
-        for path in paths.iter() {
+        for (path, w) in paths.iter() {
             let mut parent: Option<u32> = None;
-            for (depth, &function) in path.keys.iter().enumerate() {
+            for (depth, &function) in path.iter().enumerate() {
                 let id = *index.entry((parent, function)).or_insert_with(|| {
                     nodes.push(DiffNode {
                         parent,
@@ -563,7 +534,7 @@ pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
                 parent = Some(id);
             }
             if let Some(id) = parent {
-                raw[id as usize][side] = raw[id as usize][side].saturating_add(path.value);
+                raw[id as usize][side] = raw[id as usize][side].saturating_add(w.value);
             }
         }
     }

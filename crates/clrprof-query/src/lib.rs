@@ -7,6 +7,7 @@
 pub mod costs;
 pub mod diff;
 pub mod document;
+pub mod engine;
 pub mod events;
 pub mod explore;
 pub mod import;

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use clrprof_model::samples::{SameGroup, SampleTime};
 use clrprof_model::{Metric, Profile, TimeRange};
-use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
+use clrprof_query::engine::Transform;
+use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, ViewSpec};
 use clrprof_query::select::{self, Threads};
 use serde_json::{json, Value};
 
@@ -338,8 +339,8 @@ impl Loaded {
             "threads": threads,
             "messages": p.messages,
             "baseline": self.baseline.as_ref().map(|(n, _)| n.clone()),
-            "wait_functions": clrprof_query::explore::WAIT_FUNCTIONS,
-            "wait_symbols": clrprof_query::explore::WAIT_SYMBOLS,
+            "wait_functions": clrprof_query::engine::WAIT_FUNCTIONS,
+            "wait_symbols": clrprof_query::engine::WAIT_SYMBOLS,
         }))
     }
 
@@ -487,7 +488,7 @@ impl Loaded {
         }
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-        let matcher = clrprof_query::explore::Matcher::new(q.get("q"), q.flag("re"))?;
+        let matcher = clrprof_query::engine::Matcher::new(q.get("q"), q.flag("re"))?;
         let matching: Vec<&Value> = if matcher.active() {
             rows.iter().filter(|r| matcher.matches(&r.to_string())).collect()
         } else {
