@@ -92,17 +92,9 @@ pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
 }
 
 /// The top-down call tree of a thread selection, its children unsorted, and the stack of each
-/// node: the stack table is the prefix tree of the frame paths, so each node is one stack.
+/// node ([`engine::stack_tree`]).
 pub(crate) fn frame_tree(p: &Profile, threads: &Threads) -> (Tree<Cost>, Vec<StackId>) {
-    let tree = engine::prefix_tree(&engine::profile_frame_paths(p, threads), false);
-    let st = &p.costs.stacks;
-    let mut stacks = vec![StackId(u32::MAX); tree.nodes.len()];
-    for i in 1..tree.nodes.len() {
-        let n = &tree.nodes[i];
-        let parent = (n.parent != 0).then(|| stacks[n.parent as usize]);
-        stacks[i] = st.call(parent, FrameId(n.func)).unwrap_or(StackId(u32::MAX));
-    }
-    (tree, stacks)
+    threads.with_filter(|f| engine::stack_tree(&p.costs, f))
 }
 
 fn stats(p: &Profile, names: &[String], r: &FunctionRow) -> FunctionStats {

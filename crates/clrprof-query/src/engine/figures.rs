@@ -6,7 +6,9 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::{FuncId, Paths, Weight};
+use clrprof_model::{Cost, CostTree, StackId};
+
+use super::{FuncId, PathSource, Paths, ThreadFilter, Weight};
 
 /// A function's figures: `self_w` on the paths that end in it, `total` on the paths through it
 /// (a path counted once however often the function recurs on it).
@@ -29,14 +31,19 @@ pub struct TotalsScratch<W> {
 }
 
 /// Per function with a weight, in function order: self and total.
-pub fn function_totals<W: Weight>(paths: &Paths<W>) -> Vec<FunctionTotal<W>> {
+pub fn function_totals<W: Weight>(paths: &(impl PathSource<W> + ?Sized)) -> Vec<FunctionTotal<W>> {
     function_totals_with(paths, &mut TotalsScratch::default())
 }
 
 /// [`function_totals`] with scratch state reused from call to call.
-pub fn function_totals_with<W: Weight>(paths: &Paths<W>, scratch: &mut TotalsScratch<W>) -> Vec<FunctionTotal<W>> {
+pub fn function_totals_with<W: Weight>(
+    paths: &(impl PathSource<W> + ?Sized),
+    scratch: &mut TotalsScratch<W>,
+) -> Vec<FunctionTotal<W>> {
     let TotalsScratch { self_w, total, stamp, touched } = scratch;
-    for (i, (path, w)) in paths.iter().enumerate() {
+    let mut i = 0;
+    paths.each_path(&mut |path, w| {
+        i += 1;
         for &f in path {
             let f = f as usize;
             if f >= stamp.len() {
@@ -44,18 +51,18 @@ pub fn function_totals_with<W: Weight>(paths: &Paths<W>, scratch: &mut TotalsScr
                 total.resize(f + 1, W::default());
                 stamp.resize(f + 1, 0);
             }
-            if stamp[f] != i + 1 {
+            if stamp[f] != i {
                 if stamp[f] == 0 {
                     touched.push(f as FuncId);
                 }
-                stamp[f] = i + 1;
+                stamp[f] = i;
                 total[f].add(w);
             }
         }
         if let Some(&leaf) = path.last() {
             self_w[leaf as usize].add(w);
         }
-    }
+    });
     touched.sort_unstable();
     let mut out = Vec::with_capacity(touched.len());
     for f in touched.drain(..) {
@@ -91,16 +98,16 @@ pub struct Butterfly<W> {
     pub callees: Vec<Edge<W>>,
 }
 
-pub fn butterfly<W: Weight>(paths: &Paths<W>, is_target: impl Fn(FuncId) -> bool) -> Butterfly<W> {
+pub fn butterfly<W: Weight>(paths: &(impl PathSource<W> + ?Sized), is_target: impl Fn(FuncId) -> bool) -> Butterfly<W> {
     let mut callers: HashMap<Option<FuncId>, Edge<W>> = HashMap::new();
     let mut callees: HashMap<Option<FuncId>, Edge<W>> = HashMap::new();
     let (mut self_w, mut total) = (W::default(), W::default());
     let edge = |func| Edge { func, through: W::default(), last: W::default() };
     let mut seen_callers: Vec<Option<FuncId>> = Vec::new();
     let mut seen_callees: Vec<FuncId> = Vec::new();
-    for (path, w) in paths.iter() {
+    paths.each_path(&mut |path, w| {
         if !path.iter().any(|&f| is_target(f)) {
-            continue;
+            return;
         }
         total.add(w);
         let n = path.len();
@@ -131,7 +138,7 @@ pub fn butterfly<W: Weight>(paths: &Paths<W>, is_target: impl Fn(FuncId) -> bool
                 }
             }
         }
-    }
+    });
     let sorted = |m: HashMap<Option<FuncId>, Edge<W>>| {
         let mut v: Vec<Edge<W>> = m.into_values().collect();
         v.sort_by_key(|e| e.func);
@@ -153,17 +160,17 @@ pub struct Entry<W> {
 }
 
 /// The entry points, in function order.
-pub fn entry_points<W: Weight>(paths: &Paths<W>, skip: impl Fn(FuncId) -> bool) -> Vec<Entry<W>> {
+pub fn entry_points<W: Weight>(paths: &(impl PathSource<W> + ?Sized), skip: impl Fn(FuncId) -> bool) -> Vec<Entry<W>> {
     let mut roots: HashMap<FuncId, Entry<W>> = HashMap::new();
-    for (path, w) in paths.iter() {
-        let Some(k) = path.iter().position(|&f| !skip(f)) else { continue };
+    paths.each_path(&mut |path, w| {
+        let Some(k) = path.iter().position(|&f| !skip(f)) else { return };
         let f = path[k];
         let e = roots.entry(f).or_insert(Entry { func: f, total: W::default(), alone: W::default() });
         e.total.add(w);
         if k + 1 == path.len() {
             e.alone.add(w);
         }
-    }
+    });
     let mut v: Vec<Entry<W>> = roots.into_values().collect();
     v.sort_by_key(|e| e.func);
     v
@@ -264,6 +271,49 @@ pub fn prefix_tree<W: Weight>(paths: &Paths<W>, inverted: bool) -> Tree<W> {
         nodes[chain[chain.len() - 1] as usize].self_w.add(w);
         prev = Some(p);
     }
+    lay_out(nodes)
+}
+
+/// The top-down tree of the stacks of a thread selection with their costs, taken straight from
+/// the stack table (which is the prefix tree of its stacks' frames): [`prefix_tree`] of the
+/// report's frame paths ([`super::frame_paths`]) in time linear in the table. Also the stack of
+/// each node (none for the root).
+pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec<StackId>) {
+    let merged = tree.merged(filter);
+    let inc = tree.inclusive(&merged);
+    let empty = |func| TreeNode {
+        parent: 0,
+        func,
+        depth: 0,
+        self_w: Cost::default(),
+        total: Cost::default(),
+        first: 0,
+        len: 0,
+    };
+    let mut nodes = vec![empty(u32::MAX)];
+    let mut stacks = vec![StackId(u32::MAX)];
+    let mut index = vec![0u32; tree.stacks.nodes.len()];
+    for (i, n) in tree.stacks.nodes.iter().enumerate() {
+        if inc[i].is_zero() {
+            continue;
+        }
+        // A parent's inclusive cost holds its children's: it has its node already.
+        let parent = n.parent.map_or(0, |p| index[p.0 as usize]);
+        let depth = nodes[parent as usize].depth + 1;
+        index[i] = nodes.len() as u32;
+        nodes.push(TreeNode { parent, depth, self_w: merged[i], total: inc[i], ..empty(n.frame.0) });
+        stacks.push(StackId(i as u32));
+    }
+    let mut root = Cost::default();
+    for &k in nodes.iter().filter(|n| n.depth == 1).map(|n| &n.total).collect::<Vec<_>>() {
+        root.add(&k);
+    }
+    nodes[0].total = root;
+    (lay_out(nodes), stacks)
+}
+
+/// Lays out the children of every node (a node's id is above its parent's) in one array.
+fn lay_out<W: Weight>(mut nodes: Vec<TreeNode<W>>) -> Tree<W> {
     // Children laid out per parent (a node's id is above its parent's).
     for i in 1..nodes.len() {
         let parent = nodes[i].parent as usize;
@@ -409,6 +459,51 @@ mod tests {
                     .all(|w| t.nodes[w[0] as usize].total.value >= t.nodes[w[1] as usize].total.value));
             }
             assert_eq!(t.kids.len(), t.nodes.len() - 1);
+        }
+    }
+
+    #[test]
+    fn the_stack_tree_is_the_prefix_tree_of_the_frame_paths() {
+        use clrprof_model::FrameKey;
+        let mut ct = CostTree::default();
+        let frames: Vec<_> = (0..5).map(|i| ct.stacks.intern_frame(FrameKey::Function(i))).collect();
+        let mut x: u64 = 11;
+        for _ in 0..200 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let path: Vec<_> = (0..1 + (x >> 61) as usize).map(|k| frames[((x >> (3 * k + 8)) % 5) as usize]).collect();
+            let s = ct.stacks.intern_stack(&path).unwrap();
+            let c = Cost { cpu_samples: (x >> 40) % 3, calls: (x >> 50) % 2, ..Default::default() };
+            ct.add(1 + (x >> 20) as u32 % 2, s, &c);
+        }
+        let described = |t: &Tree<Cost>| {
+            let mut v: Vec<(Vec<FuncId>, Cost, Cost)> = (1..t.nodes.len() as u32)
+                .map(|mut id| {
+                    let n = &t.nodes[id as usize];
+                    let mut prefix = Vec::new();
+                    while id != 0 {
+                        prefix.push(t.nodes[id as usize].func);
+                        id = t.nodes[id as usize].parent;
+                    }
+                    prefix.reverse();
+                    (prefix, n.self_w, n.total)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        for only in [None, Some(1u32)] {
+            let keep = |t: u32| Some(t) == only;
+            let filter: ThreadFilter<'_> = if only.is_some() { Some(&keep) } else { None };
+            let (tree, stacks) = stack_tree(&ct, filter);
+            let mut paths = Paths::distinct();
+            super::super::frame_paths(&ct, filter).each_path(&mut |p, w| paths.add(p, w));
+            assert_eq!(described(&tree), described(&prefix_tree(&paths, false)));
+            assert_eq!(tree.nodes[0].total, paths.total());
+            for id in 1..tree.nodes.len() {
+                let frames = ct.stacks.frames_of(stacks[id]);
+                assert_eq!(frames.last().map(|f| f.0), Some(tree.nodes[id].func));
+                assert_eq!(frames.len() as u32, tree.nodes[id].depth);
+            }
         }
     }
 }

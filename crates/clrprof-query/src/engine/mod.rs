@@ -24,8 +24,8 @@ use clrprof_model::fasthash::FxHashMap;
 use clrprof_model::{Cost, CostTree, FrameId, Profile, StackId, StackTable};
 
 pub use figures::{
-    butterfly, entry_points, function_totals, function_totals_with, prefix_tree, Butterfly, Edge, Entry, FunctionTotal,
-    TotalsScratch, Tree, TreeNode,
+    butterfly, entry_points, function_totals, function_totals_with, prefix_tree, stack_tree, Butterfly, Edge, Entry,
+    FunctionTotal, TotalsScratch, Tree, TreeNode,
 };
 pub use search::Matcher;
 pub use transform::{apply_transforms, FuncTable, Transform};
@@ -139,6 +139,38 @@ impl<W: Weight> Paths<W> {
     }
 }
 
+/// Anything that yields weighted call paths, root first, one at a time: stored [`Paths`], or
+/// the stacks of a stack table with their weights ([`StackPaths`]), walked into one buffer and
+/// never stored.
+pub trait PathSource<W> {
+    fn each_path(&self, f: &mut dyn FnMut(&[FuncId], &W));
+}
+
+impl<W: Weight> PathSource<W> for Paths<W> {
+    fn each_path(&self, f: &mut dyn FnMut(&[FuncId], &W)) {
+        for (path, w) in self.iter() {
+            f(path, w);
+        }
+    }
+}
+
+/// Stacks of a stack table with a weight each, as paths of their frames (`FrameId.0`).
+pub struct StackPaths<'a, W> {
+    pub stacks: &'a StackTable,
+    pub weights: Vec<(StackId, W)>,
+}
+
+impl<W: Weight> PathSource<W> for StackPaths<'_, W> {
+    fn each_path(&self, f: &mut dyn FnMut(&[FuncId], &W)) {
+        let mut buf = Vec::new();
+        for (s, w) in &self.weights {
+            buf.clear();
+            push_stack(self.stacks, *s, |f| f.0, &mut buf);
+            f(&buf, w);
+        }
+    }
+}
+
 /// Appends the functions of `stack` (root first) to `buf`, each frame mapped by `func_of`.
 pub fn push_stack(st: &StackTable, stack: StackId, func_of: impl Fn(FrameId) -> FuncId, buf: &mut Vec<FuncId>) {
     let base = buf.len();
@@ -153,38 +185,20 @@ pub fn push_stack(st: &StackTable, stack: StackId, func_of: impl Fn(FrameId) -> 
 
 /// The report's paths: every stack with a cost in the selected threads, its frames as function
 /// ids (`FrameId.0`), its costs merged over those threads; in stack order.
-pub fn frame_paths(tree: &CostTree, filter: ThreadFilter<'_>) -> Paths<Cost> {
+pub fn frame_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> StackPaths<'a, Cost> {
     let merged = tree.merged(filter);
-    let mut paths = Paths::distinct();
-    let mut buf = Vec::new();
-    for (i, c) in merged.iter().enumerate() {
-        if c.is_zero() {
-            continue;
-        }
-        buf.clear();
-        push_stack(&tree.stacks, StackId(i as u32), |f| f.0, &mut buf);
-        paths.add(&buf, c);
-    }
-    paths
+    let weights = merged.into_iter().enumerate().filter(|(_, c)| !c.is_zero()).map(|(i, c)| (StackId(i as u32), c));
+    StackPaths { stacks: &tree.stacks, weights: weights.collect() }
 }
 
 /// [`frame_paths`] of one thread's own costs (a per-thread table costs that thread's stacks, not
 /// the whole stack table).
-pub fn thread_frame_paths(tree: &CostTree, t: &clrprof_model::stacks::ThreadCosts) -> Paths<Cost> {
-    let mut paths = Paths::distinct();
-    let mut buf = Vec::new();
-    for (s, c) in &t.costs {
-        if c.is_zero() {
-            continue;
-        }
-        buf.clear();
-        push_stack(&tree.stacks, *s, |f| f.0, &mut buf);
-        paths.add(&buf, c);
-    }
-    paths
+pub fn thread_frame_paths<'a>(tree: &'a CostTree, t: &clrprof_model::stacks::ThreadCosts) -> StackPaths<'a, Cost> {
+    let weights = t.costs.iter().filter(|(_, c)| !c.is_zero()).map(|(s, c)| (*s, *c));
+    StackPaths { stacks: &tree.stacks, weights: weights.collect() }
 }
 
 /// The report's paths of a profile for a thread selection ([`frame_paths`]).
-pub fn profile_frame_paths(p: &Profile, threads: &crate::Threads) -> Paths<Cost> {
+pub fn profile_frame_paths<'a>(p: &'a Profile, threads: &crate::Threads) -> StackPaths<'a, Cost> {
     threads.with_filter(|f| frame_paths(&p.costs, f))
 }
