@@ -86,9 +86,14 @@ impl From<engine::FunctionTotal<Cost>> for FunctionRow {
     }
 }
 
+/// The report's paths of a profile for a thread selection ([`engine::frame_paths`]).
+pub fn frame_paths<'a>(p: &'a Profile, threads: &Threads) -> engine::StackPaths<'a, Cost> {
+    threads.with_filter(|f| engine::frame_paths(&p.costs, f))
+}
+
 /// Rows of every frame with a cost, in frame order, for a thread selection.
 pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
-    engine::function_totals(&engine::profile_frame_paths(p, threads)).into_iter().map(FunctionRow::from).collect()
+    engine::function_totals(&frame_paths(p, threads)).into_iter().map(FunctionRow::from).collect()
 }
 
 /// The top-down call tree of a thread selection, its children unsorted, and the stack of each
@@ -268,7 +273,7 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
     let function = match function {
         Some(wanted) => {
             let frames = select::find_functions(p, &names, wanted)?;
-            let paths = engine::profile_frame_paths(p, &q.threads);
+            let paths = frame_paths(p, &q.threads);
             let b = engine::butterfly(&paths, |f| frames.contains(&FrameId(f)));
             let edges = |v: &[engine::Edge<Cost>]| {
                 let mut v: Vec<EdgeStats> = v
@@ -300,11 +305,10 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
         }
         None => None,
     };
-    let mut roots: Vec<engine::Entry<Cost>> =
-        engine::entry_points(&engine::profile_frame_paths(p, &q.threads), |_| false)
-            .into_iter()
-            .filter(|e| m.of(&e.total) > 0)
-            .collect();
+    let mut roots: Vec<engine::Entry<Cost>> = engine::entry_points(&frame_paths(p, &q.threads), |_| false)
+        .into_iter()
+        .filter(|e| m.of(&e.total) > 0)
+        .collect();
     roots.sort_by(|a, b| m.of(&b.total).cmp(&m.of(&a.total)).then(a.func.cmp(&b.func)));
     let entry_total = roots.iter().map(|e| m.of(&e.total)).saturating_sum();
     let entry_points = roots

@@ -22,7 +22,8 @@ use serde::Serialize;
 use crate::engine::{self, apply_transforms, push_stack, FuncTable, Paths, Transform, Weight};
 use crate::select::{self, Threads};
 
-/// Which profile something is in.
+/// Which of the two profiles compared something is in, or is about: the baseline or the new one
+/// (the viewer's trace, beside its `--baseline`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Side {

@@ -1,6 +1,12 @@
 //! The report document (`clrprof report --format json`, schema in docs/report-json.md) as typed
 //! data. Cost figures honour the thread selection; the sampler's own counters describe the
-//! recording and do not.
+//! recording and do not; the figures themselves come from the engine ([`crate::engine`]).
+//!
+//! This module is the one owner of the report's JSON schema: its `*Doc` structs are the schema,
+//! versioned by [`SCHEMA_VERSION`] and documented field by field, so that the model's and the
+//! engine's types stay free to change (a field renamed there must not rename a field that readers
+//! of schema 3 rely on). The viewer's API answers are the page types of [`crate::explore`], which
+//! are that API's schema (docs/viewer-api.md).
 
 use std::collections::HashMap;
 
@@ -12,8 +18,8 @@ use serde::Serialize;
 use crate::costs::{frame_tree, function_rows, module_hits, FunctionRow};
 use crate::engine::{self, TotalsScratch};
 use crate::select::{self, Threads};
-use crate::stacks::stack_names;
 use crate::timeline::{timeline, Timeline};
+use crate::weighted_stacks::stack_names;
 
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
 /// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the

@@ -7,7 +7,7 @@ use clrprof_query::diff::{diff, diff_tree, DiffQuery, DiffTree, Side};
 use clrprof_query::engine::{is_wait, Matcher, Transform};
 use serde_json::{json, Value};
 
-use crate::api::ApiError;
+use crate::request::ApiError;
 
 /// What the page asks of a diff.
 pub struct DiffAsk<'a> {

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod diff;
+pub mod request;
 pub mod server;
 
 pub use api::{LiveRun, ProfileSource, RunCatalog, RunStatus, Session};

@@ -21,7 +21,7 @@ pub mod transform;
 pub mod wait;
 
 use clrprof_model::fasthash::FxHashMap;
-use clrprof_model::{Cost, CostTree, FrameId, Profile, StackId, StackTable};
+use clrprof_model::{Cost, CostTree, FrameId, StackId, StackTable};
 
 pub use figures::{
     butterfly, entry_points, function_totals, function_totals_with, prefix_tree, stack_tree, Butterfly, Edge, Entry,
@@ -196,9 +196,4 @@ pub fn frame_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> StackPat
 pub fn thread_frame_paths<'a>(tree: &'a CostTree, t: &clrprof_model::stacks::ThreadCosts) -> StackPaths<'a, Cost> {
     let weights = t.costs.iter().filter(|(_, c)| !c.is_zero()).map(|(s, c)| (*s, *c));
     StackPaths { stacks: &tree.stacks, weights: weights.collect() }
-}
-
-/// The report's paths of a profile for a thread selection ([`frame_paths`]).
-pub fn profile_frame_paths<'a>(p: &'a Profile, threads: &crate::Threads) -> StackPaths<'a, Cost> {
-    threads.with_filter(|f| frame_paths(&p.costs, f))
 }

@@ -1,5 +1,6 @@
-//! Whole stacks with their costs, as every exporter (folded stacks, flame graphs, speedscope, ...)
-//! reads them: merged over the selected threads, and per thread.
+//! Whole stacks, each with its weight for one metric, as every exporter (folded stacks, flame
+//! graphs, speedscope, ...) reads them: merged over the selected threads, and per thread; and the
+//! names of a stack's frames. (The stack table itself is `clrprof_model::stacks`.)
 
 use clrprof_model::{Cost, FrameId, Metric, Profile, StackId};
 use serde::Serialize;
