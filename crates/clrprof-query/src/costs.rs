@@ -373,3 +373,68 @@ pub fn hits(p: &Profile, metric: Metric, threads: &Threads) -> (Vec<ModuleHits>,
     modules.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.module.cmp(&b.module)));
     (modules, routines)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::FrameKey;
+
+    /// main → fib → fib → fib, main → work (thread 2); costs in `time_ns`, calls exact.
+    fn sample() -> (Profile, [FrameId; 3]) {
+        let mut p = Profile::default();
+        let t = &mut p.costs;
+        let f: Vec<FrameId> =
+            ["Main", "Fib", "Work"].iter().map(|n| t.stacks.intern_frame(FrameKey::Label(n.to_string()))).collect();
+        let (main, fib, work) = (f[0], f[1], f[2]);
+        let c = |calls, time_ns| Cost { calls, time_ns, ..Default::default() };
+        for (frames, tid, cost) in [
+            (vec![main], 1, c(1, 10)),
+            (vec![main, fib], 1, c(1, 5)),
+            (vec![main, fib, fib], 1, c(2, 6)),
+            (vec![main, fib, fib, fib], 1, c(4, 8)),
+            (vec![main, work], 2, c(3, 30)),
+        ] {
+            let s = t.stacks.intern_stack(&frames).unwrap();
+            t.add(tid, s, &cost);
+        }
+        (p, [main, fib, work])
+    }
+
+    #[test]
+    fn report_figures_count_recursion_once_and_calls_exactly() {
+        let (p, [main, fib, work]) = sample();
+        let rows = function_rows(&p, &Threads::all());
+        let row = |f| rows.iter().find(|r| r.frame == f).unwrap().clone();
+        assert_eq!((row(fib).self_cost.calls, row(fib).self_cost.time_ns, row(fib).inclusive.time_ns), (7, 19, 19));
+        assert_eq!((row(main).inclusive.time_ns, row(work).inclusive.time_ns), (59, 30));
+        assert!(function_rows(&p, &Threads::one(1)).iter().all(|r| r.frame != work));
+
+        let q = CostQuery { metric: Some(Metric::Time), ..Default::default() };
+        let tree = &call_tree(&p, &q, None).groups[0];
+        assert_eq!(tree.total, 59);
+        let shape: Vec<(&str, usize, u64)> =
+            tree.rows.iter().map(|n| (n.name.as_str(), n.depth, n.inclusive.time_ns)).collect();
+        assert_eq!(shape, [("Main", 0, 59), ("Work", 1, 30), ("Fib", 1, 19), ("Fib", 2, 14), ("Fib", 3, 8)]);
+
+        let v = callers(&p, &q, Some("Fib")).unwrap();
+        let b = v.function.unwrap();
+        assert_eq!((b.calls, b.self_cost.time_ns, b.inclusive.time_ns), (7, 19, 19));
+        let edge = |edges: &[EdgeStats], f| edges.iter().find(|e| e.frame == Some(f)).unwrap().clone();
+        assert_eq!((edge(&b.callers, main).calls, edge(&b.callers, main).cost.time_ns), (1, 19));
+        assert_eq!(edge(&b.callers, fib).calls, 6);
+        assert_eq!(edge(&b.callees, fib).calls, 6);
+        let m = callers(&p, &q, Some("Main")).unwrap().function.unwrap();
+        assert_eq!(m.callers.iter().map(|e| e.frame).collect::<Vec<_>>(), [None], "Main is an entry point");
+        assert_eq!(edge(&m.callees, work).calls, 3);
+        assert_eq!(
+            v.entry_points,
+            [EntryPoint {
+                frame: main,
+                name: "Main".into(),
+                calls: 1,
+                inclusive: Cost { calls: 11, time_ns: 59, ..Default::default() }
+            }]
+        );
+        assert_eq!(v.entry_total, 59);
+    }
+}

@@ -197,11 +197,13 @@ pub struct TreeNode<W> {
 pub struct Tree<W> {
     pub nodes: Vec<TreeNode<W>>,
     kids: Vec<u32>,
+    /// The node each path ends at, by path ([`prefix_tree`]; empty for [`stack_tree`]).
+    pub ends: Vec<u32>,
 }
 
 impl<W> Default for Tree<W> {
     fn default() -> Self {
-        Tree { nodes: Vec::new(), kids: Vec::new() }
+        Tree { nodes: Vec::new(), kids: Vec::new(), ends: Vec::new() }
     }
 }
 
@@ -248,6 +250,7 @@ pub fn prefix_tree<W: Weight>(paths: &Paths<W>, inverted: bool) -> Tree<W> {
         order.sort_unstable_by(|&a, &b| paths.path(a as usize).cmp(paths.path(b as usize)));
     }
     let mut nodes = vec![node(0, u32::MAX, 0)];
+    let mut ends = vec![0u32; paths.len()];
     // chain[d]: the node at depth d of the previous path (chain[0]: the root).
     let mut chain: Vec<u32> = vec![0];
     let mut prev: Option<&[FuncId]> = None;
@@ -268,10 +271,12 @@ pub fn prefix_tree<W: Weight>(paths: &Paths<W>, inverted: bool) -> Tree<W> {
         for &c in &chain {
             nodes[c as usize].total.add(w);
         }
-        nodes[chain[chain.len() - 1] as usize].self_w.add(w);
+        let leaf = chain[chain.len() - 1];
+        nodes[leaf as usize].self_w.add(w);
+        ends[i as usize] = leaf;
         prev = Some(p);
     }
-    lay_out(nodes)
+    Tree { ends, ..lay_out(nodes) }
 }
 
 /// The top-down tree of the stacks of a thread selection with their costs, taken straight from
@@ -331,7 +336,7 @@ fn lay_out<W: Weight>(mut nodes: Vec<TreeNode<W>>) -> Tree<W> {
         kids[fill[parent] as usize] = i as u32;
         fill[parent] += 1;
     }
-    Tree { nodes, kids }
+    Tree { nodes, kids, ends: Vec::new() }
 }
 
 #[cfg(test)]
