@@ -310,8 +310,8 @@ pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec
         stacks.push(StackId(i as u32));
     }
     let mut root = Cost::default();
-    for &k in nodes.iter().filter(|n| n.depth == 1).map(|n| &n.total).collect::<Vec<_>>() {
-        root.add(&k);
+    for n in nodes.iter().filter(|n| n.depth == 1) {
+        root.add(&n.total);
     }
     nodes[0].total = root;
     (lay_out(nodes), stacks)
@@ -504,10 +504,10 @@ mod tests {
             super::super::frame_paths(&ct, filter).each_path(&mut |p, w| paths.add(p, w));
             assert_eq!(described(&tree), described(&prefix_tree(&paths, false)));
             assert_eq!(tree.nodes[0].total, paths.total());
-            for id in 1..tree.nodes.len() {
-                let frames = ct.stacks.frames_of(stacks[id]);
-                assert_eq!(frames.last().map(|f| f.0), Some(tree.nodes[id].func));
-                assert_eq!(frames.len() as u32, tree.nodes[id].depth);
+            for (node, &stack) in tree.nodes.iter().zip(&stacks).skip(1) {
+                let frames = ct.stacks.frames_of(stack);
+                assert_eq!(frames.last().map(|f| f.0), Some(node.func));
+                assert_eq!(frames.len() as u32, node.depth);
             }
         }
     }
