@@ -151,6 +151,8 @@ impl StackView {
     /// The top-down and inverted trees of the paths (on two threads for many paths), children by
     /// total, then name.
     fn build_trees(&mut self) {
+        // The view is kept in the viewer's cache: without its copy of every path.
+        self.paths.stop_merging();
         let (top_down, inverted) = if self.paths.len() > PARALLEL_TREES {
             let this = &*self;
             std::thread::scope(|scope| {

@@ -107,6 +107,12 @@ impl<W: Weight> Paths<W> {
         self.weights.push(*w);
     }
 
+    /// Drops the index that merges paths (its copy of every path): paths added later are added
+    /// as they come. For path sets kept after they are built.
+    pub fn stop_merging(&mut self) {
+        self.index = None;
+    }
+
     pub fn len(&self) -> usize {
         self.weights.len()
     }
