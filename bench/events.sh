@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Overhead of clrprof's runtime events (issue 5) on an allocation-heavy and an exception-heavy
-# workload (apps/Events: `bench-alloc N`, `bench-exceptions N`), side by side:
+# Overhead of clrprof's runtime events (exceptions, GCs, allocations, locks) on an allocation-heavy
+# and an exception-heavy workload (apps/Events: `bench-alloc N`, `bench-exceptions N`), side by side:
 #   plain      no profiler
 #   no-events  clrprof record --no-exceptions --no-gc --alloc off (loads/JIT/threads only)
 #   default    clrprof record (exceptions with the storm rate limit, GC, sampled allocations)

@@ -3,7 +3,8 @@
 # one small file against the framework's reference assemblies (as bench/runtime-names), and optionally
 # `dotnet build` of a small project (apps/Types, --no-incremental). Configurations are interleaved round
 # by round; prints each run's wall time and, per configuration, the median and its ratio to no profiler.
-# Results in BENCHMARKS.md ("Start-up").
+# Results in docs/benchmarks/overhead.md ("Start-up" and the sessions after it), the current
+# figures in BENCHMARKS.md.
 #   ROUNDS=7 CLRPROF=target/release/clrprof CONFIGS="none default" BUILD=1 bench/startup.sh
 # CONFIGS names from: none default no-classes alloc-off no-sample quiet (every recorder off) instrument
 # counts-only type-loads no-cache (the defaults without the unwind-rule cache, CLRPROF_CACHE_DIR empty; the

@@ -1,5 +1,9 @@
 //! Time in the model: every cost and event keeps the time it happened (`ts`, ns since the agent
 //! started), and a profile can be computed for any window of the run.
+//!
+//! Windows are asked for in two spellings, both parsed here: on the command line as times with a
+//! unit (`--from 1.5s --to 2s`: [`parse_time`]), in the viewer's URLs as ns (`from=1500000000`:
+//! [`TimeRange::parse_ns`]); either bound may be left out ([`TimeRange::between`]).
 
 /// A window of the run in ns since the agent started: `from` inclusive, `to` exclusive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -24,6 +28,29 @@ impl TimeRange {
 
     pub fn is_all(&self) -> bool {
         *self == TimeRange::ALL
+    }
+
+    /// The window between optional bounds: neither is the whole run; a missing `from` is the
+    /// run's start, a missing `to` its end (a `to` before `from` makes an empty window).
+    pub fn between(from: Option<u64>, to: Option<u64>) -> TimeRange {
+        match (from, to) {
+            (None, None) => TimeRange::ALL,
+            (f, t) => TimeRange::new(f.unwrap_or(0), t.unwrap_or(u64::MAX)),
+        }
+    }
+
+    /// The window of a viewer URL's `from` and `to` (ns since the agent started, either optional;
+    /// see [`between`](Self::between)).
+    pub fn parse_ns(from: Option<&str>, to: Option<&str>) -> Result<TimeRange, String> {
+        let bound = |name: &str, s: Option<&str>| {
+            s.map(|s| s.parse::<u64>().map_err(|_| format!("'{name}' is not a time in ns"))).transpose()
+        };
+        Ok(TimeRange::between(bound("from", from)?, bound("to", to)?))
+    }
+
+    /// True when no time falls inside the window.
+    pub fn is_empty(&self) -> bool {
+        self.from >= self.to
     }
 
     /// True when an event at `ts` belongs to the window.
@@ -94,5 +121,17 @@ mod tests {
         assert_eq!(r.overlap(0, 100), 0);
         assert_eq!(r.clip(120, 130), Some((120, 130)));
         assert!(TimeRange::ALL.is_all() && TimeRange::ALL.contains(u64::MAX - 1));
+    }
+
+    #[test]
+    fn ranges_from_optional_bounds() {
+        assert_eq!(TimeRange::between(None, None), TimeRange::ALL);
+        assert_eq!(TimeRange::between(Some(5), None), TimeRange { from: 5, to: u64::MAX });
+        assert_eq!(TimeRange::between(None, Some(9)), TimeRange { from: 0, to: 9 });
+        assert!(TimeRange::between(Some(9), Some(5)).is_empty() && !TimeRange::ALL.is_empty());
+        assert_eq!(TimeRange::parse_ns(Some("10"), Some("20")), Ok(TimeRange::new(10, 20)));
+        assert_eq!(TimeRange::parse_ns(None, None), Ok(TimeRange::ALL));
+        assert_eq!(TimeRange::parse_ns(Some("1.5s"), None), Err("'from' is not a time in ns".to_string()));
+        assert_eq!(TimeRange::parse_ns(None, Some("-1")), Err("'to' is not a time in ns".to_string()));
     }
 }

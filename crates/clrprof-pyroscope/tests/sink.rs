@@ -21,7 +21,7 @@ fn trace_bytes(name: &str) -> Vec<u8> {
 
 /// The sampled trace's ProcessStart time (ns since the epoch) and duration.
 fn sampled_times() -> (u64, u64) {
-    let b = clrprof_query::source::Loader::load(clrprof_trace::TraceSource::File(
+    let b = clrprof_load::source::Loader::load(clrprof_trace::TraceSource::File(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../testdata/traces/v1/sampled.clrprof"),
     ))
     .unwrap()

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use clrprof_load::source::Loader;
 use clrprof_model::{NoSymbols, TimeRange};
 use clrprof_pyroscope::{Push, RunPusher};
-use clrprof_query::source::Loader;
 use clrprof_trace::TraceSource;
 
 fn trace(name: &str) -> PathBuf {

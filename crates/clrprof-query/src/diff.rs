@@ -7,7 +7,7 @@
 //! collectible contexts, say) are one function here. A function without a module (folded stacks
 //! name none for managed frames) matches the one function of its name that has a module, if
 //! there is exactly one. Each profile is taken as given: its time
-//! window was chosen when it was built ([`crate::source::Loader::profile`]), and each side has its
+//! window was chosen when it was built (`clrprof_load::Loader::profile`), and each side has its
 //! own thread selection (thread ids differ between runs too).
 //!
 //! With `normalize`, the baseline's values are scaled so that its total equals the new total

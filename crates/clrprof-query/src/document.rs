@@ -1020,7 +1020,7 @@ mod tests {
         let mut checked = 0;
         for e in std::fs::read_dir(dir).unwrap() {
             let path = e.unwrap().path();
-            let (b, _) = crate::source::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
+            let (b, _) = clrprof_load::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
             let p = b.profile(TimeRange::ALL, &mut NoSymbols);
             let mut scratch = super::TotalsScratch::default();
             let key = |r: &super::FunctionRow| format!("{:?} {:?} {:?}", r.frame, r.self_cost, r.inclusive);

@@ -14,9 +14,7 @@ pub mod document;
 pub mod engine;
 pub mod events;
 pub mod explore;
-pub mod import;
 pub mod select;
-pub mod source;
 pub mod timeline;
 pub mod weighted_stacks;
 

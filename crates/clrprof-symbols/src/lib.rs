@@ -8,11 +8,16 @@
 //! and `/usr/lib/debug`. When nothing matches, the file's frames stay unnamed and
 //! [`NativeSymbols::diagnostics`] says why. Traces written before build-ids were recorded (empty
 //! build-id) use the file at the path, as before.
+//!
+//! A reader that computes many profiles of one trace (the viewer: one per range of time asked)
+//! shares one [`SymbolTables`] between them through a [`Symbolizer`], so that each file is read
+//! once per process rather than once per profile.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use clrprof_model::NativeSymbols;
+use clrprof_model::{NativeSymbols, NoSymbols};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
 /// Where distributions install separate debug files by build-id.
@@ -138,28 +143,48 @@ pub fn debug_file_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
     Some(dir.join(".build-id").join(&h[..2]).join(format!("{}.debug", &h[2..])))
 }
 
-/// ELF symbol tables by file path and build-id, each read once.
-pub struct ElfSymbols {
+/// What opening a recorded file gave: its symbols, or why its frames stay unnamed.
+struct Opened {
+    symbols: Option<FileSymbols>,
+    /// Said once per profile that asks for the file (`None`: nothing to say).
+    diagnostic: Option<String>,
+}
+
+/// A recorded file: its path and build-id.
+type FileKey = (String, Vec<u8>);
+
+/// ELF symbol tables by file path and build-id, each read once and kept for every resolver made
+/// from them (thread-safe: the viewer computes profiles on several threads). A file is keyed by its
+/// recorded build-id, so a kept table stays right for it; only a file of an old trace (no
+/// build-id) is trusted as it was when first read.
+pub struct SymbolTables {
     /// Searched for separate debug files, in order (the caller's, then `/usr/lib/debug`).
     debug_dirs: Vec<PathBuf>,
-    files: HashMap<(String, Vec<u8>), Option<FileSymbols>>,
-    /// Why a file's frames stay unnamed, by path (sorted, so output is deterministic).
-    diagnostics: BTreeMap<String, String>,
+    /// Each file's cell is filled once; threads asking for one being read wait for it, others not.
+    files: Mutex<HashMap<FileKey, Arc<OnceLock<Arc<Opened>>>>>,
 }
 
-impl Default for ElfSymbols {
-    fn default() -> Self {
-        ElfSymbols::with_debug_dirs(Vec::new())
-    }
-}
-
-impl ElfSymbols {
+impl SymbolTables {
     /// Also looks for separate debug files (`<dir>/.build-id/xx/yyyy.debug`) under `dirs`, before
     /// `/usr/lib/debug`.
     pub fn with_debug_dirs(dirs: Vec<PathBuf>) -> Self {
         let mut debug_dirs = dirs;
         debug_dirs.push(PathBuf::from(SYSTEM_DEBUG_DIR));
-        ElfSymbols { debug_dirs, files: HashMap::new(), diagnostics: BTreeMap::new() }
+        SymbolTables { debug_dirs, files: Mutex::new(HashMap::new()) }
+    }
+
+    /// A resolver for one profile, reading through these tables.
+    pub fn resolver(self: &Arc<Self>) -> ElfSymbols {
+        ElfSymbols { tables: Arc::clone(self), seen: HashMap::new(), diagnostics: BTreeMap::new() }
+    }
+
+    /// The file's symbols, read on first use.
+    fn get(&self, key: &FileKey) -> Arc<Opened> {
+        let cell = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(files.entry(key.clone()).or_default())
+        };
+        Arc::clone(cell.get_or_init(|| Arc::new(self.open(&key.0, &key.1))))
     }
 
     /// Separate debug files that may belong to the file at `path`, in the order GDB looks: by
@@ -188,8 +213,9 @@ impl ElfSymbols {
 
     /// The symbols for a recorded file: the file at `path` when it is the recorded build (with the
     /// symbols of its separate debug file when one is installed), else a debug file of that build;
-    /// `None` (with a diagnostic) when there is neither.
-    fn open(&mut self, path: &str, build_id: &[u8]) -> Option<FileSymbols> {
+    /// none (with a diagnostic) when there is neither.
+    fn open(&self, path: &str, build_id: &[u8]) -> Opened {
+        let found = |symbols| Opened { symbols: Some(symbols), diagnostic: None };
         let why = match FileSymbols::read_matching(Path::new(path), build_id) {
             Ok(parsed) => {
                 let mut f = parsed.symbols;
@@ -197,10 +223,10 @@ impl ElfSymbols {
                 if let Some(debug) = Self::debug_symbols(&candidates, &parsed.build_id) {
                     f.merge(debug);
                 }
-                return Some(f);
+                return found(f);
             }
             // An old trace (no recorded build-id) and a file that is gone: nothing to say, as before.
-            Err(_) if build_id.is_empty() => return None,
+            Err(_) if build_id.is_empty() => return Opened { symbols: None, diagnostic: None },
             Err(Unusable::Unreadable(why)) => why,
             Err(Unusable::OtherBuild(id)) if id.is_empty() => {
                 format!("{path} has no build-id but the trace recorded one (another file, or another machine)")
@@ -212,33 +238,83 @@ impl ElfSymbols {
         for dir in &self.debug_dirs {
             let Some(debug) = debug_file_path(dir, build_id) else { continue };
             if let Ok(f) = FileSymbols::read_matching(&debug, build_id) {
-                return Some(f.symbols);
+                return found(f.symbols);
             }
         }
         let module = path.rsplit('/').next().unwrap_or(path);
-        self.diagnostics.insert(
-            path.to_string(),
-            format!(
-                "{module}: {why} and no debug file matches build-id {}; its frames show as {module}!<unknown>",
-                hex(build_id)
-            ),
+        let diagnostic = format!(
+            "{module}: {why} and no debug file matches build-id {}; its frames show as {module}!<unknown>",
+            hex(build_id)
         );
-        None
+        Opened { symbols: None, diagnostic: Some(diagnostic) }
+    }
+}
+
+/// Native names for one profile, read through [`SymbolTables`] (its own, or shared with other
+/// profiles'). Its diagnostics are those of the files this profile asked for.
+pub struct ElfSymbols {
+    tables: Arc<SymbolTables>,
+    /// The files this resolver asked for.
+    seen: HashMap<FileKey, Arc<Opened>>,
+    /// Why a file's frames stay unnamed, by path (sorted, so output is deterministic).
+    diagnostics: BTreeMap<String, String>,
+}
+
+impl Default for ElfSymbols {
+    fn default() -> Self {
+        ElfSymbols::with_debug_dirs(Vec::new())
+    }
+}
+
+impl ElfSymbols {
+    /// A resolver with tables of its own (see [`SymbolTables::with_debug_dirs`]).
+    pub fn with_debug_dirs(dirs: Vec<PathBuf>) -> Self {
+        Arc::new(SymbolTables::with_debug_dirs(dirs)).resolver()
     }
 }
 
 impl NativeSymbols for ElfSymbols {
     fn symbol(&mut self, path: &str, build_id: &[u8], file_offset: u64) -> Option<(String, u64)> {
         let key = (path.to_string(), build_id.to_vec());
-        if !self.files.contains_key(&key) {
-            let f = self.open(path, build_id);
-            self.files.insert(key.clone(), f);
+        if !self.seen.contains_key(&key) {
+            let opened = self.tables.get(&key);
+            if let Some(d) = &opened.diagnostic {
+                self.diagnostics.insert(path.to_string(), d.clone());
+            }
+            self.seen.insert(key.clone(), opened);
         }
-        self.files.get(&key)?.as_ref()?.lookup(file_offset)
+        self.seen.get(&key)?.symbols.as_ref()?.lookup(file_offset)
     }
 
     fn diagnostics(&mut self) -> Vec<String> {
         std::mem::take(&mut self.diagnostics).into_values().collect()
+    }
+}
+
+/// How a reader names native frames, chosen once: from the ELF files on this machine (tables read
+/// once and shared by every profile it makes), or not at all (`module!<unknown>`). Cloning shares
+/// the tables.
+#[derive(Clone)]
+pub struct Symbolizer(Option<Arc<SymbolTables>>);
+
+impl Symbolizer {
+    /// `native_symbols`: name native frames, looking for separate debug files under `debug_dirs`
+    /// too; else leave them unnamed.
+    pub fn new(native_symbols: bool, debug_dirs: Vec<PathBuf>) -> Self {
+        Symbolizer(native_symbols.then(|| Arc::new(SymbolTables::with_debug_dirs(debug_dirs))))
+    }
+
+    /// Native frames stay `module!<unknown>`.
+    pub fn none() -> Self {
+        Symbolizer(None)
+    }
+
+    /// A resolver for one profile.
+    pub fn resolver(&self) -> Box<dyn NativeSymbols + Send> {
+        match &self.0 {
+            Some(tables) => Box::new(tables.resolver()),
+            None => Box::new(NoSymbols),
+        }
     }
 }
 
@@ -313,6 +389,27 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert!(d[0].starts_with("libx.so: cannot read /nonexistent/libx.so ("), "{d:?}");
         assert!(d[0].ends_with("no debug file matches build-id 010203; its frames show as libx.so!<unknown>"), "{d:?}");
+    }
+
+    #[test]
+    fn shared_tables_read_a_file_once_and_each_profile_says_why() {
+        let tables = Arc::new(SymbolTables::with_debug_dirs(vec![scratch("shared")]));
+        for _ in 0..2 {
+            let mut e = tables.resolver();
+            assert_eq!(e.symbol("/nonexistent/liby.so", &[4, 5, 6], 0x1000), None);
+            assert_eq!(e.symbol("/nonexistent/liby.so", &[4, 5, 6], 0x2000), None);
+            let d = e.diagnostics();
+            assert_eq!(d.len(), 1, "{d:?}");
+            assert!(d[0].starts_with("liby.so: cannot read /nonexistent/liby.so ("), "{d:?}");
+        }
+        assert_eq!(tables.files.lock().unwrap().len(), 1);
+        if let Some((id, off)) = libz() {
+            let s = Symbolizer::new(true, Vec::new());
+            let (mut a, mut b) = (s.resolver(), s.clone().resolver());
+            assert_eq!(a.symbol(LIBZ, &id, off).map(|s| s.0), Some("adler32_z".to_string()));
+            assert_eq!(b.symbol(LIBZ, &id, off).map(|s| s.0), Some("adler32_z".to_string()));
+        }
+        assert_eq!(Symbolizer::new(false, Vec::new()).resolver().symbol(LIBZ, &[], 0x1000), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-// The README's screenshots of `clrprof view` (docs/images/view-*.png), one per view, from a real
+// docs/view.md's screenshots of `clrprof view` (docs/images/view-*.png), one per view, from a real
 // trace: `node screenshots.mjs NEW.clrprof BASELINE.clrprof OUTDIR` with CLRPROF (the binary) and
 // CHROMIUM (default /usr/bin/chromium) in the environment. scripts/screenshots records the traces
 // (apps/Demo, two sizes) and runs this.

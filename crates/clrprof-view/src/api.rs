@@ -157,14 +157,7 @@ impl Loaded {
     }
 
     fn range(&self, q: &Params) -> Result<TimeRange, ApiError> {
-        let from: Option<u64> =
-            q.get("from").map(|s| s.parse()).transpose().map_err(|_| bad("'from' is not a time in ns"))?;
-        let to: Option<u64> =
-            q.get("to").map(|s| s.parse()).transpose().map_err(|_| bad("'to' is not a time in ns"))?;
-        Ok(match (from, to) {
-            (None, None) => TimeRange::ALL,
-            (f, t) => TimeRange::new(f.unwrap_or(0), t.unwrap_or(u64::MAX)),
-        })
+        TimeRange::parse_ns(q.get("from"), q.get("to")).map_err(bad)
     }
 
     fn profile(&self, side: Side, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
@@ -514,7 +507,7 @@ pub trait LiveRun: ProfileSource {
     fn refresh(&self) -> Result<RunStatus, String>;
 }
 
-/// A run store as the viewer sees it (the CLI implements it over `clrprof-collect`).
+/// A run store as the viewer sees it (`sources::StoreCatalog` over `clrprof-collect`).
 pub trait RunCatalog: Send + Sync {
     /// The store's runs as JSON objects (id, host, pid, command, start, end, bytes, state, …).
     fn runs(&self) -> Result<Vec<Value>, String>;

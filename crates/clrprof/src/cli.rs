@@ -224,15 +224,15 @@ struct ReadArgs {
 
 impl ReadArgs {
     fn options(self) -> Result<crate::load::ReadOptions> {
-        let (from, to) = (self.from.unwrap_or(0), self.to.unwrap_or(u64::MAX));
-        if from >= to {
+        let range = TimeRange::between(self.from, self.to);
+        if range.is_empty() {
             anyhow::bail!("--from must be before --to");
         }
         Ok(crate::load::ReadOptions {
-            range: TimeRange::new(from, to),
+            range,
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
-            import: clrprof_query::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
+            import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
         })
     }

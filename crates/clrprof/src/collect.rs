@@ -1,11 +1,11 @@
-//! `clrprof collect` (the server agents stream to), `clrprof runs` (what a store holds), and
-//! `run:ID` / `run:latest` as a trace source for every reader.
+//! `clrprof collect` (the server agents stream to) and `clrprof runs` (what a store holds). Reading
+//! a run (`run:ID`, `run:latest`) is `clrprof_load::store`'s.
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
-use clrprof_collect::{open_store, Collector, RunId, RunInfo, RunState, RunStore, DEFAULT_STORE};
-use clrprof_trace::TraceSource;
+use anyhow::{Context, Result};
+use clrprof_collect::{open_store, Collector, RunId, RunInfo, RunState};
+use clrprof_load::store::{open, redact, store_spec};
 
 /// Options of `clrprof collect`.
 #[derive(Clone, Debug)]
@@ -53,33 +53,6 @@ fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
     });
     let p = clrprof_pyroscope::Pyroscope::start(cfg, log).context("cannot start the Pyroscope pusher")?;
     Ok(Arc::new(PyroscopeSink(p)))
-}
-
-pub fn store_spec(store: Option<&str>) -> String {
-    store.map(str::to_string).unwrap_or_else(|| DEFAULT_STORE.to_string())
-}
-
-/// Opens a store to read: an SQLite file must exist (a typo is not a new, empty store).
-pub fn open(store: Option<&str>) -> Result<Arc<dyn RunStore>> {
-    let spec = store_spec(store);
-    if !spec.contains("://") && !std::path::Path::new(&spec).is_file() {
-        bail!("no run store at {spec}: run `clrprof collect` there first, or pass --store PATH|postgresql://…");
-    }
-    open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))
-}
-
-/// A store URL without its password, for messages.
-pub fn redact(spec: &str) -> String {
-    match (spec.find("://"), spec.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let cred = &spec[s + 3..at];
-            match cred.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &spec[..s + 3], &spec[at..]),
-                None => spec.to_string(),
-            }
-        }
-        _ => spec.to_string(),
-    }
 }
 
 pub fn collect(c: &CollectCommand) -> Result<()> {
@@ -251,63 +224,6 @@ fn utc(ms: i64) -> String {
     format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{sec:02}")
 }
 
-/// `run:ID` or `run:latest`, if `trace` names a run.
-pub fn run_spec(trace: &std::path::Path) -> Option<&str> {
-    trace.to_str().and_then(|s| s.strip_prefix("run:"))
-}
-
-/// The trace of a run as a source, with warnings to print (still streaming, cut off).
-pub fn run_source(spec: &str, store: Option<&str>) -> Result<(TraceSource, RunInfo, Vec<String>)> {
-    let s = open(store)?;
-    let run = if spec == "latest" {
-        s.latest()?.with_context(|| format!("the run store {} holds no runs", redact(&store_spec(store))))?
-    } else {
-        let id: i64 = match spec.parse() {
-            Ok(id) => id,
-            Err(_) => bail!("`run:{spec}`: expected run:ID (a number, see `clrprof runs`) or run:latest"),
-        };
-        s.get(RunId(id))?
-            .with_context(|| format!("no run {id} in the store {} (see `clrprof runs`)", redact(&store_spec(store))))?
-    };
-    let bytes = s.read(run.id, 0)?;
-    let mut warnings = Vec::new();
-    match run.state {
-        RunState::Running => warnings.push(format!("run {} is still streaming; this is what arrived so far", run.id)),
-        RunState::CutOff => warnings.push(format!(
-            "run {} was cut off ({}); read up to the cut",
-            run.id,
-            run.reason.as_deref().unwrap_or("unknown reason")
-        )),
-        RunState::Complete => {}
-    }
-    Ok((TraceSource::Bytes(bytes), run, warnings))
-}
-
-/// What a reader names as its input — a trace file (or an imported file), or `run:ID`/`run:latest`
-/// of `store` — as a source, with its label for messages and its size in bytes. A run's warnings
-/// (still streaming, cut off) go to stderr. `report`, `export`, `diff` and `view` all read through
-/// this.
-pub fn trace_source(path: &std::path::Path, store: Option<&str>) -> Result<(TraceSource, String, u64)> {
-    Ok(match run_spec(path) {
-        Some(spec) => {
-            let (source, run, warnings) = run_source(spec, store)?;
-            for w in warnings {
-                eprintln!("clrprof: warning: {w}");
-            }
-            let size = match &source {
-                TraceSource::Bytes(b) => b.len() as u64,
-                _ => run.bytes,
-            };
-            (source, format!("run:{}", run.id), size)
-        }
-        None => (
-            TraceSource::File(path.to_path_buf()),
-            path.display().to_string(),
-            std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
-        ),
-    })
-}
-
 /// Parses a size: bytes, or with a K/M/G suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -336,9 +252,5 @@ mod tests {
         assert_eq!(parse_size("500M"), Ok(500 << 20));
         assert_eq!(parse_size("4096"), Ok(4096));
         assert!(parse_size("0").is_err() && parse_size("lots").is_err());
-        assert_eq!(redact("postgresql://u:pw@h:5/db"), "postgresql://u:***@h:5/db");
-        assert_eq!(redact("runs.db"), "runs.db");
-        assert_eq!(run_spec(std::path::Path::new("run:latest")), Some("latest"));
-        assert_eq!(run_spec(std::path::Path::new("a.clrprof")), None);
     }
 }

@@ -24,7 +24,7 @@ pub struct ExportCommand {
 /// Default output: the trace's path with the weight and the format's extension
 /// (`app.clrprof` → `app.cpu.svg`).
 fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
-    if let Some(spec) = crate::collect::run_spec(trace) {
+    if let Some(spec) = clrprof_load::store::run_spec(trace) {
         // `run:7` → `run-7.cpu.svg` in the working directory.
         return PathBuf::from(format!("run-{spec}.{}.{ext}", metric.name()));
     }

@@ -1,25 +1,24 @@
-//! Reads a trace file into the canonical profile, reporting truncation as a warning.
+//! The readers' inputs as the commands see them: a trace, an imported file or `run:ID`, loaded by
+//! `clrprof-load`, with its warnings (a run still streaming or cut off, a truncated trace) on
+//! stderr.
 
 use std::path::Path;
 
 use anyhow::Result;
-use clrprof_model::{NoSymbols, Profile, TimeRange};
-use clrprof_query::import::{Format, ImportOptions};
-use clrprof_query::source::{LoadError, Loader};
+use clrprof_load::Input;
+use clrprof_model::Profile;
 
-/// How to read a trace.
-#[derive(Clone, Debug, Default)]
-pub struct ReadOptions {
-    /// The window of the run to profile.
-    pub range: TimeRange,
-    /// Name native frames from the ELF files on this machine (else `module!<unknown>`).
-    pub native_symbols: bool,
-    /// Directories searched for separate debug files by build-id (besides /usr/lib/debug).
-    pub debug_dirs: Vec<std::path::PathBuf>,
-    /// Imported files: the CPU time one sample stands for.
-    pub import: ImportOptions,
-    /// The run store `run:ID` is read from (`None`: the default store).
-    pub store: Option<String>,
+pub use clrprof_load::ReadOptions;
+
+/// What a reader names as its input — a trace file (or an imported file), or `run:ID`/`run:latest`
+/// of `store` — resolved, its warnings (still streaming, cut off) printed. `report`, `export`,
+/// `diff` and `view` all read through this.
+pub fn trace_source(path: &Path, store: Option<&str>) -> Result<Input> {
+    let input = Input::resolve(path, store)?;
+    for w in &input.warnings {
+        eprintln!("clrprof: warning: {w}");
+    }
+    Ok(input)
 }
 
 /// Loads a trace — or an imported file: folded stacks, a vsperfreport CSV summary — for a time
@@ -28,30 +27,11 @@ pub struct ReadOptions {
 ///
 /// `path` may name a run of a store instead (`run:ID`, `run:latest`; see `clrprof runs`).
 pub fn load(path: &Path, read: &ReadOptions) -> Result<Profile> {
-    let (source, label, _) = crate::collect::trace_source(path, read.store.as_deref())?;
-    let (loader, diagnostics) = Loader::read(source, &read.import).map_err(|e| {
-        let what = match &e {
-            LoadError::Open(_) => format!("cannot open trace {label}"),
-            LoadError::Decode { records, .. } if *records > 0 => {
-                format!("cannot read {label} (after {records} records)")
-            }
-            _ => format!("cannot read {label}"),
-        };
-        anyhow::Error::new(e).context(what)
-    })?;
-    if let Some(t) = diagnostics.truncation {
+    let input = trace_source(path, read.store.as_deref())?;
+    let label = input.label.clone();
+    let (profile, truncation) = clrprof_load::read(path, input, read)?;
+    if let Some(t) = truncation {
         eprintln!("clrprof: warning: {label}: {t}");
     }
-    if loader.format() != Format::Trace && !read.range.is_all() {
-        anyhow::bail!(
-            "{} is {}: it has no timestamps, so --from/--to cannot select a window",
-            path.display(),
-            loader.format().name()
-        );
-    }
-    Ok(if read.native_symbols {
-        loader.into_profile(read.range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(read.debug_dirs.clone()))
-    } else {
-        loader.into_profile(read.range, &mut NoSymbols)
-    })
+    Ok(profile)
 }

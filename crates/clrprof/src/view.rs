@@ -5,15 +5,12 @@
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clrprof_collect::{RunId, RunState, RunStore, RunTail};
-use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
-use clrprof_query::source::{LoadError, Loader};
-use clrprof_trace::{Record, StreamDecoder};
-use clrprof_view::{LiveRun, ProfileSource, RunCatalog, RunStatus, ServeOptions, Session, Viewer};
+use clrprof_load::{describe, store, Loader, Symbolizer};
+use clrprof_view::{LoadedSource, ProfileSource, ServeOptions, Session, StoreCatalog, Viewer};
 use signal_hook::iterator::Signals;
 
 /// What `clrprof view` was asked.
@@ -32,52 +29,6 @@ pub struct ViewCommand {
     pub debug_dirs: Vec<PathBuf>,
 }
 
-/// A loaded trace or imported file: profiles for any time range.
-struct LoadedSource {
-    /// Shared with the thread that prepares it for ranges of time.
-    loader: Arc<Loader>,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
-}
-
-impl ProfileSource for LoadedSource {
-    fn profile(&self, range: TimeRange) -> Profile {
-        if self.native_symbols {
-            self.loader.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            self.loader.profile(range, &mut NoSymbols)
-        }
-    }
-
-    // The viewer keeps the loader's sample records: its profiles need no second copy of them.
-    fn profile_untimed(&self, range: TimeRange) -> Profile {
-        if self.native_symbols {
-            self.loader
-                .profile_untimed(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            self.loader.profile_untimed(range, &mut NoSymbols)
-        }
-    }
-
-    fn each_sample(
-        &self,
-        range: TimeRange,
-        same_group: Option<clrprof_model::samples::SameGroup<'_>>,
-        f: &mut dyn FnMut(clrprof_model::samples::SampleTime),
-    ) -> bool {
-        self.loader.each_sample(range, same_group, f)
-    }
-}
-
-fn describe(label: &str, e: LoadError) -> anyhow::Error {
-    let what = match &e {
-        LoadError::Decode { records, .. } if *records > 0 => format!("cannot read {label} (after {records} records)"),
-        LoadError::Open(_) => format!("cannot open trace {label}"),
-        _ => format!("cannot read {label}"),
-    };
-    anyhow::Error::new(e).context(what)
-}
-
 /// An opened trace: the loader, its name and its size in bytes.
 struct Opened {
     loader: Loader,
@@ -89,14 +40,14 @@ struct Opened {
 /// `trace_source` as `report`, `export` and `diff`): a missing file, an unknown run or an unknown
 /// format fails here, before anything is served.
 fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
-    let (source, label, size) = crate::collect::trace_source(path, store)?;
-    let loader = Loader::open(source).map_err(|e| describe(&label, e))?;
-    Ok(Opened { loader, label, size })
+    let input = crate::load::trace_source(path, store)?;
+    let loader = Loader::open(input.source).map_err(|e| describe(&input.label, e))?;
+    Ok(Opened { loader, label: input.label, size: input.size })
 }
 
 /// Reads an opened trace with a progress line on stderr and in the page every half second.
 /// Ctrl-C or SIGTERM while loading ends the command.
-fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) -> Result<LoadedSource> {
+fn read(o: Opened, symbols: &Symbolizer, session: &Session, signals: &mut Signals) -> Result<LoadedSource> {
     let Opened { loader: mut l, label, size } = o;
     let started = Instant::now();
     let mut last = Instant::now();
@@ -125,15 +76,7 @@ fn read(o: Opened, cmd: &ViewCommand, session: &Session, signals: &mut Signals) 
     if size > 50_000_000 {
         eprintln!("clrprof: loaded {} records in {:.1} s", d.records, started.elapsed().as_secs_f64());
     }
-    // Brushing asks for profiles of ranges again and again: sums at checkpoints make each one
-    // cost the records near its ends, not all the records inside it. Prepared on one core in the
-    // background (one pass over the records); ranges asked for meanwhile read the records.
-    // The timeline and every range read the records through their time index (one pass).
-    l.prepare_index();
-    let loader = Arc::new(l);
-    let background = Arc::clone(&loader);
-    let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
-    Ok(LoadedSource { loader, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() })
+    Ok(LoadedSource::new(l, symbols.clone()))
 }
 
 /// A token given on the command line must be long and URL/cookie safe.
@@ -190,12 +133,14 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     let session = Arc::new(Session::loading(trace.label.clone()));
     let viewer = Viewer::start(session.clone(), &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     print_url(cmd, &viewer.url())?;
+    // The trace and its baseline name frames of the same libraries: one set of symbol tables.
+    let symbols = Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone());
     let loaded = (|| -> Result<_> {
-        let source = read(trace, cmd, &session, &mut signals)?;
+        let source = read(trace, &symbols, &session, &mut signals)?;
         let baseline = match baseline {
             Some(b) => {
                 let name = b.label.clone();
-                let s = read(b, cmd, &session, &mut signals)?;
+                let s = read(b, &symbols, &session, &mut signals)?;
                 Some((name, Box::new(s) as Box<dyn ProfileSource>))
             }
             None => None,
@@ -234,136 +179,15 @@ fn serve_store(cmd: &ViewCommand, bind: IpAddr, token: String) -> Result<()> {
     if cmd.baseline.is_some() {
         bail!("--baseline needs a TRACE to compare with (e.g. `clrprof view run:2 --baseline run:1 --store S`)");
     }
-    let store = crate::collect::open(cmd.store.as_deref())?;
-    let name = crate::collect::redact(&crate::collect::store_spec(cmd.store.as_deref()));
+    let store = store::open(cmd.store.as_deref())?;
+    let name = store::redact(&store::store_spec(cmd.store.as_deref()));
     let mut signals =
         Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
-    let catalog = StoreCatalog { store, native_symbols: cmd.native_symbols, debug_dirs: cmd.debug_dirs.clone() };
+    let catalog = StoreCatalog::new(store, Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone()));
     let session = Arc::new(Session::store(name, Box::new(catalog)));
     let viewer = Viewer::start(session, &ServeOptions { bind, port: cmd.port, token, workers: 4 })?;
     print_url(cmd, &viewer.url())?;
     let _ = signals.forever().next();
     viewer.stop();
     Ok(())
-}
-
-/// The runs of a store, for the viewer.
-struct StoreCatalog {
-    store: Arc<dyn RunStore>,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
-}
-
-impl RunCatalog for StoreCatalog {
-    fn runs(&self) -> Result<Vec<serde_json::Value>, String> {
-        let mut runs = self.store.list().map_err(|e| e.to_string())?;
-        runs.reverse();
-        Ok(runs.iter().map(|r| serde_json::to_value(r).unwrap_or_default()).collect())
-    }
-
-    fn open(&self, id: i64) -> Result<Arc<dyn LiveRun>, String> {
-        let info = self
-            .store
-            .get(RunId(id))
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no run {id} in this store"))?;
-        Ok(Arc::new(StoreRun {
-            id,
-            native_symbols: self.native_symbols,
-            debug_dirs: self.debug_dirs.clone(),
-            inner: Mutex::new(Follow {
-                tail: RunTail::new(self.store.clone(), info.id),
-                decoder: StreamDecoder::new(),
-                builder: ProfileBuilder::new(),
-                batch: Vec::new(),
-                generation: 0,
-                bytes: 0,
-                state: RunState::Running,
-                ended: false,
-                failed: None,
-            }),
-        }))
-    }
-}
-
-/// A run read from its store as it grows: each refresh decodes the bytes stored since the last
-/// one into the incremental `ProfileBuilder` (the same decoding `run_source` + `Loader` does in
-/// one go).
-struct StoreRun {
-    id: i64,
-    native_symbols: bool,
-    debug_dirs: Vec<PathBuf>,
-    inner: Mutex<Follow>,
-}
-
-struct Follow {
-    tail: RunTail,
-    decoder: StreamDecoder,
-    builder: ProfileBuilder,
-    batch: Vec<Record>,
-    generation: u64,
-    bytes: u64,
-    state: RunState,
-    /// The run ended and the decoder was finished: nothing more will come.
-    ended: bool,
-    /// The stored bytes stopped decoding here (kept: the profile is what was read before).
-    failed: Option<String>,
-}
-
-impl ProfileSource for StoreRun {
-    fn profile(&self, range: TimeRange) -> Profile {
-        let f = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if self.native_symbols {
-            f.builder.profile(range, &mut clrprof_symbols::ElfSymbols::with_debug_dirs(self.debug_dirs.clone()))
-        } else {
-            f.builder.profile(range, &mut NoSymbols)
-        }
-    }
-}
-
-impl LiveRun for StoreRun {
-    fn refresh(&self) -> Result<RunStatus, String> {
-        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let f = &mut *guard;
-        if !f.ended {
-            let (bytes, info) = f.tail.poll().map_err(|e| format!("run {}: {e}", self.id))?;
-            let info = info.ok_or_else(|| format!("run {} is no longer in the store", self.id))?;
-            let mut changed = info.state != f.state;
-            if !bytes.is_empty() && f.failed.is_none() {
-                f.bytes += bytes.len() as u64;
-                changed = true;
-                if let Err(e) = f.decoder.push(&bytes, &mut f.batch) {
-                    let msg =
-                        format!("run {}: stored trace unreadable after {} records: {e}", self.id, f.builder.records());
-                    f.builder.warn(msg.clone());
-                    f.failed = Some(msg);
-                }
-                for r in f.batch.drain(..) {
-                    f.builder.add(&r);
-                }
-            }
-            f.state = info.state;
-            if info.state != RunState::Running {
-                // Everything stored before the state said "ended" was read above.
-                f.ended = true;
-                if f.failed.is_none() {
-                    match f.decoder.finish() {
-                        Ok(Some(t)) => f.builder.warn(t.to_string()),
-                        Ok(None) => {}
-                        Err(e) => f.builder.warn(format!("run {}: the stored trace ends badly: {e}", self.id)),
-                    }
-                }
-            }
-            if changed {
-                f.generation += 1;
-            }
-        }
-        Ok(RunStatus {
-            id: self.id,
-            generation: f.generation,
-            bytes: f.bytes,
-            records: f.builder.records(),
-            state: f.state.name().to_string(),
-        })
-    }
 }

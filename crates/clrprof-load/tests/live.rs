@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
+use clrprof_load::source::Loader;
 use clrprof_model::{NoSymbols, Profile, ProfileBuilder, TimeRange};
 use clrprof_query::document::document;
-use clrprof_query::source::Loader;
 use clrprof_query::Threads;
 use clrprof_trace::{Record, StreamDecoder, TraceSource};
 

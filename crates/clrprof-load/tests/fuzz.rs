@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
+use clrprof_load::source::Loader;
 use clrprof_model::{NoSymbols, TimeRange};
-use clrprof_query::source::Loader;
 use clrprof_query::Threads;
 use clrprof_trace::{crc32, TraceSource, HEADER_LEN};
 
@@ -257,9 +257,9 @@ fn mutate_text(text: &[u8], rng: &mut Rng) -> Vec<u8> {
 
 /// Reads a damaged import both through the reader asked for and through the sniffing loader,
 /// and runs every view and a diff on what comes out.
-fn exercise_import(bytes: Vec<u8>, format: clrprof_query::import::Format) {
+fn exercise_import(bytes: Vec<u8>, format: clrprof_load::import::Format) {
+    use clrprof_load::import::{import, ImportOptions};
     use clrprof_query::diff::{diff, diff_tree, DiffQuery};
-    use clrprof_query::import::{import, ImportOptions};
     let opts = ImportOptions::default();
     let direct = import(&bytes, format, &opts);
     let loaded = Loader::open_with(TraceSource::Bytes(bytes), &opts)
@@ -298,7 +298,7 @@ fn folded_from_trace(path: &std::path::Path) -> Vec<u8> {
 
 #[test]
 fn damaged_imports_never_panic() {
-    use clrprof_query::import::Format;
+    use clrprof_load::import::Format;
     let iterations: usize = std::env::var("CLRPROF_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut names: Vec<PathBuf> =

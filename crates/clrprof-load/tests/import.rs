@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use clrprof_load::import::{Format, ImportOptions};
+use clrprof_load::source::{LoadError, Loader};
 use clrprof_model::{Metric, NoSymbols, Profile, TimeRange};
 use clrprof_query::costs::{call_tree, callers, hotspots, CostQuery};
 use clrprof_query::diff::{diff, DiffQuery};
-use clrprof_query::import::{Format, ImportOptions};
-use clrprof_query::source::{LoadError, Loader};
 use clrprof_trace::TraceSource;
 
 fn fixture(name: &str) -> PathBuf {

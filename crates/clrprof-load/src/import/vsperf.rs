@@ -622,7 +622,7 @@ mod tests {
         assert!(e.0.contains("add up to more than"), "{}", e.0);
         // Levels that jump, go back below the first one, or are huge nest as far as they can.
         let p = read(b"Level,Function Name,Exclusive Samples\n5,a,1\n99999999999,b,2\n0,c,3\n", &opts).unwrap();
-        assert_eq!(crate::select::totals(&p).cpu_samples, 6);
+        assert_eq!(clrprof_query::select::totals(&p).cpu_samples, 6);
         assert_eq!(p.costs.stacks.nodes.len(), 3);
     }
 

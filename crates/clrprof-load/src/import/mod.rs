@@ -257,7 +257,10 @@ impl Builder {
                 self.p.process.command_line.trim_matches(|c| c == '(' || c == ')')
             )));
         }
-        let total = crate::select::totals(&self.p);
+        let mut total = Cost::default();
+        for c in self.p.costs.threads.iter().flat_map(|t| t.costs.values()) {
+            total.add(c);
+        }
         let s = &mut self.p.sampling;
         s.cpu_samples = total.cpu_samples;
         s.cpu_ns = total.cpu_ns;

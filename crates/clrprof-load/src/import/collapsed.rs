@@ -91,8 +91,8 @@ pub fn read(bytes: &[u8], opts: &ImportOptions) -> Result<Profile, ImportError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::costs::{hotspots, CostQuery};
     use clrprof_model::{FrameKind, Metric};
+    use clrprof_query::costs::{hotspots, CostQuery};
 
     #[test]
     fn folded_stacks_become_the_canonical_model() {
