@@ -1,7 +1,8 @@
 //! The one aggregation engine. Every figure of a profile's stacks — function totals (hot spots,
-//! the flat summary, the per-thread tables, the diff's rows), top-down and inverted call trees,
-//! callers and callees, entry points, the Monte Carlo hit tables — is computed here, the same
-//! way for the report, the viewer, the diff and the exports, in two steps:
+//! the flat summary, the per-thread tables, the Monte Carlo hit tables, the diff's rows), top-down
+//! and inverted call trees (the report's, the viewer's, the differential one, the flame-graph
+//! export's), callers and callees, entry points — is computed here, the same way for the report,
+//! the viewer, the diff and the exports, in two steps:
 //!
 //! 1. a selection of the profile's stacks (the threads, the weight; the time window is chosen when
 //!    the profile is built) becomes [`Paths`]: call paths of function ids, root first, each with a
