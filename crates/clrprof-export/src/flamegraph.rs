@@ -2,11 +2,12 @@
 //! same graph plus click-to-zoom and search. Stacks merged over the selected threads; frame widths
 //! are samples; siblings sorted by name (as `flamegraph.pl`), so output is deterministic.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
 use clrprof_model::{FrameId, FrameKind};
+use clrprof_query::engine::{self, FuncId, Measure, Paths};
 
 use super::{ExportInput, Exporter, Result};
 
@@ -15,13 +16,6 @@ const ROW: f64 = 17.0;
 const TOP: f64 = 44.0;
 /// Frames narrower than this (pixels) are left out.
 const MIN_WIDTH: f64 = 0.2;
-
-#[derive(Default)]
-struct Node {
-    samples: u64,
-    value: u64,
-    children: BTreeMap<String, (FrameId, Node)>,
-}
 
 /// One drawn frame: depth, x and width as fractions of the total.
 struct Rect {
@@ -33,36 +27,77 @@ struct Rect {
     value: u64,
 }
 
+/// The merged stacks' tree (the engine's prefix tree of the stacks as paths of frame names: same
+/// names under one parent are one frame, as `flamegraph.pl` merges them), children by name, each
+/// node drawn with the frame of the first stack through it.
 fn layout(inp: &ExportInput<'_>) -> (Vec<Rect>, u64, usize) {
-    let mut root = Node::default();
+    let mut ids: HashMap<&str, FuncId> = HashMap::new();
+    let mut names: Vec<&str> = Vec::new();
+    let mut paths: Paths<Measure> = Paths::merging();
+    // The frames of each path's first stack.
+    let mut first: Vec<&[FrameId]> = Vec::new();
+    let mut buf = Vec::new();
     for s in &inp.stacks.merged {
-        root.samples += s.samples;
-        root.value += s.value;
-        let mut n = &mut root;
+        buf.clear();
         for &f in &s.frames {
-            let name = inp.frame_name(f).to_string();
-            n = &mut n.children.entry(name).or_insert_with(|| (f, Node::default())).1;
-            n.samples += s.samples;
-            n.value += s.value;
+            let name = inp.frame_name(f);
+            let id = *ids.entry(name).or_insert_with(|| {
+                names.push(name);
+                (names.len() - 1) as FuncId
+            });
+            buf.push(id);
+        }
+        let known = paths.len();
+        paths.add(&buf, &Measure { value: s.value, count: s.samples });
+        if paths.len() > known {
+            first.push(&s.frames);
         }
     }
-    let total = root.samples.max(1);
+    let mut tree = engine::prefix_tree(&paths, false);
+    let name = |nodes: &[engine::TreeNode<Measure>], n: u32| names[nodes[n as usize].func as usize];
+    tree.sort_children(|nodes, a, b| name(nodes, a).cmp(name(nodes, b)));
+    let mut frame: Vec<Option<FrameId>> = vec![None; tree.nodes.len()];
+    for (i, frames) in first.iter().enumerate() {
+        let mut n = 0u32;
+        for (&f, &fr) in paths.path(i).iter().zip(frames.iter()) {
+            let kids = tree.children(n);
+            let Ok(k) = kids.binary_search_by(|&c| name(&tree.nodes, c).cmp(names[f as usize])) else { break };
+            n = kids[k];
+            frame[n as usize].get_or_insert(fr);
+        }
+    }
+    let root = tree.nodes[0].total;
+    let total = root.count.max(1);
     let mut rects = Vec::new();
     let mut max_depth = 0;
-    fn walk(n: &Node, depth: usize, x: f64, total: u64, rects: &mut Vec<Rect>, max_depth: &mut usize) {
+    let mut walk_state = Walk { tree: &tree, frame: &frame, total, rects: &mut rects, max_depth: &mut max_depth };
+    walk_state.walk(0, 0, 0.0);
+    (rects, root.count, max_depth + 1)
+}
+
+struct Walk<'a> {
+    tree: &'a engine::Tree<Measure>,
+    frame: &'a [Option<FrameId>],
+    total: u64,
+    rects: &'a mut Vec<Rect>,
+    max_depth: &'a mut usize,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, n: u32, depth: usize, x: f64) {
         let mut cx = x;
-        for (f, c) in n.children.values() {
-            let w = c.samples as f64 / total as f64;
+        for &c in self.tree.children(n) {
+            let node = &self.tree.nodes[c as usize];
+            let w = node.total.count as f64 / self.total as f64;
             if w * WIDTH >= MIN_WIDTH {
-                rects.push(Rect { depth, x: cx, w, frame: *f, samples: c.samples, value: c.value });
-                *max_depth = (*max_depth).max(depth);
-                walk(c, depth + 1, cx, total, rects, max_depth);
+                let frame = self.frame[c as usize].unwrap_or(FrameId(0));
+                self.rects.push(Rect { depth, x: cx, w, frame, samples: node.total.count, value: node.total.value });
+                *self.max_depth = (*self.max_depth).max(depth);
+                self.walk(c, depth + 1, cx);
             }
             cx += w;
         }
     }
-    walk(&root, 0, 0.0, total, &mut rects, &mut max_depth);
-    (rects, root.samples, max_depth + 1)
 }
 
 fn escape(s: &str) -> String {

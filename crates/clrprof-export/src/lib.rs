@@ -14,7 +14,7 @@ mod speedscope;
 use std::io::Write;
 
 use clrprof_model::{FrameId, Profile};
-use clrprof_query::stacks::Stacks;
+use clrprof_query::weighted_stacks::Stacks;
 use clrprof_query::Threads;
 
 pub use chrome::Chrome;

@@ -8,7 +8,7 @@ use clrprof_model::FrameId;
 use serde_json::{json, Value};
 
 use super::{ExportInput, Exporter, Result};
-use clrprof_query::stacks::StackSample;
+use clrprof_query::weighted_stacks::StackSample;
 
 pub struct Speedscope;
 

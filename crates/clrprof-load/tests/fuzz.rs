@@ -93,7 +93,7 @@ fn exercise(bytes: Vec<u8>) {
     let q = clrprof_query::costs::CostQuery { depth: Some(20), ..Default::default() };
     let _ = clrprof_query::costs::hotspots(&p, &q, None);
     let _ = clrprof_query::costs::call_tree(&p, &q, None);
-    let _ = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+    let _ = clrprof_query::weighted_stacks::stacks(&p, None, &Threads::all());
     let half = p.process.duration_ns / 2;
     let w = builder.profile(TimeRange::new(half / 2, half + half / 2), &mut NoSymbols);
     let _ = clrprof_query::document::document(&w, &Threads::all(), Some(1_000_000));
@@ -275,7 +275,7 @@ fn exercise_import(bytes: Vec<u8>, format: clrprof_load::import::Format) {
         let _ = clrprof_query::costs::hotspots(&p, &q, None);
         let _ = clrprof_query::costs::call_tree(&p, &q, None);
         let _ = clrprof_query::costs::callers(&p, &q, None);
-        let _ = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+        let _ = clrprof_query::weighted_stacks::stacks(&p, None, &Threads::all());
         let d = DiffQuery { normalize: true, ..Default::default() };
         let _ = diff(&p, &p, &d);
         let _ = diff(&clrprof_model::Profile::default(), &p, &DiffQuery::default());
@@ -287,7 +287,7 @@ fn exercise_import(bytes: Vec<u8>, format: clrprof_load::import::Format) {
 fn folded_from_trace(path: &std::path::Path) -> Vec<u8> {
     let (b, _) = Loader::load(TraceSource::File(path.to_path_buf())).unwrap();
     let p = b.profile(TimeRange::ALL, &mut NoSymbols);
-    let st = clrprof_query::stacks::stacks(&p, None, &Threads::all());
+    let st = clrprof_query::weighted_stacks::stacks(&p, None, &Threads::all());
     let mut out = String::new();
     for s in &st.merged {
         let names: Vec<&str> = s.frames.iter().map(|f| p.costs.stacks.frames[f.0 as usize].name.as_str()).collect();

@@ -13,7 +13,6 @@ pub mod samples;
 pub mod sanity;
 pub mod stacks;
 pub mod time;
-pub mod views;
 
 pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};

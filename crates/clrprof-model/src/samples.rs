@@ -1015,48 +1015,39 @@ pub fn frame_module(p: &Profile, f: FrameId) -> String {
     }
 }
 
-/// The Monte Carlo tables: hits (self samples) per module and per routine for the CPU or wall
-/// metric, most hits first (ties by name, so output is deterministic).
-pub fn hits(
-    p: &Profile,
-    metric: crate::stacks::Metric,
-    filter: crate::views::ThreadFilter<'_>,
-) -> (Vec<ModuleHits>, Vec<RoutineHits>) {
-    use crate::stacks::Metric;
-    let pick = |c: &Cost| match metric {
-        Metric::Wall => (c.wall_samples, c.wall_ns),
-        _ => (c.cpu_samples, c.cpu_ns),
-    };
-    let mut routines = Vec::new();
-    let mut modules: HashMap<String, ModuleHits> = HashMap::new();
-    for r in crate::views::function_rows(&p.costs, filter) {
-        let (samples, ns) = pick(&r.self_cost);
-        if samples == 0 {
-            continue;
-        }
-        let module = frame_module(p, r.frame);
-        let m =
-            modules.entry(module.clone()).or_insert_with(|| ModuleHits { module: module.clone(), samples: 0, ns: 0 });
-        m.samples += samples;
-        m.ns += ns;
-        routines.push(RoutineHits {
-            frame: r.frame,
-            module,
-            samples,
-            ns,
-            address: p.sampling.addresses.get(&r.frame).copied(),
-        });
-    }
-    let name = |f: FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
-    routines.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| name(a.frame).cmp(name(b.frame))));
-    let mut modules: Vec<ModuleHits> = modules.into_values().collect();
-    modules.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.module.cmp(&b.module)));
-    (modules, routines)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Per frame with a cost: (frame, self, inclusive), recursion counted once (the figures the
+    /// query engine computes, here to check what the samples resolved to).
+    struct FrameRow {
+        frame: FrameId,
+        self_cost: Cost,
+        inclusive: Cost,
+    }
+
+    fn frame_rows(p: &Profile) -> Vec<FrameRow> {
+        let merged = p.costs.merged(None);
+        let mut rows: Vec<FrameRow> = (0..p.costs.stacks.frames.len())
+            .map(|f| FrameRow { frame: FrameId(f as u32), self_cost: Cost::default(), inclusive: Cost::default() })
+            .collect();
+        for (i, c) in merged.iter().enumerate() {
+            let frames = p.costs.stacks.frames_of(crate::StackId(i as u32));
+            if let Some(leaf) = frames.last() {
+                rows[leaf.0 as usize].self_cost.add(c);
+            }
+            let mut seen: Vec<FrameId> = Vec::new();
+            for f in frames {
+                if !seen.contains(&f) {
+                    seen.push(f);
+                    rows[f.0 as usize].inclusive.add(c);
+                }
+            }
+        }
+        rows.retain(|r| !r.inclusive.is_zero());
+        rows
+    }
     use crate::ProfileBuilder;
     use clrprof_trace::*;
 
@@ -1122,7 +1113,7 @@ mod tests {
         assert_eq!(p.sampling.cpu_samples, 6);
         assert_eq!(p.sampling.cpu_ns, 60);
         assert_eq!(p.sampling.wall_samples, 5);
-        let rows = crate::views::function_rows(&p.costs, None);
+        let rows = frame_rows(&p);
         let by_name = |n: &str| {
             rows.iter().find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == n).unwrap_or_else(|| panic!("{n}"))
         };
@@ -1373,7 +1364,7 @@ mod tests {
             b.add(r);
         }
         let p = b.finish();
-        let rows = crate::views::function_rows(&p.costs, None);
+        let rows = frame_rows(&p);
         let cut = rows
             .iter()
             .find(|r| p.costs.stacks.frames[r.frame.0 as usize].name == cut_label(3))

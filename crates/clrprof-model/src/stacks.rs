@@ -102,6 +102,11 @@ impl StackTable {
         id
     }
 
+    /// The stack `parent` → `frame` when it exists.
+    pub fn call(&self, parent: Option<StackId>, frame: FrameId) -> Option<StackId> {
+        self.node_index.get(&(parent, frame)).copied()
+    }
+
     /// Interns a whole stack given root first.
     pub fn intern_stack(&mut self, frames_root_first: &[FrameId]) -> Option<StackId> {
         let mut s = None;

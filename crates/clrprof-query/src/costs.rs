@@ -1,9 +1,13 @@
-//! Cost views of the canonical aggregate: hot spots, the call tree, callers/callees with entry
-//! points, the flat summary and the Monte Carlo hit tables — sorted, cut and totalled here.
+//! The report's cost views: hot spots, the call tree, callers/callees with entry points, the flat
+//! summary and the Monte Carlo hit tables. The figures come from the engine ([`crate::engine`])
+//! on the profile's frame paths (one path per stack, every cost column at once); they are sorted,
+//! cut and totalled here.
 
+use std::collections::HashMap;
+
+use crate::engine::{self, Tree};
 use crate::SaturatingSum;
-use clrprof_model::samples::{hits, ModuleHits, RoutineHits};
-use clrprof_model::views::{self, FunctionRow, TreeNode};
+use clrprof_model::samples::{frame_module, ModuleHits, RoutineHits};
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
@@ -67,9 +71,35 @@ fn group_label(p: &Profile, group: Option<u32>, spec: Option<&str>) -> String {
     }
 }
 
-/// Rows of every function with a cost, unordered, for a thread selection.
+/// One frame's costs. `self_cost` is spent in the frame itself; `inclusive` with the frame
+/// anywhere on the stack (recursion counted once).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionRow {
+    pub frame: FrameId,
+    pub self_cost: Cost,
+    pub inclusive: Cost,
+}
+
+impl From<engine::FunctionTotal<Cost>> for FunctionRow {
+    fn from(t: engine::FunctionTotal<Cost>) -> Self {
+        FunctionRow { frame: FrameId(t.func), self_cost: t.self_w, inclusive: t.total }
+    }
+}
+
+/// The report's paths of a profile for a thread selection ([`engine::frame_paths`]).
+pub fn frame_paths<'a>(p: &'a Profile, threads: &Threads) -> engine::StackPaths<'a, Cost> {
+    threads.with_filter(|f| engine::frame_paths(&p.costs, f))
+}
+
+/// Rows of every frame with a cost, in frame order, for a thread selection.
 pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
-    threads.with_filter(|f| views::function_rows(&p.costs, f))
+    engine::function_totals(&frame_paths(p, threads)).into_iter().map(FunctionRow::from).collect()
+}
+
+/// The top-down call tree of a thread selection, its children unsorted, and the stack of each
+/// node ([`engine::stack_tree`]).
+pub(crate) fn frame_tree(p: &Profile, threads: &Threads) -> (Tree<Cost>, Vec<StackId>) {
+    threads.with_filter(|f| engine::stack_tree(&p.costs, f))
 }
 
 fn stats(p: &Profile, names: &[String], r: &FunctionRow) -> FunctionStats {
@@ -148,34 +178,40 @@ pub struct CallNode {
 pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<CallNode> {
     let m = select::metric(p, q.metric);
     let names = select::display_names(p);
+    let frames = &p.costs.stacks.frames;
     let mut groups = Vec::new();
     for g in thread_groups(p, q.by_thread, &q.threads) {
-        let (nodes, roots) = group_threads(g, &q.threads).with_filter(|f| views::call_tree(&p.costs, f));
-        let total: u64 = roots.iter().map(|&r| m.of(&nodes[r].inclusive)).saturating_sum();
+        let (mut tree, stacks) = frame_tree(p, &group_threads(g, &q.threads));
+        // Children by inclusive value, then name, then stack.
+        tree.sort_children(|nodes, a, b| {
+            let (x, y) = (&nodes[a as usize], &nodes[b as usize]);
+            m.of(&y.total)
+                .cmp(&m.of(&x.total))
+                .then(frames[x.func as usize].name.cmp(&frames[y.func as usize].name))
+                .then(stacks[a as usize].cmp(&stacks[b as usize]))
+        });
+        let roots = tree.children(0);
+        let total: u64 = roots.iter().map(|&r| m.of(&tree.nodes[r as usize].total)).saturating_sum();
         let mut rows = Vec::new();
-        let mut order = roots.clone();
-        sort_children(p, &nodes, &mut order, m);
-        let mut stack: Vec<(usize, usize, Option<usize>)> = order.into_iter().rev().map(|n| (n, 0, None)).collect();
+        let mut stack: Vec<(u32, usize, Option<usize>)> = roots.iter().rev().map(|&n| (n, 0, None)).collect();
         while let Some((n, depth, parent)) = stack.pop() {
-            let node = &nodes[n];
-            let v = m.of(&node.inclusive);
+            let node = &tree.nodes[n as usize];
+            let v = m.of(&node.total);
             if total > 0 && (v as f64) * 100.0 / (total as f64) < q.min_percent {
                 continue;
             }
             let me = rows.len();
             rows.push(CallNode {
-                stack: node.stack,
-                frame: node.frame,
-                name: names[node.frame.0 as usize].clone(),
+                stack: stacks[n as usize],
+                frame: FrameId(node.func),
+                name: names[node.func as usize].clone(),
                 depth,
                 parent,
-                self_cost: node.self_cost,
-                inclusive: node.inclusive,
+                self_cost: node.self_w,
+                inclusive: node.total,
             });
             if q.depth.is_none_or(|d| depth + 1 < d) {
-                let mut kids = node.children.clone();
-                sort_children(p, &nodes, &mut kids, m);
-                for k in kids.into_iter().rev() {
+                for &k in tree.children(n).iter().rev() {
                     stack.push((k, depth + 1, Some(me)));
                 }
             }
@@ -184,16 +220,6 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
         groups.push(Group { thread: g, label: group_label(p, g, spec), total, count, rows });
     }
     CostView { metric: m, groups }
-}
-
-fn sort_children(p: &Profile, nodes: &[TreeNode], v: &mut [usize], m: Metric) {
-    let frames = &p.costs.stacks.frames;
-    v.sort_by(|&a, &b| {
-        m.of(&nodes[b].inclusive)
-            .cmp(&m.of(&nodes[a].inclusive))
-            .then(frames[nodes[a].frame.0 as usize].name.cmp(&frames[nodes[b].frame.0 as usize].name))
-            .then(nodes[a].stack.cmp(&nodes[b].stack))
-    });
 }
 
 /// One caller or callee edge: `frame` `None` is "no managed caller" (an entry point).
@@ -247,11 +273,15 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
     let function = match function {
         Some(wanted) => {
             let frames = select::find_functions(p, &names, wanted)?;
-            let b = q.threads.with_filter(|f| views::butterfly(&p.costs, &frames, f));
-            let edges = |v: &[views::Edge]| {
+            let paths = frame_paths(p, &q.threads);
+            let b = engine::butterfly(&paths, |f| frames.contains(&FrameId(f)));
+            let edges = |v: &[engine::Edge<Cost>]| {
                 let mut v: Vec<EdgeStats> = v
                     .iter()
-                    .map(|e| EdgeStats { frame: e.frame, name: e.frame.map(name_of), calls: e.calls, cost: e.cost })
+                    .map(|e| {
+                        let frame = e.func.map(FrameId);
+                        EdgeStats { frame, name: frame.map(name_of), calls: e.last.calls, cost: e.through }
+                    })
                     .collect();
                 v.sort_by(|a, b| {
                     m.of(&b.cost).cmp(&m.of(&a.cost)).then(b.calls.cmp(&a.calls)).then(a.frame.cmp(&b.frame))
@@ -261,9 +291,9 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
             Some(Callers {
                 names: frames.iter().map(|&f| name_of(f)).collect(),
                 frames,
-                calls: b.callers.iter().map(|e| e.calls).saturating_sum(),
-                self_cost: b.self_cost,
-                inclusive: b.inclusive,
+                calls: b.callers.iter().map(|e| e.last.calls).saturating_sum(),
+                self_cost: b.self_w,
+                inclusive: b.total,
                 callers: edges(&b.callers),
                 callees: edges(&b.callees),
             })
@@ -275,17 +305,18 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
         }
         None => None,
     };
-    let mut roots: Vec<views::EntryPoint> = q
-        .threads
-        .with_filter(|f| views::entry_points(&p.costs, f))
+    let mut roots: Vec<engine::Entry<Cost>> = engine::entry_points(&frame_paths(p, &q.threads), |_| false)
         .into_iter()
-        .filter(|e| m.of(&e.inclusive) > 0)
+        .filter(|e| m.of(&e.total) > 0)
         .collect();
-    roots.sort_by(|a, b| m.of(&b.inclusive).cmp(&m.of(&a.inclusive)).then(a.frame.cmp(&b.frame)));
-    let entry_total = roots.iter().map(|e| m.of(&e.inclusive)).saturating_sum();
+    roots.sort_by(|a, b| m.of(&b.total).cmp(&m.of(&a.total)).then(a.func.cmp(&b.func)));
+    let entry_total = roots.iter().map(|e| m.of(&e.total)).saturating_sum();
     let entry_points = roots
         .iter()
-        .map(|e| EntryPoint { frame: e.frame, name: name_of(e.frame), calls: e.calls, inclusive: e.inclusive })
+        .map(|e| {
+            let frame = FrameId(e.func);
+            EntryPoint { frame, name: name_of(frame), calls: e.alone.calls, inclusive: e.total }
+        })
         .collect();
     Ok(CallersView { metric: m, function, entry_points, entry_total })
 }
@@ -304,7 +335,106 @@ pub fn module_hits(p: &Profile, metric: Metric, threads: &Threads) -> Result<Hit
     if !matches!(metric, Metric::Cpu | Metric::Wall) {
         return Err(QueryError::Unsupported("--view modules counts samples: use --weight cpu or --weight wall".into()));
     }
-    let (modules, routines) = threads.with_filter(|f| hits(p, metric, f));
+    let (modules, routines) = hits(p, metric, threads);
     let total = modules.iter().map(|m| m.samples).saturating_sum();
     Ok(Hits { metric, total, modules, routines })
+}
+
+/// The Monte Carlo tables: hits (self samples) per module and per routine for the CPU or wall
+/// metric, most hits first (ties by name, so output is deterministic).
+pub fn hits(p: &Profile, metric: Metric, threads: &Threads) -> (Vec<ModuleHits>, Vec<RoutineHits>) {
+    let pick = |c: &Cost| match metric {
+        Metric::Wall => (c.wall_samples, c.wall_ns),
+        _ => (c.cpu_samples, c.cpu_ns),
+    };
+    let mut routines = Vec::new();
+    let mut modules: HashMap<String, ModuleHits> = HashMap::new();
+    for r in function_rows(p, threads) {
+        let (samples, ns) = pick(&r.self_cost);
+        if samples == 0 {
+            continue;
+        }
+        let module = frame_module(p, r.frame);
+        let m =
+            modules.entry(module.clone()).or_insert_with(|| ModuleHits { module: module.clone(), samples: 0, ns: 0 });
+        m.samples += samples;
+        m.ns += ns;
+        routines.push(RoutineHits {
+            frame: r.frame,
+            module,
+            samples,
+            ns,
+            address: p.sampling.addresses.get(&r.frame).copied(),
+        });
+    }
+    let name = |f: FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
+    routines.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| name(a.frame).cmp(name(b.frame))));
+    let mut modules: Vec<ModuleHits> = modules.into_values().collect();
+    modules.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.module.cmp(&b.module)));
+    (modules, routines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::FrameKey;
+
+    /// main → fib → fib → fib, main → work (thread 2); costs in `time_ns`, calls exact.
+    fn sample() -> (Profile, [FrameId; 3]) {
+        let mut p = Profile::default();
+        let t = &mut p.costs;
+        let f: Vec<FrameId> =
+            ["Main", "Fib", "Work"].iter().map(|n| t.stacks.intern_frame(FrameKey::Label(n.to_string()))).collect();
+        let (main, fib, work) = (f[0], f[1], f[2]);
+        let c = |calls, time_ns| Cost { calls, time_ns, ..Default::default() };
+        for (frames, tid, cost) in [
+            (vec![main], 1, c(1, 10)),
+            (vec![main, fib], 1, c(1, 5)),
+            (vec![main, fib, fib], 1, c(2, 6)),
+            (vec![main, fib, fib, fib], 1, c(4, 8)),
+            (vec![main, work], 2, c(3, 30)),
+        ] {
+            let s = t.stacks.intern_stack(&frames).unwrap();
+            t.add(tid, s, &cost);
+        }
+        (p, [main, fib, work])
+    }
+
+    #[test]
+    fn report_figures_count_recursion_once_and_calls_exactly() {
+        let (p, [main, fib, work]) = sample();
+        let rows = function_rows(&p, &Threads::all());
+        let row = |f| rows.iter().find(|r| r.frame == f).unwrap().clone();
+        assert_eq!((row(fib).self_cost.calls, row(fib).self_cost.time_ns, row(fib).inclusive.time_ns), (7, 19, 19));
+        assert_eq!((row(main).inclusive.time_ns, row(work).inclusive.time_ns), (59, 30));
+        assert!(function_rows(&p, &Threads::one(1)).iter().all(|r| r.frame != work));
+
+        let q = CostQuery { metric: Some(Metric::Time), ..Default::default() };
+        let tree = &call_tree(&p, &q, None).groups[0];
+        assert_eq!(tree.total, 59);
+        let shape: Vec<(&str, usize, u64)> =
+            tree.rows.iter().map(|n| (n.name.as_str(), n.depth, n.inclusive.time_ns)).collect();
+        assert_eq!(shape, [("Main", 0, 59), ("Work", 1, 30), ("Fib", 1, 19), ("Fib", 2, 14), ("Fib", 3, 8)]);
+
+        let v = callers(&p, &q, Some("Fib")).unwrap();
+        let b = v.function.unwrap();
+        assert_eq!((b.calls, b.self_cost.time_ns, b.inclusive.time_ns), (7, 19, 19));
+        let edge = |edges: &[EdgeStats], f| edges.iter().find(|e| e.frame == Some(f)).unwrap().clone();
+        assert_eq!((edge(&b.callers, main).calls, edge(&b.callers, main).cost.time_ns), (1, 19));
+        assert_eq!(edge(&b.callers, fib).calls, 6);
+        assert_eq!(edge(&b.callees, fib).calls, 6);
+        let m = callers(&p, &q, Some("Main")).unwrap().function.unwrap();
+        assert_eq!(m.callers.iter().map(|e| e.frame).collect::<Vec<_>>(), [None], "Main is an entry point");
+        assert_eq!(edge(&m.callees, work).calls, 3);
+        assert_eq!(
+            v.entry_points,
+            [EntryPoint {
+                frame: main,
+                name: "Main".into(),
+                calls: 1,
+                inclusive: Cost { calls: 11, time_ns: 59, ..Default::default() }
+            }]
+        );
+        assert_eq!(v.entry_total, 59);
+    }
 }

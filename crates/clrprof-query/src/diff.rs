@@ -19,10 +19,11 @@ use std::collections::HashMap;
 use clrprof_model::{FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
-use crate::explore::{apply_transforms, FuncTable, Transform};
+use crate::engine::{self, apply_transforms, push_stack, FuncTable, Paths, Transform, Weight};
 use crate::select::{self, Threads};
 
-/// Which profile something is in.
+/// Which of the two profiles compared something is in, or is about: the baseline or the new one
+/// (the viewer's trace, beside its `--baseline`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Side {
@@ -272,49 +273,34 @@ impl SideCosts {
     }
 }
 
-/// A function's figures on one side.
-#[derive(Clone, Copy, Default)]
+/// What a call path of one side weighs: the weight's value, the calls (instrumented), and that it
+/// is there at all (a path the weight rounds to 0 still makes its functions present on that side).
+#[derive(Clone, Copy, Debug, Default)]
 struct Agg {
     value: u64,
     calls: u64,
     any: bool,
 }
 
-impl Agg {
-    fn add(&mut self, value: u64, calls: u64, any: bool) {
-        self.value = self.value.saturating_add(value);
-        self.calls = self.calls.saturating_add(calls);
-        self.any |= any;
+impl Weight for Agg {
+    fn add(&mut self, o: &Self) {
+        self.value = self.value.saturating_add(o.value);
+        self.calls = self.calls.saturating_add(o.calls);
+        self.any |= o.any;
     }
-}
-
-/// One side's cost per call path of function keys (root first), after the transforms.
-struct SidePath {
-    keys: Vec<u32>,
-    value: u64,
-    calls: u64,
+    fn is_zero(&self) -> bool {
+        !self.any && self.value == 0 && self.calls == 0
+    }
 }
 
 /// The paths of one side: every stack with a cost as its keys, transformed, same paths merged
 /// (in stack order, so the result is deterministic).
-fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Vec<SidePath> {
-    let st = &p.costs.stacks;
-    let mut out: Vec<SidePath> = Vec::new();
-    let mut index: HashMap<Vec<u32>, usize> = HashMap::new();
+fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Paths<Agg> {
+    let mut out: Paths<Agg> = Paths::merging();
     let mut buf: Vec<u32> = Vec::new();
     let mut add = |buf: &mut Vec<u32>, value: u64, calls: u64, keys: &mut Keys| {
-        if !apply_transforms(keys, ts, buf, 0) {
-            return;
-        }
-        match index.get(buf.as_slice()) {
-            Some(&i) => {
-                out[i].value = out[i].value.saturating_add(value);
-                out[i].calls = out[i].calls.saturating_add(calls);
-            }
-            None => {
-                index.insert(buf.clone(), out.len());
-                out.push(SidePath { keys: buf.clone(), value, calls });
-            }
+        if apply_transforms(keys, ts, buf, 0) {
+            out.add(buf, &Agg { value, calls, any: true });
         }
     };
     for i in 0..sc.value.len() {
@@ -322,13 +308,7 @@ fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: 
             continue;
         }
         buf.clear();
-        let mut cur = Some(StackId(i as u32));
-        while let Some(n) = cur {
-            let node = st.node(n);
-            buf.push(key_of[node.frame.0 as usize]);
-            cur = node.parent;
-        }
-        buf.reverse();
+        push_stack(&p.costs.stacks, StackId(i as u32), |f| key_of[f.0 as usize], &mut buf);
         add(&mut buf, sc.value[i], sc.calls[i], keys);
     }
     for (name, v) in &sc.leaves {
@@ -339,26 +319,19 @@ fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: 
     out
 }
 
-/// Per key, self and inclusive figures of one side (recursion counted once).
-fn per_key(paths: &[SidePath], nkeys: usize) -> (Vec<Agg>, Vec<Agg>) {
+/// Per key, self and inclusive figures of one side (recursion counted once), by key id.
+fn per_key(paths: &Paths<Agg>, nkeys: usize) -> (Vec<Agg>, Vec<Agg>) {
     let mut selfc = vec![Agg::default(); nkeys];
     let mut inc = vec![Agg::default(); nkeys];
-    let mut stamp = vec![usize::MAX; nkeys];
-    for (i, p) in paths.iter().enumerate() {
-        let Some(&last) = p.keys.last() else { continue };
-        selfc[last as usize].add(p.value, p.calls, true);
-        for &k in &p.keys {
-            if stamp[k as usize] != i {
-                stamp[k as usize] = i;
-                inc[k as usize].add(p.value, p.calls, true);
-            }
-        }
+    for t in engine::function_totals(paths) {
+        selfc[t.func as usize] = t.self_w;
+        inc[t.func as usize] = t.total;
     }
     (selfc, inc)
 }
 
 /// Both sides' paths and the keys they refer to.
-fn sides(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (Keys, Vec<SidePath>, Vec<SidePath>) {
+fn sides(base: &Profile, new: &Profile, q: &DiffQuery, m: Metric) -> (Keys, Paths<Agg>, Paths<Agg>) {
     let (mut keys, bk, nk) = Keys::both(base, new);
     let b = SideCosts::of(base, &q.base_threads, m);
     let n = SideCosts::of(new, &q.new_threads, m);
@@ -382,9 +355,8 @@ pub fn diff_metric(base: &Profile, new: &Profile, asked: Option<Metric>) -> Metr
 }
 
 /// Sums (after the transforms) and the baseline's scale factor.
-fn sums(base: &[SidePath], new: &[SidePath], q: &DiffQuery) -> (u64, u64, f64) {
-    let sum = |v: &[SidePath]| v.iter().fold(0u64, |a, p| a.saturating_add(p.value));
-    let (b, n) = (sum(base), sum(new));
+fn sums(base: &Paths<Agg>, new: &Paths<Agg>, q: &DiffQuery) -> (u64, u64, f64) {
+    let (b, n) = (base.total().value, new.total().value);
     let scale = if q.normalize && b > 0 { n as f64 / b as f64 } else { 1.0 };
     (b, n, scale)
 }
@@ -529,66 +501,82 @@ impl DiffTree {
     }
 }
 
+/// What a call path weighs in the differential tree: each side's value, and whether it is on
+/// that side at all.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sides {
+    raw: [u64; 2],
+    any: [bool; 2],
+}
+
+impl Weight for Sides {
+    fn add(&mut self, o: &Self) {
+        for k in 0..2 {
+            self.raw[k] = self.raw[k].saturating_add(o.raw[k]);
+            self.any[k] |= o.any[k];
+        }
+    }
+    fn is_zero(&self) -> bool {
+        self.raw == [0, 0] && self.any == [false, false]
+    }
+}
+
 /// The differential tree of `new` against `base` (`q.top` is not used).
 pub fn diff_tree(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffTree {
     let m = diff_metric(base, new, q.metric);
     let (keys, bp, np) = sides(base, new, q, m);
     let (base_raw, new_sum, scale) = sums(&bp, &np, q);
-    // Raw self values per merged path, both sides.
-    let mut index: HashMap<(Option<u32>, u32), u32> = HashMap::new();
-    let mut nodes: Vec<DiffNode> = Vec::new();
-    let mut raw: Vec<[u64; 2]> = Vec::new();
-    let mut any: Vec<[bool; 2]> = Vec::new();
+    // Both sides' paths in one set (a path of both sides is one path with both values), and
+    // their prefix tree.
+    let mut both: Paths<Sides> = Paths::merging();
     for (side, paths) in [(0, &bp), (1, &np)] {
-        for path in paths.iter() {
-            let mut parent: Option<u32> = None;
-            for (depth, &function) in path.keys.iter().enumerate() {
-                let id = *index.entry((parent, function)).or_insert_with(|| {
-                    nodes.push(DiffNode {
-                        parent,
-                        function,
-                        depth: depth as u32,
-                        base_self: 0,
-                        new_self: 0,
-                        base_total: 0,
-                        new_total: 0,
-                        only_in: None,
-                        children: Vec::new(),
-                    });
-                    raw.push([0, 0]);
-                    any.push([false, false]);
-                    (nodes.len() - 1) as u32
-                });
-                any[id as usize][side] = true;
-                parent = Some(id);
-            }
-            if let Some(id) = parent {
-                raw[id as usize][side] = raw[id as usize][side].saturating_add(path.value);
-            }
+        for (path, w) in paths.iter() {
+            let mut s = Sides::default();
+            (s.raw[side], s.any[side]) = (w.value, true);
+            both.add(path, &s);
         }
     }
-    // Inclusive values: children were created after their parents.
-    let mut total = raw.clone();
-    for i in (0..nodes.len()).rev() {
-        if let Some(p) = nodes[i].parent {
-            let t = total[i];
-            total[p as usize][0] = total[p as usize][0].saturating_add(t[0]);
-            total[p as usize][1] = total[p as usize][1].saturating_add(t[1]);
-        }
+    let tree = engine::prefix_tree(&both, false);
+    // Nodes numbered in order of first appearance (the baseline's paths, then the new ones', each
+    // root first): by the first path through each node, then depth.
+    let mut first = vec![u32::MAX; tree.nodes.len()];
+    for (i, &leaf) in tree.ends.iter().enumerate() {
+        first[leaf as usize] = first[leaf as usize].min(i as u32);
     }
+    for id in (1..tree.nodes.len()).rev() {
+        let parent = tree.nodes[id].parent as usize;
+        first[parent] = first[parent].min(first[id]);
+    }
+    let mut order: Vec<u32> = (1..tree.nodes.len() as u32).collect();
+    order.sort_by_key(|&id| (first[id as usize], tree.nodes[id as usize].depth));
+    let mut id_of = vec![0u32; tree.nodes.len()];
+    for (k, &id) in order.iter().enumerate() {
+        id_of[id as usize] = k as u32;
+    }
+    let mut nodes: Vec<DiffNode> = order
+        .iter()
+        .map(|&id| {
+            let n = &tree.nodes[id as usize];
+            DiffNode {
+                parent: (n.parent != 0).then(|| id_of[n.parent as usize]),
+                function: n.func,
+                depth: n.depth - 1,
+                base_self: scaled(n.self_w.raw[0], scale),
+                new_self: clamp(n.self_w.raw[1]),
+                base_total: scaled(n.total.raw[0], scale),
+                new_total: clamp(n.total.raw[1]),
+                only_in: match n.total.any {
+                    [true, false] => Some(Side::Base),
+                    [false, true] => Some(Side::New),
+                    _ => None,
+                },
+                children: Vec::new(),
+            }
+        })
+        .collect();
     let mut roots = Vec::new();
     for i in 0..nodes.len() {
-        let n = &mut nodes[i];
-        n.base_self = scaled(raw[i][0], scale);
-        n.new_self = clamp(raw[i][1]);
-        n.base_total = scaled(total[i][0], scale);
-        n.new_total = clamp(total[i][1]);
-        n.only_in = match any[i] {
-            [true, false] => Some(Side::Base),
-            [false, true] => Some(Side::New),
-            _ => None,
-        };
-        match n.parent {
+        match nodes[i].parent {
             Some(p) => nodes[p as usize].children.push(i as u32),
             None => roots.push(i as u32),
         }
@@ -857,5 +845,25 @@ mod tests {
         let t = diff_tree(&base(), &new(), &DiffQuery { normalize: true, ..Default::default() });
         assert_eq!((t.base_sum, t.nodes[t.roots[0] as usize].base_total), (286, 286));
         assert_eq!(t.nodes[t.nodes[t.roots[0] as usize].children[0] as usize].base_self, 143);
+    }
+
+    #[test]
+    fn tree_nodes_are_numbered_in_order_of_first_appearance() {
+        // The viewer's diff flame graph names cells by node id: the baseline's paths, then the
+        // new ones', each root first, number the nodes as they first appear.
+        let q = DiffQuery::default();
+        let t = diff_tree(&base(), &new(), &q);
+        let (_, bp, np) = sides(&base(), &new(), &q, Metric::Cpu);
+        let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+        for (path, _) in bp.iter().chain(np.iter()) {
+            for k in 1..=path.len() {
+                let next = seen.len() as u32;
+                seen.entry(path[..k].to_vec()).or_insert(next);
+            }
+        }
+        assert_eq!(seen.len(), t.nodes.len());
+        for (prefix, id) in seen {
+            assert_eq!(t.path(id), prefix);
+        }
     }
 }

@@ -1,19 +1,25 @@
 //! The report document (`clrprof report --format json`, schema in docs/report-json.md) as typed
 //! data. Cost figures honour the thread selection; the sampler's own counters describe the
-//! recording and do not.
+//! recording and do not; the figures themselves come from the engine ([`crate::engine`]).
+//!
+//! This module is the one owner of the report's JSON schema: its `*Doc` structs are the schema,
+//! versioned by [`SCHEMA_VERSION`] and documented field by field, so that the model's and the
+//! engine's types stay free to change (a field renamed there must not rename a field that readers
+//! of schema 3 rely on). The viewer's API answers are the page types of [`crate::explore`], which
+//! are that API's schema (docs/viewer-api.md).
 
 use std::collections::HashMap;
 
 use clrprof_model::instrumented::FlowThread;
 use clrprof_model::samples::ModuleHits;
-use clrprof_model::views::FunctionRow;
 use clrprof_model::{Cost, FrameKey, Metric, Profile};
 use serde::Serialize;
 
-use crate::costs::{function_rows, module_hits};
+use crate::costs::{frame_tree, function_rows, module_hits, FunctionRow};
+use crate::engine::{self, TotalsScratch};
 use crate::select::{self, Threads};
-use crate::stacks::stack_names;
 use crate::timeline::{timeline, Timeline};
+use crate::weighted_stacks::stack_names;
 
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
 /// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the
@@ -781,101 +787,54 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
     }
 }
 
-/// The merged call tree, flat: depth first, children by inclusive time.
+/// The merged call tree, flat: depth first, children by inclusive time, then stack.
 fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
     let names = select::display_names(p);
-    let (nodes, roots) = threads.with_filter(|f| clrprof_model::views::call_tree(&p.costs, f));
-    let by_time = |v: &mut Vec<usize>| {
-        v.sort_by(|&a, &b| nodes[b].inclusive.time_ns.cmp(&nodes[a].inclusive.time_ns).then(a.cmp(&b)))
-    };
-    let mut out = Vec::with_capacity(nodes.len());
-    let mut rs = roots;
-    by_time(&mut rs);
+    let (mut tree, stacks) = frame_tree(p, threads);
+    tree.sort_children(|nodes, a, b| {
+        nodes[b as usize]
+            .total
+            .time_ns
+            .cmp(&nodes[a as usize].total.time_ns)
+            .then(stacks[a as usize].cmp(&stacks[b as usize]))
+    });
+    let mut out = Vec::with_capacity(tree.nodes.len());
     // (node, parent id, depth), popped in display order.
-    let mut stack: Vec<(usize, Option<usize>, usize)> = rs.into_iter().rev().map(|r| (r, None, 0)).collect();
+    let mut stack: Vec<(u32, Option<usize>, usize)> = tree.children(0).iter().rev().map(|&r| (r, None, 0)).collect();
     while let Some((n, parent, depth)) = stack.pop() {
-        let me = &nodes[n];
+        let me = &tree.nodes[n as usize];
         let id = out.len();
         out.push(CallTreeDoc {
             id,
             parent,
             depth,
-            name: names[me.frame.0 as usize].clone(),
-            calls: me.self_cost.calls,
-            inclusive_ns: me.inclusive.time_ns,
-            exclusive_ns: me.self_cost.time_ns,
-            suspended_ns: me.inclusive.suspended_ns,
-            profiler_ns: me.inclusive.profiler_ns,
+            name: names[me.func as usize].clone(),
+            calls: me.self_w.calls,
+            inclusive_ns: me.total.time_ns,
+            exclusive_ns: me.self_w.time_ns,
+            suspended_ns: me.total.suspended_ns,
+            profiler_ns: me.total.profiler_ns,
         });
-        let mut kids = me.children.clone();
-        by_time(&mut kids);
-        stack.extend(kids.into_iter().rev().map(|k| (k, Some(id), depth + 1)));
+        stack.extend(tree.children(n).iter().rev().map(|&k| (k, Some(id), depth + 1)));
     }
     out
 }
 
 /// One thread's function rows — what `function_rows` gives for that thread alone — from the
 /// thread's own costs: per-thread tables of many threads cost their data, not threads × the whole
-/// stack table. `scratch` is per-frame state kept between threads (all zero between calls).
+/// stack table. `scratch` is per-frame state kept between threads.
 fn thread_function_rows(
     tree: &clrprof_model::CostTree,
     t: &clrprof_model::stacks::ThreadCosts,
-    scratch: &mut RowScratch,
+    scratch: &mut TotalsScratch<Cost>,
 ) -> Vec<FunctionRow> {
-    let RowScratch { self_c, inc, stamp, next, touched } = scratch;
-    for (s, c) in &t.costs {
-        if c.is_zero() {
-            continue;
-        }
-        *next += 1;
-        let f = tree.stacks.node(*s).frame.0 as usize;
-        self_c[f].add(c);
-        let mut cur = Some(*s);
-        while let Some(n) = cur {
-            let node = tree.stacks.node(n);
-            let f = node.frame.0 as usize;
-            // Once per frame per stack: a recursive function counts its stack once.
-            if stamp[f] != *next {
-                if stamp[f] == 0 {
-                    touched.push(f);
-                }
-                stamp[f] = *next;
-                inc[f].add(c);
-            }
-            cur = node.parent;
-        }
-    }
-    let mut rows = Vec::with_capacity(touched.len());
-    for f in touched.drain(..) {
-        if !inc[f].is_zero() {
-            rows.push(FunctionRow { frame: clrprof_model::FrameId(f as u32), self_cost: self_c[f], inclusive: inc[f] });
-        }
-        (self_c[f], inc[f], stamp[f]) = (Cost::default(), Cost::default(), 0);
-    }
-    rows
-}
-
-/// Per-frame state of [`thread_function_rows`], reused from thread to thread.
-struct RowScratch {
-    self_c: Vec<Cost>,
-    inc: Vec<Cost>,
-    /// The stack (numbered from 1, across threads) that last added to a frame's inclusive cost;
-    /// 0: the frame is untouched in this thread.
-    stamp: Vec<u64>,
-    next: u64,
-    touched: Vec<usize>,
+    let paths = engine::thread_frame_paths(tree, t);
+    engine::function_totals_with(&paths, scratch).into_iter().map(FunctionRow::from).collect()
 }
 
 fn thread_hotspots(p: &Profile, threads: &Threads) -> Vec<ThreadHotspotsDoc> {
     let names = select::display_names(p);
-    let n = p.costs.stacks.frames.len();
-    let mut scratch = RowScratch {
-        self_c: vec![Cost::default(); n],
-        inc: vec![Cost::default(); n],
-        stamp: vec![0; n],
-        next: 0,
-        touched: Vec::new(),
-    };
+    let mut scratch = TotalsScratch::default();
     p.costs
         .threads
         .iter()
@@ -1063,16 +1022,8 @@ mod tests {
             let path = e.unwrap().path();
             let (b, _) = clrprof_load::Loader::load(clrprof_trace::TraceSource::File(path.clone())).unwrap();
             let p = b.profile(TimeRange::ALL, &mut NoSymbols);
-            let n = p.costs.stacks.frames.len();
-            let mut scratch = super::RowScratch {
-                self_c: vec![Default::default(); n],
-                inc: vec![Default::default(); n],
-                stamp: vec![0; n],
-                next: 0,
-                touched: Vec::new(),
-            };
-            let key =
-                |r: &clrprof_model::views::FunctionRow| format!("{:?} {:?} {:?}", r.frame, r.self_cost, r.inclusive);
+            let mut scratch = super::TotalsScratch::default();
+            let key = |r: &super::FunctionRow| format!("{:?} {:?} {:?}", r.frame, r.self_cost, r.inclusive);
             for t in &p.costs.threads {
                 let mut fast: Vec<String> =
                     super::thread_function_rows(&p.costs, t, &mut scratch).iter().map(key).collect();

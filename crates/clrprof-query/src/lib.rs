@@ -2,16 +2,21 @@
 //! (metric), the threads, the time range, top/depth/min-percent, sorting, totals, display names and
 //! function lookup — answered once, here, as typed outputs that serialize with serde. Renderers
 //! (text, CSV, JSON, exporters, the viewer's API) only format what these functions return.
+//!
+//! Every stack figure (function totals, call trees, callers/callees, entry points, hit tables) is
+//! computed by one engine, [`engine`]; [`costs`] shapes it for the report, [`explore`] for the
+//! viewer, [`diff`] for two profiles, [`document`] for the JSON report.
 #![forbid(unsafe_code)]
 
 pub mod costs;
 pub mod diff;
 pub mod document;
+pub mod engine;
 pub mod events;
 pub mod explore;
 pub mod select;
-pub mod stacks;
 pub mod timeline;
+pub mod weighted_stacks;
 
 pub use clrprof_model::{Metric, Profile, TimeRange};
 pub use select::Threads;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use clrprof_model::views::ThreadFilter;
+use crate::engine::ThreadFilter;
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 

@@ -4,7 +4,7 @@ use clrprof_model::Profile;
 
 use super::table::{Align::*, TextTable};
 use super::title;
-use clrprof_query::stacks::stack_names;
+use clrprof_query::weighted_stacks::stack_names;
 
 pub fn render(p: &Profile) -> String {
     let mut out = title(p, "exceptions");

@@ -47,7 +47,7 @@ pub fn render(p: &Profile) -> String {
     for s in c {
         if let Some((st, n)) = s.stacks.first() {
             out += &format!("\n{} — waiting stack ({n} of {}):\n", s.site, s.count);
-            for f in clrprof_query::stacks::stack_names(p, *st) {
+            for f in clrprof_query::weighted_stacks::stack_names(p, *st) {
                 out += &format!("    {f}\n");
             }
         }

@@ -7,9 +7,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use clrprof_model::samples::{SameGroup, SampleTime};
 use clrprof_model::{Metric, Profile, TimeRange};
-use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, Transform, ViewSpec};
+use clrprof_query::diff::Side;
+use clrprof_query::engine::Transform;
+use clrprof_query::explore::{HotspotQuery, HotspotSort, StackView, ThreadMode, ViewSpec};
 use clrprof_query::select::{self, Threads};
 use serde_json::{json, Value};
+
+use crate::request::{bad, clip, ApiError, ApiResult, Params};
 
 /// Where profiles come from: the trace (and a baseline) computed for a time range.
 pub trait ProfileSource: Send + Sync {
@@ -35,25 +39,6 @@ pub trait ProfileSource: Send + Sync {
         false
     }
 }
-
-/// A request the API cannot answer: HTTP status and a one-line message.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-}
-
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError { status: 400, message: message.into() }
-}
-
-impl From<clrprof_query::QueryError> for ApiError {
-    fn from(e: clrprof_query::QueryError) -> Self {
-        bad(e.to_string())
-    }
-}
-
-type ApiResult = Result<Value, ApiError>;
 
 /// A small most-recently-used cache.
 struct Lru<K, V> {
@@ -81,13 +66,6 @@ impl<K: PartialEq + Clone, V> Lru<K, V> {
     }
 }
 
-/// Which trace a request is about.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Side {
-    Trace,
-    Baseline,
-}
-
 #[derive(Clone, PartialEq, Debug)]
 struct ViewKey {
     side: Side,
@@ -107,30 +85,6 @@ struct Loaded {
     profiles: Mutex<Lru<(Side, TimeRange), Profile>>,
     views: Mutex<Lru<ViewKey, StackView>>,
     docs: Mutex<Lru<TimeRange, Value>>,
-}
-
-/// The request's parameters.
-pub struct Params(pub HashMap<String, String>);
-
-impl Params {
-    fn get(&self, k: &str) -> Option<&str> {
-        self.0.get(k).map(String::as_str).filter(|s| !s.is_empty())
-    }
-
-    fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, ApiError> {
-        match self.get(k) {
-            None => Ok(default),
-            Some(s) => s.parse().map_err(|_| bad(format!("parameter '{k}' is not a number: '{}'", clip(s)))),
-        }
-    }
-
-    fn flag(&self, k: &str) -> bool {
-        matches!(self.get(k), Some("1" | "true" | "yes"))
-    }
-}
-
-fn clip(s: &str) -> String {
-    s.chars().take(80).collect()
 }
 
 /// Weight names as the API spells them.
@@ -209,18 +163,16 @@ impl Loaded {
     fn profile(&self, side: Side, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
         if range.is_all() {
             return match side {
-                Side::Trace => Ok(self.whole.clone()),
-                Side::Baseline => {
-                    self.whole_baseline.clone().ok_or_else(|| bad("no baseline: start with --baseline OLD"))
-                }
+                Side::New => Ok(self.whole.clone()),
+                Side::Base => self.whole_baseline.clone().ok_or_else(|| bad("no baseline: start with --baseline OLD")),
             };
         }
         if let Some(p) = self.profiles.lock().unwrap_or_else(|e| e.into_inner()).get(&(side, range)) {
             return Ok(p);
         }
         let p = Arc::new(match side {
-            Side::Trace => self.source.profile_untimed(range),
-            Side::Baseline => self
+            Side::New => self.source.profile_untimed(range),
+            Side::Base => self
                 .baseline
                 .as_ref()
                 .ok_or_else(|| bad("no baseline: start with --baseline OLD"))?
@@ -275,7 +227,7 @@ impl Loaded {
     }
 
     fn view(&self, q: &Params) -> Result<Arc<StackView>, ApiError> {
-        self.view_of(Side::Trace, q)
+        self.view_of(Side::New, q)
     }
 
     fn weights(p: &Profile) -> Vec<Value> {
@@ -290,7 +242,7 @@ impl Loaded {
                         (count, value, false, None)
                     }
                 };
-                let (label, unit) = clrprof_query::stacks::weight_name_and_unit(m);
+                let (label, unit) = clrprof_query::weighted_stacks::weight_name_and_unit(m);
                 (value > 0 || count > 0).then(|| {
                     json!({"name": m.name(), "label": label, "unit": unit, "total": value, "count": count,
                            "estimated": estimated, "note": note})
@@ -331,8 +283,8 @@ impl Loaded {
             "threads": threads,
             "messages": p.messages,
             "baseline": self.baseline.as_ref().map(|(n, _)| n.clone()),
-            "wait_functions": clrprof_query::explore::WAIT_FUNCTIONS,
-            "wait_symbols": clrprof_query::explore::WAIT_SYMBOLS,
+            "wait_functions": clrprof_query::engine::WAIT_FUNCTIONS,
+            "wait_symbols": clrprof_query::engine::WAIT_SYMBOLS,
         }))
     }
 
@@ -445,7 +397,7 @@ impl Loaded {
         }
         // (Only the document's tables are served: its timeline, without the samples of an untimed
         // profile, is not.)
-        let p = self.profile(Side::Trace, range)?;
+        let p = self.profile(Side::New, range)?;
         let doc = clrprof_query::document::document(&p, &Threads::all(), None);
         let v = Arc::new(serde_json::to_value(&doc).map_err(|e| ApiError { status: 500, message: e.to_string() })?);
         self.docs.lock().unwrap_or_else(|e| e.into_inner()).put(range, v.clone());
@@ -480,7 +432,7 @@ impl Loaded {
         }
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-        let matcher = clrprof_query::explore::Matcher::new(q.get("q"), q.flag("re"))?;
+        let matcher = clrprof_query::engine::Matcher::new(q.get("q"), q.flag("re"))?;
         let matching: Vec<&Value> = if matcher.active() {
             rows.iter().filter(|r| matcher.matches(&r.to_string())).collect()
         } else {
@@ -514,8 +466,8 @@ impl Loaded {
             return Err(bad("no baseline: start with --baseline OLD"));
         }
         let range = self.range(q)?;
-        let new = self.profile(Side::Trace, range)?;
-        let base = self.profile(Side::Baseline, range)?;
+        let new = self.profile(Side::New, range)?;
+        let base = self.profile(Side::Base, range)?;
         let metric = q.get("w").map(|_| self.metric(q)).transpose()?;
         crate::diff::diff_json(
             &base,

@@ -4,10 +4,10 @@
 
 use clrprof_model::{Metric, Profile};
 use clrprof_query::diff::{diff, diff_tree, DiffQuery, DiffTree, Side};
-use clrprof_query::explore::{Matcher, Transform};
+use clrprof_query::engine::{is_wait, Matcher, Transform};
 use serde_json::{json, Value};
 
-use crate::api::ApiError;
+use crate::request::ApiError;
 
 /// What the page asks of a diff.
 pub struct DiffAsk<'a> {
@@ -73,7 +73,7 @@ fn flame(t: &DiffTree, node: u32, width_px: u32, matcher: &Matcher) -> Result<Va
                     matched += n.new_total;
                 }
                 cells.push(json!({"id": k + 1, "depth": depth, "x": x, "width": n.new_total, "name": f.name,
-                    "module": f.module, "wait": clrprof_query::explore::is_wait(&f.name), "matched": is_match,
+                    "module": f.module, "wait": is_wait(&f.name), "matched": is_match,
                     "more": 0, "base": n.base_total, "delta": n.new_total - n.base_total, "only": side(n.only_in)}));
                 stack.push((n.children.clone(), k + 1, x, depth + 1, in_match || is_match));
                 if cells.len() > 100_000 {

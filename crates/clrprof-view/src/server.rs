@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 
 use tiny_http::{Header, Method, Request, Response};
 
-use crate::api::{Params, Session};
+use crate::api::Session;
+use crate::request::Params;
 
 /// The page's files, embedded in the binary.
 const ASSETS: &[(&str, &str, &str)] = &[

@@ -35,7 +35,7 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 pub fn export(c: &ExportCommand) -> Result<()> {
     let p = crate::load::load(&c.trace, &c.read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
-    let stacks = clrprof_query::stacks::stacks(&p, c.weight, &threads);
+    let stacks = clrprof_query::weighted_stacks::stacks(&p, c.weight, &threads);
     if stacks.merged.is_empty() {
         bail!("{} has no {} to export (was it recorded with --no-sample?)", c.trace.display(), stacks.weight_name);
     }

@@ -1,9 +1,12 @@
-//! Whole stacks with their costs, as every exporter (folded stacks, flame graphs, speedscope, ...)
-//! reads them: merged over the selected threads, and per thread.
+//! Whole stacks, each with its weight for one metric, as every exporter (folded stacks, flame
+//! graphs, speedscope, ...) reads them: merged over the selected threads, and per thread; and the
+//! names of a stack's frames. The stacks are the engine's frame paths ([`engine::frame_paths`]).
+//! (The stack table itself is `clrprof_model::stacks`.)
 
 use clrprof_model::{Cost, FrameId, Metric, Profile, StackId};
 use serde::Serialize;
 
+use crate::engine::{self, PathSource};
 use crate::select::{self, measure, Threads};
 
 /// One stack and its cost: `samples` (samples, calls or objects behind it) and `value` (the
@@ -38,20 +41,16 @@ pub struct Stacks {
     pub threads: Vec<ThreadStacks>,
 }
 
-fn samples_of(p: &Profile, metric: Metric, costs: &[Cost]) -> Vec<StackSample> {
-    let mut out: Vec<StackSample> = costs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            let (samples, value) = measure(metric, c);
-            (samples > 0 || value > 0).then(|| StackSample {
-                frames: p.costs.stacks.frames_of(StackId(i as u32)),
-                samples,
-                value,
-            })
-        })
-        .collect();
-    // Deterministic: by the frames' names, root first.
+/// The stacks of `paths` with a value or samples for the metric, sorted by their frames' names.
+fn samples_of(p: &Profile, metric: Metric, paths: &engine::StackPaths<'_, Cost>) -> Vec<StackSample> {
+    let mut out: Vec<StackSample> = Vec::new();
+    paths.each_path(&mut |path, c| {
+        let (samples, value) = measure(metric, c);
+        if samples > 0 || value > 0 {
+            out.push(StackSample { frames: path.iter().map(|&f| FrameId(f)).collect(), samples, value });
+        }
+    });
+    // Deterministic: by the frames' names, root first (stacks of the same names in stack order).
     let name = |f: &FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
     out.sort_by(|a, b| a.frames.iter().map(name).cmp(b.frames.iter().map(name)));
     out
@@ -74,18 +73,19 @@ pub fn weight_name_and_unit(metric: Metric) -> (&'static str, &'static str) {
 /// The stacks of a weight (`None`: the profile's natural one) for a thread selection.
 pub fn stacks(p: &Profile, metric: Option<Metric>, threads: &Threads) -> Stacks {
     let metric = select::metric(p, metric);
-    let merged = threads.with_filter(|f| samples_of(p, metric, &p.costs.merged(f)));
+    let merged = threads.with_filter(|f| samples_of(p, metric, &engine::frame_paths(&p.costs, f)));
     let per_thread = p
         .costs
         .threads
         .iter()
         .filter(|t| threads.contains(t.os_tid))
         .map(|t| {
-            let only = |x: u32| x == t.os_tid;
+            let mut paths = engine::thread_frame_paths(&p.costs, t);
+            paths.weights.sort_by_key(|&(s, _)| s);
             ThreadStacks {
                 os_tid: t.os_tid,
                 name: select::thread_name(p, t.os_tid),
-                stacks: samples_of(p, metric, &p.costs.merged(Some(&only))),
+                stacks: samples_of(p, metric, &paths),
             }
         })
         .filter(|t| !t.stacks.is_empty())
