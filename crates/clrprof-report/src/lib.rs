@@ -7,17 +7,17 @@ mod callers;
 mod calltree;
 mod counters;
 pub mod diff;
-mod events;
+mod event_log;
 mod exceptions;
 mod flow;
 mod gc;
+mod gcp_tables;
 mod hotspots;
 mod jit;
 mod locks;
 mod modules;
 mod summary;
-mod table;
-mod tables;
+mod text_table;
 
 use clrprof_model::{Metric, Profile};
 use clrprof_query::costs::CostQuery;
@@ -152,7 +152,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         return Err(ReportError::Unsupported("--format csv is available for --view hotspots only".into()));
     }
     Ok(match view {
-        View::Auto | View::Tables => tables::render(p),
+        View::Auto | View::Tables => gcp_tables::render(p),
         View::Hotspots if opts.format == Format::Csv => hotspots::csv(p, opts)?,
         View::Hotspots => hotspots::render(p, opts)?,
         View::Calltree => calltree::render(p, opts)?,
@@ -163,7 +163,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Gc => gc::render(p),
         View::Allocations => allocations::render(p, opts.top),
         View::Jit => jit::render(p),
-        View::Events => events::render(p),
+        View::Events => event_log::render(p),
         View::Counters => counters::render(p),
         View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,
