@@ -7,6 +7,7 @@ pub mod codemap;
 pub mod events;
 pub mod fasthash;
 pub mod instrumented;
+pub mod metric;
 mod profile;
 pub mod runtime;
 pub mod samples;
@@ -17,7 +18,8 @@ pub mod views;
 
 pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
+pub use metric::{Metric, MetricInfo, METRICS};
 pub use profile::*;
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
-pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
+pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, StackId, StackTable};
 pub use time::{parse_time, TimeRange};

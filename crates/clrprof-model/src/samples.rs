@@ -1019,10 +1019,10 @@ pub fn frame_module(p: &Profile, f: FrameId) -> String {
 /// metric, most hits first (ties by name, so output is deterministic).
 pub fn hits(
     p: &Profile,
-    metric: crate::stacks::Metric,
+    metric: crate::metric::Metric,
     filter: crate::views::ThreadFilter<'_>,
 ) -> (Vec<ModuleHits>, Vec<RoutineHits>) {
-    use crate::stacks::Metric;
+    use crate::metric::Metric;
     let pick = |c: &Cost| match metric {
         Metric::Wall => (c.wall_samples, c.wall_ns),
         _ => (c.cpu_samples, c.cpu_ns),
