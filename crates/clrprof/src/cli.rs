@@ -245,12 +245,8 @@ struct RecordArgs {
     /// Trace file to write [default: <program>-<pid>.clrprof in the current directory]
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
-    #[arg(long, value_name = "PATH")]
-    agent: Option<PathBuf>,
-    /// Write the agent's diagnostics to this file
-    #[arg(long, value_name = "FILE")]
-    log: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     recording: RecordingArgs,
     /// Exact call counts and times from enter/leave hooks (every JIT-compiled method; ReadyToRun
@@ -295,12 +291,8 @@ struct AttachArgs {
     /// Trace file to write [default: <name>-<pid>-<unix time>.clrprof in the current directory]
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
-    #[arg(long, value_name = "PATH")]
-    agent: Option<PathBuf>,
-    /// Write the agent's diagnostics to this file
-    #[arg(long, value_name = "FILE")]
-    log: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// How long the runtime may take to load the agent, in seconds
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
     timeout: Duration,
@@ -356,13 +348,13 @@ struct RecordingArgs {
 }
 
 impl RecordingArgs {
-    fn options(&self) -> crate::record::Recording {
-        crate::record::Recording {
+    fn options(&self) -> crate::agent_env::Recording {
+        crate::agent_env::Recording {
             classes: !self.no_classes,
             sampling: !self.no_sample,
             sample_rate: self.rate,
             type_loads: self.type_loads,
-            events: crate::record::EventOptions {
+            events: crate::agent_env::EventOptions {
                 exceptions: !self.no_exceptions,
                 exact_exceptions: self.exact_exceptions,
                 gc: !self.no_gc,
@@ -376,6 +368,17 @@ impl RecordingArgs {
             },
         }
     }
+}
+
+/// The agent library and its diagnostics, for `record` and `attach`.
+#[derive(Args, Debug)]
+struct AgentArgs {
+    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
+    #[arg(long, value_name = "PATH")]
+    agent: Option<PathBuf>,
+    /// Write the agent's diagnostics to this file
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
 }
 
 /// Streaming to a collector, for `record` and `attach`.
@@ -508,10 +511,10 @@ pub fn run() -> Result<ExitCode> {
         Command::Record(a) => {
             let opts = RecordOptions {
                 output: a.output,
-                agent: a.agent,
-                log: a.log,
+                agent: a.agent.agent,
+                log: a.agent.log,
                 recording: a.recording.options(),
-                instrument: crate::record::InstrumentOptions {
+                instrument: crate::agent_env::InstrumentOptions {
                     enabled: a.instrument,
                     counts_only: a.counts_only,
                     flow: a.flow,
@@ -533,25 +536,16 @@ pub fn run() -> Result<ExitCode> {
             if matches!(a.recording.alloc, AllocArg::Exact) {
                 anyhow::bail!("--alloc exact needs `record`: the runtime only allows per-object allocation callbacks at start-up; `attach` samples allocations (--alloc sampled)");
             }
-            let mut vars: Vec<(String, String)> =
-                a.recording.options().vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-            let token =
-                a.server.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-            if let Some(server) = &a.server.server {
-                vars.push(("CLRPROF_SERVER".to_string(), server.clone()));
-                if let Some(t) = &token {
-                    vars.push(("CLRPROF_TOKEN".to_string(), t.clone()));
-                }
-            }
             let opts = crate::attach::AttachOptions {
                 pid: a.pid,
                 duration: a.duration,
                 output: a.output,
-                agent: a.agent,
-                log: a.log,
-                vars,
+                agent: a.agent.agent,
+                log: a.agent.log,
+                recording: a.recording.options(),
                 timeout: a.timeout,
                 server: a.server.server,
+                token: a.server.token,
             };
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)
