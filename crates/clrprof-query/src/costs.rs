@@ -2,7 +2,7 @@
 //! points, the flat summary and the Monte Carlo hit tables — sorted, cut and totalled here.
 
 use crate::SaturatingSum;
-use clrprof_model::samples::{hits, ModuleHits, RoutineHits};
+use clrprof_model::hits::{hits, ModuleHits, RoutineHits};
 use clrprof_model::views::{self, FunctionRow, TreeNode};
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! Unit tests of the runtime events.
 
 use super::*;
-use crate::{ProfileBuilder, StackId};
+use crate::{Profile, ProfileBuilder, StackId};
 use clrprof_trace::exception_phase as ph;
 use clrprof_trace::*;
 
@@ -487,7 +487,7 @@ fn profile(duration_ns: u64) -> Profile {
 fn finished(b: &EventsBuilder, duration_ns: u64, range: TimeRange) -> Profile {
     let mut p = profile(duration_ns);
     p.range = range;
-    b.finish(&mut p, range);
+    p.set_events(&b, range);
     p
 }
 
@@ -666,7 +666,7 @@ fn allocation_tables_and_costs_come_from_samples_in_the_range_only() {
     assert_eq!(ts, vec![(700 * MS, 2), (900 * MS, 2)]);
     // Finishing the same profile again for another range replaces its allocation costs.
     let mut q = finished(&b, 1000 * MS, TimeRange::ALL);
-    b.finish(&mut q, TimeRange::new(600 * MS, 1000 * MS));
+    q.set_events(&b, TimeRange::new(600 * MS, 1000 * MS));
     assert_eq!(alloc_costs(&q), costs);
 }
 
@@ -810,9 +810,9 @@ fn finish_twice_gives_the_same_result() {
     let b = events_builder(&everything());
     for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS)] {
         let mut p = profile(1000 * MS);
-        b.finish(&mut p, range);
+        p.set_events(&b, range);
         let once = (p.events.clone(), alloc_costs(&p));
-        b.finish(&mut p, range);
+        p.set_events(&b, range);
         assert_eq!((p.events.clone(), alloc_costs(&p)), once);
         let q = finished(&b, 1000 * MS, range);
         assert_eq!(q.events, once.0);
@@ -833,7 +833,7 @@ fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
     for cut in [3, records.len() / 2, records.len() - 3] {
         let mut live = events_builder(&records[..cut]);
         let mut p = profile(1000 * MS);
-        live.finish(&mut p, TimeRange::ALL);
+        p.set_events(&live, TimeRange::ALL);
         feed(&mut live, &records[cut..]);
         for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS), TimeRange::new(900 * MS, 1000 * MS)] {
             let want = finished(&one, 1000 * MS, range);
@@ -842,7 +842,7 @@ fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
             assert_eq!(alloc_costs(&fresh), alloc_costs(&want));
             // The live profile, finished again: the same but for the order of its stack table.
             p.range = range;
-            live.finish(&mut p, range);
+            p.set_events(&live, range);
             assert_eq!(normalized(&p), normalized(&want), "cut at {cut}, {range:?}");
         }
     }
@@ -906,7 +906,7 @@ fn counter_rows_count_threads_and_assemblies_as_the_per_row_filter() {
     for id in 0..20 {
         p.assemblies.push(crate::Assembly { id, loaded_ns: rng.below(1100) * MS, ..Default::default() });
     }
-    EventsBuilder::default().finish(&mut p, TimeRange::ALL);
+    p.set_events(&EventsBuilder::default(), TimeRange::ALL);
     assert_eq!(p.events.counters.len(), 10);
     for r in &p.events.counters {
         let threads = p
