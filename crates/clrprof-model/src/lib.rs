@@ -5,6 +5,8 @@
 mod builder;
 pub mod codemap;
 pub mod events;
+#[cfg(test)]
+mod events_tests;
 pub mod fasthash;
 pub mod hits;
 pub mod instrumented;

@@ -370,6 +370,3 @@ pub struct ProfileTables<'a> {
     pub span: (u64, u64),
     pub costs: &'a mut CostTree,
 }
-
-#[cfg(test)]
-mod tests;
