@@ -488,7 +488,7 @@ fn profile(duration_ns: u64) -> Profile {
 fn finished(b: &EventsBuilder, duration_ns: u64, range: TimeRange) -> Profile {
     let mut p = profile(duration_ns);
     p.range = range;
-    p.set_events(&b, range);
+    p.set_events(b, range);
     p
 }
 
