@@ -24,24 +24,60 @@ pub use flamegraph::{FlameHtml, FlameSvg};
 pub use pprof::Pprof;
 pub use speedscope::Speedscope;
 
-/// Output formats.
+/// Output formats, described in [`FORMATS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportFormat {
-    /// Folded stacks, one `frame;frame;frame count` line per stack (flame-graph input).
     Collapsed,
-    /// A self-contained SVG flame graph.
     Svg,
-    /// A self-contained HTML page with the flame graph (click to zoom, search).
     Html,
-    /// speedscope JSON: one profile merged over threads, then one per thread.
     Speedscope,
-    /// pprof: gzip-compressed profile.proto with every sample type the trace holds.
     Pprof,
-    /// Chrome's Trace Event Format (Perfetto, chrome://tracing): a timeline per thread.
     Chrome,
-    /// The Firefox Profiler's (processed) profile format.
     Firefox,
 }
+
+/// One output format: its `--format` name and what it holds.
+#[derive(Clone, Copy, Debug)]
+pub struct FormatInfo {
+    pub format: ExportFormat,
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// Every output format, in the order `--help` lists them.
+pub const FORMATS: [FormatInfo; 7] = [
+    FormatInfo {
+        format: ExportFormat::Collapsed,
+        name: "collapsed",
+        help: "Folded stacks (`a;b;c count`), the input of flame-graph tools",
+    },
+    FormatInfo { format: ExportFormat::Svg, name: "svg", help: "A self-contained SVG flame graph" },
+    FormatInfo {
+        format: ExportFormat::Html,
+        name: "html",
+        help: "A self-contained HTML flame graph (click to zoom, search)",
+    },
+    FormatInfo {
+        format: ExportFormat::Speedscope,
+        name: "speedscope",
+        help: "speedscope JSON: all threads merged, then one profile per thread",
+    },
+    FormatInfo {
+        format: ExportFormat::Pprof,
+        name: "pprof",
+        help: "pprof (gzip-compressed profile.proto) with every sample type the trace holds, for `go tool pprof`",
+    },
+    FormatInfo {
+        format: ExportFormat::Chrome,
+        name: "chrome",
+        help: "Chrome Trace Event Format JSON (Perfetto, chrome://tracing): calls of --flow traces, else sampled stacks as slices, GCs and exceptions",
+    },
+    FormatInfo {
+        format: ExportFormat::Firefox,
+        name: "firefox",
+        help: "The Firefox Profiler's format (profiler.firefox.com): threads, samples with stacks, GC and exception markers",
+    },
+];
 
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]

@@ -81,12 +81,12 @@ struct SampleType {
 
 const COST_TYPES: [SampleType; 7] = [
     SampleType { name: "samples", unit: "count", of: |c| c.cpu_samples },
-    SampleType { name: "cpu", unit: "nanoseconds", of: |c| c.cpu_ns },
-    SampleType { name: "wall", unit: "nanoseconds", of: |c| c.wall_ns },
-    SampleType { name: "alloc_objects", unit: "count", of: |c| c.alloc_count },
-    SampleType { name: "alloc_space", unit: "bytes", of: |c| c.alloc_bytes },
-    SampleType { name: "calls", unit: "count", of: |c| c.calls },
-    SampleType { name: "time", unit: "nanoseconds", of: |c| c.time_ns },
+    SampleType { name: Metric::Cpu.pprof_name(), unit: "nanoseconds", of: |c| c.cpu_ns },
+    SampleType { name: Metric::Wall.pprof_name(), unit: "nanoseconds", of: |c| c.wall_ns },
+    SampleType { name: Metric::AllocCount.pprof_name(), unit: "count", of: |c| c.alloc_count },
+    SampleType { name: Metric::AllocBytes.pprof_name(), unit: "bytes", of: |c| c.alloc_bytes },
+    SampleType { name: Metric::Calls.pprof_name(), unit: "count", of: |c| c.calls },
+    SampleType { name: Metric::Time.pprof_name(), unit: "nanoseconds", of: |c| c.time_ns },
 ];
 
 /// One pprof sample before encoding: its stack, values and labels.
@@ -122,16 +122,7 @@ fn apportion(total: u64, w: &[u64]) -> Vec<u64> {
 
 /// The pprof sample type name of a cost metric.
 pub fn sample_type_name(m: Metric) -> &'static str {
-    match m {
-        Metric::Cpu => "cpu",
-        Metric::Wall => "wall",
-        Metric::AllocCount => "alloc_objects",
-        Metric::AllocBytes => "alloc_space",
-        Metric::Calls => "calls",
-        Metric::Time => "time",
-        Metric::Exceptions => "exceptions",
-        Metric::LockWait => "lock_wait",
-    }
+    m.pprof_name()
 }
 
 /// The encoded (not yet compressed) profile of `p` for a thread selection, with `default` as the
@@ -155,7 +146,7 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
     let mut types: Vec<(&str, &str)> = present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
     let exc_at = types.len();
     if exceptions {
-        types.push(("exceptions", "count"));
+        types.push((Metric::Exceptions.pprof_name(), "count"));
     }
     let cont_at = types.len();
     if contention {

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use clrprof_trace::Record;
 
+use crate::process::*;
 use crate::profile::*;
 use crate::samples::{NativeSymbols, NoSymbols};
 use crate::stacks::StackTable;
@@ -445,7 +446,7 @@ impl ProfileBuilder {
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed);
-        self.events.finish(&mut p, range);
+        p.set_events(&self.events, range);
         name_frames(&mut p);
         p
     }

@@ -1,7 +1,7 @@
 //! IP → managed function, from the native code ranges `FunctionCompiled` records carry (every
 //! code version: JIT tiers, ReadyToRun code).
 
-use crate::profile::Function;
+use crate::process::Function;
 
 /// Sorted, non-empty code ranges `[start, end)` with their FunctionID.
 #[derive(Clone, Debug, Default)]

@@ -5,9 +5,15 @@
 mod builder;
 pub mod codemap;
 pub mod events;
+#[cfg(test)]
+mod events_tests;
 pub mod fasthash;
+pub mod hits;
 pub mod instrumented;
+pub mod metric;
+mod process;
 mod profile;
+mod resolve;
 pub mod runtime;
 pub mod samples;
 pub mod sanity;
@@ -16,7 +22,9 @@ pub mod time;
 
 pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
+pub use metric::{Metric, MetricInfo, METRICS};
+pub use process::*;
 pub use profile::*;
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
-pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, Metric, StackId, StackTable};
+pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, StackId, StackTable};
 pub use time::{parse_time, TimeRange};

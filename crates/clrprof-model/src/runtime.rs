@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use clrprof_trace::runtime_activity as ra;
 
-use crate::profile::Profile;
+use crate::process::{Assembly, Function, Module};
 
 /// Module given to the synthetic frames (the modules view counts their hits under it).
 pub const RUNTIME_MODULE: &str = "[runtime]";
@@ -85,20 +85,32 @@ pub struct ActivityNames {
 }
 
 impl ActivityNames {
-    pub fn of(p: &Profile, type_loads: &HashMap<u32, String>) -> ActivityNames {
-        let mut functions = HashMap::new();
-        for f in &p.functions {
-            functions.entry(f.id).or_insert_with(|| f.name.clone());
+    /// The names of a profile's tables (`functions`, `assemblies`, `modules`) and of the sampled
+    /// type loads.
+    pub fn of(
+        functions: &[Function],
+        assemblies: &[Assembly],
+        modules: &[Module],
+        type_loads: &HashMap<u32, String>,
+    ) -> ActivityNames {
+        let mut function_names = HashMap::new();
+        for f in functions {
+            function_names.entry(f.id).or_insert_with(|| f.name.clone());
         }
-        let mut assemblies = HashMap::new();
-        for a in &p.assemblies {
-            assemblies.entry(a.id).or_insert_with(|| a.name.clone());
+        let mut assembly_names = HashMap::new();
+        for a in assemblies {
+            assembly_names.entry(a.id).or_insert_with(|| a.name.clone());
         }
-        let mut modules = HashMap::new();
-        for m in &p.modules {
-            modules.entry(m.id).or_insert_with(|| (m.assembly, m.file_name().to_string()));
+        let mut module_names = HashMap::new();
+        for m in modules {
+            module_names.entry(m.id).or_insert_with(|| (m.assembly, m.file_name().to_string()));
         }
-        ActivityNames { functions, type_loads: type_loads.clone(), assemblies, modules }
+        ActivityNames {
+            functions: function_names,
+            type_loads: type_loads.clone(),
+            assemblies: assembly_names,
+            modules: module_names,
+        }
     }
 
     /// The label of an activity word (None for 0 or an unknown kind).
@@ -269,12 +281,10 @@ mod tests {
 
     #[test]
     fn activity_labels() {
-        let mut p = Profile::default();
-        p.functions.push(crate::Function { id: 5, name: "App.Big.Generated".into(), ..Default::default() });
-
-        p.assemblies.push(crate::Assembly { id: 7, name: "Plugin".into(), ..Default::default() });
-        p.modules.push(crate::Module { id: 8, assembly: 7, path: "/x/Plugin.dll".into(), ..Default::default() });
-        let n = ActivityNames::of(&p, &HashMap::from([(6, "App.Lazy".to_string())]));
+        let functions = [Function { id: 5, name: "App.Big.Generated".into(), ..Default::default() }];
+        let assemblies = [Assembly { id: 7, name: "Plugin".into(), ..Default::default() }];
+        let modules = [Module { id: 8, assembly: 7, path: "/x/Plugin.dll".into(), ..Default::default() }];
+        let n = ActivityNames::of(&functions, &assemblies, &modules, &HashMap::from([(6, "App.Lazy".to_string())]));
         assert_eq!(n.label(ra::pack(ra::JIT, 5)).as_deref(), Some("[JIT] App.Big.Generated"));
         assert_eq!(n.label(ra::pack(ra::JIT, 99)).as_deref(), Some("[JIT]"));
         assert_eq!(n.label(ra::pack(ra::TYPE_LOAD, 6)).as_deref(), Some("[type load] App.Lazy"));
@@ -284,7 +294,9 @@ mod tests {
         assert_eq!(n.label(ra::pack(ra::EXCEPTION, 0)).as_deref(), Some("[exception dispatch]"));
         assert_eq!(n.label(0), None);
         let n = ActivityNames::of(
-            &p,
+            &functions,
+            &assemblies,
+            &modules,
             &HashMap::from([(9, "System.Collections.Generic.Dictionary`2<App.S1,App.S2>".into())]),
         );
         assert_eq!(

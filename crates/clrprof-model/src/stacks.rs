@@ -186,61 +186,6 @@ impl Cost {
     }
 }
 
-/// Which cost column a view ranks and sums by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Metric {
-    /// Instrumented exclusive time.
-    Time,
-    /// Instrumented call counts.
-    Calls,
-    /// Sampled CPU time.
-    Cpu,
-    /// Sampled wall time.
-    Wall,
-    AllocBytes,
-    AllocCount,
-    /// Exceptions thrown, per throw stack. Not a [`Cost`]: taken from the runtime events
-    /// (`clrprof_query::select::event_stacks`); [`Metric::of`] is 0 for it.
-    Exceptions,
-    /// Monitor lock wait (ns), per waiting stack. Not a [`Cost`]: taken from the runtime events
-    /// (`clrprof_query::select::event_stacks`); [`Metric::of`] is 0 for it.
-    LockWait,
-}
-
-impl Metric {
-    /// The metric's amount in a cost; 0 for the event weights ([`Metric::is_event`]).
-    pub fn of(self, c: &Cost) -> u64 {
-        match self {
-            Metric::Time => c.time_ns,
-            Metric::Calls => c.calls,
-            Metric::Cpu => c.cpu_ns,
-            Metric::Wall => c.wall_ns,
-            Metric::AllocBytes => c.alloc_bytes,
-            Metric::AllocCount => c.alloc_count,
-            Metric::Exceptions | Metric::LockWait => 0,
-        }
-    }
-
-    /// Weights read from the runtime events (per stack, over all threads) rather than from costs.
-    pub fn is_event(self) -> bool {
-        matches!(self, Metric::Exceptions | Metric::LockWait)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::Time => "time",
-            Metric::Calls => "calls",
-            Metric::Cpu => "cpu",
-            Metric::Wall => "wall",
-            Metric::AllocBytes => "alloc-bytes",
-            Metric::AllocCount => "alloc-count",
-            Metric::Exceptions => "exceptions",
-            Metric::LockWait => "lock-wait",
-        }
-    }
-}
-
 /// Costs of one thread, by stack. `thread` is the OS thread id.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadCosts {

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use clrprof_model::{NoSymbols, Process, ProfileBuilder, TimeRange};
+use clrprof_model::{Metric, NoSymbols, Process, ProfileBuilder, TimeRange};
 use clrprof_query::Threads;
 use clrprof_trace::{Record, StreamDecoder};
 
@@ -19,11 +19,15 @@ pub struct Kind {
 
 /// The kinds pushed for every interval (a kind with no samples in the window is not pushed).
 pub const KINDS: [Kind; 5] = [
-    Kind { suffix: "cpu", types: &["cpu", "samples"], default: "cpu" },
-    Kind { suffix: "wall", types: &["wall"], default: "wall" },
-    Kind { suffix: "alloc", types: &["alloc_objects", "alloc_space"], default: "alloc_space" },
+    Kind { suffix: "cpu", types: &[Metric::Cpu.pprof_name(), "samples"], default: Metric::Cpu.pprof_name() },
+    Kind { suffix: "wall", types: &[Metric::Wall.pprof_name()], default: Metric::Wall.pprof_name() },
+    Kind {
+        suffix: "alloc",
+        types: &[Metric::AllocCount.pprof_name(), Metric::AllocBytes.pprof_name()],
+        default: Metric::AllocBytes.pprof_name(),
+    },
     Kind { suffix: "lock", types: &["contentions", "delay"], default: "delay" },
-    Kind { suffix: "exceptions", types: &["exceptions"], default: "exceptions" },
+    Kind { suffix: "exceptions", types: &[Metric::Exceptions.pprof_name()], default: Metric::Exceptions.pprof_name() },
 ];
 
 /// One profile to send: `POST /ingest?name=<name>&from=..&until=..&format=pprof`.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::engine::{self, Tree};
 use crate::SaturatingSum;
-use clrprof_model::samples::{frame_module, ModuleHits, RoutineHits};
+use clrprof_model::hits::{frame_module, ModuleHits, RoutineHits};
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 

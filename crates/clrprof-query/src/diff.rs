@@ -105,13 +105,7 @@ pub struct DiffView {
 
 /// Unit of a metric's values in diffs.
 pub fn unit(m: Metric) -> &'static str {
-    match m {
-        Metric::Time | Metric::Cpu | Metric::Wall | Metric::LockWait => "ns",
-        Metric::Exceptions => "exceptions",
-        Metric::Calls => "calls",
-        Metric::AllocBytes => "bytes",
-        Metric::AllocCount => "objects",
-    }
+    m.diff_unit()
 }
 
 /// The identity of a function across profiles.

@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 
+use clrprof_model::hits::ModuleHits;
 use clrprof_model::instrumented::FlowThread;
-use clrprof_model::samples::ModuleHits;
 use clrprof_model::{Cost, FrameKey, Metric, Profile};
 use serde::Serialize;
 

@@ -56,14 +56,14 @@ pub fn has_time_or_call_costs(p: &Profile) -> bool {
         .any(|t| t.costs.values().any(|c| c.calls > 0 || c.time_ns > 0 || c.cpu_samples > 0 || c.wall_samples > 0))
 }
 
-/// True for metrics whose unit is nanoseconds.
+/// True for metrics whose unit is nanoseconds ([`Metric::is_time`]).
 pub fn is_time(m: Metric) -> bool {
-    matches!(m, Metric::Time | Metric::Cpu | Metric::Wall | Metric::LockWait)
+    m.is_time()
 }
 
-/// True for the exact metrics of enter/leave instrumentation.
+/// True for the exact metrics of enter/leave instrumentation ([`Metric::is_instrumented`]).
 pub fn is_instrumented(m: Metric) -> bool {
-    matches!(m, Metric::Time | Metric::Calls)
+    m.is_instrumented()
 }
 
 /// How many samples (or calls, or objects) stand behind a cost for a metric, and the metric's

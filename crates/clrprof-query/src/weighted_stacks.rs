@@ -58,16 +58,7 @@ fn samples_of(p: &Profile, metric: Metric, paths: &engine::StackPaths<'_, Cost>)
 
 /// What a weight is called in titles, and the unit of its values.
 pub fn weight_name_and_unit(metric: Metric) -> (&'static str, &'static str) {
-    match metric {
-        Metric::Cpu => ("CPU time (sampled)", "nanoseconds"),
-        Metric::Wall => ("wall time (sampled)", "nanoseconds"),
-        Metric::Time => ("exclusive time (instrumented)", "nanoseconds"),
-        Metric::Calls => ("calls", "none"),
-        Metric::AllocBytes => ("allocated bytes", "bytes"),
-        Metric::AllocCount => ("allocations", "none"),
-        Metric::Exceptions => ("exceptions thrown", "none"),
-        Metric::LockWait => ("lock wait", "nanoseconds"),
-    }
+    (metric.label(), metric.unit())
 }
 
 /// The stacks of a weight (`None`: the profile's natural one) for a thread selection.

@@ -4,7 +4,7 @@
 use clrprof_model::events::AllocEstimator;
 use clrprof_model::Profile;
 
-use super::table::{Align::*, TextTable};
+use super::text_table::{Align::*, TextTable};
 use super::title;
 
 /// Sites whose heaviest allocating stack is printed, and the frames printed of each.

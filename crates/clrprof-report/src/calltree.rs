@@ -5,7 +5,7 @@ use clrprof_model::Profile;
 use clrprof_query::costs::call_tree;
 use clrprof_query::select;
 
-use super::table::{Align::*, TextTable};
+use super::text_table::{Align::*, TextTable};
 use super::{fmt_value, percent, title, ReportOptions, Result};
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {

@@ -3,7 +3,7 @@
 use clrprof_query::diff::{DiffRow, DiffView, Side};
 use serde_json::{json, Map, Value};
 
-use crate::table::{Align, TextTable};
+use crate::text_table::{Align, TextTable};
 use crate::{ms, Format};
 
 /// A value in the unit, for text: ms for times, plain otherwise; signed.

@@ -6,7 +6,7 @@ use clrprof_model::{Cost, Metric, Profile};
 use clrprof_query::costs::{hotspots, FunctionStats};
 use clrprof_query::select;
 
-use super::table::{Align::*, TextTable};
+use super::text_table::{Align::*, TextTable};
 use super::{fmt_value, ms, percent, title, ReportOptions, Result};
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {

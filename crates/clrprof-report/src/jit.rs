@@ -2,7 +2,7 @@
 
 use clrprof_model::Profile;
 
-use super::table::{Align::*, TextTable};
+use super::text_table::{Align::*, TextTable};
 use super::{ms, title};
 
 fn us(ns: u64) -> String {

@@ -7,22 +7,23 @@ mod callers;
 mod calltree;
 mod counters;
 pub mod diff;
-mod events;
+mod event_log;
 mod exceptions;
 mod flow;
 mod gc;
+mod gcp_tables;
 mod hotspots;
 mod jit;
 mod locks;
 mod modules;
 mod summary;
-mod table;
-mod tables;
+mod text_table;
 
 use clrprof_model::{Metric, Profile};
 use clrprof_query::costs::CostQuery;
 use clrprof_query::{select, QueryError, Threads};
 
+/// The report's views, described in [`VIEWS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
     /// Hot spots when the trace has costs, else the tables.
@@ -43,12 +44,94 @@ pub enum View {
     Modules,
 }
 
+/// A view a user can ask for: its `--view` name and what it shows.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewInfo {
+    pub view: View,
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// Every view but [`View::Auto`], in the order `--help` lists them.
+pub const VIEWS: [ViewInfo; 14] = [
+    ViewInfo {
+        view: View::Tables,
+        name: "tables",
+        help: "The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions",
+    },
+    ViewInfo {
+        view: View::Hotspots,
+        name: "hotspots",
+        help: "Per function: calls, exclusive/inclusive/callee/suspended/profiler time (or samples), hottest first",
+    },
+    ViewInfo {
+        view: View::Calltree,
+        name: "calltree",
+        help: "The top-down call tree with counts, times and percentages",
+    },
+    ViewInfo {
+        view: View::Callers,
+        name: "callers",
+        help: "Who calls a function and whom it calls (--function NAME), with entry points",
+    },
+    ViewInfo { view: View::Summary, name: "summary", help: "Every called function with its call count" },
+    ViewInfo {
+        view: View::Flow,
+        name: "flow",
+        help: "Ordered enter/leave events per thread, indented by nesting (record --flow)",
+    },
+    ViewInfo {
+        view: View::Modules,
+        name: "modules",
+        help: "The Monte Carlo tables: sampled hits per module (assemblies and native libraries) and per routine",
+    },
+    ViewInfo {
+        view: View::Exceptions,
+        name: "exceptions",
+        help: "Exceptions by type and throw site: thrown, caught, uncaught, catch sites, passes, stacks",
+    },
+    ViewInfo {
+        view: View::Gc,
+        name: "gc",
+        help: "Every garbage collection (generation, reason, background, duration, pause, heap sizes) and totals",
+    },
+    ViewInfo {
+        view: View::Allocations,
+        name: "allocations",
+        help: "Allocations by type and by allocation site (sampled estimates or exact counts)",
+    },
+    ViewInfo {
+        view: View::Jit,
+        name: "jit",
+        help: "JIT time and native size per method; assembly and module load times",
+    },
+    ViewInfo {
+        view: View::Events,
+        name: "events",
+        help: "The runtime event log indented by per-thread nesting (record with --events)",
+    },
+    ViewInfo {
+        view: View::Counters,
+        name: "counters",
+        help: "Runtime counters over time: GCs, heap, % time in GC, allocation rate, exceptions/s, JIT, loads, threads",
+    },
+    ViewInfo {
+        view: View::Locks,
+        name: "locks",
+        help: "Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks",
+    },
+];
+
+/// Output formats of a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Text,
     Json,
     Csv,
 }
+
+/// Every report format and its `--format` name.
+pub const FORMATS: [(Format, &str); 3] = [(Format::Text, "text"), (Format::Json, "json"), (Format::Csv, "csv")];
 
 /// What to show and how.
 #[derive(Clone, Debug)]
@@ -152,7 +235,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         return Err(ReportError::Unsupported("--format csv is available for --view hotspots only".into()));
     }
     Ok(match view {
-        View::Auto | View::Tables => tables::render(p),
+        View::Auto | View::Tables => gcp_tables::render(p),
         View::Hotspots if opts.format == Format::Csv => hotspots::csv(p, opts)?,
         View::Hotspots => hotspots::render(p, opts)?,
         View::Calltree => calltree::render(p, opts)?,
@@ -163,7 +246,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Gc => gc::render(p),
         View::Allocations => allocations::render(p, opts.top),
         View::Jit => jit::render(p),
-        View::Events => events::render(p),
+        View::Events => event_log::render(p),
         View::Counters => counters::render(p),
         View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,

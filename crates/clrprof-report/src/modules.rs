@@ -8,7 +8,7 @@ use clrprof_model::{Metric, Profile};
 use clrprof_query::costs::module_hits;
 use clrprof_query::Threads;
 
-use super::table::{Align, TextTable};
+use super::text_table::{Align, TextTable};
 use super::{ReportOptions, Result};
 
 /// The weight's name and what a sample of it stands for.

@@ -6,85 +6,14 @@ use std::ffi::c_void;
 use std::mem::transmute;
 
 use crate::consts::*;
+use crate::metadata::MetaDataImport;
+use crate::raw::check;
 use crate::types::*;
 
-/// A failed call: the method's name and its HRESULT (or `E_NOTIMPL` when the runtime's
-/// interface version lacks the method).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HrError {
-    pub method: &'static str,
-    pub hr: HRESULT,
-}
-
-impl std::fmt::Display for HrError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed with HRESULT 0x{:08X}", self.method, self.hr as u32)
-    }
-}
-
-impl std::error::Error for HrError {}
-
-pub type HrResult<T> = Result<T, HrError>;
-
-fn check(method: &'static str, hr: HRESULT) -> HrResult<()> {
-    if hr >= 0 {
-        Ok(())
-    } else {
-        Err(HrError { method, hr })
-    }
-}
-
-/// Converts a runtime UTF-16 buffer whose reported length may include the terminating NUL.
-pub fn utf16_to_string(buf: &[u16]) -> String {
-    let end = buf.iter().position(|&c| c == 0).unwrap_or(buf.len());
-    String::from_utf16_lossy(&buf[..end])
-}
-
-/// UTF-16, NUL-terminated, for passing strings to the runtime.
-pub fn to_utf16z(s: &str) -> Vec<u16> {
-    s.encode_utf16().chain(std::iter::once(0)).collect()
-}
-
-/// Reads a runtime-owned UTF-16 string of `len` units.
-///
-/// # Safety
-/// `ptr` must point to `len` readable `u16`s (or be null, giving an empty string).
-pub unsafe fn utf16_from_raw(ptr: *const u16, len: usize) -> String {
-    if ptr.is_null() || len == 0 {
-        return String::new();
-    }
-    // Safety: guaranteed by the caller.
-    utf16_to_string(unsafe { std::slice::from_raw_parts(ptr, len) })
-}
-
-/// Views a runtime-owned array as a slice for the duration of a callback.
-///
-/// # Safety
-/// `ptr` must point to `len` valid `T`s that outlive the returned slice (or be null).
-pub unsafe fn slice_from_raw<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
-    if ptr.is_null() || len == 0 {
-        return &[];
-    }
-    // Safety: guaranteed by the caller.
-    unsafe { std::slice::from_raw_parts(ptr, len) }
-}
-
-/// `len` bytes at `offset` into a module image the runtime loaded at `base`, for reading its
-/// headers and metadata in place; `None` for a null base or a range past 1 GiB.
-///
-/// # Safety
-/// `base` must be the load address `GetModuleInfo2` gave for a module that stays loaded while
-/// the bytes are used (not collectible), and `offset`/`len` a range its own headers place in the
-/// image (PE headers, section table, CLI header, metadata): the runtime checked those headers
-/// and mapped those ranges readable when it loaded the module.
-pub unsafe fn module_image_bytes(base: usize, offset: usize, len: usize) -> Option<&'static [u8]> {
-    const LIMIT: usize = 1 << 30;
-    if base == 0 || offset.checked_add(len)? > LIMIT {
-        return None;
-    }
-    // Safety: guaranteed by the caller.
-    Some(unsafe { slice_from_raw((base + offset) as *const u8, len) })
-}
+// The helpers the agent takes with the wrappers (callbacks read runtime-owned arrays and strings).
+pub use crate::raw::{
+    module_image_bytes, slice_from_raw, to_utf16z, utf16_from_raw, utf16_to_string, HrError, HrResult,
+};
 
 /// Calls a "two-call" string API: first with a stack-sized buffer, again with the exact size when
 /// the name did not fit.
@@ -310,7 +239,7 @@ impl ProfilerInfo {
 
     /// The module's metadata importer (`IMetaDataImport2`, else `IMetaDataImport`), or `None` for
     /// modules without metadata (resource modules).
-    pub fn get_module_metadata(&self, id: ModuleID) -> HrResult<Option<crate::metadata::MetaDataImport>> {
+    pub fn get_module_metadata(&self, id: ModuleID) -> HrResult<Option<MetaDataImport>> {
         let f = slot!(self, 21, "GetModuleMetaData", fn(ModuleID, u32, *const GUID, *mut *mut c_void));
         for (iid, v2) in [(&IID_IMETADATAIMPORT2, true), (&IID_IMETADATAIMPORT, false)] {
             let mut out: *mut c_void = std::ptr::null_mut();
@@ -318,7 +247,7 @@ impl ProfilerInfo {
             let hr = unsafe { f(self.ptr, id, 0, iid, &mut out) };
             if hr >= 0 && !out.is_null() {
                 // Safety: `out` is an AddRef'd IMetaDataImport(2) pointer whose ownership we take.
-                return Ok(Some(unsafe { crate::metadata::MetaDataImport::from_raw(out, v2) }));
+                return Ok(Some(unsafe { MetaDataImport::from_raw(out, v2) }));
             }
             if hr < 0 && hr != E_NOINTERFACE {
                 return Err(HrError { method: "GetModuleMetaData", hr });
@@ -617,10 +546,7 @@ impl ProfilerInfo {
         check("EventPipeStopSession", unsafe { f(self.ptr, session) })
     }
 
-    pub fn get_token_and_metadata_from_function(
-        &self,
-        id: FunctionID,
-    ) -> HrResult<(crate::metadata::MetaDataImport, mdToken)> {
+    pub fn get_token_and_metadata_from_function(&self, id: FunctionID) -> HrResult<(MetaDataImport, mdToken)> {
         let f = slot!(
             self,
             19,
@@ -635,7 +561,7 @@ impl ProfilerInfo {
             return Err(HrError { method: "GetTokenAndMetaDataFromFunction", hr: E_POINTER });
         }
         // Safety: `out` is an AddRef'd IMetaDataImport whose ownership we take.
-        Ok((unsafe { crate::metadata::MetaDataImport::from_raw(out, false) }, tok))
+        Ok((unsafe { MetaDataImport::from_raw(out, false) }, tok))
     }
 
     /// Memory ranges of the GC heap by generation: `(generation, used bytes)` per range

@@ -9,10 +9,12 @@ pub mod callback;
 pub mod consts;
 pub mod info;
 pub mod metadata;
+pub mod raw;
 pub mod types;
 
 pub use callback::{CallbackError, CallbackResult, ClassFactory, ComObject, OutBool, ProfilerCallback, RawPtr};
 pub use consts::*;
-pub use info::{HrError, HrResult, ProfilerInfo, RuntimeInfo};
+pub use info::{ProfilerInfo, RuntimeInfo};
 pub use metadata::{MetaDataImport, MethodProps};
+pub use raw::{HrError, HrResult};
 pub use types::*;

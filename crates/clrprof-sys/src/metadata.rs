@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::mem::transmute;
 
-use crate::info::{HrError, HrResult};
+use crate::raw::{check, slice_from_raw, utf16_to_string, HrResult};
 use crate::types::*;
 
 /// An owned `IMetaDataImport` (released on drop). `v2` tells whether it is an `IMetaDataImport2`.
@@ -24,14 +24,6 @@ impl Drop for MetaDataImport {
             let release: unsafe extern "system" fn(*mut c_void) -> u32 = transmute(self.slot(2));
             release(self.ptr);
         }
-    }
-}
-
-fn check(method: &'static str, hr: HRESULT) -> HrResult<()> {
-    if hr >= 0 {
-        Ok(())
-    } else {
-        Err(HrError { method, hr })
     }
 }
 
@@ -76,7 +68,7 @@ impl MetaDataImport {
             buf = vec![0u16; n as usize];
             check(method, call(buf.as_mut_ptr(), buf.len() as u32, &mut n))?;
         }
-        Ok(crate::info::utf16_to_string(&buf[..(n as usize).min(buf.len())]))
+        Ok(utf16_to_string(&buf[..(n as usize).min(buf.len())]))
     }
 
     /// (`Namespace.Name` with arity suffix, flags, extends token).
@@ -124,7 +116,7 @@ impl MetaDataImport {
             }
         })?;
         // Safety: the signature blob lives as long as the importer; we copy it out.
-        let signature = unsafe { crate::info::slice_from_raw(sig, sig_len as usize) }.to_vec();
+        let signature = unsafe { slice_from_raw(sig, sig_len as usize) }.to_vec();
         Ok(MethodProps { class, name, attributes: attr, signature })
     }
 
@@ -144,7 +136,7 @@ impl MetaDataImport {
         // Safety: valid call with writable out-params.
         check("GetTypeSpecFromToken", unsafe { f(self.ptr, ts, &mut sig, &mut len) })?;
         // Safety: the blob lives as long as the importer; we copy it out.
-        Ok(unsafe { crate::info::slice_from_raw(sig, len as usize) }.to_vec())
+        Ok(unsafe { slice_from_raw(sig, len as usize) }.to_vec())
     }
 
     /// Names of the generic parameters of a type or method definition, in order

@@ -337,7 +337,7 @@ records! {
     /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.
     56 CodeRange { id: u64, start: u64, size: u64 }
 
-    // Runtime events (issue 5): exceptions, GC, allocations.
+    // Runtime events (tags 70 and up): exceptions, GCs and suspensions, allocations, lock contention, type loads.
     /// An exception was thrown (`ExceptionThrown`), with the managed stack at the throw.
     70 ExceptionThrown {
         ts: u64,

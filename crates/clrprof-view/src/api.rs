@@ -87,32 +87,6 @@ struct Loaded {
     docs: Mutex<Lru<TimeRange, Value>>,
 }
 
-/// Weight names as the API spells them.
-pub fn metric_from_name(s: &str) -> Option<Metric> {
-    Some(match s {
-        "cpu" => Metric::Cpu,
-        "wall" => Metric::Wall,
-        "time" => Metric::Time,
-        "calls" => Metric::Calls,
-        "alloc-bytes" => Metric::AllocBytes,
-        "alloc-count" => Metric::AllocCount,
-        "exceptions" => Metric::Exceptions,
-        "lock-wait" => Metric::LockWait,
-        _ => return None,
-    })
-}
-
-const ALL_METRICS: [Metric; 8] = [
-    Metric::Cpu,
-    Metric::Wall,
-    Metric::Time,
-    Metric::Calls,
-    Metric::AllocBytes,
-    Metric::AllocCount,
-    Metric::Exceptions,
-    Metric::LockWait,
-];
-
 /// True for thread-pool threads (grouped in the timeline).
 fn is_pool_thread(name: &str) -> bool {
     name.contains(".NET TP Worker") || name.contains("ThreadPool") || name.contains(".NET Long Running Task")
@@ -186,11 +160,10 @@ impl Loaded {
     fn metric(&self, q: &Params) -> Result<Metric, ApiError> {
         match q.get("w") {
             None => Ok(select::metric(&self.whole, None)),
-            Some(w) => metric_from_name(w).ok_or_else(|| {
-                bad(format!(
-                    "unknown weight '{}': cpu, wall, time, calls, alloc-bytes, alloc-count, exceptions or lock-wait",
-                    clip(w)
-                ))
+            Some(w) => Metric::from_name(w).ok_or_else(|| {
+                let names: Vec<&str> = Metric::sampled_first().map(Metric::name).collect();
+                let (last, first) = names.split_last().expect("metrics");
+                bad(format!("unknown weight '{}': {} or {last}", clip(w), first.join(", ")))
             }),
         }
     }
@@ -232,9 +205,8 @@ impl Loaded {
 
     fn weights(p: &Profile) -> Vec<Value> {
         let total = select::totals(p);
-        ALL_METRICS
-            .iter()
-            .filter_map(|&m| {
+        Metric::sampled_first()
+            .filter_map(|m| {
                 let (count, value, estimated, note) = match select::event_stacks(p, m) {
                     Some(w) => (w.count, w.total, w.estimated, Some(w.note)),
                     None => {

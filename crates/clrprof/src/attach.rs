@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clrprof_trace::AGENT_CLSID;
 
+use crate::agent_env::{AgentEnv, Recording};
 use crate::ipc::{self, hr, SendError};
 
 /// Options of `clrprof attach`.
@@ -29,13 +30,15 @@ pub struct AttachOptions {
     pub output: Option<PathBuf>,
     pub agent: Option<PathBuf>,
     pub log: Option<PathBuf>,
-    /// `CLRPROF_*` variables for the agent (the same as `record`'s).
-    pub vars: Vec<(String, String)>,
+    /// What the agent records (the same settings as `record`'s).
+    pub recording: Recording,
     /// How long the runtime may take to load the agent.
     pub timeout: Duration,
     /// Stream to this `clrprof collect` (`ADDR:PORT`) instead of the file; the file is written only
     /// if the collector cannot be reached or goes away.
     pub server: Option<String>,
+    /// The collector's token; `None` = `$CLRPROF_TOKEN` (the target does not inherit ours).
+    pub token: Option<String>,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -264,15 +267,14 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         let _ = std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o666));
     }
 
-    let mut data = String::new();
-    data.push_str(&format!("CLRPROF_OUTPUT={}\n", output.display()));
-    data.push_str(&format!("CLRPROF_CONTROL={}\n", control.display()));
-    if let Some(l) = &opts.log {
-        data.push_str(&format!("CLRPROF_LOG={}\n", std::path::absolute(l).unwrap_or_else(|_| l.clone()).display()));
-    }
-    for (k, v) in &opts.vars {
-        data.push_str(&format!("{k}={v}\n"));
-    }
+    let token = opts.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
+    let data = AgentEnv::default()
+        .output(&output)
+        .control(&control)
+        .log(opts.log.as_deref())
+        .recording(&opts.recording)
+        .server(opts.server.as_deref(), token.as_deref())
+        .lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
     let agent_text = agent.to_string_lossy();
     let Some(message) = ipc::attach_message(10_000, &clsid, &agent_text, data.as_bytes()) else {

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
+use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use clrprof_model::{parse_time, Metric, TimeRange};
+use clrprof_export::ExportFormat;
+use clrprof_model::{parse_time, Metric, TimeRange, METRICS};
 use clrprof_report::{Format, ReportOptions, View};
 
 use crate::record::RecordOptions;
@@ -118,7 +120,7 @@ struct DiffArgs {
     #[arg(long, value_name = "N")]
     top: Option<usize>,
     /// Output format
-    #[arg(short, long, value_enum, default_value_t = FormatArg::Text)]
+    #[arg(short, long, value_enum, default_value_t = FormatArg(Format::Text))]
     format: FormatArg,
     /// Write to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
@@ -238,35 +240,13 @@ impl ReadArgs {
     }
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ExportFormatArg {
-    /// Folded stacks (`a;b;c count`), the input of flame-graph tools
-    Collapsed,
-    /// A self-contained SVG flame graph
-    Svg,
-    /// A self-contained HTML flame graph (click to zoom, search)
-    Html,
-    /// speedscope JSON: all threads merged, then one profile per thread
-    Speedscope,
-    /// pprof (gzip-compressed profile.proto) with every sample type the trace holds, for `go tool pprof`
-    Pprof,
-    /// Chrome Trace Event Format JSON (Perfetto, chrome://tracing): calls of --flow traces, else sampled stacks as slices, GCs and exceptions
-    Chrome,
-    /// The Firefox Profiler's format (profiler.firefox.com): threads, samples with stacks, GC and exception markers
-    Firefox,
-}
-
 #[derive(Args, Debug)]
 struct RecordArgs {
     /// Trace file to write [default: <program>-<pid>.clrprof in the current directory]
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
-    #[arg(long, value_name = "PATH")]
-    agent: Option<PathBuf>,
-    /// Write the agent's diagnostics to this file
-    #[arg(long, value_name = "FILE")]
-    log: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     #[command(flatten)]
     recording: RecordingArgs,
     /// Exact call counts and times from enter/leave hooks (every JIT-compiled method; ReadyToRun
@@ -311,12 +291,8 @@ struct AttachArgs {
     /// Trace file to write [default: <name>-<pid>-<unix time>.clrprof in the current directory]
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
-    #[arg(long, value_name = "PATH")]
-    agent: Option<PathBuf>,
-    /// Write the agent's diagnostics to this file
-    #[arg(long, value_name = "FILE")]
-    log: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// How long the runtime may take to load the agent, in seconds
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
     timeout: Duration,
@@ -372,13 +348,13 @@ struct RecordingArgs {
 }
 
 impl RecordingArgs {
-    fn options(&self) -> crate::record::Recording {
-        crate::record::Recording {
+    fn options(&self) -> crate::agent_env::Recording {
+        crate::agent_env::Recording {
             classes: !self.no_classes,
             sampling: !self.no_sample,
             sample_rate: self.rate,
             type_loads: self.type_loads,
-            events: crate::record::EventOptions {
+            events: crate::agent_env::EventOptions {
                 exceptions: !self.no_exceptions,
                 exact_exceptions: self.exact_exceptions,
                 gc: !self.no_gc,
@@ -392,6 +368,17 @@ impl RecordingArgs {
             },
         }
     }
+}
+
+/// The agent library and its diagnostics, for `record` and `attach`.
+#[derive(Args, Debug)]
+struct AgentArgs {
+    /// The agent library [default: libclrprof_agent.so next to clrprof, or $CLRPROF_AGENT_PATH]
+    #[arg(long, value_name = "PATH")]
+    agent: Option<PathBuf>,
+    /// Write the agent's diagnostics to this file
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
 }
 
 /// Streaming to a collector, for `record` and `attach`.
@@ -422,7 +409,7 @@ struct ReportArgs {
     #[arg(long, value_enum)]
     view: Option<ViewArg>,
     /// Output format (csv: the hot spots in the Hot Spots Tracker's `;`-separated layout)
-    #[arg(short, long, value_enum, default_value_t = FormatArg::Text)]
+    #[arg(short, long, value_enum, default_value_t = FormatArg(Format::Text))]
     format: FormatArg,
     /// Write the report to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
@@ -460,115 +447,63 @@ struct ReportArgs {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum ViewArg {
-    /// The General Code Profiler's tables: threads, app domains, assemblies, modules, classes, functions
-    Tables,
-    /// Per function: calls, exclusive/inclusive/callee/suspended/profiler time (or samples), hottest first
-    Hotspots,
-    /// The top-down call tree with counts, times and percentages
-    Calltree,
-    /// Who calls a function and whom it calls (--function NAME), with entry points
-    Callers,
-    /// Every called function with its call count
-    Summary,
-    /// Ordered enter/leave events per thread, indented by nesting (record --flow)
-    Flow,
-    /// The Monte Carlo tables: sampled hits per module (assemblies and native libraries) and per routine
-    Modules,
-    /// Exceptions by type and throw site: thrown, caught, uncaught, catch sites, passes, stacks
-    Exceptions,
-    /// Every garbage collection (generation, reason, background, duration, pause, heap sizes) and totals
-    Gc,
-    /// Allocations by type and by allocation site (sampled estimates or exact counts)
-    Allocations,
-    /// JIT time and native size per method; assembly and module load times
-    Jit,
-    /// The runtime event log indented by per-thread nesting (record with --events)
-    Events,
-    /// Runtime counters over time: GCs, heap, % time in GC, allocation rate, exceptions/s, JIT, loads, threads
-    Counters,
-    /// Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks
-    Locks,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
 enum AllocArg {
     Sampled,
     Exact,
     Off,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum FormatArg {
-    Text,
-    Json,
-    Csv,
-}
+/// A command-line value naming one row of a library's table: clap's `ValueEnum` over the rows'
+/// names and help lines (`$keep` picks the rows offered), so that the CLI repeats no list.
+macro_rules! table_value {
+    ($(#[$doc:meta])* $arg:ident($ty:ty) = $rows:expr, |$r:ident| ($value:expr, $name:expr, $help:expr) $(, if $keep:expr)?) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        struct $arg($ty);
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum WeightArg {
-    /// Instrumented exclusive wall time
-    Time,
-    /// Instrumented call counts
-    Calls,
-    /// Sampled on-CPU time
-    Cpu,
-    /// Sampled wall time (running or blocked)
-    Wall,
-    /// Allocated bytes
-    AllocBytes,
-    /// Allocated objects
-    AllocCount,
-}
+        impl ValueEnum for $arg {
+            fn value_variants<'a>() -> &'a [Self] {
+                static ALL: std::sync::OnceLock<Vec<$arg>> = std::sync::OnceLock::new();
+                ALL.get_or_init(|| {
+                    // Every row unless `$keep` says otherwise.
+                    $rows.iter().filter(|$r| { let _ = $r; true $(&& $keep)? }).map(|$r| $arg($value)).collect()
+                })
+            }
 
-/// `diff`'s weights: the costs, and the runtime events per stack.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum DiffWeightArg {
-    /// Instrumented exclusive wall time
-    Time,
-    /// Instrumented call counts
-    Calls,
-    /// Sampled on-CPU time
-    Cpu,
-    /// Sampled wall time (running or blocked)
-    Wall,
-    /// Allocated bytes
-    AllocBytes,
-    /// Allocated objects
-    AllocCount,
-    /// Exceptions thrown, per throw stack (all threads)
-    Exceptions,
-    /// Monitor lock wait, per waiting stack (all threads)
-    LockWait,
-}
-
-impl DiffWeightArg {
-    fn metric(self) -> Metric {
-        match self {
-            DiffWeightArg::Time => Metric::Time,
-            DiffWeightArg::Calls => Metric::Calls,
-            DiffWeightArg::Cpu => Metric::Cpu,
-            DiffWeightArg::Wall => Metric::Wall,
-            DiffWeightArg::AllocBytes => Metric::AllocBytes,
-            DiffWeightArg::AllocCount => Metric::AllocCount,
-            DiffWeightArg::Exceptions => Metric::Exceptions,
-            DiffWeightArg::LockWait => Metric::LockWait,
+            fn to_possible_value(&self) -> Option<PossibleValue> {
+                $rows.iter().find(|$r| $value == self.0).map(|$r| {
+                    let help: Option<&'static str> = $help;
+                    let value = PossibleValue::new($name);
+                    match help {
+                        Some(h) => value.help(h),
+                        None => value,
+                    }
+                })
+            }
         }
-    }
+    };
 }
 
-impl WeightArg {
-    fn metric(self) -> Metric {
-        match self {
-            WeightArg::Time => Metric::Time,
-            WeightArg::Calls => Metric::Calls,
-            WeightArg::Cpu => Metric::Cpu,
-            WeightArg::Wall => Metric::Wall,
-            WeightArg::AllocBytes => Metric::AllocBytes,
-            WeightArg::AllocCount => Metric::AllocCount,
-        }
-    }
-}
+table_value!(
+    /// `report --view`: the report's views.
+    ViewArg(View) = clrprof_report::VIEWS, |r| (r.view, r.name, Some(r.help))
+);
+table_value!(
+    /// `report --format` and `diff --format`.
+    FormatArg(Format) = clrprof_report::FORMATS, |r| (r.0, r.1, None)
+);
+table_value!(
+    /// `export --format`: the exporters' formats.
+    ExportFormatArg(ExportFormat) = clrprof_export::FORMATS, |r| (r.format, r.name, Some(r.help))
+);
+table_value!(
+    /// `report --weight` and `export --weight`: the cost columns (not the event weights).
+    WeightArg(Metric) = METRICS, |r| (r.metric, r.name, Some(r.help)), if !r.metric.is_event()
+);
+table_value!(
+    /// `diff`'s weights: the costs, and the runtime events per stack.
+    DiffWeightArg(Metric) = METRICS, |r| (r.metric, r.name, Some(r.help))
+);
 
 pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
@@ -576,10 +511,10 @@ pub fn run() -> Result<ExitCode> {
         Command::Record(a) => {
             let opts = RecordOptions {
                 output: a.output,
-                agent: a.agent,
-                log: a.log,
+                agent: a.agent.agent,
+                log: a.agent.log,
                 recording: a.recording.options(),
-                instrument: crate::record::InstrumentOptions {
+                instrument: crate::agent_env::InstrumentOptions {
                     enabled: a.instrument,
                     counts_only: a.counts_only,
                     flow: a.flow,
@@ -601,25 +536,16 @@ pub fn run() -> Result<ExitCode> {
             if matches!(a.recording.alloc, AllocArg::Exact) {
                 anyhow::bail!("--alloc exact needs `record`: the runtime only allows per-object allocation callbacks at start-up; `attach` samples allocations (--alloc sampled)");
             }
-            let mut vars: Vec<(String, String)> =
-                a.recording.options().vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-            let token =
-                a.server.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-            if let Some(server) = &a.server.server {
-                vars.push(("CLRPROF_SERVER".to_string(), server.clone()));
-                if let Some(t) = &token {
-                    vars.push(("CLRPROF_TOKEN".to_string(), t.clone()));
-                }
-            }
             let opts = crate::attach::AttachOptions {
                 pid: a.pid,
                 duration: a.duration,
                 output: a.output,
-                agent: a.agent,
-                log: a.log,
-                vars,
+                agent: a.agent.agent,
+                log: a.agent.log,
+                recording: a.recording.options(),
                 timeout: a.timeout,
                 server: a.server.server,
+                token: a.server.token,
             };
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)
@@ -630,29 +556,9 @@ pub fn run() -> Result<ExitCode> {
                 trace: a.trace,
                 output: a.output,
                 report: ReportOptions {
-                    view: match a.view {
-                        None => View::Auto,
-                        Some(ViewArg::Tables) => View::Tables,
-                        Some(ViewArg::Hotspots) => View::Hotspots,
-                        Some(ViewArg::Calltree) => View::Calltree,
-                        Some(ViewArg::Callers) => View::Callers,
-                        Some(ViewArg::Summary) => View::Summary,
-                        Some(ViewArg::Flow) => View::Flow,
-                        Some(ViewArg::Modules) => View::Modules,
-                        Some(ViewArg::Exceptions) => View::Exceptions,
-                        Some(ViewArg::Gc) => View::Gc,
-                        Some(ViewArg::Allocations) => View::Allocations,
-                        Some(ViewArg::Jit) => View::Jit,
-                        Some(ViewArg::Events) => View::Events,
-                        Some(ViewArg::Counters) => View::Counters,
-                        Some(ViewArg::Locks) => View::Locks,
-                    },
-                    format: match a.format {
-                        FormatArg::Text => Format::Text,
-                        FormatArg::Json => Format::Json,
-                        FormatArg::Csv => Format::Csv,
-                    },
-                    weight: a.weight.map(WeightArg::metric),
+                    view: a.view.map_or(View::Auto, |v| v.0),
+                    format: a.format.0,
+                    weight: a.weight.map(|w| w.0),
                     thread: a.thread,
                     by_thread: a.by_thread,
                     top: a.top,
@@ -667,21 +573,12 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Export(a) => {
-            use clrprof_export::ExportFormat as F;
             let cmd = crate::export::ExportCommand {
                 read: a.read.options()?,
                 trace: a.trace,
-                format: match a.format {
-                    ExportFormatArg::Collapsed => F::Collapsed,
-                    ExportFormatArg::Svg => F::Svg,
-                    ExportFormatArg::Html => F::Html,
-                    ExportFormatArg::Speedscope => F::Speedscope,
-                    ExportFormatArg::Pprof => F::Pprof,
-                    ExportFormatArg::Chrome => F::Chrome,
-                    ExportFormatArg::Firefox => F::Firefox,
-                },
+                format: a.format.0,
                 output: a.output,
-                weight: a.weight.map(WeightArg::metric),
+                weight: a.weight.map(|w| w.0),
                 thread: a.thread,
             };
             crate::export::export(&cmd)?;
@@ -706,14 +603,10 @@ pub fn run() -> Result<ExitCode> {
                 read: a.read.options()?,
                 old: a.old,
                 new: a.new,
-                weight: a.weight.map(DiffWeightArg::metric),
+                weight: a.weight.map(|w| w.0),
                 normalize: a.normalize,
                 top: a.top,
-                format: match a.format {
-                    FormatArg::Text => Format::Text,
-                    FormatArg::Json => Format::Json,
-                    FormatArg::Csv => Format::Csv,
-                },
+                format: a.format.0,
                 output: a.output,
                 thread: a.thread,
             };

@@ -1,5 +1,6 @@
 //! `clrprof`: launch a .NET program under the profiler and turn its trace into reports.
 
+mod agent_env;
 mod attach;
 mod cli;
 mod collect;

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use anyhow::{bail, Context, Result};
 use clrprof_trace::{encode_records, ProcessExit, Record, AGENT_CLSID};
 
+use crate::agent_env::{AgentEnv, InstrumentOptions, Recording};
+
 /// Options of `clrprof record`.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -31,84 +33,6 @@ pub struct RecordOptions {
     pub token: Option<String>,
     /// `CLRPROF_PROCESS`: only processes matching these globs are profiled.
     pub process: Option<String>,
-}
-
-/// What the agent records, the same for `record` and `attach`: sampling and runtime events.
-#[derive(Clone, Debug)]
-pub struct Recording {
-    /// Record class loads (`CLRPROF_CLASSES`).
-    pub classes: bool,
-    /// Run the sampler (`CLRPROF_SAMPLING`).
-    pub sampling: bool,
-    /// Samples per second per thread (`CLRPROF_SAMPLE_RATE`).
-    pub sample_rate: u32,
-    /// Name the runtime's type loads in samples (`CLRPROF_TYPE_LOADS`).
-    pub type_loads: bool,
-    /// Runtime events: exceptions, GC, allocations, locks, the event log.
-    pub events: EventOptions,
-}
-
-impl Default for Recording {
-    fn default() -> Self {
-        Recording {
-            classes: true,
-            sampling: true,
-            sample_rate: 100,
-            type_loads: false,
-            events: EventOptions::default(),
-        }
-    }
-}
-
-impl Recording {
-    /// The agent's `CLRPROF_*` variables for these settings.
-    pub fn vars(&self) -> Vec<(&'static str, String)> {
-        let b = |v: bool| if v { "1" } else { "0" }.to_string();
-        let e = &self.events;
-        let exceptions = match (e.exceptions, e.exact_exceptions) {
-            (false, _) => "0",
-            (true, false) => "1",
-            (true, true) => "exact",
-        };
-        vec![
-            ("CLRPROF_CLASSES", b(self.classes)),
-            ("CLRPROF_SAMPLING", b(self.sampling)),
-            ("CLRPROF_SAMPLE_RATE", self.sample_rate.to_string()),
-            ("CLRPROF_TYPE_LOADS", b(self.type_loads)),
-            ("CLRPROF_EXCEPTIONS", exceptions.to_string()),
-            ("CLRPROF_GC", b(e.gc)),
-            ("CLRPROF_ALLOC", e.alloc.to_string()),
-            ("CLRPROF_LOCKS", b(e.locks)),
-            ("CLRPROF_EVENTS", b(e.log)),
-            ("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k))),
-        ]
-    }
-}
-
-/// The agent's cache directory (`CLRPROF_CACHE_DIR`): the variable's own value when it is set
-/// (empty: no cache), else `$XDG_CACHE_HOME/clrprof`, else `$HOME/.cache/clrprof`, else none.
-pub fn cache_dir(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> String {
-    let set = |k: &str| get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(v) = get("CLRPROF_CACHE_DIR") {
-        return v.to_string_lossy().into_owned();
-    }
-    let dir = set("XDG_CACHE_HOME").filter(|d| d.is_absolute()).or_else(|| set("HOME").map(|h| h.join(".cache")));
-    dir.map(|d| d.join("clrprof").to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-/// Enter/leave instrumentation settings of `clrprof record`.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct InstrumentOptions {
-    pub enabled: bool,
-    /// No timing, call counts only.
-    pub counts_only: bool,
-    /// Keep ordered enter/leave events.
-    pub flow: bool,
-    /// Leave JIT inlining on.
-    pub keep_inlining: bool,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
 }
 
 /// The agent library could not be found.
@@ -202,27 +126,6 @@ fn install_forwarding() {
     }
 }
 
-/// Which runtime events the agent records (issue 5).
-#[derive(Clone, Debug)]
-pub struct EventOptions {
-    pub exceptions: bool,
-    /// Every exception observed, no storm sampling (`--exact-exceptions`).
-    pub exact_exceptions: bool,
-    pub gc: bool,
-    /// `sampled`, `exact` or `off`.
-    pub alloc: &'static str,
-    /// The full event log (`--events`).
-    pub log: bool,
-    /// Monitor lock contention.
-    pub locks: bool,
-}
-
-impl Default for EventOptions {
-    fn default() -> Self {
-        EventOptions { exceptions: true, exact_exceptions: false, gc: true, alloc: "sampled", log: false, locks: true }
-    }
-}
-
 /// The trace's directory must exist and take new files before the program starts: otherwise the
 /// agent could not write and the user would only learn it after the run.
 pub fn check_output_dir(trace: &Path) -> Result<()> {
@@ -272,32 +175,18 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
         .env("CORECLR_PROFILER", AGENT_CLSID)
         .env("CORECLR_PROFILER_PATH", &agent)
         .env_remove("CORECLR_PROFILER_PATH_64")
-        .env("CLRPROF_OUTPUT", &template)
-        .envs(opts.recording.vars());
-    let i = &opts.instrument;
-    let b = |v: bool| if v { "1" } else { "0" };
-    cmd.env("CLRPROF_INSTRUMENT", b(i.enabled));
-    if i.enabled {
-        cmd.env("CLRPROF_TIMING", b(!i.counts_only))
-            .env("CLRPROF_FLOW", b(i.flow))
-            .env("CLRPROF_INLINING", b(i.keep_inlining))
-            .env("CLRPROF_INCLUDE", i.include.join(";"))
-            .env("CLRPROF_EXCLUDE", i.exclude.join(";"));
-    }
+        .envs(
+            AgentEnv::default()
+                .output(&template)
+                .recording(&opts.recording)
+                .instrument(&opts.instrument)
+                .process(opts.process.as_deref())
+                .log(opts.log.as_deref())
+                .server(opts.server.as_deref(), opts.token.as_deref())
+                .vars(),
+        );
     if opts.recording.events.alloc == "exact" {
         eprintln!("clrprof: note: --alloc exact counts every object and slows every allocation down");
-    }
-    if let Some(p) = &opts.process {
-        cmd.env("CLRPROF_PROCESS", p);
-    }
-    if let Some(l) = &opts.log {
-        cmd.env("CLRPROF_LOG", std::path::absolute(l).unwrap_or_else(|_| l.clone()));
-    }
-    if let Some(server) = &opts.server {
-        cmd.env("CLRPROF_SERVER", server);
-        if let Some(t) = &opts.token {
-            cmd.env("CLRPROF_TOKEN", t);
-        }
     }
     let started_at = std::time::SystemTime::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", opts.command[0]))?;
@@ -501,20 +390,6 @@ pub fn human_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cache_directory_follows_the_environment() {
-        use std::ffi::OsString;
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| OsString::from(p.1))
-        };
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u")])), "/home/u/.cache/clrprof");
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")])), "/c/clrprof");
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "rel")])), "/home/u/.cache/clrprof");
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("CLRPROF_CACHE_DIR", "/mine")])), "/mine");
-        assert_eq!(cache_dir(env(&[("HOME", "/home/u"), ("CLRPROF_CACHE_DIR", "")])), "", "set empty: off");
-        assert_eq!(cache_dir(env(&[])), "");
-    }
 
     #[test]
     fn program_names() {

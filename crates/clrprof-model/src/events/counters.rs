@@ -3,7 +3,8 @@
 
 use super::gc::gc_union;
 use super::Gc;
-use crate::{Profile, TimeRange};
+use super::ProfileTables;
+use crate::TimeRange;
 
 /// One interval of the runtime counters.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -17,7 +18,7 @@ pub struct CounterRow {
     /// Share of the interval spent inside at least one GC (start to finish; see
     /// [`time_in_gc`](super::time_in_gc)), 0..=100.
     pub time_in_gc_pct: f64,
-    /// Bytes allocated per second (exact or estimated, see `Profile::alloc_exact`).
+    /// Bytes allocated per second (exact or estimated, see `RuntimeEvents::alloc_exact`).
     pub alloc_rate: f64,
     pub exceptions_per_sec: f64,
     /// Methods compiled in the interval (JIT and dynamic; precompiled code not counted).
@@ -50,8 +51,8 @@ const MAX_ROWS: u64 = 100_000;
 /// The counter time series over the profile's span within `range`, one row per interval (1 s,
 /// or a tenth of a second for spans shorter than 10 s; whole seconds giving at most `MAX_ROWS`
 /// rows for spans over about 28 hours), and the interval.
-pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<CounterRow>, u64) {
-    let (from, end) = p.span();
+pub(super) fn counters(p: &ProfileTables<'_>, range: TimeRange, f: &CounterFacts) -> (Vec<CounterRow>, u64) {
+    let (from, end) = p.span;
     let end = end.min(range.to);
     let from = from.max(range.from).min(end);
     let dur = (end - from).max(1);
@@ -146,7 +147,7 @@ pub(super) fn counters(p: &Profile, range: TimeRange, f: &CounterFacts) -> (Vec<
             rows[i].alloc_rate += b as f64;
         }
     }
-    for func in &p.functions {
+    for func in p.functions {
         if func.kind != clrprof_trace::code_kind::PRECOMPILED
             && func.kind != clrprof_trace::code_kind::EXISTING
             && func.first_compiled_ns > 0

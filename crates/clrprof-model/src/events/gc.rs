@@ -386,3 +386,54 @@ pub fn gc_reason(r: u32) -> &'static str {
         _ => "other",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    #[test]
+    fn the_sweep_assigns_suspensions_as_the_pairwise_rule() {
+        let brute = |gcs: &[Gc], (a, b): (u64, u64)| -> Option<usize> {
+            gcs.iter()
+                .enumerate()
+                .filter(|(_, g)| g.start_ns <= b && (!g.finished || g.start_ns + g.duration_ns >= a))
+                .max_by_key(|(_, g)| g.start_ns)
+                .map(|(i, _)| i)
+        };
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..200 {
+            let n = rng.below(30) as usize;
+            let span = 1 + rng.below(2000);
+            let gcs: Vec<Gc> = (0..n)
+                .map(|_| Gc {
+                    start_ns: rng.below(span),
+                    duration_ns: rng.below(300),
+                    finished: rng.below(10) > 0,
+                    ..Default::default()
+                })
+                .collect();
+            let suspensions: Vec<(u64, u64)> = (0..rng.below(40))
+                .map(|_| {
+                    let a = rng.below(span + 300);
+                    // Mostly ordered, sometimes empty or reversed.
+                    (a, (a + rng.below(200)).saturating_sub(rng.below(20)))
+                })
+                .collect();
+            let got = assign_suspensions(&gcs, &suspensions);
+            let want: Vec<Option<usize>> = suspensions.iter().map(|&s| brute(&gcs, s)).collect();
+            assert_eq!(got, want, "round {round}: {gcs:?} {suspensions:?}");
+        }
+    }
+}

@@ -1,11 +1,12 @@
-//! Runtime events (issue 5): exceptions grouped by type and throw site, garbage collections with
+//! Runtime events: exceptions grouped by type and throw site, garbage collections with
 //! their pauses, allocations by type and site, lock contention, the event log and runtime
 //! counters.
 //!
 //! [`EventsBuilder`] keeps every runtime event as a time-stamped fact while the trace is read
 //! (`add` and `log`, once per record); [`EventsBuilder::finish`] computes the tables from the facts
 //! inside a [`TimeRange`], as often as wanted: a live profile calls it again as records arrive,
-//! and gets what a one-shot load of the same records would give.
+//! and gets what a one-shot load of the same records would give. It reads the profile's tables
+//! through [`ProfileTables`] (the profile, which holds the results, sits above this module).
 
 mod alloc;
 mod contention;
@@ -20,7 +21,9 @@ use std::hash::Hash;
 
 use clrprof_trace::Record;
 
-use crate::{Profile, TimeRange};
+use crate::process::{Assembly, Function, Thread};
+use crate::stacks::CostTree;
+use crate::TimeRange;
 
 pub use alloc::{
     is_library_function, tick_estimate, upscale, upscale_with_mean, AllocEstimator, AllocSite, AllocType,
@@ -32,7 +35,7 @@ pub use exceptions::{ExceptionGroup, ExceptionSampling};
 pub use gc::{gc_reason, time_in_gc, Gc};
 pub use log::LogEvent;
 
-/// Runtime-event results attached to [`Profile`], for the profile's time range.
+/// Runtime-event results attached to the profile (`Profile::events`), for its time range.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct RuntimeEvents {
     /// Exceptions thrown in the range.
@@ -294,13 +297,14 @@ impl EventsBuilder {
         }
     }
 
-    /// Computes the runtime-event tables of `p` (`p.events`, replaced) from the facts inside
-    /// `range`: exceptions by throw time, GCs by start time with their pauses clipped to the range,
-    /// allocation samples by time (their costs replace the allocation costs of `p.costs`),
-    /// contention by start time, log lines by time, counter rows over `p.span()` within the range.
-    /// `p`'s functions, threads, assemblies and duration must be set. Does not consume the facts:
-    /// call it again (on the same profile or another) after more records were added.
-    pub fn finish(&self, p: &mut Profile, range: TimeRange) {
+    /// Computes the runtime-event tables of a profile (`p.events`, replaced: see
+    /// `Profile::set_events`) from the facts inside `range`: exceptions by throw time, GCs by
+    /// start time with their pauses clipped to the range, allocation samples by time (their costs
+    /// replace the allocation costs of `p.costs`), contention by start time, log lines by time,
+    /// counter rows over `p.span` within the range. `p`'s functions, threads, assemblies and
+    /// duration must be set. Does not consume the facts: call it again (on the same profile or
+    /// another) after more records were added.
+    pub fn finish(&self, p: ProfileTables<'_>, range: TimeRange) -> RuntimeEvents {
         let names: HashMap<u64, String> = p.functions.iter().map(|f| (f.id, f.name.clone())).collect();
         let name = |id: u64| -> String {
             if id == 0 {
@@ -309,11 +313,11 @@ impl EventsBuilder {
                 names.get(&id).cloned().unwrap_or_else(|| format!("<function 0x{id:x}>"))
             }
         };
-        let ex = self.exceptions.finish(&mut p.costs, &name, range, p.process.duration_ns);
+        let ex = self.exceptions.finish(p.costs, &name, range, p.duration_ns);
         let all_gcs = self.gcs.resolve(range);
         let pauses = self.gcs.pauses(range);
-        let al = self.allocs.finish(&mut p.costs, &name, range);
-        let ct = self.contention.finish(&mut p.costs, &name, range);
+        let al = self.allocs.finish(p.costs, &name, range);
+        let ct = self.contention.finish(p.costs, &name, range);
         let (log, log_unpaired) = self.log.finish(range);
         let facts = counters::CounterFacts {
             gcs: &all_gcs,
@@ -322,8 +326,8 @@ impl EventsBuilder {
             allocs: &al.times,
             contentions: &ct.starts,
         };
-        let (counters, counter_interval_ns) = counters::counters(p, range, &facts);
-        p.events = RuntimeEvents {
+        let (counters, counter_interval_ns) = counters::counters(&p, range, &facts);
+        RuntimeEvents {
             exceptions: ex.groups,
             time_in_gc_ns: time_in_gc(&all_gcs, range),
             gcs: all_gcs.into_iter().filter(|g| range.contains(g.start_ns)).collect(),
@@ -350,8 +354,19 @@ impl EventsBuilder {
                 allocations: al.times,
             },
             damaged_records: self.exceptions.damaged + self.damaged_alloc,
-        };
+        }
     }
 }
-#[cfg(test)]
-mod tests;
+
+/// What [`EventsBuilder::finish`] reads of the profile it completes, and the costs it adds the
+/// allocation, exception and contention stacks to.
+pub struct ProfileTables<'a> {
+    pub functions: &'a [Function],
+    pub threads: &'a [Thread],
+    pub assemblies: &'a [Assembly],
+    /// The run's length (ns since the agent started).
+    pub duration_ns: u64,
+    /// What the profile covers: start and end, ns since the agent started (`Profile::span`).
+    pub span: (u64, u64),
+    pub costs: &'a mut CostTree,
+}

@@ -1,8 +1,9 @@
-//! `--view tables`: the General Code Profiler's dump.
+//! `--view tables`: the General Code Profiler's tables (threads, app domains, assemblies, modules,
+//! classes, functions), laid out with the text-table renderer of `text_table.rs`.
 
 use clrprof_model::Profile;
 
-use super::table::{Align::*, TextTable};
+use super::text_table::{Align::*, TextTable};
 use super::{ms, title};
 
 fn opt_ms(v: Option<u64>) -> String {

@@ -1,4 +1,5 @@
-//! `--view events`: the event log, indented by per-thread nesting.
+//! `--view events`: the runtime event log kept by `record --events`, one line per event, indented by
+//! its thread's nesting. (The per-concern event views are `exceptions.rs`, `gc.rs`, `locks.rs`, …)
 
 use clrprof_model::Profile;
 

@@ -1,7 +1,8 @@
-//! Unit tests of the runtime events.
+//! Tests of the runtime events through the whole pipeline (records → `ProfileBuilder` → the
+//! profile's `events`): a module of their own beside `events`, which sits below the builder.
 
-use super::*;
-use crate::{ProfileBuilder, StackId};
+use crate::events::*;
+use crate::{Profile, ProfileBuilder, StackId, TimeRange};
 use clrprof_trace::exception_phase as ph;
 use clrprof_trace::*;
 
@@ -487,7 +488,7 @@ fn profile(duration_ns: u64) -> Profile {
 fn finished(b: &EventsBuilder, duration_ns: u64, range: TimeRange) -> Profile {
     let mut p = profile(duration_ns);
     p.range = range;
-    b.finish(&mut p, range);
+    p.set_events(b, range);
     p
 }
 
@@ -666,7 +667,7 @@ fn allocation_tables_and_costs_come_from_samples_in_the_range_only() {
     assert_eq!(ts, vec![(700 * MS, 2), (900 * MS, 2)]);
     // Finishing the same profile again for another range replaces its allocation costs.
     let mut q = finished(&b, 1000 * MS, TimeRange::ALL);
-    b.finish(&mut q, TimeRange::new(600 * MS, 1000 * MS));
+    q.set_events(&b, TimeRange::new(600 * MS, 1000 * MS));
     assert_eq!(alloc_costs(&q), costs);
 }
 
@@ -810,9 +811,9 @@ fn finish_twice_gives_the_same_result() {
     let b = events_builder(&everything());
     for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS)] {
         let mut p = profile(1000 * MS);
-        b.finish(&mut p, range);
+        p.set_events(&b, range);
         let once = (p.events.clone(), alloc_costs(&p));
-        b.finish(&mut p, range);
+        p.set_events(&b, range);
         assert_eq!((p.events.clone(), alloc_costs(&p)), once);
         let q = finished(&b, 1000 * MS, range);
         assert_eq!(q.events, once.0);
@@ -833,7 +834,7 @@ fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
     for cut in [3, records.len() / 2, records.len() - 3] {
         let mut live = events_builder(&records[..cut]);
         let mut p = profile(1000 * MS);
-        live.finish(&mut p, TimeRange::ALL);
+        p.set_events(&live, TimeRange::ALL);
         feed(&mut live, &records[cut..]);
         for range in [TimeRange::ALL, TimeRange::new(250 * MS, 750 * MS), TimeRange::new(900 * MS, 1000 * MS)] {
             let want = finished(&one, 1000 * MS, range);
@@ -842,7 +843,7 @@ fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
             assert_eq!(alloc_costs(&fresh), alloc_costs(&want));
             // The live profile, finished again: the same but for the order of its stack table.
             p.range = range;
-            live.finish(&mut p, range);
+            p.set_events(&live, range);
             assert_eq!(normalized(&p), normalized(&want), "cut at {cut}, {range:?}");
         }
     }
@@ -861,40 +862,6 @@ impl Rng {
 }
 
 #[test]
-fn the_sweep_assigns_suspensions_as_the_pairwise_rule() {
-    let brute = |gcs: &[Gc], (a, b): (u64, u64)| -> Option<usize> {
-        gcs.iter()
-            .enumerate()
-            .filter(|(_, g)| g.start_ns <= b && (!g.finished || g.start_ns + g.duration_ns >= a))
-            .max_by_key(|(_, g)| g.start_ns)
-            .map(|(i, _)| i)
-    };
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for round in 0..200 {
-        let n = rng.below(30) as usize;
-        let span = 1 + rng.below(2000);
-        let gcs: Vec<Gc> = (0..n)
-            .map(|_| Gc {
-                start_ns: rng.below(span),
-                duration_ns: rng.below(300),
-                finished: rng.below(10) > 0,
-                ..Default::default()
-            })
-            .collect();
-        let suspensions: Vec<(u64, u64)> = (0..rng.below(40))
-            .map(|_| {
-                let a = rng.below(span + 300);
-                // Mostly ordered, sometimes empty or reversed.
-                (a, (a + rng.below(200)).saturating_sub(rng.below(20)))
-            })
-            .collect();
-        let got = gc::assign_suspensions(&gcs, &suspensions);
-        let want: Vec<Option<usize>> = suspensions.iter().map(|&s| brute(&gcs, s)).collect();
-        assert_eq!(got, want, "round {round}: {gcs:?} {suspensions:?}");
-    }
-}
-
-#[test]
 fn counter_rows_count_threads_and_assemblies_as_the_per_row_filter() {
     let mut rng = Rng(42);
     let mut p = profile(1000 * MS);
@@ -906,7 +873,7 @@ fn counter_rows_count_threads_and_assemblies_as_the_per_row_filter() {
     for id in 0..20 {
         p.assemblies.push(crate::Assembly { id, loaded_ns: rng.below(1100) * MS, ..Default::default() });
     }
-    EventsBuilder::default().finish(&mut p, TimeRange::ALL);
+    p.set_events(&EventsBuilder::default(), TimeRange::ALL);
     assert_eq!(p.events.counters.len(), 10);
     for r in &p.events.counters {
         let threads = p

@@ -1,4 +1,5 @@
-//! Plain-text tables with aligned columns.
+//! The plain-text table renderer of every text view: a header row and aligned columns. Not a view
+//! itself (`--view tables` is `gcp_tables.rs`).
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Align {
