@@ -2,6 +2,7 @@
 //! profile's `events`): a module of their own beside `events`, which sits below the builder.
 
 use crate::events::*;
+use crate::test_rng::Rng;
 use crate::{Profile, ProfileBuilder, StackId, TimeRange};
 use clrprof_trace::exception_phase as ph;
 use clrprof_trace::*;
@@ -846,18 +847,6 @@ fn records_fed_in_two_halves_with_a_finish_between_give_the_one_pass_result() {
             p.set_events(&live, range);
             assert_eq!(normalized(&p), normalized(&want), "cut at {cut}, {range:?}");
         }
-    }
-}
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

@@ -18,6 +18,8 @@ pub mod runtime;
 pub mod samples;
 pub mod sanity;
 pub mod stacks;
+#[cfg(test)]
+mod test_rng;
 pub mod time;
 
 pub use builder::ProfileBuilder;

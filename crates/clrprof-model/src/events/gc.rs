@@ -390,18 +390,7 @@ pub fn gc_reason(r: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::test_rng::Rng;
 
     #[test]
     fn the_sweep_assigns_suspensions_as_the_pairwise_rule() {
