@@ -28,5 +28,5 @@ pub use metric::{Metric, MetricInfo, METRICS};
 pub use process::*;
 pub use profile::*;
 pub use samples::{NativeSymbols, NoSymbols, Sampling};
-pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, StackId, StackTable};
+pub use stacks::{Cost, CostTree, Frame, FrameId, FrameKey, FrameKind, SourceLine, StackId, StackTable};
 pub use time::{parse_time, TimeRange};

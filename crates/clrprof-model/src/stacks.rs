@@ -45,6 +45,16 @@ pub struct Frame {
     /// Module file name (`Demo.dll`, `libcoreclr.so`), empty when unknown.
     pub module: String,
     pub signature: String,
+    /// The source line of the frame, in a profile built with lines (`None` otherwise, and for
+    /// frames no line is known for).
+    pub line: Option<SourceLine>,
+}
+
+/// A file and a line in it (1-based).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceLine {
+    pub file: String,
+    pub line: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +95,7 @@ impl StackTable {
             FrameKey::Native { module, .. } => module.clone(),
             _ => String::new(),
         };
-        self.frames.push(Frame { key: key.clone(), kind, name, module, signature: String::new() });
+        self.frames.push(Frame { key: key.clone(), kind, name, module, signature: String::new(), line: None });
         self.frame_index.insert(key, id);
         id
     }
