@@ -219,6 +219,70 @@ fn method_total(p: &Profile, threads: &Threads, frames: &[FrameId]) -> Cost {
     total
 }
 
+/// A method's source as the reader found it: the file's text (from disk or embedded in the PDB),
+/// or where it lives (Source Link) when the file is not on this machine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SourceText {
+    /// The document path the PDB gives.
+    pub path: String,
+    /// The whole file, when found.
+    pub text: Option<String>,
+    /// Where the text came from: `disk`, `embedded` (the PDB's embedded source), or empty.
+    pub origin: String,
+    /// The file's URL by the PDB's Source Link map, when it has one.
+    pub source_link: Option<String>,
+    /// The lines the method's sequence points start on (its extent in the file).
+    pub method_lines: Vec<u32>,
+}
+
+/// One line of an annotated method: its text (when known) and costs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AnnotatedLine {
+    pub line: u32,
+    pub text: Option<String>,
+    pub self_cost: Cost,
+    pub total: Cost,
+}
+
+/// Lines of context shown above a method's first line (its signature) and below its last.
+const CONTEXT_BEFORE: u32 = 2;
+const CONTEXT_AFTER: u32 = 1;
+
+/// The method's lines with their costs, like `perf annotate`: with the text, every line of the
+/// method's extent (its sequence points and its costed lines, with a little context); without it,
+/// the lines with a cost.
+pub fn annotate(fl: &FunctionLines, src: Option<&SourceText>) -> Vec<AnnotatedLine> {
+    let cost = |line: u32| fl.lines.iter().find(|l| l.line == line);
+    let row = |line: u32, text: Option<String>| {
+        let c = cost(line);
+        AnnotatedLine {
+            line,
+            text,
+            self_cost: c.map(|c| c.self_cost).unwrap_or_default(),
+            total: c.map(|c| c.total).unwrap_or_default(),
+        }
+    };
+    let Some(text) = src.and_then(|s| s.text.as_deref()) else {
+        return fl.lines.iter().map(|l| row(l.line, None)).collect();
+    };
+    let file: Vec<&str> = text.lines().collect();
+    let extent = fl.lines.iter().map(|l| l.line).chain(src.into_iter().flat_map(|s| s.method_lines.iter().copied()));
+    let extent = extent.filter(|&l| l >= 1 && l as usize <= file.len());
+    let (Some(lo), Some(hi)) = (extent.clone().min(), extent.max()) else {
+        return fl.lines.iter().map(|l| row(l.line, None)).collect();
+    };
+    let lo = lo.saturating_sub(CONTEXT_BEFORE).max(1);
+    let hi = (hi + CONTEXT_AFTER).min(file.len() as u32);
+    let mut out: Vec<AnnotatedLine> =
+        (lo..=hi).map(|l| row(l, Some(file[l as usize - 1].trim_end().to_string()))).collect();
+    // Costed lines past the end of the file (a stale file): kept, without text.
+    for l in fl.lines.iter().filter(|l| l.line < lo || l.line > hi) {
+        out.push(row(l.line, None));
+    }
+    out.sort_by_key(|l| l.line);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +361,23 @@ mod tests {
             f.lines.iter().map(|l| (l.line, l.self_cost.cpu_samples, l.total.cpu_samples)).collect();
         assert_eq!(got, [(10, 3, 4), (11, 0, 2), (12, 1, 1)]);
         assert_eq!((f.self_cost.cpu_samples, f.total.cpu_samples, f.grand_total), (4, 7, 7_000_000));
+    }
+
+    #[test]
+    fn annotation_spans_the_method_with_context_or_only_costed_lines() {
+        let p = profile();
+        let f = function_lines(&p, None, &Threads::all(), "App.Work").unwrap();
+        let text: String = (1..=15).map(|i| format!("line {i}  \n")).collect();
+        let src = SourceText { path: f.file.clone(), text: Some(text), method_lines: vec![9, 13], ..Default::default() };
+        let a = annotate(&f, Some(&src));
+        assert_eq!(a.iter().map(|l| l.line).collect::<Vec<_>>(), (7..=14).collect::<Vec<_>>());
+        assert_eq!(a[3].text.as_deref(), Some("line 10"));
+        assert_eq!((a[3].self_cost.cpu_samples, a[3].total.cpu_samples), (3, 4));
+        let bare = annotate(&f, None);
+        assert_eq!(bare.iter().map(|l| (l.line, l.text.is_none())).collect::<Vec<_>>(), [(10, true), (11, true), (12, true)]);
+        // A file shorter than the lines (stale): the lines past its end keep their costs.
+        let short = SourceText { text: Some("a\nb\n".into()), ..src };
+        assert_eq!(annotate(&f, Some(&short)).len(), 3);
     }
 
     #[test]

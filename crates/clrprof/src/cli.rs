@@ -432,9 +432,13 @@ struct ReportArgs {
     /// Call tree: hide nodes below this share of the total
     #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
     min_percent: f64,
-    /// Callers view: the function (full name, or a unique part of it)
+    /// Callers, lines and source views: the function (full name, or a unique part of it)
     #[arg(long, value_name = "NAME")]
     function: Option<String>,
+    /// Every frame at its source line (from portable PDBs): hot spots, call trees and callers
+    /// per line (`Name (File.cs:12)`); --view lines and --view source imply it
+    #[arg(long)]
+    by_line: bool,
     /// JSON: the timeline's bucket size (e.g. 10ms) [default: a round size giving at most 200 buckets]
     #[arg(long, value_name = "TIME", value_parser = time_arg)]
     bucket: Option<u64>,
@@ -551,12 +555,15 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {
+            let view = a.view.map_or(View::Auto, |v| v.0);
+            let symbol_dirs = a.read.symbols.clone();
             let cmd = crate::report::ReportCommand {
+                lines: a.by_line || matches!(view, View::Lines | View::Source),
                 read: a.read.options()?,
                 trace: a.trace,
                 output: a.output,
                 report: ReportOptions {
-                    view: a.view.map_or(View::Auto, |v| v.0),
+                    view,
                     format: a.format.0,
                     weight: a.weight.map(|w| w.0),
                     thread: a.thread,
@@ -567,6 +574,7 @@ pub fn run() -> Result<ExitCode> {
                     function: a.function,
                     bucket_ns: a.bucket,
                     per_thread: a.per_thread,
+                    symbol_dirs,
                 },
             };
             crate::report::report(&cmd)?;

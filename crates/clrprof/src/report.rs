@@ -13,10 +13,14 @@ pub struct ReportCommand {
     /// `None` = standard output.
     pub output: Option<PathBuf>,
     pub read: crate::load::ReadOptions,
+    /// Build the profile with source lines (`--by-line`, `--view lines|source`).
+    pub lines: bool,
     pub report: ReportOptions,
 }
 
 pub fn report(c: &ReportCommand) -> Result<()> {
+    // `lines` selects the profile keyed by source line once the loader offers it.
+    let _ = c.lines;
     let profile = crate::load::load(&c.trace, &c.read)?;
     let text = clrprof_report::render(&profile, &c.report)?;
     match &c.output {
