@@ -195,6 +195,11 @@ struct ExportArgs {
     /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Frames at their source lines (from portable PDBs): pprof locations with line numbers
+    /// (`go tool pprof -lines`), speedscope/Chrome file and line, Firefox frame lines; folded
+    /// stacks and flame graphs name frames `Name (File.cs:12)`
+    #[arg(long)]
+    by_line: bool,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -582,6 +587,7 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Export(a) => {
             let cmd = crate::export::ExportCommand {
+                lines: a.by_line,
                 read: a.read.options()?,
                 trace: a.trace,
                 format: a.format.0,
