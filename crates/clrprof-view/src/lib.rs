@@ -8,6 +8,7 @@ pub mod api;
 pub mod diff;
 pub mod request;
 pub mod server;
+mod source_panel;
 pub mod sources;
 
 pub use api::{LiveRun, ProfileSource, RunCatalog, RunStatus, Session};
