@@ -89,11 +89,8 @@ fn fields(mut b: &[u8]) -> Vec<(u64, Result<u64, Vec<u8>>)> {
 fn pprof_locations_carry_lines_under_one_function_per_method() {
     let raw = pprof::encode(&profile(), &Threads::all(), Metric::Cpu);
     let top = fields(&raw);
-    let strings: Vec<String> = top
-        .iter()
-        .filter(|(f, _)| *f == 6)
-        .map(|(_, v)| String::from_utf8(v.clone().unwrap_err()).unwrap())
-        .collect();
+    let strings: Vec<String> =
+        top.iter().filter(|(f, _)| *f == 6).map(|(_, v)| String::from_utf8(v.clone().unwrap_err()).unwrap()).collect();
     let sub = |n: u64| top.iter().filter(move |(f, _)| *f == n).map(|(_, v)| fields(v.as_ref().unwrap_err()));
     let one = |m: &[(u64, Result<u64, Vec<u8>>)], n: u64| {
         m.iter().find(|(f, _)| *f == n).map(|(_, v)| *v.as_ref().unwrap()).unwrap_or(0)

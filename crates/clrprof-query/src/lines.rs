@@ -293,7 +293,8 @@ mod tests {
     pub(crate) fn profile() -> Profile {
         let mut p = Profile::default();
         p.modules.push(Module { id: 1, path: "/app/App.dll".into(), ..Default::default() });
-        for (id, name, token) in [(100u64, "App.Main", 0x0600_0001u32), (200, "App.Work", 0x0600_0002), (300, "App.Helper", 3)]
+        for (id, name, token) in
+            [(100u64, "App.Main", 0x0600_0001u32), (200, "App.Work", 0x0600_0002), (300, "App.Helper", 3)]
         {
             p.functions.push(Function { id, name: name.into(), token, module: 1, ..Default::default() });
         }
@@ -316,12 +317,9 @@ mod tests {
         let h20 = frame(300, "App.Helper", 20, "/src/Work.cs");
         let native = st.intern_frame(FrameKey::Native { module: "libc.so.6".into(), symbol: "memcpy".into() });
         let cpu = |n: u64| Cost { cpu_samples: n, cpu_ns: n * 1_000_000, ..Default::default() };
-        for (path, n) in [
-            (vec![main, w10], 3),
-            (vec![main, w12], 1),
-            (vec![main, w11, h20], 2),
-            (vec![main, w10, native], 1),
-        ] {
+        for (path, n) in
+            [(vec![main, w10], 3), (vec![main, w12], 1), (vec![main, w11, h20], 2), (vec![main, w10, native], 1)]
+        {
             let s = p.costs.stacks.intern_stack(&path).unwrap();
             p.costs.add(7, s, &cpu(n));
         }
@@ -334,8 +332,11 @@ mod tests {
         let v = lines(&p, &CostQuery::default(), None).unwrap();
         assert_eq!(v.metric, Metric::Cpu);
         assert_eq!((v.total, v.without_line), (7_000_000, 1_000_000));
-        let got: Vec<(&str, u32, u64, u64)> =
-            v.rows.iter().map(|r| (r.function.as_str(), r.line, r.self_cost.cpu_samples, r.total.cpu_samples)).collect();
+        let got: Vec<(&str, u32, u64, u64)> = v
+            .rows
+            .iter()
+            .map(|r| (r.function.as_str(), r.line, r.self_cost.cpu_samples, r.total.cpu_samples))
+            .collect();
         assert_eq!(
             got,
             [
@@ -368,13 +369,17 @@ mod tests {
         let p = profile();
         let f = function_lines(&p, None, &Threads::all(), "App.Work").unwrap();
         let text: String = (1..=15).map(|i| format!("line {i}  \n")).collect();
-        let src = SourceText { path: f.file.clone(), text: Some(text), method_lines: vec![9, 13], ..Default::default() };
+        let src =
+            SourceText { path: f.file.clone(), text: Some(text), method_lines: vec![9, 13], ..Default::default() };
         let a = annotate(&f, Some(&src));
         assert_eq!(a.iter().map(|l| l.line).collect::<Vec<_>>(), (7..=14).collect::<Vec<_>>());
         assert_eq!(a[3].text.as_deref(), Some("line 10"));
         assert_eq!((a[3].self_cost.cpu_samples, a[3].total.cpu_samples), (3, 4));
         let bare = annotate(&f, None);
-        assert_eq!(bare.iter().map(|l| (l.line, l.text.is_none())).collect::<Vec<_>>(), [(10, true), (11, true), (12, true)]);
+        assert_eq!(
+            bare.iter().map(|l| (l.line, l.text.is_none())).collect::<Vec<_>>(),
+            [(10, true), (11, true), (12, true)]
+        );
         // A file shorter than the lines (stale): the lines past its end keep their costs.
         let short = SourceText { text: Some("a\nb\n".into()), ..src };
         assert_eq!(annotate(&f, Some(&short)).len(), 3);
