@@ -10,6 +10,7 @@ mod events_tests;
 pub mod fasthash;
 pub mod hits;
 pub mod instrumented;
+pub mod lines;
 pub mod metric;
 mod process;
 mod profile;
@@ -24,6 +25,7 @@ pub mod time;
 
 pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};
+pub use lines::{IlAt, SourceLine};
 pub use metric::{Metric, MetricInfo, METRICS};
 pub use process::*;
 pub use profile::*;
