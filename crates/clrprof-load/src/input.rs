@@ -80,8 +80,12 @@ pub struct ReadOptions {
     pub range: TimeRange,
     /// Name native frames from the ELF files on this machine (else `module!<unknown>`).
     pub native_symbols: bool,
-    /// Directories searched for separate debug files by build-id (besides /usr/lib/debug).
+    /// Directories searched for separate debug files by build-id (besides /usr/lib/debug), and
+    /// for PDBs (`DIR/X.pdb`) when `lines` is set.
     pub debug_dirs: Vec<PathBuf>,
+    /// Resolve managed frames to source lines from the modules' PDBs (frames per function, file
+    /// and line; see `clrprof_model::lines`).
+    pub lines: bool,
     /// Imported files: the CPU time one sample stands for.
     pub import: ImportOptions,
     /// The run store `run:ID` is read from (`None`: the default store).
@@ -98,6 +102,7 @@ pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, O
     if loader.format() != Format::Trace && !read.range.is_all() {
         return Err(InputError::NoTimestamps { path: path.display().to_string(), format: loader.format().name() });
     }
-    let symbols = Symbolizer::new(read.native_symbols, read.debug_dirs.clone());
+    let symbols =
+        Symbolizer::new(read.native_symbols, read.debug_dirs.clone()).with_lines(read.lines, read.debug_dirs.clone());
     Ok((loader.into_profile(read.range, &mut *symbols.resolver()), diagnostics.truncation))
 }

@@ -291,6 +291,7 @@ impl ProfileBuilder {
             }
             R::SamplingStart(_)
             | R::CodeRange(_)
+            | R::IlMap(_)
             | R::TypeLoad(_)
             | R::NativeMapping(_)
             | R::SampleStack(_)

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use crate::codemap::CodeMap;
 use crate::fasthash::FxHashMap;
+use crate::lines::LineContext;
 use crate::profile::Profile;
 use crate::runtime::FrameClass;
 use crate::samples::{cut_label, sum_costs, Mapping, NativeSymbols, SampleData, SampleEvent, TimedSample};
@@ -37,7 +38,9 @@ impl SampleData {
         let code = CodeMap::from_functions_and(&p.functions, &self.code);
         let mut mappings = self.mappings.clone();
         mappings.sort_by_key(|m| (m.start, m.end));
-        let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: FxHashMap::default() };
+        // Source lines of managed frames, when the provider asks for them (`crate::lines`).
+        let lines = symbols.lines().then(|| LineContext::new(&self.il_maps, &p.functions, &p.modules));
+        let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: FxHashMap::default(), lines };
         let activity_names =
             crate::runtime::ActivityNames::of(&p.functions, &p.assemblies, &p.modules, &self.type_loads);
         // Costs per (thread, stack definition), in that order: stacks are interned in the same
@@ -105,7 +108,8 @@ impl SampleData {
                                 FrameKey::Label(_) if ip == 0 => FrameClass::NoIp,
                                 FrameKey::Label(_) => FrameClass::Unmapped,
                             };
-                            let f = p.costs.stacks.intern_frame(key);
+                            let line = resolver.line(&key, ip, i > 0);
+                            let f = p.costs.stacks.intern_frame_at(key, line);
                             if agent {
                                 // The profiler's own code counts as `[profiler]` in the module
                                 // tables too.
@@ -183,6 +187,16 @@ impl SampleData {
                 addresses.insert(id, f.code_start);
             }
         }
+        if resolver.lines.is_some() {
+            let starts: FxHashMap<u64, u64> = p.functions.iter().map(|f| (f.id, f.code_start)).collect();
+            for (i, fr) in p.costs.stacks.frames.iter().enumerate() {
+                if let (FrameKey::Function(id), Some(_)) = (&fr.key, &fr.line) {
+                    if let Some(&a) = starts.get(id) {
+                        addresses.insert(FrameId(i as u32), a);
+                    }
+                }
+            }
+        }
         summary.addresses = addresses;
         summary.mappings = mappings;
         p.sampling = summary;
@@ -195,9 +209,18 @@ struct Resolver<'a> {
     mappings: &'a [Mapping],
     symbols: &'a mut dyn NativeSymbols,
     cache: FxHashMap<(usize, u64), Option<(String, u64)>>,
+    lines: Option<LineContext<'a>>,
 }
 
 impl Resolver<'_> {
+    /// The source line of a managed frame in a profile built with lines.
+    fn line(&mut self, key: &FrameKey, ip: u64, is_return: bool) -> Option<crate::lines::SourceLine> {
+        match (key, &self.lines) {
+            (FrameKey::Function(id), Some(l)) => l.line(self.symbols, *id, ip, is_return),
+            _ => None,
+        }
+    }
+
     /// The frame of one IP (`is_return`: a return address, looked up one byte earlier so the call
     /// site's routine is named), with the routine's start address when known.
     fn frame(&mut self, ip: u64, is_return: bool, function: u64) -> (FrameKey, Option<u64>) {

@@ -32,6 +32,24 @@ pub trait NativeSymbols {
     fn diagnostics(&mut self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether managed frames are resolved to source lines (a profile then keys them by
+    /// function, file and line; see `crate::lines`). False by default: frames per function.
+    fn lines(&self) -> bool {
+        false
+    }
+
+    /// The source line of IL position `at` of method `token` of the module at `module_path`
+    /// (asked only when [`lines`](Self::lines) is true); `IlAt::Unmapped`, `Prolog` and
+    /// `Epilog` ask for a line the provider picks (the method's first or last one).
+    fn source_line(
+        &mut self,
+        _module_path: &str,
+        _token: u32,
+        _at: crate::lines::IlAt,
+    ) -> Option<crate::lines::SourceLine> {
+        None
+    }
 }
 
 /// A provider that knows no symbols (frames become `module!<unknown>`).
@@ -318,6 +336,8 @@ pub struct SampleData {
     checkpoints: std::sync::OnceLock<Option<Checkpoints>>,
     /// Code ranges of managed code versions (`CodeRange`): (start, size, FunctionID).
     pub(crate) code: Vec<(u64, u64, u64)>,
+    /// IL-to-native maps of managed code versions (`IlMap`).
+    pub(crate) il_maps: crate::lines::IlMaps,
     /// Type names of sampled type loads, by the runtime's `TypeLoadStartID` (`TypeLoad`).
     pub(crate) type_loads: HashMap<u32, String>,
     /// Stack definitions a CPU sample referred to, ever (kept when old samples are forgotten),
@@ -342,6 +362,7 @@ impl SampleData {
                 build_id: m.build_id.clone(),
             }),
             Record::CodeRange(c) => self.code.push((c.start, c.size, c.id)),
+            Record::IlMap(m) => self.il_maps.add(m.id, m.code_start, &m.entries),
             Record::TypeLoad(t) => {
                 self.type_loads.insert(t.load_id, t.type_name.clone());
             }

@@ -45,16 +45,9 @@ pub struct Frame {
     /// Module file name (`Demo.dll`, `libcoreclr.so`), empty when unknown.
     pub module: String,
     pub signature: String,
-    /// The source line of the frame, in a profile built with lines (`None` otherwise, and for
-    /// frames no line is known for).
-    pub line: Option<SourceLine>,
-}
-
-/// A file and a line in it (1-based).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceLine {
-    pub file: String,
-    pub line: u32,
+    /// The source line of a managed frame, in a profile built with lines (`crate::lines`); the
+    /// frame is then one line of its function, and `name` stays the function's.
+    pub line: Option<crate::lines::SourceLine>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,14 +63,35 @@ pub struct StackNode {
 pub struct StackTable {
     pub frames: Vec<Frame>,
     frame_index: FxHashMap<FrameKey, FrameId>,
+    /// Frames of one source line of a function (profiles built with lines).
+    line_index: FxHashMap<(FrameKey, crate::lines::SourceLine), FrameId>,
     pub nodes: Vec<StackNode>,
     node_index: FxHashMap<(Option<StackId>, FrameId), StackId>,
 }
 
 impl StackTable {
     pub fn intern_frame(&mut self, key: FrameKey) -> FrameId {
-        if let Some(&f) = self.frame_index.get(&key) {
+        self.intern_frame_at(key, None)
+    }
+
+    /// The frame of `key` at a source line (`None`: the whole function, as [`intern_frame`](Self::intern_frame)).
+    pub fn intern_frame_at(&mut self, key: FrameKey, line: Option<crate::lines::SourceLine>) -> FrameId {
+        let Some(line) = line else { return self.intern_key(key, None) };
+        let index_key = (key, line);
+        if let Some(&f) = self.line_index.get(&index_key) {
             return f;
+        }
+        let (key, line) = index_key;
+        let id = self.intern_key(key.clone(), Some(line.clone()));
+        self.line_index.insert((key, line), id);
+        id
+    }
+
+    fn intern_key(&mut self, key: FrameKey, line: Option<crate::lines::SourceLine>) -> FrameId {
+        if line.is_none() {
+            if let Some(&f) = self.frame_index.get(&key) {
+                return f;
+            }
         }
         let id = FrameId(self.frames.len() as u32);
         let kind = match &key {
@@ -95,8 +109,11 @@ impl StackTable {
             FrameKey::Native { module, .. } => module.clone(),
             _ => String::new(),
         };
-        self.frames.push(Frame { key: key.clone(), kind, name, module, signature: String::new(), line: None });
-        self.frame_index.insert(key, id);
+        let whole = line.is_none();
+        self.frames.push(Frame { key: key.clone(), kind, name, module, signature: String::new(), line });
+        if whole {
+            self.frame_index.insert(key, id);
+        }
         id
     }
 

@@ -17,8 +17,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use clrprof_model::{NativeSymbols, NoSymbols};
+use clrprof_model::{IlAt, NativeSymbols, NoSymbols, SourceLine};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+pub mod ppdb;
+
+pub use ppdb::{method_source, LinePoint, MethodSource};
 
 /// Where distributions install separate debug files by build-id.
 pub const SYSTEM_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -294,26 +298,91 @@ impl NativeSymbols for ElfSymbols {
 /// How a reader names native frames, chosen once: from the ELF files on this machine (tables read
 /// once and shared by every profile it makes), or not at all (`module!<unknown>`). Cloning shares
 /// the tables.
+/// With [`Symbolizer::with_lines`], managed frames are resolved to source lines from the
+/// modules' portable PDBs as well (`ppdb`), each PDB read once for every profile.
 #[derive(Clone)]
-pub struct Symbolizer(Option<Arc<SymbolTables>>);
+pub struct Symbolizer(Option<Arc<SymbolTables>>, Option<Arc<ppdb::Pdbs>>);
 
 impl Symbolizer {
     /// `native_symbols`: name native frames, looking for separate debug files under `debug_dirs`
     /// too; else leave them unnamed.
     pub fn new(native_symbols: bool, debug_dirs: Vec<PathBuf>) -> Self {
-        Symbolizer(native_symbols.then(|| Arc::new(SymbolTables::with_debug_dirs(debug_dirs))))
+        Symbolizer(native_symbols.then(|| Arc::new(SymbolTables::with_debug_dirs(debug_dirs))), None)
     }
 
     /// Native frames stay `module!<unknown>`.
     pub fn none() -> Self {
-        Symbolizer(None)
+        Symbolizer(None, None)
+    }
+
+    /// `lines`: resolve managed frames to source lines too, from PDBs found beside the assemblies,
+    /// embedded in them, at their CodeView paths or under `symbol_dirs`.
+    pub fn with_lines(self, lines: bool, symbol_dirs: Vec<PathBuf>) -> Self {
+        Symbolizer(self.0, lines.then(|| Arc::new(ppdb::Pdbs::new(symbol_dirs))))
     }
 
     /// A resolver for one profile.
     pub fn resolver(&self) -> Box<dyn NativeSymbols + Send> {
-        match &self.0 {
+        let native: Box<dyn NativeSymbols + Send> = match &self.0 {
             Some(tables) => Box::new(tables.resolver()),
             None => Box::new(NoSymbols),
+        };
+        match &self.1 {
+            Some(pdbs) => Box::new(LineSymbols { native, pdbs: pdbs.clone(), missing: BTreeMap::new() }),
+            None => native,
+        }
+    }
+}
+
+/// A resolver that names native frames as `native` does and managed frames' lines from PDBs.
+struct LineSymbols {
+    native: Box<dyn NativeSymbols + Send>,
+    pdbs: Arc<ppdb::Pdbs>,
+    /// Modules without usable PDB that frames asked for (said once each, after resolving).
+    missing: BTreeMap<String, ppdb::Missing>,
+}
+
+impl NativeSymbols for LineSymbols {
+    fn symbol(&mut self, path: &str, build_id: &[u8], file_offset: u64) -> Option<(String, u64)> {
+        self.native.symbol(path, build_id, file_offset)
+    }
+
+    fn diagnostics(&mut self) -> Vec<String> {
+        let mut out = self.native.diagnostics();
+        let missing = std::mem::take(&mut self.missing);
+        let not_found: Vec<&str> = missing
+            .iter()
+            .filter(|(_, m)| **m == ppdb::Missing::NotFound)
+            .map(|(p, _)| p.rsplit('/').next().unwrap_or(p))
+            .collect();
+        if !not_found.is_empty() {
+            out.push(format!(
+                "no PDB for {} (looked beside each, at its CodeView path, embedded and under --symbols): their frames are per function",
+                not_found.join(", ")
+            ));
+        }
+        for (p, m) in &missing {
+            if let ppdb::Missing::Unusable(_) = m {
+                out.push(ppdb::describe_missing(p, m));
+            }
+        }
+        out
+    }
+
+    fn lines(&self) -> bool {
+        true
+    }
+
+    fn source_line(&mut self, module_path: &str, token: u32, at: IlAt) -> Option<SourceLine> {
+        let found = self.pdbs.get(module_path);
+        match &*found {
+            Ok(f) => ppdb::line_in(&f.pdb, token, at),
+            Err(m) => {
+                if !self.missing.contains_key(module_path) {
+                    self.missing.insert(module_path.to_string(), m.clone());
+                }
+                None
+            }
         }
     }
 }

@@ -336,6 +336,12 @@ records! {
     /// Native code of one code version of a managed function (every tier, from
     /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.
     56 CodeRange { id: u64, start: u64, size: u64 }
+    /// The IL-to-native map of one code version of a managed function (`GetILToNativeMapping3`
+    /// of the version's start address): `entries` holds triples (IL offset, native start offset,
+    /// native end offset), offsets from `code_start`; IL offsets `0xFFFFFFFF` (no mapping),
+    /// `0xFFFFFFFE` (prolog) and `0xFFFFFFFD` (epilog) are the runtime's special values. What
+    /// resolves a sampled IP to its IL offset, then to a source line through the PDB.
+    57 IlMap { id: u64, code_start: u64, entries: Vec<u32> }
 
     // Runtime events (tags 70 and up): exceptions, GCs and suspensions, allocations, lock contention, type loads.
     /// An exception was thrown (`ExceptionThrown`), with the managed stack at the throw.

@@ -239,6 +239,7 @@ impl ReadArgs {
             range,
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
+            lines: false,
             import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
         })

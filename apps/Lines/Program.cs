@@ -1,0 +1,60 @@
+// Ground truth for source lines: every hot loop is one statement on one line (its initializer,
+// condition, increment and body share the line), marked with a `// LINE:NAME` comment that the
+// end-to-end test looks up, so no line number is written down twice.
+//   Lines [millions]   (default 150: 150 million iterations stand for one share)
+//   - Loops.TwoLoops runs loop A 3 × n times, then loop B n times: the same work per iteration,
+//     so A's and B's CPU time split 3:1. It is entered once, so its loops run as on-stack-
+//     replacement (OSR) code after a few thousand tier-0 iterations.
+//   - Loops.Inlined runs n iterations of Step, which is inlined (AggressiveInlining): its code is
+//     part of Inlined's, and the runtime maps it to the line of the call.
+//   - NoPdbLib.NoPdb.Spin (no PDB) and EmbeddedLib.Embedded.Spin (embedded PDB) run n iterations.
+// Prints each loop's iteration count.
+using System.Runtime.CompilerServices;
+
+namespace Lines;
+
+public static class Loops
+{
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static ulong TwoLoops(long n)
+    {
+        ulong x = 1;
+        long a = 3 * n, b = n;
+        for (long i = 0; i < a; i++) x = (x ^ (ulong)i) * 0x9E3779B97F4A7C15UL + (x >> 29); // LINE:A
+        for (long i = 0; i < b; i++) x = (x ^ (ulong)i) * 0x9E3779B97F4A7C15UL + (x >> 29); // LINE:B
+        Console.WriteLine($"loop A iterations: {a}");
+        Console.WriteLine($"loop B iterations: {b}");
+        return x;
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    static ulong Step(ulong x, long i)
+    {
+        return (x ^ (ulong)i) * 0x9E3779B97F4A7C15UL + (x >> 29); // LINE:STEP
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static ulong Inlined(long n)
+    {
+        ulong x = 3;
+        for (long i = 0; i < n; i++) x = Step(x, i); // LINE:INLINED
+        Console.WriteLine($"inlined loop iterations: {n}");
+        return x;
+    }
+}
+
+public static class Program
+{
+    public static int Main(string[] args)
+    {
+        long n = (args.Length > 0 ? long.Parse(args[0]) : 150) * 1_000_000;
+        ulong r = Loops.TwoLoops(n); // LINE:CALL
+        r ^= Loops.Inlined(n);
+        r ^= NoPdbLib.NoPdb.Spin(n);
+        Console.WriteLine($"no-PDB loop iterations: {n}");
+        r ^= EmbeddedLib.Embedded.Spin(n);
+        Console.WriteLine($"embedded-PDB loop iterations: {n}");
+        Console.WriteLine($"result: {r}");
+        return 0;
+    }
+}
