@@ -19,6 +19,7 @@ mod locks;
 mod modules;
 mod source;
 mod source_files;
+pub use source_files::find_source;
 mod summary;
 mod text_table;
 

@@ -27,7 +27,7 @@ fn annotated(p: &Profile, opts: &ReportOptions) -> Result<Annotated> {
     };
     let threads = Threads::resolve(p, opts.thread.as_deref())?;
     let lines = function_lines(p, opts.weight, &threads, name)?;
-    let (source, note) = match crate::source_files::find(&lines, &opts.symbol_dirs) {
+    let (source, note) = match crate::source_files::find_source(&lines, &opts.symbol_dirs) {
         Ok(s) => (s, None),
         Err(e) => (None, Some(e)),
     };

@@ -13,4 +13,4 @@ pub mod sources;
 
 pub use api::{LiveRun, ProfileSource, RunCatalog, RunStatus, Session};
 pub use server::{new_token, ServeOptions, Viewer, CSP};
-pub use sources::{LoadedSource, StoreCatalog, StoreRun};
+pub use sources::{LoadedSource, SourceFinder, StoreCatalog, StoreRun};

@@ -35,9 +35,8 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 }
 
 pub fn export(c: &ExportCommand) -> Result<()> {
-    // `lines` selects the profile keyed by source line once the loader offers it.
-    let _ = c.lines;
-    let p = crate::load::load(&c.trace, &c.read)?;
+    let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
+    let p = crate::load::load(&c.trace, &read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
     let stacks = clrprof_query::weighted_stacks::stacks(&p, c.weight, &threads);
     if stacks.merged.is_empty() {

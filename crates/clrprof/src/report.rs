@@ -19,9 +19,8 @@ pub struct ReportCommand {
 }
 
 pub fn report(c: &ReportCommand) -> Result<()> {
-    // `lines` selects the profile keyed by source line once the loader offers it.
-    let _ = c.lines;
-    let profile = crate::load::load(&c.trace, &c.read)?;
+    let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
+    let profile = crate::load::load(&c.trace, &read)?;
     let text = clrprof_report::render(&profile, &c.report)?;
     match &c.output {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
