@@ -21,7 +21,7 @@ pub mod source;
 pub mod store;
 
 pub use clrprof_model::Profile;
-pub use clrprof_symbols::Symbolizer;
+pub use clrprof_symbols::{method_source, ppdb, LinePoint, MethodSource, Symbolizer};
 pub use input::{describe, read, Input, InputError, ReadOptions};
 pub use source::{Diagnostics, LoadError, Loader};
 pub use store::RunError;

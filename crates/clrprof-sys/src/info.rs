@@ -364,6 +364,29 @@ impl ProfilerInfo {
         Ok(v)
     }
 
+    /// The IL-to-native map of one native code version, by its start address (ICorProfilerInfo9
+    /// `GetILToNativeMapping3`): triples (IL offset, native start offset, native end offset), the
+    /// special IL offsets as the runtime gives them (0xFFFFFFFF no mapping, 0xFFFFFFFE prolog,
+    /// 0xFFFFFFFD epilog).
+    pub fn get_il_to_native_mapping3(&self, start: usize) -> HrResult<Vec<[u32; 3]>> {
+        let f = slot!(self, 91, "GetILToNativeMapping3", fn(usize, u32, *mut u32, *mut [u32; 3]));
+        let mut n = 0u32;
+        // Safety: valid call; a zero-size array asks for the count only.
+        let hr = unsafe { f(self.ptr, start, 0, &mut n, std::ptr::null_mut()) };
+        // The count call returns S_OK or an insufficient-buffer HRESULT with the count set.
+        if n == 0 {
+            check("GetILToNativeMapping3", hr)?;
+            return Ok(Vec::new());
+        }
+        let mut v = vec![[0u32; 3]; n as usize];
+        let cap = n;
+        // Safety: valid call; the array holds `cap` entries as announced (COR_DEBUG_IL_TO_NATIVE_MAP
+        // is three ULONG32s).
+        check("GetILToNativeMapping3", unsafe { f(self.ptr, start, cap, &mut n, v.as_mut_ptr()) })?;
+        v.truncate((n as usize).min(cap as usize));
+        Ok(v)
+    }
+
     /// Start addresses of every native code version of a function (ICorProfilerInfo9): each
     /// tier of tiered compilation has its own.
     pub fn get_native_code_start_addresses(&self, id: FunctionID) -> HrResult<Vec<usize>> {

@@ -33,6 +33,7 @@ pub(crate) mod build_id;
 pub(crate) mod cfi;
 pub(crate) mod codes;
 pub(crate) mod cpu;
+mod ilmap;
 pub(crate) mod native;
 pub(crate) mod prolog;
 mod publish;

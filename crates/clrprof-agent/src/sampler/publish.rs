@@ -42,6 +42,7 @@ impl Sampler {
             for &(a, n) in &ranges {
                 self.emit(CodeRange { id: id as u64, start: a, size: n });
             }
+            self.emit_il_map(id, start);
             if let Ok(mut d) = self.dynamic_code.lock() {
                 if d.ranges.len() + ranges.len() > MAX_DYNAMIC_RANGES {
                     *d = DynamicCode::default();
@@ -170,6 +171,7 @@ impl Sampler {
                     }
                     st.code_starts.insert(start as u64);
                     found = true;
+                    self.emit_il_map(*id, start);
                     // Safety: `ranges` are the code of a live code version of a function whose
                     // module never unloads (collectible code is handled in `code_compiled`).
                     let osr = unsafe { prolog::is_osr_code(start as u64, &ranges) };

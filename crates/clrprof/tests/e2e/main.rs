@@ -22,6 +22,7 @@ mod export_timelines;
 mod golden;
 mod instrument;
 mod lifecycle;
+mod lines_resolve;
 mod lines_views;
 mod pyroscope;
 mod report_json;

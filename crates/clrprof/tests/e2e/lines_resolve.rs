@@ -1,0 +1,200 @@
+//! End to end: sampled frames resolved to source lines (apps/Lines): the IL-to-native maps the
+//! agent records for every code version (OSR code included), the app's portable PDB, an embedded
+//! PDB, a library without PDB, an inlined callee, and a caller's frame at its call site. The lines
+//! are looked up from the `// LINE:NAME` markers of the app's sources, not written down here.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+use clrprof_load::{read, Input, ReadOptions};
+use clrprof_model::{Profile, StackId};
+
+/// The line of the `// LINE:name` marker in `file` (1-based).
+fn marker(file: &Path, name: &str) -> u32 {
+    let text = std::fs::read_to_string(file).unwrap();
+    let tag = format!("// LINE:{name}");
+    let i = text.lines().position(|l| l.trim_end().ends_with(&tag)).unwrap_or_else(|| panic!("{tag} in {file:?}"));
+    i as u32 + 1
+}
+
+/// The trace read with lines (PDBs found beside the assemblies or embedded).
+fn profile_with_lines(trace: &Path, symbol_dirs: Vec<PathBuf>) -> Profile {
+    let input = Input::resolve(trace, None).unwrap();
+    let o = ReadOptions {
+        range: Default::default(),
+        native_symbols: false,
+        debug_dirs: symbol_dirs,
+        lines: true,
+        import: Default::default(),
+        store: None,
+    };
+    read(trace, input, &o).unwrap().0
+}
+
+/// Per function name and (file name, line): self and inclusive CPU ns (recursion counted once),
+/// and the frames' lines with no line (`None`) under `(name, None)`.
+type LineCosts = HashMap<(String, Option<(String, u32)>), (u64, u64)>;
+
+fn line_costs(p: &Profile) -> LineCosts {
+    let merged = p.costs.merged(None);
+    let mut out: LineCosts = HashMap::new();
+    for (i, c) in merged.iter().enumerate() {
+        if c.cpu_ns == 0 {
+            continue;
+        }
+        let frames = p.costs.stacks.frames_of(StackId(i as u32));
+        let key = |f: &clrprof_model::FrameId| {
+            let fr = &p.costs.stacks.frames[f.0 as usize];
+            let line = fr.line.as_ref().map(|l| (l.file.rsplit('/').next().unwrap_or(&l.file).to_string(), l.line));
+            (fr.name.clone(), line)
+        };
+        if let Some(leaf) = frames.last() {
+            out.entry(key(leaf)).or_default().0 += c.cpu_ns;
+        }
+        let mut seen = Vec::new();
+        for f in &frames {
+            let k = key(f);
+            if !seen.contains(&k) {
+                out.entry(k.clone()).or_default().1 += c.cpu_ns;
+                seen.push(k);
+            }
+        }
+    }
+    out
+}
+
+fn self_ns(c: &LineCosts, function: &str, file: &str, line: u32) -> u64 {
+    c.get(&(function.to_string(), Some((file.to_string(), line)))).map_or(0, |v| v.0)
+}
+
+fn function_self_ns(c: &LineCosts, function: &str) -> u64 {
+    c.iter().filter(|(k, _)| k.0 == function).map(|(_, v)| v.0).sum()
+}
+
+fn printed(stdout: &str, what: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} iterations: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("`{what} iterations:` not printed in {stdout:?}"))
+}
+
+fn record_lines(name: &str) -> (PathBuf, String) {
+    let dir = scratch(name);
+    let trace = dir.join("lines.clrprof");
+    // CPU-time timers fire every 4 ms of a thread's CPU time at 250 Hz: the loops (about 0.8 s)
+    // get some 200 samples, taken at regular points of their CPU time, so the split is off by
+    // a sample or two at the loops' boundaries, not by a random draw's spread.
+    let out = record("Lines", &[], &trace, &["--rate", "250"]);
+    assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
+    (trace, text(&out.stdout))
+}
+
+#[test]
+fn loops_inlined_code_and_libraries_resolve_to_their_lines() {
+    let _machine = machine::alone();
+    let (trace, stdout) = record_lines("lines-resolve");
+    let src = repo_root().join("apps/Lines");
+    let program = src.join("Program.cs");
+    let (a, b) = (marker(&program, "A"), marker(&program, "B"));
+    let p = profile_with_lines(&trace, Vec::new());
+    let c = line_costs(&p);
+
+    // The two loops: 3:1 by iteration count (printed by the app), the same work per iteration.
+    let (ia, ib) = (printed(&stdout, "loop A"), printed(&stdout, "loop B"));
+    assert_eq!(ia, 3 * ib);
+    let f = "Lines.Loops.TwoLoops";
+    let (sa, sb) = (self_ns(&c, f, "Program.cs", a), self_ns(&c, f, "Program.cs", b));
+    let total = function_self_ns(&c, f);
+    assert!(sa + sb >= 100_000_000, "enough CPU on the two loops: {sa} + {sb} ns");
+    // Nearly all of the method's own time is on the two loop lines (the rest: its other lines).
+    assert!((sa + sb) as f64 >= 0.97 * total as f64, "loops {sa}+{sb} of {total} ns in {f}: {c:?}");
+    let share = sa as f64 / (sa + sb) as f64;
+    eprintln!("lines: loop A {sa} ns, loop B {sb} ns, share {share:.3}; method self {total} ns");
+    assert!((0.70..=0.80).contains(&share), "line {a} has {share:.3} of the two loops' CPU, expected 0.75 ± 0.05");
+
+    // The inlined callee: no frame of its own; its code is the caller's call-site line.
+    let inl = marker(&program, "INLINED");
+    let g = "Lines.Loops.Inlined";
+    assert!(function_self_ns(&c, "Lines.Loops.Step") == 0, "Step is inlined: no frame of its own");
+    let si = self_ns(&c, g, "Program.cs", inl);
+    assert!(si as f64 >= 0.97 * function_self_ns(&c, g) as f64, "{g}'s time on line {inl}: {c:?}");
+
+    // The caller's frame is resolved at its call instruction: Main's line calling TwoLoops.
+    let call = marker(&program, "CALL");
+    let main_total =
+        c.get(&("Lines.Program.Main".to_string(), Some(("Program.cs".to_string(), call)))).map_or(0, |v| v.1);
+    assert!(main_total as f64 >= 0.97 * (sa + sb) as f64, "Main's call line {call} holds TwoLoops' time: {c:?}");
+
+    // The embedded PDB resolves; the library without PDB stays per function, and says so once.
+    let emb = marker(&src.join("EmbeddedLib/Embedded.cs"), "EMBEDDED");
+    let e = "EmbeddedLib.Embedded.Spin";
+    let se = self_ns(&c, e, "Embedded.cs", emb);
+    assert!(se > 0 && se as f64 >= 0.97 * function_self_ns(&c, e) as f64, "{e} on line {emb}: {c:?}");
+    let n = "NoPdbLib.NoPdb.Spin";
+    assert!(c.get(&(n.to_string(), None)).is_some_and(|v| v.0 > 0), "{n} per function: {c:?}");
+    assert_eq!(function_self_ns(&c, n), c[&(n.to_string(), None)].0, "{n} has no lines");
+    let said: Vec<&String> = p.messages.iter().filter(|m| m.contains("NoPdbLib.dll")).collect();
+    assert_eq!(said.len(), 1, "one message names the module without PDB: {:?}", p.messages);
+    assert!(said[0].contains("no PDB"), "{said:?}");
+}
+
+#[test]
+fn the_two_loops_resolve_as_osr_code() {
+    let _machine = machine::alone();
+    let (trace, _) = record_lines("lines-osr");
+    let program = repo_root().join("apps/Lines/Program.cs");
+    let (a, b) = (marker(&program, "A"), marker(&program, "B"));
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let p = profile_with_lines(&trace, Vec::new());
+    let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").expect("TwoLoops compiled");
+    // TwoLoops is called once: a second code version can only be its OSR version (tier 1 comes after
+    // 30 calls). The agent recorded an IL-to-native map for both, tier 0 first.
+    let maps: Vec<&clrprof_trace::IlMap> = records
+        .iter()
+        .filter_map(|r| match r {
+            clrprof_trace::Record::IlMap(m) if m.id == f.id => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(maps.len(), 2, "IL maps of TwoLoops' tier-0 and OSR versions");
+    let osr = maps[1];
+    let mut il = clrprof_model::lines::IlMaps::default();
+    il.add(osr.id, osr.code_start, &osr.entries);
+    // The CPU samples whose leaf is in the OSR code, resolved by hand: IL offset from the recorded
+    // map, line from the PDB.
+    let pdb = clrprof_load::ppdb::find_pdb(&repo_root().join("apps/Lines/bin/Release/net10.0/Lines.dll"), &[])
+        .unwrap_or_else(|_| panic!("Lines.pdb"));
+    let mut stacks = HashMap::new();
+    let (mut on, mut all) = (HashMap::<u32, u64>::new(), 0u64);
+    for r in &records {
+        match r {
+            clrprof_trace::Record::SampleStack(s) => {
+                stacks.insert(s.id, s.clone());
+            }
+            clrprof_trace::Record::CpuSample(c) => {
+                let s = &stacks[&c.stack];
+                if s.functions.first() != Some(&f.id) {
+                    continue;
+                }
+                all += c.count as u64;
+                if let clrprof_model::IlAt::Offset(o) = il.il_at(f.id, s.ips[0], false) {
+                    let line = clrprof_load::ppdb::line_in(&pdb.pdb, f.token, clrprof_model::IlAt::Offset(o)).unwrap();
+                    *on.entry(line.line).or_default() += c.count as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+    let (sa, sb) = (on.get(&a).copied().unwrap_or(0), on.get(&b).copied().unwrap_or(0));
+    assert!(sa + sb >= 120, "enough OSR samples: {on:?}");
+    assert!((sa + sb) as f64 >= 0.95 * all as f64, "the loops' samples are OSR code's: {sa}+{sb} of {all}");
+    let share = sa as f64 / (sa + sb) as f64;
+    eprintln!("lines (OSR): loop A {sa} samples, loop B {sb} samples, of {all}; share {share:.3}");
+    assert!((0.70..=0.80).contains(&share), "OSR line {a} has {share:.3} of the loops' samples, expected 0.75 ± 0.05");
+    // The profile's frames agree with the hand resolution.
+    let c = line_costs(&p);
+    assert!(self_ns(&c, &f.name, "Program.cs", a) > 0 && self_ns(&c, &f.name, "Program.cs", b) > 0);
+}
