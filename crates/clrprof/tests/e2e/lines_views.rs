@@ -158,12 +158,23 @@ fn missing_sources_show_the_embedded_source_or_the_source_link() {
     let dir = scratch("lines-moved");
     let src = dir.join("Lines");
     copy_dir(&repo_root().join("apps/Lines"), &src);
+    // The apps' shared build settings (target framework, ...).
+    for f in ["Directory.Build.props", "Directory.Build.targets"] {
+        std::fs::copy(repo_root().join("apps").join(f), dir.join(f)).unwrap();
+    }
     let map = dir.join("sourcelink.json");
     let prefix = format!("{}/", src.display());
     std::fs::write(&map, format!(r#"{{"documents": {{"{prefix}*": "https://example.invalid/lines/*"}}}}"#)).unwrap();
+    // The app's own project (not the library built without a PDB) gets the map.
+    let project = src.join("Lines.csproj");
+    let xml = std::fs::read_to_string(&project).unwrap().replacen(
+        "<ItemGroup>",
+        &format!("<PropertyGroup><SourceLink>{}</SourceLink></PropertyGroup>\n  <ItemGroup>", map.display()),
+        1,
+    );
+    std::fs::write(&project, xml).unwrap();
     let out = Command::new("dotnet")
         .args(["build", "-nologo", "-v", "q", "-c", "Release"])
-        .arg(format!("-p:SourceLink={}", map.display()))
         .arg(&src)
         .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
         .env("DOTNET_NOLOGO", "1")
