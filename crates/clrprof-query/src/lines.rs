@@ -398,7 +398,15 @@ mod tests {
 
     #[test]
     fn display_names_carry_the_line_and_function_names_do_not() {
-        let p = profile();
+        let mut p = profile();
+        // One function's frames (its lines, and the whole function where no line is known) are one
+        // function: no parameter list to tell them apart.
+        let whole = p.costs.stacks.intern_frame(FrameKey::Function(200));
+        p.costs.stacks.frames[whole.0 as usize].name = "App.Work".into();
+        for f in p.costs.stacks.frames.iter_mut().filter(|f| f.name == "App.Work") {
+            f.signature = "uint64 App.Work (int64)".into();
+        }
+        assert_eq!(select::display_names(&p)[whole.0 as usize], "App.Work");
         let d = select::display_names(&p);
         let f = function_names(&p);
         assert_eq!(d[1], "App.Work (Work.cs:10)");

@@ -379,10 +379,16 @@ pub fn display_names(p: &Profile) -> Vec<String> {
 pub fn function_names(p: &Profile) -> Vec<String> {
     let frames = &p.costs.stacks.frames;
     let mut count: HashMap<&str, usize> = HashMap::new();
-    // The lines of one function are one frame each: they count once, by their signature.
-    let mut lined: std::collections::HashSet<(&str, &str)> = Default::default();
+    // Distinct functions per name: a managed function counts once however many frames it has (in
+    // a profile built with lines, one per line and one for the whole function); other frames
+    // count each.
+    let mut seen: std::collections::HashSet<u64> = Default::default();
     for f in frames {
-        if f.line.is_none() || lined.insert((f.name.as_str(), f.signature.as_str())) {
+        let new = match f.key {
+            clrprof_model::FrameKey::Function(id) => seen.insert(id),
+            _ => true,
+        };
+        if new {
             *count.entry(f.name.as_str()).or_default() += 1;
         }
     }

@@ -293,6 +293,15 @@ pub fn fmt_value(m: Metric, v: u64) -> String {
     }
 }
 
+/// A metric value with its unit: `12.500 ms`, `4096 alloc-bytes`.
+pub fn with_unit(m: Metric, v: u64) -> String {
+    if select::is_time(m) {
+        format!("{} ms", ms(v))
+    } else {
+        format!("{v} {}", m.name())
+    }
+}
+
 pub fn percent(part: u64, total: u64) -> String {
     if total == 0 {
         "0.0".into()

@@ -9,7 +9,7 @@ use clrprof_query::select;
 use serde_json::json;
 
 use super::text_table::{Align::*, TextTable};
-use super::{fmt_value, percent, title, ReportOptions, Result};
+use super::{fmt_value, percent, title, with_unit, ReportOptions, Result};
 
 fn view(p: &Profile, opts: &ReportOptions) -> Result<LinesView> {
     Ok(lines(p, &opts.cost_query(p)?, opts.function.as_deref())?)
@@ -22,7 +22,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     out += &select::weight_note(p, m);
     out += "\n";
     let what = opts.function.as_deref().map(|f| format!(" of {f}")).unwrap_or_default();
-    out += &format!("\nhot lines{what}: {} lines, total {}", v.count, fmt_value(m, v.total));
+    out += &format!("\nhot lines{what}: {} lines, total {}", v.count, with_unit(m, v.total));
     if v.without_line > 0 {
         out += &format!(
             "; {}% in frames without a line (native code, runtime work, methods without PDB)",

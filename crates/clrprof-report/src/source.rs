@@ -10,7 +10,7 @@ use clrprof_query::{select, Threads};
 use serde_json::json;
 
 use super::text_table::{Align::*, TextTable};
-use super::{fmt_value, percent, title, ReportError, ReportOptions, Result};
+use super::{fmt_value, percent, title, with_unit, ReportError, ReportOptions, Result};
 
 /// The method the options name, its per-line costs and its source (when found), with what the
 /// search for the source said.
@@ -67,11 +67,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let tot = m.of(&fl.total);
     out += &format!(
         "method: self {} ({}%), total {} ({}% of {}); line percentages are of the method's total\n\n",
-        fmt_value(m, m.of(&fl.self_cost)),
+        with_unit(m, m.of(&fl.self_cost)),
         percent(m.of(&fl.self_cost), tot),
-        fmt_value(m, tot),
+        with_unit(m, tot),
         percent(tot, fl.grand_total),
-        fmt_value(m, fl.grand_total),
+        with_unit(m, fl.grand_total),
     );
     let unit = if select::is_time(m) { "ms" } else { m.name() };
     let (h_self, h_total) = (format!("SELF {unit}"), format!("TOTAL {unit}"));
