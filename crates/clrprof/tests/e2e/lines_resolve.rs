@@ -198,3 +198,36 @@ fn the_two_loops_resolve_as_osr_code() {
     let c = line_costs(&p);
     assert!(self_ns(&c, &f.name, "Program.cs", a) > 0 && self_ns(&c, &f.name, "Program.cs", b) > 0);
 }
+
+#[test]
+fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
+    use clrprof_load::ppdb::{find_pdb, Missing};
+    let built = app_dll("Lines").parent().unwrap().to_path_buf();
+    let dir = scratch("lines-pdbs");
+    let (app, syms) = (dir.join("app"), dir.join("syms"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&syms).unwrap();
+    std::fs::copy(built.join("Lines.dll"), app.join("Lines.dll")).unwrap();
+    let pdb = std::fs::read(built.join("Lines.pdb")).unwrap();
+    // Under --symbols DIR, before the one the assembly's CodeView entry names (obj/…/Lines.pdb).
+    std::fs::write(syms.join("Lines.pdb"), &pdb).unwrap();
+    let found = find_pdb(&app.join("Lines.dll"), std::slice::from_ref(&syms)).unwrap_or_else(|_| panic!("found"));
+    assert_eq!(found.origin, syms.join("Lines.pdb").display().to_string());
+    // The PDB of another build (another id) is skipped: its lines would be wrong.
+    let mut other = pdb.clone();
+    let i = other.windows(16).position(|w| w == found.pdb.guid).expect("the PDB id in the file");
+    other[i] ^= 0xff;
+    std::fs::write(syms.join("Lines.pdb"), &other).unwrap();
+    let f = find_pdb(&app.join("Lines.dll"), std::slice::from_ref(&syms)).unwrap_or_else(|_| panic!("found"));
+    assert_ne!(f.origin, syms.join("Lines.pdb").display().to_string(), "a PDB of another build is not used");
+    // Damaged: every cut of the file is an error or a PDB, never a panic; a cut in the tables
+    // names what is wrong.
+    for n in (0..pdb.len()).step_by(7) {
+        std::fs::write(app.join("Lines.pdb"), &pdb[..n]).unwrap();
+        match find_pdb(&app.join("Lines.dll"), &[]) {
+            Ok(f) => assert_ne!(f.origin, app.join("Lines.pdb").display().to_string(), "a cut PDB read whole at {n}"),
+            Err(Missing::Unusable(why)) => assert!(why.contains("Lines.pdb"), "{why}"),
+            Err(Missing::NotFound) => panic!("the cut PDB at {n} is found"),
+        }
+    }
+}
