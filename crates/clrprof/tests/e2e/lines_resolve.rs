@@ -81,13 +81,19 @@ fn printed(stdout: &str, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("`{what} iterations:` not printed in {stdout:?}"))
 }
 
-fn record_lines(name: &str) -> (PathBuf, String) {
+/// CPU-time timers fire every 4 ms of a thread's CPU time at 250 Hz: the loops (about 0.8 s) get
+/// some 200 samples, taken at regular points of their CPU time, so the split is off by a sample or
+/// two at the loops' boundaries, not by a random draw's spread.
+const RATE: [&str; 2] = ["--rate", "250"];
+
+/// Records apps/Lines (on .NET 10 through `dotnet`, or `runtime`'s self-contained copy).
+fn record_lines(name: &str, runtime: Option<&str>) -> (PathBuf, String) {
     let dir = scratch(name);
     let trace = dir.join("lines.clrprof");
-    // CPU-time timers fire every 4 ms of a thread's CPU time at 250 Hz: the loops (about 0.8 s)
-    // get some 200 samples, taken at regular points of their CPU time, so the split is off by
-    // a sample or two at the loops' boundaries, not by a random draw's spread.
-    let out = record("Lines", &[], &trace, &["--rate", "250"]);
+    let out = match runtime {
+        None => record("Lines", &[], &trace, &RATE),
+        Some(r) => record_on(r, "Lines", &[], &trace, &RATE),
+    };
     assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
     (trace, text(&out.stdout))
 }
@@ -95,15 +101,35 @@ fn record_lines(name: &str) -> (PathBuf, String) {
 #[test]
 fn loops_inlined_code_and_libraries_resolve_to_their_lines() {
     let _machine = machine::alone();
-    let (trace, stdout) = record_lines("lines-resolve");
+    let (trace, stdout) = record_lines("lines-resolve", None);
+    check_lines(&trace, &stdout);
+}
+
+#[test]
+fn lines_resolve_on_net8() {
+    let _machine = machine::alone();
+    let (trace, stdout) = record_lines("lines-net8", Some("net8.0"));
+    check_lines(&trace, &stdout);
+}
+
+#[test]
+fn lines_resolve_on_net9() {
+    let _machine = machine::alone();
+    let (trace, stdout) = record_lines("lines-net9", Some("net9.0"));
+    check_lines(&trace, &stdout);
+}
+
+/// The checks of a Lines run: the two loops' lines at 3:1, the inlined callee on its call-site line,
+/// a caller at its call line, the embedded PDB, the library without PDB.
+fn check_lines(trace: &Path, stdout: &str) {
     let src = repo_root().join("apps/Lines");
     let program = src.join("Program.cs");
     let (a, b) = (marker(&program, "A"), marker(&program, "B"));
-    let p = profile_with_lines(&trace, Vec::new());
+    let p = profile_with_lines(trace, Vec::new());
     let c = line_costs(&p);
 
     // The two loops: 3:1 by iteration count (printed by the app), the same work per iteration.
-    let (ia, ib) = (printed(&stdout, "loop A"), printed(&stdout, "loop B"));
+    let (ia, ib) = (printed(stdout, "loop A"), printed(stdout, "loop B"));
     assert_eq!(ia, 3 * ib);
     let f = "Lines.Loops.TwoLoops";
     let (sa, sb) = (self_ns(&c, f, "Program.cs", a), self_ns(&c, f, "Program.cs", b));
@@ -144,7 +170,7 @@ fn loops_inlined_code_and_libraries_resolve_to_their_lines() {
 #[test]
 fn the_two_loops_resolve_as_osr_code() {
     let _machine = machine::alone();
-    let (trace, _) = record_lines("lines-osr");
+    let (trace, _) = record_lines("lines-osr", None);
     let program = repo_root().join("apps/Lines/Program.cs");
     let (a, b) = (marker(&program, "A"), marker(&program, "B"));
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
