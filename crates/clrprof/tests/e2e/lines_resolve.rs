@@ -177,16 +177,24 @@ fn the_two_loops_resolve_as_osr_code() {
     let p = profile_with_lines(&trace, Vec::new());
     let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").expect("TwoLoops compiled");
     // TwoLoops is called once: a second code version can only be its OSR version (tier 1 comes after
-    // 30 calls). The agent recorded an IL-to-native map for both, tier 0 first.
-    let maps: Vec<&clrprof_trace::IlMap> = records
+    // 30 calls). Its versions' code, in the order the sampler found them: tier 0 first.
+    let mut versions: Vec<u64> = Vec::new();
+    for r in &records {
+        if let clrprof_trace::Record::CodeRange(c) = r {
+            if c.id == f.id && !versions.contains(&c.start) {
+                versions.push(c.start);
+            }
+        }
+    }
+    assert_eq!(versions.len(), 2, "TwoLoops' tier-0 and OSR versions: {versions:x?}");
+    // The agent recorded the IL-to-native map of the OSR version its samples hit.
+    let osr = records
         .iter()
-        .filter_map(|r| match r {
-            clrprof_trace::Record::IlMap(m) if m.id == f.id => Some(m),
+        .find_map(|r| match r {
+            clrprof_trace::Record::IlMap(m) if m.id == f.id && m.code_start == versions[1] => Some(m),
             _ => None,
         })
-        .collect();
-    assert_eq!(maps.len(), 2, "IL maps of TwoLoops' tier-0 and OSR versions");
-    let osr = maps[1];
+        .expect("the OSR version's IL map");
     let mut il = clrprof_model::lines::IlMaps::default();
     il.add(osr.id, osr.code_start, &osr.entries);
     // The CPU samples whose leaf is in the OSR code, resolved by hand: IL offset from the recorded
