@@ -48,16 +48,23 @@ fn sample_slices(
     samples: impl Iterator<Item = (u64, u64, StackId)>,
     out: &mut Events<'_>,
 ) -> Result<()> {
-    let name = |f: FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
+    let frames = &p.costs.stacks.frames;
     let mut open: Vec<(FrameId, u64)> = Vec::new();
     let mut last_end = 0u64;
     let close = |open: &mut Vec<(FrameId, u64)>, keep: usize, end: u64, out: &mut Events<'_>| -> Result<()> {
         while open.len() > keep {
             let (f, start) = open.pop().unwrap_or((FrameId(0), end));
-            out.push(json!({
-                "ph": "X", "name": name(f), "cat": "sample", "pid": pid, "tid": tid,
+            let fr = &frames[f.0 as usize];
+            let mut e = json!({
+                "ph": "X", "name": fr.name, "cat": "sample", "pid": pid, "tid": tid,
                 "ts": us(start), "dur": us(end.saturating_sub(start)),
-            }))?;
+            });
+            if let Some(l) = &fr.line {
+                // A frame at a source line: the name says where, the args give the file and line.
+                e["name"] = json!(format!("{} ({}:{})", fr.name, select::file_name(&l.file), l.line));
+                e["args"] = json!({ "url": l.file, "lineNumber": l.line });
+            }
+            out.push(e)?;
         }
         Ok(())
     };

@@ -23,7 +23,7 @@ impl Exporter for Collapsed {
             if s.samples == 0 {
                 continue;
             }
-            let line: Vec<String> = s.frames.iter().map(|&f| clean(inp.frame_name(f))).collect();
+            let line: Vec<String> = s.frames.iter().map(|&f| clean(&inp.frame_name(f))).collect();
             writeln!(out, "{} {}", line.join(";"), s.samples)?;
         }
         Ok(())

@@ -67,13 +67,18 @@ struct ThreadTables {
     st_category: Vec<usize>,
     st_prefix: Vec<Option<usize>>,
     stacks: HashMap<StackId, usize>,
-    // frameTable + funcTable (one frame per function)
+    // frameTable + funcTable (one frame per function; in a profile built with lines, one frame per
+    // line and one function per method, with its source file)
     f_func: Vec<usize>,
     f_category: Vec<usize>,
+    f_line: Vec<Option<u32>>,
     fn_name: Vec<usize>,
     fn_is_js: Vec<bool>,
     fn_resource: Vec<Option<usize>>,
+    fn_file: Vec<Option<usize>>,
     frames: HashMap<FrameId, usize>,
+    /// Functions of frames with a line, by (name, signature, module, file).
+    lined_funcs: HashMap<(String, String, String, String), usize>,
     // resourceTable
     r_name: Vec<usize>,
     resources: HashMap<String, usize>,
@@ -100,11 +105,27 @@ impl ThreadTables {
                 n
             })
         });
-        self.fn_name.push(strings.id(&fr.name));
-        self.fn_is_js.push(false);
-        self.fn_resource.push(resource);
-        self.f_func.push(self.fn_name.len() - 1);
+        let known = fr.line.as_ref().and_then(|l| {
+            self.lined_funcs.get(&(fr.name.clone(), fr.signature.clone(), fr.module.clone(), l.file.clone()))
+        });
+        let func = match known {
+            Some(&func) => func,
+            None => {
+                self.fn_name.push(strings.id(&fr.name));
+                self.fn_is_js.push(false);
+                self.fn_resource.push(resource);
+                self.fn_file.push(fr.line.as_ref().map(|l| strings.id(&l.file)));
+                let func = self.fn_name.len() - 1;
+                if let Some(l) = &fr.line {
+                    let key = (fr.name.clone(), fr.signature.clone(), fr.module.clone(), l.file.clone());
+                    self.lined_funcs.insert(key, func);
+                }
+                func
+            }
+        };
+        self.f_func.push(func);
         self.f_category.push(category);
+        self.f_line.push(fr.line.as_ref().map(|l| l.line));
         let i = self.f_func.len() - 1;
         self.frames.insert(f, i);
         i
@@ -168,13 +189,13 @@ impl ThreadTables {
             "frameTable": {
                 "address": vec![-1; n_f], "category": self.f_category, "subcategory": zeros(n_f),
                 "func": self.f_func, "innerWindowID": nulls(n_f), "implementation": nulls(n_f),
-                "optimizations": nulls(n_f), "line": nulls(n_f), "column": nulls(n_f),
+                "optimizations": nulls(n_f), "line": self.f_line, "column": nulls(n_f),
                 "inlineDepth": zeros(n_f), "nativeSymbol": nulls(n_f), "length": n_f,
             },
             "funcTable": {
                 "name": self.fn_name, "isJS": self.fn_is_js, "relevantForJS": vec![false; n_fn],
                 "resource": self.fn_resource.iter().map(|r| r.map_or(-1, |r| r as i64)).collect::<Vec<_>>(),
-                "fileName": nulls(n_fn), "lineNumber": nulls(n_fn), "columnNumber": nulls(n_fn),
+                "fileName": self.fn_file, "lineNumber": nulls(n_fn), "columnNumber": nulls(n_fn),
                 "length": n_fn,
             },
             "resourceTable": {

@@ -31,8 +31,8 @@ struct Rect {
 /// names under one parent are one frame, as `flamegraph.pl` merges them), children by name, each
 /// node drawn with the frame of the first stack through it.
 fn layout(inp: &ExportInput<'_>) -> (Vec<Rect>, u64, usize) {
-    let mut ids: HashMap<&str, FuncId> = HashMap::new();
-    let mut names: Vec<&str> = Vec::new();
+    let mut ids: HashMap<std::borrow::Cow<'_, str>, FuncId> = HashMap::new();
+    let mut names: Vec<std::borrow::Cow<'_, str>> = Vec::new();
     let mut paths: Paths<Measure> = Paths::merging();
     // The frames of each path's first stack.
     let mut first: Vec<&[FrameId]> = Vec::new();
@@ -41,7 +41,7 @@ fn layout(inp: &ExportInput<'_>) -> (Vec<Rect>, u64, usize) {
         buf.clear();
         for &f in &s.frames {
             let name = inp.frame_name(f);
-            let id = *ids.entry(name).or_insert_with(|| {
+            let id = *ids.entry(name.clone()).or_insert_with(|| {
                 names.push(name);
                 (names.len() - 1) as FuncId
             });
@@ -54,14 +54,14 @@ fn layout(inp: &ExportInput<'_>) -> (Vec<Rect>, u64, usize) {
         }
     }
     let mut tree = engine::prefix_tree(&paths, false);
-    let name = |nodes: &[engine::TreeNode<Measure>], n: u32| names[nodes[n as usize].func as usize];
+    let name = |nodes: &[engine::TreeNode<Measure>], n: u32| &names[nodes[n as usize].func as usize];
     tree.sort_children(|nodes, a, b| name(nodes, a).cmp(name(nodes, b)));
     let mut frame: Vec<Option<FrameId>> = vec![None; tree.nodes.len()];
     for (i, frames) in first.iter().enumerate() {
         let mut n = 0u32;
         for (&f, &fr) in paths.path(i).iter().zip(frames.iter()) {
             let kids = tree.children(n);
-            let Ok(k) = kids.binary_search_by(|&c| name(&tree.nodes, c).cmp(names[f as usize])) else { break };
+            let Ok(k) = kids.binary_search_by(|&c| name(&tree.nodes, c).cmp(&names[f as usize])) else { break };
             n = kids[k];
             frame[n as usize].get_or_insert(fr);
         }
@@ -138,16 +138,17 @@ fn svg(inp: &ExportInput<'_>, interactive: bool) -> String {
     );
     for r in &rects {
         let fr = &inp.profile.costs.stacks.frames[r.frame.0 as usize];
+        let name = inp.frame_name(r.frame);
         let x = r.x * WIDTH;
         let w = r.w * WIDTH;
         let y = height - 24.0 - (r.depth as f64 + 1.0) * ROW;
         let pct = r.samples as f64 * 100.0 / total.max(1) as f64;
         let ms = r.value as f64 / 1e6;
         let chars = ((w - 6.0) / 7.0).floor().max(0.0) as usize;
-        let label: String = if fr.name.chars().count() <= chars {
-            fr.name.clone()
+        let label: String = if name.chars().count() <= chars {
+            name.to_string()
         } else if chars >= 3 {
-            fr.name.chars().take(chars - 2).collect::<String>() + ".."
+            name.chars().take(chars - 2).collect::<String>() + ".."
         } else {
             String::new()
         };
@@ -157,7 +158,7 @@ fn svg(inp: &ExportInput<'_>, interactive: bool) -> String {
             r.x,
             r.w,
             r.depth,
-            escape(&fr.name),
+            escape(&name),
             r.samples,
             pct,
             ms,

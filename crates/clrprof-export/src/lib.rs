@@ -111,8 +111,14 @@ pub struct ExportInput<'a> {
 }
 
 impl ExportInput<'_> {
-    pub fn frame_name(&self, f: FrameId) -> &str {
-        &self.profile.costs.stacks.frames[f.0 as usize].name
+    /// The frame's name; a frame at a source line (a profile built with lines) is
+    /// `Name (File.cs:12)`, so that the lines of a function stay apart in name-keyed formats.
+    pub fn frame_name(&self, f: FrameId) -> std::borrow::Cow<'_, str> {
+        let fr = &self.profile.costs.stacks.frames[f.0 as usize];
+        match &fr.line {
+            None => std::borrow::Cow::Borrowed(&fr.name),
+            Some(l) => format!("{} ({}:{})", fr.name, clrprof_query::select::file_name(&l.file), l.line).into(),
+        }
     }
 
     pub fn title(&self) -> String {
@@ -145,3 +151,6 @@ pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Firefox => Box::new(Firefox),
     }
 }
+
+#[cfg(test)]
+mod lines_tests;

@@ -273,6 +273,19 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         mp.uint(7, 1); // has_functions
         out.message(3, mp);
     }
+    // A function per frame; in a profile built with lines, the frames of one method (one per line)
+    // share one function — the first frame's id — whose file is the source file, so that pprof
+    // shows functions by default and lines with `-lines`.
+    let mut func_of: HashMap<FrameId, u64> = HashMap::new();
+    let mut lined: HashMap<(&str, &str, &str, &str), u64> = HashMap::new();
+    for f in &used {
+        let fr = &st.frames[f.0 as usize];
+        let id = match &fr.line {
+            None => f.0 as u64 + 1,
+            Some(l) => *lined.entry((&fr.name, &fr.signature, &fr.module, &l.file)).or_insert(f.0 as u64 + 1),
+        };
+        func_of.insert(*f, id);
+    }
     for f in &used {
         let fr = &st.frames[f.0 as usize];
         let mut loc = Pb::default();
@@ -282,11 +295,14 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         }
         loc.uint(3, p.sampling.addresses.get(f).copied().unwrap_or(0));
         let mut line = Pb::default();
-        line.uint(1, f.0 as u64 + 1);
+        line.uint(1, func_of[f]);
+        if let Some(l) = &fr.line {
+            line.uint(2, l.line as u64);
+        }
         loc.message(4, line);
         out.message(4, loc);
     }
-    for f in &used {
+    for f in used.iter().filter(|f| func_of[f] == f.0 as u64 + 1) {
         let fr = &st.frames[f.0 as usize];
         let mut func = Pb::default();
         func.uint(1, f.0 as u64 + 1);
@@ -295,7 +311,7 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         func.uint(2, strings.id(&name));
         let system = if fr.signature.is_empty() { fr.name.clone() } else { format!("{} {}", fr.name, fr.signature) };
         func.uint(3, strings.id(&system));
-        func.uint(4, strings.id(&fr.module));
+        func.uint(4, strings.id(fr.line.as_ref().map_or(&fr.module, |l| &l.file)));
         out.message(5, func);
     }
     let (from, to) = p.span();

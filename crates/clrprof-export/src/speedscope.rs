@@ -1,5 +1,6 @@
 //! speedscope JSON (https://www.speedscope.app/file-format-schema.json): shared frames, one
-//! sampled profile merged over the selected threads, then one profile per thread.
+//! sampled profile merged over the selected threads, then one profile per thread. A frame's `file`
+//! is its module, or its source file with `line` in a profile built with lines.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -30,8 +31,12 @@ impl Exporter for Speedscope {
                     .map(|&f| {
                         *index.entry(f).or_insert_with(|| {
                             let fr = &inp.profile.costs.stacks.frames[f.0 as usize];
-                            let mut v = json!({ "name": fr.name });
-                            if !fr.module.is_empty() {
+                            let mut v = json!({ "name": inp.frame_name(f) });
+                            if let Some(l) = &fr.line {
+                                // A frame at a source line: its file and line (1-based).
+                                v["file"] = json!(l.file);
+                                v["line"] = json!(l.line);
+                            } else if !fr.module.is_empty() {
                                 v["file"] = json!(fr.module);
                             }
                             frames.push(v);

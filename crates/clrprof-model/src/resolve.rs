@@ -40,6 +40,14 @@ impl SampleData {
         mappings.sort_by_key(|m| (m.start, m.end));
         // Source lines of managed frames, when the provider asks for them (`crate::lines`).
         let lines = symbols.lines().then(|| LineContext::new(&self.il_maps, &p.functions, &p.modules));
+        if lines.is_some() && self.il_maps.is_empty() && !events.is_empty() {
+            // Every line figure would then sit on methods' first lines: the reader must know.
+            p.messages.push(
+                "this trace has no IL-to-native maps (written before clrprof recorded them): each method's \
+                 samples are on its first line"
+                    .into(),
+            );
+        }
         let mut resolver = Resolver { code: &code, mappings: &mappings, symbols, cache: FxHashMap::default(), lines };
         let activity_names =
             crate::runtime::ActivityNames::of(&p.functions, &p.assemblies, &p.modules, &self.type_loads);

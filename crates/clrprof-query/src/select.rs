@@ -365,10 +365,32 @@ pub fn group_threads(group: Option<u32>, threads: &Threads) -> Threads {
 
 /// Display name per frame; overloads that share a name get their parameter list appended.
 pub fn display_names(p: &Profile) -> Vec<String> {
+    let mut names = function_names(p);
+    for (name, f) in names.iter_mut().zip(&p.costs.stacks.frames) {
+        if let Some(l) = &f.line {
+            *name = format!("{name} ({}:{})", file_name(&l.file), l.line);
+        }
+    }
+    names
+}
+
+/// Display names of frames without their source line: in a profile built with lines, every line
+/// of a function has this same name (overloads get their parameter list).
+pub fn function_names(p: &Profile) -> Vec<String> {
     let frames = &p.costs.stacks.frames;
     let mut count: HashMap<&str, usize> = HashMap::new();
+    // Distinct functions per name: a managed function counts once however many frames it has (in
+    // a profile built with lines, one per line and one for the whole function); other frames
+    // count each.
+    let mut seen: std::collections::HashSet<u64> = Default::default();
     for f in frames {
-        *count.entry(f.name.as_str()).or_default() += 1;
+        let new = match f.key {
+            clrprof_model::FrameKey::Function(id) => seen.insert(id),
+            _ => true,
+        };
+        if new {
+            *count.entry(f.name.as_str()).or_default() += 1;
+        }
     }
     frames
         .iter()
@@ -384,6 +406,12 @@ pub fn display_names(p: &Profile) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The last component of a source file's path (`/src/app/Program.cs` → `Program.cs`; Windows
+/// paths of PDBs built there too).
+pub fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
 /// Frames the user named: exact display or base name, else a unique case-insensitive substring

@@ -14,8 +14,12 @@ mod gc;
 mod gcp_tables;
 mod hotspots;
 mod jit;
+mod lines;
 mod locks;
 mod modules;
+mod source;
+mod source_files;
+pub use source_files::find_source;
 mod summary;
 mod text_table;
 
@@ -42,6 +46,8 @@ pub enum View {
     Counters,
     Locks,
     Modules,
+    Lines,
+    Source,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -53,7 +59,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 14] = [
+pub const VIEWS: [ViewInfo; 16] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -120,6 +126,16 @@ pub const VIEWS: [ViewInfo; 14] = [
         name: "locks",
         help: "Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks",
     },
+    ViewInfo {
+        view: View::Lines,
+        name: "lines",
+        help: "Hot source lines (from portable PDBs): per function and line, self and total, hottest first (--function NAME: its lines)",
+    },
+    ViewInfo {
+        view: View::Source,
+        name: "source",
+        help: "One method's source (--function NAME) with each line's self and total beside it, like perf annotate",
+    },
 ];
 
 /// Output formats of a report.
@@ -151,6 +167,8 @@ pub struct ReportOptions {
     pub bucket_ns: Option<u64>,
     /// JSON: every thread's hot spots and timeline row (`--per-thread`).
     pub per_thread: bool,
+    /// `--view source`: directories searched for PDBs and source files (`--symbols`).
+    pub symbol_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Default for ReportOptions {
@@ -167,6 +185,7 @@ impl Default for ReportOptions {
             function: None,
             bucket_ns: None,
             per_thread: false,
+            symbol_dirs: Vec::new(),
         }
     }
 }
@@ -218,6 +237,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
             "--per-thread is for --format json (text and CSV hot spots per thread: --by-thread)".into(),
         ));
     }
+    match (view, opts.format) {
+        (View::Lines, Format::Json) => return lines::json(p, opts),
+        (View::Source, Format::Json) => return source::json(p, opts),
+        _ => {}
+    }
     if opts.format == Format::Json {
         let threads = Threads::resolve(p, opts.thread.as_deref())?;
         let doc = clrprof_query::document::document_with(
@@ -250,6 +274,8 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Counters => counters::render(p),
         View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,
+        View::Lines => lines::render(p, opts)?,
+        View::Source => source::render(p, opts)?,
     })
 }
 
@@ -264,6 +290,15 @@ pub fn fmt_value(m: Metric, v: u64) -> String {
         ms(v)
     } else {
         v.to_string()
+    }
+}
+
+/// A metric value with its unit: `12.500 ms`, `4096 alloc-bytes`.
+pub fn with_unit(m: Metric, v: u64) -> String {
+    if select::is_time(m) {
+        format!("{} ms", ms(v))
+    } else {
+        format!("{v} {}", m.name())
     }
 }
 

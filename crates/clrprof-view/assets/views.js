@@ -175,6 +175,53 @@ export async function butterfly(ctx) {
     edgeTable('callees', 'Callees', f.callees, f.more_callees, ctx)));
 }
 
+// ---- source ----
+
+/** The selected method's source, each line with its self and total and a heat colour by its share
+ *  of the method's total (the server's figures; lines come from the trace's PDBs). */
+export async function source(ctx) {
+  const { state } = ctx;
+  if (!state.sel) {
+    put(ctx.main, el('p', { id: 'source-missing' }, 'Select a function in any view to see its source with the cost of each line.'));
+    return;
+  }
+  let r;
+  try {
+    r = await api('source', ctx.params({ fn: state.sel.replace(/ \([^()]*:\d+\)$/, '') }));
+  } catch (e) {
+    if (!ctx.gen()) return;
+    put(ctx.main, el('p', { id: 'source-missing' }, e.message));
+    return;
+  }
+  if (!ctx.gen()) return;
+  const hottest = Math.max(0, ...r.lines.map((l) => l.total_percent));
+  const where = r.origin === 'embedded' ? `${r.file} (source embedded in the PDB)`
+    : r.origin ? r.file
+      : r.source_link ? `${r.file} — not on this machine; Source Link: ` : `${r.file} — not on this machine`;
+  const head = el('div', { id: 'source-head' },
+    el('div', { class: 'section-title' }, r.function),
+    el('div', {}, where, r.source_link && !r.origin ? el('a', { href: r.source_link, target: '_blank', rel: 'noreferrer' }, r.source_link) : null),
+    el('div', {}, `self ${fmt(r.self, ctx.unit)}, total ${fmt(r.total, ctx.unit)} (${pct(r.percent)} of the selection); line percentages are of the method's total`),
+    r.note ? el('div', { class: 'note' }, r.note) : null);
+  const rows = r.lines.map((l) => {
+    const heat = hottest > 0 ? l.total_percent / hottest : 0;
+    const tr = el('tr', { class: l.total > 0 ? 'hot' : '', dataset: { line: String(l.line) } },
+      el('td', { class: 'num' }, l.self ? fmt(l.self, ctx.unit) : ''),
+      el('td', { class: 'num' }, l.self ? pct(l.self_percent) : ''),
+      el('td', { class: 'num' }, l.total ? fmt(l.total, ctx.unit) : ''),
+      el('td', { class: 'num' }, l.total ? pct(l.total_percent) : ''),
+      el('td', { class: 'num lineno' }, String(l.line)),
+      el('td', { class: 'code' }, l.text === null ? '' : l.text));
+    if (heat > 0) tr.style.background = `rgba(230, 80, 40, ${(0.08 + 0.5 * heat).toFixed(3)})`;
+    return tr;
+  });
+  put(ctx.main, head, el('table', { id: 'source' },
+    el('thead', {}, el('tr', {}, el('th', { class: 'num' }, 'Self'), el('th', { class: 'num' }, 'Self %'),
+      el('th', { class: 'num' }, 'Total'), el('th', { class: 'num' }, 'Total %'), el('th', { class: 'num' }, 'Line'),
+      el('th', {}, 'Source'))),
+    el('tbody', {}, rows)));
+}
+
 // ---- flame graph ----
 
 function flameCells(ctx, box, fl, diffOf) {

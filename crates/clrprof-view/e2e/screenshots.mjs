@@ -44,6 +44,8 @@ async function main() {
     const hot = await (await fetch(url.replace('/?', `/api/hotspots?w=cpu&q=Demo.&limit=5&sort=total&`))).json();
     const fn = (hot.page.rows.find((r) => !r.name.endsWith('.Main')) || hot.page.rows[0]).name;
     await shot('butterfly', `view=butterfly&sel=${encodeURIComponent(fn)}`);
+    // Its source with each line's cost (the PDB beside the app, the sources in the checkout).
+    await shot('source', `view=source&sel=${encodeURIComponent(fn)}`);
     await shot('calltree', 'view=tree');
     await shot('flame', 'view=flame&q=Demo.');
     await shot('timeline-range', `view=hotspots&from=${meta.start_ns + Math.round(span * 0.55)}&to=${meta.start_ns + Math.round(span * 0.85)}`);

@@ -38,6 +38,21 @@ pub trait ProfileSource: Send + Sync {
     ) -> bool {
         false
     }
+
+    /// The profile of `range` with every frame at its source line, for the source panel (`None`,
+    /// the default: this source has no lines).
+    fn profile_lines(&self, _range: TimeRange) -> Option<Profile> {
+        None
+    }
+
+    /// The source of a method (its file's text, the PDB's embedded source or Source Link URL);
+    /// `Ok(None)` by default: no source is looked for.
+    fn source_text(
+        &self,
+        _f: &clrprof_query::lines::FunctionLines,
+    ) -> Result<Option<clrprof_query::lines::SourceText>, String> {
+        Ok(None)
+    }
 }
 
 /// A small most-recently-used cache.
@@ -85,6 +100,7 @@ struct Loaded {
     profiles: Mutex<Lru<(Side, TimeRange), Profile>>,
     views: Mutex<Lru<ViewKey, StackView>>,
     docs: Mutex<Lru<TimeRange, Value>>,
+    lines: crate::source_panel::LinesCache,
 }
 
 /// True for thread-pool threads (grouped in the timeline).
@@ -111,6 +127,7 @@ impl Loaded {
             profiles: Mutex::new(Lru::new(4)),
             views: Mutex::new(Lru::new(12)),
             docs: Mutex::new(Lru::new(2)),
+            lines: Default::default(),
         }
     }
 
@@ -126,6 +143,7 @@ impl Loaded {
             "timeline" => self.timeline(q),
             "table" => self.table(q),
             "diff" => self.diff(q),
+            "source" => self.source(q),
             _ => Err(ApiError { status: 404, message: format!("no API '{}'", clip(what)) }),
         }
     }
@@ -307,6 +325,16 @@ impl Loaded {
         let v = self.view(q)?;
         let f = v.flame(q.flag("inv"), q.num("node", 0)?, q.num("width", 1000)?, q.get("q"), q.flag("re"))?;
         Ok(json!({"weight": v.metric.name(), "estimated": v.estimated, "note": v.note, "flame": f}))
+    }
+
+    fn source(&self, q: &Params) -> ApiResult {
+        let function = q.get("fn").ok_or_else(|| bad("'fn' (a function name) is required"))?;
+        let thread = match self.spec(q)?.threads {
+            ThreadMode::Only(t) => Some(t),
+            _ => None,
+        };
+        let sq = crate::source_panel::SourceQuery { function, metric: self.metric(q)?, thread, range: self.range(q)? };
+        crate::source_panel::source(&*self.source, &self.lines, &sq)
     }
 
     fn timeline(&self, q: &Params) -> ApiResult {

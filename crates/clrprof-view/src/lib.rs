@@ -8,8 +8,9 @@ pub mod api;
 pub mod diff;
 pub mod request;
 pub mod server;
+mod source_panel;
 pub mod sources;
 
 pub use api::{LiveRun, ProfileSource, RunCatalog, RunStatus, Session};
 pub use server::{new_token, ServeOptions, Viewer, CSP};
-pub use sources::{LoadedSource, StoreCatalog, StoreRun};
+pub use sources::{LoadedSource, SourceFinder, StoreCatalog, StoreRun};

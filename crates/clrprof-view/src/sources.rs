@@ -11,14 +11,21 @@ use clrprof_load::follow::RunFollower;
 use clrprof_load::{Loader, Symbolizer};
 use clrprof_model::samples::{SameGroup, SampleTime};
 use clrprof_model::{Profile, TimeRange};
+use clrprof_query::lines::{FunctionLines, SourceText};
 
 use crate::api::{LiveRun, ProfileSource, RunCatalog, RunStatus};
+
+/// Finds a method's source for the source panel (the file, the PDB's embedded source, its Source
+/// Link URL): given by the command, which knows the symbol directories.
+pub type SourceFinder = Arc<dyn Fn(&FunctionLines) -> Result<Option<SourceText>, String> + Send + Sync>;
 
 /// A loaded trace or imported file: profiles for any time range.
 pub struct LoadedSource {
     /// Shared with the thread that prepares it for ranges of time.
     loader: Arc<Loader>,
     symbols: Symbolizer,
+    /// For the source panel: a symbolizer that resolves frames to lines, and the source finder.
+    lines: Option<(Symbolizer, SourceFinder)>,
 }
 
 impl LoadedSource {
@@ -34,7 +41,13 @@ impl LoadedSource {
         let loader = Arc::new(loader);
         let background = Arc::clone(&loader);
         let _ = std::thread::Builder::new().name("clrprof-ranges".into()).spawn(move || background.prepare_ranges());
-        LoadedSource { loader, symbols }
+        LoadedSource { loader, symbols, lines: None }
+    }
+
+    /// The same source, able to build profiles with lines (`symbols` resolves them: a
+    /// [`Symbolizer::with_lines`]) and to find methods' sources, for the source panel.
+    pub fn with_lines(self, symbols: Symbolizer, finder: SourceFinder) -> LoadedSource {
+        LoadedSource { lines: Some((symbols, finder)), ..self }
     }
 }
 
@@ -50,6 +63,18 @@ impl ProfileSource for LoadedSource {
 
     fn each_sample(&self, range: TimeRange, same_group: Option<SameGroup<'_>>, f: &mut dyn FnMut(SampleTime)) -> bool {
         self.loader.each_sample(range, same_group, f)
+    }
+
+    fn profile_lines(&self, range: TimeRange) -> Option<Profile> {
+        let (symbols, _) = self.lines.as_ref()?;
+        Some(self.loader.profile_untimed(range, &mut *symbols.resolver()))
+    }
+
+    fn source_text(&self, f: &FunctionLines) -> Result<Option<SourceText>, String> {
+        match &self.lines {
+            Some((_, finder)) => finder(f),
+            None => Ok(None),
+        }
     }
 }
 

@@ -195,6 +195,11 @@ struct ExportArgs {
     /// Only this thread: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Frames at their source lines (from portable PDBs): pprof locations with line numbers
+    /// (`go tool pprof -lines`), speedscope/Chrome file and line, Firefox frame lines; folded
+    /// stacks and flame graphs name frames `Name (File.cs:12)`
+    #[arg(long)]
+    by_line: bool,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -433,9 +438,13 @@ struct ReportArgs {
     /// Call tree: hide nodes below this share of the total
     #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
     min_percent: f64,
-    /// Callers view: the function (full name, or a unique part of it)
+    /// Callers, lines and source views: the function (full name, or a unique part of it)
     #[arg(long, value_name = "NAME")]
     function: Option<String>,
+    /// Every frame at its source line (from portable PDBs): hot spots, call trees and callers
+    /// per line (`Name (File.cs:12)`); --view lines and --view source imply it
+    #[arg(long)]
+    by_line: bool,
     /// JSON: the timeline's bucket size (e.g. 10ms) [default: a round size giving at most 200 buckets]
     #[arg(long, value_name = "TIME", value_parser = time_arg)]
     bucket: Option<u64>,
@@ -552,12 +561,15 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {
+            let view = a.view.map_or(View::Auto, |v| v.0);
+            let symbol_dirs = a.read.symbols.clone();
             let cmd = crate::report::ReportCommand {
+                lines: a.by_line || matches!(view, View::Lines | View::Source),
                 read: a.read.options()?,
                 trace: a.trace,
                 output: a.output,
                 report: ReportOptions {
-                    view: a.view.map_or(View::Auto, |v| v.0),
+                    view,
                     format: a.format.0,
                     weight: a.weight.map(|w| w.0),
                     thread: a.thread,
@@ -568,6 +580,7 @@ pub fn run() -> Result<ExitCode> {
                     function: a.function,
                     bucket_ns: a.bucket,
                     per_thread: a.per_thread,
+                    symbol_dirs,
                 },
             };
             crate::report::report(&cmd)?;
@@ -575,6 +588,7 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Export(a) => {
             let cmd = crate::export::ExportCommand {
+                lines: a.by_line,
                 read: a.read.options()?,
                 trace: a.trace,
                 format: a.format.0,

@@ -19,6 +19,8 @@ pub struct ExportCommand {
     pub weight: Option<Metric>,
     pub thread: Option<String>,
     pub read: crate::load::ReadOptions,
+    /// Build the profile with source lines (`--by-line`).
+    pub lines: bool,
 }
 
 /// Default output: the trace's path with the weight and the format's extension
@@ -33,7 +35,8 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 }
 
 pub fn export(c: &ExportCommand) -> Result<()> {
-    let p = crate::load::load(&c.trace, &c.read)?;
+    let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
+    let p = crate::load::load(&c.trace, &read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
     let stacks = clrprof_query::weighted_stacks::stacks(&p, c.weight, &threads);
     if stacks.merged.is_empty() {

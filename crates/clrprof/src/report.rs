@@ -13,11 +13,14 @@ pub struct ReportCommand {
     /// `None` = standard output.
     pub output: Option<PathBuf>,
     pub read: crate::load::ReadOptions,
+    /// Build the profile with source lines (`--by-line`, `--view lines|source`).
+    pub lines: bool,
     pub report: ReportOptions,
 }
 
 pub fn report(c: &ReportCommand) -> Result<()> {
-    let profile = crate::load::load(&c.trace, &c.read)?;
+    let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
+    let profile = crate::load::load(&c.trace, &read)?;
     let text = clrprof_report::render(&profile, &c.report)?;
     match &c.output {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,

@@ -79,6 +79,14 @@ fn read(o: Opened, symbols: &Symbolizer, session: &Session, signals: &mut Signal
     Ok(LoadedSource::new(l, symbols.clone()))
 }
 
+/// The source panel's means: frames resolved to lines through the modules' PDBs (looked for under
+/// `dirs` too) and the methods' sources found the same way.
+fn with_lines(source: LoadedSource, symbols: &Symbolizer, dirs: &[PathBuf]) -> LoadedSource {
+    let d = dirs.to_vec();
+    let finder: clrprof_view::SourceFinder = Arc::new(move |f| clrprof_report::find_source(f, &d));
+    source.with_lines(symbols.clone().with_lines(true, dirs.to_vec()), finder)
+}
+
 /// A token given on the command line must be long and URL/cookie safe.
 fn check_token(t: &str) -> Result<()> {
     if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
@@ -136,7 +144,7 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     // The trace and its baseline name frames of the same libraries: one set of symbol tables.
     let symbols = Symbolizer::new(cmd.native_symbols, cmd.debug_dirs.clone());
     let loaded = (|| -> Result<_> {
-        let source = read(trace, &symbols, &session, &mut signals)?;
+        let source = with_lines(read(trace, &symbols, &session, &mut signals)?, &symbols, &cmd.debug_dirs);
         let baseline = match baseline {
             Some(b) => {
                 let name = b.label.clone();

@@ -23,6 +23,7 @@ mod golden;
 mod instrument;
 mod lifecycle;
 mod lines_resolve;
+mod lines_views;
 mod pyroscope;
 mod report_json;
 mod runtime_time;
