@@ -151,4 +151,112 @@ mod tests {
         assert_eq!(m.il_at(7, 0x5008, false), IlAt::Offset(3));
         assert_eq!(m.il_at(7, 0x1004, false), IlAt::Offset(0));
     }
+
+    /// A provider whose "PDB" maps IL offset o of method 0x06000001 of /app/App.dll to line 100 + o.
+    struct Lines;
+    impl NativeSymbols for Lines {
+        fn symbol(&mut self, _: &str, _: &[u8], _: u64) -> Option<(String, u64)> {
+            None
+        }
+        fn lines(&self) -> bool {
+            true
+        }
+        fn source_line(&mut self, path: &str, token: u32, at: IlAt) -> Option<SourceLine> {
+            if path != "/app/App.dll" || token != 0x0600_0001 {
+                return None;
+            }
+            let line = match at {
+                IlAt::Offset(o) => 100 + o,
+                IlAt::Prolog | IlAt::Unmapped => 99,
+                IlAt::Epilog => 199,
+            };
+            Some(SourceLine { file: "/src/App.cs".into(), line })
+        }
+    }
+
+    #[test]
+    fn profiles_with_lines_key_frames_by_line() {
+        use clrprof_trace::*;
+        let recs: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            SamplingStart { ts: 0, cpu_rate_hz: 100, wall_rate_hz: 100, max_frames: 128, max_walk_frames: 256 }.into(),
+            ModuleLoaded { ts: 0, id: 5, path: "/app/App.dll".into(), ..Default::default() }.into(),
+            ModuleLoaded { ts: 0, id: 6, path: "/app/NoPdb.dll".into(), ..Default::default() }.into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 10,
+                module: 5,
+                token: 0x0600_0001,
+                name: "App.Main".into(),
+                code_start: 0x1000,
+                code_size: 0x100,
+                ..Default::default()
+            }
+            .into(),
+            FunctionCompiled {
+                ts: 1,
+                id: 11,
+                module: 6,
+                token: 0x0600_0001,
+                name: "Lib.Work".into(),
+                code_start: 0x2000,
+                code_size: 0x100,
+                ..Default::default()
+            }
+            .into(),
+            // IL 1 at [0x10, 0x20) (a call ends at 0x20), IL 7 at [0x20, 0x30), epilog after.
+            IlMap {
+                id: 10,
+                code_start: 0x1000,
+                entries: vec![PROLOG, 0, 0x10, 1, 0x10, 0x20, 7, 0x20, 0x30, EPILOG, 0x30, 0x40],
+            }
+            .into(),
+            // Leaf in Main at IL 1; leaf at IL 7; Lib.Work called from Main (return address 0x1020:
+            // the call at IL 1); a leaf in Main's epilog.
+            SampleStack { id: 1, ips: vec![0x1012], functions: vec![], activity: 0 }.into(),
+            SampleStack { id: 2, ips: vec![0x1025], functions: vec![], activity: 0 }.into(),
+            SampleStack { id: 3, ips: vec![0x2010, 0x1020], functions: vec![], activity: 0 }.into(),
+            SampleStack { id: 4, ips: vec![0x1031], functions: vec![], activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 3, count: 2, cpu_ns: 20 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 4, count: 1, cpu_ns: 5 }.into(),
+        ];
+        let mut b = crate::ProfileBuilder::new();
+        for r in &recs {
+            b.add(r);
+        }
+        let p = b.profile(crate::TimeRange::default(), &mut Lines);
+        let merged = p.costs.merged(None);
+        let mut self_ns: Vec<(String, Option<u32>, u64)> = Vec::new();
+        for (i, c) in merged.iter().enumerate() {
+            let frames = p.costs.stacks.frames_of(crate::StackId(i as u32));
+            let Some(leaf) = frames.last() else { continue };
+            if c.cpu_ns == 0 {
+                continue;
+            }
+            let fr = &p.costs.stacks.frames[leaf.0 as usize];
+            let caller = frames.len().checked_sub(2).map(|j| &p.costs.stacks.frames[frames[j].0 as usize]);
+            let line = fr.line.as_ref().map(|l| l.line);
+            if let Some(c2) = caller {
+                assert_eq!(c2.name, "App.Main");
+                assert_eq!(c2.line.as_ref().map(|l| l.line), Some(101), "a caller at its call, not after it");
+            }
+            self_ns.push((fr.name.clone(), line, c.cpu_ns));
+        }
+        self_ns.sort();
+        assert_eq!(
+            self_ns,
+            vec![
+                ("App.Main".into(), Some(101), 30),
+                ("App.Main".into(), Some(107), 10),
+                ("App.Main".into(), Some(199), 5),
+                ("Lib.Work".into(), None, 20),
+            ]
+        );
+        // Without lines: one frame per function, as before.
+        let p = b.profile(crate::TimeRange::default(), &mut crate::NoSymbols);
+        assert!(p.costs.stacks.frames.iter().all(|f| f.line.is_none()));
+        assert_eq!(p.costs.stacks.frames.iter().filter(|f| f.name == "App.Main").count(), 1);
+    }
 }

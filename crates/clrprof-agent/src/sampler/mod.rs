@@ -219,6 +219,7 @@ impl Sampler {
                 }
                 for (a, n) in code_ranges(&self.info, start) {
                     st.code.insert(a, (a + n, id as u64));
+                    st.il.add_range(a, id as u64, start as u64);
                     self.emit(CodeRange { id: id as u64, start: a, size: n });
                 }
             }
@@ -428,6 +429,7 @@ impl Sampler {
                 last_maps = Some(Instant::now());
             }
             self.update_code(&mut st);
+            self.map_pending_code(&mut st);
             // Threads registered at attach start recording once their stack is found and the
             // code above is published (cheap when none waits); their CPU time counts from then.
             for s in slot::learn_stack_bounds() {
@@ -501,6 +503,7 @@ impl Sampler {
         st.next_stack = st.next_stack.wrapping_add(1);
         st.stacks.insert((ips.to_vec(), functions.to_vec(), activity), id);
         self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec(), activity });
+        self.map_stack_code(st, ips);
         if activity != 0 {
             let (ips, functions) = managed_part(ips, functions);
             let managed = self.intern(st, &ips, &functions);
@@ -849,6 +852,8 @@ struct LoopState {
     rbp_prologs: HashMap<u64, Option<u32>>,
     /// Functions whose code versions are still looked up: (id, lookups so far).
     code_pending: Vec<(FunctionID, u32)>,
+    /// Code versions by range, and which have their IL-to-native map in the trace.
+    il: ilmap::IlMapState,
     last_suspend: Option<Instant>,
     stat_files: os::StatFiles,
     /// Where the next wall tick starts in the thread list.

@@ -171,7 +171,6 @@ impl Sampler {
                     }
                     st.code_starts.insert(start as u64);
                     found = true;
-                    self.emit_il_map(*id, start);
                     // Safety: `ranges` are the code of a live code version of a function whose
                     // module never unloads (collectible code is handled in `code_compiled`).
                     let osr = unsafe { prolog::is_osr_code(start as u64, &ranges) };
@@ -180,6 +179,7 @@ impl Sampler {
                         if osr { None } else { unsafe { prolog::frameless_frame_of(start as u64, &ranges) } };
                     for (a, n) in ranges {
                         st.code.insert(a, (a + n, *id as u64));
+                        st.il.add_range(a, *id as u64, start as u64);
                         self.emit(CodeRange { id: *id as u64, start: a, size: n });
                         if osr && !codes::add_osr_code(a, a + n) && !st.osr_full {
                             st.osr_full = true;

@@ -275,8 +275,8 @@ impl Pdb {
             }
         };
         let mut out = Pdb { guid: id[..16].try_into().unwrap_or([0; 16]), ..Default::default() };
-        for table in DOCUMENT..=CUSTOM_DEBUG {
-            let n = rows[table] as usize;
+        for (table, &n) in rows.iter().enumerate().take(CUSTOM_DEBUG + 1).skip(DOCUMENT) {
+            let n = n as usize;
             let size = row_size(table);
             let body = t.take(n.checked_mul(size).ok_or("table too large")?).map_err(|_| "tables truncated")?;
             let mut b = Bytes::new(body);

@@ -81,13 +81,19 @@ fn printed(stdout: &str, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("`{what} iterations:` not printed in {stdout:?}"))
 }
 
-fn record_lines(name: &str) -> (PathBuf, String) {
+/// CPU-time timers fire every 4 ms of a thread's CPU time at 250 Hz: the loops (about 0.8 s) get
+/// some 200 samples, taken at regular points of their CPU time, so the split is off by a sample or
+/// two at the loops' boundaries, not by a random draw's spread.
+const RATE: [&str; 2] = ["--rate", "250"];
+
+/// Records apps/Lines (on .NET 10 through `dotnet`, or `runtime`'s self-contained copy).
+fn record_lines(name: &str, runtime: Option<&str>) -> (PathBuf, String) {
     let dir = scratch(name);
     let trace = dir.join("lines.clrprof");
-    // CPU-time timers fire every 4 ms of a thread's CPU time at 250 Hz: the loops (about 0.8 s)
-    // get some 200 samples, taken at regular points of their CPU time, so the split is off by
-    // a sample or two at the loops' boundaries, not by a random draw's spread.
-    let out = record("Lines", &[], &trace, &["--rate", "250"]);
+    let out = match runtime {
+        None => record("Lines", &[], &trace, &RATE),
+        Some(r) => record_on(r, "Lines", &[], &trace, &RATE),
+    };
     assert!(out.status.success(), "record failed: {}{}", text(&out.stdout), text(&out.stderr));
     (trace, text(&out.stdout))
 }
@@ -95,15 +101,35 @@ fn record_lines(name: &str) -> (PathBuf, String) {
 #[test]
 fn loops_inlined_code_and_libraries_resolve_to_their_lines() {
     let _machine = machine::alone();
-    let (trace, stdout) = record_lines("lines-resolve");
+    let (trace, stdout) = record_lines("lines-resolve", None);
+    check_lines(&trace, &stdout);
+}
+
+#[test]
+fn lines_resolve_on_net8() {
+    let _machine = machine::alone();
+    let (trace, stdout) = record_lines("lines-net8", Some("net8.0"));
+    check_lines(&trace, &stdout);
+}
+
+#[test]
+fn lines_resolve_on_net9() {
+    let _machine = machine::alone();
+    let (trace, stdout) = record_lines("lines-net9", Some("net9.0"));
+    check_lines(&trace, &stdout);
+}
+
+/// The checks of a Lines run: the two loops' lines at 3:1, the inlined callee on its call-site line,
+/// a caller at its call line, the embedded PDB, the library without PDB.
+fn check_lines(trace: &Path, stdout: &str) {
     let src = repo_root().join("apps/Lines");
     let program = src.join("Program.cs");
     let (a, b) = (marker(&program, "A"), marker(&program, "B"));
-    let p = profile_with_lines(&trace, Vec::new());
+    let p = profile_with_lines(trace, Vec::new());
     let c = line_costs(&p);
 
     // The two loops: 3:1 by iteration count (printed by the app), the same work per iteration.
-    let (ia, ib) = (printed(&stdout, "loop A"), printed(&stdout, "loop B"));
+    let (ia, ib) = (printed(stdout, "loop A"), printed(stdout, "loop B"));
     assert_eq!(ia, 3 * ib);
     let f = "Lines.Loops.TwoLoops";
     let (sa, sb) = (self_ns(&c, f, "Program.cs", a), self_ns(&c, f, "Program.cs", b));
@@ -144,23 +170,31 @@ fn loops_inlined_code_and_libraries_resolve_to_their_lines() {
 #[test]
 fn the_two_loops_resolve_as_osr_code() {
     let _machine = machine::alone();
-    let (trace, _) = record_lines("lines-osr");
+    let (trace, _) = record_lines("lines-osr", None);
     let program = repo_root().join("apps/Lines/Program.cs");
     let (a, b) = (marker(&program, "A"), marker(&program, "B"));
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
     let p = profile_with_lines(&trace, Vec::new());
     let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").expect("TwoLoops compiled");
     // TwoLoops is called once: a second code version can only be its OSR version (tier 1 comes after
-    // 30 calls). The agent recorded an IL-to-native map for both, tier 0 first.
-    let maps: Vec<&clrprof_trace::IlMap> = records
+    // 30 calls). Its versions' code, in the order the sampler found them: tier 0 first.
+    let mut versions: Vec<u64> = Vec::new();
+    for r in &records {
+        if let clrprof_trace::Record::CodeRange(c) = r {
+            if c.id == f.id && !versions.contains(&c.start) {
+                versions.push(c.start);
+            }
+        }
+    }
+    assert_eq!(versions.len(), 2, "TwoLoops' tier-0 and OSR versions: {versions:x?}");
+    // The agent recorded the IL-to-native map of the OSR version its samples hit.
+    let osr = records
         .iter()
-        .filter_map(|r| match r {
-            clrprof_trace::Record::IlMap(m) if m.id == f.id => Some(m),
+        .find_map(|r| match r {
+            clrprof_trace::Record::IlMap(m) if m.id == f.id && m.code_start == versions[1] => Some(m),
             _ => None,
         })
-        .collect();
-    assert_eq!(maps.len(), 2, "IL maps of TwoLoops' tier-0 and OSR versions");
-    let osr = maps[1];
+        .expect("the OSR version's IL map");
     let mut il = clrprof_model::lines::IlMaps::default();
     il.add(osr.id, osr.code_start, &osr.entries);
     // The CPU samples whose leaf is in the OSR code, resolved by hand: IL offset from the recorded
@@ -197,4 +231,37 @@ fn the_two_loops_resolve_as_osr_code() {
     // The profile's frames agree with the hand resolution.
     let c = line_costs(&p);
     assert!(self_ns(&c, &f.name, "Program.cs", a) > 0 && self_ns(&c, &f.name, "Program.cs", b) > 0);
+}
+
+#[test]
+fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
+    use clrprof_load::ppdb::{find_pdb, Missing};
+    let built = app_dll("Lines").parent().unwrap().to_path_buf();
+    let dir = scratch("lines-pdbs");
+    let (app, syms) = (dir.join("app"), dir.join("syms"));
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(&syms).unwrap();
+    std::fs::copy(built.join("Lines.dll"), app.join("Lines.dll")).unwrap();
+    let pdb = std::fs::read(built.join("Lines.pdb")).unwrap();
+    // Under --symbols DIR, before the one the assembly's CodeView entry names (obj/…/Lines.pdb).
+    std::fs::write(syms.join("Lines.pdb"), &pdb).unwrap();
+    let found = find_pdb(&app.join("Lines.dll"), std::slice::from_ref(&syms)).unwrap_or_else(|_| panic!("found"));
+    assert_eq!(found.origin, syms.join("Lines.pdb").display().to_string());
+    // The PDB of another build (another id) is skipped: its lines would be wrong.
+    let mut other = pdb.clone();
+    let i = other.windows(16).position(|w| w == found.pdb.guid).expect("the PDB id in the file");
+    other[i] ^= 0xff;
+    std::fs::write(syms.join("Lines.pdb"), &other).unwrap();
+    let f = find_pdb(&app.join("Lines.dll"), std::slice::from_ref(&syms)).unwrap_or_else(|_| panic!("found"));
+    assert_ne!(f.origin, syms.join("Lines.pdb").display().to_string(), "a PDB of another build is not used");
+    // Damaged: every cut of the file is an error or a PDB, never a panic; a cut in the tables
+    // names what is wrong.
+    for n in (0..pdb.len()).step_by(7) {
+        std::fs::write(app.join("Lines.pdb"), &pdb[..n]).unwrap();
+        match find_pdb(&app.join("Lines.dll"), &[]) {
+            Ok(f) => assert_ne!(f.origin, app.join("Lines.pdb").display().to_string(), "a cut PDB read whole at {n}"),
+            Err(Missing::Unusable(why)) => assert!(why.contains("Lines.pdb"), "{why}"),
+            Err(Missing::NotFound) => panic!("the cut PDB at {n} is found"),
+        }
+    }
 }
