@@ -562,6 +562,12 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Report(a) => {
             let view = a.view.map_or(View::Auto, |v| v.0);
+            if a.by_line && a.format.0 == Format::Json && !matches!(view, View::Lines | View::Source) {
+                // The JSON document is per function (its tables are the runtime's functions).
+                anyhow::bail!(
+                    "--by-line is for the text and CSV views; for source lines as JSON: --view lines --format json"
+                );
+            }
             let symbol_dirs = a.read.symbols.clone();
             let cmd = crate::report::ReportCommand {
                 lines: a.by_line || matches!(view, View::Lines | View::Source),

@@ -141,6 +141,9 @@ fn the_source_view_prints_the_method_with_costs_on_its_lines() {
         std::fs::read_to_string(&r.program).unwrap().lines().position(|l| l.contains(signature)).unwrap() + 1;
     let sig = t.lines().find(|l| l.contains(signature)).expect("the signature");
     assert_eq!(sig.split_whitespace().next(), Some(sig_line.to_string().as_str()), "no cost on the signature: {sig}");
+    // The JSON document is per function: --by-line sends the user to the lines view.
+    let e = report(&r.trace, &["--by-line", "--format", "json"]);
+    assert!(!e.status.success() && text(&e.stderr).contains("--view lines --format json"), "{}", text(&e.stderr));
     // Without --function: a clear error.
     let e = report(&r.trace, &["--view", "source"]);
     assert!(
