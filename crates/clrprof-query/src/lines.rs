@@ -70,10 +70,16 @@ fn line_stats(p: &Profile, names: &[String], r: &FunctionRow) -> Option<LineStat
     })
 }
 
-/// The frames of the functions the user named (every line of each), matched on the names without
-/// lines ([`select::find_functions`]).
+/// The frames of the managed functions the user named (every line of each), matched on the names
+/// without lines ([`select::find_functions`]). Other frames (the runtime's work for a method,
+/// `[JIT] Name`; native code) have no lines and make no name ambiguous here.
 fn named_frames(p: &Profile, names: &[String], wanted: &str) -> Result<Vec<FrameId>> {
-    find_functions(p, names, wanted)
+    let managed: Vec<String> = names
+        .iter()
+        .zip(&p.costs.stacks.frames)
+        .map(|(n, f)| if matches!(f.key, FrameKey::Function(_)) { n.clone() } else { String::new() })
+        .collect();
+    find_functions(p, &managed, wanted)
 }
 
 /// Hot lines: every line with a cost for the weight, by self value (then total, function, file,
@@ -348,6 +354,11 @@ mod tests {
             ]
         );
         let only = lines(&p, &CostQuery { top: Some(1), ..Default::default() }, Some("App.Work")).unwrap();
+        // The runtime's work for a method (`[JIT] App.Work`) makes no name ambiguous.
+        let mut with_jit = profile();
+        with_jit.costs.stacks.intern_frame(FrameKey::Label("[JIT] App.Work".into()));
+        assert_eq!(lines(&with_jit, &CostQuery::default(), Some("Work")).unwrap().count, 3);
+        assert!(function_lines(&with_jit, None, &Threads::all(), "Work").is_ok());
         assert_eq!((only.count, only.rows.len(), only.rows[0].line), (3, 1, 10));
         assert!(matches!(lines(&p, &CostQuery::default(), Some("Nope")), Err(QueryError::NoSuchFunction(_))));
     }
