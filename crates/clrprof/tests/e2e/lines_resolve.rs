@@ -265,3 +265,76 @@ fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
         }
     }
 }
+
+/// Copies `from` into `to` without `bin`/`obj`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if e.file_type().unwrap().is_dir() {
+            if name != "bin" && name != "obj" {
+                copy_tree(&e.path(), &to.join(&name));
+            }
+        } else {
+            let dest = to.join(&name);
+            if std::fs::read(&dest).ok() != Some(std::fs::read(e.path()).unwrap()) {
+                std::fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn the_two_loops_resolve_as_ready_to_run_code() {
+    let _machine = machine::alone();
+    // apps/Lines published with ReadyToRun code (crossgen2): TwoLoops, called once, runs its
+    // precompiled code (tier 1 would come after 30 calls; precompiled code has no OSR).
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lines-r2r");
+    let apps = repo_root().join("apps");
+    copy_tree(&apps.join("Lines"), &base.join("src/Lines"));
+    for f in ["Directory.Build.props", "Directory.Build.targets"] {
+        std::fs::copy(apps.join(f), base.join("src").join(f)).unwrap();
+    }
+    let out_dir = base.join("out");
+    let out = std::process::Command::new("dotnet")
+        .args(["publish", "-nologo", "-v", "q", "-c", "Release", "-r", "linux-x64", "--self-contained", "false"])
+        .arg("-p:PublishReadyToRun=true")
+        .arg(base.join("src/Lines"))
+        .arg("-o")
+        .arg(&out_dir)
+        .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+        .env("DOTNET_NOLOGO", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "publish: {}{}", text(&out.stdout), text(&out.stderr));
+    let dir = scratch("lines-r2r");
+    let trace = dir.join("lines.clrprof");
+    let out = std::process::Command::new(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .args(RATE)
+        .arg("--")
+        .arg("dotnet")
+        .arg(out_dir.join("Lines.dll"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record: {}{}", text(&out.stdout), text(&out.stderr));
+    let p = profile_with_lines(&trace, Vec::new());
+    let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").expect("TwoLoops");
+    assert_eq!(f.kind_name(), "precompiled", "TwoLoops ran its ReadyToRun code");
+    assert_eq!(f.compilations, 1, "and no other version");
+    let program = repo_root().join("apps/Lines/Program.cs");
+    let (a, b) = (marker(&program, "A"), marker(&program, "B"));
+    let c = line_costs(&p);
+    let (sa, sb) = (self_ns(&c, &f.name, "Program.cs", a), self_ns(&c, &f.name, "Program.cs", b));
+    let share = sa as f64 / (sa + sb) as f64;
+    eprintln!("lines (ReadyToRun): loop A {sa} ns, loop B {sb} ns, share {share:.3}");
+    assert!(sa + sb >= 100_000_000, "enough CPU on the two loops: {sa} + {sb} ns");
+    assert!((sa + sb) as f64 >= 0.97 * function_self_ns(&c, &f.name) as f64, "{c:?}");
+    assert!((0.70..=0.80).contains(&share), "line {a} has {share:.3} of the loops' CPU, expected 0.75 ± 0.05");
+}
