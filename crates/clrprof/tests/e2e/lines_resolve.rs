@@ -265,3 +265,154 @@ fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
         }
     }
 }
+
+/// Copies `from` into `to` without `bin`/`obj`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if e.file_type().unwrap().is_dir() {
+            if name != "bin" && name != "obj" {
+                copy_tree(&e.path(), &to.join(&name));
+            }
+        } else {
+            let dest = to.join(&name);
+            if std::fs::read(&dest).ok() != Some(std::fs::read(e.path()).unwrap()) {
+                std::fs::copy(e.path(), &dest).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn the_two_loops_resolve_as_ready_to_run_code() {
+    let _machine = machine::alone();
+    // apps/Lines published with ReadyToRun code (crossgen2): TwoLoops, called once, runs its
+    // precompiled code (tier 1 would come after 30 calls; precompiled code has no OSR).
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lines-r2r");
+    let apps = repo_root().join("apps");
+    copy_tree(&apps.join("Lines"), &base.join("src/Lines"));
+    for f in ["Directory.Build.props", "Directory.Build.targets"] {
+        std::fs::copy(apps.join(f), base.join("src").join(f)).unwrap();
+    }
+    let out_dir = base.join("out");
+    let out = std::process::Command::new("dotnet")
+        .args(["publish", "-nologo", "-v", "q", "-c", "Release", "-r", "linux-x64", "--self-contained", "false"])
+        .arg("-p:PublishReadyToRun=true")
+        .arg(base.join("src/Lines"))
+        .arg("-o")
+        .arg(&out_dir)
+        .env("DOTNET_CLI_TELEMETRY_OPTOUT", "1")
+        .env("DOTNET_NOLOGO", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "publish: {}{}", text(&out.stdout), text(&out.stderr));
+    let dir = scratch("lines-r2r");
+    let trace = dir.join("lines.clrprof");
+    let out = std::process::Command::new(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .args(RATE)
+        .arg("--")
+        .arg("dotnet")
+        .arg(out_dir.join("Lines.dll"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "record: {}{}", text(&out.stdout), text(&out.stderr));
+    let p = profile_with_lines(&trace, Vec::new());
+    let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").expect("TwoLoops");
+    assert_eq!(f.kind_name(), "precompiled", "TwoLoops ran its ReadyToRun code");
+    assert_eq!(f.compilations, 1, "and no other version");
+    let program = repo_root().join("apps/Lines/Program.cs");
+    let (a, b) = (marker(&program, "A"), marker(&program, "B"));
+    let c = line_costs(&p);
+    let (sa, sb) = (self_ns(&c, &f.name, "Program.cs", a), self_ns(&c, &f.name, "Program.cs", b));
+    let share = sa as f64 / (sa + sb) as f64;
+    eprintln!("lines (ReadyToRun): loop A {sa} ns, loop B {sb} ns, share {share:.3}");
+    assert!(sa + sb >= 100_000_000, "enough CPU on the two loops: {sa} + {sb} ns");
+    assert!((sa + sb) as f64 >= 0.97 * function_self_ns(&c, &f.name) as f64, "{c:?}");
+    assert!((0.70..=0.80).contains(&share), "line {a} has {share:.3} of the loops' CPU, expected 0.75 ± 0.05");
+}
+
+/// perf samples the same run at 999 Hz (`perf record -- clrprof record -- dotnet Lines.dll`): its
+/// instruction pointers in TwoLoops' code, resolved through the IL maps clrprof recorded and the
+/// PDB, split 3:1 between the two loop lines as clrprof's own samples do. An independent sampler's
+/// IPs, so a wrong resolution of clrprof's IPs would not pass by agreeing with itself.
+#[test]
+fn perf_ips_resolve_to_the_same_lines() {
+    let _machine = machine::alone();
+    let perf_ok = std::process::Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(perf_ok, "the cross-check needs `perf` (Debian's linux-perf; scripts/bootstrap installs it)");
+    let dir = scratch("lines-perf");
+    let (data, trace) = (dir.join("perf.data"), dir.join("lines.clrprof"));
+    let out = std::process::Command::new("perf")
+        .args(["record", "-e", "cpu-clock", "-F", "999", "-q", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .args(RATE)
+        .arg("--")
+        .arg("dotnet")
+        .arg(app_dll("Lines"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run perf record");
+    assert!(out.status.success(), "perf record: {}", text(&out.stderr));
+    let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
+    let pid = records
+        .iter()
+        .find_map(|r| match r {
+            clrprof_trace::Record::ProcessStart(p) => Some(p.pid),
+            _ => None,
+        })
+        .unwrap();
+    let p = profile_with_lines(&trace, Vec::new());
+    let f = p.functions.iter().find(|f| f.name == "Lines.Loops.TwoLoops").unwrap();
+    let mut maps = clrprof_model::lines::IlMaps::default();
+    let mut ranges = Vec::new();
+    for r in &records {
+        match r {
+            clrprof_trace::Record::IlMap(m) if m.id == f.id => maps.add(m.id, m.code_start, &m.entries),
+            clrprof_trace::Record::CodeRange(c) if c.id == f.id => ranges.push((c.start, c.start + c.size)),
+            _ => {}
+        }
+    }
+    let pdb = clrprof_load::ppdb::find_pdb(&app_dll("Lines"), &[]).unwrap_or_else(|_| panic!("Lines.pdb"));
+    let script = std::process::Command::new("perf").args(["script", "-F", "pid,ip", "-i"]).arg(&data).output().unwrap();
+    let program = repo_root().join("apps/Lines/Program.cs");
+    let (a, b) = (marker(&program, "A"), marker(&program, "B"));
+    let mut on: HashMap<u32, u64> = HashMap::new();
+    let mut in_code = 0u64;
+    for l in text(&script.stdout).lines() {
+        let mut w = l.split_whitespace();
+        let (Some(sp), Some(sip)) = (w.next(), w.next()) else { continue };
+        let (Ok(spid), Ok(ip)) = (sp.parse::<u32>(), u64::from_str_radix(sip, 16)) else { continue };
+        if spid != pid || !ranges.iter().any(|&(s, e)| (s..e).contains(&ip)) {
+            continue;
+        }
+        in_code += 1;
+        if let Some(line) = clrprof_load::ppdb::line_in(&pdb.pdb, f.token, maps.il_at(f.id, ip, false)) {
+            *on.entry(line.line).or_default() += 1;
+        }
+    }
+    let (pa, pb) = (on.get(&a).copied().unwrap_or(0), on.get(&b).copied().unwrap_or(0));
+    let perf_share = pa as f64 / (pa + pb) as f64;
+    let c = line_costs(&p);
+    let (sa, sb) = (self_ns(&c, &f.name, "Program.cs", a), self_ns(&c, &f.name, "Program.cs", b));
+    let ours = sa as f64 / (sa + sb) as f64;
+    eprintln!("lines (perf): loop A {pa}, loop B {pb} of {in_code} perf samples in TwoLoops: {perf_share:.3}; clrprof {ours:.3}");
+    assert!(pa + pb >= 500, "perf samples on the loops: {on:?} of {in_code}");
+    assert!((pa + pb) as f64 >= 0.95 * in_code as f64, "perf's samples in TwoLoops are on its loop lines: {on:?}");
+    assert!((0.70..=0.80).contains(&perf_share), "perf: line {a} has {perf_share:.3}, expected 0.75 ± 0.05");
+    assert!((perf_share - ours).abs() <= 0.03, "perf {perf_share:.3} and clrprof {ours:.3} agree within 0.03");
+}
