@@ -340,7 +340,8 @@ records! {
     /// of the version's start address): `entries` holds triples (IL offset, native start offset,
     /// native end offset), offsets from `code_start`; IL offsets `0xFFFFFFFF` (no mapping),
     /// `0xFFFFFFFE` (prolog) and `0xFFFFFFFD` (epilog) are the runtime's special values. What
-    /// resolves a sampled IP to its IL offset, then to a source line through the PDB.
+    /// resolves a sampled IP to its IL offset, then to a source line through the PDB. Written once
+    /// per code version that sampled stacks hit.
     57 IlMap { id: u64, code_start: u64, entries: Vec<u32> }
 
     // Runtime events (tags 70 and up): exceptions, GCs and suspensions, allocations, lock contention, type loads.

@@ -188,7 +188,7 @@ pub fn source_of(found: &Found, token: u32, symbol_dirs: &[PathBuf]) -> Option<M
         .filter(|p| !p.hidden() && p.document == doc)
         .map(|p| LinePoint { il_offset: p.il_offset, line: p.line, end_line: p.end_line })
         .collect();
-    let file = pdb.documents.get(doc as usize - 1)?.clone();
+    let file = pdb.documents.get((doc as usize).checked_sub(1)?)?.clone();
     let first_line = lines.iter().map(|l| l.line).min()?;
     let last_line = lines.iter().map(|l| l.end_line.max(l.line)).max()?;
     let mut text = None;

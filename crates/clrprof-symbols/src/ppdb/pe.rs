@@ -55,7 +55,8 @@ pub fn debug_directory(pe: &[u8]) -> Result<DebugDirectory, Error> {
             let s = table + i * 40;
             let (vsize, va, raw_size, raw) =
                 (u32_at(pe, s + 8)?, u32_at(pe, s + 12)?, u32_at(pe, s + 16)?, u32_at(pe, s + 20)?);
-            (rva >= va && rva < va + vsize.max(raw_size)).then(|| (rva - va + raw) as usize)
+            let (rva, va) = (rva as u64, va as u64);
+            (rva >= va && rva < va + vsize.max(raw_size) as u64).then(|| (rva - va + raw as u64) as usize)
         })
     };
     let dir = to_offset(rva).ok_or("debug directory outside every section")?;

@@ -254,6 +254,23 @@ fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
     std::fs::write(syms.join("Lines.pdb"), &other).unwrap();
     let f = find_pdb(&app.join("Lines.dll"), std::slice::from_ref(&syms)).unwrap_or_else(|_| panic!("found"));
     assert_ne!(f.origin, syms.join("Lines.pdb").display().to_string(), "a PDB of another build is not used");
+    // Damaged bytes anywhere in the PDB or the assembly: an error or a PDB, never a panic (the
+    // method's source too).
+    let dll = std::fs::read(built.join("Lines.dll")).unwrap();
+    for (file, data) in [("Lines.pdb", &pdb), ("Lines.dll", &dll)] {
+        for i in (0..data.len()).step_by(11) {
+            let mut bad = data.clone();
+            bad[i] ^= 0x5a;
+            std::fs::write(app.join(file), &bad).unwrap();
+            if let Ok(f) = find_pdb(&app.join("Lines.dll"), &[]) {
+                for t in 1..8 {
+                    let _ = clrprof_load::ppdb::source_of(&f, 0x0600_0000 | t, &[]);
+                    let _ = clrprof_load::ppdb::line_in(&f.pdb, 0x0600_0000 | t, clrprof_model::IlAt::Offset(20));
+                }
+            }
+        }
+        std::fs::write(app.join(file), data).unwrap();
+    }
     // Damaged: every cut of the file is an error or a PDB, never a panic; a cut in the tables
     // names what is wrong.
     for n in (0..pdb.len()).step_by(7) {
