@@ -104,11 +104,7 @@ impl<'a> Analysis<'a> {
 
     /// The objects an object immediately dominates; [`VIRTUAL_ROOT`] gives the top of the tree.
     pub fn dominated(&self, obj: u32) -> &[ObjId] {
-        let v = if obj == VIRTUAL_ROOT {
-            self.snapshot.object_count()
-        } else {
-            obj as usize
-        };
+        let v = if obj == VIRTUAL_ROOT { self.snapshot.object_count() } else { obj as usize };
         &self.children[self.child_start[v] as usize..self.child_start[v + 1] as usize]
     }
 
@@ -284,11 +280,7 @@ fn dominators(s: &Snapshot) -> Vec<u32> {
         while v != 0 {
             let next = bucket_next[v as usize];
             let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            idom[v as usize] = if semi[u as usize] < semi[v as usize] {
-                u
-            } else {
-                p
-            };
+            idom[v as usize] = if semi[u as usize] < semi[v as usize] { u } else { p };
             v = next;
         }
     }

@@ -116,10 +116,7 @@ pub struct BuildStats {
 impl BuildStats {
     /// Whether anything given to the builder could not be placed.
     pub fn is_clean(&self) -> bool {
-        self.dangling_edges == 0
-            && self.dangling_roots == 0
-            && self.duplicate_objects == 0
-            && self.unnamed_types == 0
+        self.dangling_edges == 0 && self.dangling_roots == 0 && self.duplicate_objects == 0 && self.unnamed_types == 0
     }
 }
 
@@ -231,10 +228,7 @@ impl SnapshotBuilder {
             null_edges,
             ..
         } = self;
-        let mut stats = BuildStats {
-            null_edges,
-            ..BuildStats::default()
-        };
+        let mut stats = BuildStats { null_edges, ..BuildStats::default() };
 
         // Objects in address order, one per address.
         objects.sort_by_key(|o| o.0);
@@ -309,11 +303,7 @@ impl SnapshotBuilder {
         }
         let mut fill = edge_start.clone();
         let mut edge_to = vec![0u32; resolved.len()];
-        let mut edge_field = if kept_fields.is_empty() {
-            Vec::new()
-        } else {
-            vec![NO_FIELD; resolved.len()]
-        };
+        let mut edge_field = if kept_fields.is_empty() { Vec::new() } else { vec![NO_FIELD; resolved.len()] };
         for (e, &(f, t)) in resolved.iter().enumerate() {
             let slot = fill[f as usize] as usize;
             fill[f as usize] += 1;
@@ -378,9 +368,6 @@ impl<'a> AddressIndex<'a> {
     fn find(&self, addr: u64) -> Option<u32> {
         let &(start, end) = self.pages.get(&(addr >> PAGE_SHIFT))?;
         let slice = &self.addrs[start as usize..end as usize];
-        slice
-            .binary_search(&addr)
-            .ok()
-            .map(|i| start + i as u32)
+        slice.binary_search(&addr).ok().map(|i| start + i as u32)
     }
 }

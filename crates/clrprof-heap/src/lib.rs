@@ -13,6 +13,7 @@ mod graph;
 pub use analysis::{Analysis, UNREACHED, VIRTUAL_ROOT};
 pub use builder::{BuildStats, RootKind, SnapshotBuilder, SnapshotInfo};
 pub use graph::{ObjId, Root, Snapshot, NO_FIELD};
+pub mod render;
 pub mod views;
 
 #[cfg(test)]

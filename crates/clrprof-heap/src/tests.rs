@@ -29,10 +29,7 @@ fn graph(objs: &[(u64, &str, u64)], edges: &[(u64, u64)], roots: &[(u64, &str)])
     for &(a, name) in roots {
         b.root(a, RootKind::StaticField, name);
     }
-    b.finish(SnapshotInfo {
-        complete: true,
-        ..SnapshotInfo::default()
-    })
+    b.finish(SnapshotInfo { complete: true, ..SnapshotInfo::default() })
 }
 
 /// Object number of an address (objects are numbered in address order).
@@ -69,11 +66,7 @@ fn diamond_shared_child_is_dominated_by_the_top() {
 fn cycles_self_loops_and_unreachable_objects() {
     // root → A → B → C → A (cycle), C → C (self-loop), X → A unreachable (no root), Y alone.
     let objs = [(1, "A", 10), (2, "B", 20), (3, "C", 30), (4, "X", 40), (5, "Y", 50)];
-    let s = graph(
-        &objs,
-        &[(1, 2), (2, 3), (3, 1), (3, 3), (4, 1)],
-        &[(1, "S.a")],
-    );
+    let s = graph(&objs, &[(1, 2), (2, 3), (3, 1), (3, 3), (4, 1)], &[(1, "S.a")]);
     let a = Analysis::new(&s);
     assert_eq!(a.idom(0), VIRTUAL_ROOT);
     assert_eq!(a.idom(1), 0);
@@ -110,11 +103,7 @@ fn type_retained_counts_nested_instances_once() {
         (12, "byte[]", 100),
         (13, "byte[]", 100),
     ];
-    let s = graph(
-        &objs,
-        &[(1, 2), (2, 3), (1, 11), (2, 12), (3, 13)],
-        &[(1, "S.head")],
-    );
+    let s = graph(&objs, &[(1, 2), (2, 3), (1, 11), (2, 12), (3, 13)], &[(1, "S.head")]);
     let a = Analysis::new(&s);
     let rows = types(&a, TypeSort::Retained);
     let node = rows.iter().find(|r| r.name == "Node").unwrap();
@@ -228,19 +217,9 @@ fn paths_merge_by_types_and_name_their_root_and_fields() {
     assert_eq!(first.count, 3);
     assert_eq!(first.root_kind, RootKind::StaticField);
     assert_eq!(first.root_name, "HeapLeak.Cache.Sessions");
-    let nodes: Vec<(&str, Option<&str>)> = first
-        .nodes
-        .iter()
-        .map(|n| (n.type_name.as_str(), n.field.as_deref()))
-        .collect();
-    assert_eq!(
-        nodes,
-        vec![
-            ("List<Session>", None),
-            ("Session[]", Some("_items")),
-            ("Session", None)
-        ]
-    );
+    let nodes: Vec<(&str, Option<&str>)> =
+        first.nodes.iter().map(|n| (n.type_name.as_str(), n.field.as_deref())).collect();
+    assert_eq!(nodes, vec![("List<Session>", None), ("Session[]", Some("_items")), ("Session", None)]);
     assert_eq!(p.paths[1].count, 1);
     assert_eq!(p.paths[1].root_name, "Program.Main");
     // A short name finds the type when it is unique; an unknown one is a clear error.
@@ -326,20 +305,14 @@ fn dominators_match_the_definition_on_random_graphs() {
             }
             // The immediate dominator is the strict dominator dominated by all the others.
             let doms: Vec<usize> = (0..n as usize).filter(|&d| dominated[d][v]).collect();
-            let expected = doms
-                .iter()
-                .copied()
-                .find(|&d| doms.iter().all(|&o| o == d || dominated[o][d]));
+            let expected = doms.iter().copied().find(|&d| doms.iter().all(|&o| o == d || dominated[o][d]));
             let got = a.idom(v as u32);
             match expected {
                 Some(d) => assert_eq!(got, d as u32, "round {round} object {v}"),
                 None => assert_eq!(got, VIRTUAL_ROOT, "round {round} object {v}"),
             }
             // Retained: the shallow sizes of v and every object it dominates.
-            let want: u64 = (0..n as usize)
-                .filter(|&w| w == v || dominated[v][w])
-                .map(|w| s.size_of(w as u32))
-                .sum();
+            let want: u64 = (0..n as usize).filter(|&w| w == v || dominated[v][w]).map(|w| s.size_of(w as u32)).sum();
             assert_eq!(a.retained(v as u32), want, "round {round} object {v}");
         }
     }

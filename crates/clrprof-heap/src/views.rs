@@ -52,12 +52,7 @@ pub fn types(a: &Analysis, sort: TypeSort) -> Vec<TypeRow> {
     let s = a.snapshot;
     let retained = a.type_retained();
     let mut rows: Vec<TypeRow> = (0..s.type_count())
-        .map(|t| TypeRow {
-            name: s.type_name(t as u32).to_string(),
-            count: 0,
-            size: 0,
-            retained: retained[t],
-        })
+        .map(|t| TypeRow { name: s.type_name(t as u32).to_string(), count: 0, size: 0, retained: retained[t] })
         .collect();
     for v in 0..s.object_count() as u32 {
         let r = &mut rows[s.type_of(v) as usize];
@@ -117,14 +112,13 @@ pub struct DomOptions {
     pub depth: usize,
     /// Nodes retaining less than this percentage of the reachable bytes are folded into "more".
     pub min_percent: f64,
+    /// At most this many children per node (the largest); 0 = all.
+    pub max_children: usize,
 }
 
 impl Default for DomOptions {
     fn default() -> Self {
-        DomOptions {
-            depth: 6,
-            min_percent: 1.0,
-        }
+        DomOptions { depth: 6, min_percent: 1.0, max_children: 10 }
     }
 }
 
@@ -176,12 +170,8 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
             (label, members)
         })
         .collect();
-    let (children, more) = build_level(a, groups, opts.depth, min);
-    DomTree {
-        total,
-        children,
-        more,
-    }
+    let (children, more) = build_level(a, groups, opts.depth, min, opts.max_children);
+    DomTree { total, children, more }
 }
 
 fn build_level(
@@ -189,6 +179,7 @@ fn build_level(
     groups: Vec<(Option<(RootKind, String)>, Vec<ObjId>)>,
     depth: usize,
     min: u64,
+    max_children: usize,
 ) -> (Vec<DomNode>, (u64, u64)) {
     let s = a.snapshot;
     let mut nodes = Vec::new();
@@ -202,7 +193,7 @@ fn build_level(
     }
     for (root, members) in groups {
         let retained: u64 = members.iter().map(|&v| a.retained(v)).sum();
-        if retained < min.max(1) && min > 0 {
+        if min > 0 && retained < min {
             more.0 += 1;
             more.1 += retained;
             continue;
@@ -214,9 +205,8 @@ fn build_level(
                 by_type.entry(s.type_of(c)).or_default().push(c);
             }
         }
-        let sub: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> =
-            by_type.into_values().map(|m| (None, m)).collect();
-        let (children, child_more) = build_level(a, sub, depth - 1, min);
+        let sub: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> = by_type.into_values().map(|m| (None, m)).collect();
+        let (children, child_more) = build_level(a, sub, depth - 1, min, max_children);
         nodes.push(DomNode {
             type_name: s.type_name(s.type_of(members[0])).to_string(),
             root,
@@ -228,11 +218,14 @@ fn build_level(
         });
     }
     nodes.sort_by(|x, y| {
-        y.retained
-            .cmp(&x.retained)
-            .then_with(|| x.type_name.cmp(&y.type_name))
-            .then_with(|| x.root.cmp(&y.root))
+        y.retained.cmp(&x.retained).then_with(|| x.type_name.cmp(&y.type_name)).then_with(|| x.root.cmp(&y.root))
     });
+    if max_children > 0 && nodes.len() > max_children {
+        for n in nodes.drain(max_children..) {
+            more.0 += 1;
+            more.1 += n.retained;
+        }
+    }
     (nodes, more)
 }
 
@@ -301,10 +294,7 @@ pub fn find_type(s: &Snapshot, name: &str) -> Result<u32, String> {
             if similar.is_empty() {
                 Err(format!("no type named '{name}' in the snapshot"))
             } else {
-                Err(format!(
-                    "no type named '{name}' in the snapshot; types containing it: {}",
-                    similar.join(", ")
-                ))
+                Err(format!("no type named '{name}' in the snapshot; types containing it: {}", similar.join(", ")))
             }
         }
         _ => {
@@ -459,21 +449,10 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                 }
             };
             nodes.reverse();
-            PathRow {
-                count,
-                root_kind: kind,
-                root_name: s.root_names[name as usize].clone(),
-                nodes,
-            }
+            PathRow { count, root_kind: kind, root_name: s.root_names[name as usize].clone(), nodes }
         })
         .collect();
-    Ok(PathsView {
-        type_name: s.type_name(t).to_string(),
-        instances,
-        unreachable,
-        paths: rows,
-        more,
-    })
+    Ok(PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more })
 }
 
 fn kind_rank(k: RootKind) -> u8 {
