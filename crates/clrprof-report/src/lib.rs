@@ -42,6 +42,12 @@ pub enum View {
     Counters,
     Locks,
     Modules,
+    /// Heap snapshot: per type count, shallow and retained size (rendered by the CLI from `clrprof-heap`).
+    Types,
+    /// Heap snapshot: the dominator tree with retained sizes.
+    Dominators,
+    /// Heap snapshot: shortest paths from roots to a type's instances.
+    Paths,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -53,7 +59,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 14] = [
+pub const VIEWS: [ViewInfo; 17] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -119,6 +125,21 @@ pub const VIEWS: [ViewInfo; 14] = [
         view: View::Locks,
         name: "locks",
         help: "Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks",
+    },
+    ViewInfo {
+        view: View::Types,
+        name: "types",
+        help: "Heap snapshot: per type the live instances, their shallow size and the bytes they retain (--sort)",
+    },
+    ViewInfo {
+        view: View::Dominators,
+        name: "dominators",
+        help: "Heap snapshot: the dominator tree with retained sizes, instances of one type merged (--depth, --min-percent)",
+    },
+    ViewInfo {
+        view: View::Paths,
+        name: "paths",
+        help: "Heap snapshot: shortest paths from roots to the instances of --type NAME, with roots and fields",
     },
 ];
 
@@ -250,6 +271,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Counters => counters::render(p),
         View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,
+        View::Types | View::Dominators | View::Paths => {
+            return Err(ReportError::Unsupported(
+                "the heap views are made from a trace's heap snapshots, not from its profile".into(),
+            ))
+        }
     })
 }
 

@@ -107,9 +107,9 @@ struct DiffArgs {
     /// The baseline: a trace, folded stacks or a vsperfreport CSV
     #[arg(value_name = "OLD")]
     old: PathBuf,
-    /// The new profile
+    /// The new profile (heap snapshots: may be left out when OLD holds two)
     #[arg(value_name = "NEW")]
-    new: PathBuf,
+    new: Option<PathBuf>,
     /// Cost to compare [default: the new profile's natural weight: time for instrumented traces, else cpu]
     #[arg(short, long, value_enum)]
     weight: Option<DiffWeightArg>,
@@ -128,6 +128,10 @@ struct DiffArgs {
     /// Only this thread, in both profiles: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Heap snapshots: which two to compare, I in OLD and J in NEW (or both in OLD when NEW is not
+    /// given) [default: the last of each; with one file its last two]
+    #[arg(long, value_name = "I,J", value_parser = crate::heap_views::parse_pair)]
+    snapshots: Option<(usize, usize)>,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -442,6 +446,15 @@ struct ReportArgs {
     /// timeline folds threads with under 1% of the samples and exceptions into one row
     #[arg(long)]
     per_thread: bool,
+    /// Heap views: the snapshot to show, numbered from 1 in the trace [default: the last]
+    #[arg(long, value_name = "K")]
+    snapshot: Option<usize>,
+    /// Types view: sort by retained, size, count or name
+    #[arg(long, value_name = "KEY", default_value = "retained", value_parser = crate::heap_views::parse_sort)]
+    sort: clrprof_heap::views::TypeSort,
+    /// Paths view: the type whose instances to explain (full name, or a unique last part)
+    #[arg(long = "type", value_name = "NAME")]
+    type_name: Option<String>,
     #[command(flatten)]
     read: ReadArgs,
 }
@@ -551,6 +564,20 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {
+            if let Some(view) = a.view.and_then(|v| crate::heap_views::HeapView::of(v.0)) {
+                let opts = crate::heap_views::HeapOptions {
+                    snapshot: a.snapshot,
+                    sort: a.sort,
+                    type_name: a.type_name,
+                    top: a.top,
+                    depth: a.depth,
+                    min_percent: a.min_percent,
+                    format: a.format.0,
+                };
+                let text = crate::heap_views::report(&a.trace, &a.read.options()?, view, &opts)?;
+                crate::report::write_output(a.output.as_deref(), &text)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let cmd = crate::report::ReportCommand {
                 read: a.read.options()?,
                 trace: a.trace,
@@ -599,10 +626,25 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Diff(a) => {
+            let read = a.read.options()?;
+            let heap = match &a.new {
+                None => true,
+                Some(new) => {
+                    a.snapshots.is_some()
+                        || (crate::heap_views::has_snapshots(&a.old, &read)
+                            && crate::heap_views::has_snapshots(new, &read))
+                }
+            };
+            if heap {
+                let text = crate::heap_views::diff(&a.old, a.new.as_deref(), &read, a.snapshots, a.top, a.format.0)?;
+                crate::report::write_output(a.output.as_deref(), &text)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let Some(new) = a.new else { unreachable!("a diff of one file is a heap diff") };
             let cmd = crate::diff::DiffCommand {
-                read: a.read.options()?,
+                read,
                 old: a.old,
-                new: a.new,
+                new,
                 weight: a.weight.map(|w| w.0),
                 normalize: a.normalize,
                 top: a.top,
