@@ -289,9 +289,6 @@ struct RecordArgs {
     /// every live object, its references and the roots, after one full blocking GC
     #[arg(long, value_name = "TIME[,TIME…]", value_parser = snapshot_times_arg)]
     heap_snapshot_at: Option<SnapshotTimes>,
-    /// Take a heap snapshot when the runtime shuts down
-    #[arg(long)]
-    heap_snapshot_on_exit: bool,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -553,7 +550,6 @@ pub fn run() -> Result<ExitCode> {
         Command::Record(a) => {
             let mut recording = a.recording.options();
             recording.heap.at_ns = a.heap_snapshot_at.map(|t| t.0).unwrap_or_default();
-            recording.heap.on_exit = a.heap_snapshot_on_exit;
             let opts = RecordOptions {
                 output: a.output,
                 agent: a.agent.agent,
