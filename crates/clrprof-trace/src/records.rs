@@ -176,7 +176,7 @@ records! {
 
     // Tag ranges: 1–29 process, loads, JIT and threads (this list); 30–49 instrumentation
     // (enter/leave hooks); 50–69 sampling; 70–99 runtime events (exceptions, GC, allocations,
-    // contention, event log, counters).
+    // contention, event log, counters); 100–119 heap snapshots.
     10 AppDomainCreated { ts: u64, id: u64, name: String }
     11 AppDomainUnloaded { ts: u64, id: u64 }
     12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
