@@ -156,8 +156,19 @@ public static class Program
             }
         }) { IsBackground = true };
         ticker.Start();
-        while (Console.In.ReadLine() != null)
+        string? line;
+        while ((line = Console.In.ReadLine()) != null)
         {
+            if (line.Trim() == "gc")
+            {
+                // The floor of a snapshot's pause: a plain full blocking collection of the same heap.
+                long t0 = sw.ElapsedTicks;
+                GC.Collect(2, GCCollectionMode.Forced, blocking: true, compacting: false);
+                Console.WriteLine($"gc ms={(sw.ElapsedTicks - t0) * 1000.0 / Stopwatch.Frequency:F1}");
+                Console.Out.Flush();
+                Interlocked.Exchange(ref maxGapTicks, 0);
+                continue;
+            }
             long gap = Interlocked.Exchange(ref maxGapTicks, 0);
             Console.WriteLine($"pause max_ms={gap * 1000.0 / Stopwatch.Frequency:F1}");
             Console.Out.Flush();

@@ -52,12 +52,13 @@ pub fn heap(
         bail!("process {pid} gave no heap snapshot: {}", s.info.reason);
     }
     eprintln!(
-        "clrprof: heap snapshot: {} objects, {} bytes, {} references, {} roots; the process was paused {:.1} ms",
+        "clrprof: heap snapshot: {} objects, {} bytes, {} references, {} roots; the process was paused {:.1} ms ({:.1} ms of it in the agent)",
         s.object_count(),
         s.total_size(),
         s.edge_count(),
         s.roots().len(),
-        s.info.pause_ns.unwrap_or(0) as f64 / 1e6
+        s.info.pause_ns.unwrap_or(0) as f64 / 1e6,
+        agent_ms(&output)
     );
     if !s.info.complete {
         eprintln!("clrprof: warning: the snapshot is INCOMPLETE ({}): its figures are lower bounds", s.info.reason);
@@ -67,4 +68,22 @@ pub fn heap(
         output.display()
     );
     Ok(())
+}
+
+/// The time the agent spent taking the last snapshot's events, from its end record, in ms.
+fn agent_ms(trace: &std::path::Path) -> f64 {
+    let Ok(mut r) = clrprof_trace::TraceReader::open(clrprof_trace::TraceSource::File(trace.to_path_buf())) else {
+        return 0.0;
+    };
+    let mut ns = 0;
+    while let Ok(n) = r.poll_each(|rec| {
+        if let clrprof_trace::Record::HeapSnapshotEnd(e) = rec {
+            ns = e.agent_ns;
+        }
+    }) {
+        if n == 0 && r.at_end() {
+            break;
+        }
+    }
+    ns as f64 / 1e6
 }
