@@ -122,6 +122,13 @@ impl Default for DomOptions {
     }
 }
 
+/// A root's kind and name.
+pub type RootLabel = (RootKind, String);
+/// A root's kind and name index.
+type RootRef = (RootKind, u32);
+/// Objects merged into one node, with the root label of a top node.
+type Group = (Option<RootLabel>, Vec<ObjId>);
+
 /// A node of the merged dominator tree: the objects of one type immediately dominated by one parent node.
 #[derive(Clone, Debug)]
 pub struct DomNode {
@@ -155,7 +162,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
     let total = a.reachable_bytes;
     let min = (opts.min_percent / 100.0 * total as f64).ceil() as u64;
     // Top level: group by (type, preferred root label) so a static's objects show their field.
-    let mut top: BTreeMap<(u32, Option<(RootKind, u32)>), Vec<ObjId>> = BTreeMap::new();
+    let mut top: BTreeMap<(u32, Option<RootRef>), Vec<ObjId>> = BTreeMap::new();
     for &v in a.dominated(VIRTUAL_ROOT) {
         let root = roots.get(&v).map(|&i| {
             let r = &s.roots()[i];
@@ -163,7 +170,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
         });
         top.entry((s.type_of(v), root)).or_default().push(v);
     }
-    let groups: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> = top
+    let groups: Vec<Group> = top
         .into_iter()
         .map(|((_, root), members)| {
             let label = root.map(|(k, n)| (k, s.root_names[n as usize].clone()));
@@ -176,7 +183,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
 
 fn build_level(
     a: &Analysis,
-    groups: Vec<(Option<(RootKind, String)>, Vec<ObjId>)>,
+    groups: Vec<Group>,
     depth: usize,
     min: u64,
     max_children: usize,
@@ -205,7 +212,7 @@ fn build_level(
                 by_type.entry(s.type_of(c)).or_default().push(c);
             }
         }
-        let sub: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> = by_type.into_values().map(|m| (None, m)).collect();
+        let sub: Vec<Group> = by_type.into_values().map(|m| (None, m)).collect();
         let (children, child_more) = build_level(a, sub, depth - 1, min, max_children);
         nodes.push(DomNode {
             type_name: s.type_name(s.type_of(members[0])).to_string(),
@@ -317,7 +324,10 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     let roots = preferred_roots(s);
 
     // Breadth-first from every retaining root, the preferred roots' objects first in root order.
+    // Per object the object it was reached from (or VIA_ROOT / VIA_NONE), and the field of that reference.
     let mut via = vec![VIA_NONE; n];
+    let has_fields = !s.edge_field.is_empty();
+    let mut via_field = if has_fields { vec![NO_FIELD; n] } else { Vec::new() };
     let mut queue: Vec<ObjId> = Vec::new();
     let mut rooted: Vec<(usize, ObjId)> = roots.iter().map(|(&o, &i)| (i, o)).collect();
     rooted.sort_unstable();
@@ -337,7 +347,10 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
         for e in s.ref_range(v) {
             let w = s.edge_target(e);
             if via[w as usize] == VIA_NONE {
-                via[w as usize] = e as u32;
+                via[w as usize] = v;
+                if has_fields {
+                    via_field[w as usize] = s.edge_field[e];
+                }
                 queue.push(w);
             }
         }
@@ -352,13 +365,13 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     }
     let mut trie: Vec<(Up, u32, u32)> = Vec::new();
     let mut depth: Vec<u32> = Vec::new();
+    let mut trie_root: Vec<(RootKind, u32)> = Vec::new();
     let mut trie_index: FxHashMap<(Up, u32, u32), u32> = FxHashMap::default();
     let mut memo: Vec<u32> = vec![u32::MAX; n];
     let mut counts: FxHashMap<u32, u64> = FxHashMap::default();
     let mut instances = 0u64;
     let mut unreachable = 0u64;
     let mut chain: Vec<(ObjId, u32)> = Vec::new(); // (object, field of its incoming reference)
-    let owner = |e: u32| -> ObjId { (s.edge_start.partition_point(|&st| st <= e) - 1) as ObjId };
     for v in 0..n as u32 {
         if s.type_of(v) != t {
             continue;
@@ -375,15 +388,15 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
             if memo[u as usize] != u32::MAX {
                 break Up::Node(memo[u as usize]);
             }
-            let e = via[u as usize];
-            if e == VIA_ROOT {
+            let from = via[u as usize];
+            if from == VIA_ROOT {
                 let r = &s.roots()[roots[&u]];
                 chain.push((u, NO_FIELD));
                 break Up::Root(r.kind, r.name);
             }
-            let field = s.edge_field.get(e as usize).copied().unwrap_or(NO_FIELD);
+            let field = if has_fields { via_field[u as usize] } else { NO_FIELD };
             chain.push((u, field));
-            u = owner(e);
+            u = from;
         };
         while let Some((o, field)) = chain.pop() {
             let key = (up, s.type_of(o), field);
@@ -391,10 +404,12 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                 Some(&id) => id,
                 None => {
                     let id = trie.len() as u32;
-                    depth.push(match up {
-                        Up::Node(p) => depth[p as usize] + 1,
-                        Up::Root(..) => 1,
-                    });
+                    let (d, r) = match up {
+                        Up::Node(p) => (depth[p as usize] + 1, trie_root[p as usize]),
+                        Up::Root(k, name) => (1, (k, name)),
+                    };
+                    depth.push(d);
+                    trie_root.push(r);
                     trie.push(key);
                     trie_index.insert(key, id);
                     id
@@ -409,12 +424,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     }
 
     // Most instances first, then shorter paths; the trie's numbering (object order) breaks ties.
-    let root_of = |mut id: u32| loop {
-        match trie[id as usize].0 {
-            Up::Node(p) => id = p,
-            Up::Root(k, name) => break (k, name),
-        }
-    };
+    let root_of = |id: u32| trie_root[id as usize];
     let mut order: Vec<(u32, u64)> = counts.into_iter().collect();
     order.sort_by(|x, y| {
         y.1.cmp(&x.1)
