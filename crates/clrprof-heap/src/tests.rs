@@ -2,7 +2,7 @@
 //! Lengauer–Tarjan dominators against the definition (remove a node, see what becomes unreachable) on
 //! random graphs.
 
-use crate::views::{diff, paths, types, PathsOptions, TypeSort};
+use crate::views::{diff, dominator_paths, paths, types, PathsOptions, TypeSort};
 use crate::{Analysis, RootKind, Snapshot, SnapshotBuilder, SnapshotInfo, UNREACHED, VIRTUAL_ROOT};
 
 /// A graph from objects `(addr, type name, size)`, edges `(from, to)` and static roots `(addr, name)`.
@@ -90,6 +90,10 @@ fn two_roots_into_the_middle_share_what_they_reach() {
     assert_eq!(a.retained(0), 1);
     assert_eq!(a.retained(2), 5);
     assert_eq!(a.retained(3), 7);
+    let d = dominator_paths(&a, "C", &PathsOptions::default()).unwrap();
+    assert_eq!(d.paths.len(), 1);
+    assert_eq!(d.paths[0].root_name, crate::views::SEVERAL_ROOTS);
+    assert_eq!(d.paths[0].nodes.len(), 1);
 }
 
 #[test]
@@ -222,6 +226,13 @@ fn paths_merge_by_types_and_name_their_root_and_fields() {
     assert_eq!(nodes, vec![("List<Session>", None), ("Session[]", Some("_items")), ("Session", None)]);
     assert_eq!(p.paths[1].count, 1);
     assert_eq!(p.paths[1].root_name, "Program.Main");
+    // What holds them exclusively: the same chains in the dominator tree (no fields there).
+    let d = dominator_paths(&a, "Session", &PathsOptions::default()).unwrap();
+    assert_eq!(d.paths.len(), 2);
+    assert_eq!(d.paths[0].count, 3);
+    assert_eq!(d.paths[0].root_name, "HeapLeak.Cache.Sessions");
+    let types: Vec<&str> = d.paths[0].nodes.iter().map(|n| n.type_name.as_str()).collect();
+    assert_eq!(types, vec!["List<Session>", "Session[]", "Session"]);
     // A short name finds the type when it is unique; an unknown one is a clear error.
     assert!(paths(&a, "Nope", &PathsOptions::default()).is_err());
 }

@@ -357,15 +357,65 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     }
     drop(queue);
 
+    let step = |u: ObjId| -> Step {
+        let from = via[u as usize];
+        if from == VIA_NONE {
+            Step::None
+        } else if from == VIA_ROOT {
+            let r = &s.roots()[roots[&u]];
+            Step::Root(Some((r.kind, r.name)))
+        } else {
+            Step::From(from, if has_fields { via_field[u as usize] } else { NO_FIELD })
+        }
+    };
+    Ok(merge_paths(a, t, step, opts))
+}
+
+/// The dominator chains of a type's instances — from the top of the dominator tree down to each instance
+/// — merged by the types along them: what holds the instances exclusively. A chain's root is the
+/// preferred root of its top object when a root holds it directly, else "[several roots]".
+pub fn dominator_paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<PathsView, String> {
+    let s = a.snapshot;
+    let t = find_type(s, type_name)?;
+    let roots = preferred_roots(s);
+    let step = |u: ObjId| -> Step {
+        match a.idom(u) {
+            UNREACHED => Step::None,
+            VIRTUAL_ROOT => Step::Root(roots.get(&u).map(|&i| {
+                let r = &s.roots()[i];
+                (r.kind, r.name)
+            })),
+            d => Step::From(d, NO_FIELD),
+        }
+    };
+    Ok(merge_paths(a, t, step, opts))
+}
+
+/// One step up from an object: to the object it hangs from (with the field), to a root (`None`: several
+/// roots), or nowhere (unreachable).
+enum Step {
+    From(ObjId, u32),
+    Root(Option<(RootKind, u32)>),
+    None,
+}
+
+/// The name a chain shows when several roots hold its top object.
+pub const SEVERAL_ROOTS: &str = "[several roots]";
+
+/// Walks up from every instance of type `t` by `step`, merging the walks by root, types and fields in a
+/// trie (each object is walked once: its trie node is memoised), and counts the instances per path.
+fn merge_paths(a: &Analysis, t: u32, step: impl Fn(ObjId) -> Step, opts: &PathsOptions) -> PathsView {
+    let s = a.snapshot;
+    let n = s.object_count();
     // Paths as a trie: node = (parent node or root label, type, field).
     #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     enum Up {
-        Root(RootKind, u32),
+        Root(Option<(RootKind, u32)>),
         Node(u32),
     }
     let mut trie: Vec<(Up, u32, u32)> = Vec::new();
     let mut depth: Vec<u32> = Vec::new();
-    let mut trie_root: Vec<(RootKind, u32)> = Vec::new();
+    let mut trie_root: Vec<Option<(RootKind, u32)>> = Vec::new();
     let mut trie_index: FxHashMap<(Up, u32, u32), u32> = FxHashMap::default();
     let mut memo: Vec<u32> = vec![u32::MAX; n];
     let mut counts: FxHashMap<u32, u64> = FxHashMap::default();
@@ -377,7 +427,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
             continue;
         }
         instances += 1;
-        if via[v as usize] == VIA_NONE || a.idom(v) == UNREACHED {
+        if a.idom(v) == UNREACHED {
             unreachable += 1;
             continue;
         }
@@ -388,15 +438,21 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
             if memo[u as usize] != u32::MAX {
                 break Up::Node(memo[u as usize]);
             }
-            let from = via[u as usize];
-            if from == VIA_ROOT {
-                let r = &s.roots()[roots[&u]];
-                chain.push((u, NO_FIELD));
-                break Up::Root(r.kind, r.name);
+            match step(u) {
+                Step::Root(r) => {
+                    chain.push((u, NO_FIELD));
+                    break Up::Root(r);
+                }
+                Step::From(from, field) => {
+                    chain.push((u, field));
+                    u = from;
+                }
+                // Reachable objects always lead to a root; stop safely if not.
+                Step::None => {
+                    chain.push((u, NO_FIELD));
+                    break Up::Root(None);
+                }
             }
-            let field = if has_fields { via_field[u as usize] } else { NO_FIELD };
-            chain.push((u, field));
-            u = from;
         };
         while let Some((o, field)) = chain.pop() {
             let key = (up, s.type_of(o), field);
@@ -406,7 +462,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                     let id = trie.len() as u32;
                     let (d, r) = match up {
                         Up::Node(p) => (depth[p as usize] + 1, trie_root[p as usize]),
-                        Up::Root(k, name) => (1, (k, name)),
+                        Up::Root(r) => (1, r),
                     };
                     depth.push(d);
                     trie_root.push(r);
@@ -445,7 +501,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
         .map(|(id, count)| {
             let mut nodes = Vec::new();
             let mut cur = Up::Node(id);
-            let (kind, name) = loop {
+            let root = loop {
                 match cur {
                     Up::Node(i) => {
                         let (up, ty, field) = trie[i as usize];
@@ -455,14 +511,18 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                         });
                         cur = up;
                     }
-                    Up::Root(k, name) => break (k, name),
+                    Up::Root(r) => break r,
                 }
             };
             nodes.reverse();
-            PathRow { count, root_kind: kind, root_name: s.root_names[name as usize].clone(), nodes }
+            let (root_kind, root_name) = match root {
+                Some((k, name)) => (k, s.root_names[name as usize].clone()),
+                None => (RootKind::Other, SEVERAL_ROOTS.to_string()),
+            };
+            PathRow { count, root_kind, root_name, nodes }
         })
         .collect();
-    Ok(PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more })
+    PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more }
 }
 
 fn kind_rank(k: RootKind) -> u8 {
