@@ -18,6 +18,40 @@ pub struct Recording {
     pub type_loads: bool,
     /// Runtime events: exceptions, GC, allocations, locks, the event log.
     pub events: EventOptions,
+    /// Heap snapshots (`CLRPROF_HEAP_*`).
+    pub heap: HeapOptions,
+}
+
+/// When the agent takes heap snapshots.
+#[derive(Clone, Debug, Default)]
+pub struct HeapOptions {
+    /// One as soon as an attach session starts (`clrprof heap`).
+    pub on_attach: bool,
+    /// At these times after the process started, in nanoseconds (`--heap-snapshot-at`).
+    pub at_ns: Vec<u64>,
+    /// One when the runtime shuts down (`--heap-snapshot-on-exit`).
+    pub on_exit: bool,
+}
+
+impl HeapOptions {
+    /// Only what `clrprof heap` needs: no sampling, no runtime events, one snapshot at attach.
+    pub fn snapshot_only() -> Recording {
+        Recording {
+            classes: false,
+            sampling: false,
+            sample_rate: 100,
+            type_loads: false,
+            events: EventOptions {
+                exceptions: false,
+                exact_exceptions: false,
+                gc: false,
+                alloc: "off",
+                log: false,
+                locks: false,
+            },
+            heap: HeapOptions { on_attach: true, ..HeapOptions::default() },
+        }
+    }
 }
 
 impl Default for Recording {
@@ -28,6 +62,7 @@ impl Default for Recording {
             sample_rate: 100,
             type_loads: false,
             events: EventOptions::default(),
+            heap: HeapOptions::default(),
         }
     }
 }
@@ -129,7 +164,23 @@ impl AgentEnv {
             .set("CLRPROF_ALLOC", e.alloc)
             .set("CLRPROF_LOCKS", b(e.locks))
             .set("CLRPROF_EVENTS", b(e.log))
-            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)))
+            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)));
+        self.heap(&r.heap)
+    }
+
+    /// Heap snapshots: set only when asked for.
+    fn heap(&mut self, h: &HeapOptions) -> &mut Self {
+        if h.on_attach {
+            self.set("CLRPROF_HEAP_SNAPSHOT", "1");
+        }
+        if !h.at_ns.is_empty() {
+            let at: Vec<String> = h.at_ns.iter().map(|n| format!("{}ms", n / 1_000_000)).collect();
+            self.set("CLRPROF_HEAP_SNAPSHOT_AT", at.join(","));
+        }
+        if h.on_exit {
+            self.set("CLRPROF_HEAP_SNAPSHOT_ON_EXIT", "1");
+        }
+        self
     }
 
     /// Enter/leave instrumentation (`record` only: the runtime allows the hooks at start-up only).

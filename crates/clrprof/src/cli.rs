@@ -53,6 +53,12 @@ enum Command {
         after_help = "Examples:\n  clrprof view app.clrprof\n  clrprof view new.clrprof --baseline old.clrprof\n  clrprof view app.clrprof --port 8080 --no-browser\n  clrprof view --store runs.db      (the runs list; a running run is followed as it grows)\n  clrprof view run:latest --store runs.db"
     )]
     View(ViewArgs),
+    /// Take a heap snapshot of a running .NET process (8 or newer): every live object with its
+    /// type, size and references, and the roots, after one full blocking GC; the process runs on.
+    #[command(
+        after_help = "Examples:\n  clrprof heap 4242\n  clrprof heap 4242 -o before.clrprof\n  clrprof report before.clrprof --view types\n  clrprof diff before.clrprof after.clrprof\n\nThe runtime pauses the process for one full blocking garbage collection while it\nwalks the heap (about 0.1-0.2 s per million objects on a small machine)."
+    )]
+    Heap(HeapArgs),
     /// Compare two profiles (traces or imported files): per function, self and inclusive values
     /// of the baseline and the new one, sorted by the largest change.
     #[command(
@@ -279,9 +285,31 @@ struct RecordArgs {
     /// `dotnet app.dll`) and the command line; the others run unprofiled (`CLRPROF_PROCESS`)
     #[arg(long, value_name = "GLOB[;GLOB…]")]
     process: Option<String>,
+    /// Take a heap snapshot at these times after start (`500ms`, `2s`, `1m`; comma-separated):
+    /// every live object, its references and the roots, after one full blocking GC
+    #[arg(long, value_name = "TIME[,TIME…]", value_parser = snapshot_times_arg)]
+    heap_snapshot_at: Option<Vec<u64>>,
+    /// Take a heap snapshot when the runtime shuts down
+    #[arg(long)]
+    heap_snapshot_on_exit: bool,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+struct HeapArgs {
+    /// The process id of a running .NET 8+ process
+    #[arg(value_name = "PID")]
+    pid: u32,
+    /// Trace file to write [default: <name>-<pid>-<unix time>.clrprof in the current directory]
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
+    /// How long the runtime may take to load the agent, in seconds
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
+    timeout: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -370,6 +398,7 @@ impl RecordingArgs {
                 log: self.events,
                 locks: !self.no_locks,
             },
+            heap: Default::default(),
         }
     }
 }
@@ -522,11 +551,14 @@ pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Record(a) => {
+            let mut recording = a.recording.options();
+            recording.heap.at_ns = a.heap_snapshot_at.unwrap_or_default();
+            recording.heap.on_exit = a.heap_snapshot_on_exit;
             let opts = RecordOptions {
                 output: a.output,
                 agent: a.agent.agent,
                 log: a.agent.log,
-                recording: a.recording.options(),
+                recording,
                 instrument: crate::agent_env::InstrumentOptions {
                     enabled: a.instrument,
                     counts_only: a.counts_only,
@@ -561,6 +593,10 @@ pub fn run() -> Result<ExitCode> {
                 token: a.server.token,
             };
             crate::attach::attach(&opts)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Heap(a) => {
+            crate::heap::heap(a.pid, a.output, a.agent.agent, a.agent.log, a.timeout)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {
@@ -682,6 +718,20 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `--heap-snapshot-at`: times after start, comma-separated, sorted.
+fn snapshot_times_arg(s: &str) -> Result<Vec<u64>, String> {
+    let mut times = Vec::new();
+    for t in s.split(',').map(str::trim) {
+        if t.is_empty() {
+            return Err(format!("empty time in {s:?}: expected times such as 500ms,2s,1m"));
+        }
+        times.push(parse_time(t).map_err(|e| format!("{t:?}: {e}"))?);
+    }
+    times.sort_unstable();
+    times.dedup();
+    Ok(times)
 }
 
 fn time_arg(s: &str) -> Result<u64, String> {

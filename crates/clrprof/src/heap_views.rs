@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clrprof_heap::render::{self, Which};
 use clrprof_heap::views::{self, DomOptions, PathsOptions, TypeSort};
 use clrprof_heap::{Analysis, Snapshot};
@@ -51,9 +51,9 @@ pub struct HeapOptions {
 
 /// Loads every heap snapshot of a trace (in trace order), with its name for headers.
 pub fn load_snapshots(path: &Path, read: &crate::load::ReadOptions) -> Result<Vec<Snapshot>> {
-    let _ = crate::load::trace_source(path, read.store.as_deref())?;
-    // The loader of the capture's records is wired in when it lands.
-    bail!("cannot read the heap snapshots of {}: no loader yet", path.display())
+    let input = crate::load::trace_source(path, read.store.as_deref())?;
+    clrprof_load::heap::heap_snapshots(input.source)
+        .with_context(|| format!("cannot read the heap snapshots of {}", input.label))
 }
 
 /// Picks snapshot `k` (1-based) or the last, with a clear error when there is none.

@@ -296,6 +296,7 @@ impl Profiler {
             if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
                 s.eventpipe_session.store(id, Ordering::Release);
             }
+            crate::events::heap::schedule(&st.cx, &st.events.heap);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())
@@ -304,6 +305,10 @@ impl Profiler {
     /// `Shutdown`: stops the sampler, then the writer, which writes `AgentStop` and flushes.
     pub(super) fn stop(&self) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
+        // Safety: the profiler object is never freed (see `ComObject::create`), so its state
+        // lives for the rest of the process.
+        let st: &'static State = unsafe { &*(s as *const State) };
+        crate::events::heap::at_exit(&st.cx, &st.events.heap);
         // The sampler stops first: it calls the runtime and writes through the writer.
         if let Some(sm) = &s.sampler {
             sm.stop();
