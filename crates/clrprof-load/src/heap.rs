@@ -293,7 +293,10 @@ fn build(p: Parts, cut: Option<&str>) -> Snapshot {
     let (complete, dropped, pause) = match &p.end {
         Some(e) => {
             if !e.complete {
-                problems.insert(0, if e.problem.is_empty() { "the agent marked it incomplete".into() } else { e.problem.clone() });
+                problems.insert(
+                    0,
+                    if e.problem.is_empty() { "the agent marked it incomplete".into() } else { e.problem.clone() },
+                );
             }
             (e.complete, e.dropped_events, Some(e.pause_ns))
         }
@@ -311,7 +314,14 @@ fn build(p: Parts, cut: Option<&str>) -> Snapshot {
     }
     let complete = complete && problems.is_empty();
     let reason = if complete { reason } else { format!("{reason}; incomplete: {}", problems.join("; ")) };
-    b.finish(SnapshotInfo { ts_ns: p.start_ts, gc_index: 0, reason, complete, dropped_events: dropped, pause_ns: pause })
+    b.finish(SnapshotInfo {
+        ts_ns: p.start_ts,
+        gc_index: 0,
+        reason,
+        complete,
+        dropped_events: dropped,
+        pause_ns: pause,
+    })
 }
 
 #[cfg(test)]
@@ -425,7 +435,10 @@ mod tests {
 
     #[test]
     fn runtime_type_names_read_as_csharp() {
-        assert_eq!(csharp_name("System.Collections.Generic.List`1[HeapLeak.Session]"), "System.Collections.Generic.List<HeapLeak.Session>");
+        assert_eq!(
+            csharp_name("System.Collections.Generic.List`1[HeapLeak.Session]"),
+            "System.Collections.Generic.List<HeapLeak.Session>"
+        );
         assert_eq!(
             csharp_name("Entry[System.Int32,System.Diagnostics.Tracing.EventSource+EventMetadata][]"),
             "Entry<System.Int32, System.Diagnostics.Tracing.EventSource+EventMetadata>[]"

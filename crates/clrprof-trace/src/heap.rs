@@ -149,10 +149,7 @@ impl std::fmt::Display for PackError {
 
 fn check_end(b: &[u8], at: usize, count: u32, got: u32, what: &str) -> Result<(), PackError> {
     if got != count || at != b.len() {
-        return Err(PackError(format!(
-            "{what}: {got} of {count} items decode from {at} of {} bytes",
-            b.len()
-        )));
+        return Err(PackError(format!("{what}: {got} of {count} items decode from {at} of {} bytes", b.len())));
     }
     Ok(())
 }

@@ -351,19 +351,19 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         );
     } else {
         eprintln!(
-        "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
-        t.pid,
-        t.name,
-        loaded.as_millis(),
-        match &opts.server {
-            Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
-            None => trace.display().to_string(),
-        },
-        match opts.duration {
-            Some(d) => format!(" for {} s", d.as_secs_f64()),
-            None => "; Ctrl-C to stop".into(),
-        }
-    );
+            "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
+            t.pid,
+            t.name,
+            loaded.as_millis(),
+            match &opts.server {
+                Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
+                None => trace.display().to_string(),
+            },
+            match opts.duration {
+                Some(d) => format!(" for {} s", d.as_secs_f64()),
+                None => "; Ctrl-C to stop".into(),
+            }
+        );
     }
 
     // Wait for the duration, Ctrl-C, or the process ending (the agent closes the connection).

@@ -12,14 +12,21 @@ use anyhow::{bail, Context, Result};
 use crate::agent_env::HeapOptions;
 use crate::attach::{attach, AttachOptions};
 
-pub fn heap(pid: u32, output: Option<PathBuf>, agent: Option<PathBuf>, log: Option<PathBuf>, timeout: Duration) -> Result<()> {
+pub fn heap(
+    pid: u32,
+    output: Option<PathBuf>,
+    agent: Option<PathBuf>,
+    log: Option<PathBuf>,
+    timeout: Duration,
+) -> Result<()> {
     let output = match output {
         Some(p) => p,
         None => {
             let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let name: String =
                 name.trim().chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
-            let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let secs =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
             PathBuf::from(format!("{}-{pid}-{secs}.heap.clrprof", if name.is_empty() { "process" } else { &name }))
         }
     };
@@ -39,10 +46,7 @@ pub fn heap(pid: u32, output: Option<PathBuf>, agent: Option<PathBuf>, log: Opti
     let snaps = clrprof_load::heap::heap_snapshots(clrprof_trace::TraceSource::File(output.clone()))
         .with_context(|| format!("cannot read the snapshot back from {}", output.display()))?;
     let Some(s) = snaps.last() else {
-        bail!(
-            "the agent wrote no heap snapshot to {} (see the agent's diagnostics with --log FILE)",
-            output.display()
-        );
+        bail!("the agent wrote no heap snapshot to {} (see the agent's diagnostics with --log FILE)", output.display());
     };
     if s.object_count() == 0 {
         bail!("process {pid} gave no heap snapshot: {}", s.info.reason);

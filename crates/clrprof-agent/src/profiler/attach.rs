@@ -161,7 +161,12 @@ impl Profiler {
                 // the CLI's `stop` comes after it.
                 let st: &'static super::State = s;
                 let wait = Duration::from_secs(3600);
-                let _ = crate::events::heap::take_on_own_thread(&st.cx, &st.events.heap, crate::events::heap::trigger::ATTACH, wait);
+                let _ = crate::events::heap::take_on_own_thread(
+                    &st.cx,
+                    &st.events.heap,
+                    crate::events::heap::trigger::ATTACH,
+                    wait,
+                );
             }
         }
         if let Some(mut st) = stream.as_ref().and_then(|s| s.try_clone().ok()) {
