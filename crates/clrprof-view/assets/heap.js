@@ -66,7 +66,7 @@ export async function heap(ctx) {
 
   const picker = el('select', { id: 'heap-snap', onchange: (e) => ctx.setState({ snap: e.target.value }) },
     list.snapshots.map((s) => el('option', { value: String(s.index), selected: String(s.index) === snap },
-      `snapshot ${s.index} of ${s.of}: gc ${s.gc_index}, ${(s.ts_ns / 1e9).toFixed(3)} s${s.reason ? `, ${s.reason}` : ''}`)));
+      `snapshot ${s.index} of ${s.of}: ${s.gc_index ? `gc ${s.gc_index}, ` : ''}${(s.ts_ns / 1e9).toFixed(3)} s${s.reason ? `, ${s.reason}` : ''}${s.complete ? '' : ' (incomplete)'}`)));
   const summary = el('div', { id: 'heap-summary' }, picker,
     ` ${fmt(h.objects)} objects, ${fmt(h.bytes, 'bytes')}, ${fmt(h.references)} references, ${fmt(h.roots)} roots`,
     h.unreachable ? `; ${fmt(h.unreachable)} objects (${fmt(h.unreachable_bytes, 'bytes')}) reached from no root` : '');
@@ -105,5 +105,5 @@ export async function heap(ctx) {
 
   put(ctx.main, summary, warn, el('div', { id: 'heap-grid' },
     el('div', { id: 'heap-left' }, typeTable),
-    el('div', { id: 'heap-right' }, el('div', { id: 'heap-detail' }, detail), el('div', { class: 'section-title' }, 'Dominator tree'), domTable)));
+    el('div', { id: 'heap-right' }, el('div', { id: 'heap-detail' }, detail), domTable)));
 }
