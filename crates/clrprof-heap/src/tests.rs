@@ -328,3 +328,47 @@ fn dominators_match_the_definition_on_random_graphs() {
         }
     }
 }
+
+#[test]
+fn empty_snapshots_and_snapshots_without_roots_give_empty_views() {
+    for objs in [&[][..], &[(8u64, "T", 16u64), (16, "T", 16)][..]] {
+        let s = graph(objs, &[(8, 16)], &[]);
+        let a = Analysis::new(&s);
+        assert_eq!(a.reachable, 0);
+        assert_eq!(a.unreachable, objs.len() as u64);
+        let rows = types(&a, TypeSort::Retained);
+        assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), objs.len() as u64);
+        assert!(rows.iter().all(|r| r.retained == 0));
+        let tree = crate::views::dominator_tree(&a, &crate::views::DomOptions::default());
+        assert!(tree.children.is_empty());
+        if !objs.is_empty() {
+            let p = paths(&a, "T", &PathsOptions::default()).unwrap();
+            assert_eq!((p.instances, p.unreachable, p.paths.len()), (2, 2, 0));
+        }
+        let text =
+            crate::render::types_text(&a, &rows, None, &crate::render::Which { source: "x".into(), index: 1, of: 1 });
+        assert!(text.contains("reached from no reported root") || objs.is_empty(), "{text}");
+    }
+}
+
+#[test]
+fn incomplete_snapshots_say_their_figures_are_lower_bounds() {
+    let mut b = SnapshotBuilder::new();
+    b.type_name(1, "T");
+    b.object(8, 1, 16);
+    b.root(8, RootKind::StaticField, "S.t");
+    let s = b.finish(SnapshotInfo { complete: false, dropped_events: 3, ..SnapshotInfo::default() });
+    let a = Analysis::new(&s);
+    let w = crate::render::Which { source: "x".into(), index: 1, of: 1 };
+    let text = crate::render::types_text(&a, &types(&a, TypeSort::Retained), None, &w);
+    assert!(
+        text.contains("INCOMPLETE snapshot")
+            && text.contains("3 heap-dump events lost")
+            && text.contains("lower bound"),
+        "{text}"
+    );
+    let json = crate::render::types_json(&a, &types(&a, TypeSort::Retained), None, &w);
+    assert_eq!(json["snapshot"]["complete"], false);
+    assert_eq!(json["snapshot"]["lower_bound"], true);
+    assert_eq!(json["snapshot"]["dropped_events"], 3);
+}
