@@ -75,20 +75,29 @@ public static class Program
         int nextId = 0;
         for (int phase = 1; phase <= phases; phase++)
         {
-            if (phase > 1)
-                Cache.Sessions.RemoveRange(0, Cache.Sessions.Count / 10);
-            for (int i = 0; i < perPhase; i++)
-                Cache.Sessions.Add(new Session(nextId++, payload));
-            MakeGarbage(5000);
-            long payloadBytes = 0;
-            foreach (var s in Cache.Sessions) payloadBytes += s.Payload.Length;
-            Console.WriteLine(
-                $"phase {phase} sessions={Cache.Sessions.Count} tags={Cache.Sessions.Count} payload_bytes={payloadBytes} garbage_made={garbageMade}");
-            Console.Out.Flush();
+            nextId = RunPhase(phase, perPhase, payload, nextId);
             Console.In.ReadLine();
         }
         Console.WriteLine($"done sessions={Cache.Sessions.Count}");
         return 0;
+    }
+
+    // One phase, in a frame of its own: once it returns no stack slot holds a session, so every
+    // session is held by the static list only.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static int RunPhase(int phase, int perPhase, int payload, int nextId)
+    {
+        if (phase > 1)
+            Cache.Sessions.RemoveRange(0, Cache.Sessions.Count / 10);
+        for (int i = 0; i < perPhase; i++)
+            Cache.Sessions.Add(new Session(nextId++, payload));
+        MakeGarbage(5000);
+        long payloadBytes = 0;
+        foreach (var s in Cache.Sessions) payloadBytes += s.Payload.Length;
+        Console.WriteLine(
+            $"phase {phase} sessions={Cache.Sessions.Count} tags={Cache.Sessions.Count} payload_bytes={payloadBytes} garbage_made={garbageMade}");
+        Console.Out.Flush();
+        return nextId;
     }
 
     // Short-lived garbage: chains of Garbage objects dropped as soon as they are built.

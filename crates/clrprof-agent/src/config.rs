@@ -71,7 +71,7 @@ pub(crate) struct Config {
     /// locked form; see `metadata.rs`). Modules without an image use the importer either way.
     pub(crate) metadata_importer: bool,
     /// Heap snapshots: `CLRPROF_HEAP_SNAPSHOT`, `CLRPROF_HEAP_SNAPSHOT_AT`,
-    /// `CLRPROF_HEAP_SNAPSHOT_ON_EXIT`, `CLRPROF_HEAP_BUFFER_MB` (see `events::heap`).
+    /// `CLRPROF_HEAP_BUFFER_MB` (see `events::heap`).
     pub(crate) heap: crate::events::heap::HeapConfig,
 }
 

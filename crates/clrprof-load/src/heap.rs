@@ -1,5 +1,5 @@
-//! Heap snapshots of a trace (the `Heap*` records the agent writes for `clrprof heap`,
-//! `record --heap-snapshot-at` and `--heap-snapshot-on-exit`) fed to `clrprof-heap`'s
+//! Heap snapshots of a trace (the `Heap*` records the agent writes for `clrprof heap` and
+//! `record --heap-snapshot-at`) fed to `clrprof-heap`'s
 //! [`SnapshotBuilder`], one [`Snapshot`] each, in trace order.
 //!
 //! The references of a snapshot come as one list in the order of its objects' reference counts
@@ -287,7 +287,6 @@ fn build(p: Parts, cut: Option<&str>) -> Snapshot {
     let reason = match p.trigger {
         0 => "clrprof heap".to_string(),
         1 => format!("at {:.1} s", p.start_ts as f64 / 1e9),
-        2 => "on exit".to_string(),
         t => format!("trigger {t}"),
     };
     let (complete, dropped, pause) = match &p.end {

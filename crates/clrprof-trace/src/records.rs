@@ -176,7 +176,7 @@ records! {
 
     // Tag ranges: 1–29 process, loads, JIT and threads (this list); 30–49 instrumentation
     // (enter/leave hooks); 50–69 sampling; 70–99 runtime events (exceptions, GC, allocations,
-    // contention, event log, counters).
+    // contention, event log, counters); 100–119 heap snapshots.
     10 AppDomainCreated { ts: u64, id: u64, name: String }
     11 AppDomainUnloaded { ts: u64, id: u64 }
     12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
@@ -516,8 +516,7 @@ records! {
     // 100–119: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
     // runtime reports in one induced full blocking collection (its GC heap-dump events), packed
     // as `crate::heap` describes. Every record names its snapshot (numbered from 1 in a trace).
-    /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`),
-    /// 2 the process's exit (`--heap-snapshot-on-exit`).
+    /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`).
     100 HeapSnapshotStart { ts: u64, snapshot: u32, trigger: u8 }
     /// Type names of the snapshot (`GCBulkType`): the runtime's type id (its MethodTable) and
     /// name, and the type ids of its generic arguments or array element (`params`, `param_counts`

@@ -51,7 +51,7 @@ export async function heap(ctx) {
   const list = await api('heap', {});
   if (!ctx.gen()) return;
   if (!list.snapshots.length) {
-    put(ctx.main, el('p', {}, 'This trace holds no heap snapshot: take one with `clrprof heap PID`, `record --heap-snapshot-at TIME` or `record --heap-snapshot-on-exit`.'));
+    put(ctx.main, el('p', {}, 'This trace holds no heap snapshot: take one with `clrprof heap PID` or `record --heap-snapshot-at TIME`.'));
     return;
   }
   const snap = state.snap || String(list.snapshots.length);

@@ -29,8 +29,6 @@ pub struct HeapOptions {
     pub on_attach: bool,
     /// At these times after the process started, in nanoseconds (`--heap-snapshot-at`).
     pub at_ns: Vec<u64>,
-    /// One when the runtime shuts down (`--heap-snapshot-on-exit`).
-    pub on_exit: bool,
 }
 
 impl HeapOptions {
@@ -176,9 +174,6 @@ impl AgentEnv {
         if !h.at_ns.is_empty() {
             let at: Vec<String> = h.at_ns.iter().map(|n| format!("{}ms", n / 1_000_000)).collect();
             self.set("CLRPROF_HEAP_SNAPSHOT_AT", at.join(","));
-        }
-        if h.on_exit {
-            self.set("CLRPROF_HEAP_SNAPSHOT_ON_EXIT", "1");
         }
         self
     }

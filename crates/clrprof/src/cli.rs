@@ -288,10 +288,7 @@ struct RecordArgs {
     /// Take a heap snapshot at these times after start (`500ms`, `2s`, `1m`; comma-separated):
     /// every live object, its references and the roots, after one full blocking GC
     #[arg(long, value_name = "TIME[,TIME…]", value_parser = snapshot_times_arg)]
-    heap_snapshot_at: Option<Vec<u64>>,
-    /// Take a heap snapshot when the runtime shuts down
-    #[arg(long)]
-    heap_snapshot_on_exit: bool,
+    heap_snapshot_at: Option<SnapshotTimes>,
     /// The command to profile, after `--`
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -552,8 +549,7 @@ pub fn run() -> Result<ExitCode> {
     match cli.command {
         Command::Record(a) => {
             let mut recording = a.recording.options();
-            recording.heap.at_ns = a.heap_snapshot_at.unwrap_or_default();
-            recording.heap.on_exit = a.heap_snapshot_on_exit;
+            recording.heap.at_ns = a.heap_snapshot_at.map(|t| t.0).unwrap_or_default();
             let opts = RecordOptions {
                 output: a.output,
                 agent: a.agent.agent,
@@ -720,8 +716,12 @@ pub fn run() -> Result<ExitCode> {
     }
 }
 
-/// `--heap-snapshot-at`: times after start, comma-separated, sorted.
-fn snapshot_times_arg(s: &str) -> Result<Vec<u64>, String> {
+/// `--heap-snapshot-at`'s times (ns after start, sorted, distinct).
+#[derive(Clone, Debug)]
+struct SnapshotTimes(Vec<u64>);
+
+/// `--heap-snapshot-at`: times after start, comma-separated.
+fn snapshot_times_arg(s: &str) -> Result<SnapshotTimes, String> {
     let mut times = Vec::new();
     for t in s.split(',').map(str::trim) {
         if t.is_empty() {
@@ -731,7 +731,7 @@ fn snapshot_times_arg(s: &str) -> Result<Vec<u64>, String> {
     }
     times.sort_unstable();
     times.dedup();
-    Ok(times)
+    Ok(SnapshotTimes(times))
 }
 
 fn time_arg(s: &str) -> Result<u64, String> {

@@ -32,9 +32,11 @@
 //! written after the session, off the GC's thread, and `HeapSnapshotEnd` says whether the
 //! snapshot is complete and what was lost.
 //!
-//! **Triggers**: the attach session of `clrprof heap` (`CLRPROF_HEAP_SNAPSHOT=1`), times after
-//! start (`CLRPROF_HEAP_SNAPSHOT_AT`), and the runtime's shutdown
-//! (`CLRPROF_HEAP_SNAPSHOT_ON_EXIT`).
+//! **Triggers**: the attach session of `clrprof heap` (`CLRPROF_HEAP_SNAPSHOT=1`) and times after
+//! start (`CLRPROF_HEAP_SNAPSHOT_AT`). Not at exit: by the time the runtime runs the exit path
+//! (`AppContext.OnProcessExit`, on the finalizer thread) and calls the profiler's `Shutdown`, it
+//! refuses new EventPipe sessions (E_FAIL on .NET 8, 9 and 10, tried from both places), so no
+//! heap dump can be asked for then.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -69,13 +71,10 @@ const EVENT_STATIC_VAR: u32 = 38;
 pub(crate) mod trigger {
     pub(crate) const ATTACH: u8 = 0;
     pub(crate) const TIME: u8 = 1;
-    pub(crate) const EXIT: u8 = 2;
 }
 
 /// Largest block of snapshot records written at once.
 const WRITE_CHUNK: usize = 4 << 20;
-/// Longest the shutdown waits for an on-exit snapshot.
-const EXIT_WAIT: Duration = Duration::from_secs(120);
 
 /// The heap snapshot settings (`CLRPROF_HEAP_*`).
 #[derive(Clone, Debug, PartialEq)]
@@ -86,8 +85,6 @@ pub(crate) struct HeapConfig {
     /// `CLRPROF_HEAP_SNAPSHOT_AT`: times after the agent started, `,`-separated, each a number
     /// with `ms`, `s` or `m` (no unit: seconds). Default: none.
     pub(crate) at_ns: Vec<u64>,
-    /// `CLRPROF_HEAP_SNAPSHOT_ON_EXIT`: take one when the runtime shuts down (`1`/`0`). Default off.
-    pub(crate) on_exit: bool,
     /// `CLRPROF_HEAP_BUFFER_MB`: memory the agent may hold for one snapshot's records before it
     /// drops events (and marks the snapshot incomplete), 16..=65536. Default 4096.
     pub(crate) buffer_mb: u64,
@@ -95,7 +92,7 @@ pub(crate) struct HeapConfig {
 
 impl Default for HeapConfig {
     fn default() -> Self {
-        HeapConfig { on_attach: false, at_ns: Vec::new(), on_exit: false, buffer_mb: 4096 }
+        HeapConfig { on_attach: false, at_ns: Vec::new(), buffer_mb: 4096 }
     }
 }
 
@@ -122,15 +119,11 @@ impl HeapConfig {
         let mut bad = |variable: &'static str, value: &str, reason: &str| {
             problems.push(ConfigProblem { variable, value: value.to_string(), reason: reason.to_string() })
         };
-        for (name, slot) in
-            [("CLRPROF_HEAP_SNAPSHOT", &mut c.on_attach), ("CLRPROF_HEAP_SNAPSHOT_ON_EXIT", &mut c.on_exit)]
-        {
-            if let Some(v) = get(name) {
-                match v.trim() {
-                    "1" | "true" | "on" | "yes" => *slot = true,
-                    "0" | "false" | "off" | "no" | "" => *slot = false,
-                    _ => bad(name, &v, "expected 1 or 0; using 0"),
-                }
+        if let Some(v) = get("CLRPROF_HEAP_SNAPSHOT") {
+            match v.trim() {
+                "1" | "true" | "on" | "yes" => c.on_attach = true,
+                "0" | "false" | "off" | "no" | "" => c.on_attach = false,
+                _ => bad("CLRPROF_HEAP_SNAPSHOT", &v, "expected 1 or 0; using 0"),
             }
         }
         if let Some(v) = get("CLRPROF_HEAP_SNAPSHOT_AT") {
@@ -167,10 +160,7 @@ impl HeapConfig {
             let t: Vec<String> = self.at_ns.iter().map(|n| format!("{}ms", n / 1_000_000)).collect();
             m.insert("heap_snapshot_at", t.join(","));
         }
-        if self.on_exit {
-            m.insert("heap_snapshot_on_exit", "true".into());
-        }
-        if self.on_attach || self.on_exit || !self.at_ns.is_empty() {
+        if self.on_attach || !self.at_ns.is_empty() {
             m.insert("heap_buffer_mb", self.buffer_mb.to_string());
         }
     }
@@ -632,15 +622,6 @@ pub(crate) fn schedule(s: &'static Context, st: &'static HeapState) {
     }
 }
 
-/// The runtime shuts down: the on-exit snapshot, when asked for.
-pub(crate) fn at_exit(s: &'static Context, st: &'static HeapState) {
-    if s.config.heap.on_exit && !s.is_stopped() {
-        if take_on_own_thread(s, st, trigger::EXIT, EXIT_WAIT).is_none() {
-            log_warn!("heap snapshot at exit: not finished in {} s", EXIT_WAIT.as_secs());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -668,14 +649,14 @@ mod tests {
         }
         let env = |k: &str| match k {
             "CLRPROF_HEAP_SNAPSHOT_AT" => Some("2s, 500ms,2s".to_string()),
-            "CLRPROF_HEAP_SNAPSHOT_ON_EXIT" => Some("1".to_string()),
+            "CLRPROF_HEAP_SNAPSHOT" => Some("1".to_string()),
             "CLRPROF_HEAP_BUFFER_MB" => Some("8".to_string()),
             _ => None,
         };
         let mut problems = Vec::new();
         let c = HeapConfig::from_lookup(&env, &mut problems);
         assert_eq!(c.at_ns, vec![500_000_000, 2_000_000_000]);
-        assert!(c.on_exit && !c.on_attach);
+        assert!(c.on_attach);
         assert_eq!(c.buffer_mb, 4096);
         assert_eq!(problems.len(), 1, "{problems:?}");
         let env = |k: &str| (k == "CLRPROF_HEAP_SNAPSHOT_AT").then(|| "2s,soon".to_string());

@@ -305,10 +305,6 @@ impl Profiler {
     /// `Shutdown`: stops the sampler, then the writer, which writes `AgentStop` and flushes.
     pub(super) fn stop(&self) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };
-        // Safety: the profiler object is never freed (see `ComObject::create`), so its state
-        // lives for the rest of the process.
-        let st: &'static State = unsafe { &*(s as *const State) };
-        crate::events::heap::at_exit(&st.cx, &st.events.heap);
         // The sampler stops first: it calls the runtime and writes through the writer.
         if let Some(sm) = &s.sampler {
             sm.stop();
