@@ -1,5 +1,5 @@
 //! Retention analysis of one snapshot: the dominator tree from a virtual root over every retaining root
-//! (Lengauer–Tarjan, the "simple" version with path compression, O(m log n), iterative throughout so a
+//! (semidominators by Lengauer–Tarjan with path compression, then Semi-NCA; iterative throughout so a
 //! ten-million-long list neither recurses nor overflows), retained sizes, and the dominator tree's
 //! children lists the views walk.
 //!
@@ -41,38 +41,27 @@ impl<'a> Analysis<'a> {
     /// Computes the dominator tree and the retained sizes.
     pub fn new(snapshot: &'a Snapshot) -> Self {
         let n = snapshot.object_count();
-        let idom = dominators(snapshot);
-        // Retained sizes: children before parents. Objects are not in dominator order, so go by the
-        // dominator tree's children lists, built first.
+        let (idom, preorder) = dominators(snapshot);
         let (child_start, children) = children_lists(&idom, n);
+        // Retained sizes: in reverse depth-first preorder every object comes after its immediate
+        // dominator (a dominator is an ancestor in the depth-first tree), so one backward pass adds
+        // each object's total into its dominator's.
         let mut retained = vec![0u64; n];
         let mut reachable = 0u64;
         let mut reachable_bytes = 0u64;
         let mut unreachable = 0u64;
         let mut unreachable_bytes = 0u64;
-        // Post-order over the dominator tree, iteratively.
-        let mut stack: Vec<(u32, u32)> = vec![(n as u32, child_start[n])];
-        while let Some(top) = stack.last_mut() {
-            let (v, next) = *top;
-            if next < child_start[v as usize + 1] {
-                top.1 += 1;
-                let c = children[next as usize];
-                stack.push((c, child_start[c as usize]));
-            } else {
-                stack.pop();
-                if (v as usize) < n {
-                    let own = snapshot.size_of(v) + retained[v as usize];
-                    retained[v as usize] = own;
-                    reachable += 1;
-                    reachable_bytes += snapshot.size_of(v);
-                    if let Some(&(p, _)) = stack.last() {
-                        if (p as usize) < n {
-                            retained[p as usize] += own;
-                        }
-                    }
-                }
+        for &v in preorder.iter().rev() {
+            let own = snapshot.size_of(v) + retained[v as usize];
+            retained[v as usize] = own;
+            reachable += 1;
+            reachable_bytes += snapshot.size_of(v);
+            let d = idom[v as usize];
+            if d != VIRTUAL_ROOT {
+                retained[d as usize] += own;
             }
         }
+        drop(preorder);
         for (v, d) in idom.iter().enumerate() {
             if *d == UNREACHED {
                 unreachable += 1;
@@ -165,8 +154,8 @@ fn children_lists(idom: &[u32], n: usize) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// Immediate dominators of every object (Lengauer–Tarjan over DFS numbers; 0 means none, 1 is the
-/// virtual root).
-fn dominators(s: &Snapshot) -> Vec<u32> {
+/// virtual root), and the reachable objects in depth-first preorder.
+fn dominators(s: &Snapshot) -> (Vec<u32>, Vec<u32>) {
     let n = s.object_count();
     let vroot = n as u32;
     // The virtual root's successors: each object held by a retaining root, once, in root order.
@@ -255,40 +244,33 @@ fn dominators(s: &Snapshot) -> Vec<u32> {
     }
     drop(fill);
 
-    let mut semi: Vec<u32> = (0..=count as u32).collect();
-    let mut label: Vec<u32> = (0..=count as u32).collect();
-    let mut ancestor = vec![0u32; count + 1];
-    let mut idom = vec![0u32; count + 1];
-    let mut bucket_head = vec![0u32; count + 1];
-    let mut bucket_next = vec![0u32; count + 1];
+    // Semidominators (Lengauer–Tarjan's EVAL/LINK with path compression), then immediate dominators by
+    // Semi-NCA: idom(w) is the nearest common ancestor of parent(w) and sdom(w) in the dominator tree
+    // built so far (Georgiadis, Tarjan and Werneck, "Finding dominators in practice"). The forest's fields
+    // sit side by side so one cache line serves an EVAL step.
+    let mut forest: Vec<Forest> = (0..=count as u32).map(|i| Forest { semi: i, label: i, ancestor: 0 }).collect();
     let mut path: Vec<u32> = Vec::new();
-
     for i in (2..=count).rev() {
+        let mut sd = forest[i].semi;
         for &v in &preds[pred_start[i] as usize..pred_start[i + 1] as usize] {
-            let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            if semi[u as usize] < semi[i] {
-                semi[i] = semi[u as usize];
-            }
+            let u = eval(v, &mut forest, &mut path);
+            sd = sd.min(forest[u as usize].semi);
         }
-        let sd = semi[i] as usize;
-        bucket_next[i] = bucket_head[sd];
-        bucket_head[sd] = i as u32;
-        let p = parent[i];
-        ancestor[i] = p;
-        let mut v = bucket_head[p as usize];
-        bucket_head[p as usize] = 0;
-        while v != 0 {
-            let next = bucket_next[v as usize];
-            let u = eval(v, &mut ancestor, &mut label, &semi, &mut path);
-            idom[v as usize] = if semi[u as usize] < semi[v as usize] { u } else { p };
-            v = next;
-        }
+        forest[i].semi = sd;
+        forest[i].ancestor = parent[i];
     }
+    drop(preds);
+    drop(pred_start);
+    let mut idom = vec![0u32; count + 1];
     for i in 2..=count {
-        if idom[i] != semi[i] {
-            idom[i] = idom[idom[i] as usize];
+        let sd = forest[i].semi;
+        let mut x = parent[i];
+        while x > sd {
+            x = idom[x as usize];
         }
+        idom[i] = x;
     }
+    drop(forest);
 
     let mut out = vec![UNREACHED; n];
     for i in 2..=count {
@@ -296,27 +278,37 @@ fn dominators(s: &Snapshot) -> Vec<u32> {
         let d = vertex[idom[i] as usize];
         out[v] = if d == vroot { VIRTUAL_ROOT } else { d };
     }
-    out
+    vertex.drain(..2);
+    (out, vertex)
+}
+
+/// One vertex of Lengauer–Tarjan's forest, by DFS number.
+#[derive(Clone, Copy)]
+struct Forest {
+    semi: u32,
+    label: u32,
+    ancestor: u32,
 }
 
 /// Lengauer–Tarjan's EVAL with path compression, iterative.
 #[inline]
-fn eval(v: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>) -> u32 {
-    if ancestor[v as usize] == 0 {
+fn eval(v: u32, f: &mut [Forest], path: &mut Vec<u32>) -> u32 {
+    if f[v as usize].ancestor == 0 {
         return v;
     }
     // COMPRESS(v): walk up while the ancestor has an ancestor, then fold labels top-down.
     let mut u = v;
-    while ancestor[ancestor[u as usize] as usize] != 0 {
+    while f[f[u as usize].ancestor as usize].ancestor != 0 {
         path.push(u);
-        u = ancestor[u as usize];
+        u = f[u as usize].ancestor;
     }
     while let Some(x) = path.pop() {
-        let a = ancestor[x as usize] as usize;
-        if semi[label[a] as usize] < semi[label[x as usize] as usize] {
-            label[x as usize] = label[a];
+        let a = f[x as usize].ancestor as usize;
+        let (la, lx) = (f[a].label, f[x as usize].label);
+        if f[la as usize].semi < f[lx as usize].semi {
+            f[x as usize].label = la;
         }
-        ancestor[x as usize] = ancestor[a];
+        f[x as usize].ancestor = f[a].ancestor;
     }
-    label[v as usize]
+    f[v as usize].label
 }

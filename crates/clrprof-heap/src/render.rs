@@ -24,7 +24,7 @@ pub fn grouped(v: u64) -> String {
     let s = v.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -53,14 +53,11 @@ fn pct(part: u64, total: u64) -> String {
 /// The header lines of a snapshot (ending in a blank line).
 pub fn header_text(s: &Snapshot, a: Option<&Analysis>, w: &Which) -> String {
     let i = &s.info;
-    let mut out = format!(
-        "Heap snapshot {} of {} of {}: gc {}, at {:.3} s",
-        w.index,
-        w.of,
-        w.source,
-        i.gc_index,
-        i.ts_ns as f64 / 1e9
-    );
+    let mut out = format!("Heap snapshot {} of {} of {}: ", w.index, w.of, w.source);
+    if i.gc_index > 0 {
+        out.push_str(&format!("gc {}, ", i.gc_index));
+    }
+    out.push_str(&format!("at {:.3} s", i.ts_ns as f64 / 1e9));
     if !i.reason.is_empty() {
         out.push_str(&format!(", {}", i.reason));
     }

@@ -2,7 +2,7 @@
 //! Lengauer–Tarjan dominators against the definition (remove a node, see what becomes unreachable) on
 //! random graphs.
 
-use crate::views::{diff, paths, types, PathsOptions, TypeSort};
+use crate::views::{diff, dominator_paths, paths, types, PathsOptions, TypeSort};
 use crate::{Analysis, RootKind, Snapshot, SnapshotBuilder, SnapshotInfo, UNREACHED, VIRTUAL_ROOT};
 
 /// A graph from objects `(addr, type name, size)`, edges `(from, to)` and static roots `(addr, name)`.
@@ -90,6 +90,10 @@ fn two_roots_into_the_middle_share_what_they_reach() {
     assert_eq!(a.retained(0), 1);
     assert_eq!(a.retained(2), 5);
     assert_eq!(a.retained(3), 7);
+    let d = dominator_paths(&a, "C", &PathsOptions::default()).unwrap();
+    assert_eq!(d.paths.len(), 1);
+    assert_eq!(d.paths[0].root_name, crate::views::SEVERAL_ROOTS);
+    assert_eq!(d.paths[0].nodes.len(), 1);
 }
 
 #[test]
@@ -222,6 +226,13 @@ fn paths_merge_by_types_and_name_their_root_and_fields() {
     assert_eq!(nodes, vec![("List<Session>", None), ("Session[]", Some("_items")), ("Session", None)]);
     assert_eq!(p.paths[1].count, 1);
     assert_eq!(p.paths[1].root_name, "Program.Main");
+    // What holds them exclusively: the same chains in the dominator tree (no fields there).
+    let d = dominator_paths(&a, "Session", &PathsOptions::default()).unwrap();
+    assert_eq!(d.paths.len(), 2);
+    assert_eq!(d.paths[0].count, 3);
+    assert_eq!(d.paths[0].root_name, "HeapLeak.Cache.Sessions");
+    let types: Vec<&str> = d.paths[0].nodes.iter().map(|n| n.type_name.as_str()).collect();
+    assert_eq!(types, vec!["List<Session>", "Session[]", "Session"]);
     // A short name finds the type when it is unique; an unknown one is a clear error.
     assert!(paths(&a, "Nope", &PathsOptions::default()).is_err());
 }
@@ -316,4 +327,48 @@ fn dominators_match_the_definition_on_random_graphs() {
             assert_eq!(a.retained(v as u32), want, "round {round} object {v}");
         }
     }
+}
+
+#[test]
+fn empty_snapshots_and_snapshots_without_roots_give_empty_views() {
+    for objs in [&[][..], &[(8u64, "T", 16u64), (16, "T", 16)][..]] {
+        let s = graph(objs, &[(8, 16)], &[]);
+        let a = Analysis::new(&s);
+        assert_eq!(a.reachable, 0);
+        assert_eq!(a.unreachable, objs.len() as u64);
+        let rows = types(&a, TypeSort::Retained);
+        assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), objs.len() as u64);
+        assert!(rows.iter().all(|r| r.retained == 0));
+        let tree = crate::views::dominator_tree(&a, &crate::views::DomOptions::default());
+        assert!(tree.children.is_empty());
+        if !objs.is_empty() {
+            let p = paths(&a, "T", &PathsOptions::default()).unwrap();
+            assert_eq!((p.instances, p.unreachable, p.paths.len()), (2, 2, 0));
+        }
+        let text =
+            crate::render::types_text(&a, &rows, None, &crate::render::Which { source: "x".into(), index: 1, of: 1 });
+        assert!(text.contains("reached from no reported root") || objs.is_empty(), "{text}");
+    }
+}
+
+#[test]
+fn incomplete_snapshots_say_their_figures_are_lower_bounds() {
+    let mut b = SnapshotBuilder::new();
+    b.type_name(1, "T");
+    b.object(8, 1, 16);
+    b.root(8, RootKind::StaticField, "S.t");
+    let s = b.finish(SnapshotInfo { complete: false, dropped_events: 3, ..SnapshotInfo::default() });
+    let a = Analysis::new(&s);
+    let w = crate::render::Which { source: "x".into(), index: 1, of: 1 };
+    let text = crate::render::types_text(&a, &types(&a, TypeSort::Retained), None, &w);
+    assert!(
+        text.contains("INCOMPLETE snapshot")
+            && text.contains("3 heap-dump events lost")
+            && text.contains("lower bound"),
+        "{text}"
+    );
+    let json = crate::render::types_json(&a, &types(&a, TypeSort::Retained), None, &w);
+    assert_eq!(json["snapshot"]["complete"], false);
+    assert_eq!(json["snapshot"]["lower_bound"], true);
+    assert_eq!(json["snapshot"]["dropped_events"], 3);
 }

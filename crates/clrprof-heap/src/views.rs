@@ -122,6 +122,13 @@ impl Default for DomOptions {
     }
 }
 
+/// A root's kind and name.
+pub type RootLabel = (RootKind, String);
+/// A root's kind and name index.
+type RootRef = (RootKind, u32);
+/// Objects merged into one node, with the root label of a top node.
+type Group = (Option<RootLabel>, Vec<ObjId>);
+
 /// A node of the merged dominator tree: the objects of one type immediately dominated by one parent node.
 #[derive(Clone, Debug)]
 pub struct DomNode {
@@ -155,7 +162,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
     let total = a.reachable_bytes;
     let min = (opts.min_percent / 100.0 * total as f64).ceil() as u64;
     // Top level: group by (type, preferred root label) so a static's objects show their field.
-    let mut top: BTreeMap<(u32, Option<(RootKind, u32)>), Vec<ObjId>> = BTreeMap::new();
+    let mut top: BTreeMap<(u32, Option<RootRef>), Vec<ObjId>> = BTreeMap::new();
     for &v in a.dominated(VIRTUAL_ROOT) {
         let root = roots.get(&v).map(|&i| {
             let r = &s.roots()[i];
@@ -163,7 +170,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
         });
         top.entry((s.type_of(v), root)).or_default().push(v);
     }
-    let groups: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> = top
+    let groups: Vec<Group> = top
         .into_iter()
         .map(|((_, root), members)| {
             let label = root.map(|(k, n)| (k, s.root_names[n as usize].clone()));
@@ -176,7 +183,7 @@ pub fn dominator_tree(a: &Analysis, opts: &DomOptions) -> DomTree {
 
 fn build_level(
     a: &Analysis,
-    groups: Vec<(Option<(RootKind, String)>, Vec<ObjId>)>,
+    groups: Vec<Group>,
     depth: usize,
     min: u64,
     max_children: usize,
@@ -205,7 +212,7 @@ fn build_level(
                 by_type.entry(s.type_of(c)).or_default().push(c);
             }
         }
-        let sub: Vec<(Option<(RootKind, String)>, Vec<ObjId>)> = by_type.into_values().map(|m| (None, m)).collect();
+        let sub: Vec<Group> = by_type.into_values().map(|m| (None, m)).collect();
         let (children, child_more) = build_level(a, sub, depth - 1, min, max_children);
         nodes.push(DomNode {
             type_name: s.type_name(s.type_of(members[0])).to_string(),
@@ -317,7 +324,10 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     let roots = preferred_roots(s);
 
     // Breadth-first from every retaining root, the preferred roots' objects first in root order.
+    // Per object the object it was reached from (or VIA_ROOT / VIA_NONE), and the field of that reference.
     let mut via = vec![VIA_NONE; n];
+    let has_fields = !s.edge_field.is_empty();
+    let mut via_field = if has_fields { vec![NO_FIELD; n] } else { Vec::new() };
     let mut queue: Vec<ObjId> = Vec::new();
     let mut rooted: Vec<(usize, ObjId)> = roots.iter().map(|(&o, &i)| (i, o)).collect();
     rooted.sort_unstable();
@@ -337,34 +347,87 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
         for e in s.ref_range(v) {
             let w = s.edge_target(e);
             if via[w as usize] == VIA_NONE {
-                via[w as usize] = e as u32;
+                via[w as usize] = v;
+                if has_fields {
+                    via_field[w as usize] = s.edge_field[e];
+                }
                 queue.push(w);
             }
         }
     }
     drop(queue);
 
+    let step = |u: ObjId| -> Step {
+        let from = via[u as usize];
+        if from == VIA_NONE {
+            Step::None
+        } else if from == VIA_ROOT {
+            let r = &s.roots()[roots[&u]];
+            Step::Root(Some((r.kind, r.name)))
+        } else {
+            Step::From(from, if has_fields { via_field[u as usize] } else { NO_FIELD })
+        }
+    };
+    Ok(merge_paths(a, t, step, opts))
+}
+
+/// The dominator chains of a type's instances — from the top of the dominator tree down to each instance
+/// — merged by the types along them: what holds the instances exclusively. A chain's root is the
+/// preferred root of its top object when a root holds it directly, else "[several roots]".
+pub fn dominator_paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<PathsView, String> {
+    let s = a.snapshot;
+    let t = find_type(s, type_name)?;
+    let roots = preferred_roots(s);
+    let step = |u: ObjId| -> Step {
+        match a.idom(u) {
+            UNREACHED => Step::None,
+            VIRTUAL_ROOT => Step::Root(roots.get(&u).map(|&i| {
+                let r = &s.roots()[i];
+                (r.kind, r.name)
+            })),
+            d => Step::From(d, NO_FIELD),
+        }
+    };
+    Ok(merge_paths(a, t, step, opts))
+}
+
+/// One step up from an object: to the object it hangs from (with the field), to a root (`None`: several
+/// roots), or nowhere (unreachable).
+enum Step {
+    From(ObjId, u32),
+    Root(Option<(RootKind, u32)>),
+    None,
+}
+
+/// The name a chain shows when several roots hold its top object.
+pub const SEVERAL_ROOTS: &str = "[several roots]";
+
+/// Walks up from every instance of type `t` by `step`, merging the walks by root, types and fields in a
+/// trie (each object is walked once: its trie node is memoised), and counts the instances per path.
+fn merge_paths(a: &Analysis, t: u32, step: impl Fn(ObjId) -> Step, opts: &PathsOptions) -> PathsView {
+    let s = a.snapshot;
+    let n = s.object_count();
     // Paths as a trie: node = (parent node or root label, type, field).
     #[derive(Clone, Copy, PartialEq, Eq, Hash)]
     enum Up {
-        Root(RootKind, u32),
+        Root(Option<(RootKind, u32)>),
         Node(u32),
     }
     let mut trie: Vec<(Up, u32, u32)> = Vec::new();
     let mut depth: Vec<u32> = Vec::new();
+    let mut trie_root: Vec<Option<(RootKind, u32)>> = Vec::new();
     let mut trie_index: FxHashMap<(Up, u32, u32), u32> = FxHashMap::default();
     let mut memo: Vec<u32> = vec![u32::MAX; n];
     let mut counts: FxHashMap<u32, u64> = FxHashMap::default();
     let mut instances = 0u64;
     let mut unreachable = 0u64;
     let mut chain: Vec<(ObjId, u32)> = Vec::new(); // (object, field of its incoming reference)
-    let owner = |e: u32| -> ObjId { (s.edge_start.partition_point(|&st| st <= e) - 1) as ObjId };
     for v in 0..n as u32 {
         if s.type_of(v) != t {
             continue;
         }
         instances += 1;
-        if via[v as usize] == VIA_NONE || a.idom(v) == UNREACHED {
+        if a.idom(v) == UNREACHED {
             unreachable += 1;
             continue;
         }
@@ -375,15 +438,21 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
             if memo[u as usize] != u32::MAX {
                 break Up::Node(memo[u as usize]);
             }
-            let e = via[u as usize];
-            if e == VIA_ROOT {
-                let r = &s.roots()[roots[&u]];
-                chain.push((u, NO_FIELD));
-                break Up::Root(r.kind, r.name);
+            match step(u) {
+                Step::Root(r) => {
+                    chain.push((u, NO_FIELD));
+                    break Up::Root(r);
+                }
+                Step::From(from, field) => {
+                    chain.push((u, field));
+                    u = from;
+                }
+                // Reachable objects always lead to a root; stop safely if not.
+                Step::None => {
+                    chain.push((u, NO_FIELD));
+                    break Up::Root(None);
+                }
             }
-            let field = s.edge_field.get(e as usize).copied().unwrap_or(NO_FIELD);
-            chain.push((u, field));
-            u = owner(e);
         };
         while let Some((o, field)) = chain.pop() {
             let key = (up, s.type_of(o), field);
@@ -391,10 +460,12 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                 Some(&id) => id,
                 None => {
                     let id = trie.len() as u32;
-                    depth.push(match up {
-                        Up::Node(p) => depth[p as usize] + 1,
-                        Up::Root(..) => 1,
-                    });
+                    let (d, r) = match up {
+                        Up::Node(p) => (depth[p as usize] + 1, trie_root[p as usize]),
+                        Up::Root(r) => (1, r),
+                    };
+                    depth.push(d);
+                    trie_root.push(r);
                     trie.push(key);
                     trie_index.insert(key, id);
                     id
@@ -409,12 +480,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
     }
 
     // Most instances first, then shorter paths; the trie's numbering (object order) breaks ties.
-    let root_of = |mut id: u32| loop {
-        match trie[id as usize].0 {
-            Up::Node(p) => id = p,
-            Up::Root(k, name) => break (k, name),
-        }
-    };
+    let root_of = |id: u32| trie_root[id as usize];
     let mut order: Vec<(u32, u64)> = counts.into_iter().collect();
     order.sort_by(|x, y| {
         y.1.cmp(&x.1)
@@ -435,7 +501,7 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
         .map(|(id, count)| {
             let mut nodes = Vec::new();
             let mut cur = Up::Node(id);
-            let (kind, name) = loop {
+            let root = loop {
                 match cur {
                     Up::Node(i) => {
                         let (up, ty, field) = trie[i as usize];
@@ -445,14 +511,18 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
                         });
                         cur = up;
                     }
-                    Up::Root(k, name) => break (k, name),
+                    Up::Root(r) => break r,
                 }
             };
             nodes.reverse();
-            PathRow { count, root_kind: kind, root_name: s.root_names[name as usize].clone(), nodes }
+            let (root_kind, root_name) = match root {
+                Some((k, name)) => (k, s.root_names[name as usize].clone()),
+                None => (RootKind::Other, SEVERAL_ROOTS.to_string()),
+            };
+            PathRow { count, root_kind, root_name, nodes }
         })
         .collect();
-    Ok(PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more })
+    PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more }
 }
 
 fn kind_rank(k: RootKind) -> u8 {

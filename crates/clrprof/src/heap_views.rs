@@ -60,7 +60,7 @@ pub fn load_snapshots(path: &Path, read: &crate::load::ReadOptions) -> Result<Ve
 fn pick<'a>(snaps: &'a [Snapshot], k: Option<usize>, source: &str) -> Result<(&'a Snapshot, Which)> {
     if snaps.is_empty() {
         bail!(
-            "{source} holds no heap snapshot: take one with `clrprof heap PID`, `record --heap-snapshot-at TIME` or `record --heap-snapshot-on-exit`"
+            "{source} holds no heap snapshot: take one with `clrprof heap PID` or `record --heap-snapshot-at TIME`"
         );
     }
     let index = k.unwrap_or(snaps.len());

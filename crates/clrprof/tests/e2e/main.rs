@@ -21,6 +21,7 @@ mod export_pprof;
 mod export_timelines;
 mod golden;
 mod heap_capture;
+mod heap_views;
 mod instrument;
 mod lifecycle;
 mod pyroscope;
