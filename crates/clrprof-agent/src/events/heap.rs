@@ -109,7 +109,7 @@ pub(crate) fn parse_time(v: &str) -> Option<u64> {
         (v, 1e9)
     };
     let x: f64 = num.trim().parse().ok()?;
-    (x.is_finite() && x >= 0.0 && x * scale < 1e18).then(|| (x * scale) as u64)
+    (x.is_finite() && x >= 0.0 && x * scale < 1e18).then_some((x * scale) as u64)
 }
 
 impl HeapConfig {
