@@ -18,6 +18,7 @@ pub fn heap(
     agent: Option<PathBuf>,
     log: Option<PathBuf>,
     timeout: Duration,
+    max_memory_mb: Option<u64>,
 ) -> Result<()> {
     let output = match output {
         Some(p) => p,
@@ -30,6 +31,8 @@ pub fn heap(
             PathBuf::from(format!("{}-{pid}-{secs}.heap.clrprof", if name.is_empty() { "process" } else { &name }))
         }
     };
+    let mut recording = HeapOptions::snapshot_only();
+    recording.heap.buffer_mb = max_memory_mb;
     let opts = AttachOptions {
         pid,
         // The snapshot is taken before the agent reports the session started: end it at once.
@@ -37,7 +40,7 @@ pub fn heap(
         output: Some(output.clone()),
         agent,
         log,
-        recording: HeapOptions::snapshot_only(),
+        recording,
         timeout,
         server: None,
         token: None,
