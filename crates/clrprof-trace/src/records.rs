@@ -176,7 +176,7 @@ records! {
 
     // Tag ranges: 1–29 process, loads, JIT and threads (this list); 30–49 instrumentation
     // (enter/leave hooks); 50–69 sampling; 70–99 runtime events (exceptions, GC, allocations,
-    // contention, event log, counters); 100–119 heap snapshots.
+    // contention, event log, counters); 100–109 heap snapshots.
     10 AppDomainCreated { ts: u64, id: u64, name: String }
     11 AppDomainUnloaded { ts: u64, id: u64 }
     12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
@@ -513,7 +513,7 @@ records! {
     /// collection's start and end by index, nested ones included.
     91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
 
-    // 100–119: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
+    // 100–109: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
     // runtime reports in one induced full blocking collection (its GC heap-dump events), packed
     // as `crate::heap` describes. Every record names its snapshot (numbered from 1 in a trace).
     /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`).
