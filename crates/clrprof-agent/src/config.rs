@@ -70,6 +70,9 @@ pub(crate) struct Config {
     /// every module (it switches the runtime's own metadata access for those modules to a slower,
     /// locked form; see `metadata.rs`). Modules without an image use the importer either way.
     pub(crate) metadata_importer: bool,
+    /// Heap snapshots: `CLRPROF_HEAP_SNAPSHOT`, `CLRPROF_HEAP_SNAPSHOT_AT`,
+    /// `CLRPROF_HEAP_BUFFER_MB` (see `events::heap`).
+    pub(crate) heap: crate::events::heap::HeapConfig,
 }
 
 /// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
@@ -129,6 +132,7 @@ impl Default for Config {
             process: Vec::new(),
             cache_dir: None,
             metadata_importer: false,
+            heap: Default::default(),
         }
     }
 }
@@ -285,6 +289,7 @@ impl Config {
                 }),
             }
         }
+        c.heap = crate::events::heap::HeapConfig::from_lookup(&get, &mut more);
         problems.extend(more);
         (c, problems)
     }
@@ -357,6 +362,7 @@ impl Config {
         if !self.process.is_empty() {
             m.insert("process", self.process.join(";"));
         }
+        self.heap.describe(&mut m);
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());

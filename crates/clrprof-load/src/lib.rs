@@ -9,12 +9,14 @@
 //! - [`source`]: [`Loader`], a source read into a profile builder, incrementally or in one go;
 //! - [`import`]: the readers of other tools' formats, and [`import::sniff`], which tells them apart;
 //! - [`store`]: runs of a collector's store as sources;
-//! - [`follow`]: a run of a store read as it grows.
+//! - [`follow`]: a run of a store read as it grows;
+//! - [`heap`]: the heap snapshots of a trace, as `clrprof-heap` graphs.
 //!
 //! Nothing here prints: warnings and errors come back to the caller.
 #![forbid(unsafe_code)]
 
 pub mod follow;
+pub mod heap;
 pub mod import;
 pub mod input;
 pub mod source;

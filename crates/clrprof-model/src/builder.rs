@@ -303,6 +303,15 @@ impl ProfileBuilder {
                 }
                 self.samples.add(r)
             }
+            // Heap snapshots are an object graph, not part of the profile: `clrprof_load::heap`.
+            R::HeapSnapshotStart(_)
+            | R::HeapTypes(_)
+            | R::HeapNodes(_)
+            | R::HeapEdges(_)
+            | R::HeapRoots(_)
+            | R::HeapStaticRoots(_)
+            | R::HeapDependentEdges(_)
+            | R::HeapSnapshotEnd(_) => {}
             R::Unknown { tag, .. } => *self.unknown.entry(*tag).or_default() += 1,
         }
     }

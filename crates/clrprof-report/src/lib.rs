@@ -48,6 +48,12 @@ pub enum View {
     Modules,
     Lines,
     Source,
+    /// Heap snapshot: per type count, shallow and retained size (rendered by the CLI from `clrprof-heap`).
+    Types,
+    /// Heap snapshot: the dominator tree with retained sizes.
+    Dominators,
+    /// Heap snapshot: shortest paths from roots to a type's instances.
+    Paths,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -59,7 +65,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 16] = [
+pub const VIEWS: [ViewInfo; 18] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -135,6 +141,21 @@ pub const VIEWS: [ViewInfo; 16] = [
         view: View::Source,
         name: "source",
         help: "One method's source (--function NAME) with each line's self and total beside it, like perf annotate",
+    },
+    ViewInfo {
+        view: View::Types,
+        name: "types",
+        help: "Heap snapshot: per type the live instances, their shallow size and the bytes they retain (--sort)",
+    },
+    ViewInfo {
+        view: View::Dominators,
+        name: "dominators",
+        help: "Heap snapshot: the dominator tree with retained sizes, instances of one type merged (--depth, --min-percent)",
+    },
+    ViewInfo {
+        view: View::Paths,
+        name: "paths",
+        help: "Heap snapshot: shortest paths from roots to the instances of --type NAME, with roots and fields",
     },
 ];
 
@@ -276,6 +297,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Modules => modules::render(p, opts)?,
         View::Lines => lines::render(p, opts)?,
         View::Source => source::render(p, opts)?,
+        View::Types | View::Dominators | View::Paths => {
+            return Err(ReportError::Unsupported(
+                "the heap views are made from a trace's heap snapshots, not from its profile".into(),
+            ))
+        }
     })
 }
 

@@ -14,6 +14,7 @@
 
 mod codec;
 mod crc32;
+pub mod heap;
 mod records;
 mod stream;
 pub mod wire;

@@ -176,7 +176,7 @@ records! {
 
     // Tag ranges: 1–29 process, loads, JIT and threads (this list); 30–49 instrumentation
     // (enter/leave hooks); 50–69 sampling; 70–99 runtime events (exceptions, GC, allocations,
-    // contention, event log, counters).
+    // contention, event log, counters); 100–109 heap snapshots.
     10 AppDomainCreated { ts: u64, id: u64, name: String }
     11 AppDomainUnloaded { ts: u64, id: u64 }
     12 AssemblyLoaded { ts: u64, id: u64, appdomain: u64, module: u64, name: String, load_ns: u64 }
@@ -519,6 +519,61 @@ records! {
     /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
     /// collection's start and end by index, nested ones included.
     91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
+
+    // 100–109: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
+    // runtime reports in one induced full blocking collection (its GC heap-dump events), packed
+    // as `crate::heap` describes. Every record names its snapshot (numbered from 1 in a trace).
+    /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`).
+    100 HeapSnapshotStart { ts: u64, snapshot: u32, trigger: u8 }
+    /// Type names of the snapshot (`GCBulkType`): the runtime's type id (its MethodTable) and
+    /// name, and the type ids of its generic arguments or array element (`params`, `param_counts`
+    /// per type, flattened).
+    101 HeapTypes { snapshot: u32, ids: Vec<u64>, names: Vec<String>, param_counts: Vec<u32>, params: Vec<u64> }
+    /// One `GCBulkNode` event: `count` objects (address, size, type id, number of references),
+    /// `seq` the event's index in the dump (from 0, no gaps when nothing was lost).
+    102 HeapNodes { snapshot: u32, seq: u32, count: u32, packed: Vec<u8> }
+    /// One `GCBulkEdge` event: `count` references, in the order of the nodes' reference counts.
+    103 HeapEdges { snapshot: u32, seq: u32, count: u32, packed: Vec<u8> }
+    /// One `GCBulkRootEdge` event: `count` roots (object, kind, flags, root id).
+    104 HeapRoots { snapshot: u32, seq: u32, count: u32, packed: Vec<u8> }
+    /// One `GCBulkRootStaticVar` event: static fields holding objects (the field's slot address,
+    /// the object, the object's type id, flags — 1 thread-static — and the field's name).
+    105 HeapStaticRoots {
+        snapshot: u32,
+        seq: u32,
+        slots: Vec<u64>,
+        objects: Vec<u64>,
+        types: Vec<u64>,
+        flags: Vec<u32>,
+        names: Vec<String>,
+    }
+    /// One `GCBulkRootConditionalWeakTableElementEdge` event: dependent handles (a key keeps its
+    /// value alive), `count` (key, value) pairs.
+    106 HeapDependentEdges { snapshot: u32, seq: u32, count: u32, packed: Vec<u8> }
+    /// The snapshot ended. `complete` is false when anything was lost or cut: events dropped at
+    /// the agent's buffer limit (`dropped_events`, `dropped_bytes`), an event whose payload did
+    /// not parse (`bad_events`), or a dump the runtime did not finish; `problem` says which in
+    /// words. Counts are what the agent wrote; `pause_ns` is how long the induced collection and
+    /// its walk held the process (the session start's duration, on the thread that asked).
+    107 HeapSnapshotEnd {
+        ts: u64,
+        snapshot: u32,
+        complete: bool,
+        nodes: u64,
+        edges: u64,
+        roots: u64,
+        bytes: u64,
+        dropped_events: u64,
+        dropped_bytes: u64,
+        bad_events: u64,
+        pause_ns: u64,
+        problem: String,
+        /// Events of each kind written: nodes, edges, roots, statics, dependent edges, types.
+        events: Vec<u32>,
+        /// Of `pause_ns`, the time the agent spent taking the events (parsing and packing them on
+        /// the GC's thread).
+        agent_ns: u64,
+    }
 }
 
 impl AllocationSamples {
@@ -703,7 +758,7 @@ impl ExceptionCounts {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -711,7 +766,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*at)?;

@@ -5,7 +5,7 @@ import { api, el, put, time, namespaceOf, fmt } from './util.js';
 import * as views from './views.js';
 
 const DEFAULTS = { view: 'hotspots', w: '', threads: 'merged', inv: '0', t: [], sel: '', path: [], q: '', re: '0',
-  from: '', to: '', zoom: '0', dzoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '' };
+  from: '', to: '', zoom: '0', dzoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '', snap: '', htype: '', hsort: '' };
 
 const $ = (id) => document.getElementById(id);
 let meta = null;
@@ -91,6 +91,7 @@ function renderHeader() {
   for (const b of document.querySelectorAll('#tabs button')) {
     b.classList.toggle('active', b.dataset.tab === state.view);
     if (b.dataset.tab === 'diff') b.hidden = !meta.baseline;
+    if (b.dataset.tab === 'heap') b.hidden = !meta.heap_snapshots;
   }
 }
 
@@ -342,6 +343,8 @@ async function start() {
   showTitle();
   put($('messages'), meta.messages.map((m) => el('div', {}, m)));
   state = readHash();
+  // A trace of heap snapshots only (`clrprof heap PID`) opens on its Heap tab.
+  if (meta.heap_snapshots && !new URLSearchParams(location.hash.slice(1)).has('view') && !meta.weights.length) state.view = 'heap';
   $('weight').addEventListener('change', (e) => setState({ w: e.target.value, zoom: '0' }));
   $('threads').addEventListener('change', (e) => setState({ threads: e.target.value, zoom: '0' }));
   $('inverted').addEventListener('change', (e) => setState({ inv: e.target.checked ? '1' : '0', zoom: '0' }));

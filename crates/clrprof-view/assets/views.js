@@ -2,6 +2,8 @@
 // main) and renders into ctx.main from the server's answers. Names are always set as text.
 import { api, el, put, fmt, pct, colour, namespaceOf } from './util.js';
 
+export { heap } from './heap.js';
+
 const PAGE = 100;
 
 function numCell(v, unit) {

@@ -627,12 +627,20 @@ pub struct Session {
     loaded: OnceLock<Loaded>,
     progress: Mutex<String>,
     store: Option<StoreSession>,
+    /// The trace's heap snapshots (`/api/heap*`), once read.
+    heap: OnceLock<crate::heap::HeapSnapshots>,
 }
 
 impl Session {
     /// A session whose trace is still being read ([`Session::finish`] completes it).
     pub fn loading(trace_name: String) -> Session {
-        Session { trace_name, loaded: OnceLock::new(), progress: Mutex::new("starting".into()), store: None }
+        Session {
+            trace_name,
+            loaded: OnceLock::new(),
+            progress: Mutex::new("starting".into()),
+            store: None,
+            heap: OnceLock::new(),
+        }
     }
 
     /// A session over a run store: `/api/runs` lists its runs, every other API takes `run=ID`.
@@ -642,6 +650,7 @@ impl Session {
             loaded: OnceLock::new(),
             progress: Mutex::new(String::new()),
             store: Some(StoreSession { name: store_name, catalog, open: Mutex::new(HashMap::new()) }),
+            heap: OnceLock::new(),
         }
     }
 
@@ -667,8 +676,20 @@ impl Session {
         let _ = self.loaded.set(Loaded::new(self.trace_name.clone(), source, baseline));
     }
 
+    /// The trace's heap snapshots: the heap views answer from them (set before [`Session::finish`]).
+    pub fn set_heap(&self, heap: crate::heap::HeapSnapshots) {
+        let _ = self.heap.set(heap);
+    }
+
     /// Answers `GET /api/<what>?params`.
     pub fn handle(&self, what: &str, q: &Params) -> ApiResult {
+        if what.starts_with("heap") && self.store.is_none() {
+            return match self.heap.get() {
+                Some(h) => h.handle(what, q),
+                None if self.loaded.get().is_some() => Ok(json!({ "snapshots": [] })),
+                None => Err(ApiError { status: 503, message: format!("loading {}", self.trace_name) }),
+            };
+        }
         if let Some(s) = &self.store {
             return s.handle(what, q);
         }
@@ -680,6 +701,12 @@ impl Session {
             return Err(bad("not a store: `status` needs `clrprof view --store S`"));
         }
         match self.loaded.get() {
+            Some(l) if what == "meta" => {
+                // The page shows its Heap tab when the trace holds snapshots.
+                let mut m = l.handle(what, q)?;
+                m["heap_snapshots"] = json!(self.heap.get().map_or(0, |h| h.len()));
+                Ok(m)
+            }
             Some(l) => l.handle(what, q),
             None => Err(ApiError {
                 status: 503,

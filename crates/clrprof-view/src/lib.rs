@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod diff;
+pub mod heap;
 pub mod request;
 pub mod server;
 mod source_panel;

@@ -19,6 +19,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("app.js", "text/javascript; charset=utf-8", include_str!("../assets/app.js")),
     ("views.js", "text/javascript; charset=utf-8", include_str!("../assets/views.js")),
     ("util.js", "text/javascript; charset=utf-8", include_str!("../assets/util.js")),
+    ("heap.js", "text/javascript; charset=utf-8", include_str!("../assets/heap.js")),
     ("style.css", "text/css; charset=utf-8", include_str!("../assets/style.css")),
 ];
 

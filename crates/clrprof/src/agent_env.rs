@@ -18,6 +18,40 @@ pub struct Recording {
     pub type_loads: bool,
     /// Runtime events: exceptions, GC, allocations, locks, the event log.
     pub events: EventOptions,
+    /// Heap snapshots (`CLRPROF_HEAP_*`).
+    pub heap: HeapOptions,
+}
+
+/// When the agent takes heap snapshots.
+#[derive(Clone, Debug, Default)]
+pub struct HeapOptions {
+    /// One as soon as an attach session starts (`clrprof heap`).
+    pub on_attach: bool,
+    /// At these times after the process started, in nanoseconds (`--heap-snapshot-at`).
+    pub at_ns: Vec<u64>,
+    /// Memory the agent may hold for one snapshot, in MiB (`CLRPROF_HEAP_BUFFER_MB`); `None`: its default.
+    pub buffer_mb: Option<u64>,
+}
+
+impl HeapOptions {
+    /// Only what `clrprof heap` needs: no sampling, no runtime events, one snapshot at attach.
+    pub fn snapshot_only() -> Recording {
+        Recording {
+            classes: false,
+            sampling: false,
+            sample_rate: 100,
+            type_loads: false,
+            events: EventOptions {
+                exceptions: false,
+                exact_exceptions: false,
+                gc: false,
+                alloc: "off",
+                log: false,
+                locks: false,
+            },
+            heap: HeapOptions { on_attach: true, ..HeapOptions::default() },
+        }
+    }
 }
 
 impl Default for Recording {
@@ -28,6 +62,7 @@ impl Default for Recording {
             sample_rate: 100,
             type_loads: false,
             events: EventOptions::default(),
+            heap: HeapOptions::default(),
         }
     }
 }
@@ -129,7 +164,23 @@ impl AgentEnv {
             .set("CLRPROF_ALLOC", e.alloc)
             .set("CLRPROF_LOCKS", b(e.locks))
             .set("CLRPROF_EVENTS", b(e.log))
-            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)))
+            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)));
+        self.heap(&r.heap)
+    }
+
+    /// Heap snapshots: set only when asked for.
+    fn heap(&mut self, h: &HeapOptions) -> &mut Self {
+        if h.on_attach {
+            self.set("CLRPROF_HEAP_SNAPSHOT", "1");
+        }
+        if !h.at_ns.is_empty() {
+            let at: Vec<String> = h.at_ns.iter().map(|n| format!("{}ms", n / 1_000_000)).collect();
+            self.set("CLRPROF_HEAP_SNAPSHOT_AT", at.join(","));
+        }
+        if let Some(mb) = h.buffer_mb {
+            self.set("CLRPROF_HEAP_BUFFER_MB", mb.to_string());
+        }
+        self
     }
 
     /// Enter/leave instrumentation (`record` only: the runtime allows the hooks at start-up only).

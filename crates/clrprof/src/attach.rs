@@ -341,20 +341,30 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
     let mut line = String::new();
     reader.read_line(&mut line).context("reading from the agent")?;
     let trace = line.trim().strip_prefix("started ").map(PathBuf::from).unwrap_or(output.clone());
-    eprintln!(
-        "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
-        t.pid,
-        t.name,
-        loaded.as_millis(),
-        match &opts.server {
-            Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
-            None => trace.display().to_string(),
-        },
-        match opts.duration {
-            Some(d) => format!(" for {} s", d.as_secs_f64()),
-            None => "; Ctrl-C to stop".into(),
-        }
-    );
+    if opts.recording.heap.on_attach && opts.duration == Some(Duration::ZERO) {
+        eprintln!(
+            "clrprof: attached to process {} ({}) in {} ms and took a heap snapshot into {}",
+            t.pid,
+            t.name,
+            loaded.as_millis(),
+            trace.display()
+        );
+    } else {
+        eprintln!(
+            "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
+            t.pid,
+            t.name,
+            loaded.as_millis(),
+            match &opts.server {
+                Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
+                None => trace.display().to_string(),
+            },
+            match opts.duration {
+                Some(d) => format!(" for {} s", d.as_secs_f64()),
+                None => "; Ctrl-C to stop".into(),
+            }
+        );
+    }
 
     // Wait for the duration, Ctrl-C, or the process ending (the agent closes the connection).
     conn.set_read_timeout(Some(Duration::from_millis(100)))?;

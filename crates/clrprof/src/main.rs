@@ -6,6 +6,8 @@ mod cli;
 mod collect;
 mod diff;
 mod export;
+mod heap;
+mod heap_views;
 mod ipc;
 mod load;
 mod record;

@@ -32,3 +32,15 @@ pub fn report(c: &ReportCommand) -> Result<()> {
     }
     Ok(())
 }
+
+/// Writes a command's text to `output`, or to standard output when `None` (a closed pipe is no error).
+pub fn write_output(output: Option<&std::path::Path>, text: &str) -> Result<()> {
+    match output {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+        }
+    }
+    Ok(())
+}

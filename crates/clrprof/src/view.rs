@@ -162,6 +162,15 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
             return Err(e);
         }
     };
+    // The heap snapshots (if any) are read before the session answers, so the page's first `meta`
+    // knows whether to offer its Heap tab.
+    let read = crate::load::ReadOptions { store: cmd.store.clone(), ..Default::default() };
+    match crate::heap_views::load_snapshots(trace_path, &read) {
+        Ok(snaps) if !snaps.is_empty() => {
+            session.set_heap(clrprof_view::heap::HeapSnapshots::new(trace_path.display().to_string(), snaps))
+        }
+        _ => {}
+    }
     session.finish(Box::new(source), baseline);
     let _ = signals.forever().next();
     viewer.stop();

@@ -328,6 +328,7 @@ pub(crate) struct Recorder<'a> {
     pub(crate) alloc_samples: &'a PendingSamples,
     pub(crate) contention: &'a Contention,
     pub(crate) limiter: &'a Limiter,
+    pub(crate) heap: &'a super::heap::HeapState,
 }
 
 /// What the agent knows of a type seen in allocation samples.
@@ -439,6 +440,9 @@ pub(crate) fn delivered(
     data: &[u8],
     ips: &[usize],
 ) -> CallbackResult {
+    if super::heap::delivered(ev.heap, event_id, data) {
+        return Ok(());
+    }
     if let Some(message) = failfast_message(event_id, version, data) {
         process_dying(s, sampler, &message);
         return Ok(());

@@ -11,6 +11,7 @@ pub(crate) mod eventpipe;
 pub(crate) mod exc_counts;
 pub(crate) mod exceptions;
 pub(crate) mod gc;
+pub(crate) mod heap;
 pub(crate) mod stack;
 
 use clrprof_sys::{high, monitor};
@@ -35,6 +36,8 @@ pub(crate) struct Events {
     pub(crate) alloc_samples: alloc::PendingSamples,
     /// Caught exceptions counted in the agent (under the storm rate limit, the default).
     pub(crate) exception_counts: exc_counts::ExceptionCountsState,
+    /// Heap snapshots (their own EventPipe session; see `heap`).
+    pub(crate) heap: heap::HeapState,
 }
 
 /// Event-mask bits (low, high) the configuration needs.
@@ -89,6 +92,7 @@ impl Events {
             alloc_samples: &self.alloc_samples,
             contention: &self.contention,
             limiter: &self.limiter,
+            heap: &self.heap,
         }
     }
 

@@ -147,7 +147,7 @@ impl Profiler {
 
     /// The control thread: runs the session until `stop` or until the CLI goes away, ends it,
     /// then asks the runtime to detach the agent.
-    fn control(&self, path: Option<String>) {
+    fn control(&'static self, path: Option<String>) {
         let stream = path.as_deref().and_then(|p| match UnixStream::connect(p) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -155,6 +155,20 @@ impl Profiler {
                 None
             }
         });
+        if let Some(s) = self.state() {
+            if s.config.heap.on_attach {
+                // `clrprof heap`: the snapshot is taken before the session says it started, so
+                // the CLI's `stop` comes after it.
+                let st: &'static super::State = s;
+                let wait = Duration::from_secs(3600);
+                let _ = crate::events::heap::take_on_own_thread(
+                    &st.cx,
+                    &st.events.heap,
+                    crate::events::heap::trigger::ATTACH,
+                    wait,
+                );
+            }
+        }
         if let Some(mut st) = stream.as_ref().and_then(|s| s.try_clone().ok()) {
             let trace = self.state().map(|s| s.trace_path.clone()).unwrap_or_default();
             let _ = writeln!(st, "started {trace}");

@@ -296,6 +296,7 @@ impl Profiler {
             if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
                 s.eventpipe_session.store(id, Ordering::Release);
             }
+            crate::events::heap::schedule(&st.cx, &st.events.heap);
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())

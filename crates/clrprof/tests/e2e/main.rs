@@ -20,6 +20,8 @@ mod exact_under_load;
 mod export_pprof;
 mod export_timelines;
 mod golden;
+mod heap_capture;
+mod heap_views;
 mod instrument;
 mod lifecycle;
 mod lines_resolve;
