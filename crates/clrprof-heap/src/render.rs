@@ -269,20 +269,37 @@ pub fn dominators_json(a: &Analysis, tree: &DomTree, w: &Which) -> Value {
     })
 }
 
-/// One path as text: `static Ns.C.F → List<T>._items → T[] → T`.
+/// One path as text: `static Ns.C.F → List<T>._items → T[] → T`; a run of consecutive objects of one type
+/// (a linked list) is written once with its length: `Node ×997`.
 pub fn path_line(p: &PathRow) -> String {
     let mut out = if p.root_name.is_empty() {
         p.root_kind.as_str().to_string()
     } else {
         format!("{} {}", p.root_kind.as_str(), p.root_name)
     };
-    for (i, n) in p.nodes.iter().enumerate() {
+    // Each node with the field its successor is referenced through.
+    let steps: Vec<(&str, Option<&str>)> = p
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.type_name.as_str(), p.nodes.get(i + 1).and_then(|next| next.field.as_deref())))
+        .collect();
+    let mut i = 0;
+    while i < steps.len() {
+        let mut run = 1;
+        while i + run < steps.len() && steps[i + run] == steps[i] {
+            run += 1;
+        }
         out.push_str(" → ");
-        out.push_str(&n.type_name);
-        if let Some(f) = p.nodes.get(i + 1).and_then(|next| next.field.as_deref()) {
+        out.push_str(steps[i].0);
+        if let Some(f) = steps[i].1 {
             out.push('.');
             out.push_str(f);
         }
+        if run > 1 {
+            out.push_str(&format!(" ×{}", grouped(run as u64)));
+        }
+        i += run;
     }
     out
 }

@@ -372,3 +372,22 @@ fn incomplete_snapshots_say_their_figures_are_lower_bounds() {
     assert_eq!(json["snapshot"]["lower_bound"], true);
     assert_eq!(json["snapshot"]["dropped_events"], 3);
 }
+
+#[test]
+fn a_path_through_a_list_writes_the_run_once_with_its_length() {
+    let node = |t: &str, f: Option<&str>| crate::views::PathNode { type_name: t.into(), field: f.map(String::from) };
+    let p = crate::views::PathRow {
+        count: 1,
+        root_kind: RootKind::StaticField,
+        root_name: "Cells".into(),
+        nodes: vec![
+            node("Cell[]", None),
+            node("Cell", None),
+            node("Cell", Some("Next")),
+            node("Cell", Some("Next")),
+            node("Cell", Some("Next")),
+            node("String", None),
+        ],
+    };
+    assert_eq!(crate::render::path_line(&p), "static Cells → Cell[] → Cell.Next ×3 → Cell → String");
+}

@@ -13,13 +13,18 @@ function rootLabel(root) {
   return root.name ? `${root.kind} ${root.name}` : root.kind;
 }
 
-/** One merged path: root → Type.field → Type → … → the instance's type. */
+/** One merged path: root → Type.field → Type → … → the instance's type; a run of one type (a linked
+ * list) is shown once with its length (×N). */
 function pathRow(ctx, p) {
   const parts = [el('span', { class: 'heap-root' }, rootLabel(p.root))];
-  p.nodes.forEach((n, i) => {
-    const next = p.nodes[i + 1];
-    parts.push(' → ', typeLink(ctx, n.type), next && next.field ? el('span', { class: 'heap-field' }, `.${next.field}`) : null);
-  });
+  const steps = p.nodes.map((n, i) => ({ type: n.type, field: p.nodes[i + 1] ? p.nodes[i + 1].field : null }));
+  for (let i = 0; i < steps.length;) {
+    let run = 1;
+    while (i + run < steps.length && steps[i + run].type === steps[i].type && steps[i + run].field === steps[i].field) run++;
+    parts.push(' → ', typeLink(ctx, steps[i].type), steps[i].field ? el('span', { class: 'heap-field' }, `.${steps[i].field}`) : null,
+      run > 1 ? el('span', { class: 'heap-field' }, ` ×${fmt(run)}`) : null);
+    i += run;
+  }
   return el('tr', {}, el('td', { class: 'num' }, fmt(p.count)), el('td', { class: 'name' }, parts));
 }
 

@@ -59,9 +59,7 @@ pub fn load_snapshots(path: &Path, read: &crate::load::ReadOptions) -> Result<Ve
 /// Picks snapshot `k` (1-based) or the last, with a clear error when there is none.
 fn pick<'a>(snaps: &'a [Snapshot], k: Option<usize>, source: &str) -> Result<(&'a Snapshot, Which)> {
     if snaps.is_empty() {
-        bail!(
-            "{source} holds no heap snapshot: take one with `clrprof heap PID` or `record --heap-snapshot-at TIME`"
-        );
+        bail!("{source} holds no heap snapshot: take one with `clrprof heap PID` or `record --heap-snapshot-at TIME`");
     }
     let index = k.unwrap_or(snaps.len());
     if index == 0 || index > snaps.len() {
