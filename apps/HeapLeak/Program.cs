@@ -75,7 +75,12 @@ public static class Program
         int nextId = 0;
         for (int phase = 1; phase <= phases; phase++)
         {
-            nextId = RunPhase(phase, perPhase, payload, nextId);
+            // Printed here, once the phase's frame is gone: when a test reads the line, no stack
+            // slot of this thread holds a session any more.
+            (nextId, long payloadBytes) = RunPhase(phase, perPhase, payload, nextId);
+            Console.WriteLine(
+                $"phase {phase} sessions={Cache.Sessions.Count} tags={Cache.Sessions.Count} payload_bytes={payloadBytes} garbage_made={garbageMade}");
+            Console.Out.Flush();
             Console.In.ReadLine();
         }
         Console.WriteLine($"done sessions={Cache.Sessions.Count}");
@@ -85,7 +90,7 @@ public static class Program
     // One phase, in a frame of its own: once it returns no stack slot holds a session, so every
     // session is held by the static list only.
     [MethodImpl(MethodImplOptions.NoInlining)]
-    static int RunPhase(int phase, int perPhase, int payload, int nextId)
+    static (int, long) RunPhase(int phase, int perPhase, int payload, int nextId)
     {
         if (phase > 1)
             Cache.Sessions.RemoveRange(0, Cache.Sessions.Count / 10);
@@ -94,10 +99,7 @@ public static class Program
         MakeGarbage(5000);
         long payloadBytes = 0;
         foreach (var s in Cache.Sessions) payloadBytes += s.Payload.Length;
-        Console.WriteLine(
-            $"phase {phase} sessions={Cache.Sessions.Count} tags={Cache.Sessions.Count} payload_bytes={payloadBytes} garbage_made={garbageMade}");
-        Console.Out.Flush();
-        return nextId;
+        return (nextId, payloadBytes);
     }
 
     // Short-lived garbage: chains of Garbage objects dropped as soon as they are built.
@@ -156,8 +158,19 @@ public static class Program
             }
         }) { IsBackground = true };
         ticker.Start();
-        while (Console.In.ReadLine() != null)
+        string? line;
+        while ((line = Console.In.ReadLine()) != null)
         {
+            if (line.Trim() == "gc")
+            {
+                // The floor of a snapshot's pause: a plain full blocking collection of the same heap.
+                long t0 = sw.ElapsedTicks;
+                GC.Collect(2, GCCollectionMode.Forced, blocking: true, compacting: false);
+                Console.WriteLine($"gc ms={(sw.ElapsedTicks - t0) * 1000.0 / Stopwatch.Frequency:F1}");
+                Console.Out.Flush();
+                Interlocked.Exchange(ref maxGapTicks, 0);
+                continue;
+            }
             long gap = Interlocked.Exchange(ref maxGapTicks, 0);
             Console.WriteLine($"pause max_ms={gap * 1000.0 / Stopwatch.Frequency:F1}");
             Console.Out.Flush();

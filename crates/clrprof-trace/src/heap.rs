@@ -77,6 +77,11 @@ pub struct NodePacker {
 }
 
 impl NodePacker {
+    /// A packer with room for about `n` nodes (no reallocation while packing one event).
+    pub fn with_capacity(n: usize) -> NodePacker {
+        NodePacker { packed: Vec::with_capacity(n * 12), ..NodePacker::default() }
+    }
+
     pub fn push(&mut self, n: &HeapNode) {
         put_delta(&mut self.packed, &mut self.addr, n.addr);
         put_varint(&mut self.packed, n.size);
@@ -95,6 +100,11 @@ pub struct EdgePacker {
 }
 
 impl EdgePacker {
+    /// A packer with room for about `n` references.
+    pub fn with_capacity(n: usize) -> EdgePacker {
+        EdgePacker { packed: Vec::with_capacity(n * 5), ..EdgePacker::default() }
+    }
+
     pub fn push(&mut self, target: u64) {
         put_delta(&mut self.packed, &mut self.prev, target);
         self.count += 1;

@@ -563,6 +563,9 @@ records! {
         problem: String,
         /// Events of each kind written: nodes, edges, roots, statics, dependent edges, types.
         events: Vec<u32>,
+        /// Of `pause_ns`, the time the agent spent taking the events (parsing and packing them on
+        /// the GC's thread).
+        agent_ns: u64,
     }
 }
 

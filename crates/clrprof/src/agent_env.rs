@@ -29,6 +29,8 @@ pub struct HeapOptions {
     pub on_attach: bool,
     /// At these times after the process started, in nanoseconds (`--heap-snapshot-at`).
     pub at_ns: Vec<u64>,
+    /// Memory the agent may hold for one snapshot, in MiB (`CLRPROF_HEAP_BUFFER_MB`); `None`: its default.
+    pub buffer_mb: Option<u64>,
 }
 
 impl HeapOptions {
@@ -174,6 +176,9 @@ impl AgentEnv {
         if !h.at_ns.is_empty() {
             let at: Vec<String> = h.at_ns.iter().map(|n| format!("{}ms", n / 1_000_000)).collect();
             self.set("CLRPROF_HEAP_SNAPSHOT_AT", at.join(","));
+        }
+        if let Some(mb) = h.buffer_mb {
+            self.set("CLRPROF_HEAP_BUFFER_MB", mb.to_string());
         }
         self
     }

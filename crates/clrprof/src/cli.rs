@@ -307,6 +307,10 @@ struct HeapArgs {
     /// How long the runtime may take to load the agent, in seconds
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds_arg)]
     timeout: Duration,
+    /// Memory the agent may use in the process for the snapshot, in MiB (about 6 bytes per object;
+    /// beyond it the snapshot is cut and marked incomplete) [default: 4096]
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(16..=65536))]
+    max_memory: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -592,7 +596,7 @@ pub fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Heap(a) => {
-            crate::heap::heap(a.pid, a.output, a.agent.agent, a.agent.log, a.timeout)?;
+            crate::heap::heap(a.pid, a.output, a.agent.agent, a.agent.log, a.timeout, a.max_memory)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Report(a) => {

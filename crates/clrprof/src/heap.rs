@@ -18,6 +18,7 @@ pub fn heap(
     agent: Option<PathBuf>,
     log: Option<PathBuf>,
     timeout: Duration,
+    max_memory_mb: Option<u64>,
 ) -> Result<()> {
     let output = match output {
         Some(p) => p,
@@ -30,6 +31,8 @@ pub fn heap(
             PathBuf::from(format!("{}-{pid}-{secs}.heap.clrprof", if name.is_empty() { "process" } else { &name }))
         }
     };
+    let mut recording = HeapOptions::snapshot_only();
+    recording.heap.buffer_mb = max_memory_mb;
     let opts = AttachOptions {
         pid,
         // The snapshot is taken before the agent reports the session started: end it at once.
@@ -37,7 +40,7 @@ pub fn heap(
         output: Some(output.clone()),
         agent,
         log,
-        recording: HeapOptions::snapshot_only(),
+        recording,
         timeout,
         server: None,
         token: None,
@@ -52,12 +55,13 @@ pub fn heap(
         bail!("process {pid} gave no heap snapshot: {}", s.info.reason);
     }
     eprintln!(
-        "clrprof: heap snapshot: {} objects, {} bytes, {} references, {} roots; the process was paused {:.1} ms",
+        "clrprof: heap snapshot: {} objects, {} bytes, {} references, {} roots; the process was paused {:.1} ms ({:.1} ms of it in the agent)",
         s.object_count(),
         s.total_size(),
         s.edge_count(),
         s.roots().len(),
-        s.info.pause_ns.unwrap_or(0) as f64 / 1e6
+        s.info.pause_ns.unwrap_or(0) as f64 / 1e6,
+        agent_ms(&output)
     );
     if !s.info.complete {
         eprintln!("clrprof: warning: the snapshot is INCOMPLETE ({}): its figures are lower bounds", s.info.reason);
@@ -67,4 +71,22 @@ pub fn heap(
         output.display()
     );
     Ok(())
+}
+
+/// The time the agent spent taking the last snapshot's events, from its end record, in ms.
+fn agent_ms(trace: &std::path::Path) -> f64 {
+    let Ok(mut r) = clrprof_trace::TraceReader::open(clrprof_trace::TraceSource::File(trace.to_path_buf())) else {
+        return 0.0;
+    };
+    let mut ns = 0;
+    while let Ok(n) = r.poll_each(|rec| {
+        if let clrprof_trace::Record::HeapSnapshotEnd(e) = rec {
+            ns = e.agent_ns;
+        }
+    }) {
+        if n == 0 && r.at_end() {
+            break;
+        }
+    }
+    ns as f64 / 1e6
 }

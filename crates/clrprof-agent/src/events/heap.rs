@@ -109,7 +109,7 @@ pub(crate) fn parse_time(v: &str) -> Option<u64> {
         (v, 1e9)
     };
     let x: f64 = num.trim().parse().ok()?;
-    (x.is_finite() && x >= 0.0 && x * scale < 1e18).then(|| (x * scale) as u64)
+    (x.is_finite() && x >= 0.0 && x * scale < 1e18).then_some((x * scale) as u64)
 }
 
 impl HeapConfig {
@@ -201,6 +201,8 @@ struct Capture {
     gaps: u64,
     /// COM wrapper events (none expected on Linux): not kept.
     com_events: u64,
+    /// Time spent in `add` (on the GC's thread).
+    agent_ns: u64,
 }
 
 impl Capture {
@@ -222,6 +224,7 @@ impl Capture {
             bad_events: 0,
             gaps: 0,
             com_events: 0,
+            agent_ns: 0,
         }
     }
 
@@ -272,7 +275,7 @@ impl Capture {
                 }
                 let r: Record = match event_id {
                     EVENT_NODE => {
-                        let mut k = NodePacker::default();
+                        let mut k = NodePacker::with_capacity(count as usize);
                         for _ in 0..count {
                             let n = HeapNode { addr: p.u64()?, size: p.u64()?, type_id: p.u64()?, edges: p.u64()? };
                             self.bytes += n.size;
@@ -285,7 +288,7 @@ impl Capture {
                         HeapNodes { snapshot, seq: index, count, packed: k.packed }.into()
                     }
                     EVENT_EDGE => {
-                        let mut k = EdgePacker::default();
+                        let mut k = EdgePacker::with_capacity(count as usize);
                         for _ in 0..count {
                             k.push(p.u64()?);
                             let _field = p.u32()?;
@@ -435,7 +438,9 @@ pub(crate) fn delivered(st: &HeapState, event_id: u32, data: &[u8]) -> bool {
     }
     if let Ok(mut g) = st.capture.lock() {
         if let Some(c) = g.as_mut() {
+            let t0 = std::time::Instant::now();
             c.add(event_id, data);
+            c.agent_ns += t0.elapsed().as_nanos() as u64;
         }
     }
     true
@@ -451,6 +456,7 @@ pub(crate) struct Summary {
     pub(crate) roots: u64,
     pub(crate) bytes: u64,
     pub(crate) pause_ns: u64,
+    pub(crate) agent_ns: u64,
     pub(crate) problem: String,
 }
 
@@ -458,14 +464,15 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "snapshot {} {} objects={} references={} roots={} bytes={} pause_ms={:.1}",
+            "snapshot {} {} objects={} references={} roots={} bytes={} pause_ms={:.1} agent_ms={:.1}",
             self.snapshot,
             if self.complete { "complete" } else { "incomplete" },
             self.nodes,
             self.edges,
             self.roots,
             self.bytes,
-            self.pause_ns as f64 / 1e6
+            self.pause_ns as f64 / 1e6,
+            self.agent_ns as f64 / 1e6
         )?;
         if !self.problem.is_empty() {
             write!(f, " problem={}", self.problem.replace(['\n', ' '], "_"))?;
@@ -556,6 +563,7 @@ pub(crate) fn take(s: &Context, st: &HeapState, why: u8) -> Summary {
         pause_ns,
         problem: problem.clone(),
         events: cap.events.to_vec(),
+        agent_ns: cap.agent_ns,
     };
     chunk.push(end.into());
     s.writer.write_now(&chunk);
@@ -567,6 +575,7 @@ pub(crate) fn take(s: &Context, st: &HeapState, why: u8) -> Summary {
         roots: cap.roots,
         bytes: cap.bytes,
         pause_ns,
+        agent_ns: cap.agent_ns,
         problem,
     };
     log_info!("heap {summary}; events {:?}", cap.events);

@@ -301,3 +301,52 @@ fn a_cut_trace_reports_its_snapshot_incomplete() {
         }
     }
 }
+
+#[test]
+fn a_snapshot_cut_at_the_memory_limit_says_so_and_the_app_runs_on() {
+    let _machine = machine::shared();
+    let dir = scratch("heap-limit");
+    let mut c = Command::new("dotnet");
+    c.arg(app_dll("HeapLeak")).args(["scale", "3000000"]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut app = KillOnDrop(child);
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    assert!(l.starts_with("ready objects=3000001"), "{l}");
+    // 16 MiB hold about 2.7 M objects' records: the rest is dropped, counted, and said.
+    let trace = dir.join("cut.clrprof");
+    let o = Command::new(clrprof_exe())
+        .arg("heap")
+        .arg(app.0.id().to_string())
+        .args(["--max-memory", "16", "--agent"])
+        .arg(agent_path())
+        .arg("-o")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("the snapshot is INCOMPLETE") && err.contains("dropped beyond CLRPROF_HEAP_BUFFER_MB=16"),
+        "{err}"
+    );
+    let v = heap_json(&trace, &["--view", "types"]);
+    assert_eq!(v["snapshot"]["complete"], false);
+    assert_eq!(v["snapshot"]["lower_bound"], true);
+    assert!(v["snapshot"]["dropped_events"].as_u64().unwrap() > 0, "{}", v["snapshot"]);
+    let objects = v["snapshot"]["objects"].as_u64().unwrap();
+    assert!(objects > 0 && objects < 3_000_000, "{objects} objects kept");
+    // The app runs on: it answers, and ends normally.
+    writeln!(stdin).unwrap();
+    l.clear();
+    out.read_line(&mut l).unwrap();
+    assert!(l.starts_with("pause max_ms="), "{l}");
+    drop(stdin);
+    l.clear();
+    out.read_line(&mut l).unwrap();
+    assert_eq!(l.trim(), "done");
+    assert!(app.0.wait().unwrap().success());
+}
