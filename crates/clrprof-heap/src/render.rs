@@ -311,7 +311,11 @@ pub fn paths_text(a: &Analysis, v: &PathsView, w: &Which) -> String {
     if v.unreachable > 0 {
         out.push_str(&format!(", {} reached from no root", grouped(v.unreachable)));
     }
-    out.push_str("\n\n");
+    out.push_str(&format!(
+        "; they retain {} bytes, and all of them gone would free {} bytes\n\n",
+        grouped(v.retained),
+        grouped(v.freed_if_all_gone)
+    ));
     let mut rows: Vec<Vec<String>> = v.paths.iter().map(|p| vec![grouped(p.count), path_line(p)]).collect();
     if v.more.0 > 0 {
         rows.push(vec![grouped(v.more.1), format!("… {} more paths", grouped(v.more.0))]);
@@ -327,6 +331,8 @@ pub fn paths_json(a: &Analysis, v: &PathsView, w: &Which) -> Value {
         "type": v.type_name,
         "instances": v.instances,
         "unreachable": v.unreachable,
+        "retained": v.retained,
+        "freed_if_all_gone": v.freed_if_all_gone,
         "paths": v.paths.iter().map(|p| json!({
             "count": p.count,
             "root": {"kind": p.root_kind.as_str(), "name": p.root_name},

@@ -97,7 +97,7 @@ export async function heap(ctx) {
   else if (paths.error) detail = [el('p', { class: 'error' }, paths.error)];
   else {
     detail = [el('div', { class: 'section-title' }, paths.type),
-      el('div', {}, `${fmt(paths.instances)} instances, retaining ${fmt(paths.retained, 'bytes')}`,
+      el('div', {}, `${fmt(paths.instances)} instances, retaining ${fmt(paths.retained, 'bytes')}; all of them gone would free ${fmt(paths.freed_if_all_gone, 'bytes')}`,
         paths.unreachable ? `; ${fmt(paths.unreachable)} reached from no root` : ''),
       ...pathTable(ctx, 'Shortest paths from roots', paths.paths, paths.more, 'No instance is reached from a root.'),
       ...pathTable(ctx, 'Dominator chains (what holds them exclusively)', paths.dominator_chains, null, 'No instance is reached from a root.')];

@@ -131,6 +131,9 @@ fn check_snapshot(trace: &Path, app: &HashMap<String, u64>) {
     let paths = json(trace, &["--view", "paths", "--type", "HeapLeak.Session"]);
     assert_eq!(num(&paths, "instances"), n);
     assert_eq!(num(&paths, "unreachable"), 0);
+    // Nothing is shared between sessions: all of them gone frees exactly what they retain.
+    assert_eq!(num(&paths, "retained"), num(session, "retained"));
+    assert_eq!(num(&paths, "freed_if_all_gone"), num(session, "retained"));
     let rows = paths["paths"].as_array().unwrap();
     assert_eq!(rows.iter().map(|p| num(p, "count")).sum::<u64>(), n, "every instance on one path: {rows:?}");
     let via_static = rows
