@@ -270,6 +270,20 @@ fn heap_views_bad_type_and_snapshot_number() {
     let o = report(&s, &["--view", "types", "--snapshot", "2"]);
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("holds 1 heap snapshot(s), numbered from 1"), "{}", text(&o.stderr));
+    // A snapshot against itself: nothing changed; with a profile option the same files are compared
+    // as profiles.
+    let o = Command::new(clrprof_exe())
+        .arg("diff")
+        .arg(&s)
+        .args(["--snapshots", "1,1", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(d["types"].as_array().unwrap().iter().all(|t| t["delta_count"] == 0 && t["delta_size"] == 0), "{d}");
+    let o = Command::new(clrprof_exe()).arg("diff").arg(&s).arg(&s).args(["--weight", "cpu"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("clrprof diff — weight: cpu"), "{}", text(&o.stdout));
     let o = report(&s, &["--view", "types", "--sort", "bogus"]);
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("unknown sort 'bogus'"), "{}", text(&o.stderr));
