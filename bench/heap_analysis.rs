@@ -170,9 +170,11 @@ fn run(n: u64) {
     let t = Instant::now();
     let a = Analysis::new(&snap);
     let dom_s = t.elapsed().as_secs_f64();
+    let dom_cpu = cpu() - c0;
     let t = Instant::now();
     let rows = views::types(&a, TypeSort::Retained);
     let types_s = t.elapsed().as_secs_f64();
+    let types_cpu = cpu() - c0 - dom_cpu;
     let t = Instant::now();
     let tree = views::dominator_tree(&a, &DomOptions::default());
     let tree_s = t.elapsed().as_secs_f64();
@@ -184,7 +186,7 @@ fn run(n: u64) {
     let analysis_cpu = cpu() - c0;
     let total = build_s + dom_s + types_s + tree_s + paths_s;
     println!(
-        "objects {} references {} roots {} | build {:.2} s (peak +{} MB, graph {} MB = {:.1} B/object) | dominators+retained {:.2} s | types {:.2} s | dominator tree {:.2} s | paths to {} ({} instances, {} paths) {:.2} s | analysis peak +{} MB | total {:.2} s wall, CPU {:.2} s build + {:.2} s analysis (generation {:.1} s not counted) | unreachable {} | top node {} retained {}",
+        "objects {} references {} roots {} | build {:.2} s (peak +{} MB, graph {} MB = {:.1} B/object) | dominators+retained {:.2} s | types {:.2} s | dominator tree {:.2} s | paths to {} ({} instances, {} paths) {:.2} s | analysis peak +{} MB | total {:.2} s wall, CPU {:.2} s build + {:.2} s analysis (dominators+retained {:.2} s, types {:.2} s) (generation {:.1} s not counted) | unreachable {} | top node {} retained {}",
         snap.object_count(),
         snap.edge_count(),
         snap.roots().len(),
@@ -203,6 +205,8 @@ fn run(n: u64) {
         total,
         build_cpu,
         analysis_cpu,
+        dom_cpu,
+        types_cpu,
         gen_s,
         a.unreachable,
         tree.children.first().map(|c| c.type_name.as_str()).unwrap_or("-"),

@@ -241,20 +241,21 @@ impl SnapshotBuilder {
 
         // Types: named in order of first use, so the same events give the same numbering.
         let mut types: Vec<String> = Vec::new();
-        let mut type_ids: FxHashMap<u64, u32> = FxHashMap::default();
+        // Type id → (type number, named).
+        let mut type_ids: FxHashMap<u64, (u32, bool)> = FxHashMap::default();
         let mut obj_type = Vec::with_capacity(n);
         let mut sizes = Vec::with_capacity(n);
         let mut big_sizes = Vec::new();
         for (i, &(_, type_id, size)) in objects.iter().enumerate() {
-            let t = *type_ids.entry(type_id).or_insert_with(|| {
-                let name = match type_names.get(&type_id) {
-                    Some(name) => name.clone(),
-                    None => format!("[type 0x{type_id:x}]"),
+            let (t, named) = *type_ids.entry(type_id).or_insert_with(|| {
+                let (name, named) = match type_names.get(&type_id) {
+                    Some(name) => (name.clone(), true),
+                    None => (format!("[type 0x{type_id:x}]"), false),
                 };
                 types.push(name);
-                (types.len() - 1) as u32
+                ((types.len() - 1) as u32, named)
             });
-            if !type_names.contains_key(&type_id) {
+            if !named {
                 stats.unnamed_types += 1;
             }
             obj_type.push(t);

@@ -269,20 +269,37 @@ pub fn dominators_json(a: &Analysis, tree: &DomTree, w: &Which) -> Value {
     })
 }
 
-/// One path as text: `static Ns.C.F → List<T>._items → T[] → T`.
+/// One path as text: `static Ns.C.F → List<T>._items → T[] → T`; a run of consecutive objects of one type
+/// (a linked list) is written once with its length: `Node ×997`.
 pub fn path_line(p: &PathRow) -> String {
     let mut out = if p.root_name.is_empty() {
         p.root_kind.as_str().to_string()
     } else {
         format!("{} {}", p.root_kind.as_str(), p.root_name)
     };
-    for (i, n) in p.nodes.iter().enumerate() {
+    // Each node with the field its successor is referenced through.
+    let steps: Vec<(&str, Option<&str>)> = p
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.type_name.as_str(), p.nodes.get(i + 1).and_then(|next| next.field.as_deref())))
+        .collect();
+    let mut i = 0;
+    while i < steps.len() {
+        let mut run = 1;
+        while i + run < steps.len() && steps[i + run] == steps[i] {
+            run += 1;
+        }
         out.push_str(" → ");
-        out.push_str(&n.type_name);
-        if let Some(f) = p.nodes.get(i + 1).and_then(|next| next.field.as_deref()) {
+        out.push_str(steps[i].0);
+        if let Some(f) = steps[i].1 {
             out.push('.');
             out.push_str(f);
         }
+        if run > 1 {
+            out.push_str(&format!(" ×{}", grouped(run as u64)));
+        }
+        i += run;
     }
     out
 }
@@ -294,7 +311,11 @@ pub fn paths_text(a: &Analysis, v: &PathsView, w: &Which) -> String {
     if v.unreachable > 0 {
         out.push_str(&format!(", {} reached from no root", grouped(v.unreachable)));
     }
-    out.push_str("\n\n");
+    out.push_str(&format!(
+        "; they retain {} bytes, and all of them gone would free {} bytes\n\n",
+        grouped(v.retained),
+        grouped(v.freed_if_all_gone)
+    ));
     let mut rows: Vec<Vec<String>> = v.paths.iter().map(|p| vec![grouped(p.count), path_line(p)]).collect();
     if v.more.0 > 0 {
         rows.push(vec![grouped(v.more.1), format!("… {} more paths", grouped(v.more.0))]);
@@ -310,6 +331,8 @@ pub fn paths_json(a: &Analysis, v: &PathsView, w: &Which) -> Value {
         "type": v.type_name,
         "instances": v.instances,
         "unreachable": v.unreachable,
+        "retained": v.retained,
+        "freed_if_all_gone": v.freed_if_all_gone,
         "paths": v.paths.iter().map(|p| json!({
             "count": p.count,
             "root": {"kind": p.root_kind.as_str(), "name": p.root_name},

@@ -90,6 +90,16 @@ fn two_roots_into_the_middle_share_what_they_reach() {
     assert_eq!(a.retained(0), 1);
     assert_eq!(a.retained(2), 5);
     assert_eq!(a.retained(3), 7);
+    // A and B share C (and so D, rooted itself too): the type "A or B"'s instances retain only
+    // themselves, but with both gone C goes as well (D stays: a root holds it).
+    let s2 = graph(
+        &[(1, "S", 1), (2, "S", 2), (3, "C", 5), (4, "D", 7)],
+        &[(1, 3), (2, 3), (3, 4)],
+        &[(1, "S.a"), (2, "S.b"), (4, "S.d")],
+    );
+    let a2 = Analysis::new(&s2);
+    let p = paths(&a2, "S", &PathsOptions::default()).unwrap();
+    assert_eq!((p.retained, p.freed_if_all_gone), (3, 8));
     let d = dominator_paths(&a, "C", &PathsOptions::default()).unwrap();
     assert_eq!(d.paths.len(), 1);
     assert_eq!(d.paths[0].root_name, crate::views::SEVERAL_ROOTS);
@@ -371,4 +381,23 @@ fn incomplete_snapshots_say_their_figures_are_lower_bounds() {
     assert_eq!(json["snapshot"]["complete"], false);
     assert_eq!(json["snapshot"]["lower_bound"], true);
     assert_eq!(json["snapshot"]["dropped_events"], 3);
+}
+
+#[test]
+fn a_path_through_a_list_writes_the_run_once_with_its_length() {
+    let node = |t: &str, f: Option<&str>| crate::views::PathNode { type_name: t.into(), field: f.map(String::from) };
+    let p = crate::views::PathRow {
+        count: 1,
+        root_kind: RootKind::StaticField,
+        root_name: "Cells".into(),
+        nodes: vec![
+            node("Cell[]", None),
+            node("Cell", None),
+            node("Cell", Some("Next")),
+            node("Cell", Some("Next")),
+            node("Cell", Some("Next")),
+            node("String", None),
+        ],
+    };
+    assert_eq!(crate::render::path_line(&p), "static Cells → Cell[] → Cell.Next ×3 → Cell → String");
 }

@@ -275,6 +275,10 @@ pub struct PathsView {
     pub paths: Vec<PathRow>,
     /// Paths left out by `max_paths`: how many, and how many instances they lead to.
     pub more: (u64, u64),
+    /// The bytes the instances retain (the types view's figure) and, exactly, the bytes freed if all
+    /// of them went (more when objects are shared between instances); filled by [`paths`].
+    pub retained: u64,
+    pub freed_if_all_gone: u64,
 }
 
 /// Finds a type by its full name, or else by a unique name ending in `.NAME` / `+NAME`, or `NAME<…`.
@@ -368,7 +372,10 @@ pub fn paths(a: &Analysis, type_name: &str, opts: &PathsOptions) -> Result<Paths
             Step::From(from, if has_fields { via_field[u as usize] } else { NO_FIELD })
         }
     };
-    Ok(merge_paths(a, t, step, opts))
+    let mut v = merge_paths(a, t, step, opts);
+    v.retained = a.type_retained()[t as usize];
+    v.freed_if_all_gone = a.freed_without(t);
+    Ok(v)
 }
 
 /// The dominator chains of a type's instances — from the top of the dominator tree down to each instance
@@ -522,7 +529,15 @@ fn merge_paths(a: &Analysis, t: u32, step: impl Fn(ObjId) -> Step, opts: &PathsO
             PathRow { count, root_kind, root_name, nodes }
         })
         .collect();
-    PathsView { type_name: s.type_name(t).to_string(), instances, unreachable, paths: rows, more }
+    PathsView {
+        type_name: s.type_name(t).to_string(),
+        instances,
+        unreachable,
+        paths: rows,
+        more,
+        retained: 0,
+        freed_if_all_gone: 0,
+    }
 }
 
 fn kind_rank(k: RootKind) -> u8 {

@@ -13,13 +13,18 @@ function rootLabel(root) {
   return root.name ? `${root.kind} ${root.name}` : root.kind;
 }
 
-/** One merged path: root → Type.field → Type → … → the instance's type. */
+/** One merged path: root → Type.field → Type → … → the instance's type; a run of one type (a linked
+ * list) is shown once with its length (×N). */
 function pathRow(ctx, p) {
   const parts = [el('span', { class: 'heap-root' }, rootLabel(p.root))];
-  p.nodes.forEach((n, i) => {
-    const next = p.nodes[i + 1];
-    parts.push(' → ', typeLink(ctx, n.type), next && next.field ? el('span', { class: 'heap-field' }, `.${next.field}`) : null);
-  });
+  const steps = p.nodes.map((n, i) => ({ type: n.type, field: p.nodes[i + 1] ? p.nodes[i + 1].field : null }));
+  for (let i = 0; i < steps.length;) {
+    let run = 1;
+    while (i + run < steps.length && steps[i + run].type === steps[i].type && steps[i + run].field === steps[i].field) run++;
+    parts.push(' → ', typeLink(ctx, steps[i].type), steps[i].field ? el('span', { class: 'heap-field' }, `.${steps[i].field}`) : null,
+      run > 1 ? el('span', { class: 'heap-field' }, ` ×${fmt(run)}`) : null);
+    i += run;
+  }
   return el('tr', {}, el('td', { class: 'num' }, fmt(p.count)), el('td', { class: 'name' }, parts));
 }
 
@@ -92,7 +97,7 @@ export async function heap(ctx) {
   else if (paths.error) detail = [el('p', { class: 'error' }, paths.error)];
   else {
     detail = [el('div', { class: 'section-title' }, paths.type),
-      el('div', {}, `${fmt(paths.instances)} instances, retaining ${fmt(paths.retained, 'bytes')}`,
+      el('div', {}, `${fmt(paths.instances)} instances, retaining ${fmt(paths.retained, 'bytes')}; all of them gone would free ${fmt(paths.freed_if_all_gone, 'bytes')}`,
         paths.unreachable ? `; ${fmt(paths.unreachable)} reached from no root` : ''),
       ...pathTable(ctx, 'Shortest paths from roots', paths.paths, paths.more, 'No instance is reached from a root.'),
       ...pathTable(ctx, 'Dominator chains (what holds them exclusively)', paths.dominator_chains, null, 'No instance is reached from a root.')];

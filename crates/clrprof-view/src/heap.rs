@@ -89,9 +89,6 @@ impl HeapSnapshots {
                 let d = views::dominator_paths(a, name, &opts).map_err(bad)?;
                 let mut v = render::paths_json(a, &p, &w);
                 v["dominator_chains"] = render::paths_json(a, &d, &w)["paths"].take();
-                // Bytes the type's instances retain (the types view's figure for it).
-                let t = views::find_type(a.snapshot, name).map_err(bad)?;
-                v["retained"] = json!(a.type_retained()[t as usize]);
                 Ok(v)
             }
             "heap-dominators" => {

@@ -684,12 +684,16 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Diff(a) => {
             let read = a.read.options()?;
+            // Snapshots are compared when asked (`--snapshots`, one file) or when both files hold some
+            // and no option of a profile diff is given (two recorded runs with snapshots still get a
+            // profile diff with `--weight`).
+            let profile_asked = a.weight.is_some() || a.normalize || a.thread.is_some();
             let heap = match &a.new {
                 None => true,
+                Some(_) if a.snapshots.is_some() => true,
+                Some(_) if profile_asked => false,
                 Some(new) => {
-                    a.snapshots.is_some()
-                        || (crate::heap_views::has_snapshots(&a.old, &read)
-                            && crate::heap_views::has_snapshots(new, &read))
+                    crate::heap_views::has_snapshots(&a.old, &read) && crate::heap_views::has_snapshots(new, &read)
                 }
             };
             if heap {

@@ -131,6 +131,9 @@ fn check_snapshot(trace: &Path, app: &HashMap<String, u64>) {
     let paths = json(trace, &["--view", "paths", "--type", "HeapLeak.Session"]);
     assert_eq!(num(&paths, "instances"), n);
     assert_eq!(num(&paths, "unreachable"), 0);
+    // Nothing is shared between sessions: all of them gone frees exactly what they retain.
+    assert_eq!(num(&paths, "retained"), num(session, "retained"));
+    assert_eq!(num(&paths, "freed_if_all_gone"), num(session, "retained"));
     let rows = paths["paths"].as_array().unwrap();
     assert_eq!(rows.iter().map(|p| num(p, "count")).sum::<u64>(), n, "every instance on one path: {rows:?}");
     let via_static = rows
@@ -190,6 +193,39 @@ fn heap_views_net10() {
     check("net10.0");
 }
 
+/// The viewer's heap API on a real snapshot answers the report's figures.
+#[test]
+fn heap_views_in_the_viewer() {
+    let dir = scratch("heap_views_viewer");
+    let (_, s2, _, p2) = two_snapshots("net10.0", &dir);
+    let n = p2["sessions"];
+    let report_types = json(&s2, &["--view", "types"]);
+    let v = crate::view::Viewer::start(&s2, &[]);
+    assert_eq!(v.api("meta", &[])["heap_snapshots"], 1);
+    let list = v.api("heap", &[]);
+    assert_eq!(list["snapshots"].as_array().unwrap().len(), 1);
+    let types = v.api("heap-types", &[("sort", "count")]);
+    let session = type_row(&types, "HeapLeak.Session").unwrap();
+    assert_eq!(session, type_row(&report_types, "HeapLeak.Session").unwrap(), "viewer and report agree");
+    assert_eq!(num(session, "count"), n);
+    let counts: Vec<u64> = types["types"].as_array().unwrap().iter().map(|t| num(t, "count")).collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "sorted by count");
+    let paths = v.api("heap-paths", &[("type", "HeapLeak.Session")]);
+    assert_eq!(num(&paths, "instances"), n);
+    assert_eq!(num(&paths, "retained"), num(session, "retained"));
+    for key in ["paths", "dominator_chains"] {
+        let rows = paths[key].as_array().unwrap();
+        assert_eq!(rows.iter().map(|p| num(p, "count")).sum::<u64>(), n, "{key}: {rows:?}");
+    }
+    let chain = &paths["dominator_chains"][0];
+    let nodes: Vec<&str> = chain["nodes"].as_array().unwrap().iter().map(|x| x["type"].as_str().unwrap()).collect();
+    assert_eq!(nodes, ["System.Collections.Generic.List<HeapLeak.Session>", "HeapLeak.Session[]", "HeapLeak.Session"]);
+    let dom = v.api("heap-dominators", &[("depth", "2")]);
+    assert_eq!(dom["dominators"]["children"][0]["type"], "System.Collections.Generic.List<HeapLeak.Session>");
+    assert!(v.api_error("heap-paths", &[("type", "NoSuchType")]).contains("no type named 'NoSuchType'"));
+    assert!(v.api_error("heap-types", &[("snap", "2")]).contains("numbered from 1"));
+}
+
 #[test]
 fn heap_views_net9() {
     check("net9.0");
@@ -234,6 +270,20 @@ fn heap_views_bad_type_and_snapshot_number() {
     let o = report(&s, &["--view", "types", "--snapshot", "2"]);
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("holds 1 heap snapshot(s), numbered from 1"), "{}", text(&o.stderr));
+    // A snapshot against itself: nothing changed; with a profile option the same files are compared
+    // as profiles.
+    let o = Command::new(clrprof_exe())
+        .arg("diff")
+        .arg(&s)
+        .args(["--snapshots", "1,1", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(d["types"].as_array().unwrap().iter().all(|t| t["delta_count"] == 0 && t["delta_size"] == 0), "{d}");
+    let o = Command::new(clrprof_exe()).arg("diff").arg(&s).arg(&s).args(["--weight", "cpu"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("clrprof diff — weight: cpu"), "{}", text(&o.stdout));
     let o = report(&s, &["--view", "types", "--sort", "bogus"]);
     assert!(!o.status.success());
     assert!(text(&o.stderr).contains("unknown sort 'bogus'"), "{}", text(&o.stderr));

@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// A running `clrprof view --no-browser`; killed when dropped.
-struct Viewer {
+/// A running `clrprof view --no-browser`; killed when dropped (also driven by `heap_views`).
+pub(crate) struct Viewer {
     _child: KillOnDrop,
     /// `127.0.0.1:PORT`
     host: String,
@@ -21,7 +21,7 @@ struct Viewer {
 }
 
 impl Viewer {
-    fn start(trace: &Path, extra: &[&str]) -> Viewer {
+    pub(crate) fn start(trace: &Path, extra: &[&str]) -> Viewer {
         let mut child = Command::new(clrprof_exe())
             .arg("view")
             .arg(trace)
@@ -61,14 +61,14 @@ impl Viewer {
     }
 
     /// GET /api/... expecting 200 and JSON.
-    fn api(&self, what: &str, query: &[(&str, &str)]) -> Value {
+    pub(crate) fn api(&self, what: &str, query: &[(&str, &str)]) -> Value {
         let (status, _, body) = self.get(&format!("/api/{what}?{}", encode(query)));
         assert_eq!(status, 200, "/api/{what} {query:?}: {body}");
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("JSON: {e}: {body}"))
     }
 
     /// GET /api/... expecting a 4xx error; its message.
-    fn api_error(&self, what: &str, query: &[(&str, &str)]) -> String {
+    pub(crate) fn api_error(&self, what: &str, query: &[(&str, &str)]) -> String {
         let (status, _, body) = self.get(&format!("/api/{what}?{}", encode(query)));
         assert!((400..500).contains(&status), "/api/{what} {query:?}: {status} {body}");
         let v: Value = serde_json::from_str(&body).unwrap();
