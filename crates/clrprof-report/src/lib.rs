@@ -65,7 +65,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 18] = [
+pub const VIEWS: [ViewInfo; 19] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
