@@ -32,6 +32,8 @@ pub struct ProfileBuilder {
     samples: crate::samples::SampleData,
     cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
+    /// Requests, waits and the thread pool (`record --async`).
+    requests: crate::requests::RequestFacts,
     /// Records of tags this version does not know, by tag (written by a newer agent).
     unknown: BTreeMap<u16, u64>,
     records: u64,
@@ -302,6 +304,15 @@ impl ProfileBuilder {
                 }
                 self.samples.add(r)
             }
+            R::RequestStarted(_)
+            | R::RequestStopped(_)
+            | R::RequestEndpoint(_)
+            | R::WaitStarted(_)
+            | R::WaitEnded(_)
+            | R::ThreadPoolWorkers(_) => {
+                self.last_ts = self.last_ts.max(crate::requests::record_ts(r));
+                self.requests.add(r);
+            }
             R::Unknown { tag, .. } => *self.unknown.entry(*tag).or_default() += 1,
         }
     }
@@ -333,6 +344,7 @@ impl ProfileBuilder {
         self.samples.forget_before(ts);
         self.cct.forget_before(ts);
         self.events.forget_before(ts);
+        self.requests.forget_before(ts);
         for t in &mut self.p.flow {
             t.forget_before(ts);
         }
@@ -342,7 +354,8 @@ impl ProfileBuilder {
     /// size measure of a live builder.
     pub fn retained(&self) -> u64 {
         let flow: usize = self.p.flow.iter().map(|t| t.events().len()).sum();
-        (self.samples.retained() + self.cct.retained() + self.events.retained() + flow) as u64
+        (self.samples.retained() + self.cct.retained() + self.events.retained() + self.requests.retained() + flow)
+            as u64
     }
 
     /// A reader warning to keep with the profile (e.g. truncation).
@@ -447,6 +460,7 @@ impl ProfileBuilder {
         self.cct.add_to(&mut p.costs, range);
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed);
         p.set_events(&self.events, range);
+        p.set_requests(&self.requests, range);
         name_frames(&mut p);
         p
     }

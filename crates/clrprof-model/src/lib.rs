@@ -12,6 +12,7 @@ pub mod hits;
 pub mod instrumented;
 pub mod metric;
 mod process;
+pub mod requests;
 mod profile;
 mod resolve;
 pub mod runtime;

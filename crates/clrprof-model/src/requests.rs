@@ -1,0 +1,416 @@
+//! Requests, waits and the thread pool (`record --async`): ASP.NET Core requests with their start,
+//! end, endpoint and status; the threads' waits on wait handles (`Task.Wait`, `.Result`,
+//! `Monitor.Wait`, `SemaphoreSlim.Wait`…, .NET 9 and later) with the waiting stack; the thread
+//! pool's worker count over time and why it changed.
+//!
+//! [`RequestFacts`] keeps the records as time-stamped facts while the trace is read;
+//! [`RequestFacts::finish`] computes [`Requests`] for a [`TimeRange`], as often as wanted (a live
+//! profile asks again as records arrive).
+//!
+//! A request is its `RequestStarted` and the `RequestStopped` of the same EventSource activity id
+//! (the runtime's activity tracker numbers each request when `TasksFlowActivityIds` is on); its
+//! latency is the difference of the two times the runtime's events were delivered at, both read
+//! from the agent's one clock. The endpoint and status come from ASP.NET Core's log of the same
+//! activity (`RequestEndpoint`). A request is counted in the range its start falls in.
+
+use std::collections::HashMap;
+
+use clrprof_trace::{activity_id, pool_reason, Record};
+
+use crate::events::ContentionSite;
+use crate::stacks::{CostTree, FrameKey, StackId};
+use crate::TimeRange;
+
+/// One ASP.NET Core request.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Request {
+    pub start_ns: u64,
+    /// `None` while the request had not ended when the trace ended.
+    pub end_ns: Option<u64>,
+    /// The thread that took the request (`RequestStart`'s).
+    pub os_tid: u32,
+    /// The EventSource activity id of the request (0 when the tracker was off).
+    #[serde(serialize_with = "hex_u128")]
+    pub activity: u128,
+    pub method: String,
+    pub path: String,
+    /// The endpoint's name as ASP.NET Core logs it (`HTTP: GET /items/{id:int}` for a minimal API,
+    /// the action for MVC); empty when the log did not say.
+    pub endpoint_name: String,
+    /// The response's status code; 0 when unknown.
+    pub status: u32,
+}
+
+fn hex_u128<S: serde::Serializer>(v: &u128, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:032x}"))
+}
+
+impl Request {
+    /// The request's latency (end − start); `None` while unfinished.
+    pub fn latency_ns(&self) -> Option<u64> {
+        self.end_ns.map(|e| e.saturating_sub(self.start_ns))
+    }
+
+    /// The name requests are grouped by: the route (`GET /items/{id:int}`) when ASP.NET Core's log
+    /// named the endpoint, else the method and the path.
+    pub fn endpoint(&self) -> String {
+        endpoint_of(&self.method, &self.path, &self.endpoint_name)
+    }
+}
+
+/// The endpoint name of a request: `HTTP: GET /route` (minimal APIs) becomes `GET /route` (and
+/// `HTTP: GET /route => Handler` keeps the route); another name (MVC's action) is prefixed with
+/// the method; without a name, the method and the path.
+pub fn endpoint_of(method: &str, path: &str, name: &str) -> String {
+    if let Some(route) = name.strip_prefix("HTTP: ") {
+        return route.split(" => ").next().unwrap_or(route).to_string();
+    }
+    if !name.is_empty() {
+        return format!("{method} {name}");
+    }
+    format!("{method} {path}")
+}
+
+/// One wait of a thread on a wait handle (`WaitHandleWaitStart`–`WaitHandleWaitStop`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Wait {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub os_tid: u32,
+    /// 0 unknown (most waits), 1 `Monitor.Wait`.
+    pub source: u8,
+    /// The waiting stack in the profile's stack table (`None`: no managed frame).
+    pub stack: Option<StackId>,
+}
+
+/// A change of the thread pool's workers (`ThreadPoolWorkers`).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PoolChange {
+    pub ts: u64,
+    /// 0 a worker started, 1 a worker stopped, 2 the pool's new target.
+    pub kind: u8,
+    /// Active workers (kinds 0, 1) or the new target (kind 2).
+    pub count: u32,
+    pub reason: u32,
+}
+
+/// What the trace says of requests, waits and the pool inside a range.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Requests {
+    /// The trace has any record of this module (a request, a wait or a pool change).
+    pub recorded: bool,
+    /// Requests that started in the range, by start.
+    pub requests: Vec<Request>,
+    /// Request ends whose start the trace does not hold (started before recording began).
+    pub unmatched_stops: u64,
+    /// Ended waits that started in the range, by start.
+    pub waits: Vec<Wait>,
+    /// The same waits by waiting site (the innermost frame outside `System.Threading`), longest
+    /// total first.
+    pub wait_sites: Vec<ContentionSite>,
+    /// Waits still open at the end of the trace.
+    pub open_waits: u64,
+    /// The pool's worker changes in the range, by time.
+    pub pool: Vec<PoolChange>,
+}
+
+impl Requests {
+    /// Adjustments that added threads because work waited in the queue (`Starvation`): (time,
+    /// new target).
+    pub fn starvation(&self) -> Vec<(u64, u32)> {
+        self.pool
+            .iter()
+            .filter(|c| c.kind == 2 && c.reason == pool_reason::STARVATION)
+            .map(|c| (c.ts, c.count))
+            .collect()
+    }
+
+    /// The most worker threads active at once, by the pool's own count.
+    pub fn max_workers(&self) -> u32 {
+        self.pool.iter().filter(|c| c.kind < 2).map(|c| c.count).max().unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct WaitFact {
+    ts: u64,
+    os_tid: u32,
+    source: u8,
+    stack: Vec<u64>,
+    end: Option<u64>,
+}
+
+/// The facts of this module as records arrive.
+#[derive(Clone, Debug, Default)]
+pub struct RequestFacts {
+    requests: Vec<Request>,
+    /// Requests not yet stopped, by activity id (index in `requests`).
+    open: HashMap<u128, usize>,
+    /// Endpoint names and statuses that arrived before their request's start (by activity).
+    early: HashMap<u128, (String, u32)>,
+    unmatched_stops: Vec<u64>,
+    waits: Vec<WaitFact>,
+    open_waits: HashMap<u32, usize>,
+    pool: Vec<PoolChange>,
+}
+
+impl RequestFacts {
+    /// Takes a record of this module; `false` for the others.
+    pub fn add(&mut self, r: &Record) -> bool {
+        match r {
+            Record::RequestStarted(s) => {
+                let activity = activity_id(&s.activity);
+                let (endpoint_name, status) = self.early.remove(&activity).unwrap_or_default();
+                if activity != 0 {
+                    self.open.insert(activity, self.requests.len());
+                }
+                self.requests.push(Request {
+                    start_ns: s.ts,
+                    end_ns: None,
+                    os_tid: s.os_tid,
+                    activity,
+                    method: s.method.clone(),
+                    path: s.path.clone(),
+                    endpoint_name,
+                    status,
+                });
+            }
+            Record::RequestStopped(s) => match self.open.remove(&activity_id(&s.activity)) {
+                Some(i) => self.requests[i].end_ns = Some(s.ts.max(self.requests[i].start_ns)),
+                None => self.unmatched_stops.push(s.ts),
+            },
+            Record::RequestEndpoint(e) => {
+                let activity = activity_id(&e.activity);
+                let slot = match self.open.get(&activity) {
+                    Some(&i) => {
+                        let r = &mut self.requests[i];
+                        (&mut r.endpoint_name, &mut r.status)
+                    }
+                    // The log of a request may be delivered before its start on another thread.
+                    None if activity != 0 => {
+                        let e = self.early.entry(activity).or_default();
+                        (&mut e.0, &mut e.1)
+                    }
+                    None => return true,
+                };
+                if !e.endpoint.is_empty() {
+                    *slot.0 = e.endpoint.clone();
+                }
+                if e.status != 0 {
+                    *slot.1 = e.status;
+                }
+            }
+            Record::WaitStarted(w) => {
+                self.open_waits.insert(w.os_tid, self.waits.len());
+                self.waits.push(WaitFact {
+                    ts: w.ts,
+                    os_tid: w.os_tid,
+                    source: w.source,
+                    stack: w.stack.clone(),
+                    end: None,
+                });
+            }
+            Record::WaitEnded(w) => {
+                if let Some(i) = self.open_waits.remove(&w.os_tid) {
+                    let x = &mut self.waits[i];
+                    x.end = Some(w.ts.max(x.ts));
+                }
+            }
+            Record::ThreadPoolWorkers(t) => {
+                self.pool.push(PoolChange { ts: t.ts, kind: t.kind, count: t.count, reason: t.reason })
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Drops what started before `ts` (kept: requests and waits still open).
+    pub fn forget_before(&mut self, ts: u64) {
+        let keep = |r: &Request| r.start_ns >= ts || r.end_ns.is_none();
+        self.requests.retain(keep);
+        self.open = self.requests.iter().enumerate().filter(|(_, r)| r.end_ns.is_none()).map(|(i, r)| (r.activity, i)).collect();
+        self.open.remove(&0);
+        self.unmatched_stops.retain(|&t| t >= ts);
+        self.waits.retain(|w| w.ts >= ts || w.end.is_none());
+        self.open_waits =
+            self.waits.iter().enumerate().filter(|(_, w)| w.end.is_none()).map(|(i, w)| (w.os_tid, i)).collect();
+        self.pool.retain(|c| c.ts >= ts);
+    }
+
+    pub fn retained(&self) -> usize {
+        self.requests.len() + self.waits.len() + self.pool.len()
+    }
+
+    /// The requests, waits and pool changes of `range`; waiting stacks go to `costs`.
+    pub fn finish(&self, costs: &mut CostTree, name: &dyn Fn(u64) -> String, range: TimeRange) -> Requests {
+        let recorded = !self.requests.is_empty() || !self.waits.is_empty() || !self.pool.is_empty();
+        let mut requests: Vec<Request> = self.requests.iter().filter(|r| range.contains(r.start_ns)).cloned().collect();
+        requests.sort_by_key(|r| (r.start_ns, r.os_tid, r.activity));
+        let mut waits = Vec::new();
+        let mut open_waits = 0;
+        let mut by_site: HashMap<String, ContentionSite> = HashMap::new();
+        let mut stack_ids: HashMap<&[u64], Option<StackId>> = HashMap::new();
+        for w in self.waits.iter().filter(|w| range.contains(w.ts)) {
+            let Some(end) = w.end else {
+                open_waits += 1;
+                continue;
+            };
+            let stack = *stack_ids.entry(w.stack.as_slice()).or_insert_with(|| {
+                let ids: Vec<_> = w.stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
+                costs.stacks.intern_stack(&ids)
+            });
+            let wait = end - w.ts;
+            waits.push(Wait { start_ns: w.ts, end_ns: end, os_tid: w.os_tid, source: w.source, stack });
+            let site = w
+                .stack
+                .iter()
+                .map(|&f| name(f))
+                .find(|n| !n.starts_with("System.Threading."))
+                .unwrap_or_else(|| w.stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into()));
+            let e = by_site.entry(site.clone()).or_insert_with(|| ContentionSite { site, ..Default::default() });
+            e.count += 1;
+            e.wait_ns = e.wait_ns.saturating_add(wait);
+            e.max_wait_ns = e.max_wait_ns.max(wait);
+            if let Some(s) = stack {
+                match e.stacks.iter().position(|x| x.0 == s) {
+                    Some(i) => {
+                        e.stacks[i].1 += 1;
+                        e.stack_wait_ns[i] = e.stack_wait_ns[i].saturating_add(wait);
+                    }
+                    None => {
+                        e.stacks.push((s, 1));
+                        e.stack_wait_ns.push(wait);
+                    }
+                }
+            }
+        }
+        waits.sort_by_key(|w| (w.start_ns, w.os_tid));
+        let mut wait_sites: Vec<ContentionSite> = by_site.into_values().collect();
+        for s in &mut wait_sites {
+            let mut both: Vec<((StackId, u64), u64)> = s.stacks.drain(..).zip(s.stack_wait_ns.drain(..)).collect();
+            both.sort_by(|(a, wa), (b, wb)| wb.cmp(wa).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+            (s.stacks, s.stack_wait_ns) = both.into_iter().unzip();
+        }
+        wait_sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
+        let mut pool: Vec<PoolChange> = self.pool.iter().filter(|c| range.contains(c.ts)).cloned().collect();
+        pool.sort_by_key(|c| c.ts);
+        Requests {
+            recorded,
+            requests,
+            unmatched_stops: self.unmatched_stops.iter().filter(|&&t| range.contains(t)).count() as u64,
+            waits,
+            wait_sites,
+            open_waits,
+            pool,
+        }
+    }
+}
+
+/// The time of a record of this module (0 for the others).
+pub fn record_ts(r: &Record) -> u64 {
+    match r {
+        Record::RequestStarted(x) => x.ts,
+        Record::RequestStopped(x) => x.ts,
+        Record::RequestEndpoint(x) => x.ts,
+        Record::WaitStarted(x) => x.ts,
+        Record::WaitEnded(x) => x.ts,
+        Record::ThreadPoolWorkers(x) => x.ts,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_trace::*;
+
+    fn act(n: u8) -> Vec<u8> {
+        let mut a = vec![0u8; 16];
+        a[0] = n;
+        a
+    }
+
+    #[test]
+    fn pairs_requests_by_activity_and_names_them_by_route() {
+        let mut f = RequestFacts::default();
+        let recs: Vec<Record> = vec![
+            RequestStarted { ts: 10, os_tid: 1, activity: act(1), method: "GET".into(), path: "/items/4".into() }.into(),
+            RequestStarted { ts: 12, os_tid: 2, activity: act(2), method: "GET".into(), path: "/plain".into() }.into(),
+            RequestEndpoint {
+                ts: 13,
+                os_tid: 1,
+                activity: act(1),
+                endpoint: "HTTP: GET /items/{id:int} => GetItem".into(),
+                status: 0,
+            }
+            .into(),
+            // The second ends first, on another thread.
+            RequestStopped { ts: 20, os_tid: 3, activity: act(2) }.into(),
+            RequestEndpoint { ts: 29, os_tid: 1, activity: act(1), endpoint: String::new(), status: 200 }.into(),
+            RequestStopped { ts: 30, os_tid: 1, activity: act(1) }.into(),
+            RequestStopped { ts: 31, os_tid: 1, activity: act(9) }.into(),
+            // A log line before its start (delivered out of order).
+            RequestEndpoint { ts: 39, os_tid: 4, activity: act(3), endpoint: "Shop.Home.Index (Shop)".into(), status: 0 }
+                .into(),
+            RequestStarted { ts: 40, os_tid: 4, activity: act(3), method: "POST".into(), path: "/home".into() }.into(),
+        ];
+        for r in &recs {
+            assert!(f.add(r));
+        }
+        let mut costs = CostTree::default();
+        let q = f.finish(&mut costs, &|_| String::new(), TimeRange::ALL);
+        assert!(q.recorded);
+        assert_eq!(q.unmatched_stops, 1);
+        let got: Vec<(String, Option<u64>, u32)> =
+            q.requests.iter().map(|r| (r.endpoint(), r.latency_ns(), r.status)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("GET /items/{id:int}".to_string(), Some(20), 200),
+                ("GET /plain".to_string(), Some(8), 0),
+                ("POST Shop.Home.Index (Shop)".to_string(), None, 0),
+            ]
+        );
+        // A window counts the requests that started in it.
+        let q = f.finish(&mut costs, &|_| String::new(), TimeRange::new(11, 35));
+        assert_eq!(q.requests.len(), 1);
+        assert_eq!(q.requests[0].path, "/plain");
+    }
+
+    #[test]
+    fn waits_by_site_with_their_stacks_and_starvation() {
+        let mut f = RequestFacts::default();
+        let recs: Vec<Record> = vec![
+            WaitStarted { ts: 100, os_tid: 7, source: 0, stack: vec![1, 2, 3] }.into(),
+            WaitStarted { ts: 110, os_tid: 8, source: 0, stack: vec![1, 2, 3] }.into(),
+            WaitEnded { ts: 150, os_tid: 7 }.into(),
+            WaitEnded { ts: 170, os_tid: 8 }.into(),
+            WaitStarted { ts: 200, os_tid: 7, source: 1, stack: vec![4] }.into(),
+            WaitEnded { ts: 201, os_tid: 9 }.into(),
+            ThreadPoolWorkers { ts: 5, os_tid: 1, kind: 0, count: 3, retired: 0, reason: 0 }.into(),
+            ThreadPoolWorkers { ts: 6, os_tid: 1, kind: 2, count: 5, retired: 0, reason: pool_reason::STARVATION }
+                .into(),
+            ThreadPoolWorkers { ts: 7, os_tid: 1, kind: 0, count: 4, retired: 0, reason: 0 }.into(),
+        ];
+        for r in &recs {
+            assert!(f.add(r));
+        }
+        let names = |f: u64| match f {
+            1 => "System.Threading.Tasks.Task.Wait".to_string(),
+            2 => "App.Handler".to_string(),
+            3 => "App.Main".to_string(),
+            _ => "System.Threading.Monitor.Wait".to_string(),
+        };
+        let mut costs = CostTree::default();
+        let q = f.finish(&mut costs, &names, TimeRange::ALL);
+        assert_eq!(q.waits.len(), 2);
+        assert_eq!(q.open_waits, 1);
+        assert_eq!(q.wait_sites.len(), 1);
+        let s = &q.wait_sites[0];
+        assert_eq!((s.site.as_str(), s.count, s.wait_ns, s.max_wait_ns), ("App.Handler", 2, 110, 60));
+        assert_eq!(s.stacks.len(), 1);
+        assert_eq!(s.stacks[0].1, 2);
+        assert_eq!(q.starvation(), vec![(6, 5)]);
+        assert_eq!(q.max_workers(), 4);
+    }
+}
