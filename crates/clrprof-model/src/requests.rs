@@ -181,8 +181,8 @@ impl RequestFacts {
             },
             Record::RequestEndpoint(e) => {
                 let activity = activity_id(&e.activity);
-                let slot = match self.open.get(&activity) {
-                    Some(&i) => {
+                let slot = match self.owner(activity) {
+                    Some(i) => {
                         let r = &mut self.requests[i];
                         (&mut r.endpoint_name, &mut r.status)
                     }
@@ -222,6 +222,29 @@ impl RequestFacts {
             _ => return false,
         }
         true
+    }
+
+    /// The open request an event of `activity` belongs to: the request of that activity, or the
+    /// one whose activity is its ancestor. The runtime's activity tracker encodes an activity's
+    /// path from the root in the first 12 bytes of its id, as nibbles; a nested activity (a
+    /// logging scope started inside a request: ASP.NET Core opens one per request) copies its
+    /// parent's path and appends to it. Of the open requests, the ancestor shares the longest
+    /// prefix with the event's id (its whole path), any other request less than its own path.
+    fn owner(&self, activity: u128) -> Option<usize> {
+        if activity == 0 {
+            return None;
+        }
+        if let Some(&i) = self.open.get(&activity) {
+            return Some(i);
+        }
+        let mut best: Option<(u32, usize)> = None;
+        for (&a, &i) in &self.open {
+            let n = common_path_nibbles(a, activity);
+            if n >= path_nibbles(a) && best.is_none_or(|(m, _)| n > m) {
+                best = Some((n, i));
+            }
+        }
+        best.map(|(_, i)| i)
     }
 
     /// Drops what started before `ts` (kept: requests and waits still open).
@@ -306,6 +329,39 @@ impl RequestFacts {
     }
 }
 
+/// Nibbles (high nibble of each byte first) the activity paths of `a` and `b` share, over the
+/// 12 bytes that hold a path (the last 4 are a checksum).
+pub fn common_path_nibbles(a: u128, b: u128) -> u32 {
+    let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
+    let mut n = 0;
+    for i in 0..12 {
+        if a[i] == b[i] {
+            n += 2;
+            continue;
+        }
+        if a[i] >> 4 == b[i] >> 4 {
+            n += 1;
+        }
+        break;
+    }
+    n
+}
+
+/// Nibbles of the path of `a`, up to its last non-zero nibble (a lower bound of the encoded
+/// path: an id's last byte may be zero).
+pub fn path_nibbles(a: u128) -> u32 {
+    let b = a.to_le_bytes();
+    let mut n = 0;
+    for (i, &x) in b[..12].iter().enumerate() {
+        if x & 0x0f != 0 {
+            n = 2 * i as u32 + 2;
+        } else if x != 0 {
+            n = 2 * i as u32 + 1;
+        }
+    }
+    n
+}
+
 /// The time of a record of this module (0 for the others).
 pub fn record_ts(r: &Record) -> u64 {
     match r {
@@ -375,6 +431,34 @@ mod tests {
         let q = f.finish(&mut costs, &|_| String::new(), TimeRange::new(11, 35));
         assert_eq!(q.requests.len(), 1);
         assert_eq!(q.requests[0].path, "/plain");
+    }
+
+    #[test]
+    fn a_log_line_in_a_nested_activity_belongs_to_its_request() {
+        // Paths as the tracker writes them: [1, 12] (request A), [1, 13] (request B), and a scope
+        // inside B: [1, 13, 1]; then the checksum's 4 bytes.
+        let id = |bytes: &[u8]| {
+            let mut a = vec![0u8; 16];
+            a[..bytes.len()].copy_from_slice(bytes);
+            a[12..].copy_from_slice(&[9, 9, 9, 9]);
+            a
+        };
+        let a = id(&[0x1c, 0x0c]);
+        let b = id(&[0x1c, 0x0d]);
+        let scope = id(&[0x1c, 0x0d, 0x10]);
+        let mut f = RequestFacts::default();
+        for r in [
+            Record::from(RequestStarted { ts: 1, os_tid: 1, activity: a, method: "GET".into(), path: "/a".into() }),
+            RequestStarted { ts: 2, os_tid: 2, activity: b.clone(), method: "GET".into(), path: "/b/7".into() }.into(),
+            RequestEndpoint { ts: 3, os_tid: 2, activity: scope, endpoint: "HTTP: GET /b/{id}".into(), status: 404 }
+                .into(),
+            RequestStopped { ts: 4, os_tid: 2, activity: b }.into(),
+        ] {
+            f.add(&r);
+        }
+        let q = f.finish(&mut CostTree::default(), &|_| String::new(), TimeRange::ALL);
+        let got: Vec<(String, u32)> = q.requests.iter().map(|r| (r.endpoint(), r.status)).collect();
+        assert_eq!(got, vec![("GET /a".to_string(), 0), ("GET /b/{id}".to_string(), 404)]);
     }
 
     #[test]
