@@ -18,6 +18,8 @@ pub struct Recording {
     pub type_loads: bool,
     /// Runtime events: exceptions, GC, allocations, locks, the event log.
     pub events: EventOptions,
+    /// The task library's events for logical async stacks and awaiting time (`CLRPROF_ASYNC`).
+    pub asynchrony: bool,
 }
 
 impl Default for Recording {
@@ -28,6 +30,7 @@ impl Default for Recording {
             sample_rate: 100,
             type_loads: false,
             events: EventOptions::default(),
+            asynchrony: false,
         }
     }
 }
@@ -129,7 +132,11 @@ impl AgentEnv {
             .set("CLRPROF_ALLOC", e.alloc)
             .set("CLRPROF_LOCKS", b(e.locks))
             .set("CLRPROF_EVENTS", b(e.log))
-            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)))
+            .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)));
+        if r.asynchrony {
+            self.set("CLRPROF_ASYNC", "1");
+        }
+        self
     }
 
     /// Enter/leave instrumentation (`record` only: the runtime allows the hooks at start-up only).

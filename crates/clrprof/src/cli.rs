@@ -345,6 +345,11 @@ struct RecordingArgs {
     /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
+    /// Record the task library's events (awaits, continuations, Task.Run) so that stacks are
+    /// logical async stacks with awaiting time (`[await] …` frames). Costs the app per await:
+    /// see docs/async.md
+    #[arg(long = "async")]
+    asynchrony: bool,
 }
 
 impl RecordingArgs {
@@ -366,6 +371,7 @@ impl RecordingArgs {
                 log: self.events,
                 locks: !self.no_locks,
             },
+            asynchrony: self.asynchrony,
         }
     }
 }

@@ -11,7 +11,9 @@ pub(crate) mod eventpipe;
 pub(crate) mod exc_counts;
 pub(crate) mod exceptions;
 pub(crate) mod gc;
+pub(crate) mod providers;
 pub(crate) mod stack;
+pub(crate) mod tasks;
 
 use clrprof_sys::{high, monitor};
 
@@ -35,6 +37,10 @@ pub(crate) struct Events {
     pub(crate) alloc_samples: alloc::PendingSamples,
     /// Caught exceptions counted in the agent (under the storm rate limit, the default).
     pub(crate) exception_counts: exc_counts::ExceptionCountsState,
+    /// EventPipe provider handles already named.
+    pub(crate) providers: providers::ProviderCache,
+    /// Task events waiting to be packed by the writer thread (`CLRPROF_ASYNC`).
+    pub(crate) tasks: tasks::TaskEvents,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

@@ -293,7 +293,9 @@ impl Profiler {
             if st.config.locks && !st.config.events {
                 st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
             }
-            if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
+            if let Some(id) =
+                crate::events::eventpipe::start(s, rt.major, &crate::events::providers::requested(s, rt.major))
+            {
                 s.eventpipe_session.store(id, Ordering::Release);
             }
         }
