@@ -83,6 +83,16 @@ pub struct Wait {
     pub stack: Option<StackId>,
 }
 
+/// Waits at one site, of one source.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct WaitSite {
+    /// 0 unknown (a wait handle, a contended lock…), 1 `Monitor.Wait` (`Task.Wait` and `.Result`
+    /// end in one, through `ManualResetEventSlim`).
+    pub source: u8,
+    /// The site, count, total and longest wait, and the waiting stacks.
+    pub waits: ContentionSite,
+}
+
 /// A change of the thread pool's workers (`ThreadPoolWorkers`).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct PoolChange {
@@ -105,9 +115,9 @@ pub struct Requests {
     pub unmatched_stops: u64,
     /// Ended waits that started in the range, by start.
     pub waits: Vec<Wait>,
-    /// The same waits by waiting site (the innermost frame outside `System.Threading`), longest
-    /// total first.
-    pub wait_sites: Vec<ContentionSite>,
+    /// The same waits by waiting site (the innermost frame outside `System.Threading`) and
+    /// source, longest total first.
+    pub wait_sites: Vec<WaitSite>,
     /// Waits still open at the end of the trace.
     pub open_waits: u64,
     /// The pool's worker changes in the range, by time.
@@ -140,15 +150,17 @@ struct WaitFact {
     end: Option<u64>,
 }
 
-/// The facts of this module as records arrive.
+/// The facts of this module as records arrive. Requests are paired at [`RequestFacts::finish`],
+/// by time: records come in the order of the agent's per-thread buffers, not of time, and the
+/// runtime gives the requests of one connection the same activity id, one after the other.
 #[derive(Clone, Debug, Default)]
 pub struct RequestFacts {
-    requests: Vec<Request>,
-    /// Requests not yet stopped, by activity id (index in `requests`).
-    open: HashMap<u128, usize>,
-    /// Endpoint names and statuses that arrived before their request's start (by activity).
-    early: HashMap<u128, (String, u32)>,
-    unmatched_stops: Vec<u64>,
+    /// `RequestStarted`: (ts, os_tid, activity, method, path).
+    starts: Vec<(u64, u32, u128, String, String)>,
+    /// `RequestStopped`: (ts, activity).
+    stops: Vec<(u64, u128)>,
+    /// `RequestEndpoint`: (ts, activity, endpoint name, status).
+    details: Vec<(u64, u128, String, u32)>,
     waits: Vec<WaitFact>,
     open_waits: HashMap<u32, usize>,
     pool: Vec<PoolChange>,
@@ -159,46 +171,11 @@ impl RequestFacts {
     pub fn add(&mut self, r: &Record) -> bool {
         match r {
             Record::RequestStarted(s) => {
-                let activity = activity_id(&s.activity);
-                let (endpoint_name, status) = self.early.remove(&activity).unwrap_or_default();
-                if activity != 0 {
-                    self.open.insert(activity, self.requests.len());
-                }
-                self.requests.push(Request {
-                    start_ns: s.ts,
-                    end_ns: None,
-                    os_tid: s.os_tid,
-                    activity,
-                    method: s.method.clone(),
-                    path: s.path.clone(),
-                    endpoint_name,
-                    status,
-                });
+                self.starts.push((s.ts, s.os_tid, activity_id(&s.activity), s.method.clone(), s.path.clone()))
             }
-            Record::RequestStopped(s) => match self.open.remove(&activity_id(&s.activity)) {
-                Some(i) => self.requests[i].end_ns = Some(s.ts.max(self.requests[i].start_ns)),
-                None => self.unmatched_stops.push(s.ts),
-            },
+            Record::RequestStopped(s) => self.stops.push((s.ts, activity_id(&s.activity))),
             Record::RequestEndpoint(e) => {
-                let activity = activity_id(&e.activity);
-                let slot = match self.owner(activity) {
-                    Some(i) => {
-                        let r = &mut self.requests[i];
-                        (&mut r.endpoint_name, &mut r.status)
-                    }
-                    // The log of a request may be delivered before its start on another thread.
-                    None if activity != 0 => {
-                        let e = self.early.entry(activity).or_default();
-                        (&mut e.0, &mut e.1)
-                    }
-                    None => return true,
-                };
-                if !e.endpoint.is_empty() {
-                    *slot.0 = e.endpoint.clone();
-                }
-                if e.status != 0 {
-                    *slot.1 = e.status;
-                }
+                self.details.push((e.ts, activity_id(&e.activity), e.endpoint.clone(), e.status))
             }
             Record::WaitStarted(w) => {
                 self.open_waits.insert(w.os_tid, self.waits.len());
@@ -224,36 +201,71 @@ impl RequestFacts {
         true
     }
 
-    /// The open request an event of `activity` belongs to: the request of that activity, or the
-    /// one whose activity is its ancestor. The runtime's activity tracker encodes an activity's
-    /// path from the root in the first 12 bytes of its id, as nibbles; a nested activity (a
-    /// logging scope started inside a request: ASP.NET Core opens one per request) copies its
-    /// parent's path and appends to it. Of the open requests, the ancestor shares the longest
-    /// prefix with the event's id (its whole path), any other request less than its own path.
-    fn owner(&self, activity: u128) -> Option<usize> {
-        if activity == 0 {
-            return None;
+    /// Every request, each start paired with the next stop of its activity in time (a start
+    /// followed by another start, or by nothing, is unfinished), with its endpoint and status;
+    /// and the number of stops without a start.
+    fn pair(&self) -> (Vec<Request>, u64) {
+        let mut events: HashMap<u128, Vec<(u64, Option<usize>)>> = HashMap::new();
+        for (i, s) in self.starts.iter().enumerate() {
+            events.entry(s.2).or_default().push((s.0, Some(i)));
         }
-        if let Some(&i) = self.open.get(&activity) {
-            return Some(i);
+        for &(ts, a) in &self.stops {
+            events.entry(a).or_default().push((ts, None));
         }
-        let mut best: Option<(u32, usize)> = None;
-        for (&a, &i) in &self.open {
-            let n = common_path_nibbles(a, activity);
-            if n >= path_nibbles(a) && best.is_none_or(|(m, _)| n > m) {
-                best = Some((n, i));
+        let mut requests = Vec::with_capacity(self.starts.len());
+        let mut unmatched = 0;
+        let mut activities: Vec<_> = events.into_iter().collect();
+        activities.sort_by_key(|(a, _)| *a);
+        for (activity, mut ev) in activities {
+            // At one time, a stop before a start: the stop ends the earlier request.
+            ev.sort_by_key(|&(ts, start)| (ts, start.is_some()));
+            let mut open: Option<usize> = None;
+            for (ts, start) in ev {
+                match start {
+                    Some(i) => {
+                        let (start_ns, os_tid, _, method, path) = &self.starts[i];
+                        open = Some(requests.len());
+                        requests.push(Request {
+                            start_ns: *start_ns,
+                            end_ns: None,
+                            os_tid: *os_tid,
+                            activity,
+                            method: method.clone(),
+                            path: path.clone(),
+                            ..Default::default()
+                        });
+                    }
+                    None => match open.take() {
+                        Some(r) if activity != 0 => requests[r].end_ns = Some(ts),
+                        _ => unmatched += 1,
+                    },
+                }
             }
         }
-        best.map(|(_, i)| i)
+        requests.sort_by_key(|r| (r.start_ns, r.os_tid, r.activity));
+        let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
+        for (i, r) in requests.iter().enumerate() {
+            by_activity.entry(r.activity).or_default().push(i);
+        }
+        for (ts, activity, endpoint, status) in &self.details {
+            let Some(i) = owner(&requests, &by_activity, *activity, *ts) else { continue };
+            let r = &mut requests[i];
+            if !endpoint.is_empty() {
+                r.endpoint_name = endpoint.clone();
+            }
+            if *status != 0 {
+                r.status = *status;
+            }
+        }
+        (requests, unmatched)
     }
 
-    /// Drops what started before `ts` (kept: requests and waits still open).
+    /// Drops what started before `ts` (kept: waits still open; a request that started before
+    /// `ts` and ends after it then counts as a stop without a start).
     pub fn forget_before(&mut self, ts: u64) {
-        let keep = |r: &Request| r.start_ns >= ts || r.end_ns.is_none();
-        self.requests.retain(keep);
-        self.open = self.requests.iter().enumerate().filter(|(_, r)| r.end_ns.is_none()).map(|(i, r)| (r.activity, i)).collect();
-        self.open.remove(&0);
-        self.unmatched_stops.retain(|&t| t >= ts);
+        self.starts.retain(|s| s.0 >= ts);
+        self.stops.retain(|s| s.0 >= ts);
+        self.details.retain(|d| d.0 >= ts);
         self.waits.retain(|w| w.ts >= ts || w.end.is_none());
         self.open_waits =
             self.waits.iter().enumerate().filter(|(_, w)| w.end.is_none()).map(|(i, w)| (w.os_tid, i)).collect();
@@ -261,17 +273,17 @@ impl RequestFacts {
     }
 
     pub fn retained(&self) -> usize {
-        self.requests.len() + self.waits.len() + self.pool.len()
+        self.starts.len() + self.stops.len() + self.details.len() + self.waits.len() + self.pool.len()
     }
 
     /// The requests, waits and pool changes of `range`; waiting stacks go to `costs`.
     pub fn finish(&self, costs: &mut CostTree, name: &dyn Fn(u64) -> String, range: TimeRange) -> Requests {
-        let recorded = !self.requests.is_empty() || !self.waits.is_empty() || !self.pool.is_empty();
-        let mut requests: Vec<Request> = self.requests.iter().filter(|r| range.contains(r.start_ns)).cloned().collect();
-        requests.sort_by_key(|r| (r.start_ns, r.os_tid, r.activity));
+        let recorded = !self.starts.is_empty() || !self.waits.is_empty() || !self.pool.is_empty();
+        let (all, unmatched_stops) = self.pair();
+        let requests: Vec<Request> = all.into_iter().filter(|r| range.contains(r.start_ns)).collect();
         let mut waits = Vec::new();
         let mut open_waits = 0;
-        let mut by_site: HashMap<String, ContentionSite> = HashMap::new();
+        let mut by_site: HashMap<(String, u8), ContentionSite> = HashMap::new();
         let mut stack_ids: HashMap<&[u64], Option<StackId>> = HashMap::new();
         for w in self.waits.iter().filter(|w| range.contains(w.ts)) {
             let Some(end) = w.end else {
@@ -279,18 +291,19 @@ impl RequestFacts {
                 continue;
             };
             let stack = *stack_ids.entry(w.stack.as_slice()).or_insert_with(|| {
-                let ids: Vec<_> = w.stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
+                let ids: Vec<_> =
+                    w.stack.iter().rev().map(|&f| costs.stacks.intern_frame(FrameKey::Function(f))).collect();
                 costs.stacks.intern_stack(&ids)
             });
             let wait = end - w.ts;
             waits.push(Wait { start_ns: w.ts, end_ns: end, os_tid: w.os_tid, source: w.source, stack });
-            let site = w
-                .stack
-                .iter()
-                .map(|&f| name(f))
-                .find(|n| !n.starts_with("System.Threading."))
-                .unwrap_or_else(|| w.stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into()));
-            let e = by_site.entry(site.clone()).or_insert_with(|| ContentionSite { site, ..Default::default() });
+            let site =
+                w.stack.iter().map(|&f| name(f)).find(|n| !n.starts_with("System.Threading.")).unwrap_or_else(|| {
+                    w.stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into())
+                });
+            let e = by_site
+                .entry((site.clone(), w.source))
+                .or_insert_with(|| ContentionSite { site, ..Default::default() });
             e.count += 1;
             e.wait_ns = e.wait_ns.saturating_add(wait);
             e.max_wait_ns = e.max_wait_ns.max(wait);
@@ -308,25 +321,50 @@ impl RequestFacts {
             }
         }
         waits.sort_by_key(|w| (w.start_ns, w.os_tid));
-        let mut wait_sites: Vec<ContentionSite> = by_site.into_values().collect();
-        for s in &mut wait_sites {
+        let mut wait_sites: Vec<WaitSite> =
+            by_site.into_iter().map(|((_, source), waits)| WaitSite { source, waits }).collect();
+        for s in wait_sites.iter_mut().map(|w| &mut w.waits) {
             let mut both: Vec<((StackId, u64), u64)> = s.stacks.drain(..).zip(s.stack_wait_ns.drain(..)).collect();
             both.sort_by(|(a, wa), (b, wb)| wb.cmp(wa).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
             (s.stacks, s.stack_wait_ns) = both.into_iter().unzip();
         }
-        wait_sites.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.site.cmp(&b.site)));
+        wait_sites.sort_by(|a, b| {
+            (b.waits.wait_ns.cmp(&a.waits.wait_ns)).then(a.waits.site.cmp(&b.waits.site)).then(a.source.cmp(&b.source))
+        });
         let mut pool: Vec<PoolChange> = self.pool.iter().filter(|c| range.contains(c.ts)).cloned().collect();
         pool.sort_by_key(|c| c.ts);
-        Requests {
-            recorded,
-            requests,
-            unmatched_stops: self.unmatched_stops.iter().filter(|&&t| range.contains(t)).count() as u64,
-            waits,
-            wait_sites,
-            open_waits,
-            pool,
+        Requests { recorded, requests, unmatched_stops, waits, wait_sites, open_waits, pool }
+    }
+}
+
+/// The request an endpoint or status line of `activity` at `ts` belongs to: a request of that
+/// activity, or of its ancestor, running at `ts` (the latest to start by then). The runtime's
+/// activity tracker encodes an activity's path from the root in the first 12 bytes of its id, as
+/// nibbles; a nested activity (a logging scope started inside a request: ASP.NET Core opens one
+/// per request) copies its parent's path and appends to it. Of the requests' activities, the
+/// ancestor shares the longest prefix with the line's id (its whole path), any other less than
+/// its own path.
+fn owner(requests: &[Request], by_activity: &HashMap<u128, Vec<usize>>, activity: u128, ts: u64) -> Option<usize> {
+    if activity == 0 {
+        return None;
+    }
+    let mut best: Option<(u32, usize)> = None;
+    for (&a, list) in by_activity {
+        let n = if a == activity { 128 } else { common_path_nibbles(a, activity) };
+        if a == 0 || n < path_nibbles(a) || best.is_some_and(|(m, _)| m >= n) {
+            continue;
+        }
+        // The list is by start: the last request started by `ts`, if it had not ended before.
+        let k = list.partition_point(|&i| requests[i].start_ns <= ts);
+        if k == 0 {
+            continue;
+        }
+        let i = list[k - 1];
+        if requests[i].end_ns.is_none_or(|e| e >= ts) {
+            best = Some((n, i));
         }
     }
+    best.map(|(_, i)| i)
 }
 
 /// Nibbles (high nibble of each byte first) the activity paths of `a` and `b` share, over the
@@ -390,7 +428,8 @@ mod tests {
     fn pairs_requests_by_activity_and_names_them_by_route() {
         let mut f = RequestFacts::default();
         let recs: Vec<Record> = vec![
-            RequestStarted { ts: 10, os_tid: 1, activity: act(1), method: "GET".into(), path: "/items/4".into() }.into(),
+            RequestStarted { ts: 10, os_tid: 1, activity: act(1), method: "GET".into(), path: "/items/4".into() }
+                .into(),
             RequestStarted { ts: 12, os_tid: 2, activity: act(2), method: "GET".into(), path: "/plain".into() }.into(),
             RequestEndpoint {
                 ts: 13,
@@ -405,9 +444,15 @@ mod tests {
             RequestEndpoint { ts: 29, os_tid: 1, activity: act(1), endpoint: String::new(), status: 200 }.into(),
             RequestStopped { ts: 30, os_tid: 1, activity: act(1) }.into(),
             RequestStopped { ts: 31, os_tid: 1, activity: act(9) }.into(),
-            // A log line before its start (delivered out of order).
-            RequestEndpoint { ts: 39, os_tid: 4, activity: act(3), endpoint: "Shop.Home.Index (Shop)".into(), status: 0 }
-                .into(),
+            // A log line read before its request's start (another thread's buffer came first).
+            RequestEndpoint {
+                ts: 41,
+                os_tid: 5,
+                activity: act(3),
+                endpoint: "Shop.Home.Index (Shop)".into(),
+                status: 0,
+            }
+            .into(),
             RequestStarted { ts: 40, os_tid: 4, activity: act(3), method: "POST".into(), path: "/home".into() }.into(),
         ];
         for r in &recs {
@@ -431,6 +476,26 @@ mod tests {
         let q = f.finish(&mut costs, &|_| String::new(), TimeRange::new(11, 35));
         assert_eq!(q.requests.len(), 1);
         assert_eq!(q.requests[0].path, "/plain");
+    }
+
+    #[test]
+    fn requests_of_one_connection_share_an_activity_id_and_pair_by_time() {
+        // Two requests on one connection, the same id; records in buffer order, not time order.
+        let recs: Vec<Record> = vec![
+            RequestStarted { ts: 10, os_tid: 1, activity: act(5), method: "GET".into(), path: "/a".into() }.into(),
+            RequestStarted { ts: 30, os_tid: 1, activity: act(5), method: "GET".into(), path: "/b".into() }.into(),
+            RequestStopped { ts: 20, os_tid: 2, activity: act(5) }.into(),
+            RequestStopped { ts: 45, os_tid: 2, activity: act(5) }.into(),
+            RequestEndpoint { ts: 31, os_tid: 1, activity: act(5), endpoint: "HTTP: GET /b".into(), status: 0 }.into(),
+        ];
+        let mut f = RequestFacts::default();
+        for r in &recs {
+            f.add(r);
+        }
+        let q = f.finish(&mut CostTree::default(), &|_| String::new(), TimeRange::ALL);
+        let got: Vec<(String, Option<u64>)> = q.requests.iter().map(|r| (r.endpoint(), r.latency_ns())).collect();
+        assert_eq!(got, vec![("GET /a".to_string(), Some(10)), ("GET /b".to_string(), Some(15))]);
+        assert_eq!(q.unmatched_stops, 0);
     }
 
     #[test]
@@ -490,7 +555,8 @@ mod tests {
         assert_eq!(q.waits.len(), 2);
         assert_eq!(q.open_waits, 1);
         assert_eq!(q.wait_sites.len(), 1);
-        let s = &q.wait_sites[0];
+        assert_eq!(q.wait_sites[0].source, 0);
+        let s = &q.wait_sites[0].waits;
         assert_eq!((s.site.as_str(), s.count, s.wait_ns, s.max_wait_ns), ("App.Handler", 2, 110, 60));
         assert_eq!(s.stacks.len(), 1);
         assert_eq!(s.stacks[0].1, 2);

@@ -14,6 +14,7 @@ pub mod document;
 pub mod engine;
 pub mod events;
 pub mod explore;
+pub mod requests;
 pub mod select;
 pub mod timeline;
 pub mod weighted_stacks;

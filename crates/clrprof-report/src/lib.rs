@@ -16,6 +16,7 @@ mod hotspots;
 mod jit;
 mod locks;
 mod modules;
+mod requests;
 mod summary;
 mod text_table;
 
@@ -42,6 +43,7 @@ pub enum View {
     Counters,
     Locks,
     Modules,
+    Requests,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -53,7 +55,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 14] = [
+pub const VIEWS: [ViewInfo; 15] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -119,6 +121,11 @@ pub const VIEWS: [ViewInfo; 14] = [
         view: View::Locks,
         name: "locks",
         help: "Thread lifetimes and names; Monitor lock contention with wait times and waiting stacks",
+    },
+    ViewInfo {
+        view: View::Requests,
+        name: "requests",
+        help: "ASP.NET Core requests per route (count, p50/p95/p99), slowest requests, blocking waits, thread-pool starvation (record --async)",
     },
 ];
 
@@ -250,6 +257,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         View::Counters => counters::render(p),
         View::Locks => locks::render(p),
         View::Modules => modules::render(p, opts)?,
+        View::Requests => requests::render(p, opts.top),
     })
 }
 

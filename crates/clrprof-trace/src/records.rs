@@ -540,7 +540,7 @@ records! {
     /// The thread pool's worker threads (runtime events, keyword `Threading` 0x10000):
     /// `kind` 0 a worker started (`ThreadPoolWorkerThreadStart`, id 50 {u32 ActiveWorkerThreadCount,
     /// u32 RetiredWorkerThreadCount, u16 ClrInstanceID}), 1 a worker stopped (id 51, same payload),
-    /// 2 the pool changed its target (`ThreadPoolWorkerThreadAdjustmentAdjustment`, id 56 {f64
+    /// 2 the pool changed its target (`ThreadPoolWorkerThreadAdjustmentAdjustment`, id 55 {f64
     /// AverageThroughput, u32 NewWorkerThreadCount, u32 Reason, u16 ClrInstanceID}). `count` is the
     /// active workers (kinds 0, 1) or the new target (kind 2); `reason` the adjustment's reason
     /// (`pool_reason`), 0 otherwise.

@@ -30,6 +30,10 @@ pub(crate) enum Provider {
     RuntimePrivate = 2,
     /// `System.Threading.Tasks.TplEventSource` (`super::tasks`).
     Tasks = 3,
+    /// `Microsoft.AspNetCore.Hosting` (`super::requests`).
+    Hosting = 4,
+    /// `Microsoft-Extensions-Logging` (`super::requests`).
+    Logging = 5,
     /// Any other provider: its events are ignored.
     Other = 255,
 }
@@ -38,8 +42,13 @@ pub(crate) const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 pub(crate) const RUNTIME_PRIVATE: &str = "Microsoft-Windows-DotNETRuntimePrivate";
 pub(crate) const TASKS: &str = "System.Threading.Tasks.TplEventSource";
 
-const NAMES: &[(&str, Provider)] =
-    &[(RUNTIME, Provider::Runtime), (RUNTIME_PRIVATE, Provider::RuntimePrivate), (TASKS, Provider::Tasks)];
+const NAMES: &[(&str, Provider)] = &[
+    (RUNTIME, Provider::Runtime),
+    (RUNTIME_PRIVATE, Provider::RuntimePrivate),
+    (TASKS, Provider::Tasks),
+    (super::requests::HOSTING, Provider::Hosting),
+    (super::requests::LOGGING, Provider::Logging),
+];
 
 impl Provider {
     fn from_u8(v: u8) -> Option<Provider> {
@@ -47,6 +56,8 @@ impl Provider {
             1 => Provider::Runtime,
             2 => Provider::RuntimePrivate,
             3 => Provider::Tasks,
+            4 => Provider::Hosting,
+            5 => Provider::Logging,
             255 => Provider::Other,
             _ => return None,
         })
@@ -70,6 +81,7 @@ pub(crate) struct ProviderRequest {
 pub(crate) fn requested(s: &Context, runtime_major: u16) -> Vec<ProviderRequest> {
     let mut v = Vec::new();
     v.extend(super::tasks::providers(&s.config, runtime_major));
+    v.extend(super::requests::providers(&s.config, runtime_major));
     v
 }
 
@@ -167,10 +179,13 @@ pub(crate) unsafe fn guid(p: *const std::ffi::c_void) -> u128 {
 pub(crate) fn delivered(s: &Context, ev: &Events, sampler: Option<&Sampler>, e: &Delivered) -> CallbackResult {
     let provider = ev.providers.provider(e.provider, |h| s.info.event_pipe_get_provider_info(h).ok());
     match provider {
+        Provider::Runtime if super::requests::runtime(s, e) => Ok(()),
         Provider::Runtime | Provider::RuntimePrivate => {
             super::eventpipe::delivered(s, &ev.eventpipe(), sampler, e.event_id, e.version, e.data, e.ips)
         }
         Provider::Tasks => super::tasks::delivered(s, &ev.tasks, e),
+        Provider::Hosting => super::requests::delivered(s, e, false),
+        Provider::Logging => super::requests::delivered(s, e, true),
         Provider::Other => Ok(()),
     }
 }
