@@ -205,7 +205,8 @@ fn pool_doc(q: &Requests) -> PoolDoc {
         format!(
             "thread-pool starvation: the pool injected threads while work waited {} times ({} for starvation, {} because \
              pool threads blocked) between {} ms and {} ms, raising its target to {} threads; blocking waits on pool \
-             threads (sync-over-async: .Result, .Wait()) are the usual cause — see the waits below",
+             threads (sync-over-async: .Result, .Wait()) are the usual cause — see the waits below; requests that waited \
+             for a thread before the server read them waited longer than their latencies here say",
             all.len(),
             starving.len(),
             blocking.len(),

@@ -24,6 +24,7 @@ mod instrument;
 mod lifecycle;
 mod pyroscope;
 mod report_json;
+mod requests;
 mod runtime_time;
 mod runtimes;
 mod sampling;
