@@ -63,7 +63,7 @@ pub struct WaitSiteRow {
     pub count: u64,
     pub wait_ns: u64,
     pub max_wait_ns: u64,
-    /// The most frequent waiting stack, outermost frame first, and how many waits had it.
+    /// The most frequent waiting stack, innermost frame first, and how many waits had it.
     pub stack: Vec<String>,
     pub stack_count: u64,
 }

@@ -126,6 +126,7 @@ impl Loaded {
             "timeline" => self.timeline(q),
             "table" => self.table(q),
             "diff" => self.diff(q),
+            "requests" => self.requests(q),
             _ => Err(ApiError { status: 404, message: format!("no API '{}'", clip(what)) }),
         }
     }
@@ -374,6 +375,15 @@ impl Loaded {
         let v = Arc::new(serde_json::to_value(&doc).map_err(|e| ApiError { status: 500, message: e.to_string() })?);
         self.docs.lock().unwrap_or_else(|e| e.into_inner()).put(range, v.clone());
         Ok(v)
+    }
+
+    /// The requests view (`clrprof_query::requests`): endpoints, the `top` slowest requests
+    /// (default 20), waits by site, the thread pool and its starvation note.
+    fn requests(&self, q: &Params) -> ApiResult {
+        let p = self.profile(Side::New, self.range(q)?)?;
+        let top = q.num::<usize>("top", 20)?.min(1000);
+        serde_json::to_value(clrprof_query::requests::requests(&p, top))
+            .map_err(|e| ApiError { status: 500, message: e.to_string() })
     }
 
     /// One page of an event or GCP table, rows whose JSON text contains the search.

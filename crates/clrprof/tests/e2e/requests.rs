@@ -155,3 +155,89 @@ fn requests_views_match_the_app_on_dotnet_9() {
 fn requests_on_dotnet_8_have_no_wait_events() {
     check("net8.0", 8, &[], "sync");
 }
+
+/// Children of `pid` (from /proc).
+fn child_pids(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        if after.split_whitespace().nth(1).and_then(|v| v.parse::<u32>().ok()) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `wrk -t2 -c8 -d2s URL`: the responses it completed.
+fn wrk(url: &str) -> u64 {
+    let out = std::process::Command::new("wrk")
+        .args(["-t2", "-c8", "-d2s", url])
+        .output()
+        .expect("wrk is required for this test (scripts/bootstrap installs it)");
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {s}{}", text(&out.stderr));
+    assert!(!s.contains("Non-2xx"), "{s}");
+    s.lines()
+        .find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no request count in wrk's output: {s}"))
+}
+
+/// The served app under wrk (a real service's load: 8 connections kept alive, as fast as it
+/// answers), two routes one after the other, stopped with SIGTERM: the report counts every
+/// request the app counted, per route, and each route at least what wrk completed (wrk stops
+/// with up to one request per connection in flight, which the server still answers).
+#[test]
+fn a_served_app_under_wrk_has_every_request_counted() {
+    use std::io::BufRead;
+    let _machine = machine::shared();
+    let dir = scratch("requests-wrk");
+    let trace = dir.join("wrk.clrprof");
+    let mut rec = std::process::Command::new(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .args(["--async", "--", "dotnet"])
+        .arg(app_dll("AsyncWeb"))
+        .args(["serve", "http://127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(rec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line {line:?}")).to_string();
+    let rec = KillOnDrop(rec);
+    let delay = wrk(&format!("{url}/delay/5"));
+    let items = wrk(&format!("{url}/items/7"));
+    let app = child_pids(rec.0.id())[0];
+    // Safety: a plain signal to the app's process.
+    unsafe { libc::kill(app as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let served: u64 = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("requests="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the app did not print its count: {rest:?}"));
+    let mut rec = rec;
+    assert!(rec.0.wait().unwrap().success());
+    let v = report_json(&trace);
+    let rows = v["requests"].as_array().expect("requests");
+    let count = |route: &str| rows.iter().find(|r| r["endpoint"] == route).map(|r| u(r, "count")).unwrap_or(0);
+    let (d, i) = (count("GET /delay/{ms:int}"), count("GET /items/{id:int}"));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(d + i, served, "the app served {served}; the report counts {d} + {i}");
+    assert!(d >= delay && d <= delay + 8, "/delay: report {d}, wrk {delay}");
+    assert!(i >= items && i <= items + 8, "/items: report {i}, wrk {items}");
+    for r in rows {
+        assert_eq!(u(r, "unfinished"), 0, "{r}");
+        assert!(u(r, "p50_ns") > 0);
+    }
+    assert!(u(&rows.iter().find(|r| r["endpoint"] == "GET /delay/{ms:int}").unwrap().clone(), "p50_ns") >= 5_000_000);
+}
