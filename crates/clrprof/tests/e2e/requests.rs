@@ -241,3 +241,34 @@ fn a_served_app_under_wrk_has_every_request_counted() {
     }
     assert!(u(&rows.iter().find(|r| r["endpoint"] == "GET /delay/{ms:int}").unwrap().clone(), "p50_ns") >= 5_000_000);
 }
+
+/// apps/WebEf (ASP.NET Core + EF Core, the corpus's service) clears its logging providers, so
+/// ASP.NET Core's log lines that name routes never reach the profiler: its endpoints are method
+/// and path (documented), and still every request the app sent is counted, per handler.
+#[test]
+fn web_ef_requests_are_counted_by_path_without_the_apps_log() {
+    let _machine = machine::shared();
+    let dir = scratch("requests-webef");
+    let trace = dir.join("webef.clrprof");
+    let out = record("WebEf", &["300"], &trace, &["--async"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let (_, c) = client(&stdout);
+    assert_eq!(c["requests"], 300, "{stdout}");
+    let v = report_json(&trace);
+    let rows = v["requests"].as_array().expect("requests");
+    let sum = |prefix: &str, suffix: &str| -> u64 {
+        rows.iter()
+            .filter(|r| {
+                let e = r["endpoint"].as_str().unwrap();
+                e.starts_with(prefix) && e.ends_with(suffix)
+            })
+            .map(|r| u(r, "count"))
+            .sum()
+    };
+    assert_eq!(sum("GET /products/", ""), c["product"], "{rows:?}");
+    assert_eq!(sum("GET /orders/recent", ""), c["recent"], "{rows:?}");
+    assert_eq!(sum("GET /customers/", "/total"), c["total"], "{rows:?}");
+    assert_eq!(rows.iter().map(|r| u(r, "count")).sum::<u64>(), 300);
+    assert!(rows.iter().all(|r| u(r, "unfinished") == 0 && r["statuses"][0][0] == 0), "no status without the log");
+}
