@@ -1,0 +1,150 @@
+// AsyncShape: requests of a known async shape, for the logical async stack tests. Each request
+// (Shop.Orders.HandleAsync, started through Task.Run, `parallel` at a time) awaits a delay
+// (Task.Delay), computes (Shop.Orders.Compute: known CPU work), then awaits a downstream call
+// (Shop.Inventory.LoadAsync, which awaits a delay and then parses: Shop.Inventory.Parse, CPU).
+// The app measures itself with Stopwatch and prints, one `key value` line each, the sums the
+// profile must match: time spent awaiting in each awaiting method, CPU-work time of each
+// working method, request count and latencies.
+//
+// Usage: AsyncShape [requests=60] [parallel=4] [delay_ms=30] [compute_ms=15] [downstream_ms=20] [parse_ms=8]
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Linq;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace Shop;
+
+static class Sums
+{
+    public static long HandleAwaitDelayTicks;
+    public static long HandleAwaitDownstreamTicks;
+    public static long LoadAwaitDelayTicks;
+    public static long ComputeTicks;
+    public static long ParseTicks;
+    public static long Checksum;
+
+    public static void Add(ref long sum, long ticks) => Interlocked.Add(ref sum, ticks);
+    public static long Ns(long ticks) => (long)(ticks * (1e9 / Stopwatch.Frequency));
+}
+
+static class Work
+{
+    /// Busy CPU work for about `ms` milliseconds of this thread's time (by the clock: the
+    /// machine may be shared, so the loop checks the clock rather than counting iterations).
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static long Spin(double ms)
+    {
+        var sw = Stopwatch.StartNew();
+        long x = 17;
+        long limit = (long)(ms * Stopwatch.Frequency / 1000);
+        while (sw.ElapsedTicks < limit)
+        {
+            for (int i = 0; i < 2000; i++)
+            {
+                x = x * 6364136223846793005L + 1442695040888963407L;
+            }
+        }
+        return x;
+    }
+}
+
+static class Orders
+{
+    public static int DelayMs = 30, ComputeMs = 15;
+
+    public static async Task<long> HandleAsync(int id)
+    {
+        long t0 = Stopwatch.GetTimestamp();
+        await Task.Delay(DelayMs);
+        long t1 = Stopwatch.GetTimestamp();
+        Sums.Add(ref Sums.HandleAwaitDelayTicks, t1 - t0);
+        long x = Compute(id);
+        long t2 = Stopwatch.GetTimestamp();
+        long y = await Inventory.LoadAsync(id);
+        long t3 = Stopwatch.GetTimestamp();
+        Sums.Add(ref Sums.HandleAwaitDownstreamTicks, t3 - t2);
+        return x ^ y;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Compute(int id)
+    {
+        long t0 = Stopwatch.GetTimestamp();
+        long r = Work.Spin(ComputeMs) + id;
+        Sums.Add(ref Sums.ComputeTicks, Stopwatch.GetTimestamp() - t0);
+        return r;
+    }
+}
+
+static class Inventory
+{
+    public static int DownstreamMs = 20, ParseMs = 8;
+
+    public static async Task<long> LoadAsync(int id)
+    {
+        long t0 = Stopwatch.GetTimestamp();
+        await Task.Delay(DownstreamMs);
+        Sums.Add(ref Sums.LoadAwaitDelayTicks, Stopwatch.GetTimestamp() - t0);
+        return Parse(id);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Parse(int id)
+    {
+        long t0 = Stopwatch.GetTimestamp();
+        long r = Work.Spin(ParseMs) - id;
+        Sums.Add(ref Sums.ParseTicks, Stopwatch.GetTimestamp() - t0);
+        return r;
+    }
+}
+
+static class Program
+{
+    static int Arg(string[] a, int i, int d) => a.Length > i ? int.Parse(a[i]) : d;
+
+    static async Task<int> Main(string[] args)
+    {
+        int requests = Arg(args, 0, 60), parallel = Arg(args, 1, 4);
+        Orders.DelayMs = Arg(args, 2, 30);
+        Orders.ComputeMs = Arg(args, 3, 15);
+        Inventory.DownstreamMs = Arg(args, 4, 20);
+        Inventory.ParseMs = Arg(args, 5, 8);
+        var latencies = new List<long>();
+        var all = Stopwatch.StartNew();
+        for (int done = 0; done < requests;)
+        {
+            int n = Math.Min(parallel, requests - done);
+            var batch = new Task<long>[n];
+            for (int i = 0; i < n; i++)
+            {
+                int id = done + i;
+                batch[i] = Task.Run(async () =>
+                {
+                    long t0 = Stopwatch.GetTimestamp();
+                    long r = await Orders.HandleAsync(id);
+                    lock (latencies) latencies.Add(Stopwatch.GetTimestamp() - t0);
+                    return r;
+                });
+            }
+            foreach (long r in await Task.WhenAll(batch)) Sums.Checksum ^= r;
+            done += n;
+        }
+        latencies.Sort();
+        long P(double q) => Sums.Ns(latencies[Math.Min(latencies.Count - 1, (int)(q * latencies.Count))]);
+        Console.WriteLine($"requests {latencies.Count}");
+        Console.WriteLine($"latency_sum_ns {Sums.Ns(latencies.Sum())}");
+        Console.WriteLine($"latency_p50_ns {P(0.50)}");
+        Console.WriteLine($"latency_p95_ns {P(0.95)}");
+        Console.WriteLine($"await_ns Shop.Orders.HandleAsync Task.Delay {Sums.Ns(Sums.HandleAwaitDelayTicks)}");
+        Console.WriteLine($"await_ns Shop.Orders.HandleAsync Shop.Inventory.LoadAsync {Sums.Ns(Sums.HandleAwaitDownstreamTicks)}");
+        Console.WriteLine($"await_ns Shop.Inventory.LoadAsync Task.Delay {Sums.Ns(Sums.LoadAwaitDelayTicks)}");
+        Console.WriteLine($"work_ns Shop.Orders.Compute {Sums.Ns(Sums.ComputeTicks)}");
+        Console.WriteLine($"work_ns Shop.Inventory.Parse {Sums.Ns(Sums.ParseTicks)}");
+        Console.WriteLine($"elapsed_ns {(long)all.Elapsed.TotalMilliseconds * 1_000_000}");
+        Console.WriteLine($"checksum {Sums.Checksum}");
+        return 0;
+    }
+}
