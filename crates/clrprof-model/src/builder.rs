@@ -30,6 +30,9 @@ pub struct ProfileBuilder {
     /// from a copy and adds sampled and event stacks.
     stacks: StackTable,
     samples: crate::samples::SampleData,
+    /// The task library's events (`--async`), and whether stacks stay as sampled.
+    tasks: crate::asynchrony::TaskData,
+    physical_stacks: bool,
     cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
     /// Records of tags this version does not know, by tag (written by a newer agent).
@@ -46,6 +49,11 @@ impl ProfileBuilder {
 
     fn thread(&mut self, id: u64) -> &mut Thread {
         self.threads.entry(id).or_insert_with(|| Thread { id, ..Default::default() })
+    }
+
+    /// Keeps threads' stacks as sampled in a trace with async data (no logical stacks).
+    pub fn set_physical_stacks(&mut self, physical: bool) {
+        self.physical_stacks = physical;
     }
 
     /// Records added so far.
@@ -68,6 +76,7 @@ impl ProfileBuilder {
         use Record as R;
         self.events.log(r);
         match r {
+            R::TaskEvents(_) => self.tasks.add(r),
             R::ProcessStart(s) => {
                 if self.started {
                     self.p.messages.push("the trace holds a second ProcessStart record; kept the first".into());
@@ -445,9 +454,17 @@ impl ProfileBuilder {
         p.index();
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
-        self.samples.resolve_with(&mut p, symbols, range, sample_events, timed);
+        let with_tasks = !self.tasks.is_empty();
+        self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);
         name_frames(&mut p);
+        if with_tasks {
+            // Logical async stacks and awaiting time (`crate::asynchrony`).
+            self.tasks.apply(&mut p, !self.physical_stacks);
+            if !timed {
+                p.samples = Vec::new();
+            }
+        }
         p
     }
 }

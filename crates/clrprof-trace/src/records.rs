@@ -512,6 +512,10 @@ records! {
     /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
     /// collection's start and end by index, nested ones included.
     91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
+    /// Events of the task library (`TplEventSource`, recorded with `CLRPROF_ASYNC=1`) packed as
+    /// the agent writes them once per flush: `count` events in `packed`, each as described in
+    /// [`crate::tasks`] (varints; times relative to `ts`).
+    120 TaskEvents { ts: u64, count: u32, packed: Vec<u8> }
 }
 
 impl AllocationSamples {
@@ -696,7 +700,7 @@ impl ExceptionCounts {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -704,7 +708,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*at)?;
