@@ -1,12 +1,13 @@
 // AsyncShape: requests of a known async shape, for the logical async stack tests. Each request
 // (Shop.Orders.HandleAsync, started through Task.Run, `parallel` at a time) awaits a delay
 // (Task.Delay), computes (Shop.Orders.Compute: known CPU work), then awaits a downstream call
-// (Shop.Inventory.LoadAsync, which awaits a delay and then parses: Shop.Inventory.Parse, CPU).
+// (Shop.Inventory.LoadAsync, which awaits a delay and then parses: Shop.Inventory.Parse, CPU),
+// then renders (Shop.Orders.Render, CPU), resumed by LoadAsync's completion on its thread.
 // The app measures itself with Stopwatch and prints, one `key value` line each, the sums the
 // profile must match: time spent awaiting in each awaiting method, CPU-work time of each
 // working method, request count and latencies.
 //
-// Usage: AsyncShape [requests=60] [parallel=4] [delay_ms=30] [compute_ms=15] [downstream_ms=20] [parse_ms=8]
+// Usage: AsyncShape [requests=60] [parallel=4] [delay_ms=30] [compute_ms=15] [downstream_ms=20] [parse_ms=8] [render_ms=6]
 using System;
 using System.Collections.Generic;
 using System.Diagnostics;
@@ -24,6 +25,7 @@ static class Sums
     public static long LoadAwaitDelayTicks;
     public static long ComputeTicks;
     public static long ParseTicks;
+    public static long RenderTicks;
     public static long Checksum;
 
     public static void Add(ref long sum, long ticks) => Interlocked.Add(ref sum, ticks);
@@ -53,7 +55,7 @@ static class Work
 
 static class Orders
 {
-    public static int DelayMs = 30, ComputeMs = 15;
+    public static int DelayMs = 30, ComputeMs = 15, RenderMs = 6;
 
     public static async Task<long> HandleAsync(int id)
     {
@@ -66,7 +68,17 @@ static class Orders
         long y = await Inventory.LoadAsync(id);
         long t3 = Stopwatch.GetTimestamp();
         Sums.Add(ref Sums.HandleAwaitDownstreamTicks, t3 - t2);
-        return x ^ y;
+        return Render(x, y);
+    }
+
+    /// Runs after the downstream call completed: resumed by LoadAsync's completion, on its thread.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Render(long x, long y)
+    {
+        long t0 = Stopwatch.GetTimestamp();
+        long r = Work.Spin(RenderMs) ^ x ^ y;
+        Sums.Add(ref Sums.RenderTicks, Stopwatch.GetTimestamp() - t0);
+        return r;
     }
 
     [MethodImpl(MethodImplOptions.NoInlining)]
@@ -112,6 +124,7 @@ static class Program
         Orders.ComputeMs = Arg(args, 3, 15);
         Inventory.DownstreamMs = Arg(args, 4, 20);
         Inventory.ParseMs = Arg(args, 5, 8);
+        Orders.RenderMs = Arg(args, 6, 6);
         var latencies = new List<long>();
         var all = Stopwatch.StartNew();
         for (int done = 0; done < requests;)
@@ -143,6 +156,7 @@ static class Program
         Console.WriteLine($"await_ns Shop.Inventory.LoadAsync Task.Delay {Sums.Ns(Sums.LoadAwaitDelayTicks)}");
         Console.WriteLine($"work_ns Shop.Orders.Compute {Sums.Ns(Sums.ComputeTicks)}");
         Console.WriteLine($"work_ns Shop.Inventory.Parse {Sums.Ns(Sums.ParseTicks)}");
+        Console.WriteLine($"work_ns Shop.Orders.Render {Sums.Ns(Sums.RenderTicks)}");
         Console.WriteLine($"elapsed_ns {(long)all.Elapsed.TotalMilliseconds * 1_000_000}");
         Console.WriteLine($"checksum {Sums.Checksum}");
         return 0;

@@ -162,6 +162,12 @@ impl Loader {
         Ok((l, d))
     }
 
+    /// Keeps threads' stacks as sampled in a trace with async data (see
+    /// `ProfileBuilder::set_physical_stacks`).
+    pub fn set_physical_stacks(&mut self, physical: bool) {
+        self.builder.set_physical_stacks(physical);
+    }
+
     /// The record builder of a trace (`None` for an imported file).
     pub fn builder(&self) -> Option<&ProfileBuilder> {
         self.imported.is_none().then_some(&self.builder)

@@ -57,6 +57,13 @@ pub const AWAIT_PREFIX: &str = "[await] ";
 pub const IDLE: &str = "[idle]";
 /// Deepest chain of origins followed (a guard against damaged traces).
 const MAX_CHAIN: usize = 64;
+/// The window of a thread's first sample record (its samples since the sampler started).
+const WINDOW_NS: u64 = 1_000_000_000;
+/// How far before its window a wall sample's stack may have been taken (the wall sampler charges
+/// a running thread's time to its last CPU sample's stack).
+const WALL_SLACK_NS: u64 = 250_000_000;
+/// Most segments of a thread a sample's time window is matched against.
+const MAX_CANDIDATES: usize = 512;
 
 /// What the agent recorded of the task library, as read.
 #[derive(Clone, Debug, Default)]
@@ -107,9 +114,20 @@ impl TaskData {
         let samples = std::mem::take(&mut p.samples);
         let mut moved: Vec<(u32, StackId, StackId, Cost)> = Vec::new();
         let mut out = Vec::with_capacity(samples.len());
+        // Per (thread, weight): the last time of its sample records before the current one.
+        let mut rounds: FxHashMap<(u32, bool), (u64, u64)> = FxHashMap::default();
         for mut s in samples {
+            let r = rounds.entry((s.os_tid, s.weight == SampleWeight::Cpu)).or_insert((0, s.ts));
+            if r.1 != s.ts {
+                *r = (r.1, s.ts);
+            }
+            let mut after = if r.1 == s.ts && r.0 == 0 { s.ts.saturating_sub(WINDOW_NS) } else { r.0 };
+            if s.weight == SampleWeight::Wall {
+                // A wall sample may carry the stack of the thread's last CPU sample, taken before.
+                after = after.saturating_sub(WALL_SLACK_NS);
+            }
             let frames = p.costs.stacks.frames_of(s.stack);
-            let logical = j.logical(p, s.os_tid, s.ts, &frames, 0).or_else(|| {
+            let logical = j.logical_in(p, s.os_tid, after, s.ts, &frames).or_else(|| {
                 (s.weight == SampleWeight::Wall && is_idle(p, &frames)).then(|| {
                     let idle = p.costs.stacks.intern_frame(FrameKey::Label(IDLE.into()));
                     std::iter::once(idle).chain(frames.iter().copied()).collect()
@@ -132,6 +150,7 @@ impl TaskData {
         // Awaiting time: wall samples at the sampler's wall rate under `[await] <operation>`.
         let rate = p.sampling.wall_rate_hz.max(p.sampling.cpu_rate_hz) as u64;
         let range = p.range;
+        let mut carries: FxHashMap<StackId, u128> = FxHashMap::default();
         for a in index.awaits.iter().filter(|a| a.leaf) {
             let (start, end) = (a.start.max(range.from), a.end.min(range.to));
             if end <= start {
@@ -143,7 +162,15 @@ impl TaskData {
             frames.push(leaf);
             let Some(stack) = p.costs.stacks.intern_stack(&frames) else { continue };
             let ns = end - start;
-            let count = if rate == 0 { 1 } else { ((ns as u128 * rate as u128).div_ceil(1_000_000_000)) as u32 };
+            // Samples at the wall rate, the fractions carried from one await of the stack to the
+            // next so that counts add up like the times.
+            let carry = carries.entry(stack).or_insert(0u128);
+            let due = *carry + ns as u128 * rate.max(1) as u128;
+            *carry = due % 1_000_000_000;
+            let count = (due / 1_000_000_000) as u32;
+            if count == 0 && ns == 0 {
+                continue;
+            }
             let s = TimedSample { ts: start, os_tid: a.os_tid, stack, weight: SampleWeight::Wall, count, ns };
             p.costs.add(a.os_tid, stack, &cost_of(&s));
             out.push(s);
@@ -182,29 +209,27 @@ fn is_machinery(name: &str) -> bool {
         || name.starts_with("System.Diagnostics.Tracing.")
 }
 
-/// Leaf functions of threads parked waiting for work (wall samples of these are idle).
-const IDLE_WAITS: &[&str] = &[
+/// Entry points of threads that wait for work between items: the thread pool's workers and gate
+/// thread, the timer thread, the socket engine's event loop.
+const IDLE_LOOPS: &[&str] = &[
     "System.Threading.PortableThreadPool+WorkerThread.WorkerThreadStart",
-    "System.Threading.PortableThreadPool.WorkerThread.WorkerThreadStart",
     "System.Threading.PortableThreadPool+GateThread.GateThreadStart",
-    "System.Threading.PortableThreadPool.GateThread.GateThreadStart",
     "System.Threading.TimerQueue.TimerThread",
     "System.Net.Sockets.SocketAsyncEngine.EventLoop",
-    "System.Threading.LowLevelLifoSemaphore.WaitForSignal",
-    "System.Threading.LowLevelLifoSemaphore.Wait",
-    "System.Threading.WaitSubsystem",
+    "System.Threading.PortableThreadPool+IOCompletionPoller.Poll",
 ];
 
-/// Whether a wall sample's stack is a thread parked waiting for work: its innermost managed
-/// frame is one of the pool's, timer's or socket engine's waits.
+/// Whether a wall sample's stack is a thread parked waiting for work: one of [`IDLE_LOOPS`],
+/// not running a work item (no `ThreadPoolWorkQueue.Dispatch` frame), its innermost managed frame
+/// a wait.
 fn is_idle(p: &Profile, frames_root_first: &[FrameId]) -> bool {
-    let names = &p.costs.stacks.frames;
-    let Some(leaf) =
-        frames_root_first.iter().rev().map(|f| &names[f.0 as usize]).find(|f| matches!(f.key, FrameKey::Function(_)))
-    else {
-        return false;
-    };
-    IDLE_WAITS.iter().any(|w| leaf.name.starts_with(w))
+    let frames = &p.costs.stacks.frames;
+    let managed =
+        || frames_root_first.iter().map(|f| &frames[f.0 as usize]).filter(|f| matches!(f.key, FrameKey::Function(_)));
+    let in_loop = managed().any(|f| IDLE_LOOPS.iter().any(|l| f.name.starts_with(l)));
+    let working = managed().any(|f| f.name.starts_with("System.Threading.ThreadPoolWorkQueue.Dispatch"));
+    let waiting = managed().last().is_some_and(|f| f.name.contains("Wait") || f.name.contains("Poll"));
+    in_loop && !working && waiting
 }
 
 /// `Shop.Orders+<LoadAsync>d__4.MoveNext` → `Shop.Orders.LoadAsync`.
@@ -466,8 +491,8 @@ impl<'a> Join<'a> {
         v
     }
 
-    /// The logical stack of frames (root first) sampled on `os_tid` at `ts`; `None` when the
-    /// thread was not working for another's task then (the stack stays as it is).
+    /// The logical stack of an event's frames (root first) on `os_tid` at `ts` (an exact time):
+    /// `None` when the thread was not working for another's task then.
     fn logical(
         &mut self,
         p: &mut Profile,
@@ -479,50 +504,159 @@ impl<'a> Join<'a> {
         if depth > MAX_CHAIN {
             return None;
         }
+        let (segs, inner) = self.index.segment_at(os_tid, ts)?;
+        let (_, pos, c) = self.cut(p, segs, inner, frames, depth, false)?;
+        self.stitch(p, segs, c, frames, pos, depth)
+    }
+
+    /// The logical stack of a sample of `os_tid` whose time is known only to lie in
+    /// `(after, upto]` (the sampler writes the samples of a thread it took since its last round
+    /// with that round's time): of the segments of the thread in that window, the one whose
+    /// chain of resumed methods the sample's frames hold best (see `cut`).
+    fn logical_in(
+        &mut self,
+        p: &mut Profile,
+        os_tid: u32,
+        after: u64,
+        upto: u64,
+        frames: &[FrameId],
+    ) -> Option<Vec<FrameId>> {
         let index = self.index;
-        let (segs, inner) = index.segment_at(os_tid, ts)?;
+        let segs = index.segments.get(&os_tid)?;
+        let n = segs.partition_point(|s| s.start <= upto);
+        let mut found: Vec<(u32, usize, usize)> = Vec::new();
+        for i in (0..n).rev().take(MAX_CANDIDATES) {
+            if segs[i].end <= after {
+                continue;
+            }
+            if let Some(cut) = self.cut(p, segs, i, frames, 0, true) {
+                found.push(cut);
+            }
+        }
+        // The best-held chain first; among equals the latest segment (found first).
+        found.sort_by_key(|c| std::cmp::Reverse(c.0));
+        found.into_iter().find_map(|(_, pos, c)| self.stitch(p, segs, c, frames, pos, 0))
+    }
+
+    /// Where the body of each segment of `inner`'s chain starts in `frames`, outermost first:
+    /// (score, position after the innermost cut, the segment cut there). A continuation's body
+    /// starts after its resumed method's frame (the awaiting stack's leaf), sought after the
+    /// enclosing cut and, when `strict`, called by the continuation machinery (not by a builder's
+    /// `Start`, which is the method's first, synchronous part) — a continuation whose frame is
+    /// not found then disqualifies the chain; a task's body starts at its first frame that is not
+    /// the thread pool's (strictly: under a `Task.Execute…` frame). Continuations score 2, tasks 1.
+    fn cut(
+        &mut self,
+        p: &mut Profile,
+        segs: &[Segment],
+        inner: usize,
+        frames: &[FrameId],
+        depth: usize,
+        strict: bool,
+    ) -> Option<(u32, usize, usize)> {
         let mut chain = vec![inner];
         while let Some(parent) = segs[*chain.last()?].parent {
             chain.push(parent);
+            if chain.len() > MAX_CHAIN {
+                return None;
+            }
         }
         chain.reverse();
-        // The cut of each segment, outermost first: where its body starts in `frames`.
         let mut pos = 0usize;
-        let mut cut_frame = None;
+        let mut score = 0u32;
+        let mut cut_seg = None;
         for &c in &chain {
-            let s = &segs[c];
-            match s.origin {
+            match segs[c].origin {
                 Origin::Await(Some(b)) => {
-                    // The resumed method's frame: the awaiting stack's leaf, sought after the
-                    // enclosing cut.
                     let target = self.origin_leaf(p, b, depth);
-                    if let Some(i) = target.and_then(|t| frames[pos..].iter().position(|&f| f == t)) {
-                        pos += i + 1;
-                        cut_frame = Some(c);
+                    let found = target.and_then(|t| {
+                        frames[pos..].iter().enumerate().position(|(i, &f)| {
+                            f == t
+                                && (!strict || pos + i == 0 || !Self::name(p, frames[pos + i - 1]).contains(".Start<"))
+                        })
+                    });
+                    match found {
+                        Some(i) => {
+                            pos += i + 1;
+                            score += 2;
+                            cut_seg = Some(c);
+                        }
+                        None if strict => return None,
+                        None => {}
                     }
                 }
-                Origin::Task(_) | Origin::Await(None) => {
+                // Work whose origin was not recorded (before the session, events lost): no cut.
+                Origin::Task(None) | Origin::Await(None) => {}
+                Origin::Task(Some(_)) => {
+                    let executes = !strict
+                        || frames[pos..]
+                            .iter()
+                            .any(|&f| Self::name(p, f).starts_with("System.Threading.Tasks.Task.Execute"));
                     let body = frames[pos..].iter().position(|&f| {
                         let fr = &p.costs.stacks.frames[f.0 as usize];
                         matches!(fr.key, FrameKey::Function(_)) && !is_machinery(&fr.name)
                     });
-                    if let Some(i) = body {
-                        pos += i;
-                        cut_frame = Some(c);
+                    match body {
+                        Some(i) if executes => {
+                            pos += i;
+                            score += 1;
+                            cut_seg = Some(c);
+                        }
+                        _ if strict => return None,
+                        _ => {}
                     }
                 }
             }
         }
-        let c = cut_frame?;
+        Some((score, pos, cut_seg?))
+    }
+
+    /// The frames of a logical stack without the async builders' `Start` frames, and without the
+    /// stub of an async method right above its state machine (both named as the method).
+    fn tidy(p: &Profile, frames: Vec<FrameId>) -> Vec<FrameId> {
+        let name = |f: FrameId| p.costs.stacks.frames[f.0 as usize].name.as_str();
+        let kept: Vec<FrameId> = frames
+            .into_iter()
+            .filter(|&f| {
+                let n = name(f);
+                !(n.starts_with("System.Runtime.CompilerServices.Async") && n.contains(".Start<"))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(kept.len());
+        for (i, &f) in kept.iter().enumerate() {
+            let stub_of_next = kept.get(i + 1).is_some_and(|&g| {
+                async_method_name(name(g)).is_some_and(|m| name(f) == m || name(f).starts_with(&format!("{m}(")))
+            });
+            if !stub_of_next {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// The origin's logical stack, the marker, then `frames[pos..]`; just the origin's stack when
+    /// nothing follows the cut (an event on the resumed method's own frame: its next `await`
+    /// continues the same logical call, not a new one).
+    fn stitch(
+        &mut self,
+        p: &mut Profile,
+        segs: &[Segment],
+        c: usize,
+        frames: &[FrameId],
+        pos: usize,
+        depth: usize,
+    ) -> Option<Vec<FrameId>> {
         let (prefix, marker) = match segs[c].origin {
             Origin::Await(Some(b)) => (self.origin(p, b, depth)?, self.resumed),
             Origin::Task(Some(t)) => (self.origin(p, t, depth)?, self.task),
             _ => return None,
         };
         let mut out = prefix;
-        out.push(marker);
-        out.extend_from_slice(&frames[pos..]);
-        Some(out)
+        if pos < frames.len() {
+            out.push(marker);
+            out.extend_from_slice(&frames[pos..]);
+        }
+        Some(Self::tidy(p, out))
     }
 
     /// The awaiting method's frame of an `await`'s stack (its leaf once the task library's frames
