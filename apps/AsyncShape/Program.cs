@@ -113,12 +113,65 @@ static class Inventory
     }
 }
 
+/// `AsyncShape bench SECONDS WORK PARALLEL`: PARALLEL loops, each awaiting an async method that
+/// yields (two real awaits: a Task await and a Task.Yield continuation) then burning WORK units of
+/// CPU (a fixed loop, so the profiler's cost shows as fewer awaits done), for SECONDS; prints
+/// `awaits N`, `elapsed_ms T` and `awaits_per_s R`.
+static class Bench
+{
+    static long awaits;
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Burn(int units)
+    {
+        long x = units;
+        for (int i = 0; i < units; i++) x = x * 6364136223846793005L + 1442695040888963407L;
+        return x;
+    }
+
+    static async Task<long> Step(int work)
+    {
+        await Task.Yield();
+        Interlocked.Increment(ref awaits);
+        return Burn(work);
+    }
+
+    static async Task<long> Loop(int work, Stopwatch sw, long until)
+    {
+        long acc = 0;
+        while (sw.ElapsedTicks < until)
+        {
+            acc ^= await Step(work);
+            Interlocked.Increment(ref awaits);
+        }
+        return acc;
+    }
+
+    public static async Task<int> Run(string[] args)
+    {
+        double seconds = double.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture);
+        int work = int.Parse(args[2]), parallel = int.Parse(args[3]);
+        var sw = Stopwatch.StartNew();
+        long until = (long)(seconds * Stopwatch.Frequency);
+        var loops = Enumerable.Range(0, parallel).Select(_ => Task.Run(() => Loop(work, sw, until))).ToArray();
+        long acc = 0;
+        foreach (long r in await Task.WhenAll(loops)) acc ^= r;
+        double ms = sw.Elapsed.TotalMilliseconds;
+        Console.WriteLine($"awaits {awaits}");
+        Console.WriteLine($"elapsed_ms {ms:F0}");
+        Console.WriteLine($"awaits_per_s {awaits / (ms / 1000):F0}");
+        Console.WriteLine($"checksum {acc}");
+        return 0;
+    }
+}
+
 static class Program
 {
     static int Arg(string[] a, int i, int d) => a.Length > i ? int.Parse(a[i]) : d;
 
     static async Task<int> Main(string[] args)
     {
+        if (args.Length > 0 && args[0] == "bench") return await Bench.Run(args);
         int requests = Arg(args, 0, 60), parallel = Arg(args, 1, 4);
         Orders.DelayMs = Arg(args, 2, 30);
         Orders.ComputeMs = Arg(args, 3, 15);

@@ -88,6 +88,8 @@ pub struct ReadOptions {
     pub store: Option<String>,
     /// Keep threads' stacks as sampled in a trace with async data (no logical async stacks).
     pub physical_stacks: bool,
+    /// Keep idle threads' wall time (`[idle]`) in a trace with async data (left out otherwise).
+    pub show_idle: bool,
 }
 
 /// Loads an input whole — a trace, or an imported file: folded stacks, a vsperfreport CSV summary
@@ -98,6 +100,7 @@ pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, O
     let label = input.label;
     let (mut loader, diagnostics) = Loader::read(input.source, &read.import).map_err(|e| describe(&label, e))?;
     loader.set_physical_stacks(read.physical_stacks);
+    loader.set_hide_idle(!read.show_idle);
     if loader.format() != Format::Trace && !read.range.is_all() {
         return Err(InputError::NoTimestamps { path: path.display().to_string(), format: loader.format().name() });
     }

@@ -168,6 +168,11 @@ impl Loader {
         self.builder.set_physical_stacks(physical);
     }
 
+    /// Leaves idle threads' wall time out (see `ProfileBuilder::set_hide_idle`).
+    pub fn set_hide_idle(&mut self, hide: bool) {
+        self.builder.set_hide_idle(hide);
+    }
+
     /// The record builder of a trace (`None` for an imported file).
     pub fn builder(&self) -> Option<&ProfileBuilder> {
         self.imported.is_none().then_some(&self.builder)

@@ -93,9 +93,10 @@ impl TaskData {
     }
 
     /// Gives the samples of `p` their logical stacks, adds awaiting time and puts idle threads
-    /// apart (see the module's header); with `logical` false only the index is kept on the
-    /// profile (the stacks stay as sampled). Call once the frames are named.
-    pub fn apply(&self, p: &mut Profile, logical: bool) {
+    /// apart under [`IDLE`] — or leaves their wall samples out with `hide_idle` (see the module's
+    /// header); with `logical` false only the index is kept on the profile (the stacks stay as
+    /// sampled). Call once the frames are named.
+    pub fn apply(&self, p: &mut Profile, logical: bool, hide_idle: bool) {
         if self.events.is_empty() {
             return;
         }
@@ -116,6 +117,7 @@ impl TaskData {
         let mut out = Vec::with_capacity(samples.len());
         // Per (thread, weight): the last time of its sample records before the current one.
         let mut rounds: FxHashMap<(u32, bool), (u64, u64)> = FxHashMap::default();
+        let mut dropped: Vec<(u32, StackId, Cost)> = Vec::new();
         for mut s in samples {
             let r = rounds.entry((s.os_tid, s.weight == SampleWeight::Cpu)).or_insert((0, s.ts));
             if r.1 != s.ts {
@@ -127,8 +129,14 @@ impl TaskData {
                 after = after.saturating_sub(WALL_SLACK_NS);
             }
             let frames = p.costs.stacks.frames_of(s.stack);
-            let logical = j.logical_in(p, s.os_tid, after, s.ts, &frames).or_else(|| {
-                (s.weight == SampleWeight::Wall && is_idle(p, &frames)).then(|| {
+            let logical = j.logical_in(p, s.os_tid, after, s.ts, &frames);
+            let idle = logical.is_none() && s.weight == SampleWeight::Wall && is_idle(p, &frames);
+            if idle && hide_idle {
+                dropped.push((s.os_tid, s.stack, cost_of(&s)));
+                continue;
+            }
+            let logical = logical.or_else(|| {
+                idle.then(|| {
                     let idle = p.costs.stacks.intern_frame(FrameKey::Label(IDLE.into()));
                     std::iter::once(idle).chain(frames.iter().copied()).collect()
                 })
@@ -142,6 +150,9 @@ impl TaskData {
                 }
             }
             out.push(s);
+        }
+        for (tid, stack, c) in dropped {
+            take_cost(p, tid, stack, &c);
         }
         for (tid, from, to, c) in moved {
             take_cost(p, tid, from, &c);
@@ -524,17 +535,27 @@ impl<'a> Join<'a> {
         let index = self.index;
         let segs = index.segments.get(&os_tid)?;
         let n = segs.partition_point(|s| s.start <= upto);
+        // Continuations the frames show (the awaiter's wrapper calls each resumed method): a
+        // chain holding fewer means the window missed the segment (a stale stack), and the
+        // thread's earlier segments are tried as well.
+        let shown = frames.iter().filter(|&&f| Self::name(p, f).contains("OutputWaitEtwEvents")).count() as u32;
         let mut found: Vec<(u32, usize, usize)> = Vec::new();
-        for i in (0..n).rev().take(MAX_CANDIDATES) {
-            if segs[i].end <= after {
-                continue;
+        for widened in [false, true] {
+            found.clear();
+            for i in (0..n).rev().take(MAX_CANDIDATES) {
+                if segs[i].end <= after && !widened {
+                    continue;
+                }
+                if let Some(cut) = self.cut(p, segs, i, frames, 0, true) {
+                    found.push(cut);
+                }
             }
-            if let Some(cut) = self.cut(p, segs, i, frames, 0, true) {
-                found.push(cut);
+            // The best-held chain first; among equals the latest segment (found first).
+            found.sort_by_key(|c| std::cmp::Reverse(c.0));
+            if found.first().is_some_and(|c| c.0 / 2 >= shown) {
+                break;
             }
         }
-        // The best-held chain first; among equals the latest segment (found first).
-        found.sort_by_key(|c| std::cmp::Reverse(c.0));
         found.into_iter().find_map(|(_, pos, c)| self.stitch(p, segs, c, frames, pos, 0))
     }
 

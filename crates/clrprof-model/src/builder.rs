@@ -33,6 +33,7 @@ pub struct ProfileBuilder {
     /// The task library's events (`--async`), and whether stacks stay as sampled.
     tasks: crate::asynchrony::TaskData,
     physical_stacks: bool,
+    hide_idle: bool,
     cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
     /// Records of tags this version does not know, by tag (written by a newer agent).
@@ -54,6 +55,11 @@ impl ProfileBuilder {
     /// Keeps threads' stacks as sampled in a trace with async data (no logical stacks).
     pub fn set_physical_stacks(&mut self, physical: bool) {
         self.physical_stacks = physical;
+    }
+
+    /// Leaves idle threads' wall samples (`[idle]`) out of a trace with async data.
+    pub fn set_hide_idle(&mut self, hide: bool) {
+        self.hide_idle = hide;
     }
 
     /// Records added so far.
@@ -460,7 +466,7 @@ impl ProfileBuilder {
         name_frames(&mut p);
         if with_tasks {
             // Logical async stacks and awaiting time (`crate::asynchrony`).
-            self.tasks.apply(&mut p, !self.physical_stacks);
+            self.tasks.apply(&mut p, !self.physical_stacks, self.hide_idle);
             if !timed {
                 p.samples = Vec::new();
             }

@@ -230,6 +230,10 @@ struct ReadArgs {
     /// logical: continuations under the code that awaited them, awaiting time as `[await]` frames)
     #[arg(long)]
     physical_stacks: bool,
+    /// Keep idle threads' wall time in a trace recorded with --async: thread-pool, timer and
+    /// socket threads parked waiting for work, under an `[idle]` root (left out by default)
+    #[arg(long)]
+    show_idle: bool,
 }
 
 impl ReadArgs {
@@ -245,6 +249,7 @@ impl ReadArgs {
             import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
             physical_stacks: self.physical_stacks,
+            show_idle: self.show_idle,
         })
     }
 }
