@@ -239,7 +239,7 @@ fn is_idle(p: &Profile, frames_root_first: &[FrameId]) -> bool {
         || frames_root_first.iter().map(|f| &frames[f.0 as usize]).filter(|f| matches!(f.key, FrameKey::Function(_)));
     let in_loop = managed().any(|f| IDLE_LOOPS.iter().any(|l| f.name.starts_with(l)));
     let working = managed().any(|f| f.name.starts_with("System.Threading.ThreadPoolWorkQueue.Dispatch"));
-    let waiting = managed().last().is_some_and(|f| f.name.contains("Wait") || f.name.contains("Poll"));
+    let waiting = managed().next_back().is_some_and(|f| f.name.contains("Wait") || f.name.contains("Poll"));
     in_loop && !working && waiting
 }
 
@@ -467,7 +467,7 @@ impl<'a> Join<'a> {
         Join { index, origins: FxHashMap::default(), functions, resumed, task }
     }
 
-    fn name<'p>(p: &'p Profile, f: FrameId) -> &'p str {
+    fn name(p: &Profile, f: FrameId) -> &str {
         &p.costs.stacks.frames[f.0 as usize].name
     }
 
