@@ -454,6 +454,8 @@ impl AsyncIndex {
 struct Join<'a> {
     index: &'a AsyncIndex,
     origins: FxHashMap<usize, Option<Vec<FrameId>>>,
+    /// The awaiting method's frame of each `await` event asked for.
+    leaves: FxHashMap<usize, Option<FrameId>>,
     functions: HashMap<u64, String>,
     resumed: FrameId,
     task: FrameId,
@@ -464,7 +466,7 @@ impl<'a> Join<'a> {
         let functions = p.functions.iter().map(|f| (f.id, f.name.clone())).collect();
         let resumed = p.costs.stacks.intern_frame(FrameKey::Label(RESUMED.into()));
         let task = p.costs.stacks.intern_frame(FrameKey::Label(TASK.into()));
-        Join { index, origins: FxHashMap::default(), functions, resumed, task }
+        Join { index, origins: FxHashMap::default(), leaves: FxHashMap::default(), functions, resumed, task }
     }
 
     fn name(p: &Profile, f: FrameId) -> &str {
@@ -539,11 +541,23 @@ impl<'a> Join<'a> {
         // chain holding fewer means the window missed the segment (a stale stack), and the
         // thread's earlier segments are tried as well.
         let shown = frames.iter().filter(|&&f| Self::name(p, f).contains("OutputWaitEtwEvents")).count() as u32;
+        // A segment can hold the sample only if the frames show its resumed method (or run a
+        // task): checked before the whole chain is.
+        let present: std::collections::HashSet<FrameId> = frames.iter().copied().collect();
+        let executes = frames.iter().any(|&f| Self::name(p, f).starts_with("System.Threading.Tasks.Task.Execute"));
         let mut found: Vec<(u32, usize, usize)> = Vec::new();
         for widened in [false, true] {
             found.clear();
             for i in (0..n).rev().take(MAX_CANDIDATES) {
                 if segs[i].end <= after && !widened {
+                    continue;
+                }
+                let possible = match segs[i].origin {
+                    Origin::Await(Some(b)) => self.origin_leaf(p, b, 0).is_some_and(|f| present.contains(&f)),
+                    Origin::Task(Some(_)) => executes,
+                    _ => false,
+                };
+                if !possible {
                     continue;
                 }
                 if let Some(cut) = self.cut(p, segs, i, frames, 0, true) {
@@ -683,6 +697,15 @@ impl<'a> Join<'a> {
     /// The awaiting method's frame of an `await`'s stack (its leaf once the task library's frames
     /// are left out), as recorded (not made logical).
     fn origin_leaf(&mut self, p: &mut Profile, event: usize, _depth: usize) -> Option<FrameId> {
+        if let Some(&f) = self.leaves.get(&event) {
+            return f;
+        }
+        let f = self.find_origin_leaf(p, event);
+        self.leaves.insert(event, f);
+        f
+    }
+
+    fn find_origin_leaf(&mut self, p: &mut Profile, event: usize) -> Option<FrameId> {
         let e = &self.index.events[event];
         for &fid in &e.stack {
             let f = p.costs.stacks.intern_frame(FrameKey::Function(fid));
