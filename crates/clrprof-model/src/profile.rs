@@ -35,6 +35,9 @@ pub struct Profile {
     /// Every CPU and wall sample in the window with its time and stack, sorted by time (the
     /// timeline; their costs are in `costs`).
     pub samples: Vec<crate::samples::TimedSample>,
+    /// The task library's events indexed (traces recorded with `--async`): see
+    /// [`crate::asynchrony`].
+    pub asynchrony: Option<std::sync::Arc<crate::asynchrony::AsyncIndex>>,
     index: Index,
 }
 

@@ -16,6 +16,7 @@ mod codec;
 mod crc32;
 mod records;
 mod stream;
+pub mod tasks;
 pub mod wire;
 
 use std::collections::BTreeMap;

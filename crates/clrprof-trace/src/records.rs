@@ -545,6 +545,10 @@ records! {
     /// active workers (kinds 0, 1) or the new target (kind 2); `reason` the adjustment's reason
     /// (`pool_reason`), 0 otherwise.
     115 ThreadPoolWorkers { ts: u64, os_tid: u32, kind: u8, count: u32, retired: u32, reason: u32 }
+    /// Events of the task library (`TplEventSource`, recorded with `CLRPROF_ASYNC=1`) packed as
+    /// the agent writes them once per flush: `count` events in `packed`, each as described in
+    /// [`crate::tasks`] (varints; times relative to `ts`).
+    120 TaskEvents { ts: u64, count: u32, packed: Vec<u8> }
 }
 
 impl AllocationSamples {
@@ -729,7 +733,7 @@ impl ExceptionCounts {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -737,7 +741,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let byte = *b.get(*at)?;

@@ -258,6 +258,9 @@ impl Loaded {
             "baseline": self.baseline.as_ref().map(|(n, _)| n.clone()),
             "wait_functions": clrprof_query::engine::WAIT_FUNCTIONS,
             "wait_symbols": clrprof_query::engine::WAIT_SYMBOLS,
+            // Logical async stacks (`record --async`): wall views leave `[idle]` out by default.
+            "async": p.asynchrony.is_some(),
+            "idle_frame": clrprof_model::asynchrony::IDLE,
         }))
     }
 

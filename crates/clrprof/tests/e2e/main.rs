@@ -7,6 +7,7 @@
 mod common;
 
 mod allocations;
+mod async_stacks;
 mod attach;
 mod bad_input;
 mod collect;
