@@ -8,7 +8,9 @@
 //! Percentiles are nearest-rank (the smallest latency with at least p% of the requests at or
 //! below it): every figure is one request's real latency.
 
-use clrprof_model::requests::{Request, Requests};
+use std::collections::HashMap;
+
+use clrprof_model::requests::{common_path_nibbles, path_nibbles, Request, Requests};
 use clrprof_model::Profile;
 use clrprof_trace::pool_reason;
 use serde::Serialize;
@@ -28,8 +30,9 @@ pub struct EndpointRow {
     pub max_ns: u64,
     /// Sum of the latencies.
     pub total_ns: u64,
-    /// The request's time on CPU, blocked and awaiting, summed over the endpoint's requests:
-    /// `null` until the trace's task events attribute threads' time to requests.
+    /// The requests' time on CPU (sampled), blocked on wait handles and awaiting, summed over the
+    /// endpoint's requests (`split`): `null` without task events (`--async`); `blocked_ns` also
+    /// `null` where the runtime reports no waits (.NET 8).
     pub cpu_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub awaiting_ns: Option<u64>,
@@ -225,6 +228,86 @@ fn pool_doc(q: &Requests) -> PoolDoc {
     }
 }
 
+/// Per request (index in `p.requests.requests`): (cpu, blocked, awaiting) ns, when the trace has
+/// task events (`p.asynchrony`); blocked only where the runtime reports waits (.NET 9+).
+///
+/// A thread works for a request while the activity id it runs under (`AsyncIndex::flow_at`: the
+/// task or continuation it runs) is the request's or a descendant of it, within the request's
+/// start and end. CPU: the CPU samples of such threads. Blocked: their waits on wait handles
+/// (`WaitHandleWaitStart`/`Stop`), clipped to the request. Awaiting: the leaf awaits whose
+/// awaiting thread worked for the request, clipped to it (awaits of async methods with frames of
+/// their own are not counted: their own awaits are).
+///
+/// A figure the index cannot give is unknown (`u64::MAX`), never 0: CPU when no CPU sample's
+/// thread had an activity id at its time, blocked likewise for the waits (and on .NET 8, which
+/// reports no waits).
+fn split(p: &Profile) -> Option<Vec<[u64; 3]>> {
+    let index = p.asynchrony.as_ref()?;
+    let reqs = &p.requests.requests;
+    let waits_known = !p.requests.waits.is_empty();
+    let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        if r.activity != 0 && r.end_ns.is_some() {
+            by_activity.entry(r.activity).or_default().push(i);
+        }
+    }
+    // The request activity a flow id descends from (memoized per flow id).
+    let mut owner_of: HashMap<u128, Option<u128>> = HashMap::new();
+    let mut owner = |flow: u128| -> Option<u128> {
+        *owner_of.entry(flow).or_insert_with(|| {
+            if by_activity.contains_key(&flow) {
+                return Some(flow);
+            }
+            by_activity
+                .keys()
+                .filter(|&&a| common_path_nibbles(a, flow) >= path_nibbles(a))
+                .max_by_key(|&&a| common_path_nibbles(a, flow))
+                .copied()
+        })
+    };
+    // The request of activity `a` running at `ts`.
+    let at = |a: u128, ts: u64| -> Option<usize> {
+        let list = by_activity.get(&a)?;
+        let k = list.partition_point(|&i| reqs[i].start_ns <= ts);
+        let i = *list.get(k.checked_sub(1)?)?;
+        (reqs[i].end_ns? >= ts).then_some(i)
+    };
+    let mut out = vec![[0u64; 3]; reqs.len()];
+    let (mut cpu_flows, mut wait_flows) = (false, false);
+    for s in &p.samples {
+        if s.weight != clrprof_model::samples::SampleWeight::Cpu {
+            continue;
+        }
+        let Some(flow) = index.flow_at(s.os_tid, s.ts) else { continue };
+        cpu_flows = true;
+        let Some(i) = owner(flow).and_then(|a| at(a, s.ts)) else { continue };
+        out[i][0] += s.ns;
+    }
+    let clip = |i: usize, from: u64, to: u64| -> u64 {
+        let r = &reqs[i];
+        to.min(r.end_ns.unwrap_or(0)).saturating_sub(from.max(r.start_ns))
+    };
+    for w in &p.requests.waits {
+        let Some(flow) = index.flow_at(w.os_tid, w.start_ns) else { continue };
+        wait_flows = true;
+        let Some(i) = owner(flow).and_then(|a| at(a, w.start_ns)) else { continue };
+        out[i][1] += clip(i, w.start_ns, w.end_ns);
+    }
+    for a in index.awaits().iter().filter(|a| a.leaf && a.flow != 0) {
+        let Some(i) = owner(a.flow).and_then(|f| at(f, a.start)) else { continue };
+        out[i][2] += clip(i, a.start, a.end);
+    }
+    for o in &mut out {
+        if !cpu_flows {
+            o[0] = u64::MAX;
+        }
+        if !waits_known || !wait_flows {
+            o[1] = u64::MAX;
+        }
+    }
+    Some(out)
+}
+
 /// The requests view of `p`, with the `top` slowest requests.
 pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
     let q = &p.requests;
@@ -260,7 +343,23 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
         .collect();
     RequestsDoc {
         recorded: q.recorded,
-        endpoints: endpoint_rows(&q.requests),
+        endpoints: {
+            let mut rows = endpoint_rows(&q.requests);
+            if let Some(split) = split(p) {
+                for row in &mut rows {
+                    let mut sums = [Some(0u64); 3];
+                    for (r, x) in q.requests.iter().zip(&split) {
+                        if r.end_ns.is_some() && r.endpoint() == row.endpoint {
+                            for k in 0..3 {
+                                sums[k] = sums[k].zip((x[k] != u64::MAX).then_some(x[k])).map(|(s, v)| s + v);
+                            }
+                        }
+                    }
+                    [row.cpu_ns, row.blocked_ns, row.awaiting_ns] = sums;
+                }
+            }
+            rows
+        },
         slowest,
         unmatched_stops: q.unmatched_stops,
         waits: q.waits.len() as u64,

@@ -24,7 +24,8 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
     if d.unmatched_stops > 0 {
         out += &format!(", {} ends of requests started before recording", d.unmatched_stops);
     }
-    out += " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank)\n";
+    out += " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank; CPU, BLOCKED, AWAITING: \
+            the requests' time by the task events, summed; `-` where the trace cannot tell)\n";
     let mut t = TextTable::new(&[
         ("COUNT", Right),
         ("P50 ms", Right),
@@ -32,9 +33,13 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
         ("P99 ms", Right),
         ("MAX ms", Right),
         ("TOTAL ms", Right),
+        ("CPU ms", Right),
+        ("BLOCKED ms", Right),
+        ("AWAITING ms", Right),
         ("STATUS", Left),
         ("ENDPOINT", Left),
     ]);
+    let opt = |v: Option<u64>| v.map(ms).unwrap_or_else(|| "-".into());
     for e in &d.endpoints {
         let statuses: Vec<String> =
             e.statuses.iter().map(|(c, n)| if *c == 0 { format!("?×{n}") } else { format!("{c}×{n}") }).collect();
@@ -45,6 +50,9 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
             ms(e.p99_ns),
             ms(e.max_ns),
             ms(e.total_ns),
+            opt(e.cpu_ns),
+            opt(e.blocked_ns),
+            opt(e.awaiting_ns),
             statuses.join(" "),
             e.endpoint.clone(),
         ]);

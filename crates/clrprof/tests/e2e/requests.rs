@@ -94,9 +94,16 @@ fn check(runtime: &str, major: u32, args: &[&str], name: &str) {
                 server[0]
             );
         }
-        // The delays the handlers wait are floors of the server-side latency.
+        // The delays the handlers wait are floors of the server-side latency; the awaiting time
+        // (from the task events) of the awaiting route is at least its 20 ms per request, and at most
+        // the requests' latencies.
         if endpoint.contains("/delay/") {
             assert!(server[0] >= 20_000_000, "{endpoint}: p50 {} below the 20 ms awaited", server[0]);
+            let awaiting = u(row, "awaiting_ns");
+            assert!(
+                awaiting >= c[0] * 20_000_000 && awaiting <= u(row, "total_ns"),
+                "{endpoint}: awaiting {awaiting} ns {row}"
+            );
         }
         if endpoint.contains("/sync/") {
             assert!(server[0] >= 100_000_000, "{endpoint}: p50 {} below the 100 ms blocked", server[0]);
