@@ -149,14 +149,17 @@ function renderSelection() {
 // ---- timeline ----
 
 const LABEL = 150;
-const MARKERS = [['gc_pause_ns', 'GC pauses', '#c33'], ['exceptions', 'exceptions', '#e80'], ['jit', 'JIT', '#39c'],
+const BASE_MARKERS = [['gc_pause_ns', 'GC pauses', '#c33'], ['exceptions', 'exceptions', '#e80'], ['jit', 'JIT', '#39c'],
   ['contention_ns', 'lock waits', '#93c'], ['alloc_bytes', 'allocations', '#3a3']];
 const MAX_TRACKS = 24;
+// Rows of an --async trace only (the server sends them when the trace has requests or waits).
+const ASYNC_MARKERS = [['requests', 'requests', '#077'], ['wait_ns', 'blocking waits', '#a50']];
 
 function drawTimeline() {
   const c = $('timeline');
   const tl = timelineData;
   if (!tl) return;
+  const MARKERS = [...BASE_MARKERS, ...ASYNC_MARKERS.filter(([k]) => tl.markers[k])];
   const tracks = tl.threads.slice(0, MAX_TRACKS);
   const h = MARKERS.length * 10 + tracks.length * 11 + (tl.threads.length > MAX_TRACKS ? 12 : 2);
   c.height = h;

@@ -320,12 +320,13 @@ export async function requests(ctx) {
   if (!r.recorded) { put(ctx.main, el('div', { id: 'requests-none' }, 'no requests, waits or thread-pool events in this trace: record with --async')); return; }
   const total = r.endpoints.reduce((a, e) => a + e.count, 0);
   const endpoints = el('table', { id: 'requests-table' },
-    el('thead', {}, el('tr', {}, ['Endpoint', 'Count', 'p50 ms', 'p95 ms', 'p99 ms', 'Max ms', 'Total ms', 'Status']
+    el('thead', {}, el('tr', {}, ['Endpoint', 'Count', 'p50 ms', 'p95 ms', 'p99 ms', 'Max ms', 'Total ms', 'CPU ms', 'Blocked ms', 'Awaiting ms', 'Status']
       .map((h, i) => el('th', { class: i ? 'num' : '' }, h)))),
     el('tbody', {}, r.endpoints.map((e) => el('tr', { dataset: { endpoint: e.endpoint } },
       el('td', {}, e.endpoint), el('td', { class: 'num' }, String(e.count)), el('td', { class: 'num' }, ms(e.p50_ns)),
       el('td', { class: 'num' }, ms(e.p95_ns)), el('td', { class: 'num' }, ms(e.p99_ns)), el('td', { class: 'num' }, ms(e.max_ns)),
       el('td', { class: 'num' }, ms(e.total_ns)),
+      [e.cpu_ns, e.blocked_ns, e.awaiting_ns].map((v) => el('td', { class: 'num' }, v === null ? '-' : ms(v))),
       el('td', { class: 'num' }, e.statuses.map(([c, n]) => `${c || '?'}×${n}`).join(' '))))));
   const slowest = el('table', { id: 'slowest-table' },
     el('thead', {}, el('tr', {}, ['Latency ms', 'Start ms', 'Thread', 'Status', 'Path', 'Endpoint'].map((h, i) => el('th', { class: i < 4 ? 'num' : '' }, h)))),

@@ -359,11 +359,25 @@ impl Loaded {
                 jit[at(f.first_compiled_ns)] += 1;
             }
         }
+        let mut markers = json!({"gc_pause_ns": t.gc_pause_ns, "gcs": t.gcs, "exceptions": exceptions,
+                                 "jit": jit, "contention_ns": contention_ns, "alloc_bytes": alloc_bytes});
+        // An --async trace: requests started and time blocked in waits, per bucket.
+        if p.requests.recorded {
+            let mut requests = vec![0u64; n];
+            for r in p.requests.requests.iter().filter(|r| r.start_ns >= start) {
+                requests[at(r.start_ns)] += 1;
+            }
+            let mut wait_ns = vec![0u64; n];
+            for w in p.requests.waits.iter().filter(|w| w.start_ns >= start) {
+                wait_ns[at(w.start_ns)] += w.end_ns - w.start_ns;
+            }
+            markers["requests"] = json!(requests);
+            markers["wait_ns"] = json!(wait_ns);
+        }
         Ok(json!({
             "start_ns": t.start_ns, "end_ns": t.end_ns, "bucket_ns": t.bucket_ns, "buckets": n,
             "threads": rows,
-            "markers": {"gc_pause_ns": t.gc_pause_ns, "gcs": t.gcs, "exceptions": exceptions,
-                        "jit": jit, "contention_ns": contention_ns, "alloc_bytes": alloc_bytes},
+            "markers": markers,
         }))
     }
 
