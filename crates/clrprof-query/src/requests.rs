@@ -131,7 +131,7 @@ pub struct WaitsDoc {
 /// The document's section of `p` (`None` without `--async` records).
 pub fn section(p: &Profile) -> Option<RequestsSection> {
     let d = requests(p, 10);
-    d.recorded.then(|| RequestsSection {
+    d.recorded.then_some(RequestsSection {
         requests: d.endpoints,
         slowest_requests: d.slowest,
         unmatched_request_stops: d.unmatched_stops,
@@ -149,9 +149,11 @@ pub fn nearest_rank(sorted: &[u64], p: u32) -> u64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// One endpoint's requests as they are gathered: latencies, unfinished, count per status.
+type Gathered = (Vec<u64>, u64, std::collections::BTreeMap<u32, u64>);
+
 fn endpoint_rows(requests: &[Request]) -> Vec<EndpointRow> {
-    let mut by: std::collections::BTreeMap<String, (Vec<u64>, u64, std::collections::BTreeMap<u32, u64>)> =
-        Default::default();
+    let mut by: std::collections::BTreeMap<String, Gathered> = Default::default();
     for r in requests {
         let e = by.entry(r.endpoint()).or_default();
         match r.latency_ns() {
