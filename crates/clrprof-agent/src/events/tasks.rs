@@ -233,7 +233,9 @@ mod tests {
         let (e, _) = parse(14, &d, 1, 2, 0).unwrap();
         assert_eq!((e.kind, e.task, e.name.as_str()), (kind::OPERATION_BEGIN, 77, "Task.Delay"));
         assert!(parse(10, &le(&[1, 5, 42]), 1, 2, 0).is_none(), "cut short");
-        assert!(parse(14, &le(&[77, 0x41]), 1, 2, 0).is_none(), "name without its end");
+        let mut unended = le(&[77]);
+        unended.extend_from_slice(&[0x41, 0, 0x42, 0]);
+        assert!(parse(14, &unended, 1, 2, 0).is_none(), "name without its end");
         assert!(parse(20, &le(&[1, 2]), 1, 2, 0).is_none(), "not used");
     }
 

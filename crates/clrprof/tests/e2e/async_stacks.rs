@@ -179,3 +179,48 @@ fn web_handlers_keep_their_ef_work() {
     assert!(all >= 20.0, "too few EF Core samples ({all})");
     assert!(handled >= 0.9 * all, "{handled} of {all} EF Core CPU samples under the endpoint handlers");
 }
+
+/// `attach --async` to a running AsyncShape: the work after its awaits is under `[resumed]`, the
+/// app keeps running.
+#[test]
+fn attach_async_gives_logical_stacks() {
+    use std::process::{Command, Stdio};
+    let _machine = machine::shared();
+    let dir = scratch("async-attach");
+    let trace = dir.join("attached.clrprof");
+    let mut app = KillOnDrop(
+        Command::new("dotnet")
+            .arg(app_dll("AsyncShape"))
+            .args(["600", "4"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Attach once its runtime is up (its diagnostics socket exists).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let o = Command::new(clrprof_exe())
+        .arg("attach")
+        .arg(app.0.id().to_string())
+        .arg("--agent")
+        .arg(agent_path())
+        .args(["--async", "-d", "4", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(app.0.try_wait().unwrap().is_none(), "the app died");
+    let cpu = folded(&trace, "cpu");
+    let all: f64 =
+        ["Shop.Orders.Compute", "Shop.Inventory.Parse", "Shop.Orders.Render"].iter().map(|n| with(&cpu, n)).sum();
+    let resumed: f64 = cpu
+        .iter()
+        .filter(|(f, _)| {
+            f.iter().any(|x| x == "Shop.Orders.Compute" || x == "Shop.Inventory.Parse" || x == "Shop.Orders.Render")
+        })
+        .filter(|(f, _)| f.iter().any(|x| x == "[resumed]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(all >= 20.0, "too few samples ({all})");
+    assert!(resumed >= 0.9 * all, "{resumed} of {all} CPU samples after awaits under [resumed]");
+}
