@@ -47,6 +47,10 @@ pub(crate) struct Config {
     pub(crate) events: bool,
     /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
     pub(crate) locks: bool,
+    /// `CLRPROF_ASYNC`: record the task library's events (awaits, continuations, `Task.Run`) so
+    /// that reports show logical async stacks and awaiting time (`1`/`0`). Default off: the events
+    /// cost the app per await (see docs/async.md).
+    pub(crate) asynchrony: bool,
     /// `CLRPROF_SERVICE`: the service this process belongs to (continuous profiling names its
     /// profiles after it). Default: none (the process name is used).
     pub(crate) service: String,
@@ -125,6 +129,7 @@ impl Default for Config {
             alloc: AllocMode::Sampled,
             events: false,
             locks: true,
+            asynchrony: false,
             service: String::new(),
             labels: Vec::new(),
             server: None,
@@ -241,6 +246,7 @@ impl Config {
         flag("CLRPROF_GC", &mut c.gc, &mut more);
         flag("CLRPROF_EVENTS", &mut c.events, &mut more);
         flag("CLRPROF_LOCKS", &mut c.locks, &mut more);
+        flag("CLRPROF_ASYNC", &mut c.asynchrony, &mut more);
         if let Some(v) = get("CLRPROF_ALLOC") {
             match v.trim().to_ascii_lowercase().as_str() {
                 "sampled" => c.alloc = AllocMode::Sampled,
@@ -356,6 +362,9 @@ impl Config {
         }
         m.insert("events", self.events.to_string());
         m.insert("locks", self.locks.to_string());
+        if self.asynchrony {
+            m.insert("async", "true".to_string());
+        }
         if let Some(s) = &self.server {
             m.insert("server", s.clone());
         }

@@ -90,6 +90,10 @@ pub struct ReadOptions {
     pub import: ImportOptions,
     /// The run store `run:ID` is read from (`None`: the default store).
     pub store: Option<String>,
+    /// Keep threads' stacks as sampled in a trace with async data (no logical async stacks).
+    pub physical_stacks: bool,
+    /// Keep idle threads' wall time (`[idle]`) in a trace with async data (left out otherwise).
+    pub show_idle: bool,
 }
 
 /// Loads an input whole — a trace, or an imported file: folded stacks, a vsperfreport CSV summary
@@ -98,7 +102,9 @@ pub struct ReadOptions {
 /// in `Profile::messages` too) for the caller to warn of. `path` is the input as given.
 pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, Option<Truncation>), InputError> {
     let label = input.label;
-    let (loader, diagnostics) = Loader::read(input.source, &read.import).map_err(|e| describe(&label, e))?;
+    let (mut loader, diagnostics) = Loader::read(input.source, &read.import).map_err(|e| describe(&label, e))?;
+    loader.set_physical_stacks(read.physical_stacks);
+    loader.set_hide_idle(!read.show_idle);
     if loader.format() != Format::Trace && !read.range.is_all() {
         return Err(InputError::NoTimestamps { path: path.display().to_string(), format: loader.format().name() });
     }

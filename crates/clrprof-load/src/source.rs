@@ -162,6 +162,17 @@ impl Loader {
         Ok((l, d))
     }
 
+    /// Keeps threads' stacks as sampled in a trace with async data (see
+    /// `ProfileBuilder::set_physical_stacks`).
+    pub fn set_physical_stacks(&mut self, physical: bool) {
+        self.builder.set_physical_stacks(physical);
+    }
+
+    /// Leaves idle threads' wall time out (see `ProfileBuilder::set_hide_idle`).
+    pub fn set_hide_idle(&mut self, hide: bool) {
+        self.builder.set_hide_idle(hide);
+    }
+
     /// The record builder of a trace (`None` for an imported file).
     pub fn builder(&self) -> Option<&ProfileBuilder> {
         self.imported.is_none().then_some(&self.builder)

@@ -30,8 +30,14 @@ pub struct ProfileBuilder {
     /// from a copy and adds sampled and event stacks.
     stacks: StackTable,
     samples: crate::samples::SampleData,
+    /// The task library's events (`--async`), and whether stacks stay as sampled.
+    tasks: crate::asynchrony::TaskData,
+    physical_stacks: bool,
+    hide_idle: bool,
     cct: crate::instrumented::CctIngest,
     events: crate::events::EventsBuilder,
+    /// Requests, waits and the thread pool (`record --async`).
+    requests: crate::requests::RequestFacts,
     /// Records of tags this version does not know, by tag (written by a newer agent).
     unknown: BTreeMap<u16, u64>,
     records: u64,
@@ -46,6 +52,16 @@ impl ProfileBuilder {
 
     fn thread(&mut self, id: u64) -> &mut Thread {
         self.threads.entry(id).or_insert_with(|| Thread { id, ..Default::default() })
+    }
+
+    /// Keeps threads' stacks as sampled in a trace with async data (no logical stacks).
+    pub fn set_physical_stacks(&mut self, physical: bool) {
+        self.physical_stacks = physical;
+    }
+
+    /// Leaves idle threads' wall samples (`[idle]`) out of a trace with async data.
+    pub fn set_hide_idle(&mut self, hide: bool) {
+        self.hide_idle = hide;
     }
 
     /// Records added so far.
@@ -68,6 +84,7 @@ impl ProfileBuilder {
         use Record as R;
         self.events.log(r);
         match r {
+            R::TaskEvents(_) => self.tasks.add(r),
             R::ProcessStart(s) => {
                 if self.started {
                     self.p.messages.push("the trace holds a second ProcessStart record; kept the first".into());
@@ -312,6 +329,15 @@ impl ProfileBuilder {
             | R::HeapStaticRoots(_)
             | R::HeapDependentEdges(_)
             | R::HeapSnapshotEnd(_) => {}
+            R::RequestStarted(_)
+            | R::RequestStopped(_)
+            | R::RequestEndpoint(_)
+            | R::WaitStarted(_)
+            | R::WaitEnded(_)
+            | R::ThreadPoolWorkers(_) => {
+                self.last_ts = self.last_ts.max(crate::requests::record_ts(r));
+                self.requests.add(r);
+            }
             R::Unknown { tag, .. } => *self.unknown.entry(*tag).or_default() += 1,
         }
     }
@@ -343,6 +369,7 @@ impl ProfileBuilder {
         self.samples.forget_before(ts);
         self.cct.forget_before(ts);
         self.events.forget_before(ts);
+        self.requests.forget_before(ts);
         for t in &mut self.p.flow {
             t.forget_before(ts);
         }
@@ -352,7 +379,8 @@ impl ProfileBuilder {
     /// size measure of a live builder.
     pub fn retained(&self) -> u64 {
         let flow: usize = self.p.flow.iter().map(|t| t.events().len()).sum();
-        (self.samples.retained() + self.cct.retained() + self.events.retained() + flow) as u64
+        (self.samples.retained() + self.cct.retained() + self.events.retained() + self.requests.retained() + flow)
+            as u64
     }
 
     /// A reader warning to keep with the profile (e.g. truncation).
@@ -455,9 +483,18 @@ impl ProfileBuilder {
         p.index();
         p.costs.stacks = self.stacks.clone();
         self.cct.add_to(&mut p.costs, range);
-        self.samples.resolve_with(&mut p, symbols, range, sample_events, timed);
+        let with_tasks = !self.tasks.is_empty();
+        self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);
+        p.set_requests(&self.requests, range);
         name_frames(&mut p);
+        if with_tasks {
+            // Logical async stacks and awaiting time (`crate::asynchrony`).
+            self.tasks.apply(&mut p, !self.physical_stacks, self.hide_idle);
+            if !timed {
+                p.samples = Vec::new();
+            }
+        }
         p
     }
 }

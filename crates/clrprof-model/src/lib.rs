@@ -2,6 +2,7 @@
 //! [`Profile`] (for the whole run or a time window, again and again while records arrive); every report, export and view is derived from it. No unsafe, no I/O.
 #![forbid(unsafe_code)]
 
+pub mod asynchrony;
 mod builder;
 pub mod codemap;
 pub mod events;
@@ -14,6 +15,7 @@ pub mod lines;
 pub mod metric;
 mod process;
 mod profile;
+pub mod requests;
 mod resolve;
 pub mod runtime;
 pub mod samples;

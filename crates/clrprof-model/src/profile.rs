@@ -28,11 +28,16 @@ pub struct Profile {
     pub flow: Vec<crate::instrumented::FlowThread>,
     /// Runtime events: exceptions, GCs, allocations, event log, counters.
     pub events: crate::events::RuntimeEvents,
+    /// Requests, waits on wait handles and the thread pool's workers (`record --async`).
+    pub requests: crate::requests::Requests,
     /// The window of the run this profile covers (`TimeRange::ALL`: the whole run).
     pub range: crate::time::TimeRange,
     /// Every CPU and wall sample in the window with its time and stack, sorted by time (the
     /// timeline; their costs are in `costs`).
     pub samples: Vec<crate::samples::TimedSample>,
+    /// The task library's events indexed (traces recorded with `--async`): see
+    /// [`crate::asynchrony`].
+    pub asynchrony: Option<std::sync::Arc<crate::asynchrony::AsyncIndex>>,
     index: Index,
 }
 
@@ -113,6 +118,14 @@ impl Profile {
             },
             range,
         );
+    }
+
+    /// Computes the profile's requests, waits and pool changes (`requests`, replaced) inside
+    /// `range`; the waiting stacks go to `costs`.
+    pub fn set_requests(&mut self, f: &crate::requests::RequestFacts, range: crate::time::TimeRange) {
+        let names: HashMap<u64, &str> = self.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
+        let name = |id: u64| names.get(&id).map(|n| n.to_string()).unwrap_or_else(|| format!("<function 0x{id:x}>"));
+        self.requests = f.finish(&mut self.costs, &name, range);
     }
 
     pub fn thread_by_os_tid(&self, tid: u32) -> Option<&Thread> {

@@ -67,6 +67,10 @@ pub struct ReportDocument {
     pub counters: CountersDoc,
     /// `null` unless the trace was recorded with `--events`.
     pub events: Option<Vec<LogDoc>>,
+    /// Requests, waits and the thread pool (`record --async`; keys absent otherwise):
+    /// `crate::requests::RequestsSection`.
+    #[serde(flatten)]
+    pub asynchrony: Option<crate::requests::RequestsSection>,
 }
 
 #[derive(Serialize)]
@@ -784,6 +788,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
                 .map(|e| LogDoc { ts_ns: e.ts, os_tid: e.os_tid, event: e.what.clone(), nest: e.nest, depth: e.depth })
                 .collect()
         }),
+        asynchrony: crate::requests::section(p),
     }
 }
 

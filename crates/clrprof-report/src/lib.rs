@@ -20,6 +20,7 @@ mod modules;
 mod source;
 mod source_files;
 pub use source_files::find_source;
+mod requests;
 mod summary;
 mod text_table;
 
@@ -54,6 +55,7 @@ pub enum View {
     Dominators,
     /// Heap snapshot: shortest paths from roots to a type's instances.
     Paths,
+    Requests,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -65,7 +67,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 19] = [
+pub const VIEWS: [ViewInfo; 20] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -156,6 +158,11 @@ pub const VIEWS: [ViewInfo; 19] = [
         view: View::Paths,
         name: "paths",
         help: "Heap snapshot: shortest paths from roots to the instances of --type NAME, with roots and fields",
+    },
+    ViewInfo {
+        view: View::Requests,
+        name: "requests",
+        help: "ASP.NET Core requests per route (count, p50/p95/p99), slowest requests, blocking waits, thread-pool starvation (record --async)",
     },
 ];
 
@@ -302,6 +309,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
                 "the heap views are made from a trace's heap snapshots, not from its profile".into(),
             ))
         }
+        View::Requests => requests::render(p, opts.top),
     })
 }
 

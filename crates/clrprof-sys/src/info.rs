@@ -638,6 +638,14 @@ impl ProfilerInfo {
         Ok(session)
     }
 
+    /// The name of an EventPipe provider from the handle `EventPipeEventDelivered` passes
+    /// (`ICorProfilerInfo12::EventPipeGetProviderInfo`).
+    pub fn event_pipe_get_provider_info(&self, provider: usize) -> HrResult<String> {
+        let f = slot!(self, 105, "EventPipeGetProviderInfo", fn(usize, u32, *mut u32, *mut u16));
+        // Safety: valid call; buffers sized by `read_string`.
+        read_string(|cch, pcch, buf| unsafe { f(self.ptr, provider, cch, pcch, buf) }, "EventPipeGetProviderInfo")
+    }
+
     /// Size in bytes of a method's IL code (`ICorProfilerInfo::GetILFunctionBody`, header parsed:
     /// tiny headers hold the size in their first byte, fat headers at offset 4). `None` for methods
     /// without IL (abstract, runtime-implemented, dynamic).

@@ -17,6 +17,7 @@ mod crc32;
 pub mod heap;
 mod records;
 mod stream;
+pub mod tasks;
 pub mod wire;
 
 use std::collections::BTreeMap;

@@ -574,6 +574,43 @@ records! {
         /// the GC's thread).
         agent_ns: u64,
     }
+    /// An ASP.NET Core request began (EventSource `Microsoft.AspNetCore.Hosting`, `RequestStart`
+    /// id 3 {UTF-16z method, UTF-16z path}), on the thread that took it. `activity` is the event's
+    /// EventSource activity id (16 bytes, the GUID's bytes in memory order), which the runtime's
+    /// activity tracker gives each request when `TasksFlowActivityIds` of `TplEventSource` is on:
+    /// the request's `RequestStopped` and `RequestEndpoint` carry the same id. Tags 110–119 are
+    /// requests, waits and the thread pool (`--async`).
+    110 RequestStarted { ts: u64, os_tid: u32, activity: Vec<u8>, method: String, path: String }
+    /// The request ended (`RequestStop`, id 4, written when its `HttpContext` is disposed, after
+    /// the response was sent), on the thread that ended it.
+    111 RequestStopped { ts: u64, os_tid: u32, activity: Vec<u8> }
+    /// What ASP.NET Core's own log says of a request (EventSource `Microsoft-Extensions-Logging`,
+    /// `FormattedMessage`): the endpoint it was routed to (`Executing endpoint '…'` of
+    /// `Microsoft.AspNetCore.Routing.EndpointMiddleware`: for a minimal API `HTTP: GET /route/{id}`,
+    /// for MVC the action's name; empty when this record gives the status only) and the response's
+    /// status code (`Request finished …` of `Microsoft.AspNetCore.Hosting.Diagnostics`; 0 when
+    /// this record gives the endpoint only). `activity` as in `RequestStarted`.
+    112 RequestEndpoint { ts: u64, os_tid: u32, activity: Vec<u8>, endpoint: String, status: u32 }
+    /// A thread began waiting on a wait handle (`WaitHandleWaitStart`, runtime event id 301,
+    /// keyword `WaitHandle` 0x40000000000, .NET 9 and later) {u8 WaitSource (0 unknown, 1 a
+    /// `Monitor.Wait`), ptr AssociatedObjectID, u16 ClrInstanceID}: `Task.Wait`, `.Result`,
+    /// `Monitor.Wait`, a contended `Monitor.Enter`, `SemaphoreSlim.Wait`, `ManualResetEventSlim.Wait`…
+    /// `stack`: the waiting thread's managed stack, FunctionIDs innermost first.
+    113 WaitStarted { ts: u64, os_tid: u32, source: u8, stack: Vec<u64> }
+    /// The wait ended (`WaitHandleWaitStop`, id 302).
+    114 WaitEnded { ts: u64, os_tid: u32 }
+    /// The thread pool's worker threads (runtime events, keyword `Threading` 0x10000):
+    /// `kind` 0 a worker started (`ThreadPoolWorkerThreadStart`, id 50 {u32 ActiveWorkerThreadCount,
+    /// u32 RetiredWorkerThreadCount, u16 ClrInstanceID}), 1 a worker stopped (id 51, same payload),
+    /// 2 the pool changed its target (`ThreadPoolWorkerThreadAdjustmentAdjustment`, id 55 {f64
+    /// AverageThroughput, u32 NewWorkerThreadCount, u32 Reason, u16 ClrInstanceID}). `count` is the
+    /// active workers (kinds 0, 1) or the new target (kind 2); `reason` the adjustment's reason
+    /// (`pool_reason`), 0 otherwise.
+    115 ThreadPoolWorkers { ts: u64, os_tid: u32, kind: u8, count: u32, retired: u32, reason: u32 }
+    /// Events of the task library (`TplEventSource`, recorded with `CLRPROF_ASYNC=1`) packed as
+    /// the agent writes them once per flush: `count` events in `packed`, each as described in
+    /// [`crate::tasks`] (varints; times relative to `ts`).
+    120 TaskEvents { ts: u64, count: u32, packed: Vec<u8> }
 }
 
 impl AllocationSamples {
@@ -883,4 +920,41 @@ pub mod exception_monitoring {
     pub const PAUSED: u8 = 1;
     /// A sampling window while the storm lasts: throws are observed again.
     pub const WINDOW: u8 = 2;
+}
+
+/// `ThreadPoolWorkers.reason`: why the pool changed its number of threads (the runtime's
+/// `ThreadAdjustmentReasonMap`).
+pub mod pool_reason {
+    pub const WARMUP: u32 = 0;
+    pub const INITIALIZING: u32 = 1;
+    pub const RANDOM_MOVE: u32 = 2;
+    pub const CLIMBING_MOVE: u32 = 3;
+    pub const CHANGE_POINT: u32 = 4;
+    pub const STABILIZING: u32 = 5;
+    /// Work waited in the queue and no thread took it for a while: the pool injected a thread.
+    pub const STARVATION: u32 = 6;
+    pub const THREAD_TIMED_OUT: u32 = 7;
+    /// A pool thread blocked (`Task.Wait`, `.Result`…) and the pool added a thread in its place.
+    pub const COOPERATIVE_BLOCKING: u32 = 8;
+
+    /// The reason's name.
+    pub fn name(reason: u32) -> &'static str {
+        match reason {
+            WARMUP => "warmup",
+            INITIALIZING => "initializing",
+            RANDOM_MOVE => "random move",
+            CLIMBING_MOVE => "climbing move",
+            CHANGE_POINT => "change point",
+            STABILIZING => "stabilizing",
+            STARVATION => "starvation",
+            THREAD_TIMED_OUT => "thread timed out",
+            COOPERATIVE_BLOCKING => "cooperative blocking",
+            _ => "unknown",
+        }
+    }
+}
+
+/// An EventSource activity id (16 bytes as recorded) as a number; 0 when absent or malformed.
+pub fn activity_id(bytes: &[u8]) -> u128 {
+    <[u8; 16]>::try_from(bytes).map(u128::from_le_bytes).unwrap_or(0)
 }

@@ -5,7 +5,8 @@ import { api, el, put, time, namespaceOf, fmt } from './util.js';
 import * as views from './views.js';
 
 const DEFAULTS = { view: 'hotspots', w: '', threads: 'merged', inv: '0', t: [], sel: '', path: [], q: '', re: '0',
-  from: '', to: '', zoom: '0', dzoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '', snap: '', htype: '', hsort: '' };
+  from: '', to: '', zoom: '0', dzoom: '0', sort: 'self', table: 'exceptions', tq: '', norm: '0', colour: 'module', selm: '', run: '',
+  snap: '', htype: '', hsort: '', idle: '0' };
 
 const $ = (id) => document.getElementById(id);
 let meta = null;
@@ -47,9 +48,21 @@ export function setState(patch, push = true) {
   render();
 }
 
+/** The transforms a stack query applies: the user's, and in wall views of a trace with logical
+ * async stacks the idle threads left out unless shown. */
+function queryTransforms() {
+  if (!hidesIdle()) return state.t;
+  return [...state.t, { op: 'drop', function: meta.idle_frame }];
+}
+
+function hidesIdle() {
+  return !!(meta && meta.async) && state.w === 'wall' && state.idle !== '1';
+}
+
 /** The parameters every stack query shares. */
 export function params(extra) {
-  return { w: state.w, threads: state.threads, t: state.t.length ? JSON.stringify(state.t) : '',
+  const t = queryTransforms();
+  return { w: state.w, threads: state.threads, t: t.length ? JSON.stringify(t) : '',
     from: state.from, to: state.to, ...extra };
 }
 
@@ -86,6 +99,8 @@ function renderHeader() {
   note.hidden = !(w && w.note);
   note.classList.toggle('estimated', !!(w && w.estimated));
   $('jmc').checked = state.t.some((t) => t.op === 'just-my-code');
+  $('idle').checked = state.idle === '1';
+  $('idle').closest('label').hidden = !(meta.async && state.w === 'wall');
   if (document.activeElement !== $('search')) $('search').value = state.q;
   $('regex').checked = state.re === '1';
   for (const b of document.querySelectorAll('#tabs button')) {
@@ -135,14 +150,17 @@ function renderSelection() {
 // ---- timeline ----
 
 const LABEL = 150;
-const MARKERS = [['gc_pause_ns', 'GC pauses', '#c33'], ['exceptions', 'exceptions', '#e80'], ['jit', 'JIT', '#39c'],
+const BASE_MARKERS = [['gc_pause_ns', 'GC pauses', '#c33'], ['exceptions', 'exceptions', '#e80'], ['jit', 'JIT', '#39c'],
   ['contention_ns', 'lock waits', '#93c'], ['alloc_bytes', 'allocations', '#3a3']];
 const MAX_TRACKS = 24;
+// Rows of an --async trace only (the server sends them when the trace has requests or waits).
+const ASYNC_MARKERS = [['requests', 'requests', '#077'], ['wait_ns', 'blocking waits', '#a50']];
 
 function drawTimeline() {
   const c = $('timeline');
   const tl = timelineData;
   if (!tl) return;
+  const MARKERS = [...BASE_MARKERS, ...ASYNC_MARKERS.filter(([k]) => tl.markers[k])];
   const tracks = tl.threads.slice(0, MAX_TRACKS);
   const h = MARKERS.length * 10 + tracks.length * 11 + (tl.threads.length > MAX_TRACKS ? 12 : 2);
   c.height = h;
@@ -258,7 +276,7 @@ function runState(r) {
 /** The store's runs, newest first; a click opens one. Refreshed every 2 s (running runs grow). */
 async function showRuns(first) {
   for (const id of ['timeline-box', 'transforms', 'selection', 'tabs']) $(id).hidden = true;
-  for (const id of ['weight', 'threads', 'inverted', 'jmc', 'search', 'regex']) { const e = $(id); (e.closest('label') || e).hidden = true; }
+  for (const id of ['weight', 'threads', 'inverted', 'jmc', 'idle', 'search', 'regex']) { const e = $(id); (e.closest('label') || e).hidden = true; }
   $('trace').textContent = `runs of ${first.store || 'the store'}`;
   const draw = (runs) => {
     const head = el('tr', {}, ['id', 'host', 'pid', 'command', 'started', 'duration', 'bytes', 'state']
@@ -348,6 +366,7 @@ async function start() {
   $('weight').addEventListener('change', (e) => setState({ w: e.target.value, zoom: '0' }));
   $('threads').addEventListener('change', (e) => setState({ threads: e.target.value, zoom: '0' }));
   $('inverted').addEventListener('change', (e) => setState({ inv: e.target.checked ? '1' : '0', zoom: '0' }));
+  $('idle').addEventListener('change', (e) => setState({ idle: e.target.checked ? '1' : '0', zoom: '0' }));
   $('jmc').addEventListener('change', (e) => setState({
     t: e.target.checked ? [...state.t, { op: 'just-my-code' }] : state.t.filter((t) => t.op !== 'just-my-code'), zoom: '0' }));
   let typing = null;

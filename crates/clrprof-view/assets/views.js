@@ -335,6 +335,68 @@ export async function events(ctx) {
   await load(0, null);
 }
 
+// ---- requests ----
+
+const ms = (ns) => (ns / 1e6).toFixed(3);
+
+// The pool's active workers over the run (a step line) with its starvation injections as marks.
+function poolChart(pool, span) {
+  const c = el('canvas', { width: 900, height: 90, id: 'pool-chart' });
+  const g = c.getContext('2d');
+  const max = Math.max(1, pool.max_workers, ...pool.adjustments.map((a) => a[1]));
+  const x = (ns) => 40 + (ns / Math.max(1, span)) * 850;
+  const y = (n) => 80 - (n / max) * 65;
+  g.font = '10px sans-serif';
+  g.fillStyle = '#333';
+  g.fillText(`${max}`, 2, 18);
+  g.fillText('0', 2, 80);
+  g.strokeStyle = '#36c';
+  g.beginPath();
+  pool.workers.forEach(([t, n], i) => { if (i) g.lineTo(x(t), y(pool.workers[i - 1][1])); g.lineTo(x(t), y(n)); if (!i) g.moveTo(x(t), y(n)); });
+  g.stroke();
+  for (const [t, n, why] of pool.adjustments) {
+    if (why !== 'starvation' && why !== 'cooperative blocking') continue;
+    g.fillStyle = '#c33';
+    g.fillRect(x(t) - 1, y(n) - 3, 3, 6);
+  }
+  return c;
+}
+
+export async function requests(ctx) {
+  const { state } = ctx;
+  const r = await api('requests', { from: state.from, to: state.to, top: 20 });
+  if (!ctx.gen()) return;
+  if (!r.recorded) { put(ctx.main, el('div', { id: 'requests-none' }, 'no requests, waits or thread-pool events in this trace: record with --async')); return; }
+  const total = r.endpoints.reduce((a, e) => a + e.count, 0);
+  const endpoints = el('table', { id: 'requests-table' },
+    el('thead', {}, el('tr', {}, ['Endpoint', 'Count', 'p50 ms', 'p95 ms', 'p99 ms', 'Max ms', 'Total ms', 'CPU ms', 'Blocked ms', 'Awaiting ms', 'Status']
+      .map((h, i) => el('th', { class: i ? 'num' : '' }, h)))),
+    el('tbody', {}, r.endpoints.map((e) => el('tr', { dataset: { endpoint: e.endpoint } },
+      el('td', {}, e.endpoint), el('td', { class: 'num' }, String(e.count)), el('td', { class: 'num' }, ms(e.p50_ns)),
+      el('td', { class: 'num' }, ms(e.p95_ns)), el('td', { class: 'num' }, ms(e.p99_ns)), el('td', { class: 'num' }, ms(e.max_ns)),
+      el('td', { class: 'num' }, ms(e.total_ns)),
+      [e.cpu_ns, e.blocked_ns, e.awaiting_ns].map((v) => el('td', { class: 'num' }, v === null ? '-' : ms(v))),
+      el('td', { class: 'num' }, e.statuses.map(([c, n]) => `${c || '?'}×${n}`).join(' '))))));
+  const slowest = el('table', { id: 'slowest-table' },
+    el('thead', {}, el('tr', {}, ['Latency ms', 'Start ms', 'Thread', 'Status', 'Path', 'Endpoint'].map((h, i) => el('th', { class: i < 4 ? 'num' : '' }, h)))),
+    el('tbody', {}, r.slowest.map((q) => el('tr', {}, el('td', { class: 'num' }, ms(q.latency_ns)), el('td', { class: 'num' }, ms(q.start_ns)),
+      el('td', { class: 'num' }, String(q.os_tid)), el('td', { class: 'num' }, q.status ? String(q.status) : '-'), el('td', {}, q.path), el('td', {}, q.endpoint)))));
+  const waits = el('table', { id: 'waits-table' },
+    el('thead', {}, el('tr', {}, ['Waiting in', 'Kind', 'Count', 'Wait ms', 'Longest ms'].map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))),
+    el('tbody', {}, r.wait_sites.map((w) => el('tr', {},
+      el('td', {}, el('details', {}, el('summary', {}, w.site), el('pre', {}, `${w.stack_count} of ${w.count} waits:\n${w.stack.join('\n')}`))),
+      el('td', {}, w.kind), el('td', { class: 'num' }, String(w.count)), el('td', { class: 'num' }, ms(w.wait_ns)), el('td', { class: 'num' }, ms(w.max_wait_ns))))));
+  const span = ctx.meta.end_ns || Math.max(1, ...r.pool.workers.map((w) => w[0]));
+  put(ctx.main,
+    el('div', { class: 'section-title' }, `Requests by endpoint: ${total} ended (latency from the runtime's RequestStart to RequestStop; nearest-rank percentiles)`),
+    endpoints,
+    r.pool.note ? el('div', { id: 'starvation-note', class: 'estimated' }, r.pool.note) : null,
+    el('div', { class: 'section-title' }, `Thread pool: active workers over the run (at most ${r.pool.max_workers}); red: threads injected for starvation or blocked threads`),
+    poolChart(r.pool, span),
+    el('div', { class: 'section-title' }, `Slowest ${r.slowest.length} requests`), slowest,
+    el('div', { class: 'section-title' }, `Blocking waits (.NET 9+): ${r.waits} ended, ${ms(r.wait_ns)} ms in all — click a site for its waiting stack`), waits);
+}
+
 // ---- diff ----
 
 export async function diff(ctx) {

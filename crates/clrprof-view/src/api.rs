@@ -144,6 +144,7 @@ impl Loaded {
             "table" => self.table(q),
             "diff" => self.diff(q),
             "source" => self.source(q),
+            "requests" => self.requests(q),
             _ => Err(ApiError { status: 404, message: format!("no API '{}'", clip(what)) }),
         }
     }
@@ -275,6 +276,9 @@ impl Loaded {
             "baseline": self.baseline.as_ref().map(|(n, _)| n.clone()),
             "wait_functions": clrprof_query::engine::WAIT_FUNCTIONS,
             "wait_symbols": clrprof_query::engine::WAIT_SYMBOLS,
+            // Logical async stacks (`record --async`): wall views leave `[idle]` out by default.
+            "async": p.asynchrony.is_some(),
+            "idle_frame": clrprof_model::asynchrony::IDLE,
         }))
     }
 
@@ -383,11 +387,25 @@ impl Loaded {
                 jit[at(f.first_compiled_ns)] += 1;
             }
         }
+        let mut markers = json!({"gc_pause_ns": t.gc_pause_ns, "gcs": t.gcs, "exceptions": exceptions,
+                                 "jit": jit, "contention_ns": contention_ns, "alloc_bytes": alloc_bytes});
+        // An --async trace: requests started and time blocked in waits, per bucket.
+        if p.requests.recorded {
+            let mut requests = vec![0u64; n];
+            for r in p.requests.requests.iter().filter(|r| r.start_ns >= start) {
+                requests[at(r.start_ns)] += 1;
+            }
+            let mut wait_ns = vec![0u64; n];
+            for w in p.requests.waits.iter().filter(|w| w.start_ns >= start) {
+                wait_ns[at(w.start_ns)] += w.end_ns - w.start_ns;
+            }
+            markers["requests"] = json!(requests);
+            markers["wait_ns"] = json!(wait_ns);
+        }
         Ok(json!({
             "start_ns": t.start_ns, "end_ns": t.end_ns, "bucket_ns": t.bucket_ns, "buckets": n,
             "threads": rows,
-            "markers": {"gc_pause_ns": t.gc_pause_ns, "gcs": t.gcs, "exceptions": exceptions,
-                        "jit": jit, "contention_ns": contention_ns, "alloc_bytes": alloc_bytes},
+            "markers": markers,
         }))
     }
 
@@ -402,6 +420,15 @@ impl Loaded {
         let v = Arc::new(serde_json::to_value(&doc).map_err(|e| ApiError { status: 500, message: e.to_string() })?);
         self.docs.lock().unwrap_or_else(|e| e.into_inner()).put(range, v.clone());
         Ok(v)
+    }
+
+    /// The requests view (`clrprof_query::requests`): endpoints, the `top` slowest requests
+    /// (default 20), waits by site, the thread pool and its starvation note.
+    fn requests(&self, q: &Params) -> ApiResult {
+        let p = self.profile(Side::New, self.range(q)?)?;
+        let top = q.num::<usize>("top", 20)?.min(1000);
+        serde_json::to_value(clrprof_query::requests::requests(&p, top))
+            .map_err(|e| ApiError { status: 500, message: e.to_string() })
     }
 
     /// One page of an event or GCP table, rows whose JSON text contains the search.

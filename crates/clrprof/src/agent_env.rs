@@ -20,6 +20,8 @@ pub struct Recording {
     pub events: EventOptions,
     /// Heap snapshots (`CLRPROF_HEAP_*`).
     pub heap: HeapOptions,
+    /// The task library's events for logical async stacks and awaiting time (`CLRPROF_ASYNC`).
+    pub asynchrony: bool,
 }
 
 /// When the agent takes heap snapshots.
@@ -50,6 +52,7 @@ impl HeapOptions {
                 locks: false,
             },
             heap: HeapOptions { on_attach: true, ..HeapOptions::default() },
+            asynchrony: false,
         }
     }
 }
@@ -63,6 +66,7 @@ impl Default for Recording {
             type_loads: false,
             events: EventOptions::default(),
             heap: HeapOptions::default(),
+            asynchrony: false,
         }
     }
 }
@@ -165,6 +169,9 @@ impl AgentEnv {
             .set("CLRPROF_LOCKS", b(e.locks))
             .set("CLRPROF_EVENTS", b(e.log))
             .set("CLRPROF_CACHE_DIR", cache_dir(|k| std::env::var_os(k)));
+        if r.asynchrony {
+            self.set("CLRPROF_ASYNC", "1");
+        }
         self.heap(&r.heap)
     }
 

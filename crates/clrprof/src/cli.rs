@@ -106,6 +106,10 @@ struct ViewArgs {
     /// Also look for separate debug files in DIR (repeatable)
     #[arg(long, value_name = "DIR")]
     symbols: Vec<PathBuf>,
+    /// Show threads' stacks as sampled in a trace recorded with --async (by default its stacks are
+    /// logical async stacks)
+    #[arg(long)]
+    physical_stacks: bool,
 }
 
 #[derive(Args, Debug)]
@@ -237,6 +241,14 @@ struct ReadArgs {
     /// The run store `run:ID` is read from: an SQLite file or a postgresql:// URL [default: clrprof-runs.db]
     #[arg(long, value_name = "PATH|URL")]
     store: Option<String>,
+    /// Show threads' stacks as sampled in a trace recorded with --async (by default its stacks are
+    /// logical: continuations under the code that awaited them, awaiting time as `[await]` frames)
+    #[arg(long)]
+    physical_stacks: bool,
+    /// Keep idle threads' wall time in a trace recorded with --async: thread-pool, timer and
+    /// socket threads parked waiting for work, under an `[idle]` root (left out by default)
+    #[arg(long)]
+    show_idle: bool,
 }
 
 impl ReadArgs {
@@ -252,6 +264,8 @@ impl ReadArgs {
             lines: false,
             import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
+            physical_stacks: self.physical_stacks,
+            show_idle: self.show_idle,
         })
     }
 }
@@ -384,6 +398,11 @@ struct RecordingArgs {
     /// Keep the full runtime event log (loads, JIT, threads, suspensions, GC, exception passes) for `--view events`
     #[arg(long)]
     events: bool,
+    /// Record the task library's events (awaits, continuations, Task.Run) so that stacks are
+    /// logical async stacks with awaiting time (`[await] …` frames). Costs the app per await:
+    /// see docs/async.md
+    #[arg(long = "async")]
+    asynchrony: bool,
 }
 
 impl RecordingArgs {
@@ -406,6 +425,7 @@ impl RecordingArgs {
                 locks: !self.no_locks,
             },
             heap: Default::default(),
+            asynchrony: self.asynchrony,
         }
     }
 }
@@ -679,6 +699,7 @@ pub fn run() -> Result<ExitCode> {
                 open_browser: !a.no_browser,
                 native_symbols: !a.no_native_symbols,
                 debug_dirs: a.symbols,
+                physical_stacks: a.physical_stacks,
             })?;
             Ok(ExitCode::SUCCESS)
         }

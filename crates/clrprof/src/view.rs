@@ -27,6 +27,8 @@ pub struct ViewCommand {
     pub open_browser: bool,
     pub native_symbols: bool,
     pub debug_dirs: Vec<PathBuf>,
+    /// Threads' stacks as sampled in a trace recorded with `--async` (no logical stacks).
+    pub physical_stacks: bool,
 }
 
 /// An opened trace: the loader, its name and its size in bytes.
@@ -39,9 +41,10 @@ struct Opened {
 /// Opens a trace, an imported file or a run of a store (`run:ID`, read through the same
 /// `trace_source` as `report`, `export` and `diff`): a missing file, an unknown run or an unknown
 /// format fails here, before anything is served.
-fn open(path: &Path, store: Option<&str>) -> Result<Opened> {
+fn open(path: &Path, store: Option<&str>, physical_stacks: bool) -> Result<Opened> {
     let input = crate::load::trace_source(path, store)?;
-    let loader = Loader::open(input.source).map_err(|e| describe(&input.label, e))?;
+    let mut loader = Loader::open(input.source).map_err(|e| describe(&input.label, e))?;
+    loader.set_physical_stacks(physical_stacks);
     Ok(Opened { loader, label: input.label, size: input.size })
 }
 
@@ -133,8 +136,8 @@ pub fn view(cmd: &ViewCommand) -> Result<()> {
     let Some(trace_path) = &cmd.trace else {
         return serve_store(cmd, bind, token);
     };
-    let trace = open(trace_path, cmd.store.as_deref())?;
-    let baseline = cmd.baseline.as_ref().map(|b| open(b, cmd.store.as_deref())).transpose()?;
+    let trace = open(trace_path, cmd.store.as_deref(), cmd.physical_stacks)?;
+    let baseline = cmd.baseline.as_ref().map(|b| open(b, cmd.store.as_deref(), cmd.physical_stacks)).transpose()?;
     let mut signals =
         Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]).context("cannot watch for Ctrl-C")?;
     // Serve at once: the page shows the loading progress until the trace is read.

@@ -66,9 +66,10 @@ const EVENT_TYPE_LOAD_START: u32 = 73;
 const EVENT_EXCEPTION_THROWN: u32 = 80;
 const EVENT_TYPE_LOAD_STOP: u32 = 74;
 
-/// Starts the session when the configuration needs it; failures are logged and recorded, the app
-/// runs. Returns the session's id.
-pub(crate) fn start(s: &Context, runtime_major: u16) -> Option<u64> {
+/// Starts the session when the configuration needs it, with the runtime's providers and the
+/// `extra` ones other modules ask for (`super::providers::requested`); failures are logged and
+/// recorded, the app runs. Returns the session's id.
+pub(crate) fn start(s: &Context, runtime_major: u16, extra: &[super::providers::ProviderRequest]) -> Option<u64> {
     let (_, high) = s.info.get_event_mask2().unwrap_or((0, 0));
     if high & clrprof_sys::high::MONITOR_EVENT_PIPE == 0 {
         return None;
@@ -96,13 +97,18 @@ pub(crate) fn start(s: &Context, runtime_major: u16) -> Option<u64> {
             level = LEVEL_VERBOSE;
         }
     }
-    let failfast = (PRIVATE_PROVIDER, KEYWORD_PRIVATE_STARTUP, LEVEL_CRITICAL);
-    let with_public = [(PROVIDER, keywords, level), failfast];
-    // No keyword would mean every event of the public provider: then only the private one.
-    let providers = if keywords == 0 { &with_public[1..] } else { &with_public[..] };
-    match s.info.event_pipe_start_session(providers, false) {
+    use super::providers::{merge, ProviderRequest};
+    let mut requests = vec![ProviderRequest { name: PROVIDER, keywords, level }];
+    requests.push(ProviderRequest { name: PRIVATE_PROVIDER, keywords: KEYWORD_PRIVATE_STARTUP, level: LEVEL_CRITICAL });
+    requests.extend_from_slice(extra);
+    // No keyword would mean every event of a provider: those are left out.
+    let merged: Vec<ProviderRequest> = merge(&requests).into_iter().filter(|r| r.keywords != 0).collect();
+    let providers: Vec<(&str, u64, u32)> = merged.iter().map(|r| (r.name, r.keywords, r.level)).collect();
+    let described: Vec<String> =
+        merged.iter().map(|r| format!("{} (keywords 0x{:x}, level {})", r.name, r.keywords, r.level)).collect();
+    match s.info.event_pipe_start_session(&providers, false) {
         Ok(id) => {
-            log_info!("EventPipe session {id} on {PROVIDER}, keywords 0x{keywords:x}, level {level}, and FailFast");
+            log_info!("EventPipe session {id} on {}", described.join(", "));
             Some(id)
         }
         Err(e) => {

@@ -12,7 +12,10 @@ pub(crate) mod exc_counts;
 pub(crate) mod exceptions;
 pub(crate) mod gc;
 pub(crate) mod heap;
+pub(crate) mod providers;
+pub(crate) mod requests;
 pub(crate) mod stack;
+pub(crate) mod tasks;
 
 use clrprof_sys::{high, monitor};
 
@@ -38,6 +41,10 @@ pub(crate) struct Events {
     pub(crate) exception_counts: exc_counts::ExceptionCountsState,
     /// Heap snapshots (their own EventPipe session; see `heap`).
     pub(crate) heap: heap::HeapState,
+    /// EventPipe provider handles already named.
+    pub(crate) providers: providers::ProviderCache,
+    /// Task events waiting to be packed by the writer thread (`CLRPROF_ASYNC`).
+    pub(crate) tasks: tasks::TaskEvents,
 }
 
 /// Event-mask bits (low, high) the configuration needs.

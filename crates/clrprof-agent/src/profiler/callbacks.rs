@@ -12,7 +12,7 @@ use clrprof_trace::*;
 
 use super::Profiler;
 use crate::activity::{IN_GC, IN_GC_SUSPENSION};
-use crate::events::{alloc, eventpipe, exceptions, gc};
+use crate::events::{alloc, exceptions, gc, providers};
 use crate::log_error;
 use crate::sampler::slot::{activity_begin, activity_end, activity_exception, activity_gc};
 use clrprof_trace::runtime_activity as ra;
@@ -411,15 +411,15 @@ impl ProfilerCallback for Profiler {
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     fn event_pipe_event_delivered(
         &self,
-        _provider: usize,
+        provider: usize,
         event_id: u32,
         event_version: u32,
         _metadata_len: ULONG,
         _metadata: *const u8,
         data_len: ULONG,
         data: *const u8,
-        _activity: RawPtr,
-        _related_activity: RawPtr,
+        activity: RawPtr,
+        related_activity: RawPtr,
         _thread: ThreadID,
         frame_count: ULONG,
         frames: *const usize,
@@ -432,6 +432,10 @@ impl ProfilerCallback for Profiler {
                 clrprof_sys::info::slice_from_raw(frames, frame_count as usize),
             )
         };
-        eventpipe::delivered(s, &s.events.eventpipe(), s.sampler.as_deref(), event_id, event_version, data, ips)
+        // Safety: the activity ids are null or GUIDs valid during the callback.
+        let (activity, related_activity) = unsafe { (providers::guid(activity), providers::guid(related_activity)) };
+        let e =
+            providers::Delivered { provider, event_id, version: event_version, data, activity, related_activity, ips };
+        providers::delivered(s, &s.events, s.sampler.as_deref(), &e)
     }
 }

@@ -293,7 +293,13 @@ impl Profiler {
             if st.config.locks && !st.config.events {
                 st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
             }
-            if let Some(id) = crate::events::eventpipe::start(s, rt.major) {
+            if st.config.asynchrony {
+                // Task events (EventPipe, `CLRPROF_ASYNC`), packed once per flush.
+                st.writer.add_tick(Box::new(move |w| st.events.tasks.publish(w, st.now())));
+            }
+            if let Some(id) =
+                crate::events::eventpipe::start(s, rt.major, &crate::events::providers::requested(s, rt.major))
+            {
                 s.eventpipe_session.store(id, Ordering::Release);
             }
             crate::events::heap::schedule(&st.cx, &st.events.heap);

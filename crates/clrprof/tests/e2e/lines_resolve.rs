@@ -29,6 +29,8 @@ fn profile_with_lines(trace: &Path, symbol_dirs: Vec<PathBuf>) -> Profile {
         lines: true,
         import: Default::default(),
         store: None,
+        physical_stacks: false,
+        show_idle: false,
     };
     read(trace, input, &o).unwrap().0
 }

@@ -7,6 +7,7 @@
 mod common;
 
 mod allocations;
+mod async_stacks;
 mod attach;
 mod bad_input;
 mod collect;
@@ -28,6 +29,7 @@ mod lines_resolve;
 mod lines_views;
 mod pyroscope;
 mod report_json;
+mod requests;
 mod runtime_time;
 mod runtimes;
 mod sampling;
