@@ -10,17 +10,19 @@
 #   async    clrprof record --async
 # Prints the median awaits per second of each and the ratios to plain and to record.
 #
-# Usage: [SECONDS=3] [PARALLEL=2] [WORK_10K=20000] [WORK_100K=1000] bench/async.sh [REPS]
+# NO_BUILD=1 uses the release binaries as they are.
+#
+# Usage: [NO_BUILD=1] [RUN_SECONDS=3] [PARALLEL=2] [WORK_10K=20000] [WORK_100K=1000] bench/async.sh [REPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-5}
-SECONDS_RUN=${SECONDS:-3}
+SECONDS_RUN=${RUN_SECONDS:-3}
 PARALLEL=${PARALLEL:-2}
 WORK_10K=${WORK_10K:-20000}
 WORK_100K=${WORK_100K:-1000}
 export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1
 
-cargo build --release -q -p clrprof -p clrprof-agent
+[ -n "${NO_BUILD:-}" ] || cargo build --release -q -p clrprof -p clrprof-agent
 dotnet build -nologo -v q -c Release apps/AsyncShape >/dev/null
 CLRPROF=target/release/clrprof
 AGENT=target/release/libclrprof_agent.so

@@ -243,9 +243,15 @@ fn is_idle(p: &Profile, frames_root_first: &[FrameId]) -> bool {
     in_loop && !working && waiting
 }
 
-/// `Shop.Orders+<LoadAsync>d__4.MoveNext` → `Shop.Orders.LoadAsync`.
+/// `Shop.Orders+<LoadAsync>d__4.MoveNext` → `Shop.Orders.LoadAsync`; an async lambda's
+/// `Shop.Program+<>c+<<Main>b__1_0>d.MoveNext` → `Shop.Program+<>c.<Main>b__1_0` (its stub's name).
 pub fn async_method_name(frame: &str) -> Option<String> {
     let body = frame.strip_suffix(".MoveNext")?;
+    if let Some(lambda) = body.strip_suffix(">d") {
+        let at = lambda.rfind("+<<").or_else(|| lambda.rfind(".<<"))?;
+        let (owner, method) = (&lambda[..at], &lambda[at + 2..]);
+        return (!owner.is_empty() && !method.is_empty()).then(|| format!("{owner}.{method}"));
+    }
     let open = body.rfind('<')?;
     let close = open + body[open..].find(">d__")?;
     let method = &body[open + 1..close];
@@ -733,6 +739,10 @@ mod tests {
         assert_eq!(async_method_name("Shop.Orders.<LoadAsync>d__4.MoveNext").as_deref(), Some("Shop.Orders.LoadAsync"));
         assert_eq!(async_method_name("Shop.Orders.Load"), None);
         assert_eq!(async_method_name("Shop.Orders+<>c.<Main>b__0_0"), None);
+        assert_eq!(
+            async_method_name("Shop.Program+<>c__DisplayClass1_1+<<Main>b__1>d.MoveNext").as_deref(),
+            Some("Shop.Program+<>c__DisplayClass1_1.<Main>b__1")
+        );
     }
 
     fn ev(kind: u8, ts: u64, os_tid: u32, task: u32, other: u32, detail: u32) -> TaskEvent {
