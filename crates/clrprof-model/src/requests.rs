@@ -81,6 +81,10 @@ pub struct Wait {
     pub source: u8,
     /// The waiting stack in the profile's stack table (`None`: no managed frame).
     pub stack: Option<StackId>,
+    /// The EventSource activity id the wait event carried (the thread's at the wait: its
+    /// request's or one nested in it); 0 when none (or a trace older than this field).
+    #[serde(serialize_with = "hex_u128")]
+    pub activity: u128,
 }
 
 /// Waits at one site, of one source.
@@ -147,6 +151,7 @@ struct WaitFact {
     os_tid: u32,
     source: u8,
     stack: Vec<u64>,
+    activity: u128,
     end: Option<u64>,
 }
 
@@ -184,6 +189,7 @@ impl RequestFacts {
                     os_tid: w.os_tid,
                     source: w.source,
                     stack: w.stack.clone(),
+                    activity: activity_id(&w.activity),
                     end: None,
                 });
             }
@@ -296,7 +302,14 @@ impl RequestFacts {
                 costs.stacks.intern_stack(&ids)
             });
             let wait = end - w.ts;
-            waits.push(Wait { start_ns: w.ts, end_ns: end, os_tid: w.os_tid, source: w.source, stack });
+            waits.push(Wait {
+                start_ns: w.ts,
+                end_ns: end,
+                os_tid: w.os_tid,
+                source: w.source,
+                stack,
+                activity: w.activity,
+            });
             let site =
                 w.stack.iter().map(|&f| name(f)).find(|n| !n.starts_with("System.Threading.")).unwrap_or_else(|| {
                     w.stack.first().map(|&f| name(f)).unwrap_or_else(|| "[no managed frame]".into())
@@ -344,7 +357,7 @@ impl RequestFacts {
 /// per request) copies its parent's path and appends to it. Of the requests' activities, the
 /// ancestor shares the longest prefix with the line's id (its whole path), any other less than
 /// its own path.
-fn owner(requests: &[Request], by_activity: &HashMap<u128, Vec<usize>>, activity: u128, ts: u64) -> Option<usize> {
+pub fn owner(requests: &[Request], by_activity: &HashMap<u128, Vec<usize>>, activity: u128, ts: u64) -> Option<usize> {
     if activity == 0 {
         return None;
     }
@@ -530,11 +543,11 @@ mod tests {
     fn waits_by_site_with_their_stacks_and_starvation() {
         let mut f = RequestFacts::default();
         let recs: Vec<Record> = vec![
-            WaitStarted { ts: 100, os_tid: 7, source: 0, stack: vec![1, 2, 3] }.into(),
-            WaitStarted { ts: 110, os_tid: 8, source: 0, stack: vec![1, 2, 3] }.into(),
+            WaitStarted { ts: 100, os_tid: 7, source: 0, stack: vec![1, 2, 3], activity: vec![] }.into(),
+            WaitStarted { ts: 110, os_tid: 8, source: 0, stack: vec![1, 2, 3], activity: vec![] }.into(),
             WaitEnded { ts: 150, os_tid: 7 }.into(),
             WaitEnded { ts: 170, os_tid: 8 }.into(),
-            WaitStarted { ts: 200, os_tid: 7, source: 1, stack: vec![4] }.into(),
+            WaitStarted { ts: 200, os_tid: 7, source: 1, stack: vec![4], activity: vec![] }.into(),
             WaitEnded { ts: 201, os_tid: 9 }.into(),
             ThreadPoolWorkers { ts: 5, os_tid: 1, kind: 0, count: 3, retired: 0, reason: 0 }.into(),
             ThreadPoolWorkers { ts: 6, os_tid: 1, kind: 2, count: 5, retired: 0, reason: pool_reason::STARVATION }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use clrprof_model::requests::{common_path_nibbles, path_nibbles, Request, Requests};
+use clrprof_model::requests::{owner, Request, Requests};
 use clrprof_model::Profile;
 use clrprof_trace::pool_reason;
 use serde::Serialize;
@@ -30,9 +30,10 @@ pub struct EndpointRow {
     pub max_ns: u64,
     /// Sum of the latencies.
     pub total_ns: u64,
-    /// The requests' time on CPU (sampled), blocked on wait handles and awaiting, summed over the
-    /// endpoint's requests (`split`): `null` without task events (`--async`); `blocked_ns` also
-    /// `null` where the runtime reports no waits (.NET 8).
+    /// The requests' time on CPU, blocked on wait handles and awaiting, summed over the endpoint's
+    /// requests (`split`): `null` where unknown — `cpu_ns` always (samples name no request),
+    /// all three without task events (`--async`), `blocked_ns` where the runtime reports no
+    /// waits (.NET 8) or the waits carry no activity ids (older traces).
     pub cpu_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub awaiting_ns: Option<u64>,
@@ -105,6 +106,11 @@ pub struct RequestsDoc {
     pub wait_sites: Vec<WaitSiteRow>,
     /// Waits open when the trace ended.
     pub open_waits: u64,
+    /// Ended waits no request is named for (no activity id, or none of a request running at the
+    /// wait's start: the server's own threads, the app's startup…), and their total: time left out
+    /// of every endpoint's blocked time (0 without task events).
+    pub unattributed_waits: u64,
+    pub unattributed_wait_ns: u64,
     pub pool: PoolDoc,
 }
 
@@ -125,6 +131,9 @@ pub struct WaitsDoc {
     pub count: u64,
     pub wait_ns: u64,
     pub open: u64,
+    /// Waits no request is named for, and their total (`RequestsDoc::unattributed_waits`).
+    pub unattributed: u64,
+    pub unattributed_ns: u64,
     pub sites: Vec<WaitSiteRow>,
 }
 
@@ -135,7 +144,14 @@ pub fn section(p: &Profile) -> Option<RequestsSection> {
         requests: d.endpoints,
         slowest_requests: d.slowest,
         unmatched_request_stops: d.unmatched_stops,
-        waits: WaitsDoc { count: d.waits, wait_ns: d.wait_ns, open: d.open_waits, sites: d.wait_sites },
+        waits: WaitsDoc {
+            count: d.waits,
+            wait_ns: d.wait_ns,
+            open: d.open_waits,
+            unattributed: d.unattributed_waits,
+            unattributed_ns: d.unattributed_wait_ns,
+            sites: d.wait_sites,
+        },
         thread_pool: d.pool,
     })
 }
@@ -230,80 +246,68 @@ fn pool_doc(q: &Requests) -> PoolDoc {
     }
 }
 
-/// Per request (index in `p.requests.requests`): (cpu, blocked, awaiting) ns, when the trace has
-/// task events (`p.asynchrony`); blocked only where the runtime reports waits (.NET 9+).
+/// The requests' split (`split`): per request (index in `p.requests.requests`) its
+/// (cpu, blocked, awaiting) ns, `u64::MAX` where unknown; and the waits no request could be
+/// named for.
+struct Split {
+    per_request: Vec<[u64; 3]>,
+    unattributed_waits: u64,
+    unattributed_wait_ns: u64,
+}
+
+/// Per request: its time blocked and awaiting, when the trace has task events (`p.asynchrony`);
+/// its CPU time is unknown.
 ///
-/// A thread works for a request while the activity id it runs under (`AsyncIndex::flow_at`: the
-/// task or continuation it runs) is the request's or a descendant of it, within the request's
-/// start and end. CPU: the CPU samples of such threads. Blocked: their waits on wait handles
-/// (`WaitHandleWaitStart`/`Stop`), clipped to the request. Awaiting: the leaf awaits whose
-/// awaiting thread worked for the request, clipped to it (awaits of async methods with frames of
-/// their own are not counted: their own awaits are).
+/// Blocked: the waits on wait handles (`WaitHandleWaitStart`/`Stop`, .NET 9 and later) whose own
+/// event carried the request's activity id or one nested in it (the runtime writes the thread's
+/// current activity id with the event, and the activity tracker keeps it with the execution
+/// context), clipped to the request. A wait without an activity id, or whose id names no request
+/// running at its start, is unattributed (counted apart), never given to a request by its thread
+/// or time. Unknown on .NET 8 (no waits) and for traces whose waits carry no ids (older traces).
 ///
-/// A figure the index cannot give is unknown (`u64::MAX`), never 0: CPU when no CPU sample's
-/// thread had an activity id at its time, blocked likewise for the waits (and on .NET 8, which
-/// reports no waits).
-fn split(p: &Profile) -> Option<Vec<[u64; 3]>> {
+/// Awaiting: the leaf awaits whose `TaskWaitBegin` carried the request's activity (or one nested
+/// in it), clipped to the request (awaits of async methods with frames of their own are not
+/// counted: their own awaits are).
+///
+/// CPU is unknown: a CPU sample record's time is when the sampler collected the thread's samples
+/// (every wall tick), not when each was taken, and samples carry no activity id; the task events'
+/// activity ids (`TaskStarted`, `TaskWaitEnd`) are written before the task's execution context is
+/// restored, so they do not name the request either. A share of the samples given to a request by
+/// time would be a guess.
+fn split(p: &Profile) -> Option<Split> {
     let index = p.asynchrony.as_ref()?;
     let reqs = &p.requests.requests;
-    let waits_known = !p.requests.waits.is_empty();
     let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
     for (i, r) in reqs.iter().enumerate() {
         if r.activity != 0 && r.end_ns.is_some() {
             by_activity.entry(r.activity).or_default().push(i);
         }
     }
-    // The request activity a flow id descends from (memoized per flow id).
-    let mut owner_of: HashMap<u128, Option<u128>> = HashMap::new();
-    let mut owner = |flow: u128| -> Option<u128> {
-        *owner_of.entry(flow).or_insert_with(|| {
-            if by_activity.contains_key(&flow) {
-                return Some(flow);
-            }
-            by_activity
-                .keys()
-                .filter(|&&a| common_path_nibbles(a, flow) >= path_nibbles(a))
-                .max_by_key(|&&a| common_path_nibbles(a, flow))
-                .copied()
-        })
-    };
-    // The request of activity `a` running at `ts`.
-    let at = |a: u128, ts: u64| -> Option<usize> {
-        let list = by_activity.get(&a)?;
-        let k = list.partition_point(|&i| reqs[i].start_ns <= ts);
-        let i = *list.get(k.checked_sub(1)?)?;
-        (reqs[i].end_ns? >= ts).then_some(i)
-    };
-    let mut out = vec![[0u64; 3]; reqs.len()];
-    let (mut cpu_flows, mut wait_flows) = (false, false);
-    for s in &p.samples {
-        if s.weight != clrprof_model::samples::SampleWeight::Cpu {
-            continue;
-        }
-        let Some(flow) = index.flow_at(s.os_tid, s.ts) else { continue };
-        cpu_flows = true;
-        let Some(i) = owner(flow).and_then(|a| at(a, s.ts)) else { continue };
-        out[i][0] += s.ns;
-    }
+    // Only ended requests are candidates (an id's list holds no unfinished one).
+    let at = |activity: u128, ts: u64| owner(reqs, &by_activity, activity, ts);
     let clip = |i: usize, from: u64, to: u64| -> u64 {
         let r = &reqs[i];
         to.min(r.end_ns.unwrap_or(0)).saturating_sub(from.max(r.start_ns))
     };
-    for w in &p.requests.waits {
-        let Some(flow) = index.flow_at(w.os_tid, w.start_ns) else { continue };
-        wait_flows = true;
-        let Some(i) = owner(flow).and_then(|a| at(a, w.start_ns)) else { continue };
-        out[i][1] += clip(i, w.start_ns, w.end_ns);
+    let mut out =
+        Split { per_request: vec![[u64::MAX, 0, 0]; reqs.len()], unattributed_waits: 0, unattributed_wait_ns: 0 };
+    let waits = &p.requests.waits;
+    let waits_known = !waits.is_empty() && waits.iter().any(|w| w.activity != 0);
+    for w in waits {
+        match at(w.activity, w.start_ns) {
+            Some(i) => out.per_request[i][1] += clip(i, w.start_ns, w.end_ns),
+            None => {
+                out.unattributed_waits += 1;
+                out.unattributed_wait_ns += w.end_ns - w.start_ns;
+            }
+        }
     }
     for a in index.awaits().iter().filter(|a| a.leaf && a.flow != 0) {
-        let Some(i) = owner(a.flow).and_then(|f| at(f, a.start)) else { continue };
-        out[i][2] += clip(i, a.start, a.end);
+        let Some(i) = at(a.flow, a.start) else { continue };
+        out.per_request[i][2] += clip(i, a.start, a.end);
     }
-    for o in &mut out {
-        if !cpu_flows {
-            o[0] = u64::MAX;
-        }
-        if !waits_known || !wait_flows {
+    if !waits_known {
+        for o in &mut out.per_request {
             o[1] = u64::MAX;
         }
     }
@@ -343,14 +347,15 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
             stack_count: s.stacks.first().map(|x| x.1).unwrap_or(0),
         })
         .collect();
+    let split = split(p);
     RequestsDoc {
         recorded: q.recorded,
         endpoints: {
             let mut rows = endpoint_rows(&q.requests);
-            if let Some(split) = split(p) {
+            if let Some(split) = &split {
                 for row in &mut rows {
                     let mut sums = [Some(0u64); 3];
-                    for (r, x) in q.requests.iter().zip(&split) {
+                    for (r, x) in q.requests.iter().zip(&split.per_request) {
                         if r.end_ns.is_some() && r.endpoint() == row.endpoint {
                             for k in 0..3 {
                                 sums[k] = sums[k].zip((x[k] != u64::MAX).then_some(x[k])).map(|(s, v)| s + v);
@@ -368,6 +373,8 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
         wait_ns: q.waits.iter().map(|w| w.end_ns - w.start_ns).fold(0, u64::saturating_add),
         wait_sites,
         open_waits: q.open_waits,
+        unattributed_waits: split.as_ref().map_or(0, |s| s.unattributed_waits),
+        unattributed_wait_ns: split.as_ref().map_or(0, |s| s.unattributed_wait_ns),
         pool: pool_doc(q),
     }
 }

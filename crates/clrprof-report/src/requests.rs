@@ -25,7 +25,8 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
         out += &format!(", {} ends of requests started before recording", d.unmatched_stops);
     }
     out += " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank; CPU, BLOCKED, AWAITING: \
-            the requests' time by the task events, summed; `-` where the trace cannot tell)\n";
+            the requests' time by the activity ids of their waits and awaits, summed; `-` where the trace cannot tell, \
+            as CPU always: samples name no request)\n";
     let mut t = TextTable::new(&[
         ("COUNT", Right),
         ("P50 ms", Right),
@@ -88,6 +89,14 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
         ms(d.wait_ns),
         if d.open_waits > 0 { format!(" ({} still waiting at the end)", d.open_waits) } else { String::new() }
     );
+    if d.unattributed_waits > 0 {
+        out += &format!(
+            "{} of them ({} ms) named no request running at the time (no activity id, or not a request's): not in \
+             any endpoint's BLOCKED\n",
+            d.unattributed_waits,
+            ms(d.unattributed_wait_ns)
+        );
+    }
     out +=
         "COVERS blocking waits the runtime reports (WaitHandleWaitStart/Stop, .NET 9 and later): Task.Wait, .Result, \
             Monitor.Wait, SemaphoreSlim.Wait, WaitHandle.WaitOne…\n";

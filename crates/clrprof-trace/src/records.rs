@@ -595,8 +595,10 @@ records! {
     /// keyword `WaitHandle` 0x40000000000, .NET 9 and later) {u8 WaitSource (0 unknown, 1 a
     /// `Monitor.Wait`), ptr AssociatedObjectID, u16 ClrInstanceID}: `Task.Wait`, `.Result`,
     /// `Monitor.Wait`, a contended `Monitor.Enter`, `SemaphoreSlim.Wait`, `ManualResetEventSlim.Wait`…
-    /// `stack`: the waiting thread's managed stack, FunctionIDs innermost first.
-    113 WaitStarted { ts: u64, os_tid: u32, source: u8, stack: Vec<u64> }
+    /// `stack`: the waiting thread's managed stack, FunctionIDs innermost first. `activity`: the
+    /// event's EventSource activity id as in `RequestStarted` (the thread's id at the wait: that of
+    /// the request it works for, or one nested in it; empty in older traces).
+    113 WaitStarted { ts: u64, os_tid: u32, source: u8, stack: Vec<u64>, activity: Vec<u8> }
     /// The wait ended (`WaitHandleWaitStop`, id 302).
     114 WaitEnded { ts: u64, os_tid: u32 }
     /// The thread pool's worker threads (runtime events, keyword `Threading` 0x10000):

@@ -196,7 +196,8 @@ fn runtime_record(
     Some(match e.event_id {
         EVENT_WAIT_START => {
             let source = p.u8().unwrap_or(0);
-            Some(WaitStarted { ts, os_tid: tid, source, stack: Vec::new() }.into())
+            let activity = if e.activity == 0 { Vec::new() } else { e.activity.to_le_bytes().to_vec() };
+            Some(WaitStarted { ts, os_tid: tid, source, stack: Vec::new(), activity }.into())
         }
         EVENT_WAIT_STOP => Some(WaitEnded { ts, os_tid: tid }.into()),
         EVENT_WORKER_START | EVENT_WORKER_STOP => {
@@ -335,7 +336,12 @@ mod tests {
         }
         assert!(matches!(
             runtime_record(&event(EVENT_WAIT_START, &[1, 0, 0], 0), 1, 2, false),
-            Some(Some(clrprof_trace::Record::WaitStarted(w))) if w.source == 1
+            Some(Some(clrprof_trace::Record::WaitStarted(w))) if w.source == 1 && w.activity.is_empty()
+        ));
+        // The wait's own activity id (the thread's at the wait) is kept: it names the request.
+        assert!(matches!(
+            runtime_record(&event(EVENT_WAIT_START, &[0, 0, 0], 7), 1, 2, false),
+            Some(Some(clrprof_trace::Record::WaitStarted(w))) if clrprof_trace::activity_id(&w.activity) == 7
         ));
         assert!(matches!(runtime_record(&event(EVENT_ALLOCATION_TICK, &[], 0), 1, 2, false), Some(None)));
         assert!(runtime_record(&event(EVENT_ALLOCATION_TICK, &[], 0), 1, 2, true).is_none());
