@@ -410,6 +410,39 @@ impl<'a> Metadata<'a> {
         Some(names)
     }
 
+    /// The static, non-literal fields of the non-generic TypeDefs whose name `wanted` accepts, as
+    /// (TypeDef token, FieldDef token, name). Field lists are contiguous and in TypeDef order.
+    pub(crate) fn static_fields(&self, wanted: impl Fn(&str) -> bool) -> Option<Vec<(u32, u32, String)>> {
+        const STATIC: u32 = 0x10;
+        const LITERAL: u32 = 0x40;
+        let types = self.tables.get(table::TYPE_DEF)?.rows;
+        let fields = self.tables.get(table::FIELD)?.rows;
+        let mut out = Vec::new();
+        for td in 1..=types {
+            let first = self.cell(table::TYPE_DEF, td, 4)?;
+            let end = if td < types { self.cell(table::TYPE_DEF, td + 1, 4)? } else { fields + 1 };
+            for f in first..end.min(fields + 1) {
+                let flags = self.cell(table::FIELD, f, 0)?;
+                if flags & (STATIC | LITERAL) != STATIC {
+                    continue;
+                }
+                let at = self.cell(table::FIELD, f, 1)? as usize;
+                let raw = self.strings.get(at..)?;
+                let raw = &raw[..raw.iter().position(|&c| c == 0)?];
+                let Ok(name) = std::str::from_utf8(raw) else { continue };
+                if !wanted(name) {
+                    continue;
+                }
+                let token = (table::TYPE_DEF as u32) << 24 | td;
+                if !self.generic_param_names(token)?.is_empty() {
+                    continue;
+                }
+                out.push((token, (table::FIELD as u32) << 24 | f, name.to_string()));
+            }
+        }
+        Some(out)
+    }
+
     /// The rows of table `t` whose column `col` equals `key`: by binary search when the table is
     /// sorted on it (as ECMA-335 requires of these tables), else by a scan.
     fn find_rows(&self, t: usize, col: usize, key: u32) -> Option<impl Iterator<Item = u32> + '_> {
@@ -518,6 +551,33 @@ mod tests {
         (1..=md.tables[table::TYPE_DEF].rows)
             .map(|r| 0x0200_0000 | r)
             .find(|&t| md.type_def_name(t).as_deref() == Some(name))
+    }
+
+    #[test]
+    fn static_fields_by_name_skip_literals_instance_fields_and_generic_types() {
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = Metadata::parse(file_metadata(&bytes).expect("a CLI image")).expect("its tables");
+        let string = find_type(&md, "System.String").expect("System.String");
+        // `String.Empty` is a static readonly field; `Int32.MaxValue` a literal (const), never
+        // stored; `_stringLength` an instance field.
+        let found = md.static_fields(|n| matches!(n, "Empty" | "MaxValue" | "_stringLength")).unwrap();
+        assert!(found.iter().any(|(td, _, n)| *td == string && n == "Empty"), "{found:?}");
+        let int32 = find_type(&md, "System.Int32").expect("System.Int32");
+        assert!(!found.iter().any(|(td, _, n)| *td == int32 || n == "_stringLength"), "{found:?}");
+        // `DateTime.MaxValue` is a static readonly field, found.
+        let datetime = find_type(&md, "System.DateTime").expect("System.DateTime");
+        assert!(found.iter().any(|(td, _, n)| *td == datetime && n == "MaxValue"), "{found:?}");
+        // `EqualityComparer<T>.Default` is on a generic type: its statics are per instantiation.
+        let comparer = find_type(&md, "System.Collections.Generic.EqualityComparer`1").unwrap();
+        assert!(!md
+            .static_fields(|n| n == "<Default>k__BackingField" || n == "Default")
+            .unwrap()
+            .iter()
+            .any(|f| f.0 == comparer));
+        for (td, field, _) in &found {
+            assert!(md.type_def_name(*td).is_some());
+            assert_eq!(field >> 24, 0x04);
+        }
     }
 
     #[test]

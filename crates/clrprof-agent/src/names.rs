@@ -64,6 +64,12 @@ impl ModuleMetadata {
         Metadata::parse(crate::image_metadata::metadata_of_image(read, flags & FLAT_LAYOUT != 0)?)
     }
 
+    /// The static, non-literal fields of the module's non-generic types whose name `wanted`
+    /// accepts, as (TypeDef, FieldDef, name); `None` when the module has no image tables to read.
+    pub(crate) fn static_fields(&self, wanted: impl Fn(&str) -> bool) -> Option<Vec<(u32, u32, String)>> {
+        self.image.as_ref()?.static_fields(wanted)
+    }
+
     fn importer(&self) -> Option<&MetaDataImport> {
         self.importer.get_or_init(|| self.info.get_module_metadata(self.module).ok().flatten()).as_ref()
     }

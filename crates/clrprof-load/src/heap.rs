@@ -271,8 +271,13 @@ fn build(p: Parts, cut: Option<&str>) -> Snapshot {
     }
     for s in &p.statics {
         for (i, obj) in s.objects.iter().enumerate() {
-            let name = s.names.get(i).map(String::as_str).unwrap_or("");
-            b.root(*obj, RootKind::StaticField, name);
+            let field = s.names.get(i).map(String::as_str).unwrap_or("");
+            // `Namespace.Class.field` when the agent found the declaring class (newer agents),
+            // else the field's name alone.
+            match s.classes.get(i).filter(|c| !c.is_empty()) {
+                Some(class) => b.root(*obj, RootKind::StaticField, &format!("{class}.{field}")),
+                None => b.root(*obj, RootKind::StaticField, field),
+            }
         }
     }
     for d in &p.dependents {
@@ -368,6 +373,7 @@ mod tests {
                 types: vec![0xa],
                 flags: vec![0],
                 names: vec!["Items".into()],
+                classes: vec!["App.Store".into()],
             }
             .into(),
         ];
@@ -408,6 +414,25 @@ mod tests {
         assert!(s.stats.is_clean(), "{:?}", s.stats);
         let names: Vec<String> = (0..3).map(|i| s.type_name(s.type_of(i)).to_string()).collect();
         assert_eq!(names, ["System.Collections.Generic.List<App.Item>", "App.Item", "App.Item"]);
+        let statics: Vec<&str> =
+            s.roots().iter().filter(|r| r.kind == RootKind::StaticField).map(|r| s.root_name(r)).collect();
+        assert_eq!(statics, ["App.Store.Items"]);
+    }
+
+    #[test]
+    fn a_static_without_its_class_is_named_by_its_field() {
+        // As an older agent wrote it (no classes), or a class the agent could not find.
+        let mut recs = records(true);
+        for r in &mut recs {
+            if let Record::HeapStaticRoots(s) = r {
+                s.classes.clear();
+            }
+        }
+        let snaps = heap_snapshots(TraceSource::Bytes(trace(&recs))).unwrap();
+        let s = &snaps[0];
+        let statics: Vec<&str> =
+            s.roots().iter().filter(|r| r.kind == RootKind::StaticField).map(|r| s.root_name(r)).collect();
+        assert_eq!(statics, ["Items"]);
     }
 
     #[test]

@@ -430,6 +430,32 @@ impl ProfilerInfo {
         Ok(c)
     }
 
+    /// The class of a TypeDef of a module (`GetClassFromToken`). Beware: the runtime loads the
+    /// type when it is not loaded yet; generic types fail with `CORPROF_E_TYPE_IS_PARAMETERIZED`.
+    pub fn get_class_from_token(&self, module: ModuleID, typedef: mdTypeDef) -> HrResult<ClassID> {
+        let f = slot!(self, 4, "GetClassFromToken", fn(ModuleID, mdTypeDef, *mut ClassID));
+        let mut c = 0usize;
+        // Safety: valid call with writable out-param.
+        check("GetClassFromToken", unsafe { f(self.ptr, module, typedef, &mut c) })?;
+        Ok(c)
+    }
+
+    /// The address of a (non-thread) static field of a class in an app domain
+    /// (`GetAppDomainStaticAddress`): for a reference-typed field its slot, for a value-typed one
+    /// the boxed value's data. `CORPROF_E_DATAINCOMPLETE` before the class is initialised.
+    pub fn get_app_domain_static_address(
+        &self,
+        class: ClassID,
+        field: mdToken,
+        domain: AppDomainID,
+    ) -> HrResult<usize> {
+        let f = slot!(self, 50, "GetAppDomainStaticAddress", fn(ClassID, mdToken, AppDomainID, *mut usize));
+        let mut a = 0usize;
+        // Safety: valid call with writable out-param.
+        check("GetAppDomainStaticAddress", unsafe { f(self.ptr, class, field, domain, &mut a) })?;
+        Ok(a)
+    }
+
     /// The managed function whose code contains `ip` (not signal-safe).
     pub fn get_function_from_ip(&self, ip: usize) -> HrResult<FunctionID> {
         let f = slot!(self, 7, "GetFunctionFromIP", fn(usize, *mut FunctionID));

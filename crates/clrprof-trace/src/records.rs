@@ -538,6 +538,9 @@ records! {
     104 HeapRoots { snapshot: u32, seq: u32, count: u32, packed: Vec<u8> }
     /// One `GCBulkRootStaticVar` event: static fields holding objects (the field's slot address,
     /// the object, the object's type id, flags — 1 thread-static — and the field's name).
+    /// `classes` (appended later) holds each field's declaring class, found by the agent after
+    /// the collection (`Namespace.Class`, empty when not found); empty when written by an older
+    /// agent.
     105 HeapStaticRoots {
         snapshot: u32,
         seq: u32,
@@ -546,6 +549,7 @@ records! {
         types: Vec<u64>,
         flags: Vec<u32>,
         names: Vec<String>,
+        classes: Vec<String>,
     }
     /// One `GCBulkRootConditionalWeakTableElementEdge` event: dependent handles (a key keeps its
     /// value alive), `count` (key, value) pairs.

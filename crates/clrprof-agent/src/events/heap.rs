@@ -203,6 +203,8 @@ struct Capture {
     com_events: u64,
     /// Time spent in `add` (on the GC's thread).
     agent_ns: u64,
+    /// The app domain of the static roots (`GCBulkRootStaticVar`'s `AppDomainID`).
+    domain: u64,
 }
 
 impl Capture {
@@ -225,6 +227,7 @@ impl Capture {
             gaps: 0,
             com_events: 0,
             agent_ns: 0,
+            domain: 0,
         }
     }
 
@@ -329,8 +332,11 @@ impl Capture {
             }
             EVENT_STATIC_VAR => {
                 let count = p.u32()?;
-                let _domain = p.u64()?;
+                let domain = p.u64()?;
                 let _clr = p.u16()?;
+                if domain != 0 {
+                    self.domain = domain;
+                }
                 let mut r = HeapStaticRoots { snapshot, seq: self.events[3], ..Default::default() };
                 for _ in 0..count {
                     r.slots.push(p.u64()?);
@@ -531,10 +537,28 @@ pub(crate) fn take(s: &Context, st: &HeapState, why: u8) -> Summary {
     }
     let complete = problems.is_empty();
     let problem = problems.join("; ");
+    let mut records = cap.records;
+    let t_classes = std::time::Instant::now();
+    // On a fresh thread: the runtime made this one a thread of its own when it ran the
+    // collection here, and refuses synchronous Profiling API calls from a runtime thread outside
+    // a callback (CORPROF_E_UNSUPPORTED_CALL_SEQUENCE).
+    let (named, statics) = std::thread::scope(|sc| {
+        let job = std::thread::Builder::new()
+            .name("clrprof-heap-statics".into())
+            .spawn_scoped(sc, || name_static_classes(s, cap.domain as usize, &mut records));
+        match job.map(|j| j.join()) {
+            Ok(Ok(r)) => r,
+            _ => (0, 0),
+        }
+    });
+    log_info!(
+        "heap snapshot {snapshot}: declaring class found for {named} of {statics} static roots in {:.1} ms",
+        t_classes.elapsed().as_secs_f64() * 1e3
+    );
     // Written here, off the GC's thread, in blocks of a few MiB.
     let mut chunk: Vec<Record> = Vec::new();
     let mut size = 0;
-    for r in cap.records {
+    for r in records {
         size += match &r {
             Record::HeapNodes(x) => x.packed.len(),
             Record::HeapEdges(x) => x.packed.len(),
@@ -580,6 +604,76 @@ pub(crate) fn take(s: &Context, st: &HeapState, why: u8) -> Summary {
     };
     log_info!("heap {summary}; events {:?}", cap.events);
     summary
+}
+
+/// Finds the declaring class of the static roots (the runtime's event names the field alone),
+/// after the collection, on the snapshot's thread, and fills each `HeapStaticRoots.classes`
+/// (`Namespace.Class`, or empty). Returns (roots named, non-thread static roots).
+///
+/// Exact or nothing: a candidate is a static, non-literal field of that name in a non-generic
+/// type of a loaded module's metadata; its class's field address in the root's app domain
+/// (`GetAppDomainStaticAddress`: the slot of a reference-typed field, the boxed value's data of a
+/// value-typed one) must be the root's slot (or its object's data), or the root keeps its field
+/// name alone. Only names that exactly one type of the modules' metadata declares are checked:
+/// `GetClassFromToken` loads a type that is not loaded yet, and the type of a unique name is
+/// loaded (its static holds an object); a name several types declare (`Instance`, `s_default`)
+/// keeps its field name rather than load the others. Thread statics keep their field name.
+fn name_static_classes(s: &Context, domain: usize, records: &mut [Record]) -> (usize, usize) {
+    use std::collections::HashMap;
+    let mut wanted: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
+    for (ri, r) in records.iter_mut().enumerate() {
+        if let Record::HeapStaticRoots(x) = r {
+            x.classes = vec![String::new(); x.names.len()];
+            for (i, name) in x.names.iter().enumerate() {
+                let thread_static = x.flags.get(i).is_some_and(|f| f & 1 != 0);
+                if !thread_static && !name.is_empty() {
+                    wanted.entry(name.clone()).or_default().push((ri, i));
+                }
+            }
+        }
+    }
+    let statics = wanted.values().map(Vec::len).sum();
+    if wanted.is_empty() || domain == 0 {
+        log_info!("heap snapshot: {} static roots, app domain 0x{domain:x}: no declaring class looked for", statics);
+        return (0, statics);
+    }
+    let modules = match s.info.enum_modules() {
+        Ok(m) => m,
+        Err(e) => {
+            log_warn!("heap snapshot: static roots keep their field names: {e}");
+            return (0, statics);
+        }
+    };
+    // name → (module, TypeDef, FieldDef) of every type declaring a static of that name.
+    let mut candidates: HashMap<String, Vec<(usize, u32, u32)>> = HashMap::new();
+    for m in modules {
+        let Some(md) = s.names.module_metadata(m) else { continue };
+        for (td, field, name) in md.static_fields(|n| wanted.contains_key(n)).unwrap_or_default() {
+            candidates.entry(name).or_default().push((m, td, field));
+        }
+    }
+    log_info!(
+        "heap snapshot: {} static field names, {} declared in the metadata of the loaded modules, {} by one type",
+        wanted.len(),
+        candidates.len(),
+        candidates.values().filter(|c| c.len() == 1).count()
+    );
+    let mut named = 0;
+    for (name, roots) in &wanted {
+        let Some(&[(module, td, field)]) = candidates.get(name).map(Vec::as_slice) else { continue };
+        let Ok(class) = s.info.get_class_from_token(module, td) else { continue };
+        let Ok(address) = s.info.get_app_domain_static_address(class, field, domain) else { continue };
+        for &(ri, i) in roots {
+            let Record::HeapStaticRoots(x) = &mut records[ri] else { continue };
+            let (slot, object) = (x.slots[i] as usize, x.objects[i] as usize);
+            // A value-typed static is a box: its data follows the object's method table pointer.
+            if address != 0 && (address == slot || address == object.wrapping_add(8)) {
+                x.classes[i] = s.names.class_name(class).to_string();
+                named += 1;
+            }
+        }
+    }
+    (named, statics)
 }
 
 /// Takes a snapshot on a thread of its own (the runtime makes the thread that asks for the

@@ -2,7 +2,7 @@
 //! its phases (on .NET 8, 9 and 10), `record --heap-snapshot-at`, the bad input `heap` and
 //! `record` refuse, and a cut trace whose snapshot is reported incomplete. The app prints its own
 //! counts after each phase; the snapshots must show exactly those, hold the sessions through the
-//! static field `Sessions`, show none of the short-lived garbage, and the app must run on to its
+//! static field `HeapLeak.Cache.Sessions` (named with its declaring class), show none of the short-lived garbage, and the app must run on to its
 //! normal end.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -136,8 +136,10 @@ fn check_snapshot(trace: &Path, p: &Phase) {
     // Every session is held through the static field, by the list and its array.
     let paths = heap_json(trace, &["--view", "paths", "--type", "HeapLeak.Session"]);
     let all = paths["paths"].as_array().unwrap();
-    let through_static: Vec<&serde_json::Value> =
-        all.iter().filter(|p| p["root"]["kind"] == "static" && p["root"]["name"] == "Sessions").collect();
+    let through_static: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|p| p["root"]["kind"] == "static" && p["root"]["name"] == "HeapLeak.Cache.Sessions")
+        .collect();
     assert_eq!(through_static.len(), 1, "{all:?}");
     assert_eq!(through_static[0]["count"].as_u64().unwrap(), p.sessions, "{all:?}");
     let types: Vec<&str> =

@@ -125,7 +125,7 @@ fn check_snapshot(trace: &Path, app: &HashMap<String, u64>) {
     let top = &dom["dominators"]["children"][0];
     assert_eq!(top["type"], "System.Collections.Generic.List<HeapLeak.Session>", "largest dominator: {top}");
     assert_eq!(top["root"]["kind"], "static");
-    assert!(top["root"]["name"].as_str().unwrap().ends_with("Sessions"), "{top}");
+    assert_eq!(top["root"]["name"], "HeapLeak.Cache.Sessions", "{top}");
 
     // Paths: through the static field, the list and its array, to every instance.
     let paths = json(trace, &["--view", "paths", "--type", "HeapLeak.Session"]);
@@ -147,7 +147,7 @@ fn check_snapshot(trace: &Path, app: &HashMap<String, u64>) {
         ["System.Collections.Generic.List<HeapLeak.Session>", "HeapLeak.Session[]", "HeapLeak.Session"],
         "{via_static}"
     );
-    assert!(via_static["root"]["name"].as_str().unwrap().ends_with("Sessions"), "{via_static}");
+    assert_eq!(via_static["root"]["name"], "HeapLeak.Cache.Sessions", "{via_static}");
     // Sessions not reached through the static are held directly by a root (the app's local variable).
     for p in rows.iter().filter(|p| p["root"]["kind"] != "static") {
         assert_eq!(p["nodes"].as_array().unwrap().len(), 1, "another path to sessions: {p}");
@@ -164,7 +164,7 @@ fn check_snapshot(trace: &Path, app: &HashMap<String, u64>) {
     let t = text(&o.stdout);
     assert!(
         t.contains(
-            "Sessions → System.Collections.Generic.List<HeapLeak.Session> → HeapLeak.Session[] → HeapLeak.Session"
+            "HeapLeak.Cache.Sessions → System.Collections.Generic.List<HeapLeak.Session> → HeapLeak.Session[] → HeapLeak.Session"
         ),
         "{t}"
     );
