@@ -29,6 +29,7 @@ use clrprof_trace::{AllocationSample, ContentionEnded, ContentionStarted, GcEnd,
 use super::alloc::PendingSamples;
 use super::contention::Contention;
 use super::exceptions::Limiter;
+use super::payload::Payload;
 use crate::config::AllocMode;
 use crate::context::Context;
 use crate::os::os_tid;
@@ -123,48 +124,6 @@ pub(crate) fn start(s: &Context, runtime_major: u16, extra: &[super::providers::
     }
 }
 
-/// A little-endian reader over an event payload; every read is bounds-checked.
-struct Payload<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Payload<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|s| u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        let s = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Some(u64::from_le_bytes(a))
-    }
-    /// Steps over a UTF-16z string without decoding it.
-    fn skip_utf16z(&mut self) -> Option<()> {
-        while self.u16()? != 0 {}
-        Some(())
-    }
-    fn utf16z(&mut self) -> Option<String> {
-        let mut units = Vec::new();
-        loop {
-            let c = self.u16()?;
-            if c == 0 {
-                break;
-            }
-            units.push(c);
-        }
-        Some(String::from_utf16_lossy(&units))
-    }
-}
-
 /// Parses a runtime event payload into a record; `None` for events this module does not use or
 /// payloads that do not parse. `named(class)` says whether an allocation sample's type name was
 /// already written (then it is left empty: the reader keeps names by class id).
@@ -177,7 +136,7 @@ pub(crate) fn parse(
     ips: &[usize],
     named: &mut dyn FnMut(u64) -> bool,
 ) -> Option<clrprof_trace::Record> {
-    let mut p = Payload { b: data, at: 0 };
+    let mut p = Payload::new(data);
     let mut type_name = |p: &mut Payload, class: u64| -> Option<String> {
         if named(class) {
             p.skip_utf16z()?;
@@ -271,7 +230,7 @@ pub(crate) fn parse(
 
 /// `ExceptionThrown_V1`'s `ExceptionFlags`.
 fn exception_flags(data: &[u8]) -> Option<u16> {
-    let mut p = Payload { b: data, at: 0 };
+    let mut p = Payload::new(data);
     p.skip_utf16z()?;
     p.skip_utf16z()?;
     p.u64()?;
@@ -362,7 +321,7 @@ fn type_load(s: &Context, event_id: u32, data: &[u8]) {
         /// Type loads in progress on this thread: (TypeLoadStartID, samples taken at the start).
         static LOADS: std::cell::RefCell<Vec<(u32, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    let mut p = Payload { b: data, at: 0 };
+    let mut p = Payload::new(data);
     let Some(id) = p.u32() else { return };
     if event_id == EVENT_TYPE_LOAD_START {
         let Some(taken) = cpu::samples_taken() else { return };
@@ -528,9 +487,7 @@ pub(crate) fn delivered(
 mod tests {
     use super::*;
 
-    fn utf16z(s: &str) -> Vec<u8> {
-        s.encode_utf16().chain([0]).flat_map(|u| u.to_le_bytes()).collect()
-    }
+    use crate::events::payload::utf16z_bytes as utf16z;
 
     #[test]
     fn the_failfast_event_is_told_by_its_payload() {

@@ -48,6 +48,7 @@ use clrprof_trace::{
     HeapTypes, Record,
 };
 
+use super::payload::Payload;
 use crate::config::ConfigProblem;
 use crate::context::Context;
 use crate::{log_info, log_warn};
@@ -261,7 +262,7 @@ impl Capture {
     /// Parses and packs one event; `None` when the payload does not parse.
     fn parse(&mut self, event_id: u32, data: &[u8]) -> Option<(Record, usize)> {
         let snapshot = self.snapshot;
-        let mut p = Payload { b: data, at: 0 };
+        let mut p = Payload::new(data);
         match event_id {
             EVENT_NODE | EVENT_EDGE | EVENT_ROOT_EDGE | EVENT_CWT_EDGE => {
                 let index = p.u32()?;
@@ -380,46 +381,6 @@ impl Capture {
             }
             _ => None,
         }
-    }
-}
-
-/// A little-endian reader over an event payload; every read is bounds-checked.
-struct Payload<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Payload<'a> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let s = self.b.get(self.at..self.at.checked_add(N)?)?;
-        self.at += N;
-        s.try_into().ok()
-    }
-    fn rest(&self) -> usize {
-        self.b.len().saturating_sub(self.at)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take::<1>().map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take().map(u16::from_le_bytes)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take().map(u64::from_le_bytes)
-    }
-    fn utf16z(&mut self) -> Option<String> {
-        let mut units = Vec::new();
-        loop {
-            let c = self.u16()?;
-            if c == 0 {
-                break;
-            }
-            units.push(c);
-        }
-        Some(String::from_utf16_lossy(&units))
     }
 }
 
@@ -737,9 +698,7 @@ mod tests {
         d
     }
 
-    fn utf16z(s: &str) -> Vec<u8> {
-        s.encode_utf16().chain([0]).flat_map(|u| u.to_le_bytes()).collect()
-    }
+    use crate::events::payload::utf16z_bytes as utf16z;
 
     #[test]
     fn times_parse_with_units() {

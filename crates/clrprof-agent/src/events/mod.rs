@@ -12,6 +12,7 @@ pub(crate) mod exc_counts;
 pub(crate) mod exceptions;
 pub(crate) mod gc;
 pub(crate) mod heap;
+pub(crate) mod payload;
 pub(crate) mod providers;
 pub(crate) mod requests;
 pub(crate) mod stack;

@@ -35,6 +35,7 @@
 use clrprof_sys::CallbackResult;
 use clrprof_trace::{RequestEndpoint, RequestStarted, RequestStopped, ThreadPoolWorkers, WaitEnded, WaitStarted};
 
+use super::payload::Payload;
 use super::providers::{Delivered, ProviderRequest, RUNTIME, TASKS};
 use crate::config::{AllocMode, Config};
 use crate::context::Context;
@@ -95,44 +96,6 @@ pub(crate) fn providers(config: &Config, runtime_major: u16) -> Vec<ProviderRequ
     ]
 }
 
-/// A little-endian reader over a payload; every read is bounds-checked.
-struct Payload<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Payload<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|s| s[0])
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    /// A UTF-16z string's code units (without the terminator), not decoded.
-    fn units(&mut self) -> Option<&'a [u8]> {
-        let start = self.at;
-        loop {
-            let c = self.take(2)?;
-            if c == [0, 0] {
-                return self.b.get(start..self.at - 2);
-            }
-        }
-    }
-    fn utf16z(&mut self) -> Option<String> {
-        Some(decode(self.units()?))
-    }
-}
-
-fn decode(units: &[u8]) -> String {
-    let u: Vec<u16> = units.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-    String::from_utf16_lossy(&u)
-}
-
 /// Whether UTF-16 code units spell the ASCII `s`, without decoding.
 fn is(units: &[u8], s: &str) -> bool {
     units.len() == 2 * s.len() && units.chunks_exact(2).zip(s.bytes()).all(|(c, b)| c[0] == b && c[1] == 0)
@@ -141,7 +104,7 @@ fn is(units: &[u8], s: &str) -> bool {
 /// A hosting event's record.
 pub(crate) fn hosting(e: &Delivered, ts: u64, tid: u32) -> Option<clrprof_trace::Record> {
     let activity = e.activity.to_le_bytes().to_vec();
-    let mut p = Payload { b: e.data, at: 0 };
+    let mut p = Payload::new(e.data);
     match e.event_id {
         EVENT_REQUEST_START => {
             let method = p.utf16z()?;
@@ -155,7 +118,7 @@ pub(crate) fn hosting(e: &Delivered, ts: u64, tid: u32) -> Option<clrprof_trace:
 
 /// A log line's record when it is one of the two kept.
 pub(crate) fn log_line(e: &Delivered, ts: u64, tid: u32) -> Option<clrprof_trace::Record> {
-    let mut p = Payload { b: e.data, at: 0 };
+    let mut p = Payload::new(e.data);
     let _level = p.u32()?;
     let _factory = p.u32()?;
     let logger = p.units()?;
@@ -192,7 +155,7 @@ fn runtime_record(
     tid: u32,
     takes_allocation_ticks: bool,
 ) -> Option<Option<clrprof_trace::Record>> {
-    let mut p = Payload { b: e.data, at: 0 };
+    let mut p = Payload::new(e.data);
     Some(match e.event_id {
         EVENT_WAIT_START => {
             let source = p.u8().unwrap_or(0);
@@ -252,9 +215,7 @@ pub(crate) fn runtime(s: &Context, e: &Delivered) -> bool {
 mod tests {
     use super::*;
 
-    fn utf16z(s: &str) -> Vec<u8> {
-        s.encode_utf16().chain([0]).flat_map(|u| u.to_le_bytes()).collect()
-    }
+    use crate::events::payload::utf16z_bytes as utf16z;
 
     fn event(id: u32, data: &[u8], activity: u128) -> Delivered<'_> {
         Delivered { provider: 1, event_id: id, version: 0, data, activity, related_activity: 0, ips: &[] }
