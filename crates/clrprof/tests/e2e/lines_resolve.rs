@@ -285,25 +285,6 @@ fn pdbs_are_found_under_symbol_dirs_and_damaged_ones_are_a_clear_message() {
     }
 }
 
-/// Copies `from` into `to` without `bin`/`obj`.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if e.file_type().unwrap().is_dir() {
-            if name != "bin" && name != "obj" {
-                copy_tree(&e.path(), &to.join(&name));
-            }
-        } else {
-            let dest = to.join(&name);
-            if std::fs::read(&dest).ok() != Some(std::fs::read(e.path()).unwrap()) {
-                std::fs::copy(e.path(), &dest).unwrap();
-            }
-        }
-    }
-}
-
 #[test]
 fn the_two_loops_resolve_as_ready_to_run_code() {
     let _machine = machine::alone();
@@ -311,7 +292,7 @@ fn the_two_loops_resolve_as_ready_to_run_code() {
     // precompiled code (tier 1 would come after 30 calls; precompiled code has no OSR).
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lines-r2r");
     let apps = repo_root().join("apps");
-    copy_tree(&apps.join("Lines"), &base.join("src/Lines"));
+    copy_sources(&apps.join("Lines"), &base.join("src/Lines"));
     for f in ["Directory.Build.props", "Directory.Build.targets"] {
         std::fs::copy(apps.join(f), base.join("src").join(f)).unwrap();
     }

@@ -160,7 +160,7 @@ fn missing_sources_show_the_embedded_source_or_the_source_link() {
     let _machine = machine::shared();
     let dir = scratch("lines-moved");
     let src = dir.join("Lines");
-    copy_dir(&repo_root().join("apps/Lines"), &src);
+    copy_sources(&repo_root().join("apps/Lines"), &src);
     // The apps' shared build settings (target framework, ...).
     for f in ["Directory.Build.props", "Directory.Build.targets"] {
         std::fs::copy(repo_root().join("apps").join(f), dir.join(f)).unwrap();
@@ -224,22 +224,6 @@ fn missing_sources_show_the_embedded_source_or_the_source_link() {
     assert!(l["text"].as_str().unwrap().ends_with("// LINE:EMBEDDED") && l["self"].as_u64() > Some(0), "{l}");
     let t = ok(report(&trace, &["--view", "source", "--function", "EmbeddedLib.Embedded.Spin"]));
     assert!(t.contains("(source embedded in the PDB)") && t.contains("// LINE:EMBEDDED"), "{t}");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if name == "bin" || name == "obj" {
-            continue;
-        }
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(&name));
-        } else {
-            std::fs::copy(e.path(), to.join(&name)).unwrap();
-        }
-    }
 }
 
 fn export_lines(r: &Run, format: &str, ext: &str) -> PathBuf {

@@ -65,7 +65,7 @@ pub const RUNTIMES: [(&str, Option<&str>); 3] =
     [("net8.0", Some("8.0.33")), ("net9.0", Some("9.0.22")), ("net10.0", None)];
 
 /// Copies an app's sources (not its `bin`/`obj`) from `from` into `to`.
-fn copy_sources(from: &Path, to: &Path) {
+pub fn copy_sources(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
