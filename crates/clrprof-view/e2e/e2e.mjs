@@ -3,14 +3,11 @@
 // names), STORE (a run store with 2 runs), CHROMIUM (default /usr/bin/chromium), SCREENSHOTS (a
 // directory: write one per view).
 // Exits 0 when every check passed; prints what failed otherwise.
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { launchChromium, startViewer, stopViewers } from './viewer.mjs';
 
 const env = process.env;
 const traces = env.TRACES;
 const shots = env.SCREENSHOTS || '';
-const children = [];
 
 function fail(message) {
   throw new Error(message);
@@ -20,16 +17,6 @@ function check(cond, message) {
   if (!cond) fail(message);
 }
 
-/** Starts `clrprof view --no-browser ARGS`; resolves to the URL it prints. */
-function startViewer(args) {
-  const child = spawn(env.CLRPROF, ['view', ...args, '--no-browser'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout });
-    lines.once('line', (l) => resolve(l.trim()));
-    child.once('exit', (code) => reject(new Error(`clrprof view exited with ${code}`)));
-  });
-}
 
 async function settled(page) {
   await page.waitForTimeout(30);
@@ -43,7 +30,7 @@ async function shot(page, name) {
 const texts = (page, sel) => page.$$eval(sel, (els) => els.map((e) => e.textContent));
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  const browser = await launchChromium();
   try {
     await checks(browser);
   } finally {
@@ -264,4 +251,4 @@ async function checks(browser) {
 main()
   .then(() => { console.log('e2e: all checks passed'); })
   .catch((e) => { console.error(`e2e: FAILED: ${e.message}`); process.exitCode = 1; })
-  .finally(() => { for (const c of children) c.kill('SIGTERM'); });
+  .finally(() => { stopViewers(); });

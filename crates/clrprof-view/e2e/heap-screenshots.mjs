@@ -1,19 +1,13 @@
 // docs/heap.md's screenshots of the viewer's Heap tab (docs/images/view-heap*.png) from a real snapshot:
 // `node heap-screenshots.mjs SNAPSHOT.clrprof TYPE OUTDIR` with CLRPROF (the binary) and CHROMIUM (default
 // /usr/bin/chromium) in the environment; TYPE is the type selected in the second picture.
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { launchChromium, startViewer, stopViewers } from './viewer.mjs';
 
 const [trace, type, out] = process.argv.slice(2);
 
 async function main() {
-  const child = spawn(process.env.CLRPROF, ['view', trace, '--no-browser'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).once('line', (l) => resolve(l.trim()));
-    child.once('exit', (code) => reject(new Error(`clrprof view exited with ${code}`)));
-  });
-  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  const url = await startViewer([trace]);
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1500, height: 900 } });
     const shot = async (name, hash) => {
@@ -29,7 +23,7 @@ async function main() {
     await shot('view-heap-paths', `view=heap&htype=${encodeURIComponent(type)}`);
   } finally {
     await browser.close();
-    child.kill();
+    stopViewers();
   }
 }
 

@@ -2,21 +2,10 @@
 // trace: `node screenshots.mjs NEW.clrprof BASELINE.clrprof OUTDIR` with CLRPROF (the binary) and
 // CHROMIUM (default /usr/bin/chromium) in the environment. scripts/screenshots records the traces
 // (apps/Demo, two sizes) and runs this.
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { launchChromium, startViewer, stopViewers } from './viewer.mjs';
 
 const [trace, baseline, out] = process.argv.slice(2);
-const children = [];
 
-function startViewer(args) {
-  const child = spawn(process.env.CLRPROF, ['view', ...args, '--no-browser'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    createInterface({ input: child.stdout }).once('line', (l) => resolve(l.trim()));
-    child.once('exit', (code) => reject(new Error(`clrprof view exited with ${code}`)));
-  });
-}
 
 async function settled(page) {
   await page.waitForTimeout(50);
@@ -25,7 +14,7 @@ async function settled(page) {
 }
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     const url = await startViewer([trace]);
@@ -62,7 +51,7 @@ async function main() {
     console.log('view-diff.png');
   } finally {
     await browser.close();
-    for (const c of children) c.kill('SIGTERM');
+    stopViewers();
   }
 }
 

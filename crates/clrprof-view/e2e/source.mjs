@@ -5,26 +5,14 @@
 // Selects Lines.Loops.TwoLoops, opens the Source tab, and checks that both loops' lines are there
 // with their text, hot, with the costs the API gives, the hotter one redder.
 // Exits 0 when every check passed; prints what failed otherwise.
-import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { chromium } from 'playwright-core';
+import { launchChromium, startViewer, stopViewers } from './viewer.mjs';
 
 const env = process.env;
-const children = [];
 
 function check(cond, message) {
   if (!cond) throw new Error(message);
 }
 
-function startViewer(args) {
-  const child = spawn(env.CLRPROF, ['view', ...args, '--no-browser'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  children.push(child);
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout });
-    lines.once('line', (l) => resolve(l.trim()));
-    child.once('exit', (code) => reject(new Error(`clrprof view exited with ${code}`)));
-  });
-}
 
 async function settled(page) {
   await page.waitForTimeout(30);
@@ -32,7 +20,7 @@ async function settled(page) {
 }
 
 async function main() {
-  const browser = await chromium.launch({ executablePath: env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
     const problems = [];
@@ -76,12 +64,12 @@ async function main() {
     console.log('source: all checks passed');
   } finally {
     await browser.close();
-    for (const c of children) c.kill();
+    stopViewers();
   }
 }
 
 main().catch((e) => {
   console.log(`source: FAILED: ${e.message}`);
-  for (const c of children) c.kill();
+  stopViewers();
   process.exit(1);
 });
