@@ -141,6 +141,14 @@ impl AgentEnv {
         self.set("CLRPROF_CONTROL", socket)
     }
 
+    /// No cache directory (`CLRPROF_CACHE_DIR` empty), replacing the one [`recording`](Self::recording)
+    /// set: for a process in another container, where ours is not in its filesystem and its own
+    /// would keep files behind.
+    pub fn no_cache(&mut self) -> &mut Self {
+        self.vars.retain(|(k, _)| *k != "CLRPROF_CACHE_DIR");
+        self.set("CLRPROF_CACHE_DIR", "")
+    }
+
     /// The agent's diagnostics file (`CLRPROF_LOG`), made absolute: the agent's working directory
     /// is not ours.
     pub fn log(&mut self, log: Option<&Path>) -> &mut Self {
