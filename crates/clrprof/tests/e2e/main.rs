@@ -12,6 +12,7 @@ mod attach;
 mod bad_input;
 mod collect;
 mod compat;
+mod containers;
 mod corpus;
 mod corpus_web;
 mod deep_stacks;
