@@ -2,7 +2,8 @@
 //! namespaces (`unshare --mount --pid --fork --mount-proc`, as root): the app runs as pid 1 of its
 //! own PID namespace, with a private /tmp (a tmpfs of its own) and without the agent's directory
 //! (a tmpfs over it), so the agent must be copied in. The same exact figures as the `attach` and
-//! `heap_capture` tests; the app runs on, and its /tmp holds exactly what it held before.
+//! `heap_capture` tests; the app runs on, and its /tmp holds exactly what it held before, after
+//! each session: ended by its duration, by Ctrl-C, or failed (an agent the runtime cannot load).
 //!
 //! Without root or `unshare` (a CI runner that is not root), each test prints why it is skipped.
 
@@ -150,6 +151,47 @@ fn attach_into_a_container_under_load_twice() {
         assert_eq!(tmp_of(pid), tmp_before, "round {round}");
         assert!(web.0.try_wait().unwrap().is_none(), "the server died in round {round}");
     }
+    // A third session, stopped with Ctrl-C (SIGINT to the CLI): the trace comes out complete and
+    // nothing is left either.
+    let trace = dir.join("web-ctrl-c.clrprof");
+    let mut c = Command::new(clrprof_exe());
+    c.arg("attach").arg(pid.to_string()).arg("--agent").arg(agent_path()).arg("-o").arg(&trace);
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("Ctrl-C to stop"), "{first}");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "{first}{rest}");
+    let v = report_json(&trace);
+    assert_eq!(v["process"]["clean_shutdown"], true);
+    assert!(find(&v, "functions", "Work.Primes")["cpu_total_ns"].as_u64().unwrap() > 0);
+    assert_eq!(tmp_of(pid), tmp_before, "after Ctrl-C");
+
+    // A session that fails once its files are placed (an agent the runtime cannot load): a
+    // clear error, and nothing is left.
+    let bad = dir.join("libnot-an-agent.so");
+    std::fs::write(&bad, b"not an ELF file").unwrap();
+    let o = Command::new(clrprof_exe())
+        .arg("attach")
+        .arg(pid.to_string())
+        .arg("--agent")
+        .arg(&bad)
+        .args(["-d", "1", "-o"])
+        .arg(dir.join("bad.clrprof"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains(&format!("process {pid} could not load the agent copied into its container at /tmp/")), "{e}");
+    assert_eq!(tmp_of(pid), tmp_before, "after a failed attach");
+    assert!(web.0.try_wait().unwrap().is_none(), "the server died");
+
     // One copy of the agent is loaded, however many sessions (one name per agent build).
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     let mut agents: Vec<&str> = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).collect();
