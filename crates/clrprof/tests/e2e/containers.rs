@@ -1,7 +1,8 @@
 //! `clrprof attach` and `clrprof heap` into a process in another container, made here with real
 //! namespaces (`unshare --mount --pid --fork --mount-proc`, as root): the app runs as pid 1 of its
 //! own PID namespace, with a private /tmp (a tmpfs of its own) and without the agent's directory
-//! (a tmpfs over it), so the agent must be copied in. The same exact figures as the `attach` and
+//! (a tmpfs over it), so the agent must be copied in; the heap test's app runs in a rootless
+//! container besides (a user namespace of its own, its root being uid 100000 here). The same exact figures as the `attach` and
 //! `heap_capture` tests; the app runs on, and its /tmp holds exactly what it held before, after
 //! each session: ended by its duration, by Ctrl-C, or failed (an agent the runtime cannot load).
 //!
@@ -21,6 +22,9 @@ fn cannot_unshare() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root: unshare --mount --pid needs root".into());
     }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        return Some("no setpriv (util-linux) to start a rootless container".into());
+    }
     match Command::new("unshare").args(["-m", "-p", "-f", "--mount-proc", "true"]).output() {
         Ok(o) if o.status.success() => None,
         Ok(o) => Some(format!("unshare --mount --pid fails here: {}", text(&o.stderr).trim())),
@@ -39,8 +43,10 @@ macro_rules! skip_without_namespaces {
 }
 
 /// `unshare` running `args` as pid 1 of new mount and PID namespaces, with a private /tmp and
-/// the agent's directory hidden; it is killed (and the app with it) when dropped.
-fn in_container(args: &[&Path]) -> Command {
+/// the agent's directory hidden; it is killed (and the app with it) when dropped. With
+/// `rootless`, also in a new user namespace, started as uid 100000 (its root is that uid here),
+/// as a rootless container runs.
+fn in_container(args: &[&Path], rootless: bool) -> Command {
     let agent_dir = agent_path().parent().unwrap().to_path_buf();
     let run: Vec<String> = args.iter().map(|a| format!("'{}'", a.display())).collect();
     let script = format!(
@@ -48,10 +54,21 @@ fn in_container(args: &[&Path]) -> Command {
         agent_dir.display(),
         run.join(" ")
     );
-    let mut c = Command::new("unshare");
+    let mut c = match rootless {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args([&format!("--reuid={ROOTLESS}"), &format!("--regid={ROOTLESS}"), "--clear-groups", "unshare"]);
+            c.args(["--user", "--map-root-user"]).env("HOME", "/tmp");
+            c
+        }
+        false => Command::new("unshare"),
+    };
     c.args(["--mount", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script]);
     c
 }
+
+/// The host uid of the rootless container's root.
+const ROOTLESS: u32 = 100_000;
 
 /// The host pid of the app `unshare` started (its only child).
 fn app_pid(unshare: u32) -> u32 {
@@ -93,7 +110,7 @@ fn attach_into_a_container_under_load_twice() {
     let _machine = machine::shared();
     let dir = scratch("containers-attach");
     let dll = app_dll("Web");
-    let mut c = in_container(&[Path::new("dotnet"), &dll]);
+    let mut c = in_container(&[Path::new("dotnet"), &dll], false);
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     for k in ["CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER", "CORECLR_PROFILER_PATH"] {
         c.env_remove(k);
@@ -216,15 +233,21 @@ fn attach_into_a_container_under_load_twice() {
 }
 
 #[test]
-fn heap_snapshots_of_a_process_in_a_container() {
-    skip_without_namespaces!("heap_snapshots_of_a_process_in_a_container");
+fn heap_snapshots_of_a_process_in_a_rootless_container() {
+    skip_without_namespaces!("heap_snapshots_of_a_process_in_a_rootless_container");
     let _machine = machine::shared();
     let dir = scratch("containers-heap");
     let dll = app_dll("HeapLeak");
-    let mut app = LeakApp::spawn(in_container(&[Path::new("dotnet"), &dll]));
+    // A rootless container: its files are owned by uid 100000 here, and a file the host's root
+    // creates in it is refused unless created as that user.
+    let mut app = LeakApp::spawn(in_container(&[Path::new("dotnet"), &dll], true));
     let p1 = app.phase(1);
     let pid = app_pid(app.child.0.id());
     check_contained(pid);
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/user")).unwrap();
+    assert_ne!(ns("self"), ns(&pid.to_string()), "a user namespace of its own");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains(&format!("\nUid:\t{ROOTLESS}\t")), "{status}");
     let tmp_before = tmp_of(pid);
     let (a, b) = (dir.join("a.clrprof"), dir.join("b.clrprof"));
     let err = heap(pid, &a);
