@@ -141,7 +141,7 @@ fn explain_no_socket(t: &Target, dir: &str) -> String {
         }
     }
     if t.coreclr.is_none() {
-        return format!("process {pid} ({}) has no .NET diagnostics socket in {dir}: not a .NET process?", t.name,);
+        return format!("process {pid} ({}) has no .NET diagnostics socket in {dir}: not a .NET process?", t.name);
     }
     format!(
         "process {pid} ({}) runs .NET but has no diagnostics socket in {dir} (diagnostics disabled, or another TMPDIR)",
@@ -256,7 +256,7 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
     };
     let log_inside = match (&mut staging, &opts.log) {
         (Some(s), Some(_)) => {
-            let name = format!("clrprof-agent-{}-{}.log", std::process::id(), unix_nanos());
+            let name = format!("clrprof-log-{}-{}.log", std::process::id(), unix_nanos());
             s.place(&name);
             Some(s.inside(&name))
         }
