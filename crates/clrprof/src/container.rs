@@ -46,7 +46,7 @@ impl Namespaces {
             match (ours, theirs) {
                 (Ok(a), Ok(b)) => Ok(a != b),
                 (_, Err(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
-                    "cannot inspect the namespaces of process {pid} (/proc/{pid}/ns/{kind}: permission denied): that needs root, or the same user id as the process (with CAP_SYS_PTRACE when the kernel still refuses: a process holding capabilities you lack, or not dumpable)"
+                    "cannot inspect the namespaces of process {pid} (/proc/{pid}/ns/{kind}: permission denied): that needs CAP_SYS_PTRACE (root on the host has it; root in a container does not by default), or the same user id as the process with every capability it holds"
                 )),
                 // No namespace files (a kernel without them): one namespace for all.
                 _ => Ok(false),
@@ -106,7 +106,7 @@ impl Staging {
             }
             Ok(_) => Err(format!("{} (the temporary directory of process {pid}) is not a directory", host.display())),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(format!(
-                "cannot enter the filesystem of process {pid} through {} (permission denied): attaching into another container needs root, or the same user id as the process (with CAP_SYS_PTRACE when the kernel still refuses: a process holding capabilities you lack, or not dumpable)",
+                "cannot enter the filesystem of process {pid} through {} (permission denied): attaching into another container needs CAP_SYS_PTRACE (root on the host has it; root in a container does not by default), or the same user id as the process with every capability it holds",
                 host.display()
             )),
             Err(e) => Err(format!(

@@ -4,7 +4,8 @@
 //! (a tmpfs over it), so the agent must be copied in; the heap test's app runs in a rootless
 //! container besides (a user namespace of its own, its root being uid 100000 here). The same exact figures as the `attach` and
 //! `heap_capture` tests; the app runs on, and its /tmp holds exactly what it held before, after
-//! each session: ended by its duration, by Ctrl-C, or failed (an agent the runtime cannot load).
+//! each session: ended by its duration, by Ctrl-C, or failed (an agent the runtime cannot load,
+//! root without capabilities).
 //!
 //! Without root or `unshare` (a CI runner that is not root), each test prints why it is skipped.
 
@@ -210,6 +211,24 @@ fn attach_into_a_container_under_load_twice() {
     assert!(e.contains(&format!("process {pid} could not load the agent copied into its container at /tmp/")), "{e}");
     assert_eq!(tmp_of(pid), tmp_before, "after a failed attach");
     assert!(web.0.try_wait().unwrap().is_none(), "the server died");
+
+    // Root without capabilities (a root sidecar without SYS_PTRACE, against an app holding more
+    // than it): refused by the kernel's ptrace check, the error says what is needed.
+    let o = Command::new("setpriv")
+        .args(["--bounding-set=-all", "--inh-caps=-all"])
+        .arg(clrprof_exe())
+        .args(["attach", &pid.to_string(), "-d", "1", "-o"])
+        .arg(dir.join("nocap.clrprof"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains(&format!("cannot inspect the namespaces of process {pid}")) && e.contains("CAP_SYS_PTRACE"),
+        "{e}"
+    );
+    assert_eq!(tmp_of(pid), tmp_before, "after a refused attach");
 
     // One copy of the agent is loaded, however many sessions (one name per agent build).
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
