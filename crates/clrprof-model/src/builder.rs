@@ -482,7 +482,12 @@ impl ProfileBuilder {
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         p.index();
         p.costs.stacks = self.stacks.clone();
-        self.cct.add_to(&mut p.costs, range);
+        // Instrumented calls at their call sites' lines, in a profile built with lines.
+        let site_stacks = (symbols.lines() && !self.cct.sites().is_empty()).then(|| {
+            let lines = crate::lines::LineContext::new(&self.samples.il_maps, &p.functions, &p.modules);
+            crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
+        });
+        self.cct.add_to(&mut p.costs, range, site_stacks.as_deref());
         let with_tasks = !self.tasks.is_empty();
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);

@@ -35,6 +35,15 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
                     percent(m.of(&e.cost), tot),
                     e.name.clone().unwrap_or_else(|| none_label.to_string()),
                 ]);
+                // The lines the caller calls from (profiles built with lines).
+                for site in &e.sites {
+                    t.row(vec![
+                        site.calls.to_string(),
+                        fmt_value(m, m.of(&site.cost)),
+                        percent(m.of(&site.cost), tot),
+                        format!("  at {}:{}", select::file_name(&site.file), site.line),
+                    ]);
+                }
             }
             t.render()
         };
