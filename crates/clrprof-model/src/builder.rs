@@ -483,7 +483,7 @@ impl ProfileBuilder {
         p.index();
         p.costs.stacks = self.stacks.clone();
         // Instrumented calls at their call sites' lines, in a profile built with lines.
-        let site_stacks = (symbols.lines() && !self.cct.sites().is_empty()).then(|| {
+        let site_stacks = (symbols.call_site_lines() && !self.cct.sites().is_empty()).then(|| {
             let lines = crate::lines::LineContext::new(&self.samples.il_maps, &p.functions, &p.modules);
             crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
         });

@@ -133,12 +133,7 @@ impl<'a> LineContext<'a> {
     /// code. `None` unless a recorded code version of `caller` holds the call instruction (a site
     /// in code of a function that has no hooks, or of a version with no map, has no line rather
     /// than the method's first line).
-    pub(crate) fn call_site_line(
-        &self,
-        symbols: &mut dyn NativeSymbols,
-        caller: u64,
-        site: u64,
-    ) -> Option<SourceLine> {
+    pub(crate) fn call_site_line(&self, symbols: &mut dyn NativeSymbols, caller: u64, site: u64) -> Option<SourceLine> {
         if site == 0 || !self.maps.holds(caller, site - 1) {
             return None;
         }

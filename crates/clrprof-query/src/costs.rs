@@ -281,8 +281,7 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
     let name_of = |f: FrameId| names[f.0 as usize].clone();
     let function_of = |f: u32| per_function.as_ref().and_then(|c| c.get(f as usize).copied()).unwrap_or(f);
     let all_paths = frame_paths(p, &q.threads);
-    let function_paths =
-        per_function.as_ref().map(|map| crate::callsites::FunctionPaths { paths: &all_paths, map });
+    let function_paths = per_function.as_ref().map(|map| crate::callsites::FunctionPaths { paths: &all_paths, map });
     let paths: &dyn engine::PathSource<Cost> = match &function_paths {
         Some(fp) => fp,
         None => &all_paths,
@@ -355,10 +354,8 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
         }
         None => None,
     };
-    let mut roots: Vec<engine::Entry<Cost>> = engine::entry_points(paths, |_| false)
-        .into_iter()
-        .filter(|e| m.of(&e.total) > 0)
-        .collect();
+    let mut roots: Vec<engine::Entry<Cost>> =
+        engine::entry_points(paths, |_| false).into_iter().filter(|e| m.of(&e.total) > 0).collect();
     roots.sort_by(|a, b| m.of(&b.total).cmp(&m.of(&a.total)).then(a.func.cmp(&b.func)));
     let entry_total = roots.iter().map(|e| m.of(&e.total)).saturating_sum();
     let entry_points = roots
