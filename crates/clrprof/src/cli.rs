@@ -656,9 +656,11 @@ pub fn run() -> Result<ExitCode> {
             let cmd = crate::report::ReportCommand {
                 lines: a.by_line || matches!(view, View::Lines | View::Source),
                 // The callers view splits instrumented callers by the lines they call from (the JSON
-                // document stays per function: its tables are the runtime's functions).
+                // document, without --function, stays per function: its tables are the runtime's
+                // functions).
                 read: crate::load::ReadOptions {
-                    call_site_lines: matches!(view, View::Callers) && a.format.0 != Format::Json,
+                    call_site_lines: matches!(view, View::Callers)
+                        && (a.format.0 != Format::Json || a.function.is_some()),
                     ..a.read.options()?
                 },
                 trace: a.trace,

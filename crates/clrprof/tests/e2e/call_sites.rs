@@ -51,6 +51,23 @@ fn check(trace: &Path) {
         ],
         "{stdout}"
     );
+    // The same as JSON.
+    let out = report(trace, &["--view", "callers", "--function", "Lines.Sites.Callee", "--format", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["function"]["callers"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!((&rows[0]["function"], &rows[0]["calls"]), (&"Lines.Sites.Caller".into(), &(N + M).into()));
+    let sites: Vec<(String, u64, u64)> = rows[0]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let file = s["file"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+            (file, s["line"].as_u64().unwrap(), s["calls"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(sites, [("Program.cs".into(), first as u64, N), ("Program.cs".into(), second as u64, M)], "{v}");
     // A framework caller (no PDB): one row, no lines; the modules without PDB named once.
     let (stdout, rows) = callers(trace, "System.Console.get_Out");
     let k = rows.iter().position(|r| r.1 == "System.Console.WriteLine").unwrap_or_else(|| panic!("{stdout}"));
