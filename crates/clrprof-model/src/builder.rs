@@ -482,7 +482,12 @@ impl ProfileBuilder {
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         p.index();
         p.costs.stacks = self.stacks.clone();
-        self.cct.add_to(&mut p.costs, range);
+        // Instrumented calls at their call sites' lines, in a profile built with lines.
+        let site_stacks = (symbols.call_site_lines() && !self.cct.sites().is_empty()).then(|| {
+            let lines = crate::lines::LineContext::new(&self.samples.il_maps, &p.functions, &p.modules);
+            crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
+        });
+        self.cct.add_to(&mut p.costs, range, site_stacks.as_deref());
         let with_tasks = !self.tasks.is_empty();
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);
@@ -625,7 +630,17 @@ mod tests {
         b.add(&ContentionStarted { ts: S, os_tid: 8, stack: vec![10] }.into());
         b.add(&ContentionEnded { ts: 2 * S, os_tid: 8, duration_ns: u64::MAX }.into());
         // A call-tree node claiming u64::MAX calls and time at 2 s: clamped to 3 s (and 3e9 calls).
-        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        b.add(
+            &CallTreeNodes {
+                os_tid: 7,
+                first: 0,
+                parents: vec![u32::MAX],
+                functions: vec![10],
+                tree: 1,
+                sites: vec![],
+            }
+            .into(),
+        );
         let d = CallTreeDelta {
             os_tid: 7,
             ts: 2 * S,
@@ -708,6 +723,7 @@ mod tests {
                     parents: vec![u32::MAX, 0, 1],
                     functions: vec![10, 20, 30],
                     tree: 1,
+                    sites: vec![],
                 }
                 .into(),
             );
@@ -737,7 +753,17 @@ mod tests {
         // A damaged packing: no costs from it, no panic.
         let mut b = ProfileBuilder::new();
         b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
-        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        b.add(
+            &CallTreeNodes {
+                os_tid: 7,
+                first: 0,
+                parents: vec![u32::MAX],
+                functions: vec![10],
+                tree: 1,
+                sites: vec![],
+            }
+            .into(),
+        );
         b.add(&CallTreeCosts { os_tid: 7, ts: 5, tree: 1, count: 2, packed: vec![0, 1, 2] }.into());
         let p = b.finish();
         assert_eq!(p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum::<u64>(), 0);

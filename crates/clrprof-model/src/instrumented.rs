@@ -79,6 +79,8 @@ pub struct CallDelta {
     pub ts: u64,
     pub os_tid: u32,
     pub stack: StackId,
+    /// The node in [`CctIngest`]'s call-site table (`NO_SITE` when its tree has no call sites).
+    pub node: u32,
     pub calls: u64,
     pub time_ns: u64,
     pub suspended_ns: u64,
@@ -96,9 +98,24 @@ pub struct CallDelta {
 /// nodes from 0).
 #[derive(Clone, Default)]
 pub struct CctIngest {
-    nodes: HashMap<(u32, u32), Vec<StackId>>,
+    /// Per tree, per node: its stack (per function) and its entry in `sites` (`NO_SITE`: none).
+    nodes: HashMap<(u32, u32), Vec<(StackId, u32)>>,
+    /// Every node of trees recorded with call sites, parents before children.
+    sites: Vec<SiteNode>,
     deltas: Vec<CallDelta>,
     pub problems: u64,
+}
+
+/// No entry in the call-site table.
+pub const NO_SITE: u32 = u32::MAX;
+
+/// A call-tree node with its call site: the return address into its parent's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteNode {
+    /// The parent's entry in the call-site table (`NO_SITE`: the thread's root).
+    pub parent: u32,
+    pub function: u64,
+    pub site: u64,
 }
 
 impl CctIngest {
@@ -112,12 +129,14 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        for (parent, func) in r.parents.iter().zip(&r.functions) {
-            let parent_stack = if *parent == u32::MAX {
-                None
+        // Call sites only when every node has one (a damaged record keeps its nodes per function).
+        let sited = !r.sites.is_empty() && r.sites.len() == r.parents.len();
+        for (k, (parent, func)) in r.parents.iter().zip(&r.functions).enumerate() {
+            let (parent_stack, parent_site) = if *parent == u32::MAX {
+                (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
-                    Some(s) => Some(*s),
+                    Some(&(s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
                         return;
@@ -125,8 +144,19 @@ impl CctIngest {
                 }
             };
             let frame = stacks.intern_frame(FrameKey::Function(*func));
-            map.push(stacks.intern_call(parent_stack, frame));
+            let site = if sited && (*parent == u32::MAX || parent_site != NO_SITE) {
+                self.sites.push(SiteNode { parent: parent_site, function: *func, site: r.sites[k] });
+                (self.sites.len() - 1) as u32
+            } else {
+                NO_SITE
+            };
+            map.push((stacks.intern_call(parent_stack, frame), site));
         }
+    }
+
+    /// The call-site table: every node of trees recorded with call sites, parents first.
+    pub fn sites(&self) -> &[SiteNode] {
+        &self.sites
     }
 
     pub fn delta(&mut self, r: &CallTreeDelta) {
@@ -140,7 +170,7 @@ impl CctIngest {
             return;
         }
         for k in 0..n {
-            let Some(&stack) = map.get(r.nodes[k] as usize) else {
+            let Some(&(stack, node)) = map.get(r.nodes[k] as usize) else {
                 self.problems += 1;
                 continue;
             };
@@ -148,6 +178,7 @@ impl CctIngest {
                 ts: r.ts,
                 os_tid: r.os_tid,
                 stack,
+                node,
                 calls: r.calls[k],
                 time_ns: r.time_ns[k],
                 suspended_ns: r.suspended_ns[k],
@@ -166,9 +197,14 @@ impl CctIngest {
         self.deltas.len()
     }
 
-    /// Adds the deltas published inside `range` to `tree`.
-    pub fn add_to(&self, tree: &mut CostTree, range: TimeRange) {
+    /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
+    /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
+    pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
         for d in self.deltas.iter().filter(|d| range.contains(d.ts)) {
+            let stack = match site_stacks {
+                Some(s) if d.node != NO_SITE => s.get(d.node as usize).copied().unwrap_or(d.stack),
+                _ => d.stack,
+            };
             let c = Cost {
                 calls: d.calls,
                 time_ns: d.time_ns,
@@ -176,7 +212,7 @@ impl CctIngest {
                 profiler_ns: d.profiler_ns,
                 ..Default::default()
             };
-            tree.add(d.os_tid, d.stack, &c);
+            tree.add(d.os_tid, stack, &c);
         }
     }
 }
@@ -257,7 +293,7 @@ mod tests {
     use super::*;
 
     fn nodes(os_tid: u32, tree: u32, first: u32, parents: &[u32], functions: &[u64]) -> CallTreeNodes {
-        CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree }
+        CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree, sites: vec![] }
     }
 
     fn delta(os_tid: u32, tree: u32, nodes: &[u32], calls: &[u64]) -> CallTreeDelta {
@@ -277,7 +313,7 @@ mod tests {
     /// Calls per root-first path of function ids.
     fn calls_by_path(c: &CctIngest, stacks: &StackTable) -> Vec<(Vec<u64>, u64)> {
         let mut tree = CostTree { stacks: stacks.clone(), threads: Vec::new() };
-        c.add_to(&mut tree, TimeRange::ALL);
+        c.add_to(&mut tree, TimeRange::ALL, None);
         let mut out: Vec<(Vec<u64>, u64)> = Vec::new();
         for t in &tree.threads {
             for (s, cost) in &t.costs {

@@ -4,6 +4,7 @@
 
 pub mod asynchrony;
 mod builder;
+mod callsites;
 pub mod codemap;
 pub mod events;
 #[cfg(test)]

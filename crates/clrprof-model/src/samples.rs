@@ -39,6 +39,13 @@ pub trait NativeSymbols {
         false
     }
 
+    /// Whether instrumented calls are keyed by the lines of their call sites (`crate::callsites`;
+    /// [`source_line`](Self::source_line) is then asked for them even when [`lines`](Self::lines)
+    /// is false, and sampled frames stay per function).
+    fn call_site_lines(&self) -> bool {
+        self.lines()
+    }
+
     /// The source line of IL position `at` of method `token` of the module at `module_path`
     /// (asked only when [`lines`](Self::lines) is true); `IlAt::Unmapped`, `Prolog` and
     /// `Epilog` ask for a line the provider picks (the method's first or last one).

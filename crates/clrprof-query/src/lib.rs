@@ -8,6 +8,7 @@
 //! viewer, [`diff`] for two profiles, [`document`] for the JSON report.
 #![forbid(unsafe_code)]
 
+pub mod callsites;
 pub mod costs;
 pub mod diff;
 pub mod document;

@@ -262,6 +262,7 @@ impl ReadArgs {
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
             lines: false,
+            call_site_lines: false,
             import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
             physical_stacks: self.physical_stacks,
@@ -654,7 +655,14 @@ pub fn run() -> Result<ExitCode> {
             let symbol_dirs = a.read.symbols.clone();
             let cmd = crate::report::ReportCommand {
                 lines: a.by_line || matches!(view, View::Lines | View::Source),
-                read: a.read.options()?,
+                // The callers view splits instrumented callers by the lines they call from (the JSON
+                // document, without --function, stays per function: its tables are the runtime's
+                // functions).
+                read: crate::load::ReadOptions {
+                    call_site_lines: matches!(view, View::Callers)
+                        && (a.format.0 != Format::Json || a.function.is_some()),
+                    ..a.read.options()?
+                },
                 trace: a.trace,
                 output: a.output,
                 report: ReportOptions {
