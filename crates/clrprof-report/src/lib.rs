@@ -11,6 +11,7 @@ mod event_log;
 mod exceptions;
 mod flow;
 mod gc;
+pub mod gate;
 mod gcp_tables;
 mod hotspots;
 mod jit;
