@@ -13,7 +13,7 @@
 //!
 //! A change on a sampled weight breaches only when it is significant ([`crate::noise`]): enough
 //! samples, and |z| at least the larger of 3 and the z whose one-sided tail is 0.135% / m, m the
-//! rows the rule tests (Bonferroni: a rule over many functions is no likelier to breach on noise
+//! rows the rule tests with enough samples (Bonferroni: a rule over many functions is no likelier to breach on noise
 //! than a rule over one). Exact weights (calls, instrumented time, heap counts) need no test.
 
 use serde::Serialize;
@@ -259,7 +259,8 @@ pub fn z_needed(m: usize) -> f64 {
 
 /// Checks `rule` on `items` (the rows its scope and pattern selected), values in `unit`.
 pub fn check(rule: &Rule, items: &[Item], unit: &str) -> Verdict {
-    let sampled = items.iter().filter(|i| i.noise.is_some()).count();
+    // Rows with too few samples never breach: they are no tests.
+    let sampled = items.iter().filter(|i| i.noise.is_some_and(|n| !n.few_samples)).count();
     let need = z_needed(sampled);
     let mut findings: Vec<Finding> = items
         .iter()

@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(
             t,
             "BREACH calls:Diff.Changing.Unit>+0: Diff.Changing.Unit (Diff.dll): 300 calls → 600 calls, +300 calls (+100.0%); exact\n\
-             BREACH function:Diff.*:cpu>+25%: Diff.Changing.Unit (Diff.dll): 300.000 ms → 600.000 ms, +300.000 ms (+100.0%); 75 → 150 samples, z = 5.0 ≥ 3.3\n\
+             BREACH function:Diff.*:cpu>+25%: Diff.Changing.Unit (Diff.dll): 300.000 ms → 600.000 ms, +300.000 ms (+100.0%); 75 → 150 samples, z = 5.0 ≥ 3.2\n\
              noise  function:Diff.*:cpu>+25%: Diff.Program.Main (Diff.dll): 4.000 ms → 20.000 ms, +16.000 ms (+400.0%); 1 → 5 samples: too few to tell\n\
              pass   total:alloc-count>+0: 0 tested\n"
         );
