@@ -94,8 +94,9 @@ pub fn parse_rule(text: &str) -> Result<Rule, String> {
         .ok_or_else(|| bad("no comparison: expected > or < and a threshold, e.g. total:cpu>+5%".into()))?;
     let op = if text.as_bytes()[op_at] == b'>' { Op::Grew } else { Op::Shrank };
     let (lhs, rhs) = (&text[..op_at], text[op_at + 1..].trim());
-    let (scope_name, rest) =
-        lhs.split_once(':').ok_or_else(|| bad(format!("'{lhs}' has no scope: start with one of {}", SCOPES.join(", "))))?;
+    let (scope_name, rest) = lhs
+        .split_once(':')
+        .ok_or_else(|| bad(format!("'{lhs}' has no scope: start with one of {}", SCOPES.join(", "))))?;
     let pattern_and_field = |rest: &str, fields: &str| -> Result<(String, String), String> {
         let (p, f) = rest.rsplit_once(':').ok_or_else(|| {
             bad(format!("'{scope_name}:{rest}' needs a pattern and a field: {scope_name}:PATTERN:{fields}"))
@@ -314,13 +315,22 @@ mod tests {
     #[test]
     fn rules_parse() {
         let r = rule("total:cpu>+5%");
-        assert_eq!((r.scope, r.field.as_str(), r.op, r.threshold), (Scope::Total, "cpu", Op::Grew, Threshold::Percent(5.0)));
+        assert_eq!(
+            (r.scope, r.field.as_str(), r.op, r.threshold),
+            (Scope::Total, "cpu", Op::Grew, Threshold::Percent(5.0))
+        );
         let r = rule(" function:Shop.*:cpu>+10% ");
         assert_eq!((r.text.as_str(), r.scope), ("function:Shop.*:cpu>+10%", Scope::Function("Shop.*".into())));
         let r = rule("calls:Shop.Orders.Load>+0");
-        assert_eq!((r.scope, r.field.as_str(), r.threshold), (Scope::Function("Shop.Orders.Load".into()), "calls", Threshold::Amount(0.0)));
+        assert_eq!(
+            (r.scope, r.field.as_str(), r.threshold),
+            (Scope::Function("Shop.Orders.Load".into()), "calls", Threshold::Amount(0.0))
+        );
         let r = rule("inclusive:Shop.Api.*:wall<-20ms");
-        assert_eq!((r.scope, r.op, r.threshold), (Scope::Inclusive("Shop.Api.*".into()), Op::Shrank, Threshold::Amount(-20e6)));
+        assert_eq!(
+            (r.scope, r.op, r.threshold),
+            (Scope::Inclusive("Shop.Api.*".into()), Op::Shrank, Threshold::Amount(-20e6))
+        );
         let r = rule("type:Shop.*:count>+0");
         assert_eq!((r.scope, r.field.as_str()), (Scope::Type("Shop.*".into()), "count"));
         // Commas split rules only before a scope; a pattern keeps its own.
@@ -332,14 +342,33 @@ mod tests {
     #[test]
     fn bad_rules_name_the_bad_part() {
         let err = |s: &str| parse_rule(s).unwrap_err();
-        assert_eq!(err("total:cpu"), "--fail-if 'total:cpu': no comparison: expected > or < and a threshold, e.g. total:cpu>+5%");
-        assert_eq!(err("totl:cpu>+5%"), "--fail-if 'totl:cpu>+5%': unknown scope 'totl': one of total, function, inclusive, calls, type");
-        assert!(err("total:cpux>+5%").contains("unknown weight 'cpux': one of time, calls, cpu, wall"), "{}", err("total:cpux>1"));
-        assert_eq!(err("total:cpu>+5"), "--fail-if 'total:cpu>+5': threshold: '5' needs a unit: ns, us, ms, s or m (for example 1.5s or 200ms)");
+        assert_eq!(
+            err("total:cpu"),
+            "--fail-if 'total:cpu': no comparison: expected > or < and a threshold, e.g. total:cpu>+5%"
+        );
+        assert_eq!(
+            err("totl:cpu>+5%"),
+            "--fail-if 'totl:cpu>+5%': unknown scope 'totl': one of total, function, inclusive, calls, type"
+        );
+        assert!(
+            err("total:cpux>+5%").contains("unknown weight 'cpux': one of time, calls, cpu, wall"),
+            "{}",
+            err("total:cpux>1")
+        );
+        assert_eq!(
+            err("total:cpu>+5"),
+            "--fail-if 'total:cpu>+5': threshold: '5' needs a unit: ns, us, ms, s or m (for example 1.5s or 200ms)"
+        );
         assert_eq!(err("total:cpu>abc%"), "--fail-if 'total:cpu>abc%': 'abc%' is no percentage (e.g. +5%)");
-        assert_eq!(err("function:cpu>+5%"), "--fail-if 'function:cpu>+5%': 'function:cpu' needs a pattern and a field: function:PATTERN:WEIGHT");
+        assert_eq!(
+            err("function:cpu>+5%"),
+            "--fail-if 'function:cpu>+5%': 'function:cpu' needs a pattern and a field: function:PATTERN:WEIGHT"
+        );
         assert_eq!(err("type:A:size>+0"), "--fail-if 'type:A:size>+0': 'size' is no heap type field: count or bytes");
-        assert_eq!(err("calls:>+0"), "--fail-if 'calls:>+0': calls: needs a function pattern, e.g. calls:Shop.Orders.Load>+0");
+        assert_eq!(
+            err("calls:>+0"),
+            "--fail-if 'calls:>+0': calls: needs a function pattern, e.g. calls:Shop.Orders.Load>+0"
+        );
         assert_eq!(err("total:calls>"), "--fail-if 'total:calls>': no threshold after the comparison: e.g. +5% or +0");
     }
 
@@ -360,7 +389,8 @@ mod tests {
     #[test]
     fn exact_changes_breach_and_sampled_ones_need_significance() {
         let r = PerSample { base: 4e6, new: 4e6 };
-        let sampled = |k1: u64, k2: u64| item("S", k1 as f64 * 4e6, k2 as f64 * 4e6, Some(noise(k1, k2, r, MIN_SAMPLES)));
+        let sampled =
+            |k1: u64, k2: u64| item("S", k1 as f64 * 4e6, k2 as f64 * 4e6, Some(noise(k1, k2, r, MIN_SAMPLES)));
         let v = check(&rule("calls:*>+0"), &[item("A", 300.0, 600.0, None), item("B", 5.0, 5.0, None)], "calls");
         assert_eq!((v.tested, v.breaches().count()), (2, 1));
         let f = &v.findings[0];

@@ -74,7 +74,14 @@ pub fn noise(k1: u64, k2: u64, r: PerSample, min_samples: u64) -> Noise {
     let z = if var0 > 0.0 { (v2 - v1) / var0.sqrt() } else { 0.0 };
     let pm95 = Z_95 * (a * r.base * r.base + b * r.new * r.new).sqrt();
     let few_samples = k1.max(k2) < min_samples.max(1);
-    Noise { base_samples: k1, new_samples: k2, z, pm95, few_samples, significant: !few_samples && z.abs() >= Z_SIGNIFICANT }
+    Noise {
+        base_samples: k1,
+        new_samples: k2,
+        z,
+        pm95,
+        few_samples,
+        significant: !few_samples && z.abs() >= Z_SIGNIFICANT,
+    }
 }
 
 /// Probability that a standard normal variable exceeds `z` (the one-sided tail).

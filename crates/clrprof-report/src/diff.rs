@@ -44,7 +44,8 @@ pub fn uncertainty(v: &DiffView, n: &Noise, base: i64) -> String {
     if base > 0 {
         format!("±{:.1}%", n.pm95 * 100.0 / base as f64)
     } else {
-        format!("±{}", value(v, n.pm95.round() as i64))
+        let unit = if v.unit == "ns" { "ms" } else { v.unit };
+        format!("±{} {unit}", value(v, n.pm95.round() as i64))
     }
 }
 
@@ -400,7 +401,10 @@ mod tests {
         assert_eq!(j["min_samples"], 20);
         assert_eq!(j["sum_noise"]["base_samples"], 750);
         let n = &j["functions"][0]["noise"];
-        assert_eq!((&n["base_samples"], &n["new_samples"], &n["significant"]), (&json!(250), &json!(875), &json!(true)));
+        assert_eq!(
+            (&n["base_samples"], &n["new_samples"], &n["significant"]),
+            (&json!(250), &json!(875), &json!(true))
+        );
         assert_eq!(j["functions"][1]["noise"]["few_samples"], true);
         let csv = render(&v, "a", "b", Format::Csv);
         assert!(csv.starts_with("name,module,base,new,delta,base_total,new_total,delta_total,base_samples,new_samples,pm95,z,significant,few_samples,only_in\n"), "{csv}");

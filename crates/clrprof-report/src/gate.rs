@@ -119,7 +119,9 @@ pub struct ViewLink {
 }
 
 fn findings_table(fs: &[&Finding]) -> String {
-    let mut s = String::from("| rule | function / type | base | new | Δ | change | evidence |\n|---|---|---:|---:|---:|---:|---|\n");
+    let mut s = String::from(
+        "| rule | function / type | base | new | Δ | change | evidence |\n|---|---|---:|---:|---:|---:|---|\n",
+    );
     for f in fs {
         s += &format!(
             "| `{}` | {} | {} | {} | {} | {} | {} |\n",
@@ -137,11 +139,9 @@ fn findings_table(fs: &[&Finding]) -> String {
 
 fn noise_cells(v: &DiffView, n: Option<Noise>, base: i64) -> (String, String, String) {
     match n {
-        Some(n) => (
-            format!("{} → {}", n.base_samples, n.new_samples),
-            uncertainty(v, &n, base),
-            significance(&n).to_string(),
-        ),
+        Some(n) => {
+            (format!("{} → {}", n.base_samples, n.new_samples), uncertainty(v, &n, base), significance(&n).to_string())
+        }
         None => ("exact".into(), "".into(), "".into()),
     }
 }
@@ -161,7 +161,11 @@ pub fn markdown(
     if verdicts.is_empty() {
         s += "## clrprof diff\n\n";
     } else if breaches == 0 {
-        s += &format!("## clrprof diff: passed ({} rule{})\n\n", verdicts.len(), if verdicts.len() == 1 { "" } else { "s" });
+        s += &format!(
+            "## clrprof diff: passed ({} rule{})\n\n",
+            verdicts.len(),
+            if verdicts.len() == 1 { "" } else { "s" }
+        );
     } else {
         s += &format!("## clrprof diff: FAILED, {breaches} breach{}\n\n", if breaches == 1 { "" } else { "es" });
     }
@@ -205,17 +209,29 @@ pub fn markdown(
     let passed: Vec<&Verdict> = verdicts.iter().filter(|v| v.passed()).collect();
     if !passed.is_empty() {
         s += "Rules passed: ";
-        s += &passed.iter().map(|v| format!("`{}` ({} tested)", md_escape(&v.rule), v.tested)).collect::<Vec<_>>().join(", ");
+        s += &passed
+            .iter()
+            .map(|v| format!("`{}` ({} tested)", md_escape(&v.rule), v.tested))
+            .collect::<Vec<_>>()
+            .join(", ");
         s += "\n\n";
     }
     if let Some(v) = v {
         for (title, grew) in [("Top regressions", true), ("Top improvements", false)] {
-            let rows: Vec<_> =
-                v.functions.iter().filter(|r| if grew { r.delta > 0 } else { r.delta < 0 }).take(top).collect();
+            // Sampled weights: only the significant changes; the others are counted.
+            let moved = |r: &&clrprof_query::diff::DiffRow| if grew { r.delta > 0 } else { r.delta < 0 };
+            let shown = |r: &&clrprof_query::diff::DiffRow| r.noise.is_none_or(|n| n.significant);
+            let noise = v.functions.iter().filter(moved).filter(|r| !shown(r)).count();
+            let rows: Vec<_> = v.functions.iter().filter(moved).filter(shown).take(top).collect();
+            s += &format!("### {title} ({}, self)\n\n", v.metric.name());
             if rows.is_empty() {
+                s += "None significant.";
+                if noise > 0 {
+                    s += &format!(" ({noise} within the sampling noise.)");
+                }
+                s += "\n\n";
                 continue;
             }
-            s += &format!("### {title} ({}, self)\n\n", v.metric.name());
             s += "| function | module | base | new | Δ | change | samples | ± 95% | significant |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n";
             for r in rows {
                 let name = match &link.url {
@@ -239,6 +255,9 @@ pub fn markdown(
                     amount(v.unit, r.new as f64),
                     signed_amount(v.unit, r.delta as f64),
                 );
+            }
+            if noise > 0 {
+                s += &format!("\n{noise} more within the sampling noise (not significant, or too few samples).\n");
             }
             s += "\n";
         }
@@ -270,12 +289,17 @@ mod tests {
             new: k2 as f64 * 4e6,
             noise: Some(noise(k1, k2, r, 20)),
         };
-        let calls = Item { name: "Diff.Changing.Unit".into(), module: "Diff.dll".into(), base: 300.0, new: 600.0, noise: None };
+        let calls =
+            Item { name: "Diff.Changing.Unit".into(), module: "Diff.dll".into(), base: 300.0, new: 600.0, noise: None };
         vec![
             check(&parse_rule("calls:Diff.Changing.Unit>+0").unwrap(), &[calls], "calls"),
             check(
                 &parse_rule("function:Diff.*:cpu>+25%").unwrap(),
-                &[sampled("Diff.Changing.Unit", 75, 150), sampled("Diff.Program.Main", 1, 5), sampled("Diff.Steady.Unit", 75, 76)],
+                &[
+                    sampled("Diff.Changing.Unit", 75, 150),
+                    sampled("Diff.Program.Main", 1, 5),
+                    sampled("Diff.Steady.Unit", 75, 76),
+                ],
                 "ns",
             ),
             check(&parse_rule("total:alloc-count>+0").unwrap(), &[], "objects"),
@@ -302,11 +326,19 @@ mod tests {
             url: Some("http://127.0.0.1:8080/?token=ci".into()),
         };
         let m = markdown(None, "old.clrprof", "new.clrprof", &verdicts(), 5, &link);
-        assert!(m.starts_with("## clrprof diff: FAILED, 2 breaches\n\nBase `old.clrprof` → new `new.clrprof`.\n\n### Breaches\n"), "{m}");
+        assert!(
+            m.starts_with(
+                "## clrprof diff: FAILED, 2 breaches\n\nBase `old.clrprof` → new `new.clrprof`.\n\n### Breaches\n"
+            ),
+            "{m}"
+        );
         assert!(m.contains("| `calls:Diff.Changing.Unit&gt;+0` | Diff.Changing.Unit (Diff.dll) | 300 calls | 600 calls | +300 calls | +100.0% | exact |\n"), "{m}");
         assert!(m.contains("### Beyond a threshold but within the sampling noise (not breaches)\n"), "{m}");
         assert!(m.contains("Rules passed: `total:alloc-count&gt;+0` (0 tested)\n"), "{m}");
-        assert!(m.contains("```sh\nclrprof view new.clrprof --baseline old.clrprof --port 8080 --token ci\n```\n"), "{m}");
+        assert!(
+            m.contains("```sh\nclrprof view new.clrprof --baseline old.clrprof --port 8080 --token ci\n```\n"),
+            "{m}"
+        );
         assert!(m.contains("[the diff view](http://127.0.0.1:8080/?token=ci#view=diff)"), "{m}");
         assert_eq!(url_encode("A.B<int>(x, y)"), "A.B%3Cint%3E%28x%2C%20y%29");
     }

@@ -56,8 +56,16 @@ pub fn diff(c: &DiffCommand) -> Result<bool> {
     let base_threads =
         Threads::resolve(&base, c.thread.as_deref()).with_context(|| format!("in {}", c.old.display()))?;
     let new_threads = Threads::resolve(&new, c.thread.as_deref()).with_context(|| format!("in {}", c.new.display()))?;
+    // The markdown's tables show a weight the rules gate on unless asked: the first sampled one's
+    // (where the noise guard has something to say), else the first rule's.
+    let weights = || c.rules.iter().filter_map(|r| Metric::from_name(&r.field));
+    let rule_weight = || weights().find(|&m| clrprof_query::diff::is_sampled(m)).or_else(|| weights().next());
+    let weight = match c.format {
+        DiffFormat::Markdown => c.weight.or_else(rule_weight),
+        DiffFormat::Report(_) => c.weight,
+    };
     let q = DiffQuery {
-        metric: c.weight,
+        metric: weight,
         base_threads,
         new_threads,
         normalize: c.normalize,
@@ -110,7 +118,8 @@ pub fn report_gate(verdicts: &[Verdict]) -> bool {
 
 /// The viewer command for the markdown: a fixed port and token, so that its address is known.
 fn view_link(old: &str, new: &str) -> ViewLink {
-    let q = |s: &str| if s.contains([' ', '\'', '"']) { format!("'{}'", s.replace('\'', "'\\''")) } else { s.to_string() };
+    let q =
+        |s: &str| if s.contains([' ', '\'', '"']) { format!("'{}'", s.replace('\'', "'\\''")) } else { s.to_string() };
     ViewLink {
         command: format!("clrprof view {} --baseline {} --port 8080 --token ci --no-browser", q(new), q(old)),
         url: Some("http://127.0.0.1:8080/?token=ci".into()),

@@ -10,6 +10,7 @@ mod allocations;
 mod async_stacks;
 mod attach;
 mod bad_input;
+mod ci_gate;
 mod collect;
 mod compat;
 mod corpus;
