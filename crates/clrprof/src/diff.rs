@@ -77,6 +77,13 @@ pub fn diff(c: &DiffCommand) -> Result<bool> {
     let verdicts = check_profiles(&c.rules, &base, &new, (&old_name, &new_name), &q)?;
     let view = clrprof_query::diff::diff(&base, &new, &q);
     let text = match c.format {
+        DiffFormat::Report(Format::Json) if !verdicts.is_empty() => {
+            // The gate's outcome beside the rows: `gate: [{rule, tested, findings: [...]}]`.
+            let mut doc = clrprof_report::diff::json(&view, &old_name, &new_name);
+            doc["gate"] = serde_json::to_value(&verdicts)?;
+            doc["breaches"] = clrprof_report::gate::breach_count(&verdicts).into();
+            serde_json::to_string_pretty(&doc)? + "\n"
+        }
         DiffFormat::Report(f) => clrprof_report::diff::render(&view, &old_name, &new_name, f),
         DiffFormat::Markdown => {
             let link = view_link(&old_name, &new_name);
