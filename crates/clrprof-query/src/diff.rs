@@ -422,7 +422,12 @@ pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
     } else {
         None
     };
-    let noise_of = |b: &Agg, n: &Agg| per_sample.map(|r| noise(b.samples, n.samples, r, min_samples));
+    let noise_of = |b: &Agg, n: &Agg| {
+        per_sample.map(|r| {
+            let r = r.for_row(b.value as f64 * scale, b.samples, n.value as f64, n.samples);
+            noise(b.samples, n.samples, r, min_samples)
+        })
+    };
     let mut rows: Vec<DiffRow> = (0..nkeys)
         .filter_map(|k| {
             let (b, n) = (scaled(bs[k].value, scale), clamp(ns[k].value));
@@ -763,10 +768,14 @@ mod tests {
         let w = row(&v, "Work");
         let n = w.noise.unwrap();
         assert_eq!((n.base_samples, n.new_samples, n.few_samples), (10, 20, false));
-        // Each side's value per sample is its sums': 200 ns / 20 and 286 ns / 28 samples.
-        let r = PerSample { base: 10.0, new: 286.0 / 28.0 };
+        // Work's own value per sample: 100 ns / 10 and 200 ns / 20 samples.
+        let r = PerSample { base: 10.0, new: 10.0 };
         assert_eq!(n, noise(10, 20, r, MIN_SAMPLES));
-        assert!((n.z - 1.884).abs() < 1e-3 && !n.significant, "{n:?}");
+        assert!((n.z - 10.0 / 30f64.sqrt()).abs() < 1e-9 && !n.significant, "{n:?}");
+        // A function without samples on one side takes that side's mean: Fresh is new, 5 ns in
+        // 0 samples (the helper rounds down), against the baseline's 200 ns / 20.
+        let f = row(&v, "Fresh").noise.unwrap();
+        assert_eq!((f.base_samples, f.new_samples, f.z), (0, 0, 0.0));
         let t = w.noise_total.unwrap();
         assert_eq!((t.base_samples, t.new_samples), (15, 25));
         let s = v.sum_noise.unwrap();

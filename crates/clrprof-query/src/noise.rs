@@ -1,9 +1,11 @@
 //! Sampling noise of a diff: is a sampled weight's change between two profiles larger than what
 //! the sampling alone would give?
 //!
-//! The model: a function's sample count on one side is Poisson, and each sample stands for that
-//! side's mean value per sample `r` (ns of CPU or wall time per sample; the baseline's `r` is scaled
-//! like its values when normalized). Under "no change" both sides have one common value `V`; its
+//! The model: a function's sample count on one side is Poisson, and each of its samples stands for
+//! its mean value per sample on that side, `r = v / k` (ns of CPU or wall time per sample: the
+//! samples' own CPU times vary with the timer's delivery, so a row's values, not its counts, are
+//! compared; a side without samples of the function takes that side's mean over all its samples;
+//! the baseline's `r` is scaled like its values when normalized). Under "no change" both sides have one common value `V`; its
 //! estimate from both counts is `V̂ = (k₁ + k₂) / (1/r₁ + 1/r₂)`, and the change `v₂ − v₁` has
 //! variance `V̂·(r₁ + r₂)`. The score `z = (v₂ − v₁) / √(V̂·(r₁ + r₂))` is the conditional test of
 //! two Poisson counts (with equal rates `z = (k₂ − k₁)/√(k₁ + k₂)`): 1 sample against 5 gives
@@ -52,6 +54,13 @@ pub struct PerSample {
 }
 
 impl PerSample {
+    /// A row's own value per sample on each side (`base_value` as scaled), `self` (the sides'
+    /// means) where the row has no samples or no value.
+    pub fn for_row(self, base_value: f64, base_samples: u64, new_value: f64, new_samples: u64) -> PerSample {
+        let r = |v: f64, k: u64, mean: f64| if k > 0 && v > 0.0 { v / k as f64 } else { mean };
+        PerSample { base: r(base_value, base_samples, self.base), new: r(new_value, new_samples, self.new) }
+    }
+
     /// From each side's total value (the baseline's as scaled) and samples. A side without samples
     /// takes the other side's; `None` when neither has any.
     pub fn of(base_value: f64, base_samples: u64, new_value: f64, new_samples: u64) -> Option<PerSample> {
@@ -160,6 +169,12 @@ mod tests {
         assert!(noise(100, 200, r, MIN_SAMPLES).z.abs() < 1e-9);
         assert_eq!(PerSample::of(1000.0, 100, 0.0, 0), Some(PerSample { base: 10.0, new: 10.0 }));
         assert_eq!(PerSample::of(0.0, 0, 0.0, 0), None);
+        // A row's own values per sample, the sides' means where it has no samples.
+        let means = PerSample { base: 4.0, new: 5.0 };
+        assert_eq!(means.for_row(300.0, 10, 0.0, 0), PerSample { base: 30.0, new: 5.0 });
+        // The same time in fewer, larger samples: no change.
+        let r = means.for_row(1000.0, 100, 1000.0, 80);
+        assert!(noise(100, 80, r, MIN_SAMPLES).z.abs() < 1e-9);
     }
 
     #[test]
