@@ -173,7 +173,7 @@ fn parse_threshold(s: &str, field: &str) -> Result<Threshold, String> {
 /// True when `name` matches the glob `pat` (`*`, `?`), or does once its parameter list is cut.
 pub fn matches(pat: &str, name: &str) -> bool {
     glob(pat.as_bytes(), name.as_bytes())
-        || name.find('(').is_some_and(|i| i > 0 && glob(pat.as_bytes(), name[..i].as_bytes()))
+        || name.find('(').is_some_and(|i| i > 0 && glob(pat.as_bytes(), &name.as_bytes()[..i]))
 }
 
 fn glob(p: &[u8], s: &[u8]) -> bool {
