@@ -184,3 +184,84 @@ fn the_documented_gate_fails_on_a_regressed_build_and_passes_on_the_same_build()
         text(&out.stderr)
     );
 }
+
+/// `phase 1 sessions=50 tags=50 …` → the value of `key`.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+#[test]
+fn type_rules_gate_two_heap_snapshots_exactly() {
+    use std::io::{BufRead, BufReader, Write};
+    let _machine = machine::shared();
+    let dir = scratch("ci-gate-heap");
+    // apps/HeapLeak, two phases of 50 sessions (phase 2 also drops the oldest tenth); a snapshot after each.
+    let mut c = Command::new("dotnet");
+    c.arg(app_dll("HeapLeak")).args(["2", "50", "64"]).stdin(Stdio::piped()).stdout(Stdio::piped());
+    for k in ["CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER", "CORECLR_PROFILER_PATH"] {
+        c.env_remove(k);
+    }
+    let mut child = KillOnDrop(c.spawn().expect("start apps/HeapLeak"));
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    let pid = child.0.id().to_string();
+    let mut phases = Vec::new();
+    for k in 1..=2 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with(&format!("phase {k} ")), "unexpected {line:?}");
+        let snap = dir.join(format!("s{k}.clrprof"));
+        let o = Command::new(clrprof_exe())
+            .args(["heap", &pid, "-o"])
+            .arg(&snap)
+            .arg("--agent")
+            .arg(agent_path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "clrprof heap: {}", text(&o.stderr));
+        writeln!(stdin).unwrap();
+        phases.push((snap, line.trim().to_string()));
+    }
+    drop(stdin);
+    assert!(child.0.wait().unwrap().success());
+    let (s1, s2) = (field(&phases[0].1, "sessions"), field(&phases[1].1, "sessions"));
+    let (t1, t2) = (field(&phases[0].1, "tags"), field(&phases[1].1, "tags"));
+    assert!(s2 > s1 && t2 > t1 && (t2 - t1) * 100 < t1 * 100, "the app's counts: {phases:?}");
+    // Sessions grew (a breach, exact); tags grew by less than 100% (a pass).
+    let o = Command::new(clrprof_exe())
+        .arg("diff")
+        .arg(&phases[0].0)
+        .arg(&phases[1].0)
+        .args(["--fail-if", "type:HeapLeak.Session:count>+0,type:HeapLeak.Tag:count>+100%"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let pct = (s2 - s1) as f64 * 100.0 / s1 as f64;
+    assert_eq!(
+        lines_starting(&err, "BREACH "),
+        [format!(
+            "BREACH type:HeapLeak.Session:count>+0: HeapLeak.Session: {s1} objects → {s2} objects, +{} objects ({pct:+.1}%); exact",
+            s2 - s1
+        )],
+        "{err}"
+    );
+    assert_eq!(lines_starting(&err, "pass "), ["pass   type:HeapLeak.Tag:count>+100%: 1 tested"], "{err}");
+    // The heap diff's text is on standard output as before; a profile rule on snapshots is an error.
+    assert!(text(&o.stdout).contains("HeapLeak.Session"), "{}", text(&o.stdout));
+    let o = Command::new(clrprof_exe())
+        .arg("diff")
+        .arg(&phases[0].0)
+        .arg(&phases[1].0)
+        .args(["--snapshots", "1,1", "--fail-if", "type:NoSuch.*:count>+0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        text(&o.stderr).lines().next().unwrap(),
+        "clrprof: error: --fail-if 'type:NoSuch.*:count>+0': 'NoSuch.*' matches no type in either snapshot"
+    );
+}
