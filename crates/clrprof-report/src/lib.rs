@@ -10,6 +10,7 @@ pub mod diff;
 mod event_log;
 mod exceptions;
 mod flow;
+pub mod gate;
 mod gc;
 mod gcp_tables;
 mod hotspots;

@@ -62,7 +62,7 @@ enum Command {
     /// Compare two profiles (traces or imported files): per function, self and inclusive values
     /// of the baseline and the new one, sorted by the largest change.
     #[command(
-        after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv"
+        after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv\n  clrprof diff base.clrprof head.clrprof --fail-if 'total:cpu>+5%,function:Shop.*:cpu>+10%' --format markdown -o summary.md\n  clrprof diff before.clrprof after.clrprof --fail-if 'type:Shop.*:count>+0'\n\nWith --fail-if the exit code is 3 when a rule breaches (2 for errors), with one line per breach on\nstandard error. Changes of sampled weights (cpu, wall) breach only when significant: |z| >= 3 in a\nPoisson test of the sample counts (higher for a rule over many functions), with at least\n--min-samples samples. See docs/ci.md."
     )]
     Diff(DiffArgs),
     /// Receive the traces of agents started with `record --server` (or CLRPROF_SERVER) and keep them as runs.
@@ -129,21 +129,50 @@ struct DiffArgs {
     /// Show the first N functions
     #[arg(long, value_name = "N")]
     top: Option<usize>,
-    /// Output format
-    #[arg(short, long, value_enum, default_value_t = FormatArg(Format::Text))]
-    format: FormatArg,
+    /// Output format (markdown: the regression gate's summary for a CI job to post)
+    #[arg(short, long, value_enum, default_value_t = DiffFormatArg::Text)]
+    format: DiffFormatArg,
     /// Write to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Only this thread, in both profiles: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Exit with code 3 when RULE breaches (repeatable, or comma-separated): total:WEIGHT>+5%,
+    /// function:PATTERN:WEIGHT>+10%, inclusive:PATTERN:WEIGHT>+10%, calls:PATTERN>+0,
+    /// type:PATTERN:count|bytes>+0 (heap snapshots); < for decreases; amounts as +0, +20ms
+    #[arg(long = "fail-if", value_name = "RULE")]
+    fail_if: Vec<String>,
+    /// A sampled change needs this many samples on one side to be significant (rows below are marked)
+    #[arg(long, value_name = "N", default_value_t = clrprof_query::noise::MIN_SAMPLES)]
+    min_samples: u64,
     /// Heap snapshots: which two to compare, I in OLD and J in NEW (or both in OLD when NEW is not
     /// given) [default: the last of each; with one file its last two]
     #[arg(long, value_name = "I,J", value_parser = crate::heap_views::parse_pair)]
     snapshots: Option<(usize, usize)>,
     #[command(flatten)]
     read: ReadArgs,
+}
+
+/// `diff --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DiffFormatArg {
+    Text,
+    Json,
+    Csv,
+    Markdown,
+}
+
+impl DiffFormatArg {
+    fn format(self) -> crate::diff::DiffFormat {
+        use crate::diff::DiffFormat;
+        match self {
+            DiffFormatArg::Text => DiffFormat::Report(Format::Text),
+            DiffFormatArg::Json => DiffFormat::Report(Format::Json),
+            DiffFormatArg::Csv => DiffFormat::Report(Format::Csv),
+            DiffFormatArg::Markdown => DiffFormat::Markdown,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -716,7 +745,9 @@ pub fn run() -> Result<ExitCode> {
             // Snapshots are compared when asked (`--snapshots`, one file) or when both files hold some
             // and no option of a profile diff is given (two recorded runs with snapshots still get a
             // profile diff with `--weight`).
-            let profile_asked = a.weight.is_some() || a.normalize || a.thread.is_some();
+            let rules = clrprof_query::gate::parse_rules(&a.fail_if).map_err(anyhow::Error::msg)?;
+            let profile_rules = rules.iter().any(|r| !matches!(r.scope, clrprof_query::gate::Scope::Type(_)));
+            let profile_asked = a.weight.is_some() || a.normalize || a.thread.is_some() || profile_rules;
             let heap = match &a.new {
                 None => true,
                 Some(_) if a.snapshots.is_some() => true,
@@ -725,10 +756,27 @@ pub fn run() -> Result<ExitCode> {
                     crate::heap_views::has_snapshots(&a.old, &read) && crate::heap_views::has_snapshots(new, &read)
                 }
             };
+            let breached = |b: bool| if b { ExitCode::from(crate::diff::BREACH_EXIT) } else { ExitCode::SUCCESS };
             if heap {
-                let text = crate::heap_views::diff(&a.old, a.new.as_deref(), &read, a.snapshots, a.top, a.format.0)?;
+                let format = match a.format.format() {
+                    crate::diff::DiffFormat::Report(f) => Some(f),
+                    crate::diff::DiffFormat::Markdown => None,
+                };
+                let d = crate::heap_views::diff(&a.old, a.new.as_deref(), &read, a.snapshots, a.top, format)?;
+                let verdicts = crate::diff::check_heap(&rules, &d.rows)?;
+                let text = match format {
+                    Some(_) => d.text,
+                    None => clrprof_report::gate::markdown(
+                        None,
+                        &d.base,
+                        &d.new,
+                        &verdicts,
+                        a.top.unwrap_or(10),
+                        &Default::default(),
+                    ),
+                };
                 crate::report::write_output(a.output.as_deref(), &text)?;
-                return Ok(ExitCode::SUCCESS);
+                return Ok(breached(crate::diff::report_gate(&verdicts)));
             }
             let Some(new) = a.new else { unreachable!("a diff of one file is a heap diff") };
             let cmd = crate::diff::DiffCommand {
@@ -738,12 +786,13 @@ pub fn run() -> Result<ExitCode> {
                 weight: a.weight.map(|w| w.0),
                 normalize: a.normalize,
                 top: a.top,
-                format: a.format.0,
+                format: a.format.format(),
                 output: a.output,
                 thread: a.thread,
+                rules,
+                min_samples: Some(a.min_samples),
             };
-            crate::diff::diff(&cmd)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(breached(crate::diff::diff(&cmd)?))
         }
         Command::Collect(a) => {
             let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());

@@ -11,6 +11,7 @@ mod async_stacks;
 mod attach;
 mod bad_input;
 mod call_sites;
+mod ci_gate;
 mod collect;
 mod compat;
 mod containers;
