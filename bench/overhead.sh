@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sampling overhead measured by CPU time for a fixed amount of work (survives a shared machine better
-# than throughput): apps/OverheadBench runs BUSY threads that each do the same fixed work (about
-# 3 s of one core on a quiet 2 vCPU guest at WORK=1200) beside BLOCKED threads that wait, and prints
+# than throughput): apps/OverheadBench runs BUSY threads that share a fixed amount of work (WORK=1200
+# is about 3 s of wall time on a quiet 2 vCPU guest, whatever BUSY: each thread does WORK × CPUs /
+# BUSY units, about 2.5 ms of one core each) beside BLOCKED threads that wait, and prints
 # the work's wall time, the process's CPU, the busy threads' own CPU (the signal handler's time is in
 # it), CPU per thread group (the sampler thread, the writer, the runtime's threads) and the unit costs
 # of the sampler's primitives measured in the same process (clock reads, /proc reads).
 #
 #   [SHAPES="2:0 10:0 2:200 64:0 2:62 2:254 2:998"] [WORK=1200] [CONFIGS="plain default no-sample floor"]
-#   [CLRPROF=target/release/clrprof] bench/overhead.sh [REPS=5]
+#   [CLRPROF=target/release/clrprof] [BASE=DIR] [KEEP=FILE] [RESULTS=FILE] bench/overhead.sh [REPS=5]
 #
 # SHAPES are BUSY:BLOCKED[:WAKE_MS] (blocked threads wake every WAKE_MS ms when given). Configurations:
 #   plain      no profiler
@@ -16,6 +17,7 @@
 #   floor      `record` with CLRPROF_SAMPLER_FLOOR=1: the same timers and signals, a handler that
 #              returns at once (what any per-thread CPU-timer sampler pays at this rate)
 #   rate-N     `record --rate N`
+#   base       `record` with BASE/clrprof (and the agent beside it): another build, for before/after
 # Configurations run interleaved (rep by rep, shape by shape); the table shows medians. Columns:
 #   work       plain's median work wall time / this configuration's (throughput ratio; the load of a
 #              shared machine moves it, read the CPU columns there)
@@ -53,15 +55,18 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p" <<<" $2"; }
 
 # run CONFIG BUSY BLOCKED WAKE -> one line of key=value figures
 run() {
-    local cfg=$1 busy=$2 blocked=$3 wake=$4 line trace="$OUT/t.clrprof" t0 t1 stats=""
+    local cfg=$1 busy=$2 blocked=$3 wake=$4 line trace="$OUT/t.clrprof" t0 t1 stats="" work
+    work=$(( WORK * $(nproc) / busy ))
+    [ "$work" -lt 1 ] && work=1
     rm -f "$trace"
     t0=$(date +%s%N)
     case $cfg in
-        plain) line=$(dotnet "$DLL" "$busy" "$blocked" "$WORK" "$wake") ;;
-        default) line=$("$CLRPROF" record -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$WORK" "$wake" 2>/dev/null) ;;
-        no-sample) line=$("$CLRPROF" record --no-sample -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$WORK" "$wake" 2>/dev/null) ;;
-        floor) line=$(CLRPROF_SAMPLER_FLOOR=1 "$CLRPROF" record -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$WORK" "$wake" 2>/dev/null) ;;
-        rate-*) line=$("$CLRPROF" record --rate "${cfg#rate-}" -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$WORK" "$wake" 2>/dev/null) ;;
+        plain) line=$(dotnet "$DLL" "$busy" "$blocked" "$work" "$wake") ;;
+        default) line=$("$CLRPROF" record -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$work" "$wake" 2>/dev/null) ;;
+        no-sample) line=$("$CLRPROF" record --no-sample -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$work" "$wake" 2>/dev/null) ;;
+        floor) line=$(CLRPROF_SAMPLER_FLOOR=1 "$CLRPROF" record -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$work" "$wake" 2>/dev/null) ;;
+        base) line=$("$BASE/clrprof" record -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$work" "$wake" 2>/dev/null) ;;
+        rate-*) line=$("$CLRPROF" record --rate "${cfg#rate-}" -o "$trace" -- dotnet "$DLL" "$busy" "$blocked" "$work" "$wake" 2>/dev/null) ;;
         *) echo "overhead.sh: unknown configuration $cfg" >&2; exit 1 ;;
     esac
     t1=$(date +%s%N)
@@ -82,6 +87,8 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print ""; else print (NR%2 
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), WORK=$WORK, $REPS reps, $CLRPROF, configs: $CONFIGS"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
+# RESULTS=FILE (a KEEP=FILE of an earlier run, with the same SHAPES and CONFIGS) prints its table again.
+[ -n "${RESULTS:-}" ] && { cp "$RESULTS" "$OUT/results"; REPS=0; }
 for rep in $(seq "$REPS"); do
     for shape in $SHAPES; do
         IFS=: read -r busy blocked wake <<<"$shape"
@@ -113,11 +120,13 @@ for shape in $SHAPES; do
         kbs=$(per 'if (v["life_ms"]>0 && v["trace_bytes"]>0) print v["trace_bytes"]/1024/(v["life_ms"]/1000)')
         thr=$(per 'if (v["wall_ticks"]>0) { t=v["threads"]; if (t>64) t=64; if (t>0) print v["sampler_cpu_ns"]/v["wall_ticks"]/t }')
         # CPU samples: each busy thread's CPU timer fires once per 10 ms of its CPU (default rate).
-        nsps=$(awk -v b="$b" -v p="$p_busy" 'BEGIN{ s=b/1e7; if (s>0) printf "%.0f", (b-p)/s; else print "-" }')
+        nsps=$(awk -v b="$b" -v p="$p_busy" 'BEGIN{ s=b/1e7; if (s>0 && p>0) printf "%.0f", (b-p)/s; else print "-" }')
         nspf=$(awk -v b="$b" -v f="$f_busy" 'BEGIN{ s=b/1e7; if (s>0 && f>0) printf "%.0f", (b-f)/s; else print "-" }')
-        printf '%-10s %-10s %6.3f %6.3f %+6.2f%% %10s %10s %9.2f %9s %8.2f %8.2f %8s\n' "$shape" "$cfg" \
-            "$(awk -v a="$p_work" -v b="$w" 'BEGIN{print a/b}')" "$(awk -v a="$c" -v b="$p_cpu" 'BEGIN{print a/b}')" \
-            "$(awk -v a="$b" -v b="$p_busy" 'BEGIN{print (a/b-1)*100}')" "$nsps" "$nspf" "${smp:-0}" "${thr:--}" "${wr:-0}" "${rt:-0}" "${kbs:--}"
+        # Ratios against plain ("-" when plain was not run).
+        ratio() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN{ if (a>0 && b>0) printf f, (f ~ /%%/ ? (a/b-1)*100 : a/b); else print "-" }'; }
+        printf '%-10s %-10s %6s %6s %7s %10s %10s %9.2f %9s %8.2f %8.2f %8s\n' "$shape" "$cfg" \
+            "$(ratio "$p_work" "$w" '%.3f')" "$(ratio "$c" "$p_cpu" '%.3f')" "$(ratio "$b" "$p_busy" '%+.2f%%')" \
+            "$nsps" "$nspf" "${smp:-0}" "${thr:--}" "${wr:-0}" "${rt:-0}" "${kbs:--}"
     done
 done
 echo
