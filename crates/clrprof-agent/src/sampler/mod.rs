@@ -517,7 +517,9 @@ impl Sampler {
         let mut batch: Vec<(Vec<u64>, u64, u64, u32)> = Vec::new();
         for slot in slot::slots() {
             let state = slot.state.load(Ordering::Acquire);
-            if state == slot::FREE {
+            // A live thread without new samples needs nothing here (its state is made by the
+            // wall tick that looks at it): the pass stays cheap per thread as threads grow.
+            if state == slot::FREE || (state == slot::ACTIVE && slot.is_drained()) {
                 continue;
             }
             let key = SlotKey::of(slot);

@@ -164,6 +164,11 @@ impl Slot {
         n
     }
 
+    /// True when the ring holds no sample the sampler thread has not drained.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.tail.load(Ordering::Relaxed) >= self.head.load(Ordering::Acquire)
+    }
+
     /// The thread's CPU time so far, ns (None once the thread is gone).
     pub(crate) fn cpu_ns(&self) -> Option<u64> {
         thread_cpu_ns(self.os_tid.load(Ordering::Relaxed))
@@ -327,6 +332,11 @@ pub(crate) fn release(slot: &Slot) {
 /// no thread waits.
 pub(crate) fn learn_stack_bounds() -> Vec<&'static Slot> {
     let mut known = Vec::new();
+    // Only threads registered from another thread (at attach) wait: without any, no pass over
+    // every slot at every tick (it grows with the thread count).
+    if REGISTERED_ELSEWHERE.load(Ordering::Acquire) == 0 {
+        return known;
+    }
     let pending: Vec<&'static Slot> =
         slots().filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.probe.load(Ordering::Acquire) != 0).collect();
     if pending.is_empty() {
