@@ -15,6 +15,7 @@ pub mod engine;
 pub mod events;
 pub mod explore;
 pub mod lines;
+pub mod request_cpu;
 pub mod requests;
 pub mod select;
 pub mod timeline;

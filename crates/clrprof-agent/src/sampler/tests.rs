@@ -43,7 +43,7 @@ mod walks {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = Vec::new();
-        slot.drain(|ips, _, _, _| out = ips.to_vec());
+        slot.drain(|ips, _, _, _, _| out = ips.to_vec());
         out
     }
 
@@ -118,7 +118,7 @@ mod walks {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = (Vec::new(), 0);
-        slot.drain(|ips, top, _, _| out = (ips.to_vec(), top));
+        slot.drain(|ips, top, _, _, _| out = (ips.to_vec(), top));
         out
     }
 
@@ -277,7 +277,7 @@ mod walks {
         };
         let drain = |slot: &Slot| {
             let mut out = Vec::new();
-            slot.drain(|ips, _, _, _| out.push(ips.to_vec()));
+            slot.drain(|ips, _, _, _, _| out.push(ips.to_vec()));
             out
         };
         // Stacks of 2,000 frames (2,004 words each) while the sampler thread is late: 8 fit in the
@@ -598,7 +598,7 @@ mod walks {
         // Safety: the registers point into `w`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut got = (Vec::new(), u64::MAX);
-        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got, (vec![leaf, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST], 0));
 
         // Without rules for the leaf (past the mapping's rules), the word at SP is kept for the
@@ -606,7 +606,7 @@ mod walks {
         let (slot, uc) = fake_thread(&w, NATIVE_CODE + 0x200, 5, 12);
         // Safety: as above.
         unsafe { record(&slot, &uc) };
-        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got.1, RET_INTO_RUN + 0x40);
     }
 
@@ -885,7 +885,7 @@ mod bench {
                 let mut len = 0;
                 // Safety: as above.
                 unsafe { record(&slot, &uc) };
-                slot.drain(|ips, _, _, _| len = ips.len());
+                slot.drain(|ips, _, _, _, _| len = ips.len());
                 assert_eq!(len, depth + 1);
                 (depth, ns)
             })
