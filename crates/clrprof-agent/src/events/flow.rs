@@ -11,8 +11,9 @@
 //!
 //! The field's offset differs between runtime versions and builds, so it is not hard-coded: it is
 //! found from the task events (`TplEventSource`), which EventPipe delivers synchronously on the
-//! thread that wrote them, with the thread's activity id and its `Thread*`. For an event with a
-//! non-zero id delivered on the thread that wrote it, the first [`SCAN_BYTES`] of that thread's
+//! thread that wrote them, with the thread's activity id (the in-process session passes no event
+//! thread: the calling thread's `ThreadID` is asked for). For an event with a non-zero id, the
+//! first [`SCAN_BYTES`] of that thread's
 //! `Thread` object are read (through the kernel, so an unmapped page fails the read instead of
 //! the process) and every 8-aligned place holding the id is a candidate. Later events confirm or
 //! contradict each candidate; one is taken once it held [`NEED_IDS`] distinct ids on
@@ -123,15 +124,23 @@ static SEARCH: Mutex<Option<Search>> = Mutex::new(None);
 
 /// Looks at a task event for the search (cheap once it ended).
 pub(crate) fn observe(s: &Context, e: &Delivered) {
-    if DONE.load(Ordering::Relaxed) || e.activity == 0 || e.thread == 0 || s.is_stopped() {
+    if DONE.load(Ordering::Relaxed) || e.activity == 0 || s.is_stopped() {
         return;
     }
-    // Delivered on the thread that wrote it: the event's thread is the calling one.
-    if slot_of_thread(e.thread).is_none_or(|slot| slot.os_tid.load(Ordering::Relaxed) != os_tid()) {
+    // Delivered on the thread that wrote it (the in-process session passes no event thread: the
+    // calling thread is the writer).
+    let thread = match e.thread {
+        0 => match s.info.get_current_thread_id() {
+            Ok(t) if t != 0 => t,
+            _ => return,
+        },
+        t => t,
+    };
+    if slot_of_thread(thread).is_none_or(|slot| slot.os_tid.load(Ordering::Relaxed) != os_tid()) {
         return;
     }
     let mut bytes = [0u8; SCAN_BYTES];
-    if !read_own_memory(e.thread as u64, &mut bytes) {
+    if !read_own_memory(thread as u64, &mut bytes) {
         return;
     }
     let Ok(mut g) = SEARCH.lock() else { return };
@@ -139,7 +148,7 @@ pub(crate) fn observe(s: &Context, e: &Delivered) {
         return;
     }
     let search = g.get_or_insert_with(Search::default);
-    let (offset, c) = match search.observe(e.activity, e.thread, &bytes) {
+    let (offset, c) = match search.observe(e.activity, thread, &bytes) {
         Outcome::Searching => return,
         Outcome::Found(c) => (c.offset, c),
         Outcome::GaveUp => (0, search.best().cloned().unwrap_or_default()),
