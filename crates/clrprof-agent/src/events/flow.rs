@@ -18,7 +18,11 @@
 //! the process) and every 8-aligned place holding the id is a candidate. Later events confirm or
 //! contradict each candidate; one is taken once it held [`NEED_IDS`] distinct ids on
 //! [`NEED_THREADS`] threads and never differed from an event's id, and the search gives up after
-//! [`MAX_EVENTS`] events without such a candidate. Either way an `ActivityOffset` record says what
+//! [`MAX_EVENTS`] events without such a candidate, or after [`MAX_NOWHERE`] events when no id was
+//! ever found in the object. .NET 10 keeps the id in `Thread` (found at offset 704 in 10.0.12);
+//! .NET 8 and 9 keep it in EventPipe's own per-thread state (`EventPipeThread`, reached through a
+//! thread-local of the runtime's), which no profiler handle leads to: there the search gives up
+//! and CPU per request stays unknown. Either way an `ActivityOffset` record says what
 //! was found; without an offset the samples carry no activity id (nothing is guessed).
 //!
 //! Cost: until the search ends, each task event takes a lock and a 4 KiB read; after it, one
@@ -43,6 +47,10 @@ pub(crate) const NEED_IDS: u32 = 8;
 pub(crate) const NEED_THREADS: u32 = 2;
 /// Events looked at before the search gives up.
 pub(crate) const MAX_EVENTS: u32 = 5000;
+/// Events whose id is nowhere in the object before the search gives up, when no event's id ever
+/// was (a runtime that keeps the id elsewhere: .NET 8 and 9 keep it in EventPipe's own per-thread
+/// state, which the profiling API does not reach).
+pub(crate) const MAX_NOWHERE: u32 = 200;
 
 /// One place of the `Thread` object that may hold the activity id.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -65,6 +73,9 @@ impl Candidate {
 pub(crate) struct Search {
     pub(crate) candidates: Vec<Candidate>,
     pub(crate) events: u32,
+    /// Events whose id was nowhere in the object, and whether any event's id was somewhere.
+    nowhere: u32,
+    seen: bool,
 }
 
 /// What an event told the search.
@@ -89,6 +100,14 @@ impl Search {
                 .filter(|&o| at(o) == Some(id))
                 .map(|offset| Candidate { offset, ..Default::default() })
                 .collect();
+            if self.candidates.is_empty() {
+                self.nowhere += 1;
+                if !self.seen && self.nowhere >= MAX_NOWHERE {
+                    return Outcome::GaveUp;
+                }
+                return Outcome::Searching;
+            }
+            self.seen = true;
         }
         for c in &mut self.candidates {
             if at(c.offset) == Some(id) {
@@ -220,5 +239,14 @@ mod tests {
             assert!(!matches!(last, Outcome::Found(_)), "taken at event {i}: {last:?}");
         }
         assert_eq!(last, Outcome::GaveUp);
+    }
+
+    #[test]
+    fn a_runtime_that_keeps_the_id_elsewhere_is_given_up_soon() {
+        let mut s = Search::default();
+        for i in 1..MAX_NOWHERE {
+            assert_eq!(s.observe(i as u128, 0x1000, &object(64, 0, None)), Outcome::Searching);
+        }
+        assert_eq!(s.observe(7, 0x1000, &object(64, 0, None)), Outcome::GaveUp);
     }
 }

@@ -115,7 +115,14 @@ fn check(runtime: &str, major: u32, args: &[&str], name: &str) {
         assert!(parts <= u(row, "total_ns"), "{endpoint}: blocked + awaiting above the latency: {row}");
     }
     assert_eq!(seen, routes.len());
-    request_cpu(&v, rows, &figures);
+    if major >= 10 {
+        request_cpu(&v, rows, &figures);
+    } else {
+        // .NET 8 and 9 keep the activity id where the agent cannot read it: no CPU figure, none
+        // invented.
+        assert!(rows.iter().all(|r| r["cpu_ns"].is_null()), "{rows:?}");
+        assert!(v["request_cpu"].is_null());
+    }
     let sites = v["waits"]["sites"].as_array().unwrap();
     let blocked = sites.iter().find(|s| s["site"] == "Handlers.Sync" && s["kind"] == "Monitor.Wait");
     if major >= 9 && sync {
@@ -181,9 +188,10 @@ fn check(runtime: &str, major: u32, args: &[&str], name: &str) {
 /// route. It must be within 15 % of the handlers' figure below and 15 % plus that work above: at
 /// 250 Hz the 640 ms are about 160 samples, whose Monte Carlo error is about 8 %.
 ///
-/// `/delay/20` only awaits (its handler computes for about 20 µs): its CPU is the server's work
-/// per request, as `/items`, plus its route's first JIT compilations; it must stay under 10 % of
-/// `/cpu`'s (measured: …).
+/// `/delay/20` only awaits (its handler computes for about 20 µs, 1/800 of `/cpu`'s): its CPU is
+/// the server's work for its 120 requests (three times `/cpu`'s count) plus its route's first JIT
+/// compilations; it must stay under a fifth of `/cpu`'s (measured on .NET 10: 59 ms against 678 ms,
+/// with `/items` at 47 ms for 240 requests).
 fn request_cpu(v: &Value, rows: &[Value], figures: &HashMap<String, u64>) {
     let row = |e: &str| rows.iter().find(|r| r["endpoint"] == e).unwrap_or_else(|| panic!("no {e}"));
     let cpu = |e: &str| row(e)["cpu_ns"].as_u64().unwrap_or_else(|| panic!("{e}: no cpu_ns: {}", row(e)));
@@ -197,7 +205,7 @@ fn request_cpu(v: &Value, rows: &[Value], figures: &HashMap<String, u64>) {
     );
     assert!(c >= handler * 85 / 100, "/cpu: {c} ns below the handlers' {handler} ns − 15 %");
     assert!(c <= (handler + server) * 115 / 100, "/cpu: {c} ns above the handlers' {handler} ns + {server} + 15 %");
-    assert!(delay <= c / 10, "/delay (awaits only): {delay} ns of CPU against /cpu's {c}");
+    assert!(delay <= c / 5, "/delay (awaits only): {delay} ns of CPU against /cpu's {c}");
     let split = &v["request_cpu"];
     assert!(u(split, "in_requests_ns") >= c + items + delay, "{split}");
     // The slowest requests carry their CPU and stacks.
