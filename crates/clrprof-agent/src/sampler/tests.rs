@@ -903,6 +903,40 @@ mod bench {
         println!("same run: thread CPU clock read {cpu_clock:.1} ns, monotonic clock read {monotonic:.1} ns");
     }
 
+    /// What copying the thread's activity id costs the handler (`--async` on .NET 10): the same
+    /// 32-frame walk without and with the offset known (a 16-byte copy from the thread's object).
+    #[test]
+    #[ignore]
+    fn flow_copy_cost() {
+        let code = 0x5c00_0000_0000;
+        let w = chain(code);
+        let object = vec![0x1234_5678u64; 512];
+        let mut off = Vec::new();
+        let mut on = Vec::new();
+        for _ in 0..3 {
+            super::super::slot::FLOW_OFFSET.store(0, Ordering::Relaxed);
+            off.push(time_walks(&w, code + 0x1000, 4, 8));
+            super::super::slot::FLOW_OFFSET.store(704, Ordering::Relaxed);
+            let (slot, uc) = super::walks::fake_thread(&w, code + 0x1000, 4, 8);
+            slot.thread_id.store(object.as_ptr() as usize, Ordering::Relaxed);
+            let n = 2_000_000;
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    // Safety: the registers point into `w`, the slot's stack bounds; the thread's
+                    // object is `object` (4 KiB, the offset inside it).
+                    unsafe { record(&slot, std::hint::black_box(&uc)) };
+                    slot.tail.store(slot.head.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                best = best.min(t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            on.push(best);
+        }
+        super::super::slot::FLOW_OFFSET.store(0, Ordering::Relaxed);
+        println!("32-frame walk: {off:.1?} ns without the activity id, {on:.1?} ns with it");
+    }
+
     #[test]
     #[ignore]
     fn walk_cost() {
