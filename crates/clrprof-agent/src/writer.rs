@@ -776,7 +776,7 @@ mod tests {
         use std::io::Read;
         let start: Record = ProcessStart { pid: 9, ..Default::default() }.into();
         let named: Record = ThreadNamed { ts: 1, id: 1, name: "main".into() }.into();
-        let sample: Record = CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into();
+        let sample: Record = CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10, activity: 0 }.into();
         // The collector takes the header and the first two blocks, then vanishes.
         let sent =
             16 + clrprof_trace::encode_records([&start]).len() + clrprof_trace::encode_records([&named, &sample]).len();
@@ -811,7 +811,7 @@ mod tests {
         assert_eq!(recs, vec![start, named, sample], "the trace follows the hello");
         // The collector is gone: keep writing until the socket reports it.
         for i in 0..200u64 {
-            w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());
+            w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10, activity: 0 }.into());
             w.flush();
             if path.exists() {
                 break;

@@ -40,6 +40,7 @@ fn profile() -> Profile {
                 weight: clrprof_model::samples::SampleWeight::Cpu,
                 count: 1,
                 ns: 1_000_000,
+                flow: 0,
             });
         }
     }

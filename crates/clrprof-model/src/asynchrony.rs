@@ -182,7 +182,7 @@ impl TaskData {
             if count == 0 && ns == 0 {
                 continue;
             }
-            let s = TimedSample { ts: start, os_tid: a.os_tid, stack, weight: SampleWeight::Wall, count, ns };
+            let s = TimedSample { ts: start, os_tid: a.os_tid, stack, weight: SampleWeight::Wall, count, ns, flow: 0 };
             p.costs.add(a.os_tid, stack, &cost_of(&s));
             out.push(s);
         }

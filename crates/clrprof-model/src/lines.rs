@@ -233,10 +233,10 @@ mod tests {
             SampleStack { id: 2, ips: vec![0x1025], functions: vec![], activity: 0 }.into(),
             SampleStack { id: 3, ips: vec![0x2010, 0x1020], functions: vec![], activity: 0 }.into(),
             SampleStack { id: 4, ips: vec![0x1031], functions: vec![], activity: 0 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 3, count: 2, cpu_ns: 20 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 4, count: 1, cpu_ns: 5 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 3, count: 2, cpu_ns: 20, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 4, count: 1, cpu_ns: 5, activity: 0 }.into(),
         ];
         let mut b = crate::ProfileBuilder::new();
         for r in &recs {

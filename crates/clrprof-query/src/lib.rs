@@ -18,6 +18,7 @@ pub mod explore;
 pub mod gate;
 pub mod lines;
 pub mod noise;
+pub mod request_cpu;
 pub mod requests;
 pub mod select;
 pub mod timeline;

@@ -62,6 +62,8 @@ use crate::{log_info, log_warn};
 pub(crate) const MAX_WALL_HZ: u32 = 250;
 /// Stacks interned before the table is reset (ids are then redefined).
 const MAX_INTERNED: usize = 200_000;
+/// EventSource activity ids interned before the table is reset (indexes are then redefined).
+const MAX_FLOWS: usize = 1 << 20;
 /// Shortest time between two runtime suspensions of the wall sampler.
 const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(100);
 /// Most threads a wall tick looks at (each costs a read of the thread's CPU clock).
@@ -512,9 +514,27 @@ impl Sampler {
         id
     }
 
+    /// The index of an EventSource activity id samples carry, writing its definition the first
+    /// time (0 for none).
+    fn intern_flow(&self, st: &mut LoopState, flow: u128) -> u32 {
+        if flow == 0 {
+            return 0;
+        }
+        if let Some(&i) = st.flows.get(&flow) {
+            return i;
+        }
+        if st.flows.len() >= MAX_FLOWS {
+            st.flows.clear();
+        }
+        let index = st.flows.len() as u32 + 1;
+        st.flows.insert(flow, index);
+        self.emit(clrprof_trace::SampleActivity { index, id: flow.to_le_bytes().to_vec() });
+        index
+    }
+
     fn drain_cpu(&self, st: &mut LoopState) {
         let ts = self.now();
-        let mut batch: Vec<(Vec<u64>, u64, u64, u32)> = Vec::new();
+        let mut batch: Vec<(Vec<u64>, u64, u64, u32, u128)> = Vec::new();
         for slot in slot::slots() {
             let state = slot.state.load(Ordering::Acquire);
             // A live thread without new samples needs nothing here (its state is made by the
@@ -524,7 +544,7 @@ impl Sampler {
             }
             let key = SlotKey::of(slot);
             batch.clear();
-            slot.drain(|ips, sp_top, activity, seq| batch.push((ips.to_vec(), sp_top, activity, seq)));
+            slot.drain(|ips, sp_top, activity, seq, flow| batch.push((ips.to_vec(), sp_top, activity, seq, flow)));
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
                 let cpu_now = if state == slot::DEAD {
@@ -534,8 +554,9 @@ impl Sampler {
                 };
                 let delta = cpu_now.saturating_sub(ths.cpu_accounted);
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
-                let mut counts: Vec<(u32, u32)> = Vec::new();
-                for (ips, sp_top, activity, seq) in &mut batch {
+                // (stack, the EventSource activity's index, samples).
+                let mut counts: Vec<(u32, u32, u32)> = Vec::new();
+                for (ips, sp_top, activity, seq, flow) in &mut batch {
                     if let Some(&leaf) = ips.first() {
                         if !st.unknown_leaf
                             && !st.maps.is_native(leaf)
@@ -556,19 +577,20 @@ impl Sampler {
                             ths.last_cpu_activity = Some((id, activity, ips.clone(), fns.clone()));
                         }
                     }
-                    match counts.iter_mut().find(|(s, _)| *s == id) {
-                        Some(c) => c.1 += 1,
-                        None => counts.push((id, 1)),
+                    let flow = self.intern_flow(st, *flow);
+                    match counts.iter_mut().find(|(s, f, _)| *s == id && *f == flow) {
+                        Some(c) => c.2 += 1,
+                        None => counts.push((id, flow, 1)),
                     }
                 }
                 let n = batch.len() as u64;
                 self.stats.cpu_samples.fetch_add(n, Ordering::Relaxed);
                 let mut left = delta;
                 let k = counts.len();
-                for (i, (stack, count)) in counts.iter().enumerate() {
-                    let w = if i + 1 == k { left } else { delta * *count as u64 / n };
+                for (i, &(stack, activity, count)) in counts.iter().enumerate() {
+                    let w = if i + 1 == k { left } else { delta * count as u64 / n };
                     left -= w;
-                    self.emit(CpuSample { ts, os_tid: key.os_tid, stack: *stack, count: *count, cpu_ns: w });
+                    self.emit(CpuSample { ts, os_tid: key.os_tid, stack, count, cpu_ns: w, activity });
                 }
                 if let Some(ths) = st.threads.get_mut(&key) {
                     ths.last_cpu_stack = counts.last().map(|c| c.0);
@@ -834,6 +856,8 @@ impl LoopState {
 #[derive(Default)]
 struct LoopState {
     stacks: HashMap<(Vec<u64>, Vec<u64>, u64), u32>,
+    /// EventSource activity ids of CPU samples by index (`SampleActivity`).
+    flows: HashMap<u128, u32>,
     /// Stacks taken during runtime work, each with the same stack cut to its managed frames: wall
     /// time from before that work (carried until a stack was known) goes to the latter.
     activity_stacks: HashMap<u32, u32>,
