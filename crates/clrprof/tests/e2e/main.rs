@@ -18,6 +18,7 @@ mod deep_stacks;
 mod diff;
 mod events;
 mod exact_under_load;
+mod export_otlp;
 mod export_pprof;
 mod export_timelines;
 mod golden;
