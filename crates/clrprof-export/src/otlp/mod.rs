@@ -3,7 +3,8 @@
 //! `/v1development/profiles` and what `export -f otlp` writes to a file. Pinned to one version of
 //! the specification ([`PROTO_COMMIT`]); the messages are in [`proto`].
 //!
-//! One resource (the process: `service.name`, `process.pid`, `process.command_line`), one scope
+//! One resource (the process: `service.name`, `process.pid`, `process.command_line`, the host and
+//! the run's labels), one scope
 //! (`clrprof`), and one profile per sample type the trace holds — the pinned version carries one
 //! sample type per profile — all sharing one dictionary. The samples are pprof's (the same rows,
 //! see [`crate::pprof`]): one per (thread, stack) with `thread.id`/`thread.name` attributes, plus
@@ -300,16 +301,27 @@ pub fn request(p: &Profile, threads: &Threads) -> proto::ExportProfilesServiceRe
         profiles.push(prof);
     }
     let text = |k: &str, v: String| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(Value::String(v)) }) };
+    let pr = &p.process;
+    let service = if pr.service.is_empty() { service_name(&pr.command_line) } else { pr.service.clone() };
     let mut resource = vec![
-        text("service.name", service_name(&p.process.command_line)),
-        KeyValue { key: "process.pid".into(), value: Some(AnyValue { value: Some(Value::Int(p.process.pid as i64)) }) },
+        text("service.name", service),
+        KeyValue { key: "process.pid".into(), value: Some(AnyValue { value: Some(Value::Int(pr.pid as i64)) }) },
     ];
-    if !p.process.command_line.is_empty() {
-        resource.push(text("process.command_line", p.process.command_line.clone()));
+    if !pr.command_line.is_empty() {
+        resource.push(text("process.command_line", pr.command_line.clone()));
     }
-    if !p.process.runtime_version.is_empty() {
+    if !pr.runtime_version.is_empty() {
         resource.push(text("process.runtime.name", ".NET".into()));
-        resource.push(text("process.runtime.version", p.process.runtime_version.clone()));
+        resource.push(text("process.runtime.version", pr.runtime_version.clone()));
+    }
+    if !pr.host.is_empty() {
+        resource.push(text("host.name", pr.host.clone()));
+    }
+    // The run's own labels (`CLRPROF_LABELS`), as given; a label never repeats a key above.
+    for (k, v) in &pr.labels {
+        if !resource.iter().any(|a| &a.key == k) {
+            resource.push(text(k, v.clone()));
+        }
     }
     proto::ExportProfilesServiceRequest {
         resource_profiles: vec![proto::ResourceProfiles {

@@ -28,6 +28,7 @@ mod instrument;
 mod lifecycle;
 mod lines_resolve;
 mod lines_views;
+mod otlp_push;
 mod pyroscope;
 mod report_json;
 mod requests;
