@@ -103,7 +103,13 @@ impl Endpoint {
 
     /// `POST target` (path and query) with `body`; the response's status code and the start of
     /// its body. A status that is not 2xx is a response, not an error.
-    pub fn post(&self, target: &str, content_type: &str, body: &[u8], timeout: Duration) -> std::io::Result<(u16, String)> {
+    pub fn post(
+        &self,
+        target: &str,
+        content_type: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> std::io::Result<(u16, String)> {
         let mut b = ureq::AgentBuilder::new()
             .timeout_connect(timeout)
             .timeout_read(timeout)
@@ -152,7 +158,9 @@ fn transport_message(t: &ureq::Transport) -> String {
 /// A rustls client configuration trusting only the certificates of a PEM file.
 pub fn client_config(pem: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
     let roots = root_store(pem)?;
-    Ok(Arc::new(rustls::ClientConfig::builder().with_safe_defaults().with_root_certificates(roots).with_no_client_auth()))
+    Ok(Arc::new(
+        rustls::ClientConfig::builder().with_safe_defaults().with_root_certificates(roots).with_no_client_auth(),
+    ))
 }
 
 /// The certificates of a PEM file as a root store; an error names what was wrong.

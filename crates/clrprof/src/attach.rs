@@ -39,6 +39,8 @@ pub struct AttachOptions {
     pub server: Option<String>,
     /// The collector's token; `None` = `$CLRPROF_TOKEN` (the target does not inherit ours).
     pub token: Option<String>,
+    /// TLS files for a `tls://` collector.
+    pub tls: crate::agent_env::TlsFiles,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -274,6 +276,7 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         .log(opts.log.as_deref())
         .recording(&opts.recording)
         .server(opts.server.as_deref(), token.as_deref())
+        .tls(&opts.tls)
         .lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
     let agent_text = agent.to_string_lossy();

@@ -185,6 +185,15 @@ struct CollectArgs {
     /// [default: the system's CA certificates]
     #[arg(long, value_name = "FILE", requires = "push")]
     tls_ca: Option<PathBuf>,
+    /// Serve TLS: the listener's certificate chain (PEM); agents then stream to tls://ADDR:PORT
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept only agents presenting a certificate signed by this CA (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 /// `NAME:VALUE` of `--otlp-header`.
@@ -466,13 +475,28 @@ struct AgentArgs {
 /// Streaming to a collector, for `record` and `attach`.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
-    /// only if the collector cannot be reached or goes away)
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT (tls://ADDR:PORT: over TLS) instead of
+    /// a file (the file is written only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "[tls://]ADDR:PORT")]
     server: Option<String>,
     /// The collector's token [default: $CLRPROF_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "server")]
     token: Option<String>,
+    /// With tls://: trust only the CA certificates of this PEM file [default: the system's CA bundle]
+    #[arg(long, value_name = "FILE", requires = "server")]
+    tls_ca: Option<PathBuf>,
+    /// With tls://: the client certificate (PEM) a collector with --tls-client-ca asks for
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// With tls://: the client certificate's private key (PEM)
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    fn tls(&self) -> crate::agent_env::TlsFiles {
+        crate::agent_env::TlsFiles { ca: self.tls_ca.clone(), cert: self.tls_cert.clone(), key: self.tls_key.clone() }
+    }
 }
 
 fn seconds_arg(s: &str) -> Result<Duration, String> {
@@ -620,6 +644,7 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
                 process: a.process,
@@ -641,6 +666,7 @@ pub fn run() -> Result<ExitCode> {
                 log: a.agent.log,
                 recording: a.recording.options(),
                 timeout: a.timeout,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
             };
@@ -788,6 +814,7 @@ pub fn run() -> Result<ExitCode> {
                 max_run_bytes: a.max_run_bytes,
                 pyroscope,
                 otlp,
+                tls: a.tls_cert.zip(a.tls_key).map(|(c, k)| (c, k, a.tls_client_ca)),
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -18,6 +18,8 @@ pub struct CollectCommand {
     pub pyroscope: Option<PushOptions>,
     /// Push every run as OTLP profiles.
     pub otlp: Option<PushOptions>,
+    /// Serve TLS: certificate chain, key, and the CA of client certificates (mutual TLS).
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf, Option<std::path::PathBuf>)>,
 }
 
 /// `--pyroscope URL [--pyroscope-token T]` or `--otlp URL [--otlp-header H]`, with
@@ -85,7 +87,12 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     let sinks: Vec<Arc<PyroscopeSink>> = c.pyroscope.iter().chain(&c.otlp).map(pusher).collect::<Result<_>>()?;
     let spec = store_spec(c.store.as_deref());
     let store = open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))?;
+    let tls = match &c.tls {
+        Some((cert, key, ca)) => Some(clrprof_collect::tls::server_config(cert, key, ca.as_deref())?),
+        None => None,
+    };
     let mut builder = Collector::builder()
+        .tls(tls)
         .listen(c.listen.clone())
         .token(c.token.clone())
         .max_run_bytes(c.max_run_bytes)
@@ -124,7 +131,12 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "clrprof collect: listening on {addr}{}, store {}{}",
+        "clrprof collect: listening on {addr}{}{}, store {}{}",
+        match &c.tls {
+            Some((_, _, Some(_))) => " (TLS, client certificates required)",
+            Some(_) => " (TLS)",
+            None => "",
+        },
         if c.token.is_some() { " (token required)" } else { "" },
         redact(&store_spec(c.store.as_deref())),
         c.pyroscope

@@ -53,7 +53,13 @@ impl Exporter for Otlp {
 /// profiles).
 pub fn encode(p: &Profile, threads: &Threads) -> (Vec<u8>, usize) {
     let r = request(p, threads);
-    let n = r.resource_profiles.iter().flat_map(|r| &r.scope_profiles).flat_map(|s| &s.profiles).map(|p| p.sample.len()).sum();
+    let n = r
+        .resource_profiles
+        .iter()
+        .flat_map(|r| &r.scope_profiles)
+        .flat_map(|s| &s.profiles)
+        .map(|p| p.sample.len())
+        .sum();
     (r.encode_to_vec(), n)
 }
 

@@ -64,7 +64,8 @@ fn protoc_decodes_the_export_and_its_totals_equal_the_report() {
         assert_eq!(s.self_by_function["samples"].get(name).copied(), routine["samples"].as_i64(), "{name}");
     }
     // Per-thread CPU time through the thread attributes.
-    let threads: Vec<&str> = s.sample_attributes.iter().filter(|a| a.0 == "thread.name").map(|a| a.1.as_str()).collect();
+    let threads: Vec<&str> =
+        s.sample_attributes.iter().filter(|a| a.0 == "thread.name").map(|a| a.1.as_str()).collect();
     assert_eq!(threads, ["many-0", "many-1", "many-2"]);
     assert!(s.sample_attributes.iter().any(|a| a == &("thread.id".to_string(), "7973".to_string())));
     // The process as the resource; no trace/span links (traces carry none).
@@ -85,7 +86,11 @@ fn otlp_carries_exact_calls_exceptions_and_contention() {
     let mut checked = 0;
     for f in funcs.iter().filter(|f| f["calls"].as_u64().unwrap_or(0) > 0).take(5) {
         let name = f["name"].as_str().unwrap();
-        assert_eq!(s.self_by_function["calls"].get(name).copied().unwrap_or(0) as u64, f["calls"].as_u64().unwrap(), "{name}");
+        assert_eq!(
+            s.self_by_function["calls"].get(name).copied().unwrap_or(0) as u64,
+            f["calls"].as_u64().unwrap(),
+            "{name}"
+        );
         checked += 1;
     }
     assert!(checked > 0, "the instrumented trace has calls");

@@ -37,4 +37,5 @@ mod runtimes;
 mod sampling;
 mod stress;
 mod tables;
+mod tls;
 mod view;

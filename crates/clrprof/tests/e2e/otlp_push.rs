@@ -128,12 +128,17 @@ fn collect_pushes_otlp_profiles_that_add_up_to_the_stored_run() {
     assert!(out.status.success(), "record failed: {}", text(&out.stderr));
     // The run's end is pushed as soon as the collector sees it end.
     let t = std::time::Instant::now();
-    while !c.lines.lock().unwrap().iter().any(|l| l.contains("ended") || l.contains("complete")) || got.lock().unwrap().is_empty() {
+    while !c.lines.lock().unwrap().iter().any(|l| l.contains("ended") || l.contains("complete"))
+        || got.lock().unwrap().is_empty()
+    {
         assert!(t.elapsed() < Duration::from_secs(90), "no OTLP request arrived: {:?}", c.lines);
         std::thread::sleep(Duration::from_millis(100));
     }
     let lines = c.stop();
-    let summary = lines.iter().find(|l| l.contains("otlp:") && l.contains("profiles sent")).unwrap_or_else(|| panic!("{lines:?}"));
+    let summary = lines
+        .iter()
+        .find(|l| l.contains("otlp:") && l.contains("profiles sent"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
     assert!(summary.contains(" 0 dropped, 0 failed"), "{summary}");
     let got = got.lock().unwrap();
     let (mut samples, mut cpu) = (0i64, 0i64);
@@ -141,7 +146,10 @@ fn collect_pushes_otlp_profiles_that_add_up_to_the_stored_run() {
         assert_eq!(line, "POST /v1development/profiles HTTP/1.1");
         let head = head.to_ascii_lowercase();
         assert!(head.contains("content-type: application/x-protobuf\r\n"), "{head}");
-        assert!(head.contains("authorization: bearer t0k3n\r\n") && head.contains("x-scope-orgid: tenant-1\r\n"), "{head}");
+        assert!(
+            head.contains("authorization: bearer t0k3n\r\n") && head.contains("x-scope-orgid: tenant-1\r\n"),
+            "{head}"
+        );
         let s = summarize(&decode(body));
         assert!(s.resource.contains(&("service.name".into(), "orders".into())), "{:?}", s.resource);
         assert!(s.resource.contains(&("env".into(), "ci".into())), "{:?}", s.resource);

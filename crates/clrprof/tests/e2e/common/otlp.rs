@@ -138,13 +138,19 @@ pub fn summarize(req: &Msg) -> Summary {
         let loc = locations[l as usize];
         let line = loc.msg("line").expect("a line");
         let f = functions[line.int("function_index") as usize];
-        (strings[f.int("name_strindex") as usize].clone(), strings[f.int("filename_strindex") as usize].clone(), line.int("line"))
+        (
+            strings[f.int("name_strindex") as usize].clone(),
+            strings[f.int("filename_strindex") as usize].clone(),
+            line.int("line"),
+        )
     };
     let rp: Vec<&Msg> = req.all("resource_profiles").collect();
     assert_eq!(rp.len(), 1, "one resource");
     let resource = rp[0]
         .msg("resource")
-        .map(|r| r.all("attributes").map(|a| (a.scalars("key").next().unwrap_or("").to_string(), any_value(a))).collect())
+        .map(|r| {
+            r.all("attributes").map(|a| (a.scalars("key").next().unwrap_or("").to_string(), any_value(a))).collect()
+        })
         .unwrap_or_default();
     let mut s = Summary {
         types: BTreeMap::new(),
@@ -167,7 +173,8 @@ pub fn summarize(req: &Msg) -> Summary {
                 let v: i64 = sample.scalars("values").map(|x| x.parse::<i64>().unwrap()).sum();
                 n += 1;
                 sum += v;
-                let (start, len) = (sample.int("locations_start_index") as usize, sample.int("locations_length") as usize);
+                let (start, len) =
+                    (sample.int("locations_start_index") as usize, sample.int("locations_length") as usize);
                 let stack: Vec<String> = idx[start..start + len].iter().map(|&l| func_of_loc(l).0).collect();
                 if let Some(leaf) = stack.first() {
                     *s.self_by_function.entry(name.clone()).or_default().entry(leaf.clone()).or_default() += v;
