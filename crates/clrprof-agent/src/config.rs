@@ -561,6 +561,16 @@ mod tests {
         assert!(p.is_empty());
         assert_eq!((c.server.as_deref(), c.token.as_deref()), (Some("127.0.0.1:7878"), Some("s3cret")));
         assert!(c.describe().contains("server=127.0.0.1:7878") && !c.describe().contains("s3cret"));
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_SERVER", "tls://collector.example:7878"),
+            ("CLRPROF_TLS_CA", "/etc/ca.pem"),
+            ("CLRPROF_TLS_CERT", " "),
+        ]));
+        assert!(p.is_empty());
+        assert_eq!(c.server.as_deref(), Some("tls://collector.example:7878"));
+        assert_eq!((c.tls.ca.as_deref(), c.tls.cert.as_deref()), (Some("/etc/ca.pem"), None));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", "tls://nohost")]));
+        assert!(c.server.is_none() && p[0].to_string().contains("[tls://]ADDR:PORT"), "{p:?}");
         for bad in ["nohost", ":80", "host:0", "host:http", "host:99999"] {
             let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", bad)]));
             assert_eq!(c.server, None, "{bad}");

@@ -162,8 +162,8 @@ const KEEP_CAP: usize = 256 << 20;
 /// A stream to the collector.
 pub struct Remote {
     stream: std::net::TcpStream,
-    /// The TLS session of a `tls://` collector.
-    tls: Option<rustls::ClientConnection>,
+    /// The TLS session of a `tls://` collector (boxed: a session is large, a plain stream is not).
+    tls: Option<Box<rustls::ClientConnection>>,
     server: String,
     fallback: OpenFallback,
     /// The definition records sent so far, encoded (see `clrprof_trace::wire::is_definition`).
@@ -239,7 +239,7 @@ impl Remote {
             }
             tls_send(&mut c, &stream, &hello.encode())?;
             std::io::Read::read_exact(&mut rustls::Stream::new(&mut c, &mut sock), &mut answer)?;
-            session = Some(c);
+            session = Some(Box::new(c));
         } else {
             send_all(&stream, &hello.encode())?;
             std::io::Read::read_exact(&mut &stream, &mut answer)?;

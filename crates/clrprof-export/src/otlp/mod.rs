@@ -255,9 +255,8 @@ pub fn request(p: &Profile, threads: &Threads) -> proto::ExportProfilesServiceRe
         rows.iter().map(|r| r.labels.iter().map(|(k, v)| dict.attr(attribute_key(k), v)).collect()).collect();
     let mut stack_locations: HashMap<StackId, Vec<i32>> = HashMap::new();
     for r in &rows {
-        if !stack_locations.contains_key(&r.stack) {
-            let locs = st.frames_of(r.stack).iter().rev().map(|f| dict.location(*f)).collect();
-            stack_locations.insert(r.stack, locs);
+        if let std::collections::hash_map::Entry::Vacant(e) = stack_locations.entry(r.stack) {
+            e.insert(st.frames_of(r.stack).iter().rev().map(|f| dict.location(*f)).collect());
         }
     }
     let (from, to) = p.span();

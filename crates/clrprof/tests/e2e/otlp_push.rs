@@ -12,9 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[path = "../../../clrprof-pyroscope/tests/support/mod.rs"]
-mod support;
-use support::receiver;
+use crate::pyroscope::support::receiver;
 
 /// Sends SIGTERM to a child and waits for it.
 fn terminate(c: &mut std::process::Child) -> std::process::ExitStatus {

@@ -10,7 +10,7 @@ use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -234,12 +234,15 @@ fn read_request(s: &mut impl Read) -> Option<(String, Vec<u8>)> {
     Some((head, buf[head_end..head_end + len].to_vec()))
 }
 
+/// Requests received: (head, body).
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// An HTTPS receiver on loopback with the PKI's server certificate, answering 200.
-fn https_receiver(pki: &Pki) -> (u16, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
+fn https_receiver(pki: &Pki) -> (u16, Received) {
     let cfg = clrprof_collect::tls::server_config(&pki.server_cert, &pki.server_key, None).unwrap();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let got: Arc<Mutex<Vec<(String, Vec<u8>)>>> = Arc::default();
+    let got: Received = Arc::default();
     let g = got.clone();
     std::thread::spawn(move || {
         for tcp in l.incoming() {
@@ -277,7 +280,6 @@ fn pyroscope_pushes_over_https_to_a_private_ca() {
         c.wait_for("complete");
         if ok {
             // The run's last window goes out when it ends.
-            c.wait_for("");
             let t = std::time::Instant::now();
             while got.lock().unwrap().is_empty() {
                 assert!(t.elapsed() < Duration::from_secs(30), "nothing pushed: {}", c.log());
