@@ -46,6 +46,8 @@ pub struct AttachOptions {
     pub server: Option<String>,
     /// The collector's token; `None` = `$CLRPROF_TOKEN` (the target does not inherit ours).
     pub token: Option<String>,
+    /// TLS files for a `tls://` collector.
+    pub tls: crate::agent_env::TlsFiles,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -356,7 +358,8 @@ fn session(
         .control(&control_inside)
         .log(log_inside.or(opts.log.as_deref()))
         .recording(&opts.recording)
-        .server(opts.server.as_deref(), token.as_deref());
+        .server(opts.server.as_deref(), token.as_deref())
+        .tls(&opts.tls);
     if staging.is_some() {
         env.no_cache();
     }

@@ -176,6 +176,7 @@ impl DiffFormatArg {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("push").args(["pyroscope", "otlp"]).multiple(true)))]
 struct CollectArgs {
     /// Address to listen on; an address other than loopback requires --token
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
@@ -191,17 +192,47 @@ struct CollectArgs {
     #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
     max_run_bytes: u64,
     /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
-    /// Grafana Pyroscope at this URL every --interval (plain http://; put a TLS proxy in front of an
-    /// https:// Pyroscope)
+    /// Grafana Pyroscope at this URL (http:// or https://) every --interval
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
     /// Pyroscope credentials: USER:PASSWORD (Basic, e.g. Grafana Cloud's user id and API token) or a
     /// bearer token [default: $CLRPROF_PYROSCOPE_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "pyroscope")]
     pyroscope_token: Option<String>,
-    /// Length of each profile pushed to Pyroscope (1s..1h)
-    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "pyroscope")]
+    /// Also push every run's profiles as OpenTelemetry profiles (OTLP/HTTP, binary protobuf, the
+    /// pinned v1development version) every --interval: to URL/v1development/profiles, or to URL
+    /// itself when its path ends in /profiles
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
+    /// A header of every OTLP request, e.g. `Authorization: Bearer T` (repeatable)
+    #[arg(long, value_name = "NAME:VALUE", requires = "otlp", value_parser = header_arg)]
+    otlp_header: Vec<(String, String)>,
+    /// Length of each profile pushed to Pyroscope or OTLP (1s..1h)
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "push")]
     interval: u64,
+    /// Trust only the CA certificates of this PEM file for https:// pushes (a private CA)
+    /// [default: the system's CA certificates]
+    #[arg(long, value_name = "FILE", requires = "push")]
+    tls_ca: Option<PathBuf>,
+    /// Serve TLS: the listener's certificate chain (PEM); agents then stream to tls://ADDR:PORT
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept only agents presenting a certificate signed by this CA (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+/// `NAME:VALUE` of `--otlp-header`.
+fn header_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((n, v)) if !n.trim().is_empty() && !n.contains(char::is_whitespace) => {
+            Ok((n.trim().to_string(), v.trim().to_string()))
+        }
+        _ => Err(format!("{s:?}: expected NAME:VALUE (e.g. \"Authorization: Bearer T\")")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -474,13 +505,28 @@ struct AgentArgs {
 /// Streaming to a collector, for `record` and `attach`.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
-    /// only if the collector cannot be reached or goes away)
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT (tls://ADDR:PORT: over TLS) instead of
+    /// a file (the file is written only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "[tls://]ADDR:PORT")]
     server: Option<String>,
     /// The collector's token [default: $CLRPROF_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "server")]
     token: Option<String>,
+    /// With tls://: trust only the CA certificates of this PEM file [default: the system's CA bundle]
+    #[arg(long, value_name = "FILE", requires = "server")]
+    tls_ca: Option<PathBuf>,
+    /// With tls://: the client certificate (PEM) a collector with --tls-client-ca asks for
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// With tls://: the client certificate's private key (PEM)
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    fn tls(&self) -> crate::agent_env::TlsFiles {
+        crate::agent_env::TlsFiles { ca: self.tls_ca.clone(), cert: self.tls_cert.clone(), key: self.tls_key.clone() }
+    }
 }
 
 fn seconds_arg(s: &str) -> Result<Duration, String> {
@@ -628,6 +674,7 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
                 process: a.process,
@@ -649,6 +696,7 @@ pub fn run() -> Result<ExitCode> {
                 log: a.agent.log,
                 recording: a.recording.options(),
                 timeout: a.timeout,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
             };
@@ -796,13 +844,25 @@ pub fn run() -> Result<ExitCode> {
         }
         Command::Collect(a) => {
             let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-            let pyroscope = a.pyroscope.map(|url| crate::collect::PyroscopeOptions {
+            let interval = std::time::Duration::from_nanos(a.interval);
+            let pyroscope = a.pyroscope.map(|url| crate::collect::PushOptions {
                 url,
                 token: a
                     .pyroscope_token
                     .or_else(|| std::env::var("CLRPROF_PYROSCOPE_TOKEN").ok())
                     .filter(|t| !t.is_empty()),
-                interval: std::time::Duration::from_nanos(a.interval),
+                headers: Vec::new(),
+                interval,
+                format: clrprof_pyroscope::Format::Pyroscope,
+                tls_ca: a.tls_ca.clone(),
+            });
+            let otlp = a.otlp.map(|url| crate::collect::PushOptions {
+                url,
+                token: None,
+                headers: a.otlp_header,
+                interval,
+                format: clrprof_pyroscope::Format::Otlp,
+                tls_ca: a.tls_ca.clone(),
             });
             crate::collect::collect(&crate::collect::CollectCommand {
                 listen: a.listen,
@@ -810,6 +870,8 @@ pub fn run() -> Result<ExitCode> {
                 token,
                 max_run_bytes: a.max_run_bytes,
                 pyroscope,
+                otlp,
+                tls: a.tls_cert.zip(a.tls_key).map(|(c, k)| (c, k, a.tls_client_ca)),
             })?;
             Ok(ExitCode::SUCCESS)
         }
