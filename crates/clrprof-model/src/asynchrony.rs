@@ -191,11 +191,12 @@ impl TaskData {
             take_cost(p, tid, from, &c);
             p.costs.add(tid, to, &c);
         }
-        // Each segment's wall time as its events measured it.
+        // Each segment's wall time as its events measured it, within the profile's window.
+        let range = p.range;
         let mut measured: FxHashMap<u32, u64> = FxHashMap::default();
         let tids: Vec<u32> = index.segments.keys().copied().collect();
         for tid in tids {
-            for (seg, d) in index.exclusive_ns(tid).into_iter().enumerate() {
+            for (seg, d) in index.exclusive_ns(tid, range.from, range.to).into_iter().enumerate() {
                 if let (Some(d), Some(c)) = (d, j.class_of(p, tid, seg)) {
                     *measured.entry(c).or_default() += d;
                 }
@@ -204,7 +205,6 @@ impl TaskData {
         let rate = p.sampling.wall_rate_hz.max(p.sampling.cpu_rate_hz) as u64;
         segment_wall::rescale(p, &mut out, &joins, &measured, &hidden, rate);
         // Awaiting time: wall samples at the sampler's wall rate under `[await] <operation>`.
-        let range = p.range;
         let mut carries: FxHashMap<StackId, u128> = FxHashMap::default();
         for a in index.awaits.iter().filter(|a| a.leaf) {
             let (start, end) = (a.start.max(range.from), a.end.min(range.to));
@@ -507,16 +507,16 @@ impl AsyncIndex {
         }
     }
 
-    /// Each segment's time on `os_tid` less that of the segments nested in it, by segment; None
-    /// for a segment never closed.
-    fn exclusive_ns(&self, os_tid: u32) -> Vec<Option<u64>> {
+    /// Each segment's time on `os_tid` within `[from, to)` less that of the segments nested in it,
+    /// by segment; None for a segment never closed.
+    fn exclusive_ns(&self, os_tid: u32, from: u64, to: u64) -> Vec<Option<u64>> {
         let Some(segs) = self.segments.get(&os_tid) else { return Vec::new() };
-        let mut out: Vec<Option<u64>> = segs.iter().map(|s| s.closed.then(|| s.end.saturating_sub(s.start))).collect();
+        let within = |s: &Segment| s.end.min(to).saturating_sub(s.start.max(from));
+        let mut out: Vec<Option<u64>> = segs.iter().map(|s| s.closed.then(|| within(s))).collect();
         for s in segs {
             if let Some(parent) = s.parent {
-                let d = s.end.saturating_sub(s.start);
                 if let Some(x) = out[parent].as_mut() {
-                    *x = x.saturating_sub(d);
+                    *x = x.saturating_sub(within(s));
                 }
             }
         }
