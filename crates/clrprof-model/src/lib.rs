@@ -21,6 +21,7 @@ mod resolve;
 pub mod runtime;
 pub mod samples;
 pub mod sanity;
+mod segment_wall;
 pub mod stacks;
 #[cfg(test)]
 mod test_rng;

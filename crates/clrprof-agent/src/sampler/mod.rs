@@ -70,6 +70,8 @@ const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_THREADS_PER_TICK: usize = 64;
 /// Most threads walked in one suspension (the suspension lasts as long as the walks).
 const MAX_WALKS_PER_SUSPEND: usize = 8;
+/// Wait sites remembered per thread with their walked stacks.
+const MAX_WAIT_SITES: usize = 16;
 /// Shortest time between two reads of the process's mappings.
 const MIN_MAPS_INTERVAL: Duration = Duration::from_millis(20);
 /// Pending wall samples are written at least this often.
@@ -80,6 +82,8 @@ struct Stats {
     cpu_samples: AtomicU64,
     wall_ticks: AtomicU64,
     walks: AtomicU64,
+    /// Blocked threads found at a wait site walked before (no walk needed).
+    sites_known: AtomicU64,
     suspend_failures: AtomicU64,
     walk_failures: AtomicU64,
     timer_failures: AtomicU64,
@@ -334,6 +338,11 @@ impl Sampler {
         if let Some(h) = h {
             let _ = h.join();
         }
+        log_info!(
+            "sampler: {} runtime walks; {} times a blocked thread was at a wait site walked before",
+            self.stats.walks.load(Ordering::Relaxed),
+            self.stats.sites_known.load(Ordering::Relaxed)
+        );
         log_info!(
             "sampler: frameless code that can unload: {} ranges published, {} forgotten at their unload",
             self.unloadable_published.load(Ordering::Relaxed),
@@ -796,6 +805,14 @@ struct ThreadState {
     block_runq: Option<u64>,
     /// Its run-queue wait at its last tick, when read (threads running or needing a walk).
     tick_runq: Option<u64>,
+    /// Where it waits in the kernel since it was last seen blocking, read then (cleared once a
+    /// walk of that block is done).
+    block_site: Option<os::WaitSite>,
+    /// Wait sites walked before and the stack each was walked at, latest last: a thread that
+    /// blocks at one of them again is there again without a walk ([`Sampler::known_site`]).
+    wait_sites: Vec<(os::WaitSite, u32)>,
+    /// Its OS name was looked at (a thread without managed frames: [`Sampler::name_runtime_thread`]).
+    os_name_checked: bool,
 }
 
 impl ThreadState {
@@ -823,6 +840,9 @@ impl ThreadState {
             walked_at: None,
             block_runq: None,
             tick_runq: None,
+            block_site: None,
+            wait_sites: Vec::new(),
+            os_name_checked: false,
         }
     }
 }
