@@ -108,7 +108,7 @@ mod tests {
     fn wall(p: &mut Profile, tid: u32, name: &str, ns: u64, count: u32) -> TimedSample {
         let f = p.costs.stacks.intern_frame(FrameKey::Label(name.into()));
         let stack = p.costs.stacks.intern_stack(&[f]).unwrap();
-        let s = TimedSample { ts: 0, os_tid: tid, stack, weight: SampleWeight::Wall, count, ns };
+        let s = TimedSample { ts: 0, os_tid: tid, stack, weight: SampleWeight::Wall, count, ns, flow: 0 };
         p.costs.add(tid, stack, &crate::asynchrony::cost_of(&s));
         s
     }
