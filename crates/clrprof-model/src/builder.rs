@@ -625,7 +625,17 @@ mod tests {
         b.add(&ContentionStarted { ts: S, os_tid: 8, stack: vec![10] }.into());
         b.add(&ContentionEnded { ts: 2 * S, os_tid: 8, duration_ns: u64::MAX }.into());
         // A call-tree node claiming u64::MAX calls and time at 2 s: clamped to 3 s (and 3e9 calls).
-        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        b.add(
+            &CallTreeNodes {
+                os_tid: 7,
+                first: 0,
+                parents: vec![u32::MAX],
+                functions: vec![10],
+                tree: 1,
+                sites: vec![],
+            }
+            .into(),
+        );
         let d = CallTreeDelta {
             os_tid: 7,
             ts: 2 * S,
@@ -708,6 +718,7 @@ mod tests {
                     parents: vec![u32::MAX, 0, 1],
                     functions: vec![10, 20, 30],
                     tree: 1,
+                    sites: vec![],
                 }
                 .into(),
             );
@@ -737,7 +748,17 @@ mod tests {
         // A damaged packing: no costs from it, no panic.
         let mut b = ProfileBuilder::new();
         b.add(&ProcessStart { pid: 1, ..Default::default() }.into());
-        b.add(&CallTreeNodes { os_tid: 7, first: 0, parents: vec![u32::MAX], functions: vec![10], tree: 1 }.into());
+        b.add(
+            &CallTreeNodes {
+                os_tid: 7,
+                first: 0,
+                parents: vec![u32::MAX],
+                functions: vec![10],
+                tree: 1,
+                sites: vec![],
+            }
+            .into(),
+        );
         b.add(&CallTreeCosts { os_tid: 7, ts: 5, tree: 1, count: 2, packed: vec![0, 1, 2] }.into());
         let p = b.finish();
         assert_eq!(p.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum::<u64>(), 0);

@@ -244,7 +244,7 @@ mod tests {
     use super::*;
 
     fn nodes(os_tid: u32, tree: u32, first: u32, parents: &[u32], functions: &[u64]) -> CallTreeNodes {
-        CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree }
+        CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree, sites: vec![] }
     }
 
     fn delta(os_tid: u32, tree: u32, nodes: &[u32], calls: &[u64]) -> CallTreeDelta {

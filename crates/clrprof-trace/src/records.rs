@@ -246,6 +246,10 @@ records! {
         /// two threads can share `os_tid`); 0 = not recorded (older agents: one tree per `os_tid`,
         /// a new one where `first` is 0).
         tree: u32,
+        /// Each node's call site: the return address into its parent's code (the word below the
+        /// caller's SP at the enter hook); a node is a (function, call site) child of its
+        /// parent. Empty in traces written before call sites (one child per function).
+        sites: Vec<u64>,
     }
     /// Cost added to nodes of a thread's calling-context tree since the previous delta.
     32 CallTreeDelta {

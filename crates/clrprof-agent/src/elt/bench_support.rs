@@ -20,12 +20,12 @@ pub fn pair_cost_ns(n: u64, timing: bool) -> f64 {
     let mut ts = ThreadState::new(0, timing, 0, false);
     let root = funcs[0] as *const FuncInfo;
     // Safety (all calls below): the FuncInfo records are leaked above.
-    unsafe { ts.enter(root, 0x7000_0000) };
+    unsafe { ts.enter(root, 0x7000_0000, 0x1234) };
     let t0 = thread_cpu_ns();
     for i in 0..n {
         let f = funcs[1 + (i as usize & 1)] as *const FuncInfo;
         unsafe {
-            ts.enter(f, 0x6fff_ff00);
+            ts.enter(f, 0x6fff_ff00, 0x5678);
             ts.leave(f, 0x6fff_ff00, FLOW_LEAVE);
         }
     }
@@ -45,18 +45,24 @@ pub fn stub_pair_cost_ns(n: u64, timing: bool) -> f64 {
     super::tls::set_current(ts);
     let [enter, leave, _] = super::hook_stubs(timing, false);
     let (root, f) = (funcs[0] as *const FuncInfo, funcs[1] as *const FuncInfo);
+    // A stack with return addresses where the stubs read the call sites (below each SP).
+    let mut frames = [0usize; 64];
+    frames[47] = 0x1234;
+    frames[31] = 0x5678;
+    let (outer, inner) = (frames.as_ptr() as usize + 48 * 8, frames.as_ptr() as usize + 32 * 8);
     // Safety (all calls below): the FuncInfo records and `ts` are leaked above; the TLS slot
-    // points to `ts` until restored.
-    unsafe { super::stubs::call_enter(enter, root, 0x7000_0000) };
+    // points to `ts` until restored; the SPs point into `frames`.
+    unsafe { super::stubs::call_enter(enter, root, outer) };
     let t0 = thread_cpu_ns();
     for _ in 0..n {
         unsafe {
-            super::stubs::call_enter(enter, f, 0x6fff_ff00);
-            super::stubs::call_leave(leave, f, 0x6fff_ff00);
+            super::stubs::call_enter(enter, f, inner);
+            super::stubs::call_leave(leave, f, inner);
         }
     }
     let ns = (thread_cpu_ns() - t0) as f64 / n as f64;
     super::tls::set_current(prev);
+    std::hint::black_box(&mut frames);
     ns
 }
 

@@ -158,13 +158,14 @@ pub(super) fn retire(slot: usize, ts: *mut ThreadState) {
     }
 }
 
-pub(super) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo, sp: usize) {
+/// `site`: the return address into the caller, which the enter stub read below the caller's SP.
+pub(super) extern "C" fn hook_enter(ts: *mut ThreadState, func: *const FuncInfo, sp: usize, site: usize) {
     #[cfg(test)]
     super::tests::SLOW_HOOKS.with(|c| c.set(c.get() + 1));
     let ts = current(ts);
     if !ts.is_null() && !func.is_null() {
         // Safety: `ts` is this thread's own state (only this thread takes `&mut`).
-        unsafe { (*ts).enter(func, sp) };
+        unsafe { (*ts).enter(func, sp, site) };
     }
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod bench_support;
 pub(crate) mod clock;
 pub(crate) mod filter;
 mod hooks;
+mod sites;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod stubs;
 pub(crate) mod thread;
@@ -62,10 +63,14 @@ fn calibrate(flow: bool) -> u64 {
     let _ = flow;
     let n = 50_000u64;
     let mut best = u64::MAX;
+    // The stubs read the call site below the SP they are given: a stack of our own, not a made-up
+    // address.
+    let frames = [0usize; 32];
+    let top = frames.as_ptr() as usize + 24 * std::mem::size_of::<usize>();
     for _ in 0..3 {
         let t0 = clock::ticks();
         for i in 0..n {
-            let sp = 0x7000_0000usize - (i as usize & 1) * 64;
+            let sp = top - (i as usize & 1) * 64;
             // Safety: `info` is leaked above; the TLS slot points to `ts`, alive until restored.
             #[cfg(target_arch = "x86_64")]
             unsafe {
@@ -75,7 +80,7 @@ fn calibrate(flow: bool) -> u64 {
             // Safety: `info` is leaked above.
             #[cfg(not(target_arch = "x86_64"))]
             unsafe {
-                ts.enter(info, sp);
+                ts.enter(info, sp, 0);
                 ts.leave(info, sp, thread::FLOW_LEAVE);
             }
         }
@@ -84,6 +89,7 @@ fn calibrate(flow: bool) -> u64 {
     }
     #[cfg(target_arch = "x86_64")]
     tls::set_current(prev);
+    std::hint::black_box(&frames);
     best
 }
 
@@ -100,6 +106,8 @@ pub(crate) struct Instrumentation {
     base_ticks: u64,
     /// The recorders' context, for the mapper (set by [`Instrumentation::install`]).
     cx: std::sync::OnceLock<&'static Context>,
+    /// The code versions of the call sites published so far (their IL-to-native maps).
+    sites: Mutex<sites::CallSites>,
 }
 
 #[derive(Default)]
@@ -160,6 +168,7 @@ impl Instrumentation {
             base_offset_ns: now_ns,
             base_ticks: clock::ticks(),
             cx: std::sync::OnceLock::new(),
+            sites: Mutex::new(sites::CallSites::default()),
         };
         (i, info)
     }
@@ -260,15 +269,20 @@ impl Instrumentation {
             if count > p.nodes_sent {
                 let mut parents = Vec::with_capacity((count - p.nodes_sent) as usize);
                 let mut functions = Vec::with_capacity(parents.capacity());
+                let mut sites = Vec::with_capacity(parents.capacity());
                 for i in p.nodes_sent..count {
                     let Some(node) = ts.node(i) else { break };
                     parents.push(node.parent);
                     // Safety: `func` is a leaked FuncInfo (never null for published nodes).
                     functions.push(unsafe { node.func.as_ref() }.map(|f| f.id as u64).unwrap_or(0));
+                    sites.push(node.site as u64);
                 }
                 let first = p.nodes_sent;
                 p.nodes_sent += parents.len() as u32;
-                w.emit(&CallTreeNodes { os_tid: ts.os_tid, first, parents, functions, tree: ts.tree }.into());
+                if let (Some(cx), Ok(mut known)) = (self.cx.get(), self.sites.lock()) {
+                    known.map(&cx.info, w, &sites);
+                }
+                w.emit(&CallTreeNodes { os_tid: ts.os_tid, first, parents, functions, tree: ts.tree, sites }.into());
             }
             let sent = p.nodes_sent;
             if p.last.len() < sent as usize {

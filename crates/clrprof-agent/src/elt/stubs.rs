@@ -9,6 +9,11 @@
 //! the common enter and leave in a few instructions without saving anything, and jump to the
 //! full stubs, registers untouched, for everything else.
 //!
+//! The call site is the return address into the caller, the word just below the caller's SP
+//! (`[r15 − 8]`: the JIT passes the SP the caller had before its `call`, `lvaToCallerSPRelativeOffset`),
+//! read by both enter stubs: a call-tree node is a (function, call site) child of its caller.
+//! Whoever calls an enter stub must pass a readable SP.
+//!
 //! The calling thread's state pointer lives in one initial-exec TLS slot (`super::tls`); the stubs
 //! pass it to the Rust hook (`super::hooks`), which creates the state on the thread's first call.
 
@@ -41,6 +46,7 @@ pub(crate) unsafe extern "C" fn enter_stub() {
         "mov rdi, qword ptr fs:[rax]",
         "mov rsi, r14",
         "mov rdx, r15",
+        "mov rcx, qword ptr [r15 - 8]",
         "call {enter}",
         "mov rdi, [rsp + 0]",
         "mov rsi, [rsp + 8]",
@@ -109,11 +115,12 @@ macro_rules! leave_like_stub {
 leave_like_stub!(leave_stub, super::hooks::hook_leave);
 leave_like_stub!(tailcall_stub, super::hooks::hook_tailcall);
 
-/// The callee's child of the caller's node (enter stubs, after their checks; rax = the thread's
-/// state, r10 = one past the top entry, r14 = the callee's `FuncInfo`): first the caller's callee
-/// cache (the child in the callee's slot, from bits of r14, when it is the callee's), then the caller's first
-/// `FAST_SEARCH` children (r11 walks the sibling list), a find then cached. rcx holds the slot and
-/// is saved on the stack meanwhile. Found: r11 = the child, at label 3 (backwards), rax still the
+/// The callee's child of the caller's node for this call site (enter stubs, after their checks;
+/// rax = the thread's state, r10 = one past the top entry, r14 = the callee's `FuncInfo`, the call
+/// site at `[r15 - 8]`): first the caller's callee cache (the child in the callee's slot, from bits
+/// of r14, when it is the callee's from this site), then the caller's first `FAST_SEARCH` children
+/// (r11 walks the sibling list), a find then cached. rcx holds the slot, then the call site, and is
+/// saved on the stack meanwhile. Found: r11 = the child, at label 3 (backwards), rax still the
 /// state. Not found (or no callee: the full stub ignores a null id): every register as on entry, at
 /// the full stub.
 macro_rules! callee_lookup {
@@ -128,9 +135,12 @@ macro_rules! callee_lookup {
             "and ecx, {mask}\n",
             "mov r11, qword ptr [r10 - 16]\n",
             "mov r11, qword ptr [r11 + rcx*8 + {cache}]\n",
+            "mov rcx, qword ptr [r15 - 8]\n",
             "test r11, r11\n",
             "jz 4f\n",
             "cmp r14, qword ptr [r11 + {func}]\n",
+            "jne 4f\n",
+            "cmp rcx, qword ptr [r11 + {site}]\n",
             "jne 4f\n",
             "pop rcx\n",
             ".cfi_adjust_cfa_offset -8\n",
@@ -151,7 +161,10 @@ macro_rules! callee_lookup_tail {
             "test r11, r11\n",
             "jz 5f\n",
             "cmp r14, qword ptr [r11 + {func}]\n",
+            "jne 7f\n",
+            "cmp rcx, qword ptr [r11 + {site}]\n",
             "je 6f\n",
+            "7:\n",
             "mov r11, qword ptr [r11 + {next_sibling}]\n",
             ".endr\n",
             "5:\n",
@@ -159,10 +172,14 @@ macro_rules! callee_lookup_tail {
             ".cfi_adjust_cfa_offset -8\n",
             "2:\n",
             "jmp {slow}\n",
-            // Found down the list: cached in the caller's slot; rax reloaded with the state.
+            // Found down the list: cached in the callee's slot (computed again: rcx holds the
+            // site) of the caller; rax reloaded with the state.
             "6:\n",
             ".cfi_adjust_cfa_offset 8\n",
             "mov rax, qword ptr [r10 - 16]\n",
+            "mov ecx, r14d\n",
+            "shr ecx, {shift}\n",
+            "and ecx, {mask}\n",
             "mov qword ptr [rax + rcx*8 + {cache}], r11\n",
             "pop rcx\n",
             ".cfi_adjust_cfa_offset -8\n",
@@ -213,6 +230,7 @@ pub(crate) unsafe extern "C" fn enter_counts_stub() {
         func = const super::thread::layout::NODE_FUNC,
         calls = const super::thread::layout::NODE_CALLS,
         cache = const super::thread::layout::NODE_CACHE,
+        site = const super::thread::layout::NODE_SITE,
         shift = const super::thread::CALLEE_SLOT_SHIFT,
         mask = const super::thread::CALLEE_CACHE - 1,
         slow = sym enter_stub,
@@ -333,6 +351,7 @@ macro_rules! enter_timing_stub {
                 excl = const $crate::elt::thread::layout::NODE_EXCL,
                 prof = const $crate::elt::thread::layout::NODE_PROF,
                 cache = const $crate::elt::thread::layout::NODE_CACHE,
+                site = const $crate::elt::thread::layout::NODE_SITE,
                 shift = const $crate::elt::thread::CALLEE_SLOT_SHIFT,
                 mask = const $crate::elt::thread::CALLEE_CACHE - 1,
                 slow = sym $crate::elt::stubs::enter_stub,
@@ -410,7 +429,8 @@ leave_timing_stub!(tailcall_timing_stub, tailcall_stub, ["rdtsc"]);
 ///
 /// # Safety
 /// `stub` must be one of this module's enter stubs and `func` a leaked `FuncInfo` (or null); the
-/// calling thread's TLS slot must be null or point to a live `ThreadState`.
+/// calling thread's TLS slot must be null or point to a live `ThreadState`; the word below `sp`
+/// must be readable (the stubs read the call site there).
 #[inline(always)]
 pub(crate) unsafe fn call_enter(stub: unsafe extern "C" fn(), func: *const super::thread::FuncInfo, sp: usize) {
     // Safety: the stubs follow the enter contract, which clobbers only caller-saved registers.

@@ -54,6 +54,41 @@ mod x86_64 {
         suspended: u64,
     }
 
+    /// Makes the made-up stack pointers of these tests (64 MB below `0x7000_0000`, and a page
+    /// above) readable and writable: the enter stubs read the call site below the SP.
+    pub(super) fn fake_stack() {
+        static MAPPED: std::sync::Once = std::sync::Once::new();
+        MAPPED.call_once(|| {
+            let (lo, hi) = (0x6c00_0000usize, 0x7000_1000usize);
+            // Safety: a fixed mapping that must not replace anything (fails if taken).
+            let p = unsafe {
+                libc::mmap(
+                    lo as *mut libc::c_void,
+                    hi - lo,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            assert_eq!(p as usize, lo, "the tests' fake stack is mapped");
+        });
+    }
+
+    /// The call site the stubs read for a call with this SP (the word below it).
+    fn site_at(sp: usize) -> usize {
+        fake_stack();
+        // Safety: `fake_stack` maps the tests' SPs.
+        unsafe { ((sp - 8) as *const usize).read() }
+    }
+
+    /// Sets the call site of a call with this SP.
+    fn set_site(sp: usize, site: usize) {
+        fake_stack();
+        // Safety: as in `site_at`.
+        unsafe { ((sp - 8) as *mut usize).write(site) }
+    }
+
     fn funcs(n: usize) -> Vec<*const FuncInfo> {
         (0..n).map(|i| Box::leak(Box::new(FuncInfo { id: 0x1000 + i, index: i as u32 })) as *const FuncInfo).collect()
     }
@@ -173,6 +208,7 @@ mod x86_64 {
     /// the stubs handled without the Rust hooks.
     fn lockstep(timing: bool, fast: u8, stubs_: [unsafe extern "C" fn(); 3], seed: u64) -> u64 {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         let f = funcs(14);
         let steps = script(seed, 40_000, &f);
         let mut now = 1_000_000_000u64;
@@ -196,8 +232,10 @@ mod x86_64 {
             unsafe {
                 match s.ev {
                     Ev::Enter(func, sp) => {
+                        // Two call sites, in phases: each callee gets a child per site.
+                        set_site(sp, 0x4000 + (i / 1000) % 2);
                         stubs::call_enter(enter, func, sp);
-                        hook_enter(a, func, sp);
+                        hook_enter(a, func, sp, site_at(sp));
                     }
                     Ev::Leave(func, sp) => {
                         stubs::call_leave(leave, func, sp);
@@ -245,7 +283,7 @@ mod x86_64 {
             clock::set_fake_ticks(now);
             // Safety: `ts` is a live state only this thread uses; every FuncInfo is leaked.
             match s.ev {
-                Ev::Enter(func, sp) => hook_enter(ts, func, sp),
+                Ev::Enter(func, sp) => hook_enter(ts, func, sp, site_at(sp)),
                 Ev::Leave(func, sp) => hook_leave(ts, func, sp),
                 Ev::Tail(func, sp) => hook_tailcall(ts, func, sp),
             }
@@ -257,6 +295,7 @@ mod x86_64 {
     #[test]
     fn a_recycled_state_starts_clean() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         let f = funcs(14);
         let big = script(5, 60_000, &f);
         let steps = script(1, 20_000, &f);
@@ -304,6 +343,7 @@ mod x86_64 {
         use std::collections::{HashMap, HashSet};
 
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         let path = std::env::temp_dir().join(format!("clrprof-elt-threads-{}.clrprof", std::process::id()));
         let w =
             Writer::new(Sink::File(std::fs::File::create(&path).unwrap()), std::time::Duration::from_secs(60)).unwrap();
@@ -394,6 +434,7 @@ mod x86_64 {
     fn callees_beyond_the_search_window_are_found_through_the_callee_cache() {
         use crate::elt::thread::callee_slot;
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         // Twelve callees in creation order: c[0] and c[8] share a cache slot, the others have
         // other slots. Each new child goes to the front of the list: c[0] ends 12th (beyond
         // the window of 8), c[8] 4th, and c[8] holds their slot.
@@ -420,9 +461,9 @@ mod x86_64 {
             let sp = 0x7000_0000;
             let slow = || SLOW_HOOKS.with(|c| c.get());
             unsafe {
-                hook_enter(ts, caller, sp);
+                hook_enter(ts, caller, sp, site_at(sp));
                 for &g in &c {
-                    hook_enter(ts, g, sp - 0x100);
+                    hook_enter(ts, g, sp - 0x100, site_at(sp - 0x100));
                     hook_leave(ts, g, sp - 0x100);
                 }
                 let call = |g: *const FuncInfo| {
@@ -450,6 +491,52 @@ mod x86_64 {
             }
             tls::set_current(prev);
             clock::set_fake_ticks(0);
+        }
+    }
+
+    #[test]
+    fn calls_from_two_sites_of_one_caller_are_two_children_with_exact_counts() {
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
+        let f = funcs(2);
+        let (caller, g) = (f[0], f[1]);
+        for (timing, fast, [enter, leave]) in [
+            (false, FAST_COUNTS, [stubs::enter_counts_stub as unsafe extern "C" fn(), stubs::leave_counts_stub]),
+            (true, FAST_TIMING, [stubs::enter_scripted_stub, stubs::leave_scripted_stub]),
+        ] {
+            clock::set_fake_ticks(1_000_000_000);
+            let ts = Box::into_raw(Box::new(ThreadState::new(1, timing, 5, false)));
+            // Safety (this loop): `ts` is leaked and only this thread uses it; the TLS slot
+            // points to it until restored; every FuncInfo is leaked; the SPs are mapped.
+            unsafe { (*ts).set_fast(fast) };
+            let prev = tls::current();
+            tls::set_current(ts);
+            let (sp, inner) = (0x7000_0000, 0x7000_0000 - 0x100);
+            let slow0 = SLOW_HOOKS.with(|c| c.get());
+            unsafe {
+                set_site(sp, 0x1111);
+                stubs::call_enter(enter, caller, sp);
+                // 6 calls from one line, 5 from another, interleaved as a loop body would.
+                for i in 0..11 {
+                    set_site(inner, if i % 3 == 2 || i >= 9 { 0xb0b0 } else { 0xa0a0 });
+                    stubs::call_enter(enter, g, inner);
+                    stubs::call_leave(leave, g, inner);
+                }
+                stubs::call_leave(leave, caller, sp);
+            }
+            tls::set_current(prev);
+            clock::set_fake_ticks(0);
+            let snap = unsafe { (*ts).snapshot() };
+            let mut children: Vec<(usize, u64)> =
+                snap.nodes.iter().filter(|n| n.1 == g as usize).map(|n| (n.6, n.2)).collect();
+            children.sort();
+            assert_eq!(children, [(0xa0a0, 6), (0xb0b0, 5)], "timing = {timing}");
+            let callers: Vec<(usize, u64)> =
+                snap.nodes.iter().filter(|n| n.1 == caller as usize).map(|n| (n.6, n.2)).collect();
+            assert_eq!(callers, [(0x1111, 1)], "timing = {timing}");
+            // The full path ran for the caller's enter and for the first call from each site;
+            // every other event took the fast stubs.
+            assert_eq!(SLOW_HOOKS.with(|c| c.get()) - slow0, 3, "timing = {timing}");
         }
     }
 
@@ -519,6 +606,7 @@ mod x86_64 {
     #[test]
     fn timing_fast_stubs_with_rdtsc_preserve_registers_and_charge_every_tick() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         clock::init();
         if !clock::is_tsc() {
             return;
@@ -565,6 +653,7 @@ mod x86_64 {
     #[test]
     fn fast_enter_stubs_find_callees_among_the_first_siblings() {
         let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
         let modes = [
             (false, FAST_COUNTS, [stubs::enter_counts_stub, stubs::leave_counts_stub, stubs::tailcall_counts_stub]),
             (

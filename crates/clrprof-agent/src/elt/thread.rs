@@ -58,6 +58,10 @@ pub(crate) struct Node {
     pub(crate) prof: AtomicU64,
     pub(crate) parent: u32,
     id: u32,
+    /// The call site: the return address into the caller (`[caller SP − 8]` at the enter hook).
+    /// A node is a (function, call site) child of its parent: one caller that calls a function
+    /// from two lines has two children for it.
+    pub(crate) site: usize,
 }
 
 /// The callee-cache slot of a callee: bits of its `FuncInfo`'s address (leaked boxes, 32 bytes
@@ -83,6 +87,7 @@ impl Node {
             prof: AtomicU64::new(0),
             parent: NO_NODE,
             id: NO_NODE,
+            site: 0,
         }
     }
 
@@ -305,6 +310,7 @@ pub(crate) mod layout {
     pub(crate) const NODE_EXCL: usize = std::mem::offset_of!(Node, excl);
     pub(crate) const NODE_PROF: usize = std::mem::offset_of!(Node, prof);
     pub(crate) const NODE_CACHE: usize = std::mem::offset_of!(Node, cache);
+    pub(crate) const NODE_SITE: usize = std::mem::offset_of!(Node, site);
     // The enter stubs read the callee's func and calls and the caller's links and cache in one line.
     const _: () = assert!(NODE_CACHE + 8 * super::CALLEE_CACHE <= 64 && NODE_CALLS < 64 && NODE_FUNC < 64);
 }
@@ -462,7 +468,7 @@ impl ThreadState {
     }
 
     #[cold]
-    fn new_node(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+    fn new_node(&mut self, parent: *mut Node, func: *const FuncInfo, site: usize) -> *mut Node {
         let i = self.node_count.load(Ordering::Relaxed);
         if i == NO_NODE {
             return std::ptr::null_mut();
@@ -486,6 +492,7 @@ impl ThreadState {
             (*n).parent = (*parent).id;
             (*n).id = i;
             (*n).func = func;
+            (*n).site = site;
             (*n).next_sibling = (*parent).first_child;
             (*parent).first_child = n;
             self.node_count.store(i + 1, Ordering::Release);
@@ -493,7 +500,8 @@ impl ThreadState {
         }
     }
 
-    /// The child of `parent` for `func`, created on first use (at the front of the sibling list).
+    /// The child of `parent` for `func` called from `site`, created on first use (at the front of
+    /// the sibling list).
     ///
     /// The fast enter stubs find a child among the first `FAST_SEARCH` siblings, so the order
     /// within that window does not matter and is left alone. A child found farther down moves to
@@ -506,15 +514,15 @@ impl ThreadState {
     ///
     /// The child found or made is remembered in the parent's callee cache, which is looked at first.
     #[inline(always)]
-    fn child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+    fn child(&mut self, parent: *mut Node, func: *const FuncInfo, site: usize) -> *mut Node {
         let slot = callee_slot(func);
         // Safety: `parent` is the root or a node of this state.
         let cached = unsafe { (*parent).cache[slot] };
         // Safety: cached children are nodes of this state.
-        if !cached.is_null() && unsafe { (*cached).func } == func {
+        if !cached.is_null() && unsafe { (*cached).func == func && (*cached).site == site } {
             return cached;
         }
-        let found = self.find_child(parent, func);
+        let found = self.find_child(parent, func, site);
         if !found.is_null() {
             // Safety: as above.
             unsafe { (*parent).cache[slot] = found };
@@ -524,14 +532,14 @@ impl ThreadState {
 
     /// The sibling-list search behind [`ThreadState::child`]'s cache.
     #[inline(always)]
-    fn find_child(&mut self, parent: *mut Node, func: *const FuncInfo) -> *mut Node {
+    fn find_child(&mut self, parent: *mut Node, func: *const FuncInfo, site: usize) -> *mut Node {
         // Safety: `parent` and its children are nodes of this state (or its root).
         unsafe {
             let mut prev: *mut Node = std::ptr::null_mut();
             let mut cur = (*parent).first_child;
             let mut i = 0;
             while !cur.is_null() {
-                if (*cur).func == func {
+                if (*cur).func == func && (*cur).site == site {
                     if i >= FAST_SEARCH {
                         self.far_finds = self.far_finds.wrapping_add(1);
                         if self.far_finds.is_multiple_of(PROMOTE_EVERY) {
@@ -547,7 +555,7 @@ impl ThreadState {
                 i += 1;
             }
         }
-        self.new_node(parent, func)
+        self.new_node(parent, func, site)
     }
 
     /// Charges the time since the previous event to the node on top of the stack. The timing
@@ -601,12 +609,13 @@ impl ThreadState {
         }
     }
 
-    /// A function was entered (`sp`: the caller's stack pointer, from the JIT).
+    /// A function was entered (`sp`: the caller's stack pointer, from the JIT; `site`: the return
+    /// address into the caller, the word below `sp`).
     ///
     /// # Safety
     /// `func` must point to a `FuncInfo` that lives for the rest of the process.
     #[inline(always)]
-    pub(crate) unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize) {
+    pub(crate) unsafe fn enter(&mut self, func: *const FuncInfo, sp: usize, site: usize) {
         let now = self.event_time();
         // Frames at or below this SP are gone: an exception unwound them without leave hooks.
         while self.stack.len() > 1 {
@@ -627,7 +636,7 @@ impl ThreadState {
         if parent.is_null() {
             return;
         }
-        let node = self.child(parent, func);
+        let node = self.child(parent, func, site);
         if node.is_null() {
             Node::bump(&self.overflowed, 1);
             return;
@@ -691,8 +700,8 @@ impl Drop for ThreadState {
 #[cfg(test)]
 #[derive(Debug, PartialEq)]
 pub(crate) struct Snapshot {
-    /// Per node (the root first): parent, function, calls, exclusive, suspended, profiler.
-    pub(crate) nodes: Vec<(u32, usize, u64, u64, u64, u64)>,
+    /// Per node (the root first): parent, function, calls, exclusive, suspended, profiler, site.
+    pub(crate) nodes: Vec<(u32, usize, u64, u64, u64, u64, usize)>,
     /// Shadow stack: (node id, SP).
     pub(crate) stack: Vec<(u32, usize)>,
     pub(crate) last: u64,
@@ -711,6 +720,7 @@ impl ThreadState {
                 n.excl.load(Ordering::Relaxed),
                 n.susp.load(Ordering::Relaxed),
                 n.prof.load(Ordering::Relaxed),
+                n.site,
             )
         };
         let mut nodes = vec![row(&self._root)];
