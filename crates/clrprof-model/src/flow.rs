@@ -284,7 +284,9 @@ mod tests {
         let back: Vec<(u8, u64, u64)> = t.events().map(|e| (e.kind, e.function, e.ts)).collect();
         assert_eq!(back, events);
         assert_eq!(t.len(), 5000);
-        for (from, to) in [(0, 1), (1_000, 1_001), (3_000, 30_000_000), (3_000_001, 3_000_002), (50_000_000, 80_000_000)] {
+        for (from, to) in
+            [(0, 1), (1_000, 1_001), (3_000, 30_000_000), (3_000_001, 3_000_002), (50_000_000, 80_000_000)]
+        {
             let w = t.within(TimeRange { from, to });
             let want: Vec<_> = events.iter().filter(|e| e.2 >= from && e.2 < to).copied().collect();
             let got: Vec<_> = w.events().map(|e| (e.kind, e.function, e.ts)).collect();

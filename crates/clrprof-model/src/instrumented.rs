@@ -53,6 +53,10 @@ impl Instrumentation {
     }
 }
 
+/// The frame of the agent's `[call tree capped]` nodes: calls past its call-tree cap
+/// (`CLRPROF_CALLTREE_MAX_MB`), counted with their time under their caller, functions unknown.
+pub const CALL_TREE_CAPPED: &str = "[call tree capped]";
+
 /// Maps each thread's agent-side node ids to interned stacks, and keeps every delta with its time
 /// (the agent publishes deltas every second — every flush before — so instrumented costs are known
 /// to that interval).
@@ -123,7 +127,11 @@ impl CctIngest {
                     }
                 }
             };
-            let frame = stacks.intern_frame(FrameKey::Function(*func));
+            let frame = if *func == clrprof_trace::CALL_TREE_CAPPED {
+                stacks.intern_frame(FrameKey::Label(CALL_TREE_CAPPED.into()))
+            } else {
+                stacks.intern_frame(FrameKey::Function(*func))
+            };
             map.push(stacks.intern_call(parent_stack, frame));
         }
     }
@@ -171,7 +179,15 @@ impl CctIngest {
             real += 1;
         }
         if count > 0 {
-            self.batches.push(DeltaBatch { ts: r.ts, os_tid: r.os_tid, map: m, count, real: real as u32, start, end: self.packed.len() });
+            self.batches.push(DeltaBatch {
+                ts: r.ts,
+                os_tid: r.os_tid,
+                map: m,
+                count,
+                real: real as u32,
+                start,
+                end: self.packed.len(),
+            });
             self.entries += real;
         }
     }
