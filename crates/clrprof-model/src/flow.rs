@@ -71,15 +71,8 @@ impl Store {
         // The last checkpoint whose previous event is before `ts`: the first event at or after
         // `ts` is at it or later.
         let c = self.checkpoints.partition_point(|&(_, before)| before < ts).saturating_sub(1);
-        let mut i = c * CHECKPOINT;
-        let mut it = self.iter(i..self.len);
-        while let Some(e) = it.next() {
-            if e.ts >= ts {
-                return i;
-            }
-            i += 1;
-        }
-        self.len
+        let first = c * CHECKPOINT;
+        first + self.iter(first..self.len).take_while(|e| e.ts < ts).count()
     }
 }
 
