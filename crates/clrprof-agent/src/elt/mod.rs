@@ -346,11 +346,14 @@ impl Instrumentation {
             w.emit(&clrprof_trace::Message { ts: now_ns, level: 1, text }.into());
         }
         let capped = thread::CAPPED_NODES.swap(0, Ordering::Relaxed);
-        if capped > 0 {
+        // Once in the trace (the first time), in the log every time.
+        if capped > 0 && CAPPED_NOTED.swap(true, Ordering::Relaxed) {
+            crate::log_warn!("call trees capped: {capped} more [call tree capped] nodes");
+        } else if capped > 0 {
             // In the trace too: those calls' functions are not known, the reader must say so.
             let text = format!(
                 "call trees capped at {} MiB (CLRPROF_CALLTREE_MAX_MB): calls that needed a new node are counted, \
-                 with their time, in their caller's [call tree capped] node ({capped} more such nodes)",
+                 with their time, in their caller's [call tree capped] node",
                 self.config.calltree_max_mb
             );
             crate::log_warn!("{text}");
@@ -391,6 +394,9 @@ impl Instrumentation {
         }
     }
 }
+
+/// Whether the trace has its note that the call trees reached their cap.
+static CAPPED_NOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Bytes a call-tree node takes: its slot in the thread's chunk and what the writer keeps of it
 /// (the counts last published).
