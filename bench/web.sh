@@ -7,7 +7,7 @@
 # start-up cost) and its size per second of the whole run; the last run of each configuration is
 # broken down by record type (trace_stats). MIX (space-separated paths) replaces the request mix.
 #
-#   [PIN=CPUS] [BASE=DIR] [WARMUP=10] [MIX="/lock /json"] bench/web.sh [SECONDS=10] [REPS=3] [CONFIGS="plain default instrument"]
+#   [PROFILE=debug] [NO_BUILD=1] [PIN=CPUS] [BASE=DIR] [WARMUP=10] [MIX="/lock /json"] bench/web.sh [SECONDS=10] [REPS=3] [CONFIGS="plain default instrument"]
 #
 # CONFIGS may also name no-sample, alloc-off, no-locks (the defaults less that recorder) and quiet
 # (every recorder off). BASE=DIR adds configurations base-default and base-instrument: the same with DIR/clrprof (and the
@@ -24,10 +24,16 @@ WARMUP=${WARMUP:-10}
 export MIX=${MIX:-/lock /json?n=50 /cpu?n=2000 /throw}
 export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1
 command -v wrk >/dev/null || { echo "web.sh: wrk not found (apt-get install wrk)" >&2; exit 1; }
-cargo build --release -q -p clrprof -p clrprof-agent ${CARGO_FLAGS:-}
-cargo build --release -q -p clrprof-trace --example trace_stats ${CARGO_FLAGS:-}
+# PROFILE=debug uses the debug build (its agent is optimised too); NO_BUILD=1 skips cargo.
+PROFILE=${PROFILE:-release}
+BIN=target/$PROFILE
+if [ -z "${NO_BUILD:-}" ]; then
+    flag=(--release); [ "$PROFILE" = debug ] && flag=()
+    cargo build "${flag[@]}" -q -p clrprof -p clrprof-agent ${CARGO_FLAGS:-}
+    cargo build "${flag[@]}" -q -p clrprof-trace --example trace_stats ${CARGO_FLAGS:-}
+fi
 dotnet build -nologo -v q -c Release apps/Web >/dev/null
-CLRPROF=target/release/clrprof
+CLRPROF=$BIN/clrprof
 DLL=apps/Web/bin/Release/net10.0/Web.dll
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -99,5 +105,5 @@ done
 for cfg in $CONFIGS; do
     [ -f "$TMP/$cfg.clrprof" ] || continue
     echo "--- $cfg (last run): $(stat -c %s "$TMP/$cfg.clrprof") bytes; written under the measured load:"
-    target/release/examples/trace_stats "$TMP/$cfg.end.clrprof" 12 "$TMP/$cfg.start.clrprof"
+    "$BIN"/examples/trace_stats "$TMP/$cfg.end.clrprof" 12 "$TMP/$cfg.start.clrprof"
 done

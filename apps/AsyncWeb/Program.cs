@@ -6,11 +6,15 @@
 //   GET /items/{id:int}  computes a little, no await
 //   GET /sync/{ms:int}   sync-over-async: blocks its pool thread on Task.Delay(ms).Wait(), then computes;
 //                        hit 16 at a time it starves the thread pool, which injects threads
+//   GET /cpu/{ms:int}    spins ms of its thread's CPU time, awaits Task.Yield (the rest runs on another
+//                        pool thread), spins ms again; adds the thread CPU time it measured around both
+//                        spins (CLOCK_THREAD_CPUTIME_ID) to cpu_handler_ns
 // The driver sends, 4 at a time, N requests to /delay/20 and 2N to /items/{i}, then (unless --no-sync)
-// N/2 requests to /sync/100 16 at a time, measuring each with a Stopwatch around the HttpClient call.
+// N/2 requests to /sync/100 16 at a time, and N/3 requests to /cpu/8 2 at a time, measuring each with a
+// Stopwatch around the HttpClient call.
 // It prints per route "client ROUTE count=… p50_us=… p95_us=… p99_us=…" (nearest-rank percentiles),
 // "sync_waits=…" (the Task.Wait calls that blocked: the task was not complete when waited on) and
-// "requests=…" (requests the server ran).
+// "cpu_handler_ns=…" (the /cpu handlers' measured CPU time) and "requests=…" (requests the server ran).
 using System.Diagnostics;
 
 var serve = args.Length >= 2 && args[0] == "serve";
@@ -33,6 +37,7 @@ app.Use(async (ctx, next) => { Interlocked.Increment(ref Handlers.Requests); awa
 app.MapGet("/delay/{ms:int}", Handlers.Delay);
 app.MapGet("/items/{id:int}", Handlers.Item);
 app.MapGet("/sync/{ms:int}", Handlers.Sync);
+app.MapGet("/cpu/{ms:int}", Handlers.Cpu);
 
 if (serve)
 {
@@ -53,6 +58,7 @@ var results = new List<(string Route, List<long> Us)>();
 results.Add(("GET /delay/{ms:int}", await Drive(client, n, 4, _ => "/delay/20")));
 results.Add(("GET /items/{id:int}", await Drive(client, 2 * n, 4, i => $"/items/{i}")));
 if (sync) results.Add(("GET /sync/{ms:int}", await Drive(client, n / 2, 16, _ => "/sync/100")));
+results.Add(("GET /cpu/{ms:int}", await Drive(client, n / 3, 2, _ => "/cpu/8")));
 await app.StopAsync();
 foreach (var (route, us) in results)
 {
@@ -60,6 +66,7 @@ foreach (var (route, us) in results)
     Console.WriteLine($"client {route} count={us.Count} p50_us={Rank(us, 50)} p95_us={Rank(us, 95)} p99_us={Rank(us, 99)}");
 }
 Console.WriteLine($"sync_waits={Interlocked.Read(ref Handlers.SyncWaits)}");
+Console.WriteLine($"cpu_handler_ns={Interlocked.Read(ref Handlers.CpuNs)}");
 Console.WriteLine($"requests={Interlocked.Read(ref Handlers.Requests)}");
 
 // Sends `count` requests, `parallel` at a time; each one's client-side latency in µs.
@@ -92,6 +99,40 @@ static class Handlers
 {
     public static long Requests;
     public static long SyncWaits;
+    public static long CpuNs;
+
+    public static async Task<string> Cpu(int ms)
+    {
+        long ns = Spin(ms);
+        await Task.Yield();
+        ns += Spin(ms);
+        Interlocked.Add(ref CpuNs, ns);
+        return ns.ToString();
+    }
+
+    // Computes until the calling thread has used `ms` of CPU time; returns the CPU time it used.
+    static long Spin(int ms)
+    {
+        long start = ThreadCpuNs();
+        long now = start;
+        ulong h = 0;
+        while (now - start < ms * 1_000_000L)
+        {
+            h ^= Compute(1_000);
+            now = ThreadCpuNs();
+        }
+        GC.KeepAlive(h);
+        return now - start;
+    }
+
+    [System.Runtime.InteropServices.StructLayout(System.Runtime.InteropServices.LayoutKind.Sequential)]
+    struct Timespec { public long Sec; public long Nsec; }
+
+    [System.Runtime.InteropServices.DllImport("libc", EntryPoint = "clock_gettime")]
+    static extern int ClockGettime(int clock, out Timespec ts);
+
+    // CLOCK_THREAD_CPUTIME_ID (3): the calling thread's CPU time.
+    static long ThreadCpuNs() => ClockGettime(3, out var ts) == 0 ? ts.Sec * 1_000_000_000 + ts.Nsec : 0;
 
     public static async Task<string> Delay(int ms)
     {

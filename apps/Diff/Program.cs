@@ -1,7 +1,9 @@
 // Profiling target for `clrprof diff`: two functions that do the same fixed amount of arithmetic
 // per call. `Diff <steady> <changing>` calls Steady.Unit <steady> times and Changing.Unit
 // <changing> times: two runs that differ only in <changing> change one function's work by a
-// known factor and leave the other's as it was.
+// known factor and leave the other's as it was. Built with -p:Regressed=true (the REGRESSED
+// symbol), Changing.Run calls Changing.Unit twice per step: a second build that differs in one
+// function's work, as a regressed commit would.
 using System.Runtime.CompilerServices;
 
 namespace Diff;
@@ -45,7 +47,13 @@ public static class Changing
     public static long Run(int n)
     {
         long s = 0;
-        for (int i = 0; i < n; i++) s += Unit(i);
+        for (int i = 0; i < n; i++)
+        {
+            s += Unit(i);
+#if REGRESSED
+            s ^= Unit(i + 1);
+#endif
+        }
         return s;
     }
 

@@ -9,6 +9,9 @@
 //     part of Inlined's, and the runtime maps it to the line of the call.
 //   - NoPdbLib.NoPdb.Spin (no PDB) and EmbeddedLib.Embedded.Spin (embedded PDB) run n iterations.
 // Prints each loop's iteration count.
+//   Lines sites N M   instead: Sites.Caller calls Sites.Callee N times from one line and M times
+//   from another (for call-site lines of instrumented calls; keep N, M below 1,000 so that the
+//   loops stay in one code version, below the runtime's on-stack-replacement trigger).
 using System.Runtime.CompilerServices;
 
 namespace Lines;
@@ -43,10 +46,34 @@ public static class Loops
     }
 }
 
+public static class Sites
+{
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static long Callee(long i)
+    {
+        return i * 3 + 1;
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static long Caller(int n, int m)
+    {
+        long s = 0;
+        for (int i = 0; i < n; i++) s += Callee(i); // LINE:SITE_N
+        for (int i = 0; i < m; i++) s += Callee(-i); // LINE:SITE_M
+        Console.WriteLine($"calls from the first site: {n}, from the second: {m}");
+        return s;
+    }
+}
+
 public static class Program
 {
     public static int Main(string[] args)
     {
+        if (args.Length == 3 && args[0] == "sites")
+        {
+            Console.WriteLine($"sum: {Sites.Caller(int.Parse(args[1]), int.Parse(args[2]))}");
+            return 0;
+        }
         long n = (args.Length > 0 ? long.Parse(args[0]) : 150) * 1_000_000;
         ulong r = Loops.TwoLoops(n); // LINE:CALL
         r ^= Loops.Inlined(n);

@@ -30,8 +30,14 @@ fn run(threads: u64, per_thread: u64, exact: bool, cap: usize) -> (f64, f64, u64
             let w = Arc::clone(&w);
             std::thread::spawn(move || {
                 for i in 0..per_thread {
-                    let r =
-                        CpuSample { ts: i, os_tid: t as u32, stack: (i % 1000) as u32, count: 1, cpu_ns: 10_000_000 };
+                    let r = CpuSample {
+                        ts: i,
+                        os_tid: t as u32,
+                        stack: (i % 1000) as u32,
+                        count: 1,
+                        cpu_ns: 10_000_000,
+                        activity: 0,
+                    };
                     w.emit(&r.into());
                 }
             })

@@ -61,6 +61,9 @@ pub(crate) struct Config {
     pub(crate) server: Option<String>,
     /// `CLRPROF_TOKEN`: the collector's token. Never written to the trace.
     pub(crate) token: Option<String>,
+    /// `CLRPROF_TLS_CA`, `CLRPROF_TLS_CERT`, `CLRPROF_TLS_KEY`: with `CLRPROF_SERVER=tls://…`, the
+    /// CA to trust (default: the system's bundle) and a client certificate and key (mutual TLS).
+    pub(crate) tls: crate::writer::TlsFiles,
     /// `CLRPROF_PROCESS`: only profile processes matching one of these globs (`;`-separated; `*`
     /// and `?`), tried on the executable's name, the main assembly's file name and the command
     /// line. Default: every process.
@@ -141,6 +144,7 @@ impl Default for Config {
             labels: Vec::new(),
             server: None,
             token: None,
+            tls: Default::default(),
             process: Vec::new(),
             cache_dir: None,
             metadata_importer: false,
@@ -287,18 +291,24 @@ impl Config {
         }
         if let Some(v) = get("CLRPROF_SERVER").filter(|v| !v.trim().is_empty()) {
             let v = v.trim();
-            match v.rsplit_once(':') {
+            match v.strip_prefix("tls://").unwrap_or(v).rsplit_once(':') {
                 Some((host, port)) if !host.is_empty() && port.parse::<u16>().map(|p| p > 0).unwrap_or(false) => {
                     c.server = Some(v.to_string())
                 }
                 _ => more.push(ConfigProblem {
                     variable: "CLRPROF_SERVER",
                     value: v.to_string(),
-                    reason: "expected ADDR:PORT; writing the trace file instead".into(),
+                    reason: "expected [tls://]ADDR:PORT; writing the trace file instead".into(),
                 }),
             }
         }
         c.token = get("CLRPROF_TOKEN").filter(|v| !v.is_empty());
+        let file = |n: &str| get(n).filter(|v| !v.trim().is_empty()).map(|v| v.trim().to_string());
+        c.tls = crate::writer::TlsFiles {
+            ca: file("CLRPROF_TLS_CA"),
+            cert: file("CLRPROF_TLS_CERT"),
+            key: file("CLRPROF_TLS_KEY"),
+        };
         c.process = list(get("CLRPROF_PROCESS"));
         c.cache_dir = get("CLRPROF_CACHE_DIR").filter(|v| !v.trim().is_empty());
         if let Some(v) = get("CLRPROF_METADATA") {
@@ -568,6 +578,16 @@ mod tests {
         assert!(p.is_empty());
         assert_eq!((c.server.as_deref(), c.token.as_deref()), (Some("127.0.0.1:7878"), Some("s3cret")));
         assert!(c.describe().contains("server=127.0.0.1:7878") && !c.describe().contains("s3cret"));
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_SERVER", "tls://collector.example:7878"),
+            ("CLRPROF_TLS_CA", "/etc/ca.pem"),
+            ("CLRPROF_TLS_CERT", " "),
+        ]));
+        assert!(p.is_empty());
+        assert_eq!(c.server.as_deref(), Some("tls://collector.example:7878"));
+        assert_eq!((c.tls.ca.as_deref(), c.tls.cert.as_deref()), (Some("/etc/ca.pem"), None));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", "tls://nohost")]));
+        assert!(c.server.is_none() && p[0].to_string().contains("[tls://]ADDR:PORT"), "{p:?}");
         for bad in ["nohost", ":80", "host:0", "host:http", "host:99999"] {
             let (c, p) = Config::from_lookup(env(&[("CLRPROF_SERVER", bad)]));
             assert_eq!(c.server, None, "{bad}");

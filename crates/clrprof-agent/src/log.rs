@@ -3,20 +3,24 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
-static LOG: OnceLock<Mutex<File>> = OnceLock::new();
+/// The open log file. Each session's start replaces it: an attach session after an earlier one
+/// in the same process (the library stays loaded) logs to the file that session names.
+static LOG: Mutex<Option<File>> = Mutex::new(None);
 
 /// Opens the log file (appending). Errors are ignored: logging must never stop the app.
 pub(crate) fn init(path: &str) {
     if let Ok(f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-        let _ = LOG.set(Mutex::new(f));
+        if let Ok(mut l) = LOG.lock() {
+            *l = Some(f);
+        }
     }
 }
 
 pub(crate) fn write(level: &str, args: std::fmt::Arguments<'_>) {
-    if let Some(m) = LOG.get() {
-        if let Ok(mut f) = m.lock() {
+    if let Ok(mut l) = LOG.lock() {
+        if let Some(f) = l.as_mut() {
             let ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())

@@ -53,6 +53,29 @@ pub(crate) fn own_cpu_ns() -> u64 {
 pub(crate) struct StatFiles {
     files: HashMap<u32, std::fs::File>,
     schedstat: HashMap<u32, std::fs::File>,
+    syscall: HashMap<u32, std::fs::File>,
+}
+
+/// Where a thread off the CPU waits in the kernel: its system call's number and first argument
+/// (the futex, the file descriptor) and its user stack pointer and instruction pointer at the
+/// call (`/proc/self/task/<tid>/syscall`). The same site twice on one thread is the same wait
+/// reached through the same call chain: the stack pointer pins the depth of the frames above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WaitSite {
+    pub(crate) nr: u64,
+    pub(crate) arg1: u64,
+    pub(crate) sp: u64,
+    pub(crate) pc: u64,
+}
+
+/// The [`WaitSite`] in a `syscall` file's text: None while the thread runs (`running`) or when it
+/// was preempted outside a system call (`-1 SP PC`).
+pub(crate) fn parse_wait_site(text: &str) -> Option<WaitSite> {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [nr, arg1, _, _, _, _, _, sp, pc] = fields.as_slice() else { return None };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let site = WaitSite { nr: nr.parse().ok()?, arg1: hex(arg1)?, sp: hex(sp)?, pc: hex(pc)? };
+    (site.sp != 0 && site.pc != 0).then_some(site)
 }
 
 /// Most stat files kept open.
@@ -92,9 +115,25 @@ impl StatFiles {
         text.split_ascii_whitespace().nth(1)?.parse().ok()
     }
 
+    /// Where the thread waits in a system call now ([`WaitSite`]); None while it runs.
+    pub(crate) fn wait_site(&mut self, tid: u32) -> Option<WaitSite> {
+        use std::os::unix::fs::FileExt;
+        if !self.syscall.contains_key(&tid) {
+            if self.syscall.len() >= MAX_STAT_FILES {
+                self.syscall.clear();
+            }
+            let f = std::fs::File::open(format!("/proc/self/task/{tid}/syscall")).ok()?;
+            self.syscall.insert(tid, f);
+        }
+        let mut buf = [0u8; 256];
+        let n = self.syscall.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        parse_wait_site(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
     pub(crate) fn forget(&mut self, tid: u32) {
         self.files.remove(&tid);
         self.schedstat.remove(&tid);
+        self.syscall.remove(&tid);
     }
 }
 
@@ -219,5 +258,27 @@ mod tests {
         assert_eq!(super::parse_syscall_sp(blocked), Some(0x7f0000080f00));
         assert_eq!(super::parse_syscall_sp("-1 0x7ffc00020ff8 0x7f43ca2c010\n"), Some(0x7ffc00020ff8));
         assert_eq!(super::parse_syscall_sp("running\n"), None);
+    }
+
+    #[test]
+    fn wait_sites_of_threads_in_a_system_call() {
+        use super::{parse_wait_site, WaitSite};
+        let blocked = "202 0x7f00000010a0 0x80 0x0 0x0 0x0 0x0 0x7f0000080f00 0x7f43ca2c010\n";
+        let site = WaitSite { nr: 202, arg1: 0x7f00000010a0, sp: 0x7f0000080f00, pc: 0x7f43ca2c010 };
+        assert_eq!(parse_wait_site(blocked), Some(site));
+        // Preempted outside a system call, running, or unreadable: no site.
+        assert_eq!(parse_wait_site("-1 0x7ffc00020ff8 0x7f43ca2c010\n"), None);
+        assert_eq!(parse_wait_site("running\n"), None);
+        assert_eq!(parse_wait_site("202 0x10 0x80 0x0 0x0 0x0\n"), None);
+        // A real one: this thread's sleeping helper is in a system call, with its stack there.
+        let child = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(300)));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut files = super::StatFiles::default();
+        let tid = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&t| files.wait_site(t).is_some_and(|s| s.nr == libc::SYS_clock_nanosleep as u64));
+        assert!(tid.is_some(), "no thread found sleeping in clock_nanosleep");
+        child.join().unwrap();
     }
 }

@@ -52,9 +52,99 @@ impl Sink {
     fn write_all(&mut self, b: &[u8]) -> std::io::Result<()> {
         match self {
             Sink::File(f) => f.write_all(b),
-            Sink::Remote(r) => send_all(&r.stream, b),
+            Sink::Remote(r) => r.send(b),
         }
     }
+}
+
+/// The TLS files of a `tls://` collector (`CLRPROF_TLS_CA`, `CLRPROF_TLS_CERT`, `CLRPROF_TLS_KEY`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+/// The socket as rustls reads and writes it: writes through [`send_all`] (no SIGPIPE in the host).
+struct Sock<'a>(&'a std::net::TcpStream);
+
+impl std::io::Read for Sock<'_> {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        std::io::Read::read(&mut &*self.0, b)
+    }
+}
+
+impl Write for Sock<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        send_all(self.0, b).map(|_| b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encrypts all of `b` and sends it; never reads (a write never waits for the collector to speak).
+fn tls_send(c: &mut rustls::ClientConnection, stream: &std::net::TcpStream, mut b: &[u8]) -> std::io::Result<()> {
+    let mut sock = Sock(stream);
+    while !b.is_empty() {
+        let n = c.writer().write(b)?;
+        b = &b[n..];
+        let mut sent = false;
+        while c.wants_write() {
+            c.write_tls(&mut sock)?;
+            sent = true;
+        }
+        if n == 0 && !sent {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+    }
+    // What is still queued (a close_notify).
+    while c.wants_write() {
+        c.write_tls(&mut sock)?;
+    }
+    Ok(())
+}
+
+/// The PEM certificates of a file.
+fn pem_certs(path: &str) -> std::io::Result<Vec<rustls::Certificate>> {
+    let f = std::fs::File::open(path).map_err(|e| std::io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    let certs = rustls_pemfile::certs(&mut std::io::BufReader::new(f))?;
+    if certs.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{path}: no CERTIFICATE")));
+    }
+    Ok(certs.into_iter().map(rustls::Certificate).collect())
+}
+
+/// The client configuration of a `tls://` collector: the CA of `CLRPROF_TLS_CA` (else the
+/// system's bundle) and, for mutual TLS, the client certificate and key.
+fn tls_config(files: &TlsFiles) -> std::io::Result<std::sync::Arc<rustls::ClientConfig>> {
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = files.ca.as_deref().unwrap_or("/etc/ssl/certs/ca-certificates.crt");
+    for c in pem_certs(ca)? {
+        // A system bundle may hold certificates rustls cannot parse: skipped, as browsers do.
+        if roots.add(&c).is_err() && files.ca.is_some() {
+            return Err(bad(format!("{ca}: an invalid certificate")));
+        }
+    }
+    let b = rustls::ClientConfig::builder().with_safe_defaults().with_root_certificates(roots);
+    let cfg = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            let f = std::fs::File::open(key).map_err(|e| std::io::Error::new(e.kind(), format!("{key}: {e}")))?;
+            let k = rustls_pemfile::read_all(&mut std::io::BufReader::new(f))?
+                .into_iter()
+                .find_map(|i| match i {
+                    rustls_pemfile::Item::PKCS8Key(k)
+                    | rustls_pemfile::Item::RSAKey(k)
+                    | rustls_pemfile::Item::ECKey(k) => Some(rustls::PrivateKey(k)),
+                    _ => None,
+                })
+                .ok_or_else(|| bad(format!("{key}: no PRIVATE KEY")))?;
+            b.with_single_cert(pem_certs(cert)?, k).map_err(|e| bad(format!("{cert}: {e}")))?
+        }
+        _ => b.with_no_client_auth(),
+    };
+    Ok(std::sync::Arc::new(cfg))
 }
 
 /// Opens the local trace file when the collector goes: the file and its path.
@@ -72,6 +162,8 @@ const KEEP_CAP: usize = 256 << 20;
 /// A stream to the collector.
 pub struct Remote {
     stream: std::net::TcpStream,
+    /// The TLS session of a `tls://` collector (boxed: a session is large, a plain stream is not).
+    tls: Option<Box<rustls::ClientConnection>>,
     server: String,
     fallback: OpenFallback,
     /// The definition records sent so far, encoded (see `clrprof_trace::wire::is_definition`).
@@ -103,14 +195,21 @@ fn send_all(stream: &std::net::TcpStream, mut b: &[u8]) -> std::io::Result<()> {
 }
 
 impl Remote {
-    /// Connects to `server` (`ADDR:PORT`), sends the hello and waits for the collector's answer.
-    /// Bounded by [`CONNECT_TIMEOUT`] per address and [`ANSWER_TIMEOUT`].
+    /// Connects to `server` (`ADDR:PORT`, or `tls://ADDR:PORT` for TLS checked against `tls`'s
+    /// CA), sends the hello and waits for the collector's answer. Bounded by [`CONNECT_TIMEOUT`]
+    /// per address and [`ANSWER_TIMEOUT`] (the TLS handshake included). A failed handshake is an
+    /// error like an unreachable collector: the caller writes the file instead.
     pub fn connect(
         server: &str,
+        tls: &TlsFiles,
         hello: &clrprof_trace::wire::Hello,
         fallback: OpenFallback,
     ) -> std::io::Result<Remote> {
         use std::net::ToSocketAddrs;
+        let (server, secure) = match server.strip_prefix("tls://") {
+            Some(s) => (s, true),
+            None => (server, false),
+        };
         let mut last = std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{server}: no address"));
         let mut stream = None;
         for a in server.to_socket_addrs()? {
@@ -126,9 +225,25 @@ impl Remote {
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(ANSWER_TIMEOUT))?;
         stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
-        send_all(&stream, &hello.encode())?;
         let mut answer = [0u8; 9];
-        std::io::Read::read_exact(&mut &stream, &mut answer)?;
+        let mut session = None;
+        if secure {
+            let host = server.rsplit_once(':').map_or(server, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::ServerName::try_from(host)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+            let mut c = rustls::ClientConnection::new(tls_config(tls)?, name).map_err(std::io::Error::other)?;
+            let mut sock = Sock(&stream);
+            while c.is_handshaking() {
+                c.complete_io(&mut sock)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
+            }
+            tls_send(&mut c, &stream, &hello.encode())?;
+            std::io::Read::read_exact(&mut rustls::Stream::new(&mut c, &mut sock), &mut answer)?;
+            session = Some(Box::new(c));
+        } else {
+            send_all(&stream, &hello.encode())?;
+            std::io::Read::read_exact(&mut &stream, &mut answer)?;
+        }
         let (status, run) = clrprof_trace::wire::decode_answer(&answer);
         if status != clrprof_trace::wire::status::ACCEPTED {
             return Err(std::io::Error::new(
@@ -137,8 +252,17 @@ impl Remote {
             ));
         }
         stream.set_write_timeout(Some(SEND_TIMEOUT))?;
-        crate::log_info!("streaming to the collector at {server} as run {run}");
-        Ok(Remote { stream, server: server.to_string(), fallback, kept: Vec::new(), keeping: true })
+        let how = if secure { " over TLS" } else { "" };
+        crate::log_info!("streaming to the collector at {server}{how} as run {run}");
+        Ok(Remote { stream, tls: session, server: server.to_string(), fallback, kept: Vec::new(), keeping: true })
+    }
+
+    /// Sends bytes of the trace (encrypted on a `tls://` stream).
+    fn send(&mut self, b: &[u8]) -> std::io::Result<()> {
+        match &mut self.tls {
+            None => send_all(&self.stream, b),
+            Some(c) => tls_send(c, &self.stream, b),
+        }
     }
 
     /// Keeps the definition records of a payload that was sent.
@@ -548,7 +672,7 @@ impl Writer {
         let block = encode_block(payload);
         let Ok(mut sink) = self.sink.lock() else { return };
         let ok = match sink.as_mut() {
-            Some(Sink::Remote(r)) => match send_all(&r.stream, &block) {
+            Some(Sink::Remote(r)) => match r.send(&block) {
                 Ok(()) => {
                     r.keep(payload);
                     true
@@ -602,6 +726,10 @@ impl Writer {
                 }
                 // The collector sees the end of a complete stream.
                 Some(Sink::Remote(r)) => {
+                    if let Some(c) = &mut r.tls {
+                        c.send_close_notify();
+                        let _ = tls_send(c, &r.stream, &[]);
+                    }
                     let _ = r.stream.shutdown(std::net::Shutdown::Write);
                 }
                 None => {}
@@ -776,7 +904,7 @@ mod tests {
         use std::io::Read;
         let start: Record = ProcessStart { pid: 9, ..Default::default() }.into();
         let named: Record = ThreadNamed { ts: 1, id: 1, name: "main".into() }.into();
-        let sample: Record = CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into();
+        let sample: Record = CpuSample { ts: 2, os_tid: 1, stack: 0, count: 1, cpu_ns: 10, activity: 0 }.into();
         // The collector takes the header and the first two blocks, then vanishes.
         let sent =
             16 + clrprof_trace::encode_records([&start]).len() + clrprof_trace::encode_records([&named, &sample]).len();
@@ -796,6 +924,7 @@ mod tests {
         let hello = Hello { host: "h".into(), pid: 9, command: "app".into(), ..Default::default() };
         let remote = Remote::connect(
             &addr,
+            &TlsFiles::default(),
             &hello,
             Box::new(move || Ok((std::fs::File::create(&p2)?, p2.display().to_string()))),
         )
@@ -811,7 +940,7 @@ mod tests {
         assert_eq!(recs, vec![start, named, sample], "the trace follows the hello");
         // The collector is gone: keep writing until the socket reports it.
         for i in 0..200u64 {
-            w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10 }.into());
+            w.emit(&CpuSample { ts: 10 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 10, activity: 0 }.into());
             w.flush();
             if path.exists() {
                 break;

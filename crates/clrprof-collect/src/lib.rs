@@ -7,6 +7,7 @@
 mod postgres;
 mod server;
 mod sqlite;
+pub mod tls;
 
 use std::sync::Arc;
 

@@ -32,6 +32,7 @@ pub struct CollectorBuilder {
     store: Option<Arc<dyn RunStore>>,
     observers: Vec<Arc<dyn RunObserver>>,
     log: Option<Arc<LogFn>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// Why a collector cannot start.
@@ -79,6 +80,12 @@ impl CollectorBuilder {
     }
 
     /// Adds a sink that sees every run (see [`RunObserver`]: implementations queue, never block).
+    /// Serves TLS with this configuration ([`crate::tls::server_config`]) instead of plain TCP.
+    pub fn tls(mut self, cfg: Option<Arc<rustls::ServerConfig>>) -> Self {
+        self.tls = cfg;
+        self
+    }
+
     pub fn observer(mut self, o: Arc<dyn RunObserver>) -> Self {
         self.observers.push(o);
         self
@@ -129,6 +136,7 @@ impl CollectorBuilder {
                 log,
                 active: Mutex::new(HashMap::new()),
                 connections: AtomicUsize::new(0),
+                tls: self.tls,
             }),
         })
     }
@@ -155,7 +163,12 @@ struct Inner {
     /// Streams being received, by (host, pid).
     active: Mutex<HashMap<(String, u32), RunId>>,
     connections: AtomicUsize,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// A connection's byte stream: the TCP stream itself, or TLS over it.
+trait Conn: Read + Write + Send {}
+impl<T: Read + Write + Send> Conn for T {}
 
 impl Collector {
     pub fn builder() -> CollectorBuilder {
@@ -166,6 +179,7 @@ impl Collector {
             store: None,
             observers: Vec::new(),
             log: None,
+            tls: None,
         }
     }
 
@@ -231,9 +245,25 @@ impl Inner {
         }
     }
 
-    fn connection(&self, mut stream: TcpStream, peer: &str) {
-        let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-        keepalive(&stream);
+    fn connection(&self, tcp: TcpStream, peer: &str) {
+        let _ = tcp.set_read_timeout(Some(HELLO_TIMEOUT));
+        keepalive(&tcp);
+        // With TLS the handshake happens on the first read, within the hello's time limit; a
+        // failed handshake (wrong CA, no client certificate) is logged as the hello's error.
+        let io: std::io::Result<Box<dyn Conn>> = match &self.tls {
+            None => tcp.try_clone().map(|s| Box::new(s) as Box<dyn Conn>),
+            Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
+                Ok(c) => tcp.try_clone().map(|s| Box::new(rustls::StreamOwned::new(c, s)) as Box<dyn Conn>),
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+        };
+        let mut stream = match io {
+            Ok(s) => s,
+            Err(e) => {
+                self.log(&format!("connection from {peer} dropped: {e}"));
+                return;
+            }
+        };
         let hello = match Hello::read(&mut stream) {
             Ok(h) => h,
             Err(e) => {
@@ -300,8 +330,9 @@ impl Inner {
         };
         self.observe(|o| o.run_started(&info));
         self.log(&format!("run {id}: pid {} on {} started ({peer})", info.pid, info.host));
-        let (state, reason, bytes) = self.receive(&mut stream, id);
-        let _ = stream.shutdown(std::net::Shutdown::Both);
+        let (state, reason, bytes) = self.receive(&mut stream, &tcp, id);
+        drop(stream);
+        let _ = tcp.shutdown(std::net::Shutdown::Both);
         if let Err(e) = self.store.finish(id, &RunEnd { end: now_ms(), state, reason: reason.clone() }) {
             self.log(&format!("run {id}: cannot record its end: {e}"));
         }
@@ -318,10 +349,10 @@ impl Inner {
     }
 
     /// Reads the trace to its end; returns how the run ended and the bytes stored.
-    fn receive(&self, stream: &mut TcpStream, id: RunId) -> (RunState, Option<String>, u64) {
+    fn receive(&self, stream: &mut dyn Conn, tcp: &TcpStream, id: RunId) -> (RunState, Option<String>, u64) {
         // An agent may stay quiet for long stretches (an idle app): no read timeout once the
         // trace has begun.
-        let _ = stream.set_read_timeout(None);
+        let _ = tcp.set_read_timeout(None);
         let mut decoder = StreamDecoder::new();
         let mut records = Vec::new();
         let mut buf = vec![0u8; 256 << 10];
@@ -334,6 +365,9 @@ impl Inner {
                 Ok(0) => break Outcome::Eof,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // A TLS stream closed without close_notify: the end of the stream like any other
+                // (the trace's own blocks and its AgentStop record say whether it was whole).
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && self.tls.is_some() => break Outcome::Eof,
                 Err(e) => break Outcome::Failed(format!("connection lost: {e}")),
             };
             pending.extend_from_slice(&buf[..n]);
@@ -383,7 +417,7 @@ impl Inner {
         (state, reason, stored)
     }
 
-    fn exit_notice(&self, stream: &mut TcpStream, hello: &Hello) {
+    fn exit_notice(&self, stream: &mut dyn Conn, hello: &Hello) {
         let key = (hello.host.clone(), hello.pid);
         let deadline = Instant::now() + EXIT_WAIT;
         while Instant::now() < deadline && self.active.lock().map(|a| a.contains_key(&key)).unwrap_or(false) {

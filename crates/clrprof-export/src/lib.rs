@@ -1,5 +1,5 @@
 //! The profile's stacks in the formats other tools read (folded stacks, flame graphs, speedscope,
-//! pprof, Chrome/Perfetto timelines, the Firefox Profiler). Every format is an [`Exporter`] over the
+//! pprof, Chrome/Perfetto timelines, the Firefox Profiler, OpenTelemetry profiles). Every format is an [`Exporter`] over the
 //! same [`ExportInput`]: the query layer's stacks for one weight, merged over the selected threads
 //! and per thread.
 #![forbid(unsafe_code)]
@@ -8,6 +8,7 @@ mod chrome;
 mod collapsed;
 mod firefox;
 mod flamegraph;
+pub mod otlp;
 pub mod pprof;
 mod speedscope;
 
@@ -21,6 +22,7 @@ pub use chrome::Chrome;
 pub use collapsed::Collapsed;
 pub use firefox::Firefox;
 pub use flamegraph::{FlameHtml, FlameSvg};
+pub use otlp::Otlp;
 pub use pprof::Pprof;
 pub use speedscope::Speedscope;
 
@@ -34,6 +36,7 @@ pub enum ExportFormat {
     Pprof,
     Chrome,
     Firefox,
+    Otlp,
 }
 
 /// One output format: its `--format` name and what it holds.
@@ -45,7 +48,7 @@ pub struct FormatInfo {
 }
 
 /// Every output format, in the order `--help` lists them.
-pub const FORMATS: [FormatInfo; 7] = [
+pub const FORMATS: [FormatInfo; 8] = [
     FormatInfo {
         format: ExportFormat::Collapsed,
         name: "collapsed",
@@ -76,6 +79,11 @@ pub const FORMATS: [FormatInfo; 7] = [
         format: ExportFormat::Firefox,
         name: "firefox",
         help: "The Firefox Profiler's format (profiler.firefox.com): threads, samples with stacks, GC and exception markers",
+    },
+    FormatInfo {
+        format: ExportFormat::Otlp,
+        name: "otlp",
+        help: "OpenTelemetry profiles (OTLP v1development ExportProfilesServiceRequest, binary protobuf): one profile per sample type",
     },
 ];
 
@@ -149,6 +157,7 @@ pub fn exporter(f: ExportFormat) -> Box<dyn Exporter> {
         ExportFormat::Pprof => Box::new(Pprof),
         ExportFormat::Chrome => Box::new(Chrome),
         ExportFormat::Firefox => Box::new(Firefox),
+        ExportFormat::Otlp => Box::new(Otlp),
     }
 }
 

@@ -40,6 +40,7 @@ fn profile() -> Profile {
                 weight: clrprof_model::samples::SampleWeight::Cpu,
                 count: 1,
                 ns: 1_000_000,
+                flow: 0,
             });
         }
     }
@@ -163,4 +164,25 @@ fn folded_stacks_keep_lines_apart() {
         text,
         "App.Main (Program.cs:5);App.Work (Work.cs:10) 3\nApp.Main (Program.cs:5);App.Work (Work.cs:12) 1\n"
     );
+}
+
+#[test]
+fn otlp_locations_carry_lines_under_one_function_per_method() {
+    use prost::Message;
+    let raw = otlp::encode(&profile(), &Threads::all()).0;
+    let r = otlp::proto::ExportProfilesServiceRequest::decode(raw.as_slice()).unwrap();
+    let d = r.dictionary.unwrap();
+    let s = |i: i32| d.string_table[i as usize].clone();
+    // Two functions (and the zero entry), one per method, named with their source file.
+    let funcs: Vec<(String, String)> =
+        d.function_table.iter().skip(1).map(|f| (s(f.name_strindex), s(f.filename_strindex))).collect();
+    assert_eq!(funcs, [("App.Work".into(), "/src/Work.cs".into()), ("App.Main".into(), "/src/Program.cs".into())]);
+    let mut lines: Vec<(String, i64)> = d
+        .location_table
+        .iter()
+        .skip(1)
+        .map(|l| (s(d.function_table[l.line[0].function_index as usize].name_strindex), l.line[0].line))
+        .collect();
+    lines.sort();
+    assert_eq!(lines, [("App.Main".into(), 5), ("App.Work".into(), 10), ("App.Work".into(), 12)]);
 }

@@ -90,13 +90,13 @@ const COST_TYPES: [SampleType; 7] = [
 ];
 
 /// One pprof sample before encoding: its stack, values and labels.
-struct Row {
-    stack: StackId,
-    values: Vec<i64>,
-    labels: Vec<(String, Label)>,
+pub(crate) struct Row {
+    pub stack: StackId,
+    pub values: Vec<i64>,
+    pub labels: Vec<(String, Label)>,
 }
 
-enum Label {
+pub(crate) enum Label {
     Str(String),
     Num(u64),
 }
@@ -131,19 +131,24 @@ pub fn encode(p: &Profile, threads: &Threads, default: Metric) -> Vec<u8> {
     encode_types(p, threads, None, sample_type_name(default)).0
 }
 
-/// The encoded (not yet compressed) profile of `p` for a thread selection with only the sample
-/// types named in `only` (all the trace holds when `None`; names as in [`sample_type_name`], plus
-/// `samples`, `exceptions`, `contentions` and `delay`), `default` as the default sample type and
-/// period type. Samples whose kept values are all zero are left out. Returns the bytes and the
-/// number of samples.
-pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, default: &str) -> (Vec<u8>, usize) {
+/// The samples of a profile as every sample-type exporter sees them: the sample types the trace
+/// holds (name, unit) and one row per (thread, stack), exception site stack and contention stack.
+pub(crate) struct Rows {
+    pub types: Vec<(&'static str, &'static str)>,
+    pub rows: Vec<Row>,
+}
+
+/// The rows of `p` for a thread selection with only the sample types named in `only` (all the
+/// trace holds when `None`). Rows whose kept values are all zero are left out.
+pub(crate) fn rows(p: &Profile, threads: &Threads, only: Option<&[&str]>) -> Rows {
     let totals = select::totals_for(p, threads);
     // Which cost sample types the trace holds.
     let present: Vec<usize> = (0..COST_TYPES.len()).filter(|&i| (COST_TYPES[i].of)(&totals) > 0).collect();
     let with_events = threads.is_all();
     let exceptions = with_events && p.events.exceptions.iter().any(|e| !e.stacks.is_empty() && e.thrown > 0);
     let contention = with_events && p.events.contentions.iter().any(|c| !c.stacks.is_empty());
-    let mut types: Vec<(&str, &str)> = present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
+    let mut types: Vec<(&'static str, &'static str)> =
+        present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
     let exc_at = types.len();
     if exceptions {
         types.push((Metric::Exceptions.pprof_name(), "count"));
@@ -205,6 +210,16 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         r.values = keep.iter().map(|&i| r.values[i]).collect();
     }
     rows.retain(|r| r.values.iter().any(|&v| v != 0));
+    Rows { types, rows }
+}
+
+/// The encoded (not yet compressed) profile of `p` for a thread selection with only the sample
+/// types named in `only` (all the trace holds when `None`; names as in [`sample_type_name`], plus
+/// `samples`, `exceptions`, `contentions` and `delay`), `default` as the default sample type and
+/// period type. Samples whose kept values are all zero are left out. Returns the bytes and the
+/// number of samples.
+pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, default: &str) -> (Vec<u8>, usize) {
+    let Rows { types, rows } = rows(p, threads, only);
 
     let mut strings = Strings::new();
     let mut out = Pb::default();

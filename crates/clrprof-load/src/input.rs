@@ -86,6 +86,9 @@ pub struct ReadOptions {
     /// Resolve managed frames to source lines from the modules' PDBs (frames per function, file
     /// and line; see `clrprof_model::lines`).
     pub lines: bool,
+    /// Resolve the call sites of instrumented calls to source lines (the callers view), even
+    /// without `lines`.
+    pub call_site_lines: bool,
     /// Imported files: the CPU time one sample stands for.
     pub import: ImportOptions,
     /// The run store `run:ID` is read from (`None`: the default store).
@@ -108,7 +111,8 @@ pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, O
     if loader.format() != Format::Trace && !read.range.is_all() {
         return Err(InputError::NoTimestamps { path: path.display().to_string(), format: loader.format().name() });
     }
-    let symbols =
-        Symbolizer::new(read.native_symbols, read.debug_dirs.clone()).with_lines(read.lines, read.debug_dirs.clone());
+    let symbols = Symbolizer::new(read.native_symbols, read.debug_dirs.clone())
+        .with_lines(read.lines, read.debug_dirs.clone())
+        .with_call_site_lines(read.call_site_lines, read.debug_dirs.clone());
     Ok((loader.into_profile(read.range, &mut *symbols.resolver()), diagnostics.truncation))
 }

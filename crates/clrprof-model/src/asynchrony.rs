@@ -30,7 +30,12 @@
 //!
 //! **Idle.** Wall samples of threads parked waiting for work (the thread pool's workers and its
 //! gate thread, the timer thread, the socket engine's event loop) go under a root frame
-//! [`IDLE`] so that views can leave them out.
+//! [`IDLE`] so that views can leave them out; so do those of the runtime's own threads that wait
+//! in native code with no managed frame to walk (the finalizer, the tiered compilation worker:
+//! named `.NET …` in the trace), as `[idle];[runtime wait] .NET Finalizer`.
+//!
+//! **Measured wall time of segments** ([`segment_wall`]): the wall samples joined to a segment get
+//! the segment's time as its events measured it, split among their frames as sampled.
 //!
 //! **For the requests view** ([`AsyncIndex::flow_at`], [`AsyncIndex::awaits`]): the EventSource
 //! activity id (`TasksFlowActivityIds`) a thread works for at a time, and each await with the
@@ -44,7 +49,8 @@ use clrprof_trace::Record;
 
 use crate::fasthash::FxHashMap;
 use crate::profile::Profile;
-use crate::samples::{SampleWeight, TimedSample};
+use crate::samples::{SampleWeight, TimedSample, NOT_WALKABLE};
+use crate::segment_wall;
 use crate::stacks::{Cost, FrameId, FrameKey, StackId};
 
 /// The marker frame where a stack crosses an `await` into the code it resumed.
@@ -55,6 +61,9 @@ pub const TASK: &str = "[task]";
 pub const AWAIT_PREFIX: &str = "[await] ";
 /// The root frame of idle threads' wall samples.
 pub const IDLE: &str = "[idle]";
+/// Under [`IDLE`], the frame of a runtime thread that waits in native code, no managed frame to
+/// walk (`[runtime wait] .NET Finalizer`).
+pub const RUNTIME_WAIT: &str = "[runtime wait] ";
 /// Deepest chain of origins followed (a guard against damaged traces).
 const MAX_CHAIN: usize = 64;
 /// The window of a thread's first sample record (its samples since the sampler started).
@@ -118,6 +127,16 @@ impl TaskData {
         // Per (thread, weight): the last time of its sample records before the current one.
         let mut rounds: FxHashMap<(u32, bool), (u64, u64)> = FxHashMap::default();
         let mut dropped: Vec<(u32, StackId, Cost)> = Vec::new();
+        let mut joins: Vec<segment_wall::WallJoin> = Vec::new();
+        // The runtime's own threads (named `.NET …` by it), whose walks find no managed frame
+        // while they wait for work in native code: the finalizer, the tiered compilation worker.
+        let runtime_waiters: FxHashMap<u32, String> = p
+            .threads
+            .iter()
+            .filter(|t| t.name.starts_with(".NET "))
+            .filter_map(|t| Some((t.os_tid?, t.name.clone())))
+            .collect();
+        let mut hidden: FxHashMap<u32, u64> = FxHashMap::default();
         for mut s in samples {
             let r = rounds.entry((s.os_tid, s.weight == SampleWeight::Cpu)).or_insert((0, s.ts));
             if r.1 != s.ts {
@@ -129,16 +148,30 @@ impl TaskData {
                 after = after.saturating_sub(WALL_SLACK_NS);
             }
             let frames = p.costs.stacks.frames_of(s.stack);
-            let logical = j.logical_in(p, s.os_tid, after, s.ts, &frames);
-            let idle = logical.is_none() && s.weight == SampleWeight::Wall && is_idle(p, &frames);
+            let joined = j.logical_in(p, s.os_tid, after, s.ts, &frames);
+            let class = joined.as_ref().and_then(|x| j.class_of(p, s.os_tid, x.1));
+            let logical = joined.map(|x| x.0);
+            let runtime_wait = runtime_waiters.get(&s.os_tid).filter(|_| is_not_walkable(p, &frames));
+            let idle =
+                logical.is_none() && s.weight == SampleWeight::Wall && (is_idle(p, &frames) || runtime_wait.is_some());
             if idle && hide_idle {
+                *hidden.entry(s.os_tid).or_default() += s.ns;
                 dropped.push((s.os_tid, s.stack, cost_of(&s)));
                 continue;
+            }
+            if s.weight == SampleWeight::Wall {
+                joins.push(segment_wall::WallJoin { sample: out.len(), os_tid: s.os_tid, class });
             }
             let logical = logical.or_else(|| {
                 idle.then(|| {
                     let idle = p.costs.stacks.intern_frame(FrameKey::Label(IDLE.into()));
-                    std::iter::once(idle).chain(frames.iter().copied()).collect()
+                    match runtime_wait {
+                        Some(name) => {
+                            let wait = p.costs.stacks.intern_frame(FrameKey::Label(format!("{RUNTIME_WAIT}{name}")));
+                            vec![idle, wait]
+                        }
+                        None => std::iter::once(idle).chain(frames.iter().copied()).collect(),
+                    }
                 })
             });
             if let Some(l) = logical {
@@ -158,9 +191,20 @@ impl TaskData {
             take_cost(p, tid, from, &c);
             p.costs.add(tid, to, &c);
         }
-        // Awaiting time: wall samples at the sampler's wall rate under `[await] <operation>`.
-        let rate = p.sampling.wall_rate_hz.max(p.sampling.cpu_rate_hz) as u64;
+        // Each segment's wall time as its events measured it, within the profile's window.
         let range = p.range;
+        let mut measured: FxHashMap<u32, u64> = FxHashMap::default();
+        let tids: Vec<u32> = index.segments.keys().copied().collect();
+        for tid in tids {
+            for (seg, d) in index.exclusive_ns(tid, range.from, range.to).into_iter().enumerate() {
+                if let (Some(d), Some(c)) = (d, j.class_of(p, tid, seg)) {
+                    *measured.entry(c).or_default() += d;
+                }
+            }
+        }
+        let rate = p.sampling.wall_rate_hz.max(p.sampling.cpu_rate_hz) as u64;
+        segment_wall::rescale(p, &mut out, &joins, &measured, &hidden, rate);
+        // Awaiting time: wall samples at the sampler's wall rate under `[await] <operation>`.
         let mut carries: FxHashMap<StackId, u128> = FxHashMap::default();
         for a in index.awaits.iter().filter(|a| a.leaf) {
             let (start, end) = (a.start.max(range.from), a.end.min(range.to));
@@ -182,7 +226,7 @@ impl TaskData {
             if count == 0 && ns == 0 {
                 continue;
             }
-            let s = TimedSample { ts: start, os_tid: a.os_tid, stack, weight: SampleWeight::Wall, count, ns };
+            let s = TimedSample { ts: start, os_tid: a.os_tid, stack, weight: SampleWeight::Wall, count, ns, flow: 0 };
             p.costs.add(a.os_tid, stack, &cost_of(&s));
             out.push(s);
         }
@@ -192,14 +236,14 @@ impl TaskData {
     }
 }
 
-fn cost_of(s: &TimedSample) -> Cost {
+pub(crate) fn cost_of(s: &TimedSample) -> Cost {
     match s.weight {
         SampleWeight::Cpu => Cost { cpu_samples: s.count as u64, cpu_ns: s.ns, ..Default::default() },
         SampleWeight::Wall => Cost { wall_samples: s.count as u64, wall_ns: s.ns, ..Default::default() },
     }
 }
 
-fn take_cost(p: &mut Profile, tid: u32, stack: StackId, c: &Cost) {
+pub(crate) fn take_cost(p: &mut Profile, tid: u32, stack: StackId, c: &Cost) {
     let Some(t) = p.costs.threads.iter_mut().find(|t| t.os_tid == tid) else { return };
     if let Some(x) = t.costs.get_mut(&stack) {
         x.cpu_samples = x.cpu_samples.saturating_sub(c.cpu_samples);
@@ -229,6 +273,15 @@ const IDLE_LOOPS: &[&str] = &[
     "System.Net.Sockets.SocketAsyncEngine.EventLoop",
     "System.Threading.PortableThreadPool+IOCompletionPoller.Poll",
 ];
+
+/// Whether a sample's stack is only the [`NOT_WALKABLE`] label (no frame was walked).
+fn is_not_walkable(p: &Profile, frames_root_first: &[FrameId]) -> bool {
+    match frames_root_first {
+        [] => true,
+        [f] => p.costs.stacks.frames[f.0 as usize].name == NOT_WALKABLE,
+        _ => false,
+    }
+}
 
 /// Whether a wall sample's stack is a thread parked waiting for work: one of [`IDLE_LOOPS`],
 /// not running a work item (no `ThreadPoolWorkQueue.Dispatch` frame), its innermost managed frame
@@ -311,6 +364,8 @@ struct Segment {
     parent: Option<usize>,
     /// The task (awaited task or started task) that opened it.
     task: u32,
+    /// Its end event was seen (else it runs to the last event).
+    closed: bool,
 }
 
 /// The task events indexed by thread and time (see the module's header).
@@ -361,6 +416,7 @@ impl AsyncIndex {
                     activity: e.activity,
                     parent: stack.last().copied(),
                     task,
+                    closed: false,
                 });
                 stack.push(segs.len() - 1);
             };
@@ -368,6 +424,7 @@ impl AsyncIndex {
                 if let Some(at) = stack.iter().rposition(|&s| matches(&segs[s])) {
                     for &s in &stack[at..] {
                         segs[s].end = e.ts;
+                        segs[s].closed = true;
                     }
                     stack.truncate(at);
                 }
@@ -450,6 +507,22 @@ impl AsyncIndex {
         }
     }
 
+    /// Each segment's time on `os_tid` within `[from, to)` less that of the segments nested in it,
+    /// by segment; None for a segment never closed.
+    fn exclusive_ns(&self, os_tid: u32, from: u64, to: u64) -> Vec<Option<u64>> {
+        let Some(segs) = self.segments.get(&os_tid) else { return Vec::new() };
+        let within = |s: &Segment| s.end.min(to).saturating_sub(s.start.max(from));
+        let mut out: Vec<Option<u64>> = segs.iter().map(|s| s.closed.then(|| within(s))).collect();
+        for s in segs {
+            if let Some(parent) = s.parent {
+                if let Some(x) = out[parent].as_mut() {
+                    *x = x.saturating_sub(within(s));
+                }
+            }
+        }
+        out
+    }
+
     /// Every `await` that ended, in order of its end.
     pub fn awaits(&self) -> &[AwaitSpan] {
         &self.awaits
@@ -465,6 +538,10 @@ struct Join<'a> {
     functions: HashMap<u64, String>,
     resumed: FrameId,
     task: FrameId,
+    /// The awaited operation of each `await` that ended, by its `TaskWaitBegin` event.
+    awaited: FxHashMap<usize, &'a str>,
+    /// Segment classes: (origin leaf frame, awaited operation) → number.
+    classes: FxHashMap<(FrameId, &'a str), u32>,
 }
 
 impl<'a> Join<'a> {
@@ -472,7 +549,17 @@ impl<'a> Join<'a> {
         let functions = p.functions.iter().map(|f| (f.id, f.name.clone())).collect();
         let resumed = p.costs.stacks.intern_frame(FrameKey::Label(RESUMED.into()));
         let task = p.costs.stacks.intern_frame(FrameKey::Label(TASK.into()));
-        Join { index, origins: FxHashMap::default(), leaves: FxHashMap::default(), functions, resumed, task }
+        let awaited = index.awaits.iter().map(|a| (a.begin, a.what.as_str())).collect();
+        Join {
+            index,
+            origins: FxHashMap::default(),
+            leaves: FxHashMap::default(),
+            functions,
+            resumed,
+            task,
+            awaited,
+            classes: FxHashMap::default(),
+        }
     }
 
     fn name(p: &Profile, f: FrameId) -> &str {
@@ -539,7 +626,7 @@ impl<'a> Join<'a> {
         after: u64,
         upto: u64,
         frames: &[FrameId],
-    ) -> Option<Vec<FrameId>> {
+    ) -> Option<(Vec<FrameId>, usize)> {
         let index = self.index;
         let segs = index.segments.get(&os_tid)?;
         let n = segs.partition_point(|s| s.start <= upto);
@@ -576,7 +663,7 @@ impl<'a> Join<'a> {
                 break;
             }
         }
-        found.into_iter().find_map(|(_, pos, c)| self.stitch(p, segs, c, frames, pos, 0))
+        found.into_iter().find_map(|(_, pos, c)| self.stitch(p, segs, c, frames, pos, 0).map(|l| (l, c)))
     }
 
     /// Where the body of each segment of `inner`'s chain starts in `frames`, outermost first:
@@ -698,6 +785,21 @@ impl<'a> Join<'a> {
             out.extend_from_slice(&frames[pos..]);
         }
         Some(Self::tidy(p, out))
+    }
+
+    /// The class of segment `seg` of `os_tid` (see [`segment_wall`]): the frame its work resumes
+    /// or starts from — the awaiting method of its `await` with the operation it awaited, the
+    /// creator of its task.
+    fn class_of(&mut self, p: &mut Profile, os_tid: u32, seg: usize) -> Option<u32> {
+        let s = self.index.segments.get(&os_tid)?.get(seg)?;
+        let (Origin::Await(Some(e)) | Origin::Task(Some(e))) = s.origin else { return None };
+        let what = match s.origin {
+            Origin::Await(_) => self.awaited.get(&e).copied().unwrap_or(""),
+            Origin::Task(_) => TASK,
+        };
+        let key = (self.origin_leaf(p, e, 0)?, what);
+        let n = self.classes.len() as u32;
+        Some(*self.classes.entry(key).or_insert(n))
     }
 
     /// The awaiting method's frame of an `await`'s stack (its leaf once the task library's frames

@@ -314,7 +314,9 @@ impl ProfileBuilder {
             | R::SampleStack(_)
             | R::CpuSample(_)
             | R::WallSample(_)
-            | R::SamplerStats(_) => {
+            | R::SamplerStats(_)
+            | R::SampleActivity(_)
+            | R::ActivityOffset(_) => {
                 if let R::CpuSample(c) = r {
                     self.last_ts = self.last_ts.max(c.ts);
                 }
@@ -482,7 +484,12 @@ impl ProfileBuilder {
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         p.index();
         p.costs.stacks = self.stacks.clone();
-        self.cct.add_to(&mut p.costs, range);
+        // Instrumented calls at their call sites' lines, in a profile built with lines.
+        let site_stacks = (symbols.call_site_lines() && !self.cct.sites().is_empty()).then(|| {
+            let lines = crate::lines::LineContext::new(&self.samples.il_maps, &p.functions, &p.modules);
+            crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
+        });
+        self.cct.add_to(&mut p.costs, range, site_stacks.as_deref());
         let with_tasks = !self.tasks.is_empty();
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);
@@ -614,13 +621,13 @@ mod tests {
         );
         b.add(&SampleStack { id: 1, ips: vec![0x104], functions: vec![10], activity: 0 }.into());
         // Thread 7: 3 s of CPU at 2 s (one second of slack), then 0.5 s more at 10 s: plausible.
-        b.add(&CpuSample { ts: 2 * S, os_tid: 7, stack: 1, count: 3, cpu_ns: 3 * S }.into());
-        b.add(&CpuSample { ts: 10 * S, os_tid: 7, stack: 1, count: 1, cpu_ns: S / 2 }.into());
+        b.add(&CpuSample { ts: 2 * S, os_tid: 7, stack: 1, count: 3, cpu_ns: 3 * S, activity: 0 }.into());
+        b.add(&CpuSample { ts: 10 * S, os_tid: 7, stack: 1, count: 1, cpu_ns: S / 2, activity: 0 }.into());
         // Thread 8: u64::MAX twice (damage): clamped to the run so far, 11 s.
-        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX }.into());
-        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX }.into());
+        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX, activity: 0 }.into());
+        b.add(&CpuSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, cpu_ns: u64::MAX, activity: 0 }.into());
         // Dated beyond 417 days: dropped.
-        b.add(&CpuSample { ts: 1 << 60, os_tid: 9, stack: 1, count: 1, cpu_ns: 5 }.into());
+        b.add(&CpuSample { ts: 1 << 60, os_tid: 9, stack: 1, count: 1, cpu_ns: 5, activity: 0 }.into());
         b.add(&WallSample { ts: 10 * S, os_tid: 8, stack: 1, count: 1, wall_ns: u64::MAX - 1 }.into());
         b.add(&ContentionStarted { ts: S, os_tid: 8, stack: vec![10] }.into());
         b.add(&ContentionEnded { ts: 2 * S, os_tid: 8, duration_ns: u64::MAX }.into());
@@ -786,7 +793,7 @@ mod tests {
             }
             .into(),
             SampleStack { id: 1, ips: vec![0x104], functions: vec![10], activity: 0 }.into(),
-            CpuSample { ts: 100, os_tid: 7, stack: 1, count: 2, cpu_ns: 20 }.into(),
+            CpuSample { ts: 100, os_tid: 7, stack: 1, count: 2, cpu_ns: 20, activity: 0 }.into(),
             gc(200, 0),
             RuntimeSuspended { ts: 200, os_tid: 1, reason: 1 }.into(),
             RuntimeResumed { ts: 250, os_tid: 1 }.into(),
@@ -804,7 +811,7 @@ mod tests {
             ContentionEnded { ts: 1_300, os_tid: 8, duration_ns: 1_000 }.into(),
             ContentionStarted { ts: 1_400, os_tid: 9, stack: vec![10] }.into(),
             ContentionEnded { ts: 1_500, os_tid: 9, duration_ns: 100 }.into(),
-            CpuSample { ts: 1_600, os_tid: 7, stack: 1, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 1_600, os_tid: 7, stack: 1, count: 1, cpu_ns: 10, activity: 0 }.into(),
             gc(1_700, 0),
             end(1_750),
             AllocationCounts { ts: 1_800, class: 5, type_name: "T".into(), count: 1, bytes: 32 }.into(),

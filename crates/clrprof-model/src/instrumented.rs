@@ -73,8 +73,11 @@ pub const CALL_TREE_CAPPED: &str = "[call tree capped]";
 /// decoded one took 48, so an instrumented trace is held in less memory than its size.
 #[derive(Clone, Default)]
 pub struct CctIngest {
-    /// Node id → stack, per tree (a tree restarted by an older agent gets a new entry).
-    maps: Vec<Vec<StackId>>,
+    /// Node id → its stack (per function) and its entry in `sites` (`NO_SITE`: none), per tree
+    /// (a tree restarted by an older agent gets a new entry).
+    maps: Vec<Vec<(StackId, u32)>>,
+    /// Every node of trees recorded with call sites, parents before children.
+    sites: Vec<SiteNode>,
     /// The current entry of `maps` of each `(os_tid, tree)`.
     current: HashMap<(u32, u32), u32>,
     batches: Vec<DeltaBatch>,
@@ -82,6 +85,18 @@ pub struct CctIngest {
     /// Node costs in `batches`.
     entries: usize,
     pub problems: u64,
+}
+
+/// No entry in the call-site table.
+pub const NO_SITE: u32 = u32::MAX;
+
+/// A call-tree node with its call site: the return address into its parent's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteNode {
+    /// The parent's entry in the call-site table (`NO_SITE`: the thread's root).
+    pub parent: u32,
+    pub function: u64,
+    pub site: u64,
 }
 
 /// One delta record, its node costs at `packed[start..end]`.
@@ -115,12 +130,14 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        for (parent, func) in r.parents.iter().zip(&r.functions) {
-            let parent_stack = if *parent == u32::MAX {
-                None
+        // Call sites only when every node has one (a damaged record keeps its nodes per function).
+        let sited = !r.sites.is_empty() && r.sites.len() == r.parents.len();
+        for (k, (parent, func)) in r.parents.iter().zip(&r.functions).enumerate() {
+            let (parent_stack, parent_site) = if *parent == u32::MAX {
+                (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
-                    Some(s) => Some(*s),
+                    Some(&(s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
                         return;
@@ -132,8 +149,19 @@ impl CctIngest {
             } else {
                 stacks.intern_frame(FrameKey::Function(*func))
             };
-            map.push(stacks.intern_call(parent_stack, frame));
+            let site = if sited && (*parent == u32::MAX || parent_site != NO_SITE) {
+                self.sites.push(SiteNode { parent: parent_site, function: *func, site: r.sites[k] });
+                (self.sites.len() - 1) as u32
+            } else {
+                NO_SITE
+            };
+            map.push((stacks.intern_call(parent_stack, frame), site));
         }
+    }
+
+    /// The call-site table: every node of trees recorded with call sites, parents first.
+    pub fn sites(&self) -> &[SiteNode] {
+        &self.sites
     }
 
     pub fn delta(&mut self, r: &CallTreeDelta) {
@@ -223,8 +251,9 @@ impl CctIngest {
         self.packed.capacity() + self.batches.capacity() * std::mem::size_of::<DeltaBatch>()
     }
 
-    /// Adds the deltas published inside `range` to `tree`.
-    pub fn add_to(&self, tree: &mut CostTree, range: TimeRange) {
+    /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
+    /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
+    pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
         for b in self.batches.iter().filter(|b| range.contains(b.ts)) {
             let map = &self.maps[b.map as usize];
             let bytes = &self.packed[b.start..b.end];
@@ -247,7 +276,11 @@ impl CctIngest {
                     profiler_ns: get(&mut at),
                     ..Default::default()
                 };
-                if let Some(&stack) = map.get(node as usize) {
+                if let Some(&(stack, site)) = map.get(node as usize) {
+                    let stack = match site_stacks {
+                        Some(s) if site != NO_SITE => s.get(site as usize).copied().unwrap_or(stack),
+                        _ => stack,
+                    };
                     tree.add(b.os_tid, stack, &c);
                 }
             }
@@ -280,7 +313,7 @@ mod tests {
     /// Calls per root-first path of function ids.
     fn calls_by_path(c: &CctIngest, stacks: &StackTable) -> Vec<(Vec<u64>, u64)> {
         let mut tree = CostTree { stacks: stacks.clone(), threads: Vec::new() };
-        c.add_to(&mut tree, TimeRange::ALL);
+        c.add_to(&mut tree, TimeRange::ALL, None);
         let mut out: Vec<(Vec<u64>, u64)> = Vec::new();
         for t in &tree.threads {
             for (s, cost) in &t.costs {

@@ -4,6 +4,7 @@
 
 pub mod asynchrony;
 mod builder;
+mod callsites;
 pub mod codemap;
 pub mod events;
 #[cfg(test)]
@@ -21,6 +22,7 @@ mod resolve;
 pub mod runtime;
 pub mod samples;
 pub mod sanity;
+mod segment_wall;
 pub mod stacks;
 #[cfg(test)]
 mod test_rng;

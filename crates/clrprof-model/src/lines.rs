@@ -72,6 +72,11 @@ impl IlMaps {
         self.by_function.is_empty()
     }
 
+    /// Whether a recorded code version of `function` holds `ip`.
+    pub fn holds(&self, function: u64, ip: u64) -> bool {
+        self.by_function.get(&function).is_some_and(|v| v.iter().any(|v| v.start <= ip && ip < v.end))
+    }
+
     /// Where `ip` of `function` is in its IL (`is_return`: a return address, looked up at the call
     /// instruction one byte before it).
     pub fn il_at(&self, function: u64, ip: u64, is_return: bool) -> IlAt {
@@ -122,6 +127,17 @@ impl<'a> LineContext<'a> {
         let &(path, token) = self.functions.get(&function)?;
         let at = if ip == 0 { IlAt::Unmapped } else { self.maps.il_at(function, ip, is_return) };
         symbols.source_line(path, token, at)
+    }
+
+    /// The source line of an instrumented call site: `site` is a return address into `caller`'s
+    /// code. `None` unless a recorded code version of `caller` holds the call instruction (a site
+    /// in code of a function that has no hooks, or of a version with no map, has no line rather
+    /// than the method's first line).
+    pub(crate) fn call_site_line(&self, symbols: &mut dyn NativeSymbols, caller: u64, site: u64) -> Option<SourceLine> {
+        if site == 0 || !self.maps.holds(caller, site - 1) {
+            return None;
+        }
+        self.line(symbols, caller, site, true)
     }
 }
 
@@ -217,10 +233,10 @@ mod tests {
             SampleStack { id: 2, ips: vec![0x1025], functions: vec![], activity: 0 }.into(),
             SampleStack { id: 3, ips: vec![0x2010, 0x1020], functions: vec![], activity: 0 }.into(),
             SampleStack { id: 4, ips: vec![0x1031], functions: vec![], activity: 0 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 3, count: 2, cpu_ns: 20 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 4, count: 1, cpu_ns: 5 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 3, count: 2, cpu_ns: 20, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 4, count: 1, cpu_ns: 5, activity: 0 }.into(),
         ];
         let mut b = crate::ProfileBuilder::new();
         for r in &recs {

@@ -35,6 +35,9 @@ pub struct Profile {
     /// Every CPU and wall sample in the window with its time and stack, sorted by time (the
     /// timeline; their costs are in `costs`).
     pub samples: Vec<crate::samples::TimedSample>,
+    /// The EventSource activity ids samples carry (`TimedSample::flow` indexes it; index 0 is
+    /// none): CPU samples of `record --async` once the agent found where the runtime keeps them.
+    pub sample_activities: Vec<u128>,
     /// The task library's events indexed (traces recorded with `--async`): see
     /// [`crate::asynchrony`].
     pub asynchrony: Option<std::sync::Arc<crate::asynchrony::AsyncIndex>>,

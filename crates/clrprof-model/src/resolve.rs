@@ -177,8 +177,17 @@ impl SampleData {
         }
         let timed = |e: &SampleEvent| -> Option<TimedSample> {
             let stack = stack_of[e.def as usize].flatten()?;
-            Some(TimedSample { ts: e.ts, os_tid: e.os_tid, stack, weight: e.weight, count: e.count, ns: e.ns })
+            Some(TimedSample {
+                ts: e.ts,
+                os_tid: e.os_tid,
+                stack,
+                weight: e.weight,
+                count: e.count,
+                ns: e.ns,
+                flow: e.flow,
+            })
         };
+        p.sample_activities = self.flows.clone();
         p.samples = match owned {
             _ if !with_samples => Vec::new(),
             // Same size as a `SampleEvent`: collected in place, in the records' memory.
@@ -354,9 +363,9 @@ mod tests {
             SampleStack { id: 3, ips: vec![0xdead_0000, 0x1001], functions: vec![], activity: 0 }.into(),
             // a walked stack: FunctionIDs given
             SampleStack { id: 4, ips: vec![0, 0x1030], functions: vec![0, 10], activity: 0 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
-            CpuSample { ts: 5, os_tid: 8, stack: 3, count: 2, cpu_ns: 20 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 3, cpu_ns: 30, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 8, stack: 3, count: 2, cpu_ns: 20, activity: 0 }.into(),
             WallSample { ts: 6, os_tid: 8, stack: 4, count: 5, wall_ns: 50 }.into(),
         ];
         let mut b = ProfileBuilder::new();
@@ -402,14 +411,14 @@ mod tests {
             SampleStack { id: 0, ips: vec![1, 2], functions: vec![10, 11], activity: 0 }.into(),
             SampleStack { id: big, ips: vec![1], functions: vec![11], activity: 0 }.into(),
             // Out of time order, two threads, an id past the table, an undefined id.
-            CpuSample { ts: 30, os_tid: 8, stack: 0, count: 2, cpu_ns: 20 }.into(),
-            CpuSample { ts: 10, os_tid: 7, stack: big, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 30, os_tid: 8, stack: 0, count: 2, cpu_ns: 20, activity: 0 }.into(),
+            CpuSample { ts: 10, os_tid: 7, stack: big, count: 1, cpu_ns: 10, activity: 0 }.into(),
             WallSample { ts: 20, os_tid: 7, stack: 0, count: 3, wall_ns: 30 }.into(),
             WallSample { ts: 20, os_tid: 5, stack: 99, count: 1, wall_ns: 10 }.into(),
             // Id 0 redefined: later samples refer to the new stack.
             SampleStack { id: 0, ips: vec![1], functions: vec![10], activity: 0 }.into(),
-            CpuSample { ts: 40, os_tid: 7, stack: 0, count: 5, cpu_ns: 50 }.into(),
-            CpuSample { ts: 25, os_tid: 8, stack: big, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 40, os_tid: 7, stack: 0, count: 5, cpu_ns: 50, activity: 0 }.into(),
+            CpuSample { ts: 25, os_tid: 8, stack: big, count: 1, cpu_ns: 10, activity: 0 }.into(),
         ];
         for range in [TimeRange::ALL, TimeRange::new(15, 35)] {
             let mut kept = ProfileBuilder::new();
@@ -467,8 +476,8 @@ mod tests {
             FunctionCompiled { ts: 1, id: 10, name: "App.Rec".into(), ..Default::default() }.into(),
             SampleStack { id: 1, ips: vec![1, 2, 3], functions: vec![10, 10, 10], activity: 0 }.into(),
             SampleStack { id: 2, ips: vec![1, 2], functions: vec![10, 10], activity: 0 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40 }.into(),
-            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 1, count: 4, cpu_ns: 40, activity: 0 }.into(),
+            CpuSample { ts: 5, os_tid: 7, stack: 2, count: 1, cpu_ns: 10, activity: 0 }.into(),
             // The runtime's walk (wall samples) has a deeper limit of its own: not cut at 3 frames,
             // cut at 5.
             SampleStack { id: 3, ips: vec![1, 2, 3, 4], functions: vec![10, 10, 10, 10], activity: 0 }.into(),

@@ -39,6 +39,13 @@ pub trait NativeSymbols {
         false
     }
 
+    /// Whether instrumented calls are keyed by the lines of their call sites (`crate::callsites`;
+    /// [`source_line`](Self::source_line) is then asked for them even when [`lines`](Self::lines)
+    /// is false, and sampled frames stay per function).
+    fn call_site_lines(&self) -> bool {
+        self.lines()
+    }
+
     /// The source line of IL position `at` of method `token` of the module at `module_path`
     /// (asked only when [`lines`](Self::lines) is true); `IlAt::Unmapped`, `Prolog` and
     /// `Epilog` ask for a line the provider picks (the method's first or last one).
@@ -134,6 +141,8 @@ pub(crate) struct SampleEvent {
     pub(crate) weight: SampleWeight,
     pub(crate) count: u32,
     pub(crate) ns: u64,
+    /// The EventSource activity the samples carry: an index into [`SampleData::flows`], 0 none.
+    pub(crate) flow: u32,
 }
 
 /// One sample record of a profile: `count` samples of one thread with one stack at `ts`, standing
@@ -146,6 +155,10 @@ pub struct TimedSample {
     pub weight: SampleWeight,
     pub count: u32,
     pub ns: u64,
+    /// The EventSource activity the samples carry (`record --async`, CPU samples): an index into
+    /// [`Profile::sample_activities`](crate::Profile::sample_activities), 0 for none.
+    #[serde(skip)]
+    pub flow: u32,
 }
 
 /// Whether sample records at two times may be summed into one (see [`SampleData::each_sample`]).
@@ -343,6 +356,11 @@ pub struct SampleData {
     /// Stack definitions a CPU sample referred to, ever (kept when old samples are forgotten),
     /// indexed by definition.
     pub(crate) cpu_defs: Vec<bool>,
+    /// The EventSource activity ids CPU samples carry, by the index their `SampleEvent::flow`
+    /// holds (index 0: none); and the trace's index of each (`SampleActivity`, redefinable) to
+    /// this one.
+    pub(crate) flows: Vec<u128>,
+    flow_index: FxHashMap<u32, u32>,
 }
 
 impl SampleData {
@@ -370,8 +388,16 @@ impl SampleData {
                 self.define(s.id);
                 self.defs.push((s.ips.clone(), s.functions.clone(), s.activity));
             }
+            Record::SampleActivity(a) => {
+                if self.flows.is_empty() {
+                    self.flows.push(0);
+                }
+                self.flow_index.insert(a.index, self.flows.len() as u32);
+                self.flows.push(clrprof_trace::activity_id(&a.id));
+            }
             Record::CpuSample(s) => {
                 let def = self.def(s.stack);
+                let flow = if s.activity == 0 { 0 } else { self.flow_index.get(&s.activity).copied().unwrap_or(0) };
                 if self.cpu_defs.len() <= def {
                     self.cpu_defs.resize(self.defs.len().max(def + 1), false);
                 }
@@ -383,6 +409,7 @@ impl SampleData {
                     weight: SampleWeight::Cpu,
                     count: s.count,
                     ns: s.cpu_ns,
+                    flow,
                 });
             }
             Record::WallSample(s) => {
@@ -394,6 +421,7 @@ impl SampleData {
                     weight: SampleWeight::Wall,
                     count: s.count,
                     ns: s.wall_ns,
+                    flow: 0,
                 });
             }
             Record::SamplerStats(s) => {
@@ -804,7 +832,7 @@ mod tests {
                 if (20_000..24_000).contains(&i) { 100 + (x >> 20) as u32 % 40 } else { 1 + (x >> 30) as u32 % 3 };
             let (count, ns) = (1 + (x >> 50) as u32 % 3, (x >> 44) % 1000);
             if x & 1 == 0 {
-                d.add(&CpuSample { ts, os_tid, stack: 0, count, cpu_ns: ns }.into());
+                d.add(&CpuSample { ts, os_tid, stack: 0, count, cpu_ns: ns, activity: 0 }.into());
             } else {
                 d.add(&WallSample { ts, os_tid, stack: 0, count, wall_ns: ns }.into());
             }
@@ -878,7 +906,7 @@ mod tests {
             let (os_tid, stack) = (1 + (x >> 20) as u32 % 5, (x >> 30) as u32 % 30);
             let (count, ns) = if i % 97 == 0 { (0, 0) } else { (1 + (x >> 50) as u32 % 3, (x >> 44) % 1000) };
             if x & 1 == 0 {
-                d.add(&CpuSample { ts, os_tid, stack, count, cpu_ns: ns }.into());
+                d.add(&CpuSample { ts, os_tid, stack, count, cpu_ns: ns, activity: 0 }.into());
             } else {
                 d.add(&WallSample { ts, os_tid, stack, count, wall_ns: ns }.into());
             }
@@ -906,14 +934,14 @@ mod tests {
         assert!(used > 100, "{used} ranges from checkpoints");
         // Records out of time order, or sums that saturate: no checkpoints.
         let mut u = d.clone();
-        u.add(&CpuSample { ts: 1, os_tid: 1, stack: 0, count: 1, cpu_ns: 1 }.into());
+        u.add(&CpuSample { ts: 1, os_tid: 1, stack: 0, count: 1, cpu_ns: 1, activity: 0 }.into());
         u.forget_before(0);
         u.prepare_ranges_from(1);
         assert!(u.checkpoints.get().is_some_and(|c| c.is_none()));
         let mut s = d.clone();
-        s.add(&CpuSample { ts: end + 1, os_tid: 1, stack: 0, count: 1, cpu_ns: u64::MAX }.into());
+        s.add(&CpuSample { ts: end + 1, os_tid: 1, stack: 0, count: 1, cpu_ns: u64::MAX, activity: 0 }.into());
         for i in 0..20_000 {
-            s.add(&CpuSample { ts: end + 2 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 1 }.into());
+            s.add(&CpuSample { ts: end + 2 + i, os_tid: 1, stack: 0, count: 1, cpu_ns: 1, activity: 0 }.into());
         }
         s.forget_before(0);
         s.prepare_ranges_from(1);
@@ -950,6 +978,7 @@ mod tests {
                     weight: if next() % 3 == 0 { SampleWeight::Wall } else { SampleWeight::Cpu },
                     count: (next() % 4) as u32,
                     ns: if i == 7 { u64::MAX } else { next() % 1_000_000 },
+                    flow: 0,
                 },
                 defs,
             ));
@@ -996,6 +1025,7 @@ mod tests {
                 weight: if i % 5 == 0 { SampleWeight::Wall } else { SampleWeight::Cpu },
                 count: (i % 3) as u32,
                 ns: if i == 4_000 { u64::MAX - 5 } else { i * 11 },
+                flow: 0,
             });
         }
         let blocks = index_of(&events).blocks;

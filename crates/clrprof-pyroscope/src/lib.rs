@@ -1,6 +1,7 @@
 //! Continuous profiling into Grafana Pyroscope: live runs' trace bytes in, every interval one
 //! pprof profile per kind (CPU, wall, allocations, lock contention, exceptions) out, through
-//! Pyroscope's HTTP ingest API (`POST /ingest?name=…&from=…&until=…&format=pprof`).
+//! Pyroscope's HTTP ingest API (`POST /ingest?name=…&from=…&until=…&format=pprof`) — or, with
+//! [`Format::Otlp`], one OpenTelemetry profiles request per interval to an OTLP/HTTP receiver.
 //!
 //! Three parts, so that a slow or dead Pyroscope never slows the caller:
 //! - intake ([`Pyroscope::run_data`]) only appends bytes to the run's pending buffer;
@@ -21,12 +22,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use http::{Endpoint, UrlError};
-pub use run::{app_name, labels, process_name, Kind, Push, RunPusher, KINDS};
+pub use run::{app_name, labels, process_name, Format, Kind, Push, RunPusher, KINDS};
 
 /// How profiles are pushed.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub endpoint: Endpoint,
+    /// Pyroscope's pprof ingest, or OTLP profiles.
+    pub format: Format,
     /// Length of a pushed window (default 10 s).
     pub interval: Duration,
     /// How long after the end of a window its records may still arrive (the agent flushes every
@@ -49,6 +52,7 @@ impl Config {
     pub fn new(endpoint: Endpoint) -> Config {
         Config {
             endpoint,
+            format: Format::Pyroscope,
             interval: Duration::from_secs(10),
             lag: Duration::from_secs(2),
             queue: 16,
@@ -199,7 +203,7 @@ impl Pyroscope {
         let r = Arc::new(Run {
             pending: Mutex::new(Vec::new()),
             ended: AtomicBool::new(false),
-            pusher: Mutex::new(RunPusher::new()),
+            pusher: Mutex::new(RunPusher::with_format(self.shared.cfg.format)),
         });
         self.shared.runs.lock().unwrap_or_else(|e| e.into_inner()).insert(run, r);
     }
@@ -431,11 +435,11 @@ fn send_loop(s: &Shared, rx: Receiver<Push>) {
             s.counters.failed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let query = push.query();
+        let target = push.target(ep);
         let mut wait = s.cfg.backoff;
         let mut attempt = 0;
         loop {
-            let r = ep.ingest(&query, &push.body, s.cfg.timeout);
+            let r = ep.post(&target, push.content_type(), &push.body, s.cfg.timeout);
             let retry = match &r {
                 Ok((code, _)) if (200..300).contains(code) => {
                     s.counters.sent.fetch_add(1, Ordering::Relaxed);

@@ -30,7 +30,17 @@ pub const KINDS: [Kind; 5] = [
     Kind { suffix: "exceptions", types: &[Metric::Exceptions.pprof_name()], default: Metric::Exceptions.pprof_name() },
 ];
 
-/// One profile to send: `POST /ingest?name=<name>&from=..&until=..&format=pprof`.
+/// What a pusher sends: Pyroscope's pprof ingest (one profile per kind), or OpenTelemetry
+/// profiles over OTLP/HTTP (one request per window with every sample type).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    #[default]
+    Pyroscope,
+    Otlp,
+}
+
+/// One profile to send: `POST /ingest?name=<name>&from=..&until=..&format=pprof`, or an OTLP
+/// `ExportProfilesServiceRequest` to the receiver's profiles path.
 #[derive(Clone, Debug)]
 pub struct Push {
     /// The application name with its labels: `service.cpu{service_name=service,host=..,pid=..}`.
@@ -38,13 +48,32 @@ pub struct Push {
     /// The window, ns since the Unix epoch.
     pub from_unix_ns: u64,
     pub until_unix_ns: u64,
-    /// The gzip-compressed pprof profile.
+    /// The gzip-compressed pprof profile, or the OTLP request.
     pub body: Vec<u8>,
     /// Samples in the profile.
     pub samples: usize,
+    pub format: Format,
 }
 
 impl Push {
+    /// The request's path and query at `ep`: Pyroscope's `{prefix}/ingest?…`; for OTLP the URL's
+    /// path when it names the profiles signal (ends in `/profiles`), else
+    /// `{prefix}/v1development/profiles` (a receiver's base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub fn target(&self, ep: &crate::Endpoint) -> String {
+        match self.format {
+            Format::Pyroscope => format!("{}/ingest?{}", ep.prefix, self.query()),
+            Format::Otlp if ep.prefix.ends_with("/profiles") => ep.prefix.clone(),
+            Format::Otlp => format!("{}{}", ep.prefix, clrprof_export::otlp::HTTP_PATH),
+        }
+    }
+
+    pub fn content_type(&self) -> &'static str {
+        match self.format {
+            Format::Pyroscope => "application/octet-stream",
+            Format::Otlp => clrprof_export::otlp::CONTENT_TYPE,
+        }
+    }
+
     /// The query string of the ingest request (times in ns: Pyroscope reads 19-digit times as ns).
     pub fn query(&self) -> String {
         format!(
@@ -151,6 +180,7 @@ pub struct RunPusher {
     bytes: u64,
     /// Keep every record (what a pusher did before forgetting: for comparisons and benchmarks).
     keep_all: bool,
+    format: Format,
 }
 
 impl Default for RunPusher {
@@ -170,7 +200,13 @@ impl RunPusher {
             broken: None,
             bytes: 0,
             keep_all: false,
+            format: Format::Pyroscope,
         }
+    }
+
+    /// A pusher of `format`'s pushes.
+    pub fn with_format(format: Format) -> RunPusher {
+        RunPusher { format, ..RunPusher::new() }
     }
 
     /// A pusher that never forgets (the whole run stays in its builder): pushes the same profiles
@@ -269,6 +305,15 @@ impl RunPusher {
         let end = if until == u64::MAX { p.process.duration_ns.max(from) } else { until };
         let threads = Threads::all();
         let mut out = Vec::new();
+        if self.format == Format::Otlp {
+            let (body, samples) = clrprof_export::otlp::encode(&p, &threads);
+            if samples > 0 {
+                let name = app_name(&service, "otlp", &labels);
+                let (from_unix_ns, until_unix_ns) = (start + from, start + end);
+                out.push(Push { name, from_unix_ns, until_unix_ns, body, samples, format: Format::Otlp });
+            }
+            return out;
+        }
         for k in &KINDS {
             let (raw, samples) = clrprof_export::pprof::encode_types(&p, &threads, Some(k.types), k.default);
             if samples == 0 {
@@ -285,6 +330,7 @@ impl RunPusher {
                 until_unix_ns: start + end,
                 body,
                 samples,
+                format: Format::Pyroscope,
             });
         }
         out
@@ -317,7 +363,14 @@ mod tests {
         );
         let p = Process { pid: 7, service: "check out".into(), ..Default::default() };
         assert_eq!(app_name(&labels(&p).0, "wall", &labels(&p).1), "check_out.wall{service_name=check_out,pid=7}");
-        let push = Push { name: "a.cpu{x=1}".into(), from_unix_ns: 1, until_unix_ns: 2, body: vec![], samples: 0 };
+        let push = Push {
+            name: "a.cpu{x=1}".into(),
+            from_unix_ns: 1,
+            until_unix_ns: 2,
+            body: vec![],
+            samples: 0,
+            format: Format::Pyroscope,
+        };
         assert_eq!(push.query(), "name=a.cpu%7Bx%3D1%7D&from=1&until=2&format=pprof&spyName=clrprof");
     }
 }

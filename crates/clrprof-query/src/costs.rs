@@ -231,6 +231,10 @@ pub struct EdgeStats {
     pub calls: u64,
     /// Cost that flowed through the edge.
     pub cost: Cost,
+    /// Callers in a profile built with lines: the lines the caller calls from, most cost first
+    /// ([`crate::callsites`]); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<crate::callsites::CallSite>,
 }
 
 /// Callers and callees of the function(s) a name selects.
@@ -268,19 +272,62 @@ pub struct CallersView {
 
 pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<CallersView> {
     let m = select::metric(p, q.metric);
-    let names = select::display_names(p);
+    // In a profile built with lines: rows per function, each caller with its lines (call sites).
+    let per_function = crate::callsites::function_frames(p);
+    let names = match per_function {
+        Some(_) => select::function_names(p),
+        None => select::display_names(p),
+    };
     let name_of = |f: FrameId| names[f.0 as usize].clone();
+    let function_of = |f: u32| per_function.as_ref().and_then(|c| c.get(f as usize).copied()).unwrap_or(f);
+    let all_paths = frame_paths(p, &q.threads);
+    let function_paths = per_function.as_ref().map(|map| crate::callsites::FunctionPaths { paths: &all_paths, map });
+    let paths: &dyn engine::PathSource<Cost> = match &function_paths {
+        Some(fp) => fp,
+        None => &all_paths,
+    };
     let function = match function {
         Some(wanted) => {
-            let frames = select::find_functions(p, &names, wanted)?;
-            let paths = frame_paths(p, &q.threads);
-            let b = engine::butterfly(&paths, |f| frames.contains(&FrameId(f)));
-            let edges = |v: &[engine::Edge<Cost>]| {
+            let mut frames: Vec<FrameId> =
+                select::find_functions(p, &names, wanted)?.into_iter().map(|f| FrameId(function_of(f.0))).collect();
+            frames.sort();
+            frames.dedup();
+            let b = engine::butterfly(paths, |f| frames.contains(&FrameId(f)));
+            // The callers' lines: the same butterfly on the frames as they are.
+            let by_line = per_function
+                .as_ref()
+                .map(|_| engine::butterfly(&all_paths, |f| frames.contains(&FrameId(function_of(f)))));
+            let sites_of = |caller: FrameId| -> Vec<crate::callsites::CallSite> {
+                let Some(bl) = &by_line else { return Vec::new() };
+                let mut v: Vec<crate::callsites::CallSite> = bl
+                    .callers
+                    .iter()
+                    .filter_map(|e| {
+                        let f = e.func?;
+                        let line = p.costs.stacks.frames[f as usize].line.as_ref()?;
+                        (function_of(f) == caller.0).then(|| crate::callsites::CallSite {
+                            file: line.file.clone(),
+                            line: line.line,
+                            calls: e.last.calls,
+                            cost: e.through,
+                        })
+                    })
+                    .collect();
+                v.sort_by(|a, b| {
+                    m.of(&b.cost).cmp(&m.of(&a.cost)).then(b.calls.cmp(&a.calls)).then(a.line.cmp(&b.line))
+                });
+                v
+            };
+            let edges = |v: &[engine::Edge<Cost>], with_sites: bool| {
                 let mut v: Vec<EdgeStats> = v
                     .iter()
                     .map(|e| {
                         let frame = e.func.map(FrameId);
-                        EdgeStats { frame, name: frame.map(name_of), calls: e.last.calls, cost: e.through }
+                        let sites = match frame {
+                            Some(f) if with_sites => sites_of(f),
+                            _ => Vec::new(),
+                        };
+                        EdgeStats { frame, name: frame.map(name_of), calls: e.last.calls, cost: e.through, sites }
                     })
                     .collect();
                 v.sort_by(|a, b| {
@@ -288,14 +335,16 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
                 });
                 v
             };
+            let mut shown: Vec<String> = frames.iter().map(|&f| name_of(f)).collect();
+            shown.dedup();
             Some(Callers {
-                names: frames.iter().map(|&f| name_of(f)).collect(),
+                names: shown,
                 frames,
                 calls: b.callers.iter().map(|e| e.last.calls).saturating_sum(),
                 self_cost: b.self_w,
                 inclusive: b.total,
-                callers: edges(&b.callers),
-                callees: edges(&b.callees),
+                callers: edges(&b.callers, true),
+                callees: edges(&b.callees, false),
             })
         }
         None if p.costs.is_empty() => {
@@ -305,10 +354,8 @@ pub fn callers(p: &Profile, q: &CostQuery, function: Option<&str>) -> Result<Cal
         }
         None => None,
     };
-    let mut roots: Vec<engine::Entry<Cost>> = engine::entry_points(&frame_paths(p, &q.threads), |_| false)
-        .into_iter()
-        .filter(|e| m.of(&e.total) > 0)
-        .collect();
+    let mut roots: Vec<engine::Entry<Cost>> =
+        engine::entry_points(paths, |_| false).into_iter().filter(|e| m.of(&e.total) > 0).collect();
     roots.sort_by(|a, b| m.of(&b.total).cmp(&m.of(&a.total)).then(a.func.cmp(&b.func)));
     let entry_total = roots.iter().map(|e| m.of(&e.total)).saturating_sum();
     let entry_points = roots

@@ -13,6 +13,9 @@
 //! With `normalize`, the baseline's values are scaled so that its total equals the new total
 //! (pprof's `-normalize`): a function whose share did not change gets Δ 0. Scaled values are
 //! rounded to whole units. Call counts (instrumented traces) are never scaled.
+//!
+//! For the sampled weights (cpu, wall) every row and the sums carry their sample counts and
+//! sampling noise ([`crate::noise`]): a change seen in a handful of samples is marked as such.
 
 use std::collections::HashMap;
 
@@ -20,6 +23,7 @@ use clrprof_model::{FrameKind, Metric, Profile, StackId};
 use serde::Serialize;
 
 use crate::engine::{self, apply_transforms, push_stack, FuncTable, Paths, Transform, Weight};
+use crate::noise::{noise, Noise, PerSample, MIN_SAMPLES};
 use crate::select::{self, Threads};
 
 /// Which of the two profiles compared something is in, or is about: the baseline or the new one
@@ -46,6 +50,9 @@ pub struct DiffQuery {
     pub top: Option<usize>,
     /// Applied to the stacks of both profiles alike before comparing (as in the viewer's views).
     pub transforms: Vec<Transform>,
+    /// Rows of a sampled weight with fewer samples on both sides are marked and never
+    /// significant (`None`: [`MIN_SAMPLES`]).
+    pub min_samples: Option<u64>,
 }
 
 /// Call counts of a function on both sides, when both profiles are instrumented (exact).
@@ -75,6 +82,9 @@ pub struct DiffRow {
     pub only_in: Option<Side>,
     /// Entered calls on both sides, when both profiles are instrumented.
     pub calls: Option<CallsDelta>,
+    /// Sampled weights: the samples and sampling noise of the self change and of the inclusive one.
+    pub noise: Option<Noise>,
+    pub noise_total: Option<Noise>,
 }
 
 /// The delta table.
@@ -99,6 +109,10 @@ pub struct DiffView {
     /// Part of either side's values are estimates (the exceptions weight after an exception
     /// storm or with throw stacks walked in part, see [`select::EventWeight`]).
     pub estimated: bool,
+    /// Sampled weights: the samples and sampling noise of the sums' change.
+    pub sum_noise: Option<Noise>,
+    /// The minimum of samples a row needs (sampled weights).
+    pub min_samples: u64,
     /// Sorted by |delta| (self), then |delta_total|, then name and module.
     pub functions: Vec<DiffRow>,
 }
@@ -234,6 +248,8 @@ impl Keys {
 struct SideCosts {
     value: Vec<u64>,
     calls: Vec<u64>,
+    /// Samples behind the value (sampled weights; 0 otherwise).
+    samples: Vec<u64>,
     any: Vec<bool>,
     leaves: Vec<(String, u64)>,
 }
@@ -243,7 +259,13 @@ impl SideCosts {
         let n = p.costs.stacks.nodes.len();
         if let Some(w) = select::event_stacks(p, m) {
             // Exceptions and contentions are not recorded per thread: the selection does not apply.
-            let mut s = SideCosts { value: vec![0; n], calls: vec![0; n], any: vec![false; n], leaves: Vec::new() };
+            let mut s = SideCosts {
+                value: vec![0; n],
+                calls: vec![0; n],
+                samples: vec![0; n],
+                any: vec![false; n],
+                leaves: Vec::new(),
+            };
             for e in w.stacks {
                 match e.stack {
                     Some(sid) if (sid.0 as usize) < n => {
@@ -261,10 +283,25 @@ impl SideCosts {
         SideCosts {
             value: merged.iter().map(|c| m.of(c)).collect(),
             calls: merged.iter().map(|c| c.calls).collect(),
+            samples: merged.iter().map(|c| samples_of(m, c)).collect(),
             any: merged.iter().map(|c| !c.is_zero()).collect(),
             leaves: Vec::new(),
         }
     }
+}
+
+/// The samples behind a cost's value of a sampled weight (0 for the others).
+fn samples_of(m: Metric, c: &clrprof_model::Cost) -> u64 {
+    match m {
+        Metric::Cpu => c.cpu_samples,
+        Metric::Wall => c.wall_samples,
+        _ => 0,
+    }
+}
+
+/// True for the weights whose values come from the sampler (and so carry sample counts).
+pub fn is_sampled(m: Metric) -> bool {
+    matches!(m, Metric::Cpu | Metric::Wall)
 }
 
 /// What a call path of one side weighs: the weight's value, the calls (instrumented), and that it
@@ -273,6 +310,7 @@ impl SideCosts {
 struct Agg {
     value: u64,
     calls: u64,
+    samples: u64,
     any: bool,
 }
 
@@ -280,10 +318,11 @@ impl Weight for Agg {
     fn add(&mut self, o: &Self) {
         self.value = self.value.saturating_add(o.value);
         self.calls = self.calls.saturating_add(o.calls);
+        self.samples = self.samples.saturating_add(o.samples);
         self.any |= o.any;
     }
     fn is_zero(&self) -> bool {
-        !self.any && self.value == 0 && self.calls == 0
+        !self.any && self.value == 0 && self.calls == 0 && self.samples == 0
     }
 }
 
@@ -292,9 +331,9 @@ impl Weight for Agg {
 fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: &[Transform]) -> Paths<Agg> {
     let mut out: Paths<Agg> = Paths::merging();
     let mut buf: Vec<u32> = Vec::new();
-    let mut add = |buf: &mut Vec<u32>, value: u64, calls: u64, keys: &mut Keys| {
+    let mut add = |buf: &mut Vec<u32>, value: u64, calls: u64, samples: u64, keys: &mut Keys| {
         if apply_transforms(keys, ts, buf, 0) {
-            out.add(buf, &Agg { value, calls, any: true });
+            out.add(buf, &Agg { value, calls, samples, any: true });
         }
     };
     for i in 0..sc.value.len() {
@@ -303,12 +342,12 @@ fn side_paths(p: &Profile, sc: &SideCosts, key_of: &[u32], keys: &mut Keys, ts: 
         }
         buf.clear();
         push_stack(&p.costs.stacks, StackId(i as u32), |f| key_of[f.0 as usize], &mut buf);
-        add(&mut buf, sc.value[i], sc.calls[i], keys);
+        add(&mut buf, sc.value[i], sc.calls[i], sc.samples[i], keys);
     }
     for (name, v) in &sc.leaves {
         buf.clear();
         buf.push(keys.leaf(name));
-        add(&mut buf, *v, 0, keys);
+        add(&mut buf, *v, 0, 0, keys);
     }
     out
 }
@@ -376,6 +415,19 @@ pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
     let (ns, ni) = per_key(&np, nkeys);
     let (base_raw, new_sum, scale) = sums(&bp, &np, q);
     let with_calls = both_instrumented(base, new);
+    let min_samples = q.min_samples.unwrap_or(MIN_SAMPLES);
+    let (bsum, nsum) = (bp.total(), np.total());
+    let per_sample = if is_sampled(m) {
+        PerSample::of(base_raw as f64 * scale, bsum.samples, new_sum as f64, nsum.samples)
+    } else {
+        None
+    };
+    let noise_of = |b: &Agg, n: &Agg| {
+        per_sample.map(|r| {
+            let r = r.for_row(b.value as f64 * scale, b.samples, n.value as f64, n.samples);
+            noise(b.samples, n.samples, r, min_samples)
+        })
+    };
     let mut rows: Vec<DiffRow> = (0..nkeys)
         .filter_map(|k| {
             let (b, n) = (scaled(bs[k].value, scale), clamp(ns[k].value));
@@ -409,6 +461,8 @@ pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
                 delta_total: nt.saturating_sub(bt),
                 only_in,
                 calls,
+                noise: noise_of(&bs[k], &ns[k]),
+                noise_total: noise_of(&bi[k], &ni[k]),
             })
         })
         .collect();
@@ -433,6 +487,8 @@ pub fn diff(base: &Profile, new: &Profile, q: &DiffQuery) -> DiffView {
         calls: with_calls,
         count,
         estimated: [base, new].iter().any(|p| select::event_stacks(p, m).is_some_and(|w| w.estimated)),
+        sum_noise: noise_of(&bsum, &nsum),
+        min_samples,
         functions: rows,
     }
 }
@@ -703,6 +759,34 @@ mod tests {
         assert_eq!(v.count, 7);
         let top = diff(&base(), &new(), &DiffQuery { top: Some(2), ..Default::default() });
         assert_eq!((top.count, top.functions.len()), (7, 2));
+    }
+
+    #[test]
+    fn sampled_rows_carry_their_samples_and_noise() {
+        // The helper gives one sample per 10 ns: Work 10 → 20 samples self, 15 → 25 inclusive.
+        let v = diff(&base(), &new(), &DiffQuery::default());
+        let w = row(&v, "Work");
+        let n = w.noise.unwrap();
+        assert_eq!((n.base_samples, n.new_samples, n.few_samples), (10, 20, false));
+        // Work's own value per sample: 100 ns / 10 and 200 ns / 20 samples.
+        let r = PerSample { base: 10.0, new: 10.0 };
+        assert_eq!(n, noise(10, 20, r, MIN_SAMPLES));
+        assert!((n.z - 10.0 / 30f64.sqrt()).abs() < 1e-9 && !n.significant, "{n:?}");
+        // A function without samples on one side takes that side's mean: Fresh is new, 5 ns in
+        // 0 samples (the helper rounds down), against the baseline's 200 ns / 20.
+        let f = row(&v, "Fresh").noise.unwrap();
+        assert_eq!((f.base_samples, f.new_samples, f.z), (0, 0, 0.0));
+        let t = w.noise_total.unwrap();
+        assert_eq!((t.base_samples, t.new_samples), (15, 25));
+        let s = v.sum_noise.unwrap();
+        assert_eq!((s.base_samples, s.new_samples, v.min_samples), (20, 28, crate::noise::MIN_SAMPLES));
+        // Rows with fewer samples than asked on both sides are marked.
+        assert!(row(&v, "Fresh").noise.unwrap().few_samples);
+        let v = diff(&base(), &new(), &DiffQuery { min_samples: Some(10), ..Default::default() });
+        assert!(!row(&v, "Work").noise.unwrap().few_samples && v.min_samples == 10);
+        // Exact weights have none.
+        let c = diff(&base(), &new(), &DiffQuery { metric: Some(Metric::Calls), ..Default::default() });
+        assert!(c.sum_noise.is_none() && c.functions.iter().all(|r| r.noise.is_none()));
     }
 
     #[test]

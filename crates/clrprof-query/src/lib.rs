@@ -8,13 +8,17 @@
 //! viewer, [`diff`] for two profiles, [`document`] for the JSON report.
 #![forbid(unsafe_code)]
 
+pub mod callsites;
 pub mod costs;
 pub mod diff;
 pub mod document;
 pub mod engine;
 pub mod events;
 pub mod explore;
+pub mod gate;
 pub mod lines;
+pub mod noise;
+pub mod request_cpu;
 pub mod requests;
 pub mod select;
 pub mod timeline;

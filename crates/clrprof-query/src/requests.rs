@@ -31,9 +31,10 @@ pub struct EndpointRow {
     /// Sum of the latencies.
     pub total_ns: u64,
     /// The requests' time on CPU, blocked on wait handles and awaiting, summed over the endpoint's
-    /// requests (`split`): `null` where unknown — `cpu_ns` always (samples name no request),
-    /// all three without task events (`--async`), `blocked_ns` where the runtime reports no
-    /// waits (.NET 8) or the waits carry no activity ids (older traces).
+    /// requests (`split`): `null` where unknown — `cpu_ns` where the CPU samples carry no
+    /// activity id (older traces, or the agent did not find where the runtime keeps it: see
+    /// `crate::request_cpu`), all three without task events (`--async`), `blocked_ns` where the
+    /// runtime reports no waits (.NET 8) or the waits carry no activity ids (older traces).
     pub cpu_ns: Option<u64>,
     pub blocked_ns: Option<u64>,
     pub awaiting_ns: Option<u64>,
@@ -54,7 +55,16 @@ pub struct SlowRequest {
     pub os_tid: u32,
     /// The EventSource activity id (hex).
     pub activity: String,
+    /// Its CPU time from the CPU samples that carried its activity id (`null` where samples carry
+    /// none), and its stacks by CPU time, most first (at most [`TOP_STACKS`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub top_stacks: Vec<crate::request_cpu::RequestStack>,
 }
+
+/// Most stacks listed for each of the slowest requests.
+pub const TOP_STACKS: usize = 3;
 
 /// Waits on wait handles at one site.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -112,6 +122,8 @@ pub struct RequestsDoc {
     pub unattributed_waits: u64,
     pub unattributed_wait_ns: u64,
     pub pool: PoolDoc,
+    /// The CPU samples by request (`None` where samples carry no activity id).
+    pub cpu: Option<crate::request_cpu::CpuSplit>,
 }
 
 /// The report document's part (keys `requests`, `slowest_requests`, `unmatched_request_stops`,
@@ -123,6 +135,9 @@ pub struct RequestsSection {
     pub unmatched_request_stops: u64,
     pub waits: WaitsDoc,
     pub thread_pool: PoolDoc,
+    /// CPU samples in requests and outside them (only when samples carry activity ids).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_cpu: Option<crate::request_cpu::CpuSplit>,
 }
 
 /// Waits on wait handles (.NET 9 and later).
@@ -153,6 +168,7 @@ pub fn section(p: &Profile) -> Option<RequestsSection> {
             sites: d.wait_sites,
         },
         thread_pool: d.pool,
+        request_cpu: d.cpu,
     })
 }
 
@@ -269,12 +285,13 @@ struct Split {
 /// in it), clipped to the request (awaits of async methods with frames of their own are not
 /// counted: their own awaits are).
 ///
-/// CPU is unknown: a CPU sample record's time is when the sampler collected the thread's samples
-/// (every wall tick), not when each was taken, and samples carry no activity id; the task events'
-/// activity ids (`TaskStarted`, `TaskWaitEnd`) are written before the task's execution context is
-/// restored, so they do not name the request either. A share of the samples given to a request by
+/// CPU: the CPU samples that carried the request's activity id (or one nested in it), see
+/// `crate::request_cpu`; unknown where the samples carry no activity id (older traces, or the agent
+/// did not find where the runtime keeps it). The task events' activity ids are not used for CPU:
+/// `TaskStarted` and `TaskWaitEnd` are written before the task's execution context is restored,
+/// so they do not name the request, and a share of the samples given to a request by thread and
 /// time would be a guess.
-fn split(p: &Profile) -> Option<Split> {
+fn split(p: &Profile, cpu: Option<&crate::request_cpu::PerRequest>) -> Option<Split> {
     let index = p.asynchrony.as_ref()?;
     let reqs = &p.requests.requests;
     let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
@@ -289,8 +306,11 @@ fn split(p: &Profile) -> Option<Split> {
         let r = &reqs[i];
         to.min(r.end_ns.unwrap_or(0)).saturating_sub(from.max(r.start_ns))
     };
-    let mut out =
-        Split { per_request: vec![[u64::MAX, 0, 0]; reqs.len()], unattributed_waits: 0, unattributed_wait_ns: 0 };
+    let mut out = Split {
+        per_request: (0..reqs.len()).map(|i| [cpu.map_or(u64::MAX, |c| c.per_request[i].0), 0, 0]).collect(),
+        unattributed_waits: 0,
+        unattributed_wait_ns: 0,
+    };
     let waits = &p.requests.waits;
     let waits_known = !waits.is_empty() && waits.iter().any(|w| w.activity != 0);
     for w in waits {
@@ -331,6 +351,8 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
             latency_ns: r.latency_ns().unwrap_or(0),
             os_tid: r.os_tid,
             activity: format!("{:032x}", r.activity),
+            cpu_ns: None,
+            top_stacks: Vec::new(),
         })
         .collect();
     let wait_sites = q
@@ -347,7 +369,20 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
             stack_count: s.stacks.first().map(|x| x.1).unwrap_or(0),
         })
         .collect();
-    let split = split(p);
+    let cpu = crate::request_cpu::per_request(p);
+    let split = split(p, cpu.as_ref());
+    let mut slowest: Vec<SlowRequest> = slowest;
+    if let Some(c) = &cpu {
+        for s in &mut slowest {
+            let Some(i) = q.requests.iter().position(|r| {
+                r.start_ns == s.start_ns && r.os_tid == s.os_tid && format!("{:032x}", r.activity) == s.activity
+            }) else {
+                continue;
+            };
+            s.cpu_ns = Some(c.per_request[i].0);
+            s.top_stacks = c.top_stacks(p, i, TOP_STACKS);
+        }
+    }
     RequestsDoc {
         recorded: q.recorded,
         endpoints: {
@@ -376,6 +411,7 @@ pub fn requests(p: &Profile, top: usize) -> RequestsDoc {
         unattributed_waits: split.as_ref().map_or(0, |s| s.unattributed_waits),
         unattributed_wait_ns: split.as_ref().map_or(0, |s| s.unattributed_wait_ns),
         pool: pool_doc(q),
+        cpu: cpu.map(|c| c.split),
     }
 }
 

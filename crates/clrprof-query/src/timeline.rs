@@ -318,6 +318,7 @@ mod tests {
                 weight,
                 count: 1 + (x >> 50) as u32 % 3,
                 ns: x >> 40,
+                flow: 0,
             });
         }
         let threads = Threads::only(vec![7, 9, 105, 120]);

@@ -5,9 +5,43 @@
 use clrprof_model::Profile;
 use clrprof_query::costs::{callers, EdgeStats};
 use clrprof_query::select;
+use serde_json::json;
 
 use super::text_table::{Align::*, TextTable};
 use super::{fmt_value, percent, title, ReportOptions, Result};
+
+/// `--view callers --function NAME --format json`: `{"weight", "unit", "function": {"names",
+/// "calls", "self", "total", "callers": [{"function", "calls", "cost", "sites": [{"file", "line",
+/// "calls", "cost"}]}], "callees": [...]}}` (a caller `null`: an entry point; `sites` only on callers).
+pub fn json(p: &Profile, opts: &ReportOptions) -> Result<String> {
+    let view = callers(p, &opts.cost_query(p)?, opts.function.as_deref())?;
+    let m = view.metric;
+    let edges = |v: &[EdgeStats], with_sites: bool| -> Vec<serde_json::Value> {
+        v.iter()
+            .map(|e| {
+                let mut o = json!({"function": e.name, "calls": e.calls, "cost": m.of(&e.cost)});
+                if with_sites {
+                    o["sites"] = e
+                        .sites
+                        .iter()
+                        .map(|s| json!({"file": s.file, "line": s.line, "calls": s.calls, "cost": m.of(&s.cost)}))
+                        .collect();
+                }
+                o
+            })
+            .collect()
+    };
+    let function = view.function.as_ref().map(|b| {
+        json!({
+            "names": b.names, "calls": b.calls, "self": m.of(&b.self_cost), "total": m.of(&b.inclusive),
+            "callers": edges(&b.callers, true), "callees": edges(&b.callees, false),
+        })
+    });
+    let doc = json!({"weight": m.name(), "unit": m.unit(), "function": function});
+    let mut s = serde_json::to_string_pretty(&doc)?;
+    s.push('\n');
+    Ok(s)
+}
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let view = callers(p, &opts.cost_query(p)?, opts.function.as_deref())?;
@@ -35,6 +69,15 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
                     percent(m.of(&e.cost), tot),
                     e.name.clone().unwrap_or_else(|| none_label.to_string()),
                 ]);
+                // The lines the caller calls from (profiles built with lines).
+                for site in &e.sites {
+                    t.row(vec![
+                        site.calls.to_string(),
+                        fmt_value(m, m.of(&site.cost)),
+                        percent(m.of(&site.cost), tot),
+                        format!("  at {}:{}", select::file_name(&site.file), site.line),
+                    ]);
+                }
             }
             t.render()
         };

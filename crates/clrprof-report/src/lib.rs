@@ -10,6 +10,7 @@ pub mod diff;
 mod event_log;
 mod exceptions;
 mod flow;
+pub mod gate;
 mod gc;
 mod gcp_tables;
 mod hotspots;
@@ -268,6 +269,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     match (view, opts.format) {
         (View::Lines, Format::Json) => return lines::json(p, opts),
         (View::Source, Format::Json) => return source::json(p, opts),
+        (View::Callers, Format::Json) if opts.function.is_some() => return callers::json(p, opts),
         _ => {}
     }
     if opts.format == Format::Json {

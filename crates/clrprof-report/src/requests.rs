@@ -24,9 +24,15 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
     if d.unmatched_stops > 0 {
         out += &format!(", {} ends of requests started before recording", d.unmatched_stops);
     }
-    out += " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank; CPU, BLOCKED, AWAITING: \
+    out += if d.cpu.is_some() {
+        " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank; CPU, BLOCKED, AWAITING: \
+            the requests' time by the activity ids of their CPU samples, waits and awaits, summed; `-` where the trace \
+            cannot tell)\n"
+    } else {
+        " (latency: the runtime's RequestStart to RequestStop; percentiles nearest-rank; CPU, BLOCKED, AWAITING: \
             the requests' time by the activity ids of their waits and awaits, summed; `-` where the trace cannot tell, \
-            as CPU always: samples name no request)\n";
+            as CPU always: samples name no request)\n"
+    };
     let mut t = TextTable::new(&[
         ("COUNT", Right),
         ("P50 ms", Right),
@@ -82,6 +88,31 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
             ]);
         }
         out += &t.render();
+        for r in d.slowest.iter().filter(|r| !r.top_stacks.is_empty()) {
+            out += &format!(
+                "\n{} {} at {} ms: {} ms of CPU, top stacks:\n",
+                r.endpoint,
+                r.path,
+                ms(r.start_ns),
+                ms(r.cpu_ns.unwrap_or(0))
+            );
+            for s in &r.top_stacks {
+                out += &format!("  {} ms ({} samples):\n", ms(s.cpu_ns), s.samples);
+                for f in &s.stack {
+                    out += &format!("    {f}\n");
+                }
+            }
+        }
+    }
+    if let Some(c) = &d.cpu {
+        out += &format!(
+            "\nCPU samples: {} ms ({} samples) in requests, {} ms ({} samples) in no request (no activity id, or \
+             not a request's)\n",
+            ms(c.in_requests_ns),
+            c.in_requests_samples,
+            ms(c.outside_ns),
+            c.outside_samples
+        );
     }
     out += &format!(
         "\n{} waits on wait handles, {} ms waited in all{}\n",

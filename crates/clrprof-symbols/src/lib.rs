@@ -301,24 +301,33 @@ impl NativeSymbols for ElfSymbols {
 /// With [`Symbolizer::with_lines`], managed frames are resolved to source lines from the
 /// modules' portable PDBs as well (`ppdb`), each PDB read once for every profile.
 #[derive(Clone)]
-pub struct Symbolizer(Option<Arc<SymbolTables>>, Option<Arc<ppdb::Pdbs>>);
+pub struct Symbolizer(Option<Arc<SymbolTables>>, Option<Arc<ppdb::Pdbs>>, bool);
 
 impl Symbolizer {
     /// `native_symbols`: name native frames, looking for separate debug files under `debug_dirs`
     /// too; else leave them unnamed.
     pub fn new(native_symbols: bool, debug_dirs: Vec<PathBuf>) -> Self {
-        Symbolizer(native_symbols.then(|| Arc::new(SymbolTables::with_debug_dirs(debug_dirs))), None)
+        Symbolizer(native_symbols.then(|| Arc::new(SymbolTables::with_debug_dirs(debug_dirs))), None, false)
     }
 
     /// Native frames stay `module!<unknown>`.
     pub fn none() -> Self {
-        Symbolizer(None, None)
+        Symbolizer(None, None, false)
     }
 
     /// `lines`: resolve managed frames to source lines too, from PDBs found beside the assemblies,
     /// embedded in them, at their CodeView paths or under `symbol_dirs`.
     pub fn with_lines(self, lines: bool, symbol_dirs: Vec<PathBuf>) -> Self {
-        Symbolizer(self.0, lines.then(|| Arc::new(ppdb::Pdbs::new(symbol_dirs))))
+        Symbolizer(self.0, lines.then(|| Arc::new(ppdb::Pdbs::new(symbol_dirs))), lines)
+    }
+
+    /// `call_sites`: resolve the call sites of instrumented calls to source lines (the callers
+    /// view's lines), even when sampled frames stay per function (without [`with_lines`](Self::with_lines)).
+    pub fn with_call_site_lines(self, call_sites: bool, symbol_dirs: Vec<PathBuf>) -> Self {
+        match self.1 {
+            None if call_sites => Symbolizer(self.0, Some(Arc::new(ppdb::Pdbs::new(symbol_dirs))), false),
+            _ => self,
+        }
     }
 
     /// A resolver for one profile.
@@ -328,7 +337,9 @@ impl Symbolizer {
             None => Box::new(NoSymbols),
         };
         match &self.1 {
-            Some(pdbs) => Box::new(LineSymbols { native, pdbs: pdbs.clone(), missing: BTreeMap::new() }),
+            Some(pdbs) => {
+                Box::new(LineSymbols { native, pdbs: pdbs.clone(), missing: BTreeMap::new(), sampled: self.2 })
+            }
             None => native,
         }
     }
@@ -340,6 +351,8 @@ struct LineSymbols {
     pdbs: Arc<ppdb::Pdbs>,
     /// Modules without usable PDB that frames asked for (said once each, after resolving).
     missing: BTreeMap<String, ppdb::Missing>,
+    /// Sampled frames get lines too (else only instrumented call sites).
+    sampled: bool,
 }
 
 impl NativeSymbols for LineSymbols {
@@ -370,6 +383,10 @@ impl NativeSymbols for LineSymbols {
     }
 
     fn lines(&self) -> bool {
+        self.sampled
+    }
+
+    fn call_site_lines(&self) -> bool {
         true
     }
 

@@ -88,7 +88,14 @@ fn main() {
             if rng.below(3) == 0 {
                 batch.push(Record::WallSample(WallSample { ts, os_tid, stack, count: 1, wall_ns: SAMPLE_NS }));
             } else {
-                batch.push(Record::CpuSample(CpuSample { ts, os_tid, stack, count: 1, cpu_ns: SAMPLE_NS }));
+                batch.push(Record::CpuSample(CpuSample {
+                    ts,
+                    os_tid,
+                    stack,
+                    count: 1,
+                    cpu_ns: SAMPLE_NS,
+                    activity: 0,
+                }));
             }
         }
         emit(&mut out, &batch, &mut written);

@@ -307,7 +307,9 @@ pub fn decode_payload_each(payload: &[u8], mut f: impl FnMut(Record)) -> Result<
 /// body has exactly the fields this version knows.
 #[inline]
 fn decode_record(tag: u16, body: &[u8]) -> Result<Record, DecodeError> {
-    if body.len() == 28 && (tag == CpuSample::TAG || tag == WallSample::TAG) {
+    if (body.len() == 28 || (body.len() == 32 && tag == CpuSample::TAG))
+        && (tag == CpuSample::TAG || tag == WallSample::TAG)
+    {
         let u64_at = |i: usize| {
             u64::from_le_bytes([
                 body[i],
@@ -323,7 +325,8 @@ fn decode_record(tag: u16, body: &[u8]) -> Result<Record, DecodeError> {
         let u32_at = |i: usize| u32::from_le_bytes([body[i], body[i + 1], body[i + 2], body[i + 3]]);
         let (ts, os_tid, stack, count, ns) = (u64_at(0), u32_at(8), u32_at(12), u32_at(16), u64_at(20));
         return Ok(if tag == CpuSample::TAG {
-            CpuSample { ts, os_tid, stack, count, cpu_ns: ns }.into()
+            let activity = if body.len() == 32 { u32_at(28) } else { 0 };
+            CpuSample { ts, os_tid, stack, count, cpu_ns: ns, activity }.into()
         } else {
             WallSample { ts, os_tid, stack, count, wall_ns: ns }.into()
         });

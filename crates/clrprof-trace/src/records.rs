@@ -49,6 +49,13 @@ macro_rules! records {
                     $( Record::$name(r) => { $( r.$field.put(out); )* } )*
                     Record::Unknown { .. } => {}
                 }
+                // A CPU sample without an activity keeps the body it had before the field was
+                // appended (most samples of every trace): readers give a missing field its default.
+                if let Record::CpuSample(c) = self {
+                    if c.activity == 0 {
+                        out.truncate(out.len() - 4);
+                    }
+                }
                 let len = (out.len() - start - 6) as u32;
                 out[start + 2..start + 6].copy_from_slice(&len.to_le_bytes());
             }
@@ -311,7 +318,17 @@ records! {
     }
     /// `count` CPU-time samples of one thread with one stack, standing for `cpu_ns` of the
     /// thread's CPU time (measured from its CPU clock, spread over its samples).
-    53 CpuSample { ts: u64, os_tid: u32, stack: u32, count: u32, cpu_ns: u64 }
+    53 CpuSample {
+        ts: u64,
+        os_tid: u32,
+        stack: u32,
+        count: u32,
+        cpu_ns: u64,
+        /// The thread's EventSource activity id when the samples were taken, as an index defined
+        /// by a [`SampleActivity`] record (`record --async` once the agent found where the runtime
+        /// keeps it, see [`ActivityOffset`]); 0 for none (and in older traces).
+        activity: u32,
+    }
     /// `count` wall-clock samples of one thread with one stack, standing for `wall_ns` of elapsed
     /// time (running or blocked).
     54 WallSample { ts: u64, os_tid: u32, stack: u32, count: u32, wall_ns: u64 }
@@ -337,6 +354,16 @@ records! {
         /// CPU time of the sampler thread itself.
         sampler_cpu_ns: u64,
     }
+    /// An EventSource activity id CPU samples carry (`CpuSample::activity`), interned by `index`
+    /// (1 and up; a later definition of the same index replaces the earlier one): the GUID's 16
+    /// bytes as in memory.
+    64 SampleActivity { index: u32, id: Vec<u8> }
+    /// Where the agent reads a thread's current EventSource activity id for its samples: the
+    /// offset of the id in the runtime's native `Thread` object (a profiler `ThreadID`), found by
+    /// matching the ids of delivered task events. `offset` 0: not found (samples carry no activity
+    /// id); `matches` events on `threads` distinct threads confirmed it, `mismatches` contradicted
+    /// the best candidate.
+    65 ActivityOffset { ts: u64, offset: u32, matches: u32, threads: u32, mismatches: u32 }
     /// Native code of one code version of a managed function (every tier, from
     /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.
     56 CodeRange { id: u64, start: u64, size: u64 }

@@ -418,7 +418,10 @@ mod tests {
         let mut records = Vec::new();
         for b in 0..40u64 {
             let block: Vec<Record> = (0..2_000u64)
-                .map(|i| CpuSample { ts: b * 10_000 + i, os_tid: 7, stack: i as u32, count: 1, cpu_ns: i }.into())
+                .map(|i| {
+                    CpuSample { ts: b * 10_000 + i, os_tid: 7, stack: i as u32, count: 1, cpu_ns: i, activity: 0 }
+                        .into()
+                })
                 .collect();
             bytes.extend(encode_records(&block));
             records.extend(block);

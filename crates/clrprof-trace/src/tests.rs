@@ -354,9 +354,16 @@ fn packed_call_tree_costs_hold_the_same_delta() {
 #[test]
 fn sample_records_decode_as_the_generic_decoder_does() {
     let recs: Vec<Record> = vec![
-        CpuSample { ts: 1 << 40, os_tid: 7, stack: 0xdead_beef, count: 3, cpu_ns: u64::MAX - 1 }.into(),
+        CpuSample { ts: 1 << 40, os_tid: 7, stack: 0xdead_beef, count: 3, cpu_ns: u64::MAX - 1, activity: 0 }.into(),
         WallSample { ts: 5, os_tid: u32::MAX, stack: 1, count: u32::MAX, wall_ns: 1 << 50 }.into(),
     ];
+    // A CPU sample with an activity is 4 bytes longer; without one it is written as before.
+    let with = CpuSample { ts: 9, os_tid: 7, stack: 3, count: 2, cpu_ns: 5, activity: 17 };
+    let mut p = Vec::new();
+    Record::from(with.clone()).encode(&mut p);
+    assert_eq!(p.len(), 6 + 32);
+    assert_eq!(decode_payload(&p).unwrap(), vec![Record::from(with.clone())]);
+    assert_eq!(Record::decode(CpuSample::TAG, &p[6..]).unwrap(), Record::from(with));
     for r in &recs {
         let mut p = Vec::new();
         r.encode(&mut p);
@@ -367,7 +374,7 @@ fn sample_records_decode_as_the_generic_decoder_does() {
         let mut longer = p.clone();
         longer.extend_from_slice(&[1, 2, 3, 4]);
         longer[2..6].copy_from_slice(&32u32.to_le_bytes());
-        assert_eq!(decode_payload(&longer).unwrap(), vec![r.clone()]);
+        assert_eq!(decode_payload(&longer).unwrap(), vec![Record::decode(r.tag(), &longer[6..]).unwrap()]);
         let mut shorter = p[..p.len() - 8].to_vec();
         shorter[2..6].copy_from_slice(&20u32.to_le_bytes());
         assert_eq!(decode_payload(&shorter).unwrap(), vec![Record::decode(r.tag(), &p[6..26]).unwrap()]);
@@ -380,7 +387,7 @@ fn sample_records_decode_as_the_generic_decoder_does() {
 fn records_handed_over_one_by_one_are_the_listed_ones() {
     let recs: Vec<Record> = vec![
         ThreadCreated { ts: 1, id: 2 }.into(),
-        CpuSample { ts: 2, os_tid: 7, stack: 1, count: 1, cpu_ns: 10 }.into(),
+        CpuSample { ts: 2, os_tid: 7, stack: 1, count: 1, cpu_ns: 10, activity: 0 }.into(),
         ThreadCreated { ts: 3, id: 4 }.into(),
     ];
     let mut bytes = header().to_vec();

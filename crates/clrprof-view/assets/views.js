@@ -409,23 +409,36 @@ export async function diff(ctx) {
     limit: 300, width: W, node: state.dzoom }));
   if (!ctx.gen()) return;
   const d = r;
-  const rows = d.functions.map((f) => el('tr', { dataset: { name: f.name } },
+  // Sampled weights: each row's samples, the 95% uncertainty of Δ self and whether it is significant.
+  const sampled = !!d.sum_noise;
+  const sig = (n) => (n.few_samples ? 'few samples' : n.significant ? 'yes' : 'no');
+  const pm = (n, base) => (base > 0 ? `±${(n.pm95 * 100 / base).toFixed(1)}%` : `±${fmt(n.pm95, ctx.unit)}`);
+  const noiseCells = (f) => (!sampled ? [] : f.noise ? [
+    el('td', { class: 'num' }, `${f.noise.base_samples} → ${f.noise.new_samples}`),
+    el('td', { class: 'num' }, pm(f.noise, f.base)),
+    el('td', { class: f.noise.significant ? 'sig' : 'nosig' }, sig(f.noise))] : [el('td', {}), el('td', {}), el('td', {})]);
+  const rows = d.functions.map((f) => el('tr', { dataset: { name: f.name }, class: sampled && f.noise && !f.noise.significant ? 'noise' : '' },
     nameCell(f.name, () => ctx.select(f.name, [], f.module), f.only ? el('span', { class: 'only' }, ` only in ${f.only === 'base' ? 'baseline' : 'new'}`) : null),
     el('td', {}, f.module), numCell(f.base, ctx.unit), numCell(f.new, ctx.unit), numCell(f.delta, ctx.unit),
     numCell(f.base_total, ctx.unit), numCell(f.new_total, ctx.unit), numCell(f.delta_total, ctx.unit),
-    el('td', { class: 'num' }, f.calls_delta === null || f.calls_delta === undefined ? '' : String(f.calls_delta))));
+    el('td', { class: 'num' }, f.calls_delta === null || f.calls_delta === undefined ? '' : String(f.calls_delta)),
+    ...noiseCells(f)));
   const box = el('div', { id: 'flame' });
   const fl = d.flame;
   const crumbs = el('div', { class: 'crumbs', id: 'diff-crumbs' },
     el('span', { onclick: () => ctx.setState({ dzoom: '0' }) }, 'all'),
     fl.path.map((p) => el('span', { dataset: { id: String(p.id) }, onclick: () => ctx.setState({ dzoom: String(p.id) }) }, p.name)));
+  const sn = d.sum_noise;
   put(ctx.main, el('div', {}, norm, ` baseline ${ctx.meta.baseline}: total ${fmt(d.base_total, ctx.unit)} → ${fmt(d.new_total, ctx.unit)}`,
+    sn ? el('span', { id: 'diff-noise' }, ` (${sn.base_samples} → ${sn.new_samples} samples, ${pm(sn, d.base_total)} at 95%, significant: ${sig(sn)})`) : null,
     state.t.length ? el('span', { id: 'diff-transforms' }, ` — ${state.t.length} transform${state.t.length > 1 ? 's' : ''} applied to both`) : null),
   d.estimated ? el('div', { id: 'diff-estimated', class: 'estimated' }, 'ESTIMATED per stack: part of the throw stacks were walked (or an exception storm was sampled); totals are the Exceptions tables\' counts') : null,
   el('div', { class: 'section-title' }, 'Differential flame graph (red grew, blue shrank, width = new; click to zoom)'), crumbs, box,
   el('div', { class: 'section-title' }, `Functions by |Δ| (${d.count})`),
-  el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls']
-    .map((h, i) => el('th', { class: i > 1 ? 'num' : '' }, h)))), el('tbody', {}, rows)));
+  sampled ? el('div', { class: 'note', id: 'diff-noise-note' }, `Samples behind each self value; ± is the 95% uncertainty of Δ self from the sampling; significant: |z| ≥ 3 with at least ${d.min_samples} samples on one side (greyed rows are not)`) : null,
+  el('table', { id: 'diff-table' }, el('thead', {}, el('tr', {}, ['Function', 'Module', 'Base self', 'New self', 'Δ self', 'Base total', 'New total', 'Δ total', 'Δ calls',
+    ...(sampled ? ['Samples', '± 95%', 'Significant'] : [])]
+    .map((h, i) => el('th', { class: i > 1 && h !== 'Significant' ? 'num' : '' }, h)))), el('tbody', {}, rows)));
   const threshold = Math.abs(fl.total) / 200;
   // A click zooms the differential graph (its own node ids) and selects the function.
   const setState = (patch) => ctx.setState('zoom' in patch ? { ...patch, zoom: state.zoom, dzoom: patch.zoom } : patch);

@@ -208,6 +208,19 @@ async function checks(browser) {
   await settled(page);
   check((await page.$eval('#diff-table tbody tr', (r) => r.dataset.name)) === 'Calls.Shared.Work', 'undo brings Work back');
 
+  // 7a. A sampled weight's diff: each row's samples, the 95% uncertainty of its change and whether it
+  // is significant (a trace against itself: nothing is; Spin has 56 of the 69 samples).
+  const surl = await startViewer([`${traces}/sampled.clrprof`, '--baseline', `${traces}/sampled.clrprof`]);
+  await page.goto(`${surl}#view=diff&w=cpu`);
+  await settled(page);
+  const heads = await texts(page, '#diff-table th');
+  check(heads.slice(-3).join('|') === 'Samples|± 95%|Significant', `noise columns: ${heads}`);
+  const spin = await texts(page, '#diff-table tr[data-name="Sampling.Many.Spin"] td');
+  check(spin.slice(-3).join('|') === '56 → 56|±37.0%|no', `Spin's samples and noise: ${spin}`);
+  check((await page.textContent('#diff-noise')).includes('69 → 69 samples'), 'the totals\' samples');
+  check((await page.$$eval('#diff-table tr.noise', (r) => r.length)) > 0, 'rows not significant are greyed');
+  await shot(page, 'diff-noise');
+
   // 7b. Exceptions and lock wait as weights (testdata: 40 BoomExceptions, 32 throw stacks walked; 20
   // contentions): picked in the weight list, the page says what the numbers are, every view adds up.
   const xurl = await startViewer([`${traces}/exceptions.clrprof`]);

@@ -116,7 +116,8 @@ pub fn diff_json(base: &Profile, new: &Profile, ask: &DiffAsk) -> Result<Value, 
             json!({"name": r.name, "module": r.module, "base": r.base, "new": r.new, "delta": r.delta,
                    "base_total": r.base_total, "new_total": r.new_total, "delta_total": r.delta_total,
                    "only": side(r.only_in), "calls": r.calls,
-                   "calls_delta": r.calls.map(|c| c.delta)})
+                   "calls_delta": r.calls.map(|c| c.delta),
+                   "noise": r.noise})
         })
         .collect();
     let t = diff_tree(base, new, &q);
@@ -124,6 +125,7 @@ pub fn diff_json(base: &Profile, new: &Profile, ask: &DiffAsk) -> Result<Value, 
         "weight": d.metric.name(), "unit": d.unit, "normalized": d.normalized, "scale": d.scale,
         "base_total": d.base_sum, "new_total": d.new_sum, "base_total_raw": d.base_sum_raw,
         "instrumented": d.calls, "count": d.count, "estimated": d.estimated, "functions": rows,
+        "sum_noise": d.sum_noise, "min_samples": d.min_samples,
         "flame": flame(&t, ask.node, ask.width_px, &matcher)?,
     }))
 }

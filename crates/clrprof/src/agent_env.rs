@@ -143,6 +143,14 @@ impl AgentEnv {
         self.set("CLRPROF_CONTROL", socket)
     }
 
+    /// No cache directory (`CLRPROF_CACHE_DIR` empty), replacing the one [`recording`](Self::recording)
+    /// set: for a process in another container, where ours is not in its filesystem and its own
+    /// would keep files behind.
+    pub fn no_cache(&mut self) -> &mut Self {
+        self.vars.retain(|(k, _)| *k != "CLRPROF_CACHE_DIR");
+        self.set("CLRPROF_CACHE_DIR", "")
+    }
+
     /// The agent's diagnostics file (`CLRPROF_LOG`), made absolute: the agent's working directory
     /// is not ours.
     pub fn log(&mut self, log: Option<&Path>) -> &mut Self {
@@ -228,6 +236,19 @@ impl AgentEnv {
         self
     }
 
+    /// TLS to a `tls://` collector: the CA to trust (`CLRPROF_TLS_CA`) and a client certificate and
+    /// key for mutual TLS (`CLRPROF_TLS_CERT`, `CLRPROF_TLS_KEY`).
+    pub fn tls(&mut self, t: &TlsFiles) -> &mut Self {
+        for (var, v) in [("CLRPROF_TLS_CA", &t.ca), ("CLRPROF_TLS_CERT", &t.cert), ("CLRPROF_TLS_KEY", &t.key)] {
+            if let Some(v) = v {
+                // Absolute: the agent may run in another working directory (attach).
+                let v = std::path::absolute(v).unwrap_or_else(|_| v.clone());
+                self.set(var, v.to_string_lossy().as_ref());
+            }
+        }
+        self
+    }
+
     /// The variables, in the order they were set.
     pub fn vars(&self) -> impl Iterator<Item = (&'static str, &std::ffi::OsStr)> {
         self.vars.iter().map(|(k, v)| (*k, v.as_os_str()))
@@ -270,4 +291,12 @@ mod tests {
         env.server(Some("127.0.0.1:7878"), Some("secret"));
         assert_eq!(env.lines(), "CLRPROF_SERVER=127.0.0.1:7878\nCLRPROF_TOKEN=secret\n");
     }
+}
+
+/// `--tls-ca`, `--tls-cert`, `--tls-key` of `record` and `attach` (streaming to a `tls://` collector).
+#[derive(Clone, Debug, Default)]
+pub struct TlsFiles {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
 }

@@ -6,6 +6,12 @@
 //! variables `record` sets), plus `CLRPROF_CONTROL`, the Unix socket this command listens on and
 //! the agent connects to. Protocol on that socket, one line each: agent `started PATH`; CLI
 //! `stop`; agent `stopped RECORDS BYTES`, then `detached` once the runtime unloaded it.
+//!
+//! A target in another mount namespace (a container) is reached through `/proc/PID/root`
+//! ([`crate::container`]): its diagnostics socket is looked up in its own temporary directory under
+//! the pid it has in its PID namespace, and the agent copy, the control socket, the trace and the
+//! agent's log are all placed in that directory, named by the paths the target sees; the trace is
+//! moved out to the output path at the end, and nothing is left there.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -17,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use clrprof_trace::AGENT_CLSID;
 
 use crate::agent_env::{AgentEnv, Recording};
+use crate::container::{Namespaces, Staging};
 use crate::ipc::{self, hr, SendError};
 
 /// Options of `clrprof attach`.
@@ -39,6 +46,8 @@ pub struct AttachOptions {
     pub server: Option<String>,
     /// The collector's token; `None` = `$CLRPROF_TOKEN` (the target does not inherit ours).
     pub token: Option<String>,
+    /// TLS files for a `tls://` collector.
+    pub tls: crate::agent_env::TlsFiles,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -60,8 +69,11 @@ fn fail<T>(msg: String) -> Result<T> {
 /// What `/proc/PID` says about the target.
 struct Target {
     pid: u32,
+    /// Its `/proc/PID/status`.
+    status: String,
     name: String,
     uid: u32,
+    gid: u32,
     environ: Option<Vec<(String, String)>>,
     /// The directory of its `libcoreclr.so`, when loaded.
     coreclr: Option<PathBuf>,
@@ -76,7 +88,8 @@ impl Target {
         };
         let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string());
         let name = field("Name:").unwrap_or_default();
-        let uid = field("Uid:").and_then(|v| v.split_whitespace().next().and_then(|u| u.parse().ok())).unwrap_or(0);
+        let id = |k: &str| field(k).and_then(|v| v.split_whitespace().next().and_then(|u| u.parse().ok())).unwrap_or(0);
+        let (uid, gid) = (id("Uid:"), id("Gid:"));
         let environ = std::fs::read(proc.join("environ")).ok().map(|b| {
             b.split(|&c| c == 0)
                 .filter_map(|kv| {
@@ -91,7 +104,7 @@ impl Target {
                 .find(|p| p.ends_with("/libcoreclr.so"))
                 .map(|p| Path::new(p).parent().unwrap_or(Path::new("/")).to_path_buf())
         });
-        Ok(Target { pid, name, uid, environ, coreclr })
+        Ok(Target { pid, status, name, uid, gid, environ, coreclr })
     }
 
     fn env(&self, key: &str) -> Option<&str> {
@@ -119,7 +132,7 @@ fn euid() -> u32 {
 }
 
 /// Why a process has no diagnostics socket.
-fn explain_no_socket(t: &Target, dir: &Path) -> String {
+fn explain_no_socket(t: &Target, dir: &str) -> String {
     let pid = t.pid;
     if t.coreclr.is_none() && t.environ.is_some() {
         return format!("process {pid} ({}) is not a .NET process (no CoreCLR runtime loaded)", t.name);
@@ -130,20 +143,15 @@ fn explain_no_socket(t: &Target, dir: &Path) -> String {
         }
     }
     if t.coreclr.is_none() {
-        return format!(
-            "process {pid} ({}) has no .NET diagnostics socket in {}: not a .NET process?",
-            t.name,
-            dir.display()
-        );
+        return format!("process {pid} ({}) has no .NET diagnostics socket in {dir}: not a .NET process?", t.name);
     }
     format!(
-        "process {pid} ({}) runs .NET but has no diagnostics socket in {} (diagnostics disabled, or another TMPDIR / mount namespace)",
+        "process {pid} ({}) runs .NET but has no diagnostics socket in {dir} (diagnostics disabled, or another TMPDIR)",
         t.name,
-        dir.display()
     )
 }
 
-fn explain_hresult(code: u32, t: &Target, agent: &Path) -> String {
+fn explain_hresult(code: u32, t: &Target, agent: &Path, copied: bool) -> String {
     let pid = t.pid;
     match code {
         hr::UNKNOWN_COMMAND | hr::NOT_SUPPORTED => format!(
@@ -158,6 +166,10 @@ fn explain_hresult(code: u32, t: &Target, agent: &Path) -> String {
         hr::NOT_YET_AVAILABLE | hr::RUNTIME_UNINITIALIZED => {
             format!("the runtime of process {pid} is still starting; try again in a moment")
         }
+        hr::MOD_NOT_FOUND if copied => format!(
+            "process {pid} could not load the agent copied into its container at {}: a C library other than glibc (musl, as in Alpine images), or a temporary directory mounted noexec? see --log FILE",
+            agent.display()
+        ),
         hr::MOD_NOT_FOUND => format!(
             "process {pid} could not load the agent {}: the file is not visible there (another container or mount namespace?)",
             agent.display()
@@ -237,9 +249,62 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
             return fail(format!("process {} runs .NET {major}, too old: clrprof attaches to .NET 8 or newer", t.pid));
         }
     }
-    let dir = t.tmpdir();
-    let Some(socket) = ipc::find_socket(&dir, t.pid) else { return fail(explain_no_socket(&t, &dir)) };
+    let ns = Namespaces::of(t.pid, &t.status).map_err(AttachError)?;
+    // In another mount namespace (a container), everything the agent must see is placed in the
+    // target's own temporary directory, reached through /proc/PID/root.
+    let mut staging = match ns.mount {
+        true => Some(Staging::open(t.pid, &t.tmpdir(), ns.user.then_some((t.uid, t.gid))).map_err(AttachError)?),
+        false => None,
+    };
+    let log_inside = match (&mut staging, &opts.log) {
+        (Some(s), Some(_)) => {
+            let name = format!("clrprof-log-{}-{}.log", std::process::id(), unix_nanos());
+            s.place(&name);
+            Some(s.inside(&name))
+        }
+        _ => None,
+    };
+    let result = session(opts, &t, &ns, &mut staging, log_inside.as_deref());
+    // The agent's log comes out of the container whatever happened: it says why, on errors.
+    if let (Some(s), Some(inside), Some(log)) = (&mut staging, &log_inside, &opts.log) {
+        if s.exists(inside) {
+            if let Err(e) = s.append_out(inside, log) {
+                eprintln!(
+                    "clrprof: warning: cannot copy the agent's log out of the container to {}: {e}",
+                    log.display()
+                );
+            }
+        }
+    }
+    result
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// The session proper: `staging` is the target's temporary directory when it runs in another
+/// mount namespace (`log_inside`: the agent's log there).
+fn session(
+    opts: &AttachOptions,
+    t: &Target,
+    ns: &Namespaces,
+    staging: &mut Option<Staging>,
+    log_inside: Option<&Path>,
+) -> Result<()> {
+    let me = euid();
+    let (dir, shown_dir) = match staging {
+        Some(s) => (s.host(""), format!("{} (process {}'s filesystem)", t.tmpdir().display(), t.pid)),
+        None => (t.tmpdir(), t.tmpdir().display().to_string()),
+    };
+    let Some(socket) = ipc::find_socket(&dir, t.pid, ns.inner_pid) else {
+        return fail(explain_no_socket(t, &shown_dir));
+    };
     let agent = crate::record::find_agent(opts.agent.as_deref())?;
+    let agent_inside = match staging {
+        Some(s) => s.agent(&agent).map_err(AttachError)?,
+        None => agent.clone(),
+    };
 
     let output = match &opts.output {
         Some(p) => {
@@ -255,28 +320,52 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         }
     };
     crate::record::check_output_dir(&output)?;
+    // In a container, the agent writes in the target's temporary directory; the trace is moved
+    // out to `output` at the end.
+    let output_inside = match staging {
+        Some(s) => {
+            let name = format!("clrprof-trace-{}-{}.clrprof", std::process::id(), unix_nanos());
+            s.place(&name);
+            s.inside(&name)
+        }
+        None => output.clone(),
+    };
 
     // The control socket, next to the runtime's own (visible to the target, short enough).
-    let control = std::env::temp_dir().join(format!("clrprof-attach-{}-{}.sock", std::process::id(), unix_secs()));
-    let _ = std::fs::remove_file(&control);
-    let listener = UnixListener::bind(&control).with_context(|| format!("cannot listen on {}", control.display()))?;
-    let _cleanup = SocketFile(control.clone());
-    if t.uid != me {
+    let sock_name = format!("clrprof-attach-{}-{}.sock", std::process::id(), unix_secs());
+    let (control, control_inside, listener) = match staging {
+        Some(s) => {
+            let l = s.listen(&sock_name);
+            (s.host(&sock_name), s.inside(&sock_name), l)
+        }
+        None => {
+            let c = std::env::temp_dir().join(&sock_name);
+            let _ = std::fs::remove_file(&c);
+            (c.clone(), c.clone(), UnixListener::bind(&c))
+        }
+    };
+    let listener = listener.with_context(|| format!("cannot listen on {}", control_inside.display()))?;
+    let _cleanup = staging.is_none().then(|| SocketFile(control.clone()));
+    if t.uid != me || ns.user {
         // The agent runs as the target's user: it must be able to connect (the peer is checked).
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o666));
     }
 
     let token = opts.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-    let data = AgentEnv::default()
-        .output(&output)
-        .control(&control)
-        .log(opts.log.as_deref())
+    let mut env = AgentEnv::default();
+    env.output(&output_inside)
+        .control(&control_inside)
+        .log(log_inside.or(opts.log.as_deref()))
         .recording(&opts.recording)
         .server(opts.server.as_deref(), token.as_deref())
-        .lines();
+        .tls(&opts.tls);
+    if staging.is_some() {
+        env.no_cache();
+    }
+    let data = env.lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
-    let agent_text = agent.to_string_lossy();
+    let agent_text = agent_inside.to_string_lossy();
     let Some(message) = ipc::attach_message(10_000, &clsid, &agent_text, data.as_bytes()) else {
         bail!("the attach request is too large (over 64 KiB): shorten the paths or patterns");
     };
@@ -286,7 +375,7 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
     let reply = ipc::send(&socket, &message, opts.timeout);
     match reply {
         Ok(Ok(_)) => {}
-        Ok(Err(code)) => return fail(explain_hresult(code, &t, &agent)),
+        Ok(Err(code)) => return fail(explain_hresult(code, t, &agent_inside, staging.is_some())),
         Err(SendError::Connect(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return fail(format!(
                 "permission denied on the diagnostics socket of process {} ({}): it belongs to another user; attach as that user or as root",
@@ -340,24 +429,36 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line).context("reading from the agent")?;
-    let trace = line.trim().strip_prefix("started ").map(PathBuf::from).unwrap_or(output.clone());
+    let mut trace = line.trim().strip_prefix("started ").map(PathBuf::from).unwrap_or(output_inside.clone());
+    if staging.is_some() {
+        // Written inside the container at `trace`, moved out to `output` at the end.
+        if trace.parent() != output_inside.parent() {
+            trace = output_inside.clone();
+        }
+        if let Some(s) = staging.as_mut() {
+            if trace != output_inside {
+                s.place(&trace.file_name().unwrap_or_default().to_string_lossy());
+            }
+        }
+    }
+    let shown = if staging.is_some() { output.clone() } else { trace.clone() };
+    let who = match ns.pid {
+        true => format!("{} ({}; pid {} in its container)", t.pid, t.name, ns.inner_pid),
+        false => format!("{} ({})", t.pid, t.name),
+    };
     if opts.recording.heap.on_attach && opts.duration == Some(Duration::ZERO) {
         eprintln!(
-            "clrprof: attached to process {} ({}) in {} ms and took a heap snapshot into {}",
-            t.pid,
-            t.name,
+            "clrprof: attached to process {who} in {} ms and took a heap snapshot into {}",
             loaded.as_millis(),
-            trace.display()
+            shown.display()
         );
     } else {
         eprintln!(
-            "clrprof: attached to process {} ({}) in {} ms, recording to {}{}",
-            t.pid,
-            t.name,
+            "clrprof: attached to process {who} in {} ms, recording to {}{}",
             loaded.as_millis(),
             match &opts.server {
-                Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", trace.display()),
-                None => trace.display().to_string(),
+                Some(s) => format!("the collector at {s} (or {} if it cannot be reached)", shown.display()),
+                None => shown.display().to_string(),
             },
             match opts.duration {
                 Some(d) => format!(" for {} s", d.as_secs_f64()),
@@ -422,7 +523,23 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
             eprintln!("clrprof: note: the agent has not detached yet; a new attach may have to wait a moment");
         }
     }
-    if let (Some(server), false) = (&opts.server, trace.is_file()) {
+    let written = match staging {
+        Some(s) if s.exists(&trace) => {
+            s.bring_out(&trace, &output).with_context(|| {
+                format!(
+                    "cannot move the trace out of process {}'s filesystem ({}) to {}",
+                    t.pid,
+                    trace.display(),
+                    output.display()
+                )
+            })?;
+            trace = output.clone();
+            true
+        }
+        Some(_) => false,
+        None => trace.is_file(),
+    };
+    if let (Some(server), false) = (&opts.server, written) {
         eprintln!("clrprof: trace streamed to the collector at {server} (`clrprof runs`, `clrprof report run:latest`)");
         return Ok(());
     }

@@ -62,7 +62,7 @@ enum Command {
     /// Compare two profiles (traces or imported files): per function, self and inclusive values
     /// of the baseline and the new one, sorted by the largest change.
     #[command(
-        after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv"
+        after_help = "Examples:\n  clrprof diff old.clrprof new.clrprof\n  clrprof diff old.clrprof new.clrprof --normalize --top 20\n  clrprof diff old.clrprof new.clrprof --weight calls --format json\n  clrprof diff before.folded after.folded --format csv -o delta.csv\n  clrprof diff base.clrprof head.clrprof --fail-if 'total:cpu>+5%,function:Shop.*:cpu>+10%' --format markdown -o summary.md\n  clrprof diff before.clrprof after.clrprof --fail-if 'type:Shop.*:count>+0'\n\nWith --fail-if the exit code is 3 when a rule breaches (2 for errors), with one line per breach on\nstandard error. Changes of sampled weights (cpu, wall) breach only when significant: |z| >= 3 in a\nPoisson test of the sample counts (higher for a rule over many functions), with at least\n--min-samples samples. See docs/ci.md."
     )]
     Diff(DiffArgs),
     /// Receive the traces of agents started with `record --server` (or CLRPROF_SERVER) and keep them as runs.
@@ -129,15 +129,23 @@ struct DiffArgs {
     /// Show the first N functions
     #[arg(long, value_name = "N")]
     top: Option<usize>,
-    /// Output format
-    #[arg(short, long, value_enum, default_value_t = FormatArg(Format::Text))]
-    format: FormatArg,
+    /// Output format (markdown: the regression gate's summary for a CI job to post)
+    #[arg(short, long, value_enum, default_value_t = DiffFormatArg::Text)]
+    format: DiffFormatArg,
     /// Write to FILE instead of standard output
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Only this thread, in both profiles: OS thread id, runtime ThreadID (0x…) or thread name
     #[arg(long, value_name = "ID|NAME")]
     thread: Option<String>,
+    /// Exit with code 3 when RULE breaches (repeatable, or comma-separated): total:WEIGHT>+5%,
+    /// function:PATTERN:WEIGHT>+10%, inclusive:PATTERN:WEIGHT>+10%, calls:PATTERN>+0,
+    /// type:PATTERN:count|bytes>+0 (heap snapshots); < for decreases; amounts as +0, +20ms
+    #[arg(long = "fail-if", value_name = "RULE")]
+    fail_if: Vec<String>,
+    /// A sampled change needs this many samples on one side to be significant (rows below are marked)
+    #[arg(long, value_name = "N", default_value_t = clrprof_query::noise::MIN_SAMPLES)]
+    min_samples: u64,
     /// Heap snapshots: which two to compare, I in OLD and J in NEW (or both in OLD when NEW is not
     /// given) [default: the last of each; with one file its last two]
     #[arg(long, value_name = "I,J", value_parser = crate::heap_views::parse_pair)]
@@ -146,7 +154,29 @@ struct DiffArgs {
     read: ReadArgs,
 }
 
+/// `diff --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DiffFormatArg {
+    Text,
+    Json,
+    Csv,
+    Markdown,
+}
+
+impl DiffFormatArg {
+    fn format(self) -> crate::diff::DiffFormat {
+        use crate::diff::DiffFormat;
+        match self {
+            DiffFormatArg::Text => DiffFormat::Report(Format::Text),
+            DiffFormatArg::Json => DiffFormat::Report(Format::Json),
+            DiffFormatArg::Csv => DiffFormat::Report(Format::Csv),
+            DiffFormatArg::Markdown => DiffFormat::Markdown,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("push").args(["pyroscope", "otlp"]).multiple(true)))]
 struct CollectArgs {
     /// Address to listen on; an address other than loopback requires --token
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
@@ -162,17 +192,47 @@ struct CollectArgs {
     #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
     max_run_bytes: u64,
     /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
-    /// Grafana Pyroscope at this URL every --interval (plain http://; put a TLS proxy in front of an
-    /// https:// Pyroscope)
+    /// Grafana Pyroscope at this URL (http:// or https://) every --interval
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
     /// Pyroscope credentials: USER:PASSWORD (Basic, e.g. Grafana Cloud's user id and API token) or a
     /// bearer token [default: $CLRPROF_PYROSCOPE_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "pyroscope")]
     pyroscope_token: Option<String>,
-    /// Length of each profile pushed to Pyroscope (1s..1h)
-    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "pyroscope")]
+    /// Also push every run's profiles as OpenTelemetry profiles (OTLP/HTTP, binary protobuf, the
+    /// pinned v1development version) every --interval: to URL/v1development/profiles, or to URL
+    /// itself when its path ends in /profiles
+    #[arg(long, value_name = "URL")]
+    otlp: Option<String>,
+    /// A header of every OTLP request, e.g. `Authorization: Bearer T` (repeatable)
+    #[arg(long, value_name = "NAME:VALUE", requires = "otlp", value_parser = header_arg)]
+    otlp_header: Vec<(String, String)>,
+    /// Length of each profile pushed to Pyroscope or OTLP (1s..1h)
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = interval_arg, requires = "push")]
     interval: u64,
+    /// Trust only the CA certificates of this PEM file for https:// pushes (a private CA)
+    /// [default: the system's CA certificates]
+    #[arg(long, value_name = "FILE", requires = "push")]
+    tls_ca: Option<PathBuf>,
+    /// Serve TLS: the listener's certificate chain (PEM); agents then stream to tls://ADDR:PORT
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept only agents presenting a certificate signed by this CA (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+/// `NAME:VALUE` of `--otlp-header`.
+fn header_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((n, v)) if !n.trim().is_empty() && !n.contains(char::is_whitespace) => {
+            Ok((n.trim().to_string(), v.trim().to_string()))
+        }
+        _ => Err(format!("{s:?}: expected NAME:VALUE (e.g. \"Authorization: Bearer T\")")),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -262,6 +322,7 @@ impl ReadArgs {
             native_symbols: !self.no_native_symbols,
             debug_dirs: self.symbols,
             lines: false,
+            call_site_lines: false,
             import: clrprof_load::import::ImportOptions { sample_period_ns: self.sample_period.max(1) },
             store: self.store,
             physical_stacks: self.physical_stacks,
@@ -449,13 +510,28 @@ struct AgentArgs {
 /// Streaming to a collector, for `record` and `attach`.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Stream the trace to a `clrprof collect` at ADDR:PORT instead of a file (the file is written
-    /// only if the collector cannot be reached or goes away)
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Stream the trace to a `clrprof collect` at ADDR:PORT (tls://ADDR:PORT: over TLS) instead of
+    /// a file (the file is written only if the collector cannot be reached or goes away)
+    #[arg(long, value_name = "[tls://]ADDR:PORT")]
     server: Option<String>,
     /// The collector's token [default: $CLRPROF_TOKEN]
     #[arg(long, value_name = "TOKEN", requires = "server")]
     token: Option<String>,
+    /// With tls://: trust only the CA certificates of this PEM file [default: the system's CA bundle]
+    #[arg(long, value_name = "FILE", requires = "server")]
+    tls_ca: Option<PathBuf>,
+    /// With tls://: the client certificate (PEM) a collector with --tls-client-ca asks for
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// With tls://: the client certificate's private key (PEM)
+    #[arg(long, value_name = "FILE", requires_all = ["server", "tls_cert"])]
+    tls_key: Option<PathBuf>,
+}
+
+impl ServerArgs {
+    fn tls(&self) -> crate::agent_env::TlsFiles {
+        crate::agent_env::TlsFiles { ca: self.tls_ca.clone(), cert: self.tls_cert.clone(), key: self.tls_key.clone() }
+    }
 }
 
 fn seconds_arg(s: &str) -> Result<Duration, String> {
@@ -604,6 +680,7 @@ pub fn run() -> Result<ExitCode> {
                     exclude: a.exclude,
                 },
                 command: a.command,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
                 process: a.process,
@@ -625,6 +702,7 @@ pub fn run() -> Result<ExitCode> {
                 log: a.agent.log,
                 recording: a.recording.options(),
                 timeout: a.timeout,
+                tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
             };
@@ -660,7 +738,14 @@ pub fn run() -> Result<ExitCode> {
             let symbol_dirs = a.read.symbols.clone();
             let cmd = crate::report::ReportCommand {
                 lines: a.by_line || matches!(view, View::Lines | View::Source),
-                read: a.read.options()?,
+                // The callers view splits instrumented callers by the lines they call from (the JSON
+                // document, without --function, stays per function: its tables are the runtime's
+                // functions).
+                read: crate::load::ReadOptions {
+                    call_site_lines: matches!(view, View::Callers)
+                        && (a.format.0 != Format::Json || a.function.is_some()),
+                    ..a.read.options()?
+                },
                 trace: a.trace,
                 output: a.output,
                 report: ReportOptions {
@@ -714,7 +799,9 @@ pub fn run() -> Result<ExitCode> {
             // Snapshots are compared when asked (`--snapshots`, one file) or when both files hold some
             // and no option of a profile diff is given (two recorded runs with snapshots still get a
             // profile diff with `--weight`).
-            let profile_asked = a.weight.is_some() || a.normalize || a.thread.is_some();
+            let rules = clrprof_query::gate::parse_rules(&a.fail_if).map_err(anyhow::Error::msg)?;
+            let profile_rules = rules.iter().any(|r| !matches!(r.scope, clrprof_query::gate::Scope::Type(_)));
+            let profile_asked = a.weight.is_some() || a.normalize || a.thread.is_some() || profile_rules;
             let heap = match &a.new {
                 None => true,
                 Some(_) if a.snapshots.is_some() => true,
@@ -723,10 +810,27 @@ pub fn run() -> Result<ExitCode> {
                     crate::heap_views::has_snapshots(&a.old, &read) && crate::heap_views::has_snapshots(new, &read)
                 }
             };
+            let breached = |b: bool| if b { ExitCode::from(crate::diff::BREACH_EXIT) } else { ExitCode::SUCCESS };
             if heap {
-                let text = crate::heap_views::diff(&a.old, a.new.as_deref(), &read, a.snapshots, a.top, a.format.0)?;
+                let format = match a.format.format() {
+                    crate::diff::DiffFormat::Report(f) => Some(f),
+                    crate::diff::DiffFormat::Markdown => None,
+                };
+                let d = crate::heap_views::diff(&a.old, a.new.as_deref(), &read, a.snapshots, a.top, format)?;
+                let verdicts = crate::diff::check_heap(&rules, &d.rows)?;
+                let text = match format {
+                    Some(_) => d.text,
+                    None => clrprof_report::gate::markdown(
+                        None,
+                        &d.base,
+                        &d.new,
+                        &verdicts,
+                        a.top.unwrap_or(10),
+                        &Default::default(),
+                    ),
+                };
                 crate::report::write_output(a.output.as_deref(), &text)?;
-                return Ok(ExitCode::SUCCESS);
+                return Ok(breached(crate::diff::report_gate(&verdicts)));
             }
             let Some(new) = a.new else { unreachable!("a diff of one file is a heap diff") };
             let cmd = crate::diff::DiffCommand {
@@ -736,22 +840,35 @@ pub fn run() -> Result<ExitCode> {
                 weight: a.weight.map(|w| w.0),
                 normalize: a.normalize,
                 top: a.top,
-                format: a.format.0,
+                format: a.format.format(),
                 output: a.output,
                 thread: a.thread,
+                rules,
+                min_samples: Some(a.min_samples),
             };
-            crate::diff::diff(&cmd)?;
-            Ok(ExitCode::SUCCESS)
+            Ok(breached(crate::diff::diff(&cmd)?))
         }
         Command::Collect(a) => {
             let token = a.token.or_else(|| std::env::var("CLRPROF_TOKEN").ok()).filter(|t| !t.is_empty());
-            let pyroscope = a.pyroscope.map(|url| crate::collect::PyroscopeOptions {
+            let interval = std::time::Duration::from_nanos(a.interval);
+            let pyroscope = a.pyroscope.map(|url| crate::collect::PushOptions {
                 url,
                 token: a
                     .pyroscope_token
                     .or_else(|| std::env::var("CLRPROF_PYROSCOPE_TOKEN").ok())
                     .filter(|t| !t.is_empty()),
-                interval: std::time::Duration::from_nanos(a.interval),
+                headers: Vec::new(),
+                interval,
+                format: clrprof_pyroscope::Format::Pyroscope,
+                tls_ca: a.tls_ca.clone(),
+            });
+            let otlp = a.otlp.map(|url| crate::collect::PushOptions {
+                url,
+                token: None,
+                headers: a.otlp_header,
+                interval,
+                format: clrprof_pyroscope::Format::Otlp,
+                tls_ca: a.tls_ca.clone(),
             });
             crate::collect::collect(&crate::collect::CollectCommand {
                 listen: a.listen,
@@ -759,6 +876,8 @@ pub fn run() -> Result<ExitCode> {
                 token,
                 max_run_bytes: a.max_run_bytes,
                 pyroscope,
+                otlp,
+                tls: a.tls_cert.zip(a.tls_key).map(|(c, k)| (c, k, a.tls_client_ca)),
             })?;
             Ok(ExitCode::SUCCESS)
         }

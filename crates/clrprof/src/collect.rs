@@ -15,20 +15,38 @@ pub struct CollectCommand {
     pub token: Option<String>,
     pub max_run_bytes: u64,
     /// Push every run to Pyroscope.
-    pub pyroscope: Option<PyroscopeOptions>,
+    pub pyroscope: Option<PushOptions>,
+    /// Push every run as OTLP profiles.
+    pub otlp: Option<PushOptions>,
+    /// Serve TLS: certificate chain, key, and the CA of client certificates (mutual TLS).
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf, Option<std::path::PathBuf>)>,
 }
 
-/// `--pyroscope URL [--pyroscope-token T] [--interval 10s]`.
+/// `--pyroscope URL [--pyroscope-token T]` or `--otlp URL [--otlp-header H]`, with
+/// `[--interval 10s] [--tls-ca FILE]`.
 #[derive(Clone, Debug)]
-pub struct PyroscopeOptions {
+pub struct PushOptions {
     pub url: String,
     pub token: Option<String>,
+    pub headers: Vec<(String, String)>,
     pub interval: std::time::Duration,
+    pub format: clrprof_pyroscope::Format,
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
-/// The Pyroscope pusher as one of the collector's sinks: it copies the bytes and returns (its
-/// threads decode, build and send).
-struct PyroscopeSink(clrprof_pyroscope::Pyroscope);
+impl PushOptions {
+    /// The pusher's name in the log.
+    fn name(&self) -> &'static str {
+        match self.format {
+            clrprof_pyroscope::Format::Pyroscope => "pyroscope",
+            clrprof_pyroscope::Format::Otlp => "otlp",
+        }
+    }
+}
+
+/// A pusher (Pyroscope or OTLP) as one of the collector's sinks: it copies the bytes and returns
+/// (its threads decode, build and send).
+struct PyroscopeSink(clrprof_pyroscope::Pyroscope, &'static str);
 
 impl clrprof_collect::RunObserver for PyroscopeSink {
     fn run_started(&self, run: &RunInfo) {
@@ -42,38 +60,50 @@ impl clrprof_collect::RunObserver for PyroscopeSink {
     }
 }
 
-fn pyroscope(o: &PyroscopeOptions) -> Result<Arc<PyroscopeSink>> {
-    let endpoint = clrprof_pyroscope::Endpoint::parse(&o.url, o.token.as_deref())?;
+fn pusher(o: &PushOptions) -> Result<Arc<PyroscopeSink>> {
+    let name = o.name();
+    let mut endpoint = clrprof_pyroscope::Endpoint::parse(&o.url, o.token.as_deref())
+        .with_context(|| format!("--{name} {}", redact(&o.url)))?;
+    endpoint.headers = o.headers.clone();
+    if let Some(ca) = &o.tls_ca {
+        endpoint = endpoint.trust_ca(ca)?;
+    }
     let mut cfg = clrprof_pyroscope::Config::new(endpoint);
     cfg.interval = o.interval;
+    cfg.format = o.format;
     // A closed standard error must not stop the collector: write errors are ignored.
-    let log: clrprof_pyroscope::Log = Arc::new(|m: &str| {
+    let log: clrprof_pyroscope::Log = Arc::new(move |m: &str| {
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "clrprof collect: pyroscope: {m}");
+        let _ = writeln!(std::io::stderr(), "clrprof collect: {name}: {m}");
     });
-    let p = clrprof_pyroscope::Pyroscope::start(cfg, log).context("cannot start the Pyroscope pusher")?;
-    Ok(Arc::new(PyroscopeSink(p)))
+    let p = clrprof_pyroscope::Pyroscope::start(cfg, log).with_context(|| format!("cannot start the {name} pusher"))?;
+    Ok(Arc::new(PyroscopeSink(p, name)))
 }
 
 pub fn collect(c: &CollectCommand) -> Result<()> {
     // Before any thread starts (the Pyroscope pusher's): every thread inherits the mask, so only
     // the signal-waiting thread takes SIGINT/SIGTERM.
     block_stop_signals();
-    let pyro = c.pyroscope.as_ref().map(pyroscope).transpose()?;
+    let sinks: Vec<Arc<PyroscopeSink>> = c.pyroscope.iter().chain(&c.otlp).map(pusher).collect::<Result<_>>()?;
     let spec = store_spec(c.store.as_deref());
     let store = open_store(&spec).with_context(|| format!("cannot open the run store {}", redact(&spec)))?;
+    let tls = match &c.tls {
+        Some((cert, key, ca)) => Some(clrprof_collect::tls::server_config(cert, key, ca.as_deref())?),
+        None => None,
+    };
     let mut builder = Collector::builder()
+        .tls(tls)
         .listen(c.listen.clone())
         .token(c.token.clone())
         .max_run_bytes(c.max_run_bytes)
         .store(store);
-    if let Some(p) = &pyro {
+    for p in &sinks {
         builder = builder.observer(p.clone());
     }
     let collector = builder.build()?;
     let addr = collector.local_addr();
     let stop = collector.stopper();
-    let sink = pyro.clone();
+    let stopping = sinks.clone();
     // Set once a signal stops the collector; then `serve` returns, and the process waits for the
     // Pyroscope summary before it exits (it used to race the signal thread's last writes).
     let (summary_tx, summary_rx) = std::sync::mpsc::channel::<()>();
@@ -82,13 +112,14 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     stop_on_signals(move || {
         signalled_by.store(true, std::sync::atomic::Ordering::SeqCst);
         stop();
-        // The runs' last windows go out before the collector exits (a dead Pyroscope gets 5 s).
-        if let Some(p) = &sink {
+        // The runs' last windows go out before the collector exits (a dead receiver gets 5 s).
+        for p in &stopping {
             let s = p.0.stop(std::time::Duration::from_secs(5));
             use std::io::Write;
             let _ = writeln!(
                 std::io::stderr(),
-                "clrprof collect: pyroscope: {} profiles sent ({} bytes), {} dropped, {} failed",
+                "clrprof collect: {}: {} profiles sent ({} bytes), {} dropped, {} failed",
+                p.1,
                 s.sent,
                 s.bytes_sent,
                 s.dropped,
@@ -100,13 +131,22 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "clrprof collect: listening on {addr}{}, store {}{}",
+        "clrprof collect: listening on {addr}{}{}, store {}{}",
+        match &c.tls {
+            Some((_, _, Some(_))) => " (TLS, client certificates required)",
+            Some(_) => " (TLS)",
+            None => "",
+        },
         if c.token.is_some() { " (token required)" } else { "" },
         redact(&store_spec(c.store.as_deref())),
         c.pyroscope
             .as_ref()
             .map(|p| format!(", pushing to Pyroscope at {} every {:?}", redact(&p.url), p.interval))
             .unwrap_or_default()
+            + &c.otlp
+                .as_ref()
+                .map(|p| format!(", pushing OTLP profiles to {} every {:?}", redact(&p.url), p.interval))
+                .unwrap_or_default()
     );
     collector.serve();
     if signalled.load(std::sync::atomic::Ordering::SeqCst) {

@@ -44,6 +44,7 @@ pub fn heap(
         timeout,
         server: None,
         token: None,
+        tls: Default::default(),
     };
     attach(&opts)?;
     let snaps = clrprof_load::heap::heap_snapshots(clrprof_trace::TraceSource::File(output.clone()))

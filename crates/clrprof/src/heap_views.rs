@@ -130,17 +130,26 @@ pub fn has_snapshots(path: &Path, read: &crate::load::ReadOptions) -> bool {
     load_snapshots(path, read).map(|s| !s.is_empty()).unwrap_or(false)
 }
 
+/// A heap snapshot diff: its text (none for `format` `None`), its rows (for `--fail-if`), and
+/// which snapshots were compared.
+pub struct HeapDiff {
+    pub text: String,
+    pub rows: Vec<clrprof_heap::views::DiffRow>,
+    pub base: String,
+    pub new: String,
+}
+
 /// `clrprof diff A [B]` on heap snapshots: with one file its last two snapshots (or `--snapshots I,J`),
-/// with two the last of each (or snapshot I of A and J of B).
+/// with two the last of each (or snapshot I of A and J of B); `format` `None` renders nothing.
 pub fn diff(
     old: &Path,
     new: Option<&Path>,
     read: &crate::load::ReadOptions,
     pair: Option<(usize, usize)>,
     top: Option<usize>,
-    format: Format,
-) -> Result<String> {
-    if format == Format::Csv {
+    format: Option<Format>,
+) -> Result<HeapDiff> {
+    if format == Some(Format::Csv) {
         bail!("--format csv is not available for a heap diff (text or json)");
     }
     let old_src = old.display().to_string();
@@ -169,11 +178,14 @@ pub fn diff(
     let (base, wb) = pick(&a, i, &old_src)?;
     let (newer, wn) = pick(b, j, &new_src)?;
     let rows = views::diff(base, newer);
-    Ok(if format == Format::Json {
-        json_text(&render::diff_json((base, &wb), (newer, &wn), &rows, top))?
-    } else {
-        render::diff_text((base, &wb), (newer, &wn), &rows, top)
-    })
+    let text = match format {
+        Some(Format::Json) => json_text(&render::diff_json((base, &wb), (newer, &wn), &rows, top))?,
+        Some(_) => render::diff_text((base, &wb), (newer, &wn), &rows, top),
+        // The markdown summary is the caller's (the gate's).
+        None => String::new(),
+    };
+    let name = |w: &Which| format!("{} (snapshot {} of {})", w.source, w.index, w.of);
+    Ok(HeapDiff { text, rows, base: name(&wb), new: name(&wn) })
 }
 
 /// Parses `--snapshots I,J`.

@@ -87,12 +87,14 @@ pub fn parse_reply(b: &[u8]) -> Result<Result<u32, u32>, String> {
     }
 }
 
-/// The diagnostics socket of `pid` in `dir`: `dotnet-diagnostic-{pid}-{key}-socket`. The key is
-/// the process's start time (jiffies since boot, `/proc/{pid}/stat` field 22), so a socket left by an
-/// earlier process with the same (reused) pid is told apart: it is never chosen. Without a readable
-/// start time, the newest socket of the pid.
-pub fn find_socket(dir: &Path, pid: u32) -> Option<PathBuf> {
-    find_socket_with_key(dir, pid, start_time(pid))
+/// The diagnostics socket of process `pid` in `dir`: `dotnet-diagnostic-{inner}-{key}-socket`, where
+/// `inner` is the pid the process has in its own PID namespace (the runtime's `getpid()`; `pid`
+/// itself unless it runs in another container). The key is the process's start time (jiffies since
+/// boot, `/proc/{pid}/stat` field 22), so a socket left by an earlier process with the same
+/// (reused) pid is told apart: it is never chosen. Without a readable start time, the newest
+/// socket of the pid.
+pub fn find_socket(dir: &Path, pid: u32, inner: u32) -> Option<PathBuf> {
+    find_socket_with_key(dir, inner, start_time(pid))
 }
 
 fn find_socket_with_key(dir: &Path, pid: u32, key: Option<u64>) -> Option<PathBuf> {

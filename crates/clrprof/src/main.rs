@@ -4,6 +4,7 @@ mod agent_env;
 mod attach;
 mod cli;
 mod collect;
+mod container;
 mod diff;
 mod export;
 mod heap;

@@ -31,6 +31,8 @@ pub struct RecordOptions {
     pub server: Option<String>,
     /// The collector's token (`CLRPROF_TOKEN`); `None` keeps the inherited variable.
     pub token: Option<String>,
+    /// TLS files for a `tls://` collector.
+    pub tls: crate::agent_env::TlsFiles,
     /// `CLRPROF_PROCESS`: only processes matching these globs are profiled.
     pub process: Option<String>,
 }
@@ -183,6 +185,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
                 .process(opts.process.as_deref())
                 .log(opts.log.as_deref())
                 .server(opts.server.as_deref(), opts.token.as_deref())
+                .tls(&opts.tls)
                 .vars(),
         );
     if opts.recording.events.alloc == "exact" {
@@ -206,7 +209,7 @@ pub fn record(opts: &RecordOptions) -> Result<ExitCode> {
             _ => -1,
         };
         let token = opts.token.clone().or_else(|| std::env::var("CLRPROF_TOKEN").ok()).unwrap_or_default();
-        let run = exit_notice(server, &token, child.id(), code, end_unix_ns);
+        let run = exit_notice(server, &token, &opts.tls, child.id(), code, end_unix_ns);
         if let Some(run) = run {
             eprintln!("clrprof: run {run} streamed to the collector at {server} (`clrprof report run:{run}`)");
         }
@@ -283,15 +286,37 @@ fn signal_name(s: i32) -> &'static str {
 
 /// Tells the collector how the child ended (it appends `ProcessExit` to the run); the run's id,
 /// or `None` when the collector has no run of this process or cannot be reached.
-fn exit_notice(server: &str, token: &str, pid: u32, exit_code: i32, end_unix_ns: u64) -> Option<u64> {
+fn exit_notice(
+    server: &str,
+    token: &str,
+    tls: &crate::agent_env::TlsFiles,
+    pid: u32,
+    exit_code: i32,
+    end_unix_ns: u64,
+) -> Option<u64> {
     use clrprof_trace::wire::{self, Hello};
     use std::io::{Read, Write};
     use std::net::ToSocketAddrs;
     let timeout = std::time::Duration::from_secs(15);
-    let addr = server.to_socket_addrs().ok()?.next()?;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    s.set_write_timeout(Some(timeout)).ok()?;
+    let (addr_text, secure) = clrprof_collect::tls::split_scheme(server);
+    let addr = addr_text.to_socket_addrs().ok()?.next()?;
+    let tcp = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    tcp.set_read_timeout(Some(timeout)).ok()?;
+    tcp.set_write_timeout(Some(timeout)).ok()?;
+    let mut s: Box<dyn ReadWrite> = if secure {
+        let client = tls.cert.as_deref().zip(tls.key.as_deref());
+        let cfg = match clrprof_collect::tls::client_config(tls.ca.as_deref(), client) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("clrprof: cannot tell the collector how the process ended: {e}");
+                return None;
+            }
+        };
+        let name = rustls::ServerName::try_from(clrprof_collect::tls::host_of(addr_text)).ok()?;
+        Box::new(rustls::StreamOwned::new(rustls::ClientConnection::new(cfg, name).ok()?, tcp))
+    } else {
+        Box::new(tcp)
+    };
     let hello = Hello {
         kind: wire::kind::EXIT,
         token: token.to_string(),
@@ -309,6 +334,9 @@ fn exit_notice(server: &str, token: &str, pid: u32, exit_code: i32, end_unix_ns:
         _ => None,
     }
 }
+
+trait ReadWrite: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
 
 /// Trace files written since `since` whose names fit `template` with `{pid}` as digits.
 fn traces_of_template(template: &str, since: std::time::SystemTime) -> Vec<PathBuf> {

@@ -10,6 +10,7 @@ pub(crate) mod contention;
 pub(crate) mod eventpipe;
 pub(crate) mod exc_counts;
 pub(crate) mod exceptions;
+pub(crate) mod flow;
 pub(crate) mod gc;
 pub(crate) mod heap;
 pub(crate) mod payload;

@@ -159,6 +159,8 @@ pub(crate) struct Delivered<'a> {
     pub(crate) related_activity: u128,
     /// The event's stack when the runtime passed one (in-process sessions mostly do not).
     pub(crate) ips: &'a [usize],
+    /// The `ThreadID` of the thread that wrote the event (0 when not given).
+    pub(crate) thread: usize,
 }
 
 /// Reads a GUID the runtime passes by pointer as a `u128` (0 for a null pointer).
@@ -183,7 +185,10 @@ pub(crate) fn delivered(s: &Context, ev: &Events, sampler: Option<&Sampler>, e: 
         Provider::Runtime | Provider::RuntimePrivate => {
             super::eventpipe::delivered(s, &ev.eventpipe(), sampler, e.event_id, e.version, e.data, e.ips)
         }
-        Provider::Tasks => super::tasks::delivered(s, &ev.tasks, e),
+        Provider::Tasks => {
+            super::flow::observe(s, e);
+            super::tasks::delivered(s, &ev.tasks, e)
+        }
         Provider::Hosting => super::requests::delivered(s, e, false),
         Provider::Logging => super::requests::delivered(s, e, true),
         Provider::Other => Ok(()),

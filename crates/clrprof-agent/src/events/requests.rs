@@ -218,7 +218,7 @@ mod tests {
     use crate::events::payload::utf16z_bytes as utf16z;
 
     fn event(id: u32, data: &[u8], activity: u128) -> Delivered<'_> {
-        Delivered { provider: 1, event_id: id, version: 0, data, activity, related_activity: 0, ips: &[] }
+        Delivered { provider: 1, event_id: id, version: 0, data, activity, related_activity: 0, ips: &[], thread: 0 }
     }
 
     fn log_payload(logger: &str, message: &str) -> Vec<u8> {

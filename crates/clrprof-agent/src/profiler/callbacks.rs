@@ -420,7 +420,7 @@ impl ProfilerCallback for Profiler {
         data: *const u8,
         activity: RawPtr,
         related_activity: RawPtr,
-        _thread: ThreadID,
+        thread: ThreadID,
         frame_count: ULONG,
         frames: *const usize,
     ) -> CallbackResult {
@@ -434,8 +434,16 @@ impl ProfilerCallback for Profiler {
         };
         // Safety: the activity ids are null or GUIDs valid during the callback.
         let (activity, related_activity) = unsafe { (providers::guid(activity), providers::guid(related_activity)) };
-        let e =
-            providers::Delivered { provider, event_id, version: event_version, data, activity, related_activity, ips };
+        let e = providers::Delivered {
+            provider,
+            event_id,
+            version: event_version,
+            data,
+            activity,
+            related_activity,
+            ips,
+            thread,
+        };
         providers::delivered(s, &s.events, s.sampler.as_deref(), &e)
     }
 }

@@ -62,8 +62,9 @@ fn open_remote(config: &Config, path: &str, start_unix_ns: u64, rt: &clrprof_sys
         exit_code: 0,
     };
     let fallback_path = path.to_string();
-    let remote = crate::writer::Remote::connect(server, &hello, Box::new(move || open_output(&fallback_path)))
-        .and_then(|r| Writer::new(Sink::Remote(r), Duration::from_millis(config.flush_ms)));
+    let remote =
+        crate::writer::Remote::connect(server, &config.tls, &hello, Box::new(move || open_output(&fallback_path)))
+            .and_then(|r| Writer::new(Sink::Remote(r), Duration::from_millis(config.flush_ms)));
     match remote {
         Ok(w) => Some(w),
         Err(e) => {

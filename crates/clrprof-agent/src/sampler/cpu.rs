@@ -24,10 +24,28 @@ const SI_TIMER: i32 = -2;
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
+/// `CLRPROF_SAMPLER_FLOOR=1`, a benchmark switch: the handler returns at once, so a run measures
+/// what the timers and their signals cost without the walk (bench/overhead.sh: the floor).
+fn floor_handler() -> bool {
+    match std::env::var_os("CLRPROF_SAMPLER_FLOOR") {
+        None => false,
+        Some(v) if v == "1" => true,
+        Some(v) if v == "0" || v.is_empty() => false,
+        Some(v) => {
+            crate::log_warn!("CLRPROF_SAMPLER_FLOOR={v:?} is not 0 or 1; ignored");
+            false
+        }
+    }
+}
+
 /// Installs the `SIGPROF` handler (once), keeping the previous disposition for chaining.
 pub(crate) fn install_handler() -> std::io::Result<()> {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return Ok(());
+    }
+    let floor = floor_handler();
+    if floor {
+        crate::log_info!("sampler: CLRPROF_SAMPLER_FLOOR=1: the signal handler records nothing");
     }
     // Safety: plain sigaction calls with zeroed, then filled, structures.
     unsafe {
@@ -37,7 +55,7 @@ pub(crate) fn install_handler() -> std::io::Result<()> {
         }
         let _ = PREVIOUS.set(old);
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigprof as *const () as usize;
+        sa.sa_sigaction = if floor { on_sigprof_floor as *const () as usize } else { on_sigprof as *const () as usize };
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGPROF, &sa, std::ptr::null_mut()) != 0 {
@@ -172,6 +190,9 @@ extern "C" fn on_sigprof(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         *libc::__errno_location() = errno;
     }
 }
+
+/// The floor's handler: the signal is delivered and returns (`CLRPROF_SAMPLER_FLOOR=1`).
+extern "C" fn on_sigprof_floor(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {}
 
 unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(old) = PREVIOUS.get() else { return };

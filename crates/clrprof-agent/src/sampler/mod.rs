@@ -62,12 +62,16 @@ use crate::{log_info, log_warn};
 pub(crate) const MAX_WALL_HZ: u32 = 250;
 /// Stacks interned before the table is reset (ids are then redefined).
 const MAX_INTERNED: usize = 200_000;
+/// EventSource activity ids interned before the table is reset (indexes are then redefined).
+const MAX_FLOWS: usize = 1 << 20;
 /// Shortest time between two runtime suspensions of the wall sampler.
 const MIN_SUSPEND_INTERVAL: Duration = Duration::from_millis(100);
 /// Most threads a wall tick looks at (each costs a read of the thread's CPU clock).
 const MAX_THREADS_PER_TICK: usize = 64;
 /// Most threads walked in one suspension (the suspension lasts as long as the walks).
 const MAX_WALKS_PER_SUSPEND: usize = 8;
+/// Wait sites remembered per thread with their walked stacks.
+const MAX_WAIT_SITES: usize = 16;
 /// Shortest time between two reads of the process's mappings.
 const MIN_MAPS_INTERVAL: Duration = Duration::from_millis(20);
 /// Pending wall samples are written at least this often.
@@ -78,6 +82,8 @@ struct Stats {
     cpu_samples: AtomicU64,
     wall_ticks: AtomicU64,
     walks: AtomicU64,
+    /// Blocked threads found at a wait site walked before (no walk needed).
+    sites_known: AtomicU64,
     suspend_failures: AtomicU64,
     walk_failures: AtomicU64,
     timer_failures: AtomicU64,
@@ -333,6 +339,11 @@ impl Sampler {
             let _ = h.join();
         }
         log_info!(
+            "sampler: {} runtime walks; {} times a blocked thread was at a wait site walked before",
+            self.stats.walks.load(Ordering::Relaxed),
+            self.stats.sites_known.load(Ordering::Relaxed)
+        );
+        log_info!(
             "sampler: frameless code that can unload: {} ranges published, {} forgotten at their unload",
             self.unloadable_published.load(Ordering::Relaxed),
             self.unloadable_forgotten.load(Ordering::Relaxed)
@@ -512,17 +523,37 @@ impl Sampler {
         id
     }
 
+    /// The index of an EventSource activity id samples carry, writing its definition the first
+    /// time (0 for none).
+    fn intern_flow(&self, st: &mut LoopState, flow: u128) -> u32 {
+        if flow == 0 {
+            return 0;
+        }
+        if let Some(&i) = st.flows.get(&flow) {
+            return i;
+        }
+        if st.flows.len() >= MAX_FLOWS {
+            st.flows.clear();
+        }
+        let index = st.flows.len() as u32 + 1;
+        st.flows.insert(flow, index);
+        self.emit(clrprof_trace::SampleActivity { index, id: flow.to_le_bytes().to_vec() });
+        index
+    }
+
     fn drain_cpu(&self, st: &mut LoopState) {
         let ts = self.now();
-        let mut batch: Vec<(Vec<u64>, u64, u64, u32)> = Vec::new();
+        let mut batch: Vec<(Vec<u64>, u64, u64, u32, u128)> = Vec::new();
         for slot in slot::slots() {
             let state = slot.state.load(Ordering::Acquire);
-            if state == slot::FREE {
+            // A live thread without new samples needs nothing here (its state is made by the
+            // wall tick that looks at it): the pass stays cheap per thread as threads grow.
+            if state == slot::FREE || (state == slot::ACTIVE && slot.is_drained()) {
                 continue;
             }
             let key = SlotKey::of(slot);
             batch.clear();
-            slot.drain(|ips, sp_top, activity, seq| batch.push((ips.to_vec(), sp_top, activity, seq)));
+            slot.drain(|ips, sp_top, activity, seq, flow| batch.push((ips.to_vec(), sp_top, activity, seq, flow)));
             let ths = st.threads.entry(key).or_insert_with(|| ThreadState::new(slot));
             if !batch.is_empty() {
                 let cpu_now = if state == slot::DEAD {
@@ -532,8 +563,9 @@ impl Sampler {
                 };
                 let delta = cpu_now.saturating_sub(ths.cpu_accounted);
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
-                let mut counts: Vec<(u32, u32)> = Vec::new();
-                for (ips, sp_top, activity, seq) in &mut batch {
+                // (stack, the EventSource activity's index, samples).
+                let mut counts: Vec<(u32, u32, u32)> = Vec::new();
+                for (ips, sp_top, activity, seq, flow) in &mut batch {
                     if let Some(&leaf) = ips.first() {
                         if !st.unknown_leaf
                             && !st.maps.is_native(leaf)
@@ -554,19 +586,20 @@ impl Sampler {
                             ths.last_cpu_activity = Some((id, activity, ips.clone(), fns.clone()));
                         }
                     }
-                    match counts.iter_mut().find(|(s, _)| *s == id) {
-                        Some(c) => c.1 += 1,
-                        None => counts.push((id, 1)),
+                    let flow = self.intern_flow(st, *flow);
+                    match counts.iter_mut().find(|(s, f, _)| *s == id && *f == flow) {
+                        Some(c) => c.2 += 1,
+                        None => counts.push((id, flow, 1)),
                     }
                 }
                 let n = batch.len() as u64;
                 self.stats.cpu_samples.fetch_add(n, Ordering::Relaxed);
                 let mut left = delta;
                 let k = counts.len();
-                for (i, (stack, count)) in counts.iter().enumerate() {
-                    let w = if i + 1 == k { left } else { delta * *count as u64 / n };
+                for (i, &(stack, activity, count)) in counts.iter().enumerate() {
+                    let w = if i + 1 == k { left } else { delta * count as u64 / n };
                     left -= w;
-                    self.emit(CpuSample { ts, os_tid: key.os_tid, stack: *stack, count: *count, cpu_ns: w });
+                    self.emit(CpuSample { ts, os_tid: key.os_tid, stack, count, cpu_ns: w, activity });
                 }
                 if let Some(ths) = st.threads.get_mut(&key) {
                     ths.last_cpu_stack = counts.last().map(|c| c.0);
@@ -772,6 +805,14 @@ struct ThreadState {
     block_runq: Option<u64>,
     /// Its run-queue wait at its last tick, when read (threads running or needing a walk).
     tick_runq: Option<u64>,
+    /// Where it waits in the kernel since it was last seen blocking, read then (cleared once a
+    /// walk of that block is done).
+    block_site: Option<os::WaitSite>,
+    /// Wait sites walked before and the stack each was walked at, latest last: a thread that
+    /// blocks at one of them again is there again without a walk ([`Sampler::known_site`]).
+    wait_sites: Vec<(os::WaitSite, u32)>,
+    /// Its OS name was looked at (a thread without managed frames: [`Sampler::name_runtime_thread`]).
+    os_name_checked: bool,
 }
 
 impl ThreadState {
@@ -799,6 +840,9 @@ impl ThreadState {
             walked_at: None,
             block_runq: None,
             tick_runq: None,
+            block_site: None,
+            wait_sites: Vec::new(),
+            os_name_checked: false,
         }
     }
 }
@@ -832,6 +876,8 @@ impl LoopState {
 #[derive(Default)]
 struct LoopState {
     stacks: HashMap<(Vec<u64>, Vec<u64>, u64), u32>,
+    /// EventSource activity ids of CPU samples by index (`SampleActivity`).
+    flows: HashMap<u128, u32>,
     /// Stacks taken during runtime work, each with the same stack cut to its managed frames: wall
     /// time from before that work (carried until a stack was known) goes to the latter.
     activity_stacks: HashMap<u32, u32>,

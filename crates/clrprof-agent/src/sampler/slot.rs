@@ -23,8 +23,13 @@ pub(crate) const MAX_FRAMES: usize = 2048;
 /// sampler thread, [`RECORD_HEADER`] words each plus one per IP.
 pub(crate) const RING_WORDS: usize = 16 * 1024;
 /// Words before a record's IPs: the number of IPs (or [`SKIP`]), the word at SP, the activity,
-/// the activity's sequence number.
-pub(super) const RECORD_HEADER: usize = 4;
+/// the activity's sequence number, and the thread's EventSource activity id (two words, 0 when
+/// unknown: see [`FLOW_OFFSET`]).
+pub(super) const RECORD_HEADER: usize = 6;
+/// Where the runtime keeps a thread's current EventSource activity id (a GUID) in its native
+/// `Thread` object, whose address is the profiler's `ThreadID`: the offset found at run time by
+/// `crate::events::flow`, 0 while unknown (the handler then copies nothing).
+pub(crate) static FLOW_OFFSET: AtomicUsize = AtomicUsize::new(0);
 /// A record's first word when the rest of the ring up to its end is unused: the next record is
 /// at the ring's start.
 pub(super) const SKIP: u64 = u64::MAX;
@@ -130,8 +135,9 @@ impl Slot {
     }
 
     /// Hands the samples recorded since the last call to `f` (IPs leaf first, the word at SP, the
-    /// activity and its sequence number), oldest first (sampler thread only). Returns how many.
-    pub(crate) fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32)) -> usize {
+    /// activity and its sequence number, the thread's EventSource activity id or 0), oldest first
+    /// (sampler thread only). Returns how many.
+    pub(crate) fn drain(&self, mut f: impl FnMut(&[u64], u64, u64, u32, u128)) -> usize {
         let mut t = self.tail.load(Ordering::Relaxed);
         let head = self.head.load(Ordering::Acquire);
         if self.ring.is_null() {
@@ -156,12 +162,18 @@ impl Slot {
             }
             // Safety: as above, the record's words lie inside the ring.
             let ips = unsafe { std::slice::from_raw_parts(self.ring.add(pos + RECORD_HEADER), len) };
-            f(ips, w(pos + 1), w(pos + 2), w(pos + 3) as u32);
+            let flow = w(pos + 4) as u128 | (w(pos + 5) as u128) << 64;
+            f(ips, w(pos + 1), w(pos + 2), w(pos + 3) as u32, flow);
             t += (RECORD_HEADER + len) as u64;
             n += 1;
         }
         self.tail.store(t, Ordering::Release);
         n
+    }
+
+    /// True when the ring holds no sample the sampler thread has not drained.
+    pub(crate) fn is_drained(&self) -> bool {
+        self.tail.load(Ordering::Relaxed) >= self.head.load(Ordering::Acquire)
     }
 
     /// The thread's CPU time so far, ns (None once the thread is gone).
@@ -327,6 +339,11 @@ pub(crate) fn release(slot: &Slot) {
 /// no thread waits.
 pub(crate) fn learn_stack_bounds() -> Vec<&'static Slot> {
     let mut known = Vec::new();
+    // Only threads registered from another thread (at attach) wait: without any, no pass over
+    // every slot at every tick (it grows with the thread count).
+    if REGISTERED_ELSEWHERE.load(Ordering::Acquire) == 0 {
+        return known;
+    }
     let pending: Vec<&'static Slot> =
         slots().filter(|s| s.state.load(Ordering::Acquire) == ACTIVE && s.probe.load(Ordering::Acquire) != 0).collect();
     if pending.is_empty() {

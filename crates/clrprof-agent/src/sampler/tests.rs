@@ -43,7 +43,7 @@ mod walks {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = Vec::new();
-        slot.drain(|ips, _, _, _| out = ips.to_vec());
+        slot.drain(|ips, _, _, _, _| out = ips.to_vec());
         out
     }
 
@@ -118,7 +118,7 @@ mod walks {
         // Safety: the registers point into `words`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut out = (Vec::new(), 0);
-        slot.drain(|ips, top, _, _| out = (ips.to_vec(), top));
+        slot.drain(|ips, top, _, _, _| out = (ips.to_vec(), top));
         out
     }
 
@@ -277,7 +277,7 @@ mod walks {
         };
         let drain = |slot: &Slot| {
             let mut out = Vec::new();
-            slot.drain(|ips, _, _, _| out.push(ips.to_vec()));
+            slot.drain(|ips, _, _, _, _| out.push(ips.to_vec()));
             out
         };
         // Stacks of 2,000 frames (2,004 words each) while the sampler thread is late: 8 fit in the
@@ -598,7 +598,7 @@ mod walks {
         // Safety: the registers point into `w`, which are the slot's stack bounds.
         unsafe { record(&slot, &uc) };
         let mut got = (Vec::new(), u64::MAX);
-        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got, (vec![leaf, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST], 0));
 
         // Without rules for the leaf (past the mapping's rules), the word at SP is kept for the
@@ -606,7 +606,7 @@ mod walks {
         let (slot, uc) = fake_thread(&w, NATIVE_CODE + 0x200, 5, 12);
         // Safety: as above.
         unsafe { record(&slot, &uc) };
-        slot.drain(|ips, sp_top, _, _| got = (ips.to_vec(), sp_top));
+        slot.drain(|ips, sp_top, _, _, _| got = (ips.to_vec(), sp_top));
         assert_eq!(got.1, RET_INTO_RUN + 0x40);
     }
 
@@ -885,7 +885,7 @@ mod bench {
                 let mut len = 0;
                 // Safety: as above.
                 unsafe { record(&slot, &uc) };
-                slot.drain(|ips, _, _, _| len = ips.len());
+                slot.drain(|ips, _, _, _, _| len = ips.len());
                 assert_eq!(len, depth + 1);
                 (depth, ns)
             })
@@ -901,6 +901,40 @@ mod bench {
             println!("{depth}-frame walk: {ns:.1} ns per sample ({:.2} ns per frame)", ns / (depth + 1) as f64);
         }
         println!("same run: thread CPU clock read {cpu_clock:.1} ns, monotonic clock read {monotonic:.1} ns");
+    }
+
+    /// What copying the thread's activity id costs the handler (`--async` on .NET 10): the same
+    /// 32-frame walk without and with the offset known (a 16-byte copy from the thread's object).
+    #[test]
+    #[ignore]
+    fn flow_copy_cost() {
+        let code = 0x5c00_0000_0000;
+        let w = chain(code);
+        let object = vec![0x1234_5678u64; 512];
+        let mut off = Vec::new();
+        let mut on = Vec::new();
+        for _ in 0..3 {
+            super::super::slot::FLOW_OFFSET.store(0, Ordering::Relaxed);
+            off.push(time_walks(&w, code + 0x1000, 4, 8));
+            super::super::slot::FLOW_OFFSET.store(704, Ordering::Relaxed);
+            let (slot, uc) = super::walks::fake_thread(&w, code + 0x1000, 4, 8);
+            slot.thread_id.store(object.as_ptr() as usize, Ordering::Relaxed);
+            let n = 2_000_000;
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    // Safety: the registers point into `w`, the slot's stack bounds; the thread's
+                    // object is `object` (4 KiB, the offset inside it).
+                    unsafe { record(&slot, std::hint::black_box(&uc)) };
+                    slot.tail.store(slot.head.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+                best = best.min(t.elapsed().as_nanos() as f64 / n as f64);
+            }
+            on.push(best);
+        }
+        super::super::slot::FLOW_OFFSET.store(0, Ordering::Relaxed);
+        println!("32-frame walk: {off:.1?} ns without the activity id, {on:.1?} ns with it");
     }
 
     #[test]

@@ -34,7 +34,24 @@
 use std::sync::atomic::Ordering;
 
 use super::codes::{code_known, FramelessFrame, NativeRules, EXEC, FRAMELESS, NATIVE, OSR};
-use super::slot::{ring_place, Slot, ACTIVE, MAX_FRAMES, RECORD_HEADER, RING_WORDS, SKIP};
+use super::slot::{ring_place, Slot, ACTIVE, FLOW_OFFSET, MAX_FRAMES, RECORD_HEADER, RING_WORDS, SKIP};
+
+/// The interrupted thread's current EventSource activity id, as two words (0, 0 while the offset
+/// of the id in the runtime's `Thread` object is unknown): a 16-byte copy from the thread's own
+/// `Thread` object, which lives as long as the thread's slot is active (the runtime destroys it
+/// after `ThreadDestroyed`, which stops the slot first). Only this thread writes its activity id,
+/// so the copy is torn only when the signal lands between the two stores of a change: such an id
+/// names no request.
+#[inline(always)]
+unsafe fn flow_id(slot: &Slot) -> (u64, u64) {
+    let off = FLOW_OFFSET.load(Ordering::Relaxed);
+    let thread = slot.thread_id.load(Ordering::Relaxed);
+    if off == 0 || thread == 0 {
+        return (0, 0);
+    }
+    let p = (thread + off) as *const u64;
+    (std::ptr::read_volatile(p), std::ptr::read_volatile(p.add(1)))
+}
 
 /// Most bytes of a tier-0 frame searched for its saved RBP.
 pub(super) const MAX_TIER0_FRAME: u64 = 64 * 1024;
@@ -492,6 +509,9 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     *slot.ring.add(pos + 1) = sp_top;
     *slot.ring.add(pos + 2) = activity;
     *slot.ring.add(pos + 3) = activity_seq as u64;
+    let (flow_lo, flow_hi) = flow_id(slot);
+    *slot.ring.add(pos + 4) = flow_lo;
+    *slot.ring.add(pos + 5) = flow_hi;
     slot.taken.fetch_add(1, Ordering::Relaxed);
     slot.head.store(at + (RECORD_HEADER + n) as u64, Ordering::Release);
 }

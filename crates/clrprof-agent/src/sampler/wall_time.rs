@@ -8,13 +8,13 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use clrprof_sys::ThreadID;
-use clrprof_trace::WallSample;
+use clrprof_trace::{ThreadNamed, WallSample};
 
 use super::{
-    slot, wall, LoopState, Sampler, SlotKey, ThreadState, MAX_THREADS_PER_TICK, MAX_WALKS_PER_SUSPEND,
+    slot, wall, LoopState, Sampler, SlotKey, ThreadState, MAX_THREADS_PER_TICK, MAX_WAIT_SITES, MAX_WALKS_PER_SUSPEND,
     MIN_SUSPEND_INTERVAL,
 };
-use crate::log_warn;
+use crate::{log_warn, os};
 
 impl Sampler {
     /// Blocked time of a thread that needs a walk but is not walked at this tick (suspensions are
@@ -160,9 +160,11 @@ impl Sampler {
             // Running (or waiting for a CPU), or blocked again? The thread's scheduler state
             // tells (a file read, so only for threads that ran for 2 % of the interval or more,
             // or whose blocked stack is not known: a runnable thread may not have run at all
-            // this interval).
+            // this interval). A thread that ran the whole interval (its clock and the tick's are
+            // read a little apart: within 1/64 of it) is taken as running without the read, the
+            // most costly part of a tick for busy threads.
             if (dcpu * 50 >= elapsed || t.wall_stack.is_none())
-                && st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed)
+                && (ran_throughout(dcpu, elapsed) || st.stat_files.runnable(key.os_tid).unwrap_or(dcpu * 2 >= elapsed))
             {
                 // Waiting for a CPU is not blocking. At the second tick of a running stretch the
                 // thread's CPU time and run-queue wait are noted (one file read per stretch;
@@ -250,10 +252,21 @@ impl Sampler {
                 self.charge_running(st, key, ran, 0);
                 elapsed - ran
             };
+            // Where it waits: at a site walked before, it is blocked at that stack again (a pool
+            // worker parked between work items, a loop's sleep) and needs no walk, so its blocked
+            // time never waits for a suspension and is never given to the stack it ran.
+            let site = st.stat_files.wait_site(key.os_tid);
             let Some(t) = st.threads.get_mut(&key) else { continue };
             t.block_runq = q;
             t.tick_runq = q;
             t.cpu_batches_when_blocked = t.cpu_batches;
+            t.block_site = site;
+            if let Some(stack) = site.and_then(|s| Self::known_site(t, s)) {
+                self.stats.sites_known.fetch_add(1, Ordering::Relaxed);
+                t.block_site = None;
+                self.walked(st, key, stack, blocked);
+                continue;
+            }
             let tid = slot.thread_id.load(Ordering::Relaxed);
             to_walk.push((key, tid, blocked));
         }
@@ -308,19 +321,24 @@ impl Sampler {
                     }
                 }
                 let mut stacks = r.stacks.into_iter();
-                for ((key, _, blocked), a) in to_walk.into_iter().zip(alive) {
+                for ((key, tid, blocked), a) in to_walk.into_iter().zip(alive) {
                     if !a {
                         // Gone: its time is settled when its slot is drained.
                         self.defer_walk(st, key, blocked);
                         continue;
                     }
                     self.stats.walks.fetch_add(1, Ordering::Relaxed);
-                    match stacks.next().flatten() {
+                    let frames = stacks.next().flatten();
+                    if frames.as_ref().is_none_or(|f| f.iter().all(|&(function, _)| function == 0)) {
+                        self.name_runtime_thread(st, key, tid);
+                    }
+                    match frames {
                         Some(frames) => {
                             self.name_walked(st, &frames);
                             let ips: Vec<u64> = frames.iter().map(|f| f.1).collect();
                             let fns: Vec<u64> = frames.iter().map(|f| f.0).collect();
                             let id = self.intern(st, &ips, &fns);
+                            self.remember_site(st, key, id);
                             self.walked(st, key, id, blocked);
                         }
                         None => {
@@ -342,6 +360,47 @@ impl Sampler {
         }
     }
 
+    /// The stack the thread was walked at when it last waited at `site`, if it did (made the
+    /// latest one).
+    pub(super) fn known_site(t: &mut ThreadState, site: os::WaitSite) -> Option<u32> {
+        let i = t.wait_sites.iter().position(|(s, _)| *s == site)?;
+        let found = t.wait_sites.remove(i);
+        t.wait_sites.push(found);
+        Some(found.1)
+    }
+
+    /// After a walk at `stack`: the site where the thread was seen blocking before the walk is
+    /// that stack's, if the thread did not run since (its CPU clock did not move), so it was
+    /// still waiting there when walked.
+    pub(super) fn remember_site(&self, st: &mut LoopState, key: SlotKey, stack: u32) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        let Some(site) = t.block_site.take() else { return };
+        if os::thread_cpu_ns(key.os_tid) != Some(t.wall_cpu) {
+            return;
+        }
+        t.wait_sites.retain(|(s, _)| *s != site);
+        if t.wait_sites.len() >= MAX_WAIT_SITES {
+            t.wait_sites.remove(0);
+        }
+        t.wait_sites.push((site, stack));
+    }
+
+    /// A thread with no managed frame to walk (the runtime's finalizer and tiered compilation
+    /// threads, waiting for work in native code) that the runtime never named through the
+    /// profiling API: its OS name (`.NET Finalizer`), written once as the thread's name, so that
+    /// its wall time says whose it is.
+    fn name_runtime_thread(&self, st: &mut LoopState, key: SlotKey, id: ThreadID) {
+        let Some(t) = st.threads.get_mut(&key) else { return };
+        if std::mem::replace(&mut t.os_name_checked, true) {
+            return;
+        }
+        let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{}/comm", key.os_tid)) else { return };
+        let name = name.trim_end();
+        if name.starts_with(".NET ") {
+            self.emit(ThreadNamed { ts: self.now(), id: id as u64, name: name.to_string() });
+        }
+    }
+
     /// A thread could not be walked: its last known stack stands in, else an empty stack; it is
     /// kept as the thread's blocked stack so an idle thread is not walked again at every tick.
     pub(super) fn wall_fallback(&self, st: &mut LoopState, key: SlotKey, blocked: u64) {
@@ -360,5 +419,28 @@ impl Sampler {
         t.wall_stack = Some(stack);
         let (ns, ticks) = (std::mem::take(&mut t.unwalked_ns), std::mem::take(&mut t.unwalked_ticks));
         self.add_wall(st, key, stack, blocked + ns, 1 + ticks);
+    }
+}
+
+/// True when a thread's CPU clock moved by the whole interval since its last tick, within 1/64
+/// of it (the two clocks are read a little apart): it ran throughout and is taken as running or
+/// runnable now, as its scheduler state would say unless it blocked in that last 1/64 (it is then
+/// seen blocked, and walked, at the next tick).
+pub(super) fn ran_throughout(dcpu: u64, elapsed: u64) -> bool {
+    elapsed > 0 && dcpu + elapsed / 64 >= elapsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ran_throughout;
+
+    #[test]
+    fn a_thread_ran_throughout_only_when_its_clock_moved_by_the_interval_within_a_64th() {
+        let tick = 10_000_000; // 100 Hz
+        assert!(ran_throughout(tick, tick));
+        assert!(ran_throughout(tick - tick / 64, tick));
+        assert!(!ran_throughout(tick - tick / 64 - 1, tick));
+        assert!(!ran_throughout(tick / 2, tick));
+        assert!(!ran_throughout(0, 0));
     }
 }

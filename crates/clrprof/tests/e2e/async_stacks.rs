@@ -114,19 +114,41 @@ fn check_shape(trace: &Path, s: &HashMap<String, f64>, runtime: &str) {
             s["await_ns Shop.Inventory.LoadAsync Task.Delay"],
         ),
     ];
+    // The await of the async callee as a whole: the callee's own awaiting time plus the wall time
+    // of its continuation (Parse), which the continuation's events measure (the wall sampler alone
+    // gave it the time of whatever ran before or after it on the thread).
+    let checks = checks.into_iter().chain([(
+        "HandleAsync awaits LoadAsync",
+        under(&wall, &[HANDLER, "[resumed]", LOAD]),
+        s["await_ns Shop.Orders.HandleAsync Shop.Inventory.LoadAsync"],
+    )]);
     for (what, profile, app) in checks {
         let (p, a) = (ms(profile), app / 1e6);
         eprintln!("{runtime}: {what}: profile {p:.0} ms, app {a:.0} ms");
         assert!((p - a).abs() <= 0.15 * a, "{runtime}: {what}: profile {p:.0} ms, app {a:.0} ms");
     }
-    // The await of the async callee as a whole: its awaiting time plus its CPU work's wall time,
-    // which the wall sampler charges to the thread's last CPU stack while the thread runs (on a
-    // loaded machine, runnable time too): reported, not asserted.
-    let callee = ms(under(&wall, &[HANDLER, "[resumed]", LOAD]));
-    eprintln!(
-        "{runtime}: HandleAsync awaits LoadAsync: profile {callee:.0} ms, app {:.0} ms",
-        s["await_ns Shop.Orders.HandleAsync Shop.Inventory.LoadAsync"] / 1e6
-    );
+    // The work after each await (wall time, running or waiting for a CPU): reported, not asserted
+    // (the split among the frames of one continuation is sampled).
+    for (name, path) in &logical {
+        let p = ms(under(&wall, &path[path.len() - 2..]));
+        eprintln!("{runtime}: {name}: profile {p:.0} ms, app {:.0} ms", s[&format!("work_ns {name}")] / 1e6);
+    }
+
+    // Every thread's wall time says where it went: the main thread blocked in async Main's
+    // `GetAwaiter().GetResult()` is walked under Main; the runtime's finalizer and tiered
+    // compilation threads, which wait in native code with no managed frame to walk, are idle
+    // (`[idle];[runtime wait] .NET Finalizer`), not `[thread not walkable]`. What may stay
+    // unwalkable is a thread's time before its first walk: below 2% of the wall time.
+    let total: f64 = wall.iter().map(|(_, n)| n).sum();
+    let unwalkable = with(&wall, "[thread not walkable]");
+    eprintln!("{runtime}: [thread not walkable] {} of {total} wall samples", unwalkable.abs());
+    assert!(unwalkable <= 0.02 * total, "{runtime}: [thread not walkable] {unwalkable} of {total}");
+    let pid = report_json(trace)["process"]["pid"].as_u64().unwrap().to_string();
+    let main = folded_thread(trace, "wall", Some(&pid));
+    let (main_all, main_under): (f64, f64) =
+        (main.iter().map(|(_, n)| n).sum(), nested(&main, "Shop.Program.<Main>", "System.Threading.Monitor.Wait"));
+    eprintln!("{runtime}: main thread {main_under} of {main_all} wall samples blocked under Main");
+    assert!(main_under >= 0.5 * main_all, "{runtime}: main thread {main_under} of {main_all} blocked under Main");
 
     // Idle pool and timer threads' wall time is left out by default; `--show-idle` keeps it,
     // apart under `[idle]`, holding no request work.
@@ -136,6 +158,7 @@ fn check_shape(trace: &Path, s: &HashMap<String, f64>, runtime: &str) {
     let idle: Vec<&str> = shown.lines().filter(|l| l.starts_with("[idle];")).collect();
     assert!(!idle.is_empty(), "{runtime}: no idle thread time");
     assert!(idle.iter().all(|l| !l.contains(";Shop.")), "{runtime}");
+    assert!(idle.iter().any(|l| l.starts_with("[idle];[runtime wait] .NET Finalizer ")), "{runtime}: {idle:?}");
 }
 
 fn shape_on(runtime: &str) {

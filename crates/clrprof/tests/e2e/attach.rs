@@ -31,7 +31,7 @@ fn start_web(env: &[(&str, &str)]) -> (KillOnDrop, String, BufReader<std::proces
 }
 
 /// One HTTP/1.1 GET; returns the status line's code.
-fn get(addr: &str, path: &str) -> u32 {
+pub(crate) fn get(addr: &str, path: &str) -> u32 {
     let mut s = TcpStream::connect(addr).expect("connect to apps/Web");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
@@ -41,14 +41,14 @@ fn get(addr: &str, path: &str) -> u32 {
 }
 
 /// Load: threads requesting `/cpu?n=200000` until stopped, counting the answers.
-struct Load {
+pub(crate) struct Load {
     stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
+    pub(crate) done: Arc<AtomicU64>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Load {
-    fn start(addr: &str, n: usize) -> Load {
+    pub(crate) fn start(addr: &str, n: usize) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let threads = (0..n)
@@ -65,7 +65,7 @@ impl Load {
         Load { stop, done, threads }
     }
 
-    fn finish(self) -> u64 {
+    pub(crate) fn finish(self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {
             t.join().unwrap();
@@ -212,7 +212,7 @@ fn attach_to_a_web_server_under_load_three_times() {
 /// more. A few samples can show a stale return address instead of the handler
 /// (`System.Number.TryParseBinaryIntegerStyle`, called just before it): `record` shows the same
 /// on this app, it is not specific to attach.
-fn primes_called_by_the_handler(trace: &Path) {
+pub(crate) fn primes_called_by_the_handler(trace: &Path) {
     let (inclusive, found) = callers(trace, "Work.Primes", "cpu");
     assert!(inclusive >= 200.0, "Work.Primes has {inclusive} ms");
     let handler: f64 = found.iter().filter(|(n, _)| n == "Program+<>c.<<Main>$>b__0_2").map(|x| x.1).sum();
@@ -339,7 +339,7 @@ fn attach_errors_are_clear() {
 }
 
 /// Direct children of `pid` (from /proc/*/stat).
-fn child_pids(pid: u32) -> Vec<u32> {
+pub(crate) fn child_pids(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };

@@ -223,10 +223,15 @@ fn bad_pyroscope_options_are_refused_before_the_collector_starts() {
             .output()
             .unwrap()
     };
-    let e = one_line_error(&collect(&["--pyroscope", "https://profiles.example.com"]));
-    assert!(e.contains("https is not supported") && e.contains("TLS proxy"), "{e}");
+    let e = one_line_error(&collect(&["--pyroscope", "ftp://profiles.example.com"]));
+    assert!(e.contains("expected http[s]://HOST[:PORT][/PATH]"), "{e}");
     let e = one_line_error(&collect(&["--pyroscope", "http://host:port"]));
-    assert!(e.contains("expected http://HOST[:PORT][/PATH]"), "{e}");
+    assert!(e.contains("expected http[s]://HOST[:PORT][/PATH]"), "{e}");
+    let e = one_line_error(&collect(&["--otlp", "https://otlp.example.com", "--tls-ca", "/nonexistent/ca.pem"]));
+    assert!(e.contains("--tls-ca /nonexistent/ca.pem: No such file"), "{e}");
+    let out = collect(&["--otlp", "http://localhost:4318", "--otlp-header", "no colon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("expected NAME:VALUE"), "{}", text(&out.stderr));
     let out = collect(&["--pyroscope", "http://localhost:4040", "--interval", "100ms"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("expected an interval from 1s to 1h"), "{}", text(&out.stderr));

@@ -101,7 +101,10 @@ fn sampled_diff_shows_the_doubled_function_and_the_unchanged_one() {
     assert!(t.contains("more functions; --top N shows more"), "{t}");
     let out = diff(&old, &new, &["--weight", "cpu", "--format", "csv"]);
     let csv = text(&out.stdout);
-    assert!(csv.starts_with("name,module,base,new,delta,base_total,new_total,delta_total,only_in\n"), "{csv}");
+    assert!(
+        csv.starts_with("name,module,base,new,delta,base_total,new_total,delta_total,base_samples,new_samples,pm95,z,significant,few_samples,only_in\n"),
+        "{csv}"
+    );
     let line = csv.lines().find(|l| l.starts_with("Diff.Changing.Unit,")).unwrap();
     let cols: Vec<&str> = line.split(',').collect();
     assert_eq!(cols[2].parse::<i64>().unwrap(), i(changing, "base"));

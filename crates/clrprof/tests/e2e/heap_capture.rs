@@ -12,16 +12,16 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use crate::common::*;
 
 /// apps/HeapLeak running on `runtime` (no profiler settings), its stdin and stdout.
-struct LeakApp {
-    child: KillOnDrop,
+pub(crate) struct LeakApp {
+    pub(crate) child: KillOnDrop,
     stdin: Option<ChildStdin>,
     out: BufReader<ChildStdout>,
 }
 
 /// The counts the app printed after a phase (`phase K sessions=N tags=N payload_bytes=B …`).
 #[derive(Debug)]
-struct Phase {
-    sessions: u64,
+pub(crate) struct Phase {
+    pub(crate) sessions: u64,
     tags: u64,
     payload_bytes: u64,
 }
@@ -35,13 +35,18 @@ fn field(line: &str, key: &str) -> u64 {
 
 impl LeakApp {
     fn start(runtime: &str) -> LeakApp {
-        let mut c = if runtime == "net10.0" {
+        let c = if runtime == "net10.0" {
             let mut c = Command::new("dotnet");
             c.arg(app_dll("HeapLeak"));
             c
         } else {
             Command::new(app_for(runtime, "HeapLeak"))
         };
+        LeakApp::spawn(c)
+    }
+
+    /// The app started by `c` (a command that runs it, such as `dotnet HeapLeak.dll`).
+    pub(crate) fn spawn(mut c: Command) -> LeakApp {
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for k in ["CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER", "CORECLR_PROFILER_PATH"] {
             c.env_remove(k);
@@ -62,18 +67,18 @@ impl LeakApp {
         l.trim().to_string()
     }
 
-    fn phase(&mut self, k: u32) -> Phase {
+    pub(crate) fn phase(&mut self, k: u32) -> Phase {
         let l = self.line();
         assert!(l.starts_with(&format!("phase {k} ")), "{l:?}");
         Phase { sessions: field(&l, "sessions"), tags: field(&l, "tags"), payload_bytes: field(&l, "payload_bytes") }
     }
 
-    fn next(&mut self) {
+    pub(crate) fn next(&mut self) {
         writeln!(self.stdin.as_mut().unwrap()).unwrap();
     }
 
     /// Lets the app finish; returns its last line, its stderr and its exit status.
-    fn finish(mut self) -> (String, String, std::process::ExitStatus) {
+    pub(crate) fn finish(mut self) -> (String, String, std::process::ExitStatus) {
         self.next();
         let last = self.line();
         drop(self.stdin.take());
@@ -88,7 +93,7 @@ impl LeakApp {
 }
 
 /// `clrprof heap PID -o trace`; returns the CLI's stderr.
-fn heap(pid: u32, trace: &Path) -> String {
+pub(crate) fn heap(pid: u32, trace: &Path) -> String {
     let out = Command::new(clrprof_exe())
         .arg("heap")
         .arg(pid.to_string())
@@ -119,7 +124,7 @@ fn type_row<'a>(v: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::
 
 /// What a snapshot must show of the app's phase: exact counts, the payload, no garbage, and the
 /// sessions held through the static field.
-fn check_snapshot(trace: &Path, p: &Phase) {
+pub(crate) fn check_snapshot(trace: &Path, p: &Phase) {
     let v = heap_json(trace, &["--view", "types"]);
     assert_eq!(v["snapshot"]["complete"], true, "{}", v["snapshot"]);
     let count = |name: &str| type_row(&v, name).map(|t| t["count"].as_u64().unwrap()).unwrap_or(0);

@@ -27,6 +27,7 @@ fn profile_with_lines(trace: &Path, symbol_dirs: Vec<PathBuf>) -> Profile {
         native_symbols: false,
         debug_dirs: symbol_dirs,
         lines: true,
+        call_site_lines: false,
         import: Default::default(),
         store: None,
         physical_stacks: false,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use clrprof_pyroscope::{Config, Endpoint, Pyroscope};
 
 #[path = "../../../clrprof-pyroscope/tests/support/mod.rs"]
-mod support;
+pub(crate) mod support;
 use support::receiver;
 
 fn query_param<'a>(line: &'a str, key: &str) -> &'a str {

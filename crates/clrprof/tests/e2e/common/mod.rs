@@ -4,6 +4,7 @@
 
 pub mod csv;
 pub mod machine;
+pub mod otlp;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
