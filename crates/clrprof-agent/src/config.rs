@@ -92,7 +92,14 @@ pub(crate) struct EltConfig {
     pub(crate) keep_inlining: bool,
     pub(crate) include: Vec<String>,
     pub(crate) exclude: Vec<String>,
+    /// `CLRPROF_CALLTREE_MAX_MB`: the most memory the call trees of all threads may take, MiB
+    /// (0: no cap). Calls past it that need a new node are counted in their caller's
+    /// `[call tree capped]` node, with their time. Default 1024.
+    pub(crate) calltree_max_mb: u64,
 }
+
+/// Default of `CLRPROF_CALLTREE_MAX_MB`.
+pub(crate) const DEFAULT_CALLTREE_MAX_MB: u64 = 1024;
 
 /// How allocations are recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +129,7 @@ impl Default for Config {
             flush_ms: 50,
             buffer_bytes: 32 << 20,
             classes: true,
-            instrument: EltConfig { timing: true, ..Default::default() },
+            instrument: EltConfig { timing: true, calltree_max_mb: DEFAULT_CALLTREE_MAX_MB, ..Default::default() },
             sampling: true,
             sample_rate: 100,
             type_loads: false,
@@ -218,6 +225,16 @@ impl Config {
             v.map(|s| s.split(';').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
                 .unwrap_or_default()
         };
+        if let Some(v) = get("CLRPROF_CALLTREE_MAX_MB") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if n == 0 || (16..=1 << 24).contains(&n) => c.instrument.calltree_max_mb = n,
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_CALLTREE_MAX_MB",
+                    value: v.clone(),
+                    reason: format!("expected MiB in 16..=16777216, or 0 for no cap; using {DEFAULT_CALLTREE_MAX_MB}"),
+                }),
+            }
+        }
         c.instrument.include = list(get("CLRPROF_INCLUDE"));
         c.instrument.exclude = list(get("CLRPROF_EXCLUDE"));
         flag("CLRPROF_SAMPLING", &mut c.sampling, &mut more);

@@ -380,7 +380,7 @@ impl ProfileBuilder {
     /// Per-sample and per-event records kept (what [`ProfileBuilder::forget_before`] drops): a
     /// size measure of a live builder.
     pub fn retained(&self) -> u64 {
-        let flow: usize = self.p.flow.iter().map(|t| t.events().len()).sum();
+        let flow: usize = self.p.flow.iter().map(|t| t.len()).sum();
         (self.samples.retained() + self.cct.retained() + self.events.retained() + self.requests.retained() + flow)
             as u64
     }

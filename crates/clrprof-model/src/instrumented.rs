@@ -1,11 +1,13 @@
 //! Ingestion of enter/leave instrumentation: the agent's per-thread calling-context trees
 //! (nodes, then cost deltas) become stacks and costs of the canonical [`CostTree`], and flow
-//! events are kept in order per thread.
+//! events are kept in order per thread (packed, in `flow`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use clrprof_trace::{CallTreeDelta, CallTreeNodes, FlowEvents, InstrumentationInfo};
+use clrprof_trace::{CallTreeDelta, CallTreeNodes, InstrumentationInfo};
+
+pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
+use crate::flow::{get_varint, put_varint};
 
 use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable};
 use crate::time::TimeRange;
@@ -51,41 +53,9 @@ impl Instrumentation {
     }
 }
 
-/// One flow event: `kind` 0 enter, 1 leave, 2 tailcall, 3 unwind (frame left by an exception).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct FlowEvent {
-    pub kind: u8,
-    pub function: u64,
-    pub ts: u64,
-}
-
-/// One thread's flow events. The events are shared between the builder and every profile taken
-/// from it (a flow trace can hold tens of millions): a profile sees the part of them in its time
-/// window.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlowThread {
-    pub os_tid: u32,
-    all: Arc<Vec<FlowEvent>>,
-    window: std::ops::Range<usize>,
-    /// Events the agent could not keep (its buffer was full); not timed, so never windowed.
-    pub dropped: u64,
-    /// Whether `all` is in time order (it is, as the agent writes it).
-    sorted: bool,
-}
-
-/// Cost added to one call-tree node by one delta record, with the record's time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallDelta {
-    pub ts: u64,
-    pub os_tid: u32,
-    pub stack: StackId,
-    /// The node in [`CctIngest`]'s call-site table (`NO_SITE` when its tree has no call sites).
-    pub node: u32,
-    pub calls: u64,
-    pub time_ns: u64,
-    pub suspended_ns: u64,
-    pub profiler_ns: u64,
-}
+/// The frame of the agent's `[call tree capped]` nodes: calls past its call-tree cap
+/// (`CLRPROF_CALLTREE_MAX_MB`), counted with their time under their caller, functions unknown.
+pub const CALL_TREE_CAPPED: &str = "[call tree capped]";
 
 /// Maps each thread's agent-side node ids to interned stacks, and keeps every delta with its time
 /// (the agent publishes deltas every second — every flush before — so instrumented costs are known
@@ -96,13 +66,24 @@ pub struct CallDelta {
 /// share node ids. Records without a tree number (`tree` 0, older agents) have one tree per
 /// `os_tid` at a time: nodes from id 0 start a new one (an older agent numbered each thread's
 /// nodes from 0).
+///
+/// The deltas are kept as the trace packs them (`CallTreeCosts`): per record its time, thread and
+/// tree, then per node the gap after the previous node and the four costs as LEB128 varints, all
+/// records in one byte vector. A delta record's node costs take 5–10 bytes that way where a
+/// decoded one took 48, so an instrumented trace is held in less memory than its size.
 #[derive(Clone, Default)]
 pub struct CctIngest {
-    /// Per tree, per node: its stack (per function) and its entry in `sites` (`NO_SITE`: none).
-    nodes: HashMap<(u32, u32), Vec<(StackId, u32)>>,
+    /// Node id → its stack (per function) and its entry in `sites` (`NO_SITE`: none), per tree
+    /// (a tree restarted by an older agent gets a new entry).
+    maps: Vec<Vec<(StackId, u32)>>,
     /// Every node of trees recorded with call sites, parents before children.
     sites: Vec<SiteNode>,
-    deltas: Vec<CallDelta>,
+    /// The current entry of `maps` of each `(os_tid, tree)`.
+    current: HashMap<(u32, u32), u32>,
+    batches: Vec<DeltaBatch>,
+    packed: Vec<u8>,
+    /// Node costs in `batches`.
+    entries: usize,
     pub problems: u64,
 }
 
@@ -118,12 +99,32 @@ pub struct SiteNode {
     pub site: u64,
 }
 
+/// One delta record, its node costs at `packed[start..end]`.
+#[derive(Clone, Copy, Debug)]
+struct DeltaBatch {
+    ts: u64,
+    os_tid: u32,
+    map: u32,
+    count: u32,
+    /// Node costs (`count` less the restart markers).
+    real: u32,
+    start: usize,
+    end: usize,
+}
+
 impl CctIngest {
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
-        let map = self.nodes.entry((r.os_tid, r.tree)).or_default();
-        if r.tree == 0 && r.first == 0 {
-            map.clear();
-        }
+        let key = (r.os_tid, r.tree);
+        let restart = r.tree == 0 && r.first == 0;
+        let m = match self.current.get(&key) {
+            Some(&m) if !restart || self.maps[m as usize].is_empty() => m as usize,
+            _ => {
+                self.maps.push(Vec::new());
+                self.current.insert(key, (self.maps.len() - 1) as u32);
+                self.maps.len() - 1
+            }
+        };
+        let map = &mut self.maps[m];
         if r.first as usize != map.len() {
             // A gap means records were lost (dropped by the agent); later nodes cannot be placed.
             self.problems += 1;
@@ -143,7 +144,11 @@ impl CctIngest {
                     }
                 }
             };
-            let frame = stacks.intern_frame(FrameKey::Function(*func));
+            let frame = if *func == clrprof_trace::CALL_TREE_CAPPED {
+                stacks.intern_frame(FrameKey::Label(CALL_TREE_CAPPED.into()))
+            } else {
+                stacks.intern_frame(FrameKey::Function(*func))
+            };
             let site = if sited && (*parent == u32::MAX || parent_site != NO_SITE) {
                 self.sites.push(SiteNode { parent: parent_site, function: *func, site: r.sites[k] });
                 (self.sites.len() - 1) as u32
@@ -160,132 +165,127 @@ impl CctIngest {
     }
 
     pub fn delta(&mut self, r: &CallTreeDelta) {
-        let Some(map) = self.nodes.get(&(r.os_tid, r.tree)) else {
+        let Some(&m) = self.current.get(&(r.os_tid, r.tree)) else {
             self.problems += 1;
             return;
         };
+        let known = self.maps[m as usize].len();
         let n = r.nodes.len();
         if r.calls.len() != n || r.time_ns.len() != n || r.suspended_ns.len() != n || r.profiler_ns.len() != n {
             self.problems += 1;
             return;
         }
-        for k in 0..n {
-            let Some(&(stack, node)) = map.get(r.nodes[k] as usize) else {
+        let start = self.packed.len();
+        let (mut count, mut real) = (0u32, 0usize);
+        // Nodes are stored as gaps from the previous one: an older agent's unordered delta is
+        // stored in order of its nodes (costs of one record add up in any order).
+        let mut order: Vec<usize> = (0..n).collect();
+        if r.nodes.windows(2).any(|w| w[0] >= w[1]) {
+            order.sort_by_key(|&k| r.nodes[k]);
+        }
+        let mut next = 0u64;
+        for k in order {
+            let node = r.nodes[k] as u64;
+            if node as usize >= known {
                 self.problems += 1;
                 continue;
-            };
-            self.deltas.push(CallDelta {
+            }
+            // Repeated nodes (never written by an agent) are added as their own entries: the gap
+            // from the previous node is then negative, so it restarts from 0 with a marker.
+            if node < next {
+                put_varint(&mut self.packed, 0);
+                put_varint(&mut self.packed, u64::MAX);
+                next = 0;
+                count += 1;
+            }
+            put_varint(&mut self.packed, node - next);
+            next = node + 1;
+            for v in [r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]] {
+                put_varint(&mut self.packed, v);
+            }
+            count += 1;
+            real += 1;
+        }
+        if count > 0 {
+            self.batches.push(DeltaBatch {
                 ts: r.ts,
                 os_tid: r.os_tid,
-                stack,
-                node,
-                calls: r.calls[k],
-                time_ns: r.time_ns[k],
-                suspended_ns: r.suspended_ns[k],
-                profiler_ns: r.profiler_ns[k],
+                map: m,
+                count,
+                real: real as u32,
+                start,
+                end: self.packed.len(),
             });
+            self.entries += real;
         }
     }
 
     /// Drops the deltas published before `ts` (the node maps stay: later deltas refer to them).
     pub fn forget_before(&mut self, ts: u64) {
-        self.deltas.retain(|d| d.ts >= ts);
+        if !self.batches.iter().any(|b| b.ts < ts) {
+            return;
+        }
+        let mut packed = Vec::new();
+        let mut entries = 0;
+        self.batches.retain_mut(|b| {
+            if b.ts < ts {
+                return false;
+            }
+            let start = packed.len();
+            packed.extend_from_slice(&self.packed[b.start..b.end]);
+            (b.start, b.end) = (start, packed.len());
+            entries += b.real as usize;
+            true
+        });
+        self.packed = packed;
+        self.entries = entries;
     }
 
-    /// Deltas kept.
+    /// Node costs kept.
     pub fn retained(&self) -> usize {
-        self.deltas.len()
+        self.entries
+    }
+
+    /// Bytes the deltas take (their packed costs and one header per record).
+    pub fn retained_bytes(&self) -> usize {
+        self.packed.capacity() + self.batches.capacity() * std::mem::size_of::<DeltaBatch>()
     }
 
     /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
     /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
-        for d in self.deltas.iter().filter(|d| range.contains(d.ts)) {
-            let stack = match site_stacks {
-                Some(s) if d.node != NO_SITE => s.get(d.node as usize).copied().unwrap_or(d.stack),
-                _ => d.stack,
-            };
-            let c = Cost {
-                calls: d.calls,
-                time_ns: d.time_ns,
-                suspended_ns: d.suspended_ns,
-                profiler_ns: d.profiler_ns,
-                ..Default::default()
-            };
-            tree.add(d.os_tid, stack, &c);
+        for b in self.batches.iter().filter(|b| range.contains(b.ts)) {
+            let map = &self.maps[b.map as usize];
+            let bytes = &self.packed[b.start..b.end];
+            let mut at = 0;
+            let mut next = 0u64;
+            let get = |at: &mut usize| get_varint(bytes, at).unwrap_or(0);
+            for _ in 0..b.count {
+                let gap = get(&mut at);
+                let calls = get(&mut at);
+                if gap == 0 && calls == u64::MAX {
+                    next = 0;
+                    continue;
+                }
+                let node = next.wrapping_add(gap);
+                next = node.wrapping_add(1);
+                let c = Cost {
+                    calls,
+                    time_ns: get(&mut at),
+                    suspended_ns: get(&mut at),
+                    profiler_ns: get(&mut at),
+                    ..Default::default()
+                };
+                if let Some(&(stack, site)) = map.get(node as usize) {
+                    let stack = match site_stacks {
+                        Some(s) if site != NO_SITE => s.get(site as usize).copied().unwrap_or(stack),
+                        _ => stack,
+                    };
+                    tree.add(b.os_tid, stack, &c);
+                }
+            }
         }
     }
-}
-
-impl FlowThread {
-    pub fn new(os_tid: u32) -> FlowThread {
-        FlowThread { os_tid, sorted: true, ..Default::default() }
-    }
-
-    /// The events, in order.
-    pub fn events(&self) -> &[FlowEvent] {
-        &self.all[self.window.clone()]
-    }
-
-    /// The thread's events inside `range`, sharing them with `self` (the drop count stays whole:
-    /// it is not timed).
-    pub fn within(&self, range: TimeRange) -> FlowThread {
-        let mut t = self.clone();
-        if range.is_all() {
-            return t;
-        }
-        if self.sorted {
-            let ev = &self.all[self.window.clone()];
-            let a = ev.partition_point(|e| e.ts < range.from);
-            let b = ev.partition_point(|e| e.ts < range.to);
-            t.window = self.window.start + a..self.window.start + b;
-        } else {
-            let kept: Vec<FlowEvent> = self.events().iter().filter(|e| range.contains(e.ts)).copied().collect();
-            t.window = 0..kept.len();
-            t.all = Arc::new(kept);
-        }
-        t
-    }
-
-    /// Drops the events before `ts` (a profile of a range from `ts` on sees the same events).
-    pub fn forget_before(&mut self, ts: u64) {
-        let kept: Vec<FlowEvent> = if self.sorted {
-            let ev = self.events();
-            ev[ev.partition_point(|e| e.ts < ts)..].to_vec()
-        } else {
-            self.events().iter().filter(|e| e.ts >= ts).copied().collect()
-        };
-        self.window = 0..kept.len();
-        self.all = Arc::new(kept);
-    }
-
-    fn extend(&mut self, r: &FlowEvents) {
-        let n = r.kinds.len().min(r.functions.len()).min(r.ts.len());
-        // Copies the events only while a profile taken earlier still shares them.
-        let all = Arc::make_mut(&mut self.all);
-        all.reserve(n);
-        let mut last = all.last().map_or(0, |e| e.ts);
-        for k in 0..n {
-            let ts = r.ts[k];
-            self.sorted &= ts >= last;
-            last = ts;
-            all.push(FlowEvent { kind: r.kinds[k], function: r.functions[k], ts });
-        }
-        self.window = 0..all.len();
-    }
-}
-
-pub fn flow(threads: &mut Vec<FlowThread>, r: &FlowEvents) {
-    let i = match threads.iter().position(|t| t.os_tid == r.os_tid) {
-        Some(i) => i,
-        None => {
-            threads.push(FlowThread::new(r.os_tid));
-            threads.len() - 1
-        }
-    };
-    let t = &mut threads[i];
-    t.dropped = t.dropped.saturating_add(r.dropped);
-    t.extend(r);
 }
 
 #[cfg(test)]
@@ -372,5 +372,24 @@ mod tests {
         // A gap is still a gap.
         c.nodes(&mut stacks, &nodes(7, 0, 5, &[0], &[21]));
         assert_eq!(c.problems, 1);
+    }
+
+    /// A delta whose nodes are out of order or repeated (no agent writes one) adds every cost,
+    /// and a node never published is a problem, not a cost; forgetting early deltas keeps later ones.
+    #[test]
+    fn unordered_and_repeated_nodes_add_every_cost() {
+        let mut stacks = StackTable::default();
+        let mut c = CctIngest::default();
+        c.nodes(&mut stacks, &nodes(7, 1, 0, &[u32::MAX, 0, 1], &[10, 11, 12]));
+        c.delta(&delta(7, 1, &[2, 0, 2, 1, 9], &[1, 2, 3, 4, 5]));
+        assert_eq!(c.problems, 1);
+        assert_eq!(c.retained(), 4);
+        assert_eq!(calls_by_path(&c, &stacks), vec![(vec![10], 2), (vec![10, 11], 4), (vec![10, 11, 12], 4)]);
+        let mut later = delta(7, 1, &[1], &[6]);
+        later.ts = 2;
+        c.delta(&later);
+        c.forget_before(2);
+        assert_eq!(c.retained(), 1);
+        assert_eq!(calls_by_path(&c, &stacks), vec![(vec![10, 11], 6)]);
     }
 }

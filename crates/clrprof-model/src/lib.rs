@@ -10,6 +10,7 @@ pub mod events;
 #[cfg(test)]
 mod events_tests;
 pub mod fasthash;
+mod flow;
 pub mod hits;
 pub mod instrumented;
 pub mod lines;

@@ -872,7 +872,6 @@ fn flow(p: &Profile, threads: &Threads) -> Vec<FlowDoc> {
             dropped: t.dropped,
             events: t
                 .events()
-                .iter()
                 .map(|e| FlowEventDoc {
                     kind: FLOW_KINDS.get(e.kind as usize).copied().unwrap_or("other"),
                     function: fnames.get(&e.function).copied().unwrap_or("").to_string(),

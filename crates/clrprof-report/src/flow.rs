@@ -20,14 +20,14 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         if !wanted.contains(t.os_tid) {
             continue;
         }
-        out += &format!("\nthread {}: {} events", thread_label(p, t.os_tid), t.events().len());
+        out += &format!("\nthread {}: {} events", thread_label(p, t.os_tid), t.len());
         if t.dropped > 0 {
             out += &format!(" ({} dropped: the agent's flow buffer was full)", t.dropped);
         }
         out += "\n";
         let mut depth: usize = 0;
-        let n = opts.top.unwrap_or(t.events().len()).min(t.events().len());
-        for e in &t.events()[..n] {
+        let n = opts.top.unwrap_or(t.len()).min(t.len());
+        for e in t.events().take(n) {
             let name = names.get(&e.function).copied().unwrap_or("<unknown function>");
             let (mark, before, after) = match e.kind {
                 0 => (">", depth, depth + 1),

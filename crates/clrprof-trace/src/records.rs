@@ -853,6 +853,12 @@ pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
+/// The FunctionID of a `[call tree capped]` node in `CallTreeNodes` (never a real FunctionID,
+/// which is an address): the agent's call trees reached their cap (`CLRPROF_CALLTREE_MAX_MB`),
+/// and every call under that node that would have needed a new node is counted in it, with its
+/// time, whatever function it was.
+pub const CALL_TREE_CAPPED: u64 = 1;
+
 impl CallTreeCosts {
     /// Packs a delta whose nodes ascend (as the agent writes them); `None` when they do not, or
     /// its vectors differ in length.

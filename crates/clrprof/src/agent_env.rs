@@ -82,6 +82,8 @@ pub struct InstrumentOptions {
     pub flow: bool,
     /// Leave JIT inlining on.
     pub keep_inlining: bool,
+    /// `CLRPROF_CALLTREE_MAX_MB` (None: the agent's default).
+    pub calltree_max_mb: Option<u64>,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
 }
@@ -208,6 +210,9 @@ impl AgentEnv {
                 .set("CLRPROF_INLINING", b(i.keep_inlining))
                 .set("CLRPROF_INCLUDE", i.include.join(";"))
                 .set("CLRPROF_EXCLUDE", i.exclude.join(";"));
+            if let Some(mb) = i.calltree_max_mb {
+                self.set("CLRPROF_CALLTREE_MAX_MB", mb.to_string());
+            }
         }
         self
     }

@@ -353,6 +353,11 @@ struct RecordArgs {
     /// With --instrument: leave JIT inlining on (faster; inlined calls are not seen)
     #[arg(long, requires = "instrument")]
     keep_inlining: bool,
+    /// With --instrument: the most memory the call trees may take in the process, MiB (default
+    /// 1024; 0 = no cap). Calls past it are counted, with their time, under their caller's
+    /// `[call tree capped]` node
+    #[arg(long, value_name = "MIB", requires = "instrument")]
+    calltree_max_mb: Option<u64>,
     /// With --instrument: hook only functions matching PATTERN (namespace, type, method or assembly; `*` wildcards; repeatable)
     #[arg(long, value_name = "PATTERN", requires = "instrument")]
     include: Vec<String>,
@@ -670,6 +675,7 @@ pub fn run() -> Result<ExitCode> {
                     counts_only: a.counts_only,
                     flow: a.flow,
                     keep_inlining: a.keep_inlining,
+                    calltree_max_mb: a.calltree_max_mb,
                     include: a.include,
                     exclude: a.exclude,
                 },

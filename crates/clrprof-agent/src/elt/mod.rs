@@ -157,6 +157,7 @@ impl Instrumentation {
             exclude: config.exclude.join(";"),
             hook_cost_ns,
         };
+        thread::MAX_NODES.store(max_nodes(config.calltree_max_mb), Ordering::Relaxed);
         let filter = Filter::new(&config.include, &config.exclude);
         let i = Instrumentation {
             config,
@@ -344,6 +345,20 @@ impl Instrumentation {
             crate::log_warn!("{text}");
             w.emit(&clrprof_trace::Message { ts: now_ns, level: 1, text }.into());
         }
+        let capped = thread::CAPPED_NODES.swap(0, Ordering::Relaxed);
+        // Once in the trace (the first time), in the log every time.
+        if capped > 0 && CAPPED_NOTED.swap(true, Ordering::Relaxed) {
+            crate::log_warn!("call trees capped: {capped} more [call tree capped] nodes");
+        } else if capped > 0 {
+            // In the trace too: those calls' functions are not known, the reader must say so.
+            let text = format!(
+                "call trees capped at {} MiB (CLRPROF_CALLTREE_MAX_MB): calls that needed a new node are counted, \
+                 with their time, in their caller's [call tree capped] node",
+                self.config.calltree_max_mb
+            );
+            crate::log_warn!("{text}");
+            w.emit(&clrprof_trace::Message { ts: now_ns, level: 1, text }.into());
+        }
         let late = LATE_HOOKS.swap(0, Ordering::Relaxed);
         if late > 0 {
             crate::log_warn!("{late} calls not recorded (made by threads after their end was seen)");
@@ -377,6 +392,22 @@ impl Instrumentation {
             let d = clock::ticks().saturating_sub(start);
             thread::SUSPENDED_TICKS.fetch_add(d, Ordering::Relaxed);
         }
+    }
+}
+
+/// Whether the trace has its note that the call trees reached their cap.
+static CAPPED_NOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Bytes a call-tree node takes: its slot in the thread's chunk and what the writer keeps of it
+/// (the counts last published).
+pub(crate) const NODE_BYTES: usize = std::mem::size_of::<thread::Node>() + std::mem::size_of::<[u64; 4]>();
+
+/// The node cap of `CLRPROF_CALLTREE_MAX_MB` (0: none).
+fn max_nodes(mb: u64) -> usize {
+    if mb == 0 {
+        usize::MAX
+    } else {
+        (mb as usize).saturating_mul(1 << 20) / NODE_BYTES
     }
 }
 

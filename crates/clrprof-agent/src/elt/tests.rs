@@ -275,6 +275,64 @@ mod x86_64 {
         assert_eq!(lockstep(true, 0, stubs_, 7), 0);
     }
 
+    /// A tree capped at a few dozen nodes counts every call and every tick a full tree counts:
+    /// calls that needed a node past the cap go to their caller's `[call tree capped]` node
+    /// (those under it too), and the stubs (fast path and fallback) account exactly like the
+    /// Rust hooks on the capped tree.
+    #[test]
+    fn a_capped_tree_folds_calls_into_capped_nodes_without_losing_counts_or_time() {
+        use crate::elt::thread::CAPPED;
+        let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        fake_stack();
+        let f = funcs(14);
+        let steps = script(11, 40_000, &f);
+        let t0 = 1_000_000_000u64;
+        clock::set_fake_ticks(t0);
+        let full = Box::into_raw(Box::new(ThreadState::new(1, true, 50, false)));
+        let a = Box::into_raw(Box::new(ThreadState::new(1, true, 50, false)));
+        let b = Box::into_raw(Box::new(ThreadState::new(1, true, 50, false)));
+        let limit = 40;
+        // Safety (this test): leaked states only this thread uses; the TLS slot points to `b`
+        // until restored; every FuncInfo is leaked.
+        unsafe {
+            (*a).set_node_limit(limit);
+            (*b).set_node_limit(limit);
+            (*b).set_fast(FAST_TIMING);
+        }
+        run_script(full, &steps, t0);
+        run_script(a, &steps, t0);
+        let prev = tls::current();
+        tls::set_current(b);
+        let mut now = t0;
+        for s in &steps {
+            now = now.wrapping_add(s.advance).max(1);
+            clock::set_fake_ticks(now);
+            unsafe {
+                match s.ev {
+                    Ev::Enter(func, sp) => stubs::call_enter(stubs::enter_scripted_stub, func, sp),
+                    Ev::Leave(func, sp) => stubs::call_leave(stubs::leave_scripted_stub, func, sp),
+                    Ev::Tail(func, sp) => stubs::call_leave(stubs::tailcall_scripted_stub, func, sp),
+                }
+            }
+        }
+        tls::set_current(prev);
+        clock::set_fake_ticks(0);
+        let (sf, sa, sb) = unsafe { ((*full).snapshot(), (*a).snapshot(), (*b).snapshot()) };
+        assert_eq!(sa, sb, "stubs and Rust hooks on the capped tree");
+        let calls = |s: &Snapshot| s.nodes.iter().map(|n| n.2).sum::<u64>();
+        assert!(calls(&sf) > 10_000);
+        assert_eq!(calls(&sa), calls(&sf), "every call counted");
+        assert_eq!(unsafe { (*a).charged() }, unsafe { (*full).charged() }, "every tick");
+        assert_eq!(sa.stack.len(), sf.stack.len());
+        assert_eq!(sa.overflowed, 0);
+        let capped: Vec<_> = sa.nodes.iter().filter(|n| n.1 == &CAPPED as *const FuncInfo as usize).collect();
+        assert!(!capped.is_empty() && capped.iter().map(|n| n.2).sum::<u64>() > 1_000, "{capped:?}");
+        assert!(sf.nodes.len() > 4 * limit, "the full tree has {} nodes", sf.nodes.len());
+        // The root and the regular nodes up to the cap, then capped nodes up to an eighth more
+        // and the root's one.
+        assert!(sa.nodes.len() <= 1 + limit + limit / 8 + 1, "{} nodes", sa.nodes.len());
+    }
+
     /// Runs a script through the Rust hooks on `ts` with a scripted clock starting at `t0`.
     fn run_script(ts: *mut ThreadState, steps: &[Step], t0: u64) {
         let mut now = t0;

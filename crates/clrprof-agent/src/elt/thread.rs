@@ -11,6 +11,61 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use super::clock;
 
+/// Nodes of every thread's tree now (published or not), for the cap.
+pub(crate) static LIVE_NODES: AtomicUsize = AtomicUsize::new(0);
+/// The most nodes the trees may hold together (`CLRPROF_CALLTREE_MAX_MB` over the bytes of a
+/// node; set once at start-up). A call past it that needs a new node is counted in its caller's
+/// `[call tree capped]` child instead ([`CAPPED`]), with its time.
+pub(crate) static MAX_NODES: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// How many times the cap made a caller's `[call tree capped]` node (for the trace's note).
+pub(crate) static CAPPED_NODES: AtomicU64 = AtomicU64::new(0);
+
+/// The function of the `[call tree capped]` nodes: every call under such a node is counted in it,
+/// whatever the callee (its FunctionID is `clrprof_trace::CALL_TREE_CAPPED`, never a real one).
+pub(crate) static CAPPED: FuncInfo = FuncInfo { id: clrprof_trace::CALL_TREE_CAPPED as usize, index: u32::MAX };
+
+#[inline(always)]
+fn capped() -> *const FuncInfo {
+    &CAPPED
+}
+
+/// Bytes of a chunk of `len` nodes.
+fn chunk_bytes(len: usize) -> usize {
+    len * std::mem::size_of::<Node>()
+}
+
+/// A chunk of `len` zeroed nodes (all zero is a blank node but for `parent` and `id`, which
+/// `new_node` sets), mapped from the kernel so that only the pages nodes are written to take
+/// memory: the chunks double in size, and most of a tree's last chunk is never used. Null when
+/// the kernel has no memory.
+fn alloc_chunk(len: usize) -> *mut Node {
+    // Safety: an anonymous private mapping, no address hint; checked for failure.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            chunk_bytes(len),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p as *mut Node
+    }
+}
+
+/// Unmaps a chunk from [`alloc_chunk`].
+///
+/// # Safety
+/// `c` came from `alloc_chunk(len)` and no thread uses it any more.
+unsafe fn free_chunk(c: *mut Node, len: usize) {
+    // Safety: as the caller promises.
+    unsafe { libc::munmap(c as *mut libc::c_void, chunk_bytes(len)) };
+}
+
 /// Per-function data handed to the runtime as the hooks' client id.
 #[repr(C)]
 pub(crate) struct FuncInfo {
@@ -340,6 +395,8 @@ pub(crate) struct ThreadState {
     /// Set (Release) by the owner thread as its last access, when it ends: the counters are
     /// final and the writer may publish them once more and recycle the state.
     finished: AtomicBool,
+    /// A cap of this tree's own (tests; `usize::MAX`: the process's cap, [`MAX_NODES`]).
+    node_limit: usize,
 }
 
 // Safety: `Node::func` points into leaked, immutable FuncInfo records and node links point into
@@ -378,6 +435,7 @@ impl ThreadState {
             overflowed: AtomicU64::new(0),
             far_finds: 0,
             finished: AtomicBool::new(false),
+            node_limit: usize::MAX,
         }
     }
 
@@ -421,12 +479,13 @@ impl ThreadState {
                 }
             } else {
                 slot.store(std::ptr::null_mut(), Ordering::Relaxed);
-                // Safety: the chunk came from `Box<[Node]>` of `len` nodes in `new_node`, and
-                // no thread uses it any more.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, len)) });
+                // Safety: the chunk came from `alloc_chunk(len)` in `new_node`, and no thread
+                // uses it any more.
+                unsafe { free_chunk(c, len) };
             }
         }
         self.node_count.store(0, Ordering::Relaxed);
+        LIVE_NODES.fetch_sub(count.min(LIVE_NODES.load(Ordering::Relaxed)), Ordering::Relaxed);
         *self._root = Node::blank();
         if self.stack.cap > KEEP_STACK {
             self.stack.free();
@@ -467,10 +526,27 @@ impl ThreadState {
         Some(unsafe { &*c.add(off) })
     }
 
+    /// A new child of `parent`; null when the trees are at their cap ([`MAX_NODES`]; a
+    /// `[call tree capped]` node may still be made) or this tree is full.
     #[cold]
     fn new_node(&mut self, parent: *mut Node, func: *const FuncInfo, site: usize) -> *mut Node {
         let i = self.node_count.load(Ordering::Relaxed);
         if i == NO_NODE {
+            return std::ptr::null_mut();
+        }
+        let (live, max) = if self.node_limit == usize::MAX {
+            (LIVE_NODES.load(Ordering::Relaxed), MAX_NODES.load(Ordering::Relaxed))
+        } else {
+            (i as usize, self.node_limit)
+        };
+        // Capped nodes may go an eighth past the cap (one per caller at most), then only the
+        // root's (one per thread).
+        let room = if func != capped() {
+            live < max
+        } else {
+            live < max.saturating_add(max / 8) || parent == self.stack_root()
+        };
+        if !room {
             return std::ptr::null_mut();
         }
         let (k, off) = Self::chunk_of(i);
@@ -481,8 +557,10 @@ impl ThreadState {
         if c.is_null() {
             // A new chunk: the only allocation on the hot path, 16 times at most per thread (256
             // nodes, then twice as many each time).
-            let chunk: Box<[Node]> = (0..FIRST_CHUNK << k).map(|_| Node::blank()).collect();
-            c = Box::into_raw(chunk) as *mut Node;
+            c = alloc_chunk(FIRST_CHUNK << k);
+            if c.is_null() {
+                return c;
+            }
             slot.store(c, Ordering::Release);
         }
         // Safety: chunk `k` has `FIRST_CHUNK << k` nodes (`off` is below that); node `i` is not
@@ -496,6 +574,7 @@ impl ThreadState {
             (*n).next_sibling = (*parent).first_child;
             (*parent).first_child = n;
             self.node_count.store(i + 1, Ordering::Release);
+            LIVE_NODES.fetch_add(1, Ordering::Relaxed);
             n
         }
     }
@@ -515,6 +594,11 @@ impl ThreadState {
     /// The child found or made is remembered in the parent's callee cache, which is looked at first.
     #[inline(always)]
     fn child(&mut self, parent: *mut Node, func: *const FuncInfo, site: usize) -> *mut Node {
+        // Safety: `parent` is the root or a node of this state.
+        if unsafe { (*parent).func } == capped() {
+            // Past the cap: everything called under a capped node is counted in it.
+            return parent;
+        }
         let slot = callee_slot(func);
         // Safety: `parent` is the root or a node of this state.
         let cached = unsafe { (*parent).cache[slot] };
@@ -555,7 +639,49 @@ impl ThreadState {
                 i += 1;
             }
         }
-        self.new_node(parent, func, site)
+        let n = self.new_node(parent, func, site);
+        if n.is_null() {
+            self.capped_child(parent)
+        } else {
+            n
+        }
+    }
+
+    /// The `[call tree capped]` child of `parent`, made on first use: where calls go that found
+    /// no node and could not make one (the trees at their cap, or this one full). Its calls and
+    /// time stay under the caller, so inclusive times hold; which functions they were is lost.
+    /// Past the capped nodes' own allowance, the thread root's one takes them. Null only when
+    /// even that cannot be made.
+    #[cold]
+    fn capped_child(&mut self, parent: *mut Node) -> *mut Node {
+        let root = self.stack_root();
+        for p in [parent, root] {
+            if p.is_null() {
+                continue;
+            }
+            // Safety: `p` and its children are nodes of this state (or its root).
+            unsafe {
+                let mut cur = (*p).first_child;
+                while !cur.is_null() {
+                    if (*cur).func == capped() {
+                        return cur;
+                    }
+                    cur = (*cur).next_sibling;
+                }
+            }
+            let n = self.new_node(p, capped(), 0);
+            if !n.is_null() {
+                CAPPED_NODES.fetch_add(1, Ordering::Relaxed);
+                return n;
+            }
+        }
+        std::ptr::null_mut()
+    }
+
+    /// The thread's root node (the bottom entry of the shadow stack).
+    #[inline(always)]
+    fn stack_root(&mut self) -> *mut Node {
+        &mut *self._root as *mut Node
     }
 
     /// Charges the time since the previous event to the node on top of the stack. The timing
@@ -668,7 +794,8 @@ impl ThreadState {
                 continue;
             }
             // Safety: entries hold nodes of this state.
-            if e.sp == sp && unsafe { (*e.node).func } == func {
+            // A capped node stands for whatever function was called under it.
+            if e.sp == sp && unsafe { (*e.node).func == func || (*e.node).func == capped() } {
                 self.stack.pop();
             }
             break;
@@ -688,8 +815,8 @@ impl Drop for ThreadState {
         for slot in &self.chunks {
             let c = slot.swap(std::ptr::null_mut(), Ordering::Relaxed);
             if !c.is_null() {
-                // Safety: chunk 0 came from `Box<[Node]>` of FIRST_CHUNK nodes in `new_node`.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(c, FIRST_CHUNK)) });
+                // Safety: chunk 0 came from `alloc_chunk(FIRST_CHUNK)` in `new_node`.
+                unsafe { free_chunk(c, FIRST_CHUNK) };
             }
         }
         self.stack.free();
@@ -737,6 +864,11 @@ impl ThreadState {
             last_susp: self.last_susp,
             overflowed: self.overflowed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Caps this tree alone at `n` nodes (the process's cap is shared by every test).
+    pub(crate) fn set_node_limit(&mut self, n: usize) {
+        self.node_limit = n;
     }
 
     /// Forces the fast-stub mode (tests run without `clock::init`, so timing would get none).
