@@ -249,12 +249,9 @@ impl RequestFacts {
             }
         }
         requests.sort_by_key(|r| (r.start_ns, r.os_tid, r.activity));
-        let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
-        for (i, r) in requests.iter().enumerate() {
-            by_activity.entry(r.activity).or_default().push(i);
-        }
+        let index = RequestIndex::new(&requests, |_| true);
         for (ts, activity, endpoint, status) in &self.details {
-            let Some(i) = owner(&requests, &by_activity, *activity, *ts) else { continue };
+            let Some(i) = index.owner(&requests, *activity, *ts, 0) else { continue };
             let r = &mut requests[i];
             if !endpoint.is_empty() {
                 r.endpoint_name = endpoint.clone();
@@ -350,34 +347,80 @@ impl RequestFacts {
     }
 }
 
-/// The request an endpoint or status line of `activity` at `ts` belongs to: a request of that
-/// activity, or of its ancestor, running at `ts` (the latest to start by then). The runtime's
-/// activity tracker encodes an activity's path from the root in the first 12 bytes of its id, as
-/// nibbles; a nested activity (a logging scope started inside a request: ASP.NET Core opens one
-/// per request) copies its parent's path and appends to it. Of the requests' activities, the
-/// ancestor shares the longest prefix with the line's id (its whole path), any other less than
-/// its own path.
-pub fn owner(requests: &[Request], by_activity: &HashMap<u128, Vec<usize>>, activity: u128, ts: u64) -> Option<usize> {
-    if activity == 0 {
-        return None;
+/// Requests by activity, for [`RequestIndex::owner`]: each request's id, and each id under the
+/// path it encodes, so that the ancestors of an id are found by its path's prefixes (at most 25
+/// lookups) instead of by comparing it with every request's id.
+#[derive(Clone, Debug, Default)]
+pub struct RequestIndex {
+    /// Indices of the requests of each id, by start (the requests' order).
+    by_activity: HashMap<u128, Vec<usize>>,
+    /// The ids whose path is `nibbles` long, by that path (the first bytes, masked to it).
+    by_path: HashMap<(u32, [u8; 12]), Vec<u128>>,
+}
+
+/// The first `nibbles` nibbles of an id's path (the path's bytes, masked).
+fn path_key(a: u128, nibbles: u32) -> (u32, [u8; 12]) {
+    let b = a.to_le_bytes();
+    let mut k = [0u8; 12];
+    let whole = (nibbles / 2) as usize;
+    k[..whole].copy_from_slice(&b[..whole]);
+    if nibbles % 2 == 1 {
+        k[whole] = b[whole] & 0xf0;
     }
-    let mut best: Option<(u32, usize)> = None;
-    for (&a, list) in by_activity {
-        let n = if a == activity { 128 } else { common_path_nibbles(a, activity) };
-        if a == 0 || n < path_nibbles(a) || best.is_some_and(|(m, _)| m >= n) {
-            continue;
+    (nibbles, k)
+}
+
+impl RequestIndex {
+    /// The requests `keep` accepts (and that carry an id), in `requests`' order.
+    pub fn new(requests: &[Request], keep: impl Fn(&Request) -> bool) -> RequestIndex {
+        let mut ix = RequestIndex::default();
+        for (i, r) in requests.iter().enumerate() {
+            if r.activity == 0 || !keep(r) {
+                continue;
+            }
+            let list = ix.by_activity.entry(r.activity).or_default();
+            if list.is_empty() {
+                let n = path_nibbles(r.activity);
+                ix.by_path.entry(path_key(r.activity, n)).or_default().push(r.activity);
+            }
+            list.push(i);
         }
-        // The list is by start: the last request started by `ts`, if it had not ended before.
-        let k = list.partition_point(|&i| requests[i].start_ns <= ts);
-        if k == 0 {
-            continue;
-        }
-        let i = list[k - 1];
-        if requests[i].end_ns.is_none_or(|e| e >= ts) {
-            best = Some((n, i));
-        }
+        ix
     }
-    best.map(|(_, i)| i)
+
+    /// The request a line or sample of `activity` at `ts` belongs to: a request of that activity,
+    /// or of its ancestor, running at `ts` (the latest of its id to start by then, not ended more
+    /// than `slack_ns` before `ts`). The runtime's activity tracker encodes an activity's path from
+    /// the root in the first 12 bytes of its id, as nibbles; a nested activity (a logging scope
+    /// started inside a request: ASP.NET Core opens one per request) copies its parent's path and
+    /// appends to it. Of the requests' activities, the ancestor shares the longest prefix with the
+    /// id (its whole path), any other less than its own path.
+    pub fn owner(&self, requests: &[Request], activity: u128, ts: u64, slack_ns: u64) -> Option<usize> {
+        if activity == 0 {
+            return None;
+        }
+        let mut best: Option<(u32, usize)> = None;
+        for nibbles in 0..=24 {
+            let Some(ids) = self.by_path.get(&path_key(activity, nibbles)) else { continue };
+            for &a in ids {
+                let n = if a == activity { 128 } else { common_path_nibbles(a, activity) };
+                if n < nibbles || best.is_some_and(|(m, _)| m >= n) {
+                    continue;
+                }
+                let list = &self.by_activity[&a];
+                // The list is by start: the last request started by `ts`, if it had not ended before.
+                let k = list.partition_point(|&i| requests[i].start_ns <= ts);
+                if k == 0 {
+                    continue;
+                }
+                let i = list[k - 1];
+                if requests[i].end_ns.is_none_or(|e| e.saturating_add(slack_ns) >= ts) {
+                    best = Some((n, i));
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
 }
 
 /// Nibbles (high nibble of each byte first) the activity paths of `a` and `b` share, over the

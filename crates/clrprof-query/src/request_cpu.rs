@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use clrprof_model::requests::{common_path_nibbles, path_nibbles, Request};
+use clrprof_model::requests::RequestIndex;
 use clrprof_model::samples::SampleWeight;
 use clrprof_model::stacks::StackId;
 use clrprof_model::Profile;
@@ -70,46 +70,13 @@ impl PerRequest {
     }
 }
 
-/// The request a sample of `activity` collected at `ts` belongs to (see the module's doc).
-pub fn sample_owner(
-    requests: &[Request],
-    by_activity: &HashMap<u128, Vec<usize>>,
-    activity: u128,
-    ts: u64,
-) -> Option<usize> {
-    if activity == 0 {
-        return None;
-    }
-    let mut best: Option<(u32, usize)> = None;
-    for (&a, list) in by_activity {
-        let n = if a == activity { 128 } else { common_path_nibbles(a, activity) };
-        if a == 0 || n < path_nibbles(a) || best.is_some_and(|(m, _)| m >= n) {
-            continue;
-        }
-        let k = list.partition_point(|&i| requests[i].start_ns <= ts);
-        if k == 0 {
-            continue;
-        }
-        let i = list[k - 1];
-        if requests[i].end_ns.is_none_or(|e| e.saturating_add(DRAIN_SLACK_NS) >= ts) {
-            best = Some((n, i));
-        }
-    }
-    best.map(|(_, i)| i)
-}
-
 /// The CPU samples of `p` by request; `None` when no sample carries an activity id.
 pub fn per_request(p: &Profile) -> Option<PerRequest> {
     if p.sample_activities.len() < 2 {
         return None;
     }
     let reqs = &p.requests.requests;
-    let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
-    for (i, r) in reqs.iter().enumerate() {
-        if r.activity != 0 {
-            by_activity.entry(r.activity).or_default().push(i);
-        }
-    }
+    let index = RequestIndex::new(reqs, |_| true);
     let mut out = PerRequest {
         per_request: vec![(0, 0); reqs.len()],
         stacks: vec![HashMap::new(); reqs.len()],
@@ -123,7 +90,7 @@ pub fn per_request(p: &Profile) -> Option<PerRequest> {
         } else {
             *owners.entry((s.flow, s.ts)).or_insert_with(|| {
                 let id = p.sample_activities.get(s.flow as usize).copied().unwrap_or(0);
-                sample_owner(reqs, &by_activity, id, s.ts)
+                index.owner(reqs, id, s.ts, DRAIN_SLACK_NS)
             })
         };
         match owner {
@@ -148,6 +115,7 @@ pub fn per_request(p: &Profile) -> Option<PerRequest> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clrprof_model::requests::Request;
     use clrprof_model::samples::TimedSample;
 
     fn id(path: &[u8]) -> u128 {

@@ -8,9 +8,7 @@
 //! Percentiles are nearest-rank (the smallest latency with at least p% of the requests at or
 //! below it): every figure is one request's real latency.
 
-use std::collections::HashMap;
-
-use clrprof_model::requests::{owner, Request, Requests};
+use clrprof_model::requests::{Request, RequestIndex, Requests};
 use clrprof_model::Profile;
 use clrprof_trace::pool_reason;
 use serde::Serialize;
@@ -294,14 +292,9 @@ struct Split {
 fn split(p: &Profile, cpu: Option<&crate::request_cpu::PerRequest>) -> Option<Split> {
     let index = p.asynchrony.as_ref()?;
     let reqs = &p.requests.requests;
-    let mut by_activity: HashMap<u128, Vec<usize>> = HashMap::new();
-    for (i, r) in reqs.iter().enumerate() {
-        if r.activity != 0 && r.end_ns.is_some() {
-            by_activity.entry(r.activity).or_default().push(i);
-        }
-    }
     // Only ended requests are candidates (an id's list holds no unfinished one).
-    let at = |activity: u128, ts: u64| owner(reqs, &by_activity, activity, ts);
+    let by_activity = RequestIndex::new(reqs, |r| r.end_ns.is_some());
+    let at = |activity: u128, ts: u64| by_activity.owner(reqs, activity, ts, 0);
     let clip = |i: usize, from: u64, to: u64| -> u64 {
         let r = &reqs[i];
         to.min(r.end_ns.unwrap_or(0)).saturating_sub(from.max(r.start_ns))
