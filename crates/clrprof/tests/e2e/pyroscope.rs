@@ -8,7 +8,6 @@
 use crate::common::*;
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -19,6 +18,8 @@ use clrprof_pyroscope::{Config, Endpoint, Pyroscope};
 #[path = "../../../clrprof-pyroscope/tests/support/mod.rs"]
 pub(crate) mod support;
 use support::receiver;
+
+use crate::otlp_push::Collector;
 
 fn query_param<'a>(line: &'a str, key: &str) -> &'a str {
     let q = line.split_whitespace().nth(1).unwrap().split_once('?').unwrap().1;
@@ -189,44 +190,14 @@ fn a_live_run_is_pushed_every_interval_with_its_labels() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Sends SIGTERM to a child and waits for it.
-fn terminate(c: &mut std::process::Child) -> std::process::ExitStatus {
-    // Safety: kill(2) on the pid of a child this test started and has not reaped.
-    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-    c.wait().unwrap()
-}
-
 #[test]
 fn clrprof_collect_pushes_the_runs_it_receives() {
     let _machine = machine::shared();
     let dir = scratch("pyroscope-collect");
     let (rport, got) = receiver();
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut collector = Command::new(clrprof_exe())
-        .args(["collect", "--listen", &listen, "--store"])
-        .arg(dir.join("runs.db"))
-        .args(["--pyroscope", &format!("http://127.0.0.1:{rport}"), "--interval", "1s"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Its messages, as they come.
-    let stderr = collector.stderr.take().unwrap();
-    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l = lines.clone();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            l.lock().unwrap().push(line);
-        }
-    });
-    let t = std::time::Instant::now();
-    while !lines.lock().unwrap().iter().any(|l| l.contains("listening on")) {
-        assert!(t.elapsed() < Duration::from_secs(30), "the collector did not start: {lines:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let rurl = format!("http://127.0.0.1:{rport}");
+    let collector = Collector::start(&dir, &["--pyroscope", &rurl, "--interval", "1s"]);
+    let (listen, lines) = (collector.listen.clone(), collector.lines.clone());
     assert!(lines.lock().unwrap()[0].contains("pushing to Pyroscope at http://127.0.0.1:"), "{lines:?}");
 
     let out = Command::new(clrprof_exe())
@@ -258,11 +229,8 @@ fn clrprof_collect_pushes_the_runs_it_receives() {
         drop(g);
         std::thread::sleep(Duration::from_millis(100));
     };
-    let status = terminate(&mut collector);
-    assert!(status.success(), "{status:?}");
     // Its last lines are read to the end of its stderr (they may still be in the pipe when it exits).
-    reader.join().unwrap();
-    let lines = lines.lock().unwrap();
+    let lines = collector.stop();
     let summary = lines
         .iter()
         .find(|l| l.contains("profiles sent"))
