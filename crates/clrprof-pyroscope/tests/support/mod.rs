@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use clrprof_trace::Record;
@@ -12,8 +12,9 @@ use clrprof_trace::Record;
 /// Requests received: (request line, head, body).
 pub type Received = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
 
-/// Reads one HTTP request: its request line, whole head and body (by Content-Length).
-pub fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<u8>)> {
+/// Reads one HTTP request from any stream (plain or TLS): its request line, whole head and body
+/// (by Content-Length).
+pub fn read_request(s: &mut impl Read) -> Option<(String, String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {

@@ -6,8 +6,9 @@
 //! private CA with `--tls-ca`, and names the certificate problem when the CA is wrong.
 
 use crate::common::*;
+use crate::pyroscope::support::read_request;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,35 +206,6 @@ fn an_agent_streams_over_tls_and_its_run_is_stored_as_over_tcp() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Reads one HTTP request (head and Content-Length body) from any stream.
-fn read_request(s: &mut impl Read) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-        .unwrap_or(0);
-    while buf.len() < head_end + len {
-        let n = s.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    Some((head, buf[head_end..head_end + len].to_vec()))
-}
-
 /// Requests received: (head, body).
 type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
@@ -249,7 +221,8 @@ fn https_receiver(pki: &Pki) -> (u16, Received) {
             let Ok(tcp) = tcp else { continue };
             let _ = tcp.set_read_timeout(Some(Duration::from_secs(10)));
             let mut s = rustls::StreamOwned::new(rustls::ServerConnection::new(cfg.clone()).unwrap(), tcp);
-            if let Some(r) = read_request(&mut s) {
+            if let Some((_, head, body)) = read_request(&mut s) {
+                let r = (head, body);
                 g.lock().unwrap().push(r);
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
                 let _ = s.flush();
