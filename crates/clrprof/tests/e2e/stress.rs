@@ -249,10 +249,12 @@ fn kept_the_innermost_frames(bottom: &[&str], cut: &str, max_frames: usize) {
         let weight: f64 = weight.parse().unwrap();
         all += weight;
         let frames: Vec<&str> = stack.split(';').collect();
+        assert_eq!(frames[0], cut, "{l}");
         let at = frames.iter().position(|f| *f == "StressApp.Deep.Bottom").unwrap();
+        let recurse = at - 1;
         assert!(frames[1..at].iter().all(|f| *f == "StressApp.Deep.Recurse"), "only Recurse under the cut: {l}");
-        assert!(at - 1 >= max_frames / 2, "{} Recurse frames: {l}", at - 1);
-        if at - 1 >= max_frames - 8 {
+        assert!(recurse >= max_frames / 2, "{recurse} Recurse frames: {l}");
+        if recurse >= max_frames - 8 {
             nearly_full += weight;
         }
     }
