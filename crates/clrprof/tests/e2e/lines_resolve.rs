@@ -88,6 +88,8 @@ fn printed(stdout: &str, what: &str) -> u64 {
 /// some 200 samples, taken at regular points of their CPU time, so the split is off by a sample or
 /// two at the loops' boundaries, not by a random draw's spread.
 const RATE: [&str; 2] = ["--rate", "250"];
+/// One sample's CPU time at that rate.
+const SAMPLE_NS: u64 = 4_000_000;
 
 /// Records apps/Lines (on .NET 10 through `dotnet`, or `runtime`'s self-contained copy).
 fn record_lines(name: &str, runtime: Option<&str>) -> (PathBuf, String) {
@@ -147,7 +149,10 @@ fn check_lines(trace: &Path, stdout: &str) {
     // The inlined callee: no frame of its own; its code is the caller's call-site line.
     let inl = marker(&program, "INLINED");
     let g = "Lines.Loops.Inlined";
-    assert!(function_self_ns(&c, "Lines.Loops.Step") == 0, "Step is inlined: no frame of its own");
+    // Before the loop goes to OSR code (some 50,000 iterations of tier-0 code, which inlines nothing),
+    // Step runs as a call of its own: a sample may land there on a busy machine, never more than two.
+    let step = function_self_ns(&c, "Lines.Loops.Step");
+    assert!(step <= 2 * SAMPLE_NS, "Step is inlined: {step} ns in a frame of its own, more than two samples");
     let si = self_ns(&c, g, "Program.cs", inl);
     assert!(si as f64 >= 0.97 * function_self_ns(&c, g) as f64, "{g}'s time on line {inl}: {c:?}");
 
