@@ -132,6 +132,12 @@ fn common_name(name: &str) -> String {
         }
     }
     let n = n.replace("::", ".");
+    // glibc's memcpy and memmove variants are one function under two names (one address): perf
+    // and clrprof may each pick either.
+    let n = match n.strip_prefix("__memcpy_") {
+        Some(rest) => format!("__memmove_{rest}"),
+        None => n,
+    };
     let mut out = String::new();
     let mut depth = 0;
     let mut chars = n.chars().peekable();
@@ -175,33 +181,62 @@ fn common_names_of_perf_and_clrprof_match() {
         ("System.Collections.Generic.List<__Canon>.AddWithResize", "System.Collections.Generic.List.AddWithResize"),
         ("libc.so.6!__memset_evex_unaligned_erms", "__memset_evex_unaligned_erms"),
         ("__memset_evex_unaligned_erms", "__memset_evex_unaligned_erms"),
+        ("libc.so.6!__memcpy_avx512_unaligned_erms", "__memmove_avx512_unaligned_erms"),
         ("instance void [Markdig] Markdig.Helpers.StringLineGroup/Iterator::Next()[OptimizedTier1]", "Markdig.Helpers.StringLineGroup+Iterator.Next"),
     ] {
         assert_eq!(common_name(a), b, "{a}");
     }
 }
 
-/// `perf report` of one process of a recording: (dso, symbol, percent of that process's samples).
+/// perf's samples of one process of a recording: (dso, symbol, percent of that process's samples),
+/// each sample placed at its innermost user-space frame as a signal handler sees it (clrprof's
+/// SIGPROF lands on the instruction the kernel returns to: a page fault taken by `memmove` is
+/// `memmove`'s time for it, where `perf report` would give it to the kernel's fault handler). The
+/// profiler's own threads (`clrprof-*`) are left out, as clrprof leaves out its own time.
 fn perf_rows(data: &Path, pid: u32) -> Vec<(String, String, f64)> {
     let out = Command::new("perf")
-        .args(["report", "--stdio", "--no-children", "--sort", "dso,sym", "-q", "--percentage", "relative"])
+        .args(["script", "-F", "comm,tid,ip,sym,dso"])
         .arg(format!("--pid={pid}"))
         .arg("-i")
         .arg(data)
         .output()
-        .expect("run perf report");
-    assert!(out.status.success(), "perf report: {}", text(&out.stderr));
-    text(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (pct, rest) = l.trim().split_once('%')?;
-            let pct: f64 = pct.trim().parse().ok()?;
-            let at = rest.find(" [.] ").or_else(|| rest.find(" [k] "))?;
-            let kernel = &rest[at..at + 5] == " [k] ";
-            let dso = if kernel { "[kernel]".to_string() } else { rest[..at].trim().to_string() };
-            Some((dso, rest[at + 5..].trim().to_string(), pct))
-        })
-        .collect()
+        .expect("run perf script");
+    assert!(out.status.success(), "perf script: {}", text(&out.stderr));
+    let script = text(&out.stdout);
+    let mut counts: HashMap<(String, String), u64> = HashMap::new();
+    let mut total = 0u64;
+    for sample in script.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(header) = lines.next() else { continue };
+        let comm = header.trim().rsplit_once(' ').map_or(header.trim(), |(c, _)| c.trim());
+        if comm.starts_with("clrprof-") {
+            continue;
+        }
+        let frames: Vec<(String, String)> = lines
+            .filter_map(|l| {
+                let (_, rest) = l.trim().split_once(' ')?;
+                let (sym, dso) = rest.rsplit_once(" (")?;
+                Some((sym.trim().to_string(), dso.trim_end_matches(')').to_string()))
+            })
+            .collect();
+        let Some((sym, dso)) = frames.iter().find(|(_, d)| d != "[kernel.kallsyms]").or(frames.first()) else {
+            continue;
+        };
+        let dso = if dso == "[kernel.kallsyms]" {
+            "[kernel]".to_string()
+        } else {
+            let base = dso.rsplit('/').next().unwrap_or(dso);
+            if base.starts_with("perf-") && base.ends_with(".map") {
+                format!("[JIT] tid {pid}")
+            } else {
+                base.to_string()
+            }
+        };
+        *counts.entry((dso, sym.clone())).or_default() += 1;
+        total += 1;
+    }
+    assert!(total > 0, "no samples of process {pid} in perf script's output:\n{}", text(&out.stderr));
+    counts.into_iter().map(|((d, s), n)| (d, s, 100.0 * n as f64 / total as f64)).collect()
 }
 
 /// The PID of the `dotnet` process of a recording (the process whose JIT code perf names from its
@@ -234,7 +269,7 @@ fn markdown_self_cpu_agrees_with_perf() {
     let trace = dir.join("md.clrprof");
     // `cpu-clock` (a software event) samples in containers and virtual machines without a PMU.
     let out = Command::new("perf")
-        .args(["record", "-e", "cpu-clock", "-F", "999", "-q", "-o"])
+        .args(["record", "-e", "cpu-clock", "-F", "999", "-g", "-q", "-o"])
         .arg(&data)
         .arg("--")
         .arg(clrprof_exe())
