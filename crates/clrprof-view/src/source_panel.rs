@@ -23,7 +23,7 @@ pub(crate) struct LinesCache {
 const KEPT: usize = 2;
 
 impl LinesCache {
-    fn get(&self, source: &dyn ProfileSource, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
+    pub(crate) fn get(&self, source: &dyn ProfileSource, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
         if let Some((_, p)) = self.items.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(r, _)| *r == range) {
             return Ok(p.clone());
         }
