@@ -9,19 +9,21 @@ use clrprof_query::select::{self, Threads};
 use serde_json::{json, Value};
 
 use crate::api::ProfileSource;
-use crate::request::{bad, ApiResult};
+use crate::request::ApiResult;
 use crate::source_panel::{LinesCache, SourceQuery};
 
 /// The answer of `/api/sites`.
 pub(crate) fn sites(source: &dyn ProfileSource, cache: &LinesCache, q: &SourceQuery<'_>) -> ApiResult {
-    // The event weights are per throw or wait stack, not in the call costs the sites are cut from.
+    // No sites to give (not an error: the panel asks for every function it shows): the event
+    // weights are per throw or wait stack, not in the call costs the sites are cut from; a source
+    // without lines (a store's run) has none.
+    let none = |note: String| Ok(json!({"weight": q.metric.name(), "with_sites": false, "note": note, "callers": []}));
     if matches!(q.metric, Metric::Exceptions | Metric::LockWait) {
-        return Err(bad(format!(
-            "call sites have no {} figures: use the time, calls, cpu, wall or allocation weights",
-            q.metric.name()
-        )));
+        return none(format!("call sites have no {} figures", q.metric.name()));
     }
-    let p = cache.get(source, q.range)?;
+    let Some(p) = cache.try_get(source, q.range) else {
+        return none("no source lines here: this source cannot build a profile with lines".into());
+    };
     let threads = q.thread.map_or_else(Threads::all, Threads::one);
     let cq = CostQuery { metric: Some(q.metric), threads, ..Default::default() };
     let view = callers(&p, &cq, Some(q.function))?;
@@ -140,14 +142,17 @@ mod tests {
         // The calls weight counts the same calls.
         let r = ask(&s, &[("fn", "App.Work"), ("w", "calls")]).unwrap();
         assert_eq!(r["callers"][0]["sites"][1]["value"].as_u64(), Some(200));
-        // Errors: an event weight, no function, an unknown one, a source without lines.
-        assert!(ask(&s, &[("fn", "App.Work"), ("w", "exceptions")])
-            .unwrap_err()
-            .message
-            .contains("no exceptions figures"));
+        // Errors: no function, an unknown one; no sites for an event weight or without lines.
+        let r = ask(&s, &[("fn", "App.Work"), ("w", "exceptions")]).unwrap();
+        assert_eq!(
+            (r["with_sites"].as_bool(), r["note"].as_str()),
+            (Some(false), Some("call sites have no exceptions figures"))
+        );
         assert_eq!(ask(&s, &[]).unwrap_err().status, 400);
         assert!(ask(&s, &[("fn", "Nope")]).unwrap_err().message.contains("no function named"));
         let none = Session::new("t".into(), Box::new(Lined { with_lines: false }), None);
-        assert!(ask(&none, &[("fn", "App.Work")]).unwrap_err().message.contains("no source lines"));
+        let r = ask(&none, &[("fn", "App.Work")]).unwrap();
+        assert_eq!(r["with_sites"].as_bool(), Some(false));
+        assert!(r["note"].as_str().unwrap().contains("no source lines"), "{r}");
     }
 }
