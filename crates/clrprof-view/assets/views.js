@@ -144,6 +144,30 @@ function edgeTable(id, title, rows, more, ctx) {
     more.count ? el('tr', { class: 'more', onclick: more.expand }, el('td', { colspan: 5 }, `${more.count} more (${fmt(more.value, ctx.unit)})`)) : null))];
 }
 
+/** Puts each caller's "at FILE:LINE" rows (the server's /api/sites) under its row in the callers
+ *  table; with transforms applied, a note instead (the sites are the untransformed trace's). */
+function addSites(table, sites, transformed, ctx) {
+  if (!table || !sites || !sites.with_sites) return;
+  if (transformed) {
+    table.after(el('p', { id: 'sites-hidden', class: 'note' },
+      'Call-site lines are hidden: they are for the untransformed trace (remove the transforms to see them).'));
+    return;
+  }
+  const body = table.tBodies[0];
+  for (const c of sites.callers) {
+    const tr = [...body.rows].find((x) => x.dataset.name === c.name);
+    if (!tr || !c.sites.length) continue;
+    tr.after(...c.sites.map((s) => {
+      const file = s.file.split(/[\\/]/).pop();
+      return el('tr', { class: 'site', dataset: { caller: c.name, file, line: String(s.line) } },
+        el('td', { class: 'name', title: `${s.file}:${s.line}` }, `at ${file}:${s.line}`),
+        el('td', {}, ''), numCell(s.value, ctx.unit),
+        el('td', { class: 'num' }, pct(sites.total ? (100 * s.value) / sites.total : 0)),
+        el('td', { class: 'num' }, String(s.count)));
+    }));
+  }
+}
+
 export async function butterfly(ctx) {
   const { state } = ctx;
   if (!state.sel) {
@@ -162,6 +186,11 @@ export async function butterfly(ctx) {
     put(ctx.main, el('p', { id: 'butterfly-missing' }, `${e.message} (with the current weight, range and transforms)`));
     return;
   }
+  // The callers' call-site lines (traces with lines): asked without the transforms, since they
+  // are the untransformed trace's; with transforms they are hidden with a note.
+  const q = ctx.params({ fn: state.sel.replace(/ \([^()]*:\d+\)$/, '') });
+  const transformed = !!q.t;
+  const sites = await api('sites', { ...q, t: '' }).catch(() => null);
   if (!ctx.gen()) return;
   const f = r.function;
   // "N more" loads every edge (up to the API's 1000).
@@ -175,6 +204,7 @@ export async function butterfly(ctx) {
       el('tr', {}, el('td', {}, 'total (inclusive)'), numCell(f.total, ctx.unit), el('td', { class: 'num' }, pct(f.percent)), el('td', { class: 'num' }, `${f.count} samples/calls`)),
       el('tr', {}, el('td', {}, 'self (exclusive)'), numCell(f.self, ctx.unit), el('td', { class: 'num' }, pct(f.view_total ? (100 * f.self) / f.view_total : 0)), el('td', { class: 'num' }, `${f.self_count} samples/calls`)))),
     edgeTable('callees', 'Callees', f.callees, f.more_callees, ctx)));
+  addSites(ctx.main.querySelector('#callers'), sites, transformed, ctx);
 }
 
 // ---- source ----

@@ -144,6 +144,7 @@ impl Loaded {
             "table" => self.table(q),
             "diff" => self.diff(q),
             "source" => self.source(q),
+            "sites" => self.sites(q),
             "requests" => self.requests(q),
             _ => Err(ApiError { status: 404, message: format!("no API '{}'", clip(what)) }),
         }
@@ -339,6 +340,16 @@ impl Loaded {
         };
         let sq = crate::source_panel::SourceQuery { function, metric: self.metric(q)?, thread, range: self.range(q)? };
         crate::source_panel::source(&*self.source, &self.lines, &sq)
+    }
+
+    fn sites(&self, q: &Params) -> ApiResult {
+        let function = q.get("fn").ok_or_else(|| bad("'fn' (a function name) is required"))?;
+        let thread = match self.spec(q)?.threads {
+            ThreadMode::Only(t) => Some(t),
+            _ => None,
+        };
+        let sq = crate::source_panel::SourceQuery { function, metric: self.metric(q)?, thread, range: self.range(q)? };
+        crate::sites::sites(&*self.source, &self.lines, &sq)
     }
 
     fn timeline(&self, q: &Params) -> ApiResult {

@@ -9,6 +9,7 @@ pub mod diff;
 pub mod heap;
 pub mod request;
 pub mod server;
+mod sites;
 mod source_panel;
 pub mod sources;
 

@@ -23,19 +23,23 @@ pub(crate) struct LinesCache {
 const KEPT: usize = 2;
 
 impl LinesCache {
-    fn get(&self, source: &dyn ProfileSource, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
-        if let Some((_, p)) = self.items.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(r, _)| *r == range) {
-            return Ok(p.clone());
-        }
-        let p = source.profile_lines(range).ok_or_else(|| {
+    pub(crate) fn get(&self, source: &dyn ProfileSource, range: TimeRange) -> Result<Arc<Profile>, ApiError> {
+        self.try_get(source, range).ok_or_else(|| {
             bad("no source lines here: this source cannot build a profile with lines (a store's run, or an imported file)")
-        })?;
-        let p = Arc::new(p);
+        })
+    }
+
+    /// The profile of `range` with lines, `None` when the source cannot build one.
+    pub(crate) fn try_get(&self, source: &dyn ProfileSource, range: TimeRange) -> Option<Arc<Profile>> {
+        if let Some((_, p)) = self.items.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(r, _)| *r == range) {
+            return Some(p.clone());
+        }
+        let p = Arc::new(source.profile_lines(range)?);
         let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
         items.retain(|(r, _)| *r != range);
         items.insert(0, (range, p.clone()));
         items.truncate(KEPT);
-        Ok(p)
+        Some(p)
     }
 }
 

@@ -105,3 +105,43 @@ fn call_site_lines_on_net8() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     check(&trace);
 }
+
+/// The viewer's callers panel in a browser (crates/clrprof-view/e2e/callsites.mjs): under
+/// `Sites.Caller`, the rows `at Program.cs:LINE` with exactly N and M calls; with a transform,
+/// a note instead. Set CLRPROF_SCREENSHOTS=DIR to keep its screenshot.
+#[test]
+fn the_viewer_lists_each_callers_lines() {
+    let _machine = machine::shared();
+    let trace = scratch("call-sites-view").join("sites.clrprof");
+    let a = args();
+    let out = record("Lines", &[&a[0], &a[1], &a[2]], &trace, &["--instrument"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let e2e = repo_root().join("crates/clrprof-view/e2e");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
+        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
+        e2e.display()
+    );
+    let mut c = std::process::Command::new("node");
+    c.arg("callsites.mjs")
+        .current_dir(&e2e)
+        .env("CLRPROF", clrprof_exe())
+        .env("TRACE", &trace)
+        .env("LINE_N", marker("SITE_N").to_string())
+        .env("LINE_M", marker("SITE_M").to_string())
+        .env("N", N.to_string())
+        .env("M", M.to_string())
+        .env("CHROMIUM", &chromium)
+        .stdin(std::process::Stdio::null());
+    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
+        c.env("SCREENSHOTS", shots);
+    }
+    let out = c.output().expect("run node");
+    assert!(
+        out.status.success() && text(&out.stdout).contains("callsites: all checks passed"),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}

@@ -136,7 +136,7 @@ fn row<'a>(rows: &'a [Value], name: &str) -> &'a Value {
 #[test]
 fn the_token_is_enforced_and_answers_carry_the_csp() {
     let v = Viewer::start(&trace("sampled.clrprof"), &[]);
-    for path in ["/", "/api/meta", "/assets/app.js", "/api/hotspots?w=cpu", "/nothing"] {
+    for path in ["/", "/api/meta", "/assets/app.js", "/api/hotspots?w=cpu", "/api/sites?fn=Main", "/nothing"] {
         let (status, _, body) = raw_get(&v.host, path, &[]);
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains("Sampling"), "{path}");
@@ -162,6 +162,11 @@ fn the_token_is_enforced_and_answers_carry_the_csp() {
     assert!(head.contains("Content-Security-Policy: default-src 'none'"));
     let (status, _, _) = raw_get(&v.host, "/api/meta", &["Cookie: clrprof_token_1=nope"]);
     assert_eq!(status, 401);
+    // An error answer of the call sites carries the CSP too.
+    let (status, head, body) = v.get("/api/sites?fn=No.Such.Function");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.starts_with("{\"error\":"), "{body}");
+    assert!(head.contains("Content-Security-Policy: default-src 'none'"), "{head}");
     // Every embedded asset is served with a type; nothing refers outside.
     for a in ["app.js", "views.js", "util.js", "style.css"] {
         let (status, head, body) = v.get(&format!("/assets/{a}"));
