@@ -467,3 +467,26 @@ pub(super) fn map_ring() -> *mut u64 {
         p.cast()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flow_id_is_read_whole_from_the_buffer_last_written() {
+        let s = Slot::new();
+        assert_eq!(s.flow_id(), (0, 0));
+        let a = 0x1111_2222_3333_4444_5555_6666_7777_8888u128;
+        let b = 0x9999_aaaa_bbbb_cccc_dddd_eeee_ffff_0000u128;
+        s.set_flow_id(a);
+        assert_eq!(s.flow_id(), (0x5555_6666_7777_8888, 0x1111_2222_3333_4444));
+        s.set_flow_id(b);
+        assert_eq!(s.flow_id(), (0xdddd_eeee_ffff_0000, 0x9999_aaaa_bbbb_cccc));
+        // The next change writes the other buffer: until its index flips, the reader keeps `b`.
+        let next = 1 - s.flow_at.load(Ordering::Relaxed) as usize;
+        s.flow[2 * next].store(1, Ordering::Relaxed);
+        assert_eq!(s.flow_id(), (0xdddd_eeee_ffff_0000, 0x9999_aaaa_bbbb_cccc));
+        s.set_flow_id(a);
+        assert_eq!(s.flow_id(), (0x5555_6666_7777_8888, 0x1111_2222_3333_4444));
+    }
+}
