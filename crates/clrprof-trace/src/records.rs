@@ -361,8 +361,9 @@ records! {
     /// Where the agent reads a thread's current EventSource activity id for its samples: the
     /// offset of the id in the runtime's native `Thread` object (a profiler `ThreadID`), found by
     /// matching the ids of delivered task events. `offset` 0: not found (samples carry no activity
-    /// id); `matches` events on `threads` distinct threads confirmed it, `mismatches` contradicted
-    /// the best candidate.
+    /// id); `u32::MAX`: from events (the ids of TplEventSource's `SetActivityId` events, kept per
+    /// thread by the agent: .NET 8 and 9; the counts are then 0); `matches` events on `threads`
+    /// distinct threads confirmed it, `mismatches` contradicted the best candidate.
     65 ActivityOffset { ts: u64, offset: u32, matches: u32, threads: u32, mismatches: u32 }
     /// Native code of one code version of a managed function (every tier, from
     /// `GetNativeCodeStartAddresses` + `GetCodeInfo4`): the sampler's map of managed IPs.

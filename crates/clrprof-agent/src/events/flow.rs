@@ -21,14 +21,22 @@
 //! [`MAX_EVENTS`] events without such a candidate, or after [`MAX_NOWHERE`] events when no id was
 //! ever found in the object. .NET 10 keeps the id in `Thread` (found at offset 704 in 10.0.12);
 //! .NET 8 and 9 keep it in EventPipe's own per-thread state (`EventPipeThread`, reached through a
-//! thread-local of the runtime's), which no profiler handle leads to: there the search gives up
-//! and CPU per request stays unknown. Either way an `ActivityOffset` record says what
-//! was found; without an offset the samples carry no activity id (nothing is guessed).
+//! thread-local of the runtime's), which no profiler handle leads to.
+//!
+//! There (runtime major version below 10) the search does not run: TplEventSource's
+//! `DebugActivityId` keyword (0x40000) is asked too, and `EventSource.SetCurrentThreadActivityId`
+//! (which the activity tracker calls whenever a thread's id changes) writes `SetActivityId` (event
+//! 25, payload: the new id as a GUID) just before it sets the id. The event is delivered on that
+//! thread, which keeps the id in its sampling slot ([`crate::sampler::slot::set_flow_id`]) for its
+//! signal handler. An `ActivityOffset` record says what was used (offset `u32::MAX`: the events;
+//! 0: nothing found, the samples carry no activity id — nothing is guessed).
 //!
 //! Cost: until the search ends, each task event takes a lock and a 4 KiB read; after it, one
-//! atomic load.
+//! atomic load. From events: each `SetActivityId` costs the agent a slot lookup (thread-local)
+//! and four stores; the agent measures its callback's time for those events and logs the mean at
+//! the end (`--log`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use clrprof_trace::ActivityOffset;
@@ -37,7 +45,7 @@ use super::providers::Delivered;
 use crate::context::Context;
 use crate::log_info;
 use crate::os::{os_tid, read_own_memory};
-use crate::sampler::slot::{slot_of_thread, FLOW_OFFSET};
+use crate::sampler::slot::{set_flow_id, slot_of_thread, FLOW_FROM_EVENTS, FLOW_OFFSET};
 
 /// Bytes of a `Thread` object searched for the activity id.
 pub(crate) const SCAN_BYTES: usize = 4096;
@@ -138,6 +146,71 @@ impl Search {
     }
 }
 
+/// TplEventSource's `DebugActivityId` keyword: `SetActivityId` events.
+pub(crate) const KEYWORD_DEBUG_ACTIVITY_ID: u64 = 0x40000;
+/// `SetActivityId`'s event id (TplEventSource.cs): payload {Guid NewId}.
+pub(crate) const EVENT_SET_ACTIVITY_ID: u32 = 25;
+/// `ActivityOffset::offset` when the ids come from `SetActivityId` events.
+pub(crate) const OFFSET_FROM_EVENTS: u32 = u32::MAX;
+
+/// Whether a runtime of this major version keeps the activity id out of `Thread`, so that the
+/// samples take it from `SetActivityId` events.
+pub(crate) fn from_events(runtime_major: u16) -> bool {
+    runtime_major < 10
+}
+
+/// Makes the signal handlers copy the ids of `SetActivityId` events (before the session starts).
+pub(crate) fn use_events() {
+    DONE.store(true, Ordering::Relaxed);
+    FLOW_OFFSET.store(FLOW_FROM_EVENTS, Ordering::Release);
+}
+
+/// Says in the trace that the samples' ids come from `SetActivityId` events (the session started).
+pub(crate) fn record_events(s: &Context) {
+    log_info!("activity id of CPU samples: from TplEventSource's SetActivityId events");
+    s.emit(ActivityOffset { ts: s.now(), offset: OFFSET_FROM_EVENTS, matches: 0, threads: 0, mismatches: 0 });
+}
+
+/// `SetActivityId` events handled, and the nanoseconds the agent's callback spent on them.
+static SET_EVENTS: AtomicU64 = AtomicU64::new(0);
+static SET_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The id of a `SetActivityId` payload.
+fn new_id(data: &[u8]) -> Option<u128> {
+    Some(u128::from_le_bytes(data.get(..16)?.try_into().ok()?))
+}
+
+/// A `SetActivityId` event, delivered on the thread whose id changes: the thread's slot keeps the
+/// new id. `since` is when the callback began (for its cost).
+pub(crate) fn set_activity_id(e: &Delivered, since: std::time::Instant) {
+    if FLOW_OFFSET.load(Ordering::Relaxed) != FLOW_FROM_EVENTS {
+        return;
+    }
+    let Some(id) = new_id(e.data) else { return };
+    if set_flow_id(id) {
+        SET_NS.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        SET_EVENTS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Logs what the `SetActivityId` events cost the agent (at the end).
+pub(crate) fn log_cost() {
+    let n = SET_EVENTS.load(Ordering::Relaxed);
+    if n == 0 {
+        return;
+    }
+    // The cost of the two clock reads each measurement takes, included in the figure.
+    let t = std::time::Instant::now();
+    for _ in 0..1000 {
+        std::hint::black_box(std::time::Instant::now());
+    }
+    let clock = t.elapsed().as_nanos() as u64 / 1000;
+    log_info!(
+        "SetActivityId events: {n}, {} ns each in the agent's callback on average (two clock reads of ~{clock} ns each included)",
+        SET_NS.load(Ordering::Relaxed) / n
+    );
+}
+
 static DONE: AtomicBool = AtomicBool::new(false);
 static SEARCH: Mutex<Option<Search>> = Mutex::new(None);
 
@@ -203,6 +276,15 @@ mod tests {
             b[o..o + 16].copy_from_slice(&v.to_le_bytes());
         }
         b
+    }
+
+    #[test]
+    fn set_activity_id_payload_is_the_guid_as_in_memory() {
+        let mut d = (0x0011_2233_4455_6677_8899_aabb_ccdd_eeffu128).to_le_bytes().to_vec();
+        assert_eq!(new_id(&d), Some(0x0011_2233_4455_6677_8899_aabb_ccdd_eeff));
+        d.truncate(15);
+        assert_eq!(new_id(&d), None, "cut short");
+        assert!(from_events(8) && from_events(9) && !from_events(10));
     }
 
     #[test]

@@ -179,11 +179,16 @@ pub(crate) unsafe fn guid(p: *const std::ffi::c_void) -> u128 {
 
 /// Hands an event to the module of its provider.
 pub(crate) fn delivered(s: &Context, ev: &Events, sampler: Option<&Sampler>, e: &Delivered) -> CallbackResult {
+    let since = std::time::Instant::now();
     let provider = ev.providers.provider(e.provider, |h| s.info.event_pipe_get_provider_info(h).ok());
     match provider {
         Provider::Runtime if super::requests::runtime(s, e) => Ok(()),
         Provider::Runtime | Provider::RuntimePrivate => {
             super::eventpipe::delivered(s, &ev.eventpipe(), sampler, e.event_id, e.version, e.data, e.ips)
+        }
+        Provider::Tasks if e.event_id == super::flow::EVENT_SET_ACTIVITY_ID => {
+            super::flow::set_activity_id(e, since);
+            Ok(())
         }
         Provider::Tasks => {
             super::flow::observe(s, e);

@@ -119,11 +119,15 @@ impl TaskEvents {
 }
 
 /// The providers this module needs for `config`.
-pub(crate) fn providers(config: &Config, _runtime_major: u16) -> Vec<ProviderRequest> {
+pub(crate) fn providers(config: &Config, runtime_major: u16) -> Vec<ProviderRequest> {
     if !config.asynchrony {
         return Vec::new();
     }
-    let keywords = KEYWORD_TASKS | KEYWORD_CAUSALITY_OPERATION | KEYWORD_TASK_STOPS | KEYWORD_FLOW_ACTIVITY_IDS;
+    let mut keywords = KEYWORD_TASKS | KEYWORD_CAUSALITY_OPERATION | KEYWORD_TASK_STOPS | KEYWORD_FLOW_ACTIVITY_IDS;
+    if config.sampling && super::flow::from_events(runtime_major) {
+        // `SetActivityId` events: the CPU samples' activity ids (`super::flow`).
+        keywords |= super::flow::KEYWORD_DEBUG_ACTIVITY_ID;
+    }
     vec![ProviderRequest { name: TASKS, keywords, level: LEVEL_VERBOSE }]
 }
 

@@ -298,10 +298,20 @@ impl Profiler {
                 // Task events (EventPipe, `CLRPROF_ASYNC`), packed once per flush.
                 st.writer.add_tick(Box::new(move |w| st.events.tasks.publish(w, st.now())));
             }
+            let ids_from_events = st.config.asynchrony
+                && st.config.sampling
+                && st.sampler.is_some()
+                && crate::events::flow::from_events(rt.major);
+            if ids_from_events {
+                crate::events::flow::use_events();
+            }
             if let Some(id) =
                 crate::events::eventpipe::start(s, rt.major, &crate::events::providers::requested(s, rt.major))
             {
                 s.eventpipe_session.store(id, Ordering::Release);
+                if ids_from_events {
+                    crate::events::flow::record_events(s);
+                }
             }
             crate::events::heap::schedule(&st.cx, &st.events.heap);
         }
@@ -316,6 +326,7 @@ impl Profiler {
         if let Some(sm) = &s.sampler {
             sm.stop();
         }
+        crate::events::flow::log_cost();
         let ts = s.now();
         s.stop();
         s.writer.stop(|w| {

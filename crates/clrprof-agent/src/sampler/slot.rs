@@ -28,8 +28,12 @@ pub(crate) const RING_WORDS: usize = 16 * 1024;
 pub(super) const RECORD_HEADER: usize = 6;
 /// Where the runtime keeps a thread's current EventSource activity id (a GUID) in its native
 /// `Thread` object, whose address is the profiler's `ThreadID`: the offset found at run time by
-/// `crate::events::flow`, 0 while unknown (the handler then copies nothing).
+/// `crate::events::flow`, 0 while unknown (the handler then copies nothing), [`FLOW_FROM_EVENTS`]
+/// when the handler copies the id its thread's last `SetActivityId` event gave ([`Slot::flow`]:
+/// .NET 8 and 9, which keep the id out of `Thread`).
 pub(crate) static FLOW_OFFSET: AtomicUsize = AtomicUsize::new(0);
+/// [`FLOW_OFFSET`]'s value when the ids come from TplEventSource's `SetActivityId` events.
+pub(crate) const FLOW_FROM_EVENTS: usize = usize::MAX;
 /// A record's first word when the rest of the ring up to its end is unused: the next record is
 /// at the ring's start.
 pub(super) const SKIP: u64 = u64::MAX;
@@ -87,6 +91,13 @@ pub(crate) struct Slot {
     /// The runtime work in progress on the thread, written by its own callbacks and read by its
     /// signal handler.
     pub(crate) activities: Activities,
+    /// The thread's current EventSource activity id as its last `SetActivityId` event gave it
+    /// (.NET 8 and 9, [`FLOW_FROM_EVENTS`]): two buffers of two words, `flow_at` the one that is
+    /// whole. Only the thread writes them (in its own event callback: the other buffer, then
+    /// `flow_at`) and only its signal handler reads them, so the handler, which interrupts the
+    /// writer and cannot wait for it, always reads a whole id.
+    flow: [AtomicU64; 4],
+    flow_at: AtomicU32,
     /// The ring of samples: [`RING_WORDS`] words of an anonymous mapping (pages the thread never
     /// reaches stay untouched), null when it could not be mapped (the thread records nothing).
     /// Each record: the number of IPs `len`, the word at the interrupted SP (the return address
@@ -130,6 +141,8 @@ impl Slot {
             registered_ns: AtomicU64::new(0),
             died_ns: AtomicU64::new(0),
             activities: Activities::new(),
+            flow: [const { AtomicU64::new(0) }; 4],
+            flow_at: AtomicU32::new(0),
             ring: map_ring(),
         })
     }
@@ -179,6 +192,23 @@ impl Slot {
     /// The thread's CPU time so far, ns (None once the thread is gone).
     pub(crate) fn cpu_ns(&self) -> Option<u64> {
         thread_cpu_ns(self.os_tid.load(Ordering::Relaxed))
+    }
+
+    /// Sets the thread's current activity id (the thread itself, from its `SetActivityId` event).
+    pub(crate) fn set_flow_id(&self, id: u128) {
+        let next = 1 - self.flow_at.load(Ordering::Relaxed) as usize;
+        self.flow[2 * next].store(id as u64, Ordering::Relaxed);
+        self.flow[2 * next + 1].store((id >> 64) as u64, Ordering::Relaxed);
+        // Release: the words are in place before the handler may take this buffer.
+        self.flow_at.store(next as u32, Ordering::Release);
+    }
+
+    /// The thread's current activity id as [`Slot::set_flow_id`] left it, as two words (the
+    /// GUID's bytes as in memory). Async-signal-safe; whole when called on the slot's thread.
+    #[inline(always)]
+    pub(crate) fn flow_id(&self) -> (u64, u64) {
+        let at = self.flow_at.load(Ordering::Acquire) as usize & 1;
+        (self.flow[2 * at].load(Ordering::Relaxed), self.flow[2 * at + 1].load(Ordering::Relaxed))
     }
 
     /// The runtime work the thread is doing now ([`Activities::now`]). Async-signal-safe.
@@ -251,6 +281,12 @@ pub(crate) fn activity_unwound() {
     }
 }
 
+/// The calling thread's EventSource activity id is now `id` (its `SetActivityId` event): false
+/// when the thread is not sampled.
+pub(crate) fn set_flow_id(id: u128) -> bool {
+    current().map(|s| s.set_flow_id(id)).is_some()
+}
+
 /// Samples the calling thread's handler has taken so far (wrapping), None when the thread is
 /// not sampled.
 pub(crate) fn samples_taken() -> Option<u32> {
@@ -307,6 +343,8 @@ pub(super) fn claim(os_tid: u32, thread_id: usize) -> Option<&'static Slot> {
         s.probe.store(0, Ordering::Relaxed);
         s.rng.store(0x9e37_79b9_7f4a_7c15 ^ ((os_tid as u64) << 17 | 1), Ordering::Relaxed);
         s.activities.reset();
+        s.set_flow_id(0);
+        s.set_flow_id(0);
         s
     };
     for s in slots() {
@@ -427,5 +465,28 @@ pub(super) fn map_ring() -> *mut u64 {
         std::ptr::null_mut()
     } else {
         p.cast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flow_id_is_read_whole_from_the_buffer_last_written() {
+        let s = Slot::new();
+        assert_eq!(s.flow_id(), (0, 0));
+        let a = 0x1111_2222_3333_4444_5555_6666_7777_8888u128;
+        let b = 0x9999_aaaa_bbbb_cccc_dddd_eeee_ffff_0000u128;
+        s.set_flow_id(a);
+        assert_eq!(s.flow_id(), (0x5555_6666_7777_8888, 0x1111_2222_3333_4444));
+        s.set_flow_id(b);
+        assert_eq!(s.flow_id(), (0xdddd_eeee_ffff_0000, 0x9999_aaaa_bbbb_cccc));
+        // The next change writes the other buffer: until its index flips, the reader keeps `b`.
+        let next = 1 - s.flow_at.load(Ordering::Relaxed) as usize;
+        s.flow[2 * next].store(1, Ordering::Relaxed);
+        assert_eq!(s.flow_id(), (0xdddd_eeee_ffff_0000, 0x9999_aaaa_bbbb_cccc));
+        s.set_flow_id(a);
+        assert_eq!(s.flow_id(), (0x5555_6666_7777_8888, 0x1111_2222_3333_4444));
     }
 }

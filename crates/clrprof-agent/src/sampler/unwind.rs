@@ -34,10 +34,13 @@
 use std::sync::atomic::Ordering;
 
 use super::codes::{code_known, FramelessFrame, NativeRules, EXEC, FRAMELESS, NATIVE, OSR};
-use super::slot::{ring_place, Slot, ACTIVE, FLOW_OFFSET, MAX_FRAMES, RECORD_HEADER, RING_WORDS, SKIP};
+use super::slot::{
+    ring_place, Slot, ACTIVE, FLOW_FROM_EVENTS, FLOW_OFFSET, MAX_FRAMES, RECORD_HEADER, RING_WORDS, SKIP,
+};
 
 /// The interrupted thread's current EventSource activity id, as two words (0, 0 while the offset
-/// of the id in the runtime's `Thread` object is unknown): a 16-byte copy from the thread's own
+/// of the id in the runtime's `Thread` object is unknown): on .NET 8 and 9 the id the thread's
+/// last `SetActivityId` event gave ([`Slot::flow_id`], never torn), else a 16-byte copy from the thread's own
 /// `Thread` object, which lives as long as the thread's slot is active (the runtime destroys it
 /// after `ThreadDestroyed`, which stops the slot first). Only this thread writes its activity id,
 /// so the copy is torn only when the signal lands between the two stores of a change: such an id
@@ -45,6 +48,9 @@ use super::slot::{ring_place, Slot, ACTIVE, FLOW_OFFSET, MAX_FRAMES, RECORD_HEAD
 #[inline(always)]
 unsafe fn flow_id(slot: &Slot) -> (u64, u64) {
     let off = FLOW_OFFSET.load(Ordering::Relaxed);
+    if off == FLOW_FROM_EVENTS {
+        return slot.flow_id();
+    }
     let thread = slot.thread_id.load(Ordering::Relaxed);
     if off == 0 || thread == 0 {
         return (0, 0);

@@ -115,14 +115,9 @@ fn check(runtime: &str, major: u32, args: &[&str], name: &str) {
         assert!(parts <= u(row, "total_ns"), "{endpoint}: blocked + awaiting above the latency: {row}");
     }
     assert_eq!(seen, routes.len());
-    if major >= 10 {
-        request_cpu(&v, rows, &figures);
-    } else {
-        // .NET 8 and 9 keep the activity id where the agent cannot read it: no CPU figure, none
-        // invented.
-        assert!(rows.iter().all(|r| r["cpu_ns"].is_null()), "{rows:?}");
-        assert!(v["request_cpu"].is_null());
-    }
+    // CPU per request: on .NET 10 the samples' activity ids are read from the runtime's `Thread`
+    // object, on .NET 8 and 9 taken from TplEventSource's `SetActivityId` events.
+    request_cpu(&v, rows, &figures, major);
     let sites = v["waits"]["sites"].as_array().unwrap();
     let blocked = sites.iter().find(|s| s["site"] == "Handlers.Sync" && s["kind"] == "Monitor.Wait");
     if major >= 9 && sync {
@@ -191,8 +186,12 @@ fn check(runtime: &str, major: u32, args: &[&str], name: &str) {
 /// `/delay/20` only awaits (its handler computes for about 20 µs, 1/800 of `/cpu`'s): its CPU is
 /// the server's work for its 120 requests (three times `/cpu`'s count) plus its route's first JIT
 /// compilations; it must stay under a fifth of `/cpu`'s (measured on .NET 10: 59 ms against 678 ms,
-/// with `/items` at 47 ms for 240 requests).
-fn request_cpu(v: &Value, rows: &[Value], figures: &HashMap<String, u64>) {
+/// with `/items` at 47 ms for 240 requests). On .NET 8 and 9 (ids from `SetActivityId` events) the
+/// first route's warm-up costs more: `/delay` is the first route the app calls, and its first 4
+/// requests had 76 ms of CPU (report `--from 1000ms --to 1500ms`) of its 194 ms on .NET 9, against
+/// `/cpu`'s 714 ms; there it must stay under half of `/cpu`'s, still far from the 640 ms of handler
+/// work it does not do.
+fn request_cpu(v: &Value, rows: &[Value], figures: &HashMap<String, u64>, major: u32) {
     let row = |e: &str| rows.iter().find(|r| r["endpoint"] == e).unwrap_or_else(|| panic!("no {e}"));
     let cpu = |e: &str| row(e)["cpu_ns"].as_u64().unwrap_or_else(|| panic!("{e}: no cpu_ns: {}", row(e)));
     let handler = figures["cpu_handler_ns"];
@@ -205,7 +204,8 @@ fn request_cpu(v: &Value, rows: &[Value], figures: &HashMap<String, u64>) {
     );
     assert!(c >= handler * 85 / 100, "/cpu: {c} ns below the handlers' {handler} ns − 15 %");
     assert!(c <= (handler + server) * 115 / 100, "/cpu: {c} ns above the handlers' {handler} ns + {server} + 15 %");
-    assert!(delay <= c / 5, "/delay (awaits only): {delay} ns of CPU against /cpu's {c}");
+    let share = if major >= 10 { 5 } else { 2 };
+    assert!(delay <= c / share, "/delay (awaits only): {delay} ns of CPU against /cpu's {c}");
     let split = &v["request_cpu"];
     assert!(u(split, "in_requests_ns") >= c + items + delay, "{split}");
     // The slowest requests carry their CPU and stacks.
