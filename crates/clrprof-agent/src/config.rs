@@ -80,6 +80,101 @@ pub(crate) struct Config {
     /// Heap snapshots: `CLRPROF_HEAP_SNAPSHOT`, `CLRPROF_HEAP_SNAPSHOT_AT`,
     /// `CLRPROF_HEAP_BUFFER_MB` (see `events::heap`).
     pub(crate) heap: crate::events::heap::HeapConfig,
+    /// Collection triggers: `CLRPROF_TRIGGER` (`;`-separated rules) and `CLRPROF_TRIGGER_ACTION`,
+    /// `_WINDOW`, `_RATE`, `_COOLDOWN`, `_MAX` (see `crate::triggers`). Default: no rule.
+    pub(crate) triggers: TriggerConfig,
+}
+
+/// The collection triggers' settings (`CLRPROF_TRIGGER*`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TriggerConfig {
+    pub(crate) rules: Vec<clrprof_trace::trigger::Rule>,
+    pub(crate) action: clrprof_trace::trigger::Action,
+    /// How long a high-rate window lasts.
+    pub(crate) window_ns: u64,
+    /// CPU samples per second per thread inside a window.
+    pub(crate) rate_hz: u32,
+    /// Shortest time between two fires of one rule.
+    pub(crate) cooldown_ns: u64,
+    /// Most fires of one rule.
+    pub(crate) max: u32,
+}
+
+impl Default for TriggerConfig {
+    fn default() -> Self {
+        use clrprof_trace::trigger as t;
+        TriggerConfig {
+            rules: Vec::new(),
+            action: t::Action::Window,
+            window_ns: t::DEFAULT_WINDOW_NS,
+            rate_hz: t::DEFAULT_RATE_HZ,
+            cooldown_ns: t::DEFAULT_COOLDOWN_NS,
+            max: t::DEFAULT_MAX,
+        }
+    }
+}
+
+impl TriggerConfig {
+    fn from_lookup(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<ConfigProblem>) -> TriggerConfig {
+        use clrprof_trace::trigger::{parse_duration, Action, Rule};
+        let mut c = TriggerConfig::default();
+        let mut bad = |variable: &'static str, value: &str, reason: String| {
+            problems.push(ConfigProblem { variable, value: value.to_string(), reason })
+        };
+        if let Some(v) = get("CLRPROF_TRIGGER") {
+            for text in v.split(';').map(str::trim).filter(|r| !r.is_empty()) {
+                match Rule::parse(text) {
+                    Ok(r) => c.rules.push(r),
+                    Err(e) => bad("CLRPROF_TRIGGER", text, format!("{e}; rule skipped")),
+                }
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_ACTION") {
+            match Action::parse(&v) {
+                Ok(a) => c.action = a,
+                Err(e) => bad("CLRPROF_TRIGGER_ACTION", &v, format!("{e}; using window")),
+            }
+        }
+        let duration = |name: &'static str, v: &str, min_ns: u64, bad: &mut dyn FnMut(&'static str, &str, String)| {
+            match parse_duration(v) {
+                Some(n) if n >= min_ns => Some(n),
+                _ => {
+                    bad(
+                        name,
+                        v,
+                        format!(
+                            "expected a duration of at least {} ms (500ms, 10s, 1m); using the default",
+                            min_ns / 1_000_000
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+        if let Some(v) = get("CLRPROF_TRIGGER_WINDOW") {
+            if let Some(n) = duration("CLRPROF_TRIGGER_WINDOW", &v, 100_000_000, &mut bad) {
+                c.window_ns = n;
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_COOLDOWN") {
+            if let Some(n) = duration("CLRPROF_TRIGGER_COOLDOWN", &v, 0, &mut bad) {
+                c.cooldown_ns = n;
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_RATE") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=10_000).contains(&n) => c.rate_hz = n,
+                _ => bad("CLRPROF_TRIGGER_RATE", &v, "expected samples per second in 1..=10000; using 1000".into()),
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_MAX") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => c.max = n,
+                _ => bad("CLRPROF_TRIGGER_MAX", &v, "expected a count of at least 1; using 5".into()),
+            }
+        }
+        c
+    }
 }
 
 /// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
@@ -149,6 +244,7 @@ impl Default for Config {
             cache_dir: None,
             metadata_importer: false,
             heap: Default::default(),
+            triggers: Default::default(),
         }
     }
 }
@@ -323,6 +419,22 @@ impl Config {
             }
         }
         c.heap = crate::events::heap::HeapConfig::from_lookup(&get, &mut more);
+        c.triggers = TriggerConfig::from_lookup(&get, &mut more);
+        if c.triggers.rules.iter().any(|r| r.needs_requests()) && !c.asynchrony {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER",
+                value: c
+                    .triggers
+                    .rules
+                    .iter()
+                    .filter(|r| r.needs_requests())
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                reason: "request-p95 needs the request events of CLRPROF_ASYNC=1 (--async); rule skipped".into(),
+            });
+            c.triggers.rules.retain(|r| !r.needs_requests());
+        }
         problems.extend(more);
         (c, problems)
     }
@@ -399,6 +511,15 @@ impl Config {
             m.insert("process", self.process.join(";"));
         }
         self.heap.describe(&mut m);
+        if !self.triggers.rules.is_empty() {
+            let t = &self.triggers;
+            m.insert("trigger", t.rules.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(";"));
+            m.insert("trigger_action", t.action.name().to_string());
+            m.insert("trigger_window_ms", (t.window_ns / 1_000_000).to_string());
+            m.insert("trigger_rate", t.rate_hz.to_string());
+            m.insert("trigger_cooldown_ms", (t.cooldown_ns / 1_000_000).to_string());
+            m.insert("trigger_max", t.max.to_string());
+        }
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());

@@ -304,6 +304,23 @@ impl Profiler {
                 s.eventpipe_session.store(id, Ordering::Release);
             }
             crate::events::heap::schedule(&st.cx, &st.events.heap);
+            let sampler = st.sampler.clone();
+            let base_rate = sampler.as_ref().map_or(st.config.sample_rate, |s| s.rate_hz());
+            crate::triggers::start(
+                &st.cx,
+                crate::triggers::Actions {
+                    set_rate: Box::new(move |hz| {
+                        if let Some(s) = &sampler {
+                            s.set_cpu_rate(hz)
+                        }
+                    }),
+                    base_rate,
+                    snapshot: Box::new(move || {
+                        crate::events::heap::take(&st.cx, &st.events.heap, crate::events::heap::trigger::TRIGGER)
+                            .snapshot
+                    }),
+                },
+            );
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())
