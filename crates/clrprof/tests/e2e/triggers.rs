@@ -1,0 +1,252 @@
+//! Collection triggers (`record --trigger`, docs/triggers.md) on real programs: apps/Triggers
+//! throws bursts of exceptions, runs induced full collections over a large heap and spins two
+//! threads after an idle phase; apps/AsyncWeb serves its routes under its own driver's load.
+//!
+//! Ground truths: the app's own counts and gaps (bursts `GAP_MS` apart, each far shorter than the
+//! cooldown), the GC pauses the same trace reports (a gc-pause trigger's value is the pause of one
+//! collection, taken at the same instants as the `RuntimeSuspended`/`RuntimeResumed` records), the
+//! run's sampling rate outside a window (CPU samples are taken per CPU time, whatever the load) and
+//! the 100 ms every `/sync` request blocks.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+fn triggers(trace: &Path) -> Vec<Value> {
+    report_json(trace)["triggers"].as_array().cloned().unwrap_or_default()
+}
+
+fn u(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+fn ok(out: &std::process::Output) -> String {
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "record failed: {stdout}{}", text(&out.stderr));
+    stdout
+}
+
+/// One fire per burst: three bursts 2.5 s apart, each 20 TimeoutExceptions (and 20
+/// InvalidOperationExceptions no rule names) thrown in a few milliseconds; a 1 s cooldown lets
+/// exactly the first throw of each burst fire.
+#[test]
+fn an_exception_trigger_fires_once_per_burst() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-bursts");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "Triggers",
+        &["throws", "3", "20", "2500"],
+        &trace,
+        &[
+            "--trigger",
+            "exception:System.TimeoutException",
+            "--trigger",
+            "exception:System.ArgumentException",
+            "--trigger-cooldown",
+            "1s",
+            "--trigger-window",
+            "500ms",
+        ],
+    );
+    let stdout = ok(&out);
+    assert!(stdout.contains("timeouts=60 others=60"), "{stdout}");
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 3, "{t:?}");
+    for (i, f) in t.iter().enumerate() {
+        assert_eq!(f["rule"], "exception:System.TimeoutException");
+        assert_eq!(u(f, "seq"), i as u64 + 1);
+        assert_eq!(u(f, "value"), 1);
+        assert_eq!(f["action"], "window");
+        assert_eq!(u(f, "window_ns"), 500_000_000);
+        // The window ended (sampling back at the run's rate) before the trace did.
+        assert!(u(f, "ended_ns") >= u(f, "ts_ns") + 500_000_000, "{f}");
+    }
+    // Bursts are 2.5 s apart: the fires are at least that far apart.
+    for w in t.windows(2) {
+        assert!(u(&w[1], "ts_ns") >= u(&w[0], "ts_ns") + 2_500_000_000, "{t:?}");
+    }
+    // Every throw was seen by the profiler too.
+    let v = report_json(&trace);
+    assert_eq!(u(exception_group(&v, "System.TimeoutException"), "thrown"), 60);
+    let text_view = text(&report(&trace, &["--view", "triggers"]).stdout);
+    assert!(text_view.contains("3 fired"), "{text_view}");
+    assert!(text_view.contains("cooldown 1000 ms"), "{text_view}");
+}
+
+/// `--trigger-max`: with no cooldown, 4 of the 40 throws fire, the first four.
+#[test]
+fn an_exception_trigger_stops_at_its_max() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-max");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "Triggers",
+        &["throws", "2", "20", "100"],
+        &trace,
+        &[
+            "--trigger",
+            "exception:System.TimeoutException",
+            "--trigger-cooldown",
+            "0s",
+            "--trigger-max",
+            "4",
+            "--trigger-window",
+            "200ms",
+        ],
+    );
+    let stdout = ok(&out);
+    assert!(stdout.contains("timeouts=40 others=40"), "{stdout}");
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 4, "{t:?}");
+    assert!(t.windows(2).all(|w| u(&w[0], "ts_ns") < u(&w[1], "ts_ns")), "{t:?}");
+}
+
+/// The heap action: each fire takes a heap snapshot, numbered in the trace, that the heap views
+/// read.
+#[test]
+fn the_heap_action_takes_a_snapshot() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-heap");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "Triggers",
+        &["throws", "2", "10", "1500"],
+        &trace,
+        &["--trigger", "exception:System.TimeoutException", "--trigger-action", "heap", "--trigger-cooldown", "1s"],
+    );
+    ok(&out);
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 2, "{t:?}");
+    for (i, f) in t.iter().enumerate() {
+        assert_eq!(f["action"], "heap");
+        assert_eq!(u(f, "snapshot"), i as u64 + 1, "{f}");
+    }
+    let types = report(&trace, &["--view", "types", "--snapshot", "2"]);
+    let s = text(&types.stdout);
+    assert!(types.status.success(), "{s}{}", text(&types.stderr));
+    assert!(s.contains("Heap snapshot 2 of 2"), "{s}");
+    assert!(s.contains("trigger 2"), "{s}");
+}
+
+/// gc-pause on induced full collections of a ~100 MB heap of small objects: every blocking
+/// collection that held the process longer than 20 ms fired once (no cooldown), with that pause.
+#[test]
+fn a_gc_pause_trigger_fires_for_each_long_pause() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-gc");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "Triggers",
+        &["gc", "4", "100"],
+        &trace,
+        &["--trigger", "gc-pause>20ms", "--trigger-cooldown", "0s", "--trigger-max", "1000"],
+    );
+    let stdout = ok(&out);
+    assert!(stdout.contains("collections=4"), "{stdout}");
+    let v = report_json(&trace);
+    let mut expected: Vec<u64> = v["gcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["background"] != true)
+        .map(|g| u(g, "pause_ns"))
+        .filter(|&p| p > 20_000_000)
+        .collect();
+    expected.sort_unstable();
+    let mut fired: Vec<u64> = triggers(&trace).iter().map(|f| u(f, "value")).collect();
+    fired.sort_unstable();
+    // The 4 induced full collections at least.
+    assert!(expected.len() >= 4, "{expected:?}");
+    assert_eq!(fired, expected);
+}
+
+/// cpu>60%:1s on two threads that spin 5 s after 3 s of sleep: one fire (cooldown 60 s), after
+/// the idle phase, and inside its window CPU is sampled faster than the run's 100 Hz.
+#[test]
+fn a_cpu_trigger_samples_its_window_at_the_higher_rate() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-cpu");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "Triggers",
+        &["cpu", "3000", "5000"],
+        &trace,
+        &["--trigger", "cpu>60%:1s", "--trigger-window", "2s", "--trigger-rate", "1000"],
+    );
+    let stdout = ok(&out);
+    assert!(stdout.contains("burn_cpu_ns="), "{stdout}");
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 1, "{t:?}");
+    let f = &t[0];
+    // The agent starts before Main: 3 s of sleep, then a second of spinning at the least.
+    assert!(u(f, "ts_ns") >= 3_000_000_000, "{f}");
+    // The share rounded to a whole percent: above 60 before rounding.
+    assert!(u(f, "value") >= 60, "{f}");
+    let (from, to) = (u(f, "ts_ns"), u(f, "ended_ns"));
+    // Samples of the spinning method per CPU second, inside the window and in the whole run.
+    let spin = |extra: &[&str]| -> (f64, f64) {
+        let v = report_json_with(&trace, extra);
+        let r = v["sampling"]["routines"].as_array().unwrap().iter().find(|r| r["name"] == "Burner.Spin").cloned();
+        let r = r.unwrap_or_else(|| panic!("no Burner.Spin in {}", v["sampling"]));
+        (u(&r, "samples") as f64, u(&r, "cpu_ns") as f64 / 1e9)
+    };
+    let (all_n, all_s) = spin(&[]);
+    let (in_n, in_s) = spin(&["--from", &format!("{}us", from / 1000 + 200_000), "--to", &format!("{}us", to / 1000)]);
+    let (out_n, out_s) = (all_n - in_n, all_s - in_s);
+    assert!(in_s > 0.5 && out_s > 0.5, "window {in_s} s, outside {out_s} s of CPU");
+    let (rate_in, rate_out) = (in_n / in_s, out_n / out_s);
+    eprintln!("CPU samples per CPU second: {rate_in:.0} in the window, {rate_out:.0} outside");
+    // Outside the window: the run's 100 Hz of CPU time (15%). Inside: 1000 Hz asked, which the
+    // kernel delivers at most once per tick (250/s at CONFIG_HZ=250): well above the run's rate.
+    assert!((85.0..=115.0).contains(&rate_out), "outside the window {rate_out:.0} samples per CPU second");
+    assert!(rate_in >= 1.5 * rate_out, "inside the window {rate_in:.0}, outside {rate_out:.0} per CPU second");
+}
+
+/// request-p95 on apps/AsyncWeb under its driver's load (16 concurrent `/sync/100` requests
+/// among hundreds of fast ones): the slow tail fires `request-p95>50ms` once with a p95 of at
+/// least the 100 ms a `/sync` request blocks; `request-p95>30s` never fires.
+#[test]
+fn a_request_p95_trigger_fires_on_a_server_under_load() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-p95");
+    let trace = dir.join("t.clrprof");
+    let out = record(
+        "AsyncWeb",
+        &["--requests", "120"],
+        &trace,
+        &["--async", "--trigger", "request-p95>50ms", "--trigger", "request-p95>30s", "--trigger-max", "1"],
+    );
+    ok(&out);
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 1, "{t:?}");
+    let f = &t[0];
+    assert_eq!(f["rule"], "request-p95>50ms");
+    assert!(u(f, "value") >= 100_000_000, "{f}");
+    assert!(f["detail"].as_str().unwrap().contains("requests ended in the last 10 s"), "{f}");
+}
+
+/// Bad rules and options are refused before anything runs, with what is expected.
+#[test]
+fn bad_triggers_are_refused() {
+    let dir = scratch("triggers-bad");
+    let trace = dir.join("t.clrprof");
+    for (args, says) in [
+        (vec!["--trigger", "cpu>80"], "cpu>PERCENT%:DURATION"),
+        (vec!["--trigger", "gc-pause>soon"], "not a positive duration"),
+        (vec!["--trigger", "latency>5ms"], "expected exception:TYPE"),
+        (vec!["--trigger", "request-p95>200ms"], "needs --async"),
+        (vec!["--trigger", "gc-pause>5ms", "--trigger-action", "dump"], "window or heap"),
+        (vec!["--trigger", "gc-pause>5ms", "--trigger-window", "1ms"], "at least 100ms"),
+        (vec!["--trigger", "gc-pause>5ms", "--no-sample"], "needs the sampler"),
+        (vec!["--trigger-max", "3"], "--trigger"),
+    ] {
+        let out = record("Triggers", &["throws", "1", "1", "0"], &trace, &args);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!trace.exists(), "{args:?}: the app ran");
+    }
+}
