@@ -1,6 +1,6 @@
 // Known moments for the collection trigger tests (crates/clrprof/tests/e2e/triggers.rs).
 //   Triggers throws BURSTS N GAP_MS  BURSTS bursts, each N TimeoutExceptions and N InvalidOperationExceptions
-//                                 thrown and caught, each followed by GAP_MS of sleep; prints "timeouts=… others=…"
+//                                 thrown and caught, each followed by GAP_MS of sleep; prints "throwing", then "timeouts=… others=…"
 //   Triggers gc COUNT MB          retains about MB of small linked objects, then runs COUNT induced
 //                                 full blocking collections 200 ms apart; prints "collections=…"
 //   Triggers cpu IDLE_MS BURN_MS  sleeps IDLE_MS, then two threads spin BURN_MS of wall time; prints
@@ -13,6 +13,8 @@ switch (args[0])
     {
         int bursts = int.Parse(args[1]), n = int.Parse(args[2]), gap = int.Parse(args[3]);
         long timeouts = 0, others = 0;
+        Console.WriteLine("throwing");
+        Console.Out.Flush();
         for (int b = 0; b < bursts; b++)
         {
             for (int i = 0; i < n; i++)

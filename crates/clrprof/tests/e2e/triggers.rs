@@ -250,3 +250,72 @@ fn bad_triggers_are_refused() {
         assert!(!trace.exists(), "{args:?}: the app ran");
     }
 }
+
+/// `attach --trigger`: the rules go with the attach request's settings. The app throws 5
+/// TimeoutExceptions every 500 ms for 10 s; a 3 s session with no cooldown and a maximum of 3
+/// fires exactly 3 times.
+#[test]
+fn attach_takes_triggers_too() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-attach");
+    let trace = dir.join("t.clrprof");
+    let mut c = std::process::Command::new("dotnet");
+    c.arg(app_dll("Triggers")).args(["throws", "20", "5", "500"]);
+    c.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped());
+    for k in ["CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER", "CORECLR_PROFILER_PATH"] {
+        c.env_remove(k);
+    }
+    let mut app = KillOnDrop(c.spawn().expect("start apps/Triggers"));
+    // The runtime is up (and its diagnostics socket) once the app prints.
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(app.0.stdout.take().unwrap()), &mut first).unwrap();
+    assert_eq!(first.trim(), "throwing");
+    let out = std::process::Command::new(clrprof_exe())
+        .arg("attach")
+        .arg(app.0.id().to_string())
+        .arg("--agent")
+        .arg(agent_path())
+        .arg("-o")
+        .arg(&trace)
+        .args(["-d", "3", "--trigger", "exception:System.TimeoutException", "--trigger-cooldown", "0s"])
+        .args(["--trigger-max", "3", "--trigger-window", "200ms"])
+        .output()
+        .expect("run clrprof attach");
+    assert!(out.status.success(), "attach failed: {}", text(&out.stderr));
+    let t = triggers(&trace);
+    assert_eq!(t.len(), 3, "{t:?}");
+    assert!(t.iter().all(|f| f["rule"] == "exception:System.TimeoutException"), "{t:?}");
+}
+
+/// The agent's own settings: a bad rule or value is a note in the report and skipped; the good
+/// rule stays and the app runs.
+#[test]
+fn bad_trigger_settings_are_noted_and_skipped() {
+    let dir = scratch("triggers-env");
+    let trace = dir.join("t.clrprof");
+    let dll = app_dll("Triggers");
+    let out = std::process::Command::new(clrprof_exe())
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .arg("--")
+        .arg("dotnet")
+        .arg(&dll)
+        .args(["throws", "1", "1", "0"])
+        .env("CLRPROF_TRIGGER", "cpu>5;gc-pause>1s")
+        .env("CLRPROF_TRIGGER_MAX", "0")
+        .output()
+        .expect("run clrprof record");
+    let stdout = ok(&out);
+    assert!(stdout.contains("timeouts=1 others=1"), "{stdout}");
+    let s = text(&report(&trace, &["--view", "triggers"]).stdout);
+    assert!(
+        s.contains("CLRPROF_TRIGGER=\"cpu>5\" ignored: bad trigger \"cpu>5\": expected cpu>PERCENT%:DURATION"),
+        "{s}"
+    );
+    assert!(s.contains("CLRPROF_TRIGGER_MAX=\"0\" ignored"), "{s}");
+    assert!(s.contains("rules: gc-pause>1s\n"), "{s}");
+    assert!(s.contains("at most 5 fires per rule"), "{s}");
+}
