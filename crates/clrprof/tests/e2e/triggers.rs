@@ -193,9 +193,13 @@ fn a_cpu_trigger_samples_its_window_at_the_higher_rate() {
         let r = r.unwrap_or_else(|| panic!("no Burner.Spin in {}", v["sampling"]));
         (u(&r, "samples") as f64, u(&r, "cpu_ns") as f64 / 1e9)
     };
+    let us = |ns: u64| format!("{}us", ns / 1000);
     let (all_n, all_s) = spin(&[]);
-    let (in_n, in_s) = spin(&["--from", &format!("{}us", from / 1000 + 200_000), "--to", &format!("{}us", to / 1000)]);
-    let (out_n, out_s) = (all_n - in_n, all_s - in_s);
+    // Inside: from 200 ms after the fire (the window starts within a 10 ms tick of it) to its end.
+    let (in_n, in_s) = spin(&["--from", &us(from + 200_000_000), "--to", &us(to)]);
+    // Outside: the run less the whole window.
+    let (whole_n, whole_s) = spin(&["--from", &us(from), "--to", &us(to)]);
+    let (out_n, out_s) = (all_n - whole_n, all_s - whole_s);
     assert!(in_s > 0.5 && out_s > 0.5, "window {in_s} s, outside {out_s} s of CPU");
     let (rate_in, rate_out) = (in_n / in_s, out_n / out_s);
     eprintln!("CPU samples per CPU second: {rate_in:.0} in the window, {rate_out:.0} outside");
