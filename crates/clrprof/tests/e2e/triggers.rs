@@ -132,7 +132,7 @@ fn the_heap_action_takes_a_snapshot() {
 }
 
 /// gc-pause on induced full collections of a ~100 MB heap of small objects: every blocking
-/// collection that held the process longer than 20 ms fired once (no cooldown), with that pause.
+/// collection that held the process longer than 10 ms fired once (no cooldown), with that pause.
 #[test]
 fn a_gc_pause_trigger_fires_for_each_long_pause() {
     let _m = machine::shared();
@@ -142,7 +142,7 @@ fn a_gc_pause_trigger_fires_for_each_long_pause() {
         "Triggers",
         &["gc", "4", "100"],
         &trace,
-        &["--trigger", "gc-pause>20ms", "--trigger-cooldown", "0s", "--trigger-max", "1000"],
+        &["--trigger", "gc-pause>10ms", "--trigger-cooldown", "0s", "--trigger-max", "1000"],
     );
     let stdout = ok(&out);
     assert!(stdout.contains("collections=4"), "{stdout}");
@@ -153,7 +153,7 @@ fn a_gc_pause_trigger_fires_for_each_long_pause() {
         .iter()
         .filter(|g| g["background"] != true)
         .map(|g| u(g, "pause_ns"))
-        .filter(|&p| p > 20_000_000)
+        .filter(|&p| p > 10_000_000)
         .collect();
     expected.sort_unstable();
     let mut fired: Vec<u64> = triggers(&trace).iter().map(|f| u(f, "value")).collect();
@@ -163,8 +163,10 @@ fn a_gc_pause_trigger_fires_for_each_long_pause() {
     assert_eq!(fired, expected);
 }
 
-/// cpu>60%:1s on two threads that spin 5 s after 3 s of sleep: one fire (cooldown 60 s), after
-/// the idle phase, and inside its window CPU is sampled faster than the run's 100 Hz.
+/// cpu>25%:2s on two threads that spin 8 s after 3 s of sleep: one fire (cooldown 60 s), after
+/// the idle phase, and inside its window CPU is sampled faster than the run's 100 Hz. The share is
+/// low enough for two spinning threads on a busy 2-CPU machine (ten runnable threads still give
+/// them 40% of a core) and high enough that the start-up (0.1–0.2 s of CPU) cannot reach it.
 #[test]
 fn a_cpu_trigger_samples_its_window_at_the_higher_rate() {
     let _m = machine::shared();
@@ -172,19 +174,19 @@ fn a_cpu_trigger_samples_its_window_at_the_higher_rate() {
     let trace = dir.join("t.clrprof");
     let out = record(
         "Triggers",
-        &["cpu", "3000", "5000"],
+        &["cpu", "3000", "8000"],
         &trace,
-        &["--trigger", "cpu>60%:1s", "--trigger-window", "2s", "--trigger-rate", "1000"],
+        &["--trigger", "cpu>25%:2s", "--trigger-window", "2s", "--trigger-rate", "1000"],
     );
     let stdout = ok(&out);
     assert!(stdout.contains("burn_cpu_ns="), "{stdout}");
     let t = triggers(&trace);
     assert_eq!(t.len(), 1, "{t:?}");
     let f = &t[0];
-    // The agent starts before Main: 3 s of sleep, then a second of spinning at the least.
+    // The agent starts before Main: 3 s of sleep, then spinning.
     assert!(u(f, "ts_ns") >= 3_000_000_000, "{f}");
-    // The share rounded to a whole percent: above 60 before rounding.
-    assert!(u(f, "value") >= 60, "{f}");
+    // The share rounded to a whole percent: above 25 before rounding.
+    assert!(u(f, "value") >= 25, "{f}");
     let (from, to) = (u(f, "ts_ns"), u(f, "ended_ns"));
     // Samples of the spinning method per CPU second, inside the window and in the whole run.
     let spin = |extra: &[&str]| -> (f64, f64) {
