@@ -435,6 +435,13 @@ impl Config {
             });
             c.triggers.rules.retain(|r| !r.needs_requests());
         }
+        if !c.triggers.rules.is_empty() && !c.sampling && c.triggers.action == clrprof_trace::trigger::Action::Window {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER_ACTION",
+                value: "window".into(),
+                reason: "the sampler is off (CLRPROF_SAMPLING=0): fires are recorded, no window is sampled".into(),
+            });
+        }
         problems.extend(more);
         (c, problems)
     }
@@ -642,6 +649,32 @@ mod tests {
         assert_eq!(c, Config::default());
         assert!(p.is_empty());
         assert_eq!(c.output_path(12), "clrprof-12.clrprof");
+    }
+
+    #[test]
+    fn trigger_settings() {
+        use clrprof_trace::trigger::{Action, Rule};
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_TRIGGER", "exception:System.TimeoutException; gc-pause>50ms;bogus"),
+            ("CLRPROF_TRIGGER_ACTION", "heap"),
+            ("CLRPROF_TRIGGER_WINDOW", "2s"),
+            ("CLRPROF_TRIGGER_RATE", "500"),
+            ("CLRPROF_TRIGGER_COOLDOWN", "0"),
+            ("CLRPROF_TRIGGER_MAX", "3"),
+        ]));
+        let t = &c.triggers;
+        assert_eq!(t.rules, vec![Rule::Exception("System.TimeoutException".into()), Rule::GcPause(50_000_000)]);
+        assert_eq!((t.action, t.window_ns, t.rate_hz, t.cooldown_ns, t.max), (Action::Heap, 2_000_000_000, 500, 0, 3));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].to_string().contains("bogus"), "{}", p[0]);
+        assert!(c.describe().contains("trigger=exception:System.TimeoutException;gc-pause>50ms\n"));
+        // request-p95 needs the request events.
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_TRIGGER", "request-p95>200ms")]));
+        assert!(c.triggers.rules.is_empty());
+        assert!(p[0].reason.contains("CLRPROF_ASYNC=1"), "{}", p[0]);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_TRIGGER", "request-p95>200ms"), ("CLRPROF_ASYNC", "1")]));
+        assert_eq!(c.triggers.rules.len(), 1);
+        assert!(p.is_empty());
     }
 
     #[test]
