@@ -272,6 +272,60 @@ fn parse_bool(v: &str) -> Option<bool> {
 }
 
 impl Config {
+    /// Drops the trigger rules the other settings leave without data, and says so.
+    fn check_triggers(&mut self, more: &mut Vec<ConfigProblem>) {
+        if self.triggers.rules.iter().any(|r| r.needs_requests()) && !self.asynchrony {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER",
+                value: self
+                    .triggers
+                    .rules
+                    .iter()
+                    .filter(|r| r.needs_requests())
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                reason: "request-p95 needs the request events of CLRPROF_ASYNC=1 (--async); rule skipped".into(),
+            });
+            self.triggers.rules.retain(|r| !r.needs_requests());
+        }
+        if !self.triggers.rules.is_empty()
+            && !self.sampling
+            && self.triggers.action == clrprof_trace::trigger::Action::Window
+        {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER_ACTION",
+                value: "window".into(),
+                reason: "the sampler is off (CLRPROF_SAMPLING=0): fires are recorded, no window is sampled".into(),
+            });
+        }
+    }
+
+    /// Settings a collector sent with its answer (`CLRPROF_TRIGGER*=value` lines, `collect
+    /// --trigger`): its triggers apply when the process has none of its own; other lines are
+    /// ignored. Returns what was wrong with them.
+    pub(crate) fn take_collector_settings(&mut self, text: &str) -> Vec<ConfigProblem> {
+        let map: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| k.starts_with("CLRPROF_TRIGGER"))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        let Some(rules) = map.get("CLRPROF_TRIGGER") else { return problems };
+        if !self.triggers.rules.is_empty() {
+            problems.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER",
+                value: rules.clone(),
+                reason: "sent by the collector, not used: the process has triggers of its own".into(),
+            });
+            return problems;
+        }
+        self.triggers = TriggerConfig::from_lookup(&|k| map.get(k).cloned(), &mut problems);
+        self.check_triggers(&mut problems);
+        problems
+    }
+
     /// Reads the configuration through `get` (the process environment in the agent).
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<ConfigProblem>) {
         let mut c = Config::default();
@@ -420,28 +474,7 @@ impl Config {
         }
         c.heap = crate::events::heap::HeapConfig::from_lookup(&get, &mut more);
         c.triggers = TriggerConfig::from_lookup(&get, &mut more);
-        if c.triggers.rules.iter().any(|r| r.needs_requests()) && !c.asynchrony {
-            more.push(ConfigProblem {
-                variable: "CLRPROF_TRIGGER",
-                value: c
-                    .triggers
-                    .rules
-                    .iter()
-                    .filter(|r| r.needs_requests())
-                    .map(|r| r.to_string())
-                    .collect::<Vec<_>>()
-                    .join(";"),
-                reason: "request-p95 needs the request events of CLRPROF_ASYNC=1 (--async); rule skipped".into(),
-            });
-            c.triggers.rules.retain(|r| !r.needs_requests());
-        }
-        if !c.triggers.rules.is_empty() && !c.sampling && c.triggers.action == clrprof_trace::trigger::Action::Window {
-            more.push(ConfigProblem {
-                variable: "CLRPROF_TRIGGER_ACTION",
-                value: "window".into(),
-                reason: "the sampler is off (CLRPROF_SAMPLING=0): fires are recorded, no window is sampled".into(),
-            });
-        }
+        c.check_triggers(&mut more);
         problems.extend(more);
         (c, problems)
     }

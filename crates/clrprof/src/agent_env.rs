@@ -202,7 +202,7 @@ impl AgentEnv {
     }
 
     /// Collection triggers: set only when there are rules.
-    fn triggers(&mut self, t: &TriggerOptions) -> &mut Self {
+    pub fn triggers(&mut self, t: &TriggerOptions) -> &mut Self {
         if t.rules.is_empty() {
             return self;
         }

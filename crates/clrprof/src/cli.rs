@@ -191,6 +191,10 @@ struct CollectArgs {
     /// Largest trace kept per run (bytes, or with K/M/G); a longer stream is cut off at the limit
     #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
     max_run_bytes: u64,
+    /// Collection triggers sent to every agent that streams here and has none of its own
+    /// (docs/triggers.md); the agents evaluate them
+    #[command(flatten)]
+    trigger: TriggerArgs,
     /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
     /// Grafana Pyroscope at this URL (http:// or https://) every --interval
     #[arg(long, value_name = "URL")]
@@ -469,6 +473,13 @@ struct RecordingArgs {
     /// see docs/async.md
     #[arg(long = "async")]
     asynchrony: bool,
+    #[command(flatten)]
+    trigger: TriggerArgs,
+}
+
+/// Collection triggers, for `record`, `attach` and `collect`.
+#[derive(Args, Debug)]
+struct TriggerArgs {
     /// Collection trigger (repeatable; docs/triggers.md): `exception:TYPE` (a throw of that
     /// type), `gc-pause>50ms`, `cpu>80%:5s` (the process's CPU above 80% of one core over 5 s),
     /// `request-p95>200ms` (with --async: the 95th percentile of the requests that ended in the
@@ -492,6 +503,19 @@ struct RecordingArgs {
     /// With --trigger: the most fires of one rule in the run [default: 5]
     #[arg(long, value_name = "N", requires = "triggers", value_parser = clap::value_parser!(u32).range(1..))]
     trigger_max: Option<u32>,
+}
+
+impl TriggerArgs {
+    fn options(&self) -> crate::agent_env::TriggerOptions {
+        crate::agent_env::TriggerOptions {
+            rules: self.triggers.clone(),
+            action: self.trigger_action,
+            window_ns: self.trigger_window,
+            rate_hz: self.trigger_rate,
+            cooldown_ns: self.trigger_cooldown,
+            max: self.trigger_max,
+        }
+    }
 }
 
 fn trigger_arg(s: &str) -> Result<clrprof_trace::trigger::Rule, String> {
@@ -535,35 +559,26 @@ impl RecordingArgs {
             },
             heap: Default::default(),
             asynchrony: self.asynchrony,
-            triggers: crate::agent_env::TriggerOptions {
-                rules: self.triggers.clone(),
-                action: self.trigger_action,
-                window_ns: self.trigger_window,
-                rate_hz: self.trigger_rate,
-                cooldown_ns: self.trigger_cooldown,
-                max: self.trigger_max,
-            },
+            triggers: self.trigger.options(),
         }
     }
 
     /// Refuses triggers the other options leave without data.
     fn check_triggers(&self) -> Result<()> {
         use clrprof_trace::trigger::{Action, Rule};
-        if let Some(r) = self.triggers.iter().find(|r| r.needs_requests()) {
+        let t = &self.trigger;
+        if let Some(r) = t.triggers.iter().find(|r| r.needs_requests()) {
             if !self.asynchrony {
                 anyhow::bail!("--trigger {r} needs --async (the request events come with it)");
             }
         }
-        if !self.triggers.is_empty()
-            && self.no_sample
-            && self.trigger_action.unwrap_or(Action::Window) == Action::Window
-        {
+        if !t.triggers.is_empty() && self.no_sample && t.trigger_action.unwrap_or(Action::Window) == Action::Window {
             anyhow::bail!(
                 "--trigger with --no-sample: a high-rate window needs the sampler (or use --trigger-action heap)"
             );
         }
         if self.no_exceptions {
-            if let Some(r) = self.triggers.iter().find(|r| matches!(r, Rule::Exception(_))) {
+            if let Some(r) = t.triggers.iter().find(|r| matches!(r, Rule::Exception(_))) {
                 anyhow::bail!("--trigger {r} with --no-exceptions: exceptions are not observed");
             }
         }
@@ -954,6 +969,15 @@ pub fn run() -> Result<ExitCode> {
                 store: a.store,
                 token,
                 max_run_bytes: a.max_run_bytes,
+                agent_settings: {
+                    let t = a.trigger.options();
+                    if t.rules.iter().any(|r| r.needs_requests()) {
+                        eprintln!(
+                            "clrprof: note: request-p95 rules apply only to agents recorded with --async (the others skip them and say so in their trace)"
+                        );
+                    }
+                    crate::agent_env::AgentEnv::default().triggers(&t).lines()
+                },
                 pyroscope,
                 otlp,
                 tls: a.tls_cert.zip(a.tls_key).map(|(c, k)| (c, k, a.tls_client_ca)),

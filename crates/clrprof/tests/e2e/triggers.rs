@@ -325,3 +325,49 @@ fn bad_trigger_settings_are_noted_and_skipped() {
     assert!(s.contains("rules: gc-pause>1s\n"), "{s}");
     assert!(s.contains("at most 5 fires per rule"), "{s}");
 }
+
+/// `collect --trigger`: the collector sends its rules with its answer to every agent that streams
+/// to it and has none of its own; the agent evaluates them and the fires are in the stored run.
+/// An agent with rules of its own keeps them (and says the collector's were not used).
+#[test]
+fn the_collector_gives_its_triggers_to_agents() {
+    let _m = machine::shared();
+    let dir = scratch("triggers-collect");
+    let store = dir.join("runs.db").display().to_string();
+    let c = Collector::start(
+        &store,
+        "127.0.0.1:0",
+        &["--trigger", "exception:System.TimeoutException", "--trigger-max", "2", "--trigger-cooldown", "0s"],
+    );
+    let trace = dir.join("fallback.clrprof");
+    let out = record("Triggers", &["throws", "1", "10", "300"], &trace, &["--server", &c.addr]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("timeouts=10"), "{stdout}");
+    c.wait_for("run 1: complete");
+    let run_report = |extra: &[&str]| {
+        let o = std::process::Command::new(clrprof_exe())
+            .args(["report", "run:latest", "--store", &store])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let v: Value = serde_json::from_str(&run_report(&["--format", "json"])).unwrap();
+    let t = v["triggers"].as_array().cloned().unwrap_or_default();
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t.iter().all(|f| f["rule"] == "exception:System.TimeoutException"), "{t:?}");
+    // The agent's own rules win.
+    let out = record(
+        "Triggers",
+        &["throws", "1", "10", "300"],
+        &trace,
+        &["--server", &c.addr, "--trigger", "exception:System.InvalidOperationException", "--trigger-max", "1"],
+    );
+    ok(&out);
+    c.wait_for("run 2: complete");
+    let s = run_report(&["--view", "triggers"]);
+    assert!(s.contains("rules: exception:System.InvalidOperationException\n"), "{s}");
+    assert!(s.contains("sent by the collector, not used"), "{s}");
+    assert!(s.contains("1 fired"), "{s}");
+}
