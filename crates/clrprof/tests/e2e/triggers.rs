@@ -131,8 +131,10 @@ fn the_heap_action_takes_a_snapshot() {
     assert!(s.contains("trigger 2"), "{s}");
 }
 
-/// gc-pause on induced full collections of a ~100 MB heap of small objects: every blocking
-/// collection that held the process longer than 10 ms fired once (no cooldown), with that pause.
+/// gc-pause on induced full collections of a ~100 MB heap of small objects: every GC suspension
+/// that held the process longer than 10 ms fired once (no cooldown), with its length. The ground
+/// truth is the run's event log (`--events`): each `runtime suspended (gc…)` and the resume that
+/// ends it, at the same instants the agent measured.
 #[test]
 fn a_gc_pause_trigger_fires_for_each_long_pause() {
     let _m = machine::shared();
@@ -142,19 +144,24 @@ fn a_gc_pause_trigger_fires_for_each_long_pause() {
         "Triggers",
         &["gc", "4", "100"],
         &trace,
-        &["--trigger", "gc-pause>10ms", "--trigger-cooldown", "0s", "--trigger-max", "1000"],
+        &["--events", "--trigger", "gc-pause>10ms", "--trigger-cooldown", "0s", "--trigger-max", "1000"],
     );
     let stdout = ok(&out);
     assert!(stdout.contains("collections=4"), "{stdout}");
     let v = report_json(&trace);
-    let mut expected: Vec<u64> = v["gcs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["background"] != true)
-        .map(|g| u(g, "pause_ns"))
-        .filter(|&p| p > 10_000_000)
-        .collect();
+    let mut expected = Vec::new();
+    let mut open: Option<u64> = None;
+    for e in v["events"].as_array().expect("an event log") {
+        let name = e["event"].as_str().unwrap();
+        if name.starts_with("runtime suspended (") {
+            open = name.starts_with("runtime suspended (gc").then(|| u(e, "ts_ns"));
+        } else if name == "runtime suspended" {
+            if let Some(a) = open.take() {
+                expected.push(u(e, "ts_ns") - a);
+            }
+        }
+    }
+    expected.retain(|&p| p > 10_000_000);
     expected.sort_unstable();
     let mut fired: Vec<u64> = triggers(&trace).iter().map(|f| u(f, "value")).collect();
     fired.sort_unstable();
