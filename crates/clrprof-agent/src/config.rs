@@ -80,6 +80,101 @@ pub(crate) struct Config {
     /// Heap snapshots: `CLRPROF_HEAP_SNAPSHOT`, `CLRPROF_HEAP_SNAPSHOT_AT`,
     /// `CLRPROF_HEAP_BUFFER_MB` (see `events::heap`).
     pub(crate) heap: crate::events::heap::HeapConfig,
+    /// Collection triggers: `CLRPROF_TRIGGER` (`;`-separated rules) and `CLRPROF_TRIGGER_ACTION`,
+    /// `_WINDOW`, `_RATE`, `_COOLDOWN`, `_MAX` (see `crate::triggers`). Default: no rule.
+    pub(crate) triggers: TriggerConfig,
+}
+
+/// The collection triggers' settings (`CLRPROF_TRIGGER*`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TriggerConfig {
+    pub(crate) rules: Vec<clrprof_trace::trigger::Rule>,
+    pub(crate) action: clrprof_trace::trigger::Action,
+    /// How long a high-rate window lasts.
+    pub(crate) window_ns: u64,
+    /// CPU samples per second per thread inside a window.
+    pub(crate) rate_hz: u32,
+    /// Shortest time between two fires of one rule.
+    pub(crate) cooldown_ns: u64,
+    /// Most fires of one rule.
+    pub(crate) max: u32,
+}
+
+impl Default for TriggerConfig {
+    fn default() -> Self {
+        use clrprof_trace::trigger as t;
+        TriggerConfig {
+            rules: Vec::new(),
+            action: t::Action::Window,
+            window_ns: t::DEFAULT_WINDOW_NS,
+            rate_hz: t::DEFAULT_RATE_HZ,
+            cooldown_ns: t::DEFAULT_COOLDOWN_NS,
+            max: t::DEFAULT_MAX,
+        }
+    }
+}
+
+impl TriggerConfig {
+    fn from_lookup(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<ConfigProblem>) -> TriggerConfig {
+        use clrprof_trace::trigger::{parse_duration, Action, Rule};
+        let mut c = TriggerConfig::default();
+        let mut bad = |variable: &'static str, value: &str, reason: String| {
+            problems.push(ConfigProblem { variable, value: value.to_string(), reason })
+        };
+        if let Some(v) = get("CLRPROF_TRIGGER") {
+            for text in v.split(';').map(str::trim).filter(|r| !r.is_empty()) {
+                match Rule::parse(text) {
+                    Ok(r) => c.rules.push(r),
+                    Err(e) => bad("CLRPROF_TRIGGER", text, format!("{e}; rule skipped")),
+                }
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_ACTION") {
+            match Action::parse(&v) {
+                Ok(a) => c.action = a,
+                Err(e) => bad("CLRPROF_TRIGGER_ACTION", &v, format!("{e}; using window")),
+            }
+        }
+        let duration = |name: &'static str, v: &str, min_ns: u64, bad: &mut dyn FnMut(&'static str, &str, String)| {
+            match parse_duration(v) {
+                Some(n) if n >= min_ns => Some(n),
+                _ => {
+                    bad(
+                        name,
+                        v,
+                        format!(
+                            "expected a duration of at least {} ms (500ms, 10s, 1m); using the default",
+                            min_ns / 1_000_000
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+        if let Some(v) = get("CLRPROF_TRIGGER_WINDOW") {
+            if let Some(n) = duration("CLRPROF_TRIGGER_WINDOW", &v, 100_000_000, &mut bad) {
+                c.window_ns = n;
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_COOLDOWN") {
+            if let Some(n) = duration("CLRPROF_TRIGGER_COOLDOWN", &v, 0, &mut bad) {
+                c.cooldown_ns = n;
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_RATE") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=10_000).contains(&n) => c.rate_hz = n,
+                _ => bad("CLRPROF_TRIGGER_RATE", &v, "expected samples per second in 1..=10000; using 1000".into()),
+            }
+        }
+        if let Some(v) = get("CLRPROF_TRIGGER_MAX") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n >= 1 => c.max = n,
+                _ => bad("CLRPROF_TRIGGER_MAX", &v, "expected a count of at least 1; using 5".into()),
+            }
+        }
+        c
+    }
 }
 
 /// Instrumentation settings (from `CLRPROF_INSTRUMENT*`, `CLRPROF_FLOW`, `CLRPROF_INCLUDE`, …).
@@ -149,6 +244,7 @@ impl Default for Config {
             cache_dir: None,
             metadata_importer: false,
             heap: Default::default(),
+            triggers: Default::default(),
         }
     }
 }
@@ -176,6 +272,60 @@ fn parse_bool(v: &str) -> Option<bool> {
 }
 
 impl Config {
+    /// Drops the trigger rules the other settings leave without data, and says so.
+    fn check_triggers(&mut self, more: &mut Vec<ConfigProblem>) {
+        if self.triggers.rules.iter().any(|r| r.needs_requests()) && !self.asynchrony {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER",
+                value: self
+                    .triggers
+                    .rules
+                    .iter()
+                    .filter(|r| r.needs_requests())
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(";"),
+                reason: "request-p95 needs the request events of CLRPROF_ASYNC=1 (--async); rule skipped".into(),
+            });
+            self.triggers.rules.retain(|r| !r.needs_requests());
+        }
+        if !self.triggers.rules.is_empty()
+            && !self.sampling
+            && self.triggers.action == clrprof_trace::trigger::Action::Window
+        {
+            more.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER_ACTION",
+                value: "window".into(),
+                reason: "the sampler is off (CLRPROF_SAMPLING=0): fires are recorded, no window is sampled".into(),
+            });
+        }
+    }
+
+    /// Settings a collector sent with its answer (`CLRPROF_TRIGGER*=value` lines, `collect
+    /// --trigger`): its triggers apply when the process has none of its own; other lines are
+    /// ignored. Returns what was wrong with them.
+    pub(crate) fn take_collector_settings(&mut self, text: &str) -> Vec<ConfigProblem> {
+        let map: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| k.starts_with("CLRPROF_TRIGGER"))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut problems = Vec::new();
+        let Some(rules) = map.get("CLRPROF_TRIGGER") else { return problems };
+        if !self.triggers.rules.is_empty() {
+            problems.push(ConfigProblem {
+                variable: "CLRPROF_TRIGGER",
+                value: rules.clone(),
+                reason: "sent by the collector, not used: the process has triggers of its own".into(),
+            });
+            return problems;
+        }
+        self.triggers = TriggerConfig::from_lookup(&|k| map.get(k).cloned(), &mut problems);
+        self.check_triggers(&mut problems);
+        problems
+    }
+
     /// Reads the configuration through `get` (the process environment in the agent).
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> (Config, Vec<ConfigProblem>) {
         let mut c = Config::default();
@@ -323,6 +473,8 @@ impl Config {
             }
         }
         c.heap = crate::events::heap::HeapConfig::from_lookup(&get, &mut more);
+        c.triggers = TriggerConfig::from_lookup(&get, &mut more);
+        c.check_triggers(&mut more);
         problems.extend(more);
         (c, problems)
     }
@@ -399,6 +551,15 @@ impl Config {
             m.insert("process", self.process.join(";"));
         }
         self.heap.describe(&mut m);
+        if !self.triggers.rules.is_empty() {
+            let t = &self.triggers;
+            m.insert("trigger", t.rules.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(";"));
+            m.insert("trigger_action", t.action.name().to_string());
+            m.insert("trigger_window_ms", (t.window_ns / 1_000_000).to_string());
+            m.insert("trigger_rate", t.rate_hz.to_string());
+            m.insert("trigger_cooldown_ms", (t.cooldown_ns / 1_000_000).to_string());
+            m.insert("trigger_max", t.max.to_string());
+        }
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
@@ -521,6 +682,32 @@ mod tests {
         assert_eq!(c, Config::default());
         assert!(p.is_empty());
         assert_eq!(c.output_path(12), "clrprof-12.clrprof");
+    }
+
+    #[test]
+    fn trigger_settings() {
+        use clrprof_trace::trigger::{Action, Rule};
+        let (c, p) = Config::from_lookup(env(&[
+            ("CLRPROF_TRIGGER", "exception:System.TimeoutException; gc-pause>50ms;bogus"),
+            ("CLRPROF_TRIGGER_ACTION", "heap"),
+            ("CLRPROF_TRIGGER_WINDOW", "2s"),
+            ("CLRPROF_TRIGGER_RATE", "500"),
+            ("CLRPROF_TRIGGER_COOLDOWN", "0"),
+            ("CLRPROF_TRIGGER_MAX", "3"),
+        ]));
+        let t = &c.triggers;
+        assert_eq!(t.rules, vec![Rule::Exception("System.TimeoutException".into()), Rule::GcPause(50_000_000)]);
+        assert_eq!((t.action, t.window_ns, t.rate_hz, t.cooldown_ns, t.max), (Action::Heap, 2_000_000_000, 500, 0, 3));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].to_string().contains("bogus"), "{}", p[0]);
+        assert!(c.describe().contains("trigger=exception:System.TimeoutException;gc-pause>50ms\n"));
+        // request-p95 needs the request events.
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_TRIGGER", "request-p95>200ms")]));
+        assert!(c.triggers.rules.is_empty());
+        assert!(p[0].reason.contains("CLRPROF_ASYNC=1"), "{}", p[0]);
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_TRIGGER", "request-p95>200ms"), ("CLRPROF_ASYNC", "1")]));
+        assert_eq!(c.triggers.rules.len(), 1);
+        assert!(p.is_empty());
     }
 
     #[test]

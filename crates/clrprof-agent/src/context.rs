@@ -25,6 +25,8 @@ pub(crate) struct Context {
     pub(crate) config: Config,
     pub(crate) writer: Arc<Writer>,
     pub(crate) names: Names,
+    /// Collection triggers' observations (`CLRPROF_TRIGGER`).
+    pub(crate) triggers: crate::triggers::Triggers,
     start: Instant,
     stopped: AtomicBool,
     /// Names of functions, resolved once (see [`Context::function_names`]).
@@ -42,6 +44,7 @@ impl Context {
     ) -> Context {
         Context {
             info,
+            triggers: crate::triggers::Triggers::new(&config.triggers),
             config,
             writer,
             names,

@@ -13,6 +13,8 @@
 //! - `log`, `os` (the calling thread's tid, thread clocks, `/proc` reading), `activity` (the
 //!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`,
 //!   `names`, `writer` (the trace sink and its thread).
+//! - `triggers` (collection triggers: what the runtime's threads observe, and the trigger thread
+//!   that decides and acts through the closures it is given).
 //! - `context`: what every recorder works in — runtime info, configuration, writer, names, the
 //!   run's clock, `emit`. Recorders take a `&Context`, never the profiler's state.
 //! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks),
@@ -64,6 +66,7 @@ pub(crate) mod os;
 pub(crate) mod profiler;
 pub(crate) mod sampler;
 pub(crate) mod signature;
+pub(crate) mod triggers;
 pub(crate) mod writer;
 
 /// What the benchmarks in `benches/` drive, and nothing else: the library's interface is

@@ -38,6 +38,14 @@ pub(crate) fn thread_clock(tid: u32) -> libc::clockid_t {
 }
 
 /// CPU time of the calling thread.
+/// CPU time of the whole process (every thread, the agent's included), nanoseconds.
+pub(crate) fn process_cpu_ns() -> Option<u64> {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // Safety: clock_gettime writes the timespec it is given.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    (r == 0).then(|| t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+}
+
 pub(crate) fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // Safety: clock_gettime writes `ts`.

@@ -169,6 +169,8 @@ pub struct Remote {
     /// The definition records sent so far, encoded (see `clrprof_trace::wire::is_definition`).
     kept: Vec<u8>,
     keeping: bool,
+    /// Settings the collector sent with its answer (`CLRPROF_*=value` lines), taken by start-up.
+    pub settings: Option<String>,
 }
 
 /// Writes all of `b` to the socket without raising SIGPIPE in the host process; the socket's send
@@ -227,6 +229,7 @@ impl Remote {
         stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
         let mut answer = [0u8; 9];
         let mut session = None;
+        let mut settings = None;
         if secure {
             let host = server.rsplit_once(':').map_or(server, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
             let name = rustls::ServerName::try_from(host)
@@ -238,14 +241,23 @@ impl Remote {
                     .map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
             }
             tls_send(&mut c, &stream, &hello.encode())?;
-            std::io::Read::read_exact(&mut rustls::Stream::new(&mut c, &mut sock), &mut answer)?;
+            let mut s = rustls::Stream::new(&mut c, &mut sock);
+            std::io::Read::read_exact(&mut s, &mut answer)?;
+            if answer[0] == clrprof_trace::wire::status::ACCEPTED_WITH_SETTINGS {
+                settings = Some(clrprof_trace::wire::read_settings(&mut s)?);
+            }
             session = Some(Box::new(c));
         } else {
             send_all(&stream, &hello.encode())?;
             std::io::Read::read_exact(&mut &stream, &mut answer)?;
+            if answer[0] == clrprof_trace::wire::status::ACCEPTED_WITH_SETTINGS {
+                settings = Some(clrprof_trace::wire::read_settings(&mut &stream)?);
+            }
         }
         let (status, run) = clrprof_trace::wire::decode_answer(&answer);
-        if status != clrprof_trace::wire::status::ACCEPTED {
+        if status != clrprof_trace::wire::status::ACCEPTED
+            && status != clrprof_trace::wire::status::ACCEPTED_WITH_SETTINGS
+        {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!("the collector refused the run: {}", clrprof_trace::wire::status::name(status)),
@@ -254,7 +266,15 @@ impl Remote {
         stream.set_write_timeout(Some(SEND_TIMEOUT))?;
         let how = if secure { " over TLS" } else { "" };
         crate::log_info!("streaming to the collector at {server}{how} as run {run}");
-        Ok(Remote { stream, tls: session, server: server.to_string(), fallback, kept: Vec::new(), keeping: true })
+        Ok(Remote {
+            stream,
+            tls: session,
+            server: server.to_string(),
+            fallback,
+            kept: Vec::new(),
+            keeping: true,
+            settings,
+        })
     }
 
     /// Sends bytes of the trace (encrypted on a `tls://` stream).

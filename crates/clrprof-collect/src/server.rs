@@ -29,6 +29,7 @@ pub struct CollectorBuilder {
     listen: String,
     token: Option<String>,
     max_run_bytes: u64,
+    agent_settings: Option<String>,
     store: Option<Arc<dyn RunStore>>,
     observers: Vec<Arc<dyn RunObserver>>,
     log: Option<Arc<LogFn>>,
@@ -71,6 +72,13 @@ impl CollectorBuilder {
     /// Largest trace kept per run; a longer stream is cut at the last whole block that fits.
     pub fn max_run_bytes(mut self, n: u64) -> Self {
         self.max_run_bytes = n;
+        self
+    }
+
+    /// Settings (`CLRPROF_*=value` lines) sent to every agent whose hello says it takes them: the
+    /// triggers of `collect --trigger`.
+    pub fn agent_settings(mut self, settings: Option<String>) -> Self {
+        self.agent_settings = settings;
         self
     }
 
@@ -132,6 +140,7 @@ impl CollectorBuilder {
                 observers: self.observers,
                 token: self.token,
                 max_run_bytes: self.max_run_bytes,
+                agent_settings: self.agent_settings,
                 identity,
                 log,
                 active: Mutex::new(HashMap::new()),
@@ -158,6 +167,7 @@ struct Inner {
     observers: Vec<Arc<dyn RunObserver>>,
     token: Option<String>,
     max_run_bytes: u64,
+    agent_settings: Option<String>,
     identity: String,
     log: Arc<LogFn>,
     /// Streams being received, by (host, pid).
@@ -176,6 +186,7 @@ impl Collector {
             listen: "127.0.0.1:7878".into(),
             token: None,
             max_run_bytes: 1 << 30,
+            agent_settings: None,
             store: None,
             observers: Vec::new(),
             log: None,
@@ -304,7 +315,13 @@ impl Inner {
                 return;
             }
         };
-        if stream.write_all(&wire::encode_answer(wire::status::ACCEPTED, id.0 as u64)).is_err() {
+        let answer = match &self.agent_settings {
+            Some(s) if hello.flags & wire::flags::TAKES_SETTINGS != 0 => {
+                wire::encode_answer_with_settings(id.0 as u64, s)
+            }
+            _ => wire::encode_answer(wire::status::ACCEPTED, id.0 as u64).to_vec(),
+        };
+        if stream.write_all(&answer).is_err() {
             let _ = self.store.finish(
                 id,
                 &RunEnd { end: now_ms(), state: RunState::CutOff, reason: Some("agent gone before the trace".into()) },

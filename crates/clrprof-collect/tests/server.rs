@@ -45,6 +45,7 @@ fn hello(pid: u32, token: &str) -> Hello {
         command: format!("dotnet app{pid}.dll"),
         runtime: "10.0.0".into(),
         exit_code: 0,
+        flags: 0,
     }
 }
 
@@ -81,6 +82,33 @@ fn wait_ended(store: &dyn RunStore, id: RunId) -> RunInfo {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     panic!("run {id} never ended");
+}
+
+/// `collect --trigger`: the settings go to agents that say they take them (status 4, then the
+/// text), never to older ones (status 0, nothing after the answer).
+#[test]
+fn settings_go_only_to_agents_that_take_them() {
+    let db = temp_db("settings");
+    let store: Arc<dyn RunStore> = Arc::new(SqliteStore::open(&db).unwrap());
+    let c = Collector::builder()
+        .listen("127.0.0.1:0")
+        .agent_settings(Some("CLRPROF_TRIGGER=gc-pause>50ms\n".into()))
+        .store(Arc::clone(&store))
+        .log(Arc::new(|_: &str| {}))
+        .build()
+        .unwrap()
+        .spawn();
+    let (mut s, st, _) = open(c.addr, &Hello { flags: wire::flags::TAKES_SETTINGS, ..hello(21, "") });
+    assert_eq!(st, wire::status::ACCEPTED_WITH_SETTINGS);
+    assert_eq!(wire::read_settings(&mut s).unwrap(), "CLRPROF_TRIGGER=gc-pause>50ms\n");
+    s.write_all(&trace(21, 1, true)).unwrap();
+    drop(s);
+    let (mut old, st, _) = open(c.addr, &hello(22, ""));
+    assert_eq!(st, wire::status::ACCEPTED);
+    old.write_all(&trace(22, 1, true)).unwrap();
+    old.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let mut b = [0u8; 1];
+    assert!(!matches!(old.read(&mut b), Ok(1)), "bytes after an old agent's answer");
 }
 
 #[test]

@@ -322,6 +322,15 @@ impl ProfileBuilder {
                 }
                 self.samples.add(r)
             }
+            R::TriggerFired(f) => {
+                self.last_ts = self.last_ts.max(f.ts);
+                self.p.triggers.push(crate::triggers::TriggerFire::from_record(f));
+            }
+            R::TriggerEnded(e) => {
+                if let Some(t) = self.p.triggers.iter_mut().rev().find(|t| t.seq == e.seq) {
+                    t.ended(e);
+                }
+            }
             // Heap snapshots are an object graph, not part of the profile: `clrprof_load::heap`.
             R::HeapSnapshotStart(_)
             | R::HeapTypes(_)
@@ -448,6 +457,7 @@ impl ProfileBuilder {
         p.process = self.p.process.clone();
         p.messages = self.p.messages.clone();
         p.instrumentation = self.p.instrumentation.clone();
+        p.triggers = self.p.triggers.iter().filter(|t| range.contains(t.ts_ns)).cloned().collect();
         p.range = range;
         if self.cct.problems > 0 {
             p.messages.push(format!(

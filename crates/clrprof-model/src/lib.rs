@@ -27,6 +27,7 @@ pub mod stacks;
 #[cfg(test)]
 mod test_rng;
 pub mod time;
+pub mod triggers;
 
 pub use builder::ProfileBuilder;
 pub use instrumented::{FlowEvent, FlowThread, Instrumentation};

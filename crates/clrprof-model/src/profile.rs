@@ -41,6 +41,8 @@ pub struct Profile {
     /// The task library's events indexed (traces recorded with `--async`): see
     /// [`crate::asynchrony`].
     pub asynchrony: Option<std::sync::Arc<crate::asynchrony::AsyncIndex>>,
+    /// Collection triggers that fired (`record --trigger`), in order.
+    pub triggers: Vec<crate::triggers::TriggerFire>,
     index: Index,
 }
 

@@ -281,6 +281,8 @@ impl Sanity {
             R::RuntimeResumed(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::GcInfo(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::GcEnd(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
+            R::TriggerFired(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
+            R::TriggerEnded(x) => self.ts_ok(x.ts, DROPPED).then_some(Cow::Borrowed(r)),
             R::ExceptionMonitoring(x) => {
                 if !self.ts_ok(x.ts, DROPPED) {
                     return None;

@@ -71,6 +71,9 @@ pub struct ReportDocument {
     /// `crate::requests::RequestsSection`.
     #[serde(flatten)]
     pub asynchrony: Option<crate::requests::RequestsSection>,
+    /// Collection triggers that fired (`record --trigger`; absent when none did).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<clrprof_model::triggers::TriggerFire>,
 }
 
 #[derive(Serialize)]
@@ -789,6 +792,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
                 .collect()
         }),
         asynchrony: crate::requests::section(p),
+        triggers: p.triggers.clone(),
     }
 }
 

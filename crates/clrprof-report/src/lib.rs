@@ -20,6 +20,7 @@ mod locks;
 mod modules;
 mod source;
 mod source_files;
+mod triggers;
 pub use source_files::find_source;
 mod requests;
 mod summary;
@@ -57,6 +58,7 @@ pub enum View {
     /// Heap snapshot: shortest paths from roots to a type's instances.
     Paths,
     Requests,
+    Triggers,
 }
 
 /// A view a user can ask for: its `--view` name and what it shows.
@@ -68,7 +70,7 @@ pub struct ViewInfo {
 }
 
 /// Every view but [`View::Auto`], in the order `--help` lists them.
-pub const VIEWS: [ViewInfo; 20] = [
+pub const VIEWS: [ViewInfo; 21] = [
     ViewInfo {
         view: View::Tables,
         name: "tables",
@@ -164,6 +166,11 @@ pub const VIEWS: [ViewInfo; 20] = [
         view: View::Requests,
         name: "requests",
         help: "ASP.NET Core requests per route (count, p50/p95/p99), slowest requests, blocking waits, thread-pool starvation (record --async)",
+    },
+    ViewInfo {
+        view: View::Triggers,
+        name: "triggers",
+        help: "Collection triggers that fired (record --trigger): rule, when, what was measured, the window or heap snapshot",
     },
 ];
 
@@ -312,6 +319,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
             ))
         }
         View::Requests => requests::render(p, opts.top),
+        View::Triggers => triggers::render(p),
     })
 }
 

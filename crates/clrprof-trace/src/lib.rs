@@ -18,6 +18,7 @@ pub mod heap;
 mod records;
 mod stream;
 pub mod tasks;
+pub mod trigger;
 pub mod wire;
 
 use std::collections::BTreeMap;

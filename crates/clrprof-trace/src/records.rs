@@ -551,11 +551,31 @@ records! {
     /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
     /// collection's start and end by index, nested ones included.
     91 GcEnd { ts: u64, os_tid: u32, index: u32, generation: u32 }
+    /// A collection trigger fired (`CLRPROF_TRIGGER`, see [`crate::trigger`]): `seq` numbers the
+    /// fires of the run from 1, `rule` is the rule's canonical text, `value` what was measured in
+    /// the rule's unit (exception: 1 throw; gc-pause and request-p95: nanoseconds; cpu: percent
+    /// of one core), `detail` says it in words. `action` 0: CPU sampling goes to `rate_hz` for
+    /// `window_ns`; 1: a heap snapshot is taken. `TriggerEnded` with the same `seq` follows.
+    92 TriggerFired {
+        ts: u64,
+        seq: u32,
+        rule: String,
+        value: u64,
+        detail: String,
+        action: u8,
+        rate_hz: u32,
+        window_ns: u64,
+    }
+    /// What a fire started is over: the high-rate window ended (sampling is back at the run's
+    /// rate) or the heap snapshot was written (`snapshot`, its number; 0 when none was taken).
+    /// A trace that ends inside a window has no `TriggerEnded` for it.
+    93 TriggerEnded { ts: u64, seq: u32, snapshot: u32 }
 
     // 100–109: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
     // runtime reports in one induced full blocking collection (its GC heap-dump events), packed
     // as `crate::heap` describes. Every record names its snapshot (numbered from 1 in a trace).
-    /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`).
+    /// A snapshot begins; `trigger`: 0 an attach (`clrprof heap`), 1 a time (`--heap-snapshot-at`),
+    /// 2 a collection trigger (`--trigger-action heap`).
     100 HeapSnapshotStart { ts: u64, snapshot: u32, trigger: u8 }
     /// Type names of the snapshot (`GCBulkType`): the runtime's type id (its MethodTable) and
     /// name, and the type ids of its generic arguments or array element (`params`, `param_counts`

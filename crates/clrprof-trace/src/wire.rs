@@ -4,8 +4,10 @@
 //! ```text
 //! client → hello  = "CLRPRUN\0" u32:protocol u32:len meta[len]
 //!          meta   = u8:kind str:token str:host u32:pid u64:start_unix_ns str:command str:runtime i32:exit_code
+//!                   [u8:flags]                      (flag 1: the agent takes settings from the collector)
 //!          str    = u32:len utf8[len]
 //! server → answer = u8:status u64:run_id            (status 0 accepted, then the client sends the trace)
+//!                   [str:settings]                  (status 4 only: accepted, with `CLRPROF_*=value` lines)
 //! client → trace  = the trace file format (header block*), unchanged, until the client closes
 //! ```
 //!
@@ -27,15 +29,48 @@ pub mod status {
     pub const BAD_TOKEN: u8 = 1;
     pub const UNSUPPORTED: u8 = 2;
     pub const REFUSED: u8 = 3;
+    /// Accepted, and settings follow the answer (`str`, `CLRPROF_*=value` lines): sent only to an
+    /// agent whose hello has [`super::flags::TAKES_SETTINGS`].
+    pub const ACCEPTED_WITH_SETTINGS: u8 = 4;
 
     pub fn name(s: u8) -> &'static str {
         match s {
-            ACCEPTED => "accepted",
+            ACCEPTED | ACCEPTED_WITH_SETTINGS => "accepted",
             BAD_TOKEN => "wrong or missing token",
             UNSUPPORTED => "unsupported protocol version",
             _ => "refused",
         }
     }
+}
+
+/// The hello's optional flags (a byte after `exit_code`; collectors before it ignore it).
+pub mod flags {
+    /// The agent reads settings after an [`super::status::ACCEPTED_WITH_SETTINGS`] answer.
+    pub const TAKES_SETTINGS: u8 = 1;
+}
+
+/// Largest settings text a collector sends.
+pub const MAX_SETTINGS: usize = 64 << 10;
+
+/// The collector's answer with settings: the 9 bytes of [`encode_answer`] with
+/// [`status::ACCEPTED_WITH_SETTINGS`], then the text as a `str`.
+pub fn encode_answer_with_settings(run: u64, settings: &str) -> Vec<u8> {
+    let mut out = encode_answer(status::ACCEPTED_WITH_SETTINGS, run).to_vec();
+    put_str(&mut out, settings);
+    out
+}
+
+/// Reads the settings that follow an [`status::ACCEPTED_WITH_SETTINGS`] answer.
+pub fn read_settings(input: &mut impl Read) -> io::Result<String> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_SETTINGS {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("collector settings of {len} bytes")));
+    }
+    let mut b = vec![0u8; len];
+    input.read_exact(&mut b)?;
+    String::from_utf8(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "collector settings are not UTF-8"))
 }
 
 /// What a hello opens.
@@ -57,6 +92,8 @@ pub struct Hello {
     pub runtime: String,
     /// Exit notices only: the exit code, or `-signal - 1`.
     pub exit_code: i32,
+    /// [`flags`] (0 in hellos of older agents).
+    pub flags: u8,
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -117,6 +154,9 @@ impl Hello {
         put_str(&mut meta, &clip(&self.command, MAX_META - 4096));
         put_str(&mut meta, &clip(&self.runtime, 256));
         meta.extend_from_slice(&self.exit_code.to_le_bytes());
+        if self.flags != 0 {
+            meta.push(self.flags);
+        }
         let mut out = Vec::with_capacity(16 + meta.len());
         out.extend_from_slice(&HELLO_MAGIC);
         out.extend_from_slice(&PROTOCOL.to_le_bytes());
@@ -176,7 +216,9 @@ impl Hello {
         let command = c.string("command")?;
         let runtime = c.string("runtime")?;
         let exit_code = i32::from_le_bytes(c.array("exit code")?);
-        Ok(Hello { kind, token, host, pid, start_unix_ns, command, runtime, exit_code })
+        // Optional, and anything after it is a newer agent's: ignored.
+        let flags = c.take(1, "flags").map(|b| b[0]).unwrap_or(0);
+        Ok(Hello { kind, token, host, pid, start_unix_ns, command, runtime, exit_code, flags })
     }
 }
 
@@ -267,9 +309,17 @@ mod tests {
             command: "dotnet app.dll --port 80".into(),
             runtime: "10.0.1".into(),
             exit_code: 0,
+            flags: 0,
         };
         let b = h.encode();
         assert_eq!(Hello::read(&mut &b[..]).unwrap(), h);
+        // The flags byte is optional: an older collector ignores it, this one reads it.
+        let with = Hello { flags: flags::TAKES_SETTINGS, ..h.clone() };
+        assert_eq!(Hello::read(&mut &with.encode()[..]).unwrap(), with);
+        assert_eq!(with.encode().len(), b.len() + 1);
+        let a = encode_answer_with_settings(7, "CLRPROF_TRIGGER=gc-pause>1s\n");
+        assert_eq!(decode_answer(a[..9].try_into().unwrap()), (status::ACCEPTED_WITH_SETTINGS, 7));
+        assert_eq!(read_settings(&mut &a[9..]).unwrap(), "CLRPROF_TRIGGER=gc-pause>1s\n");
         for cut in 0..b.len() {
             assert!(Hello::read(&mut &b[..cut]).is_err(), "cut at {cut}");
         }

@@ -22,6 +22,19 @@ pub struct Recording {
     pub heap: HeapOptions,
     /// The task library's events for logical async stacks and awaiting time (`CLRPROF_ASYNC`).
     pub asynchrony: bool,
+    /// Collection triggers (`CLRPROF_TRIGGER*`).
+    pub triggers: TriggerOptions,
+}
+
+/// Collection triggers: the rules, and what a fire does (`None`: the agent's default).
+#[derive(Clone, Debug, Default)]
+pub struct TriggerOptions {
+    pub rules: Vec<clrprof_trace::trigger::Rule>,
+    pub action: Option<clrprof_trace::trigger::Action>,
+    pub window_ns: Option<u64>,
+    pub rate_hz: Option<u32>,
+    pub cooldown_ns: Option<u64>,
+    pub max: Option<u32>,
 }
 
 /// When the agent takes heap snapshots.
@@ -53,6 +66,7 @@ impl HeapOptions {
             },
             heap: HeapOptions { on_attach: true, ..HeapOptions::default() },
             asynchrony: false,
+            triggers: TriggerOptions::default(),
         }
     }
 }
@@ -67,6 +81,7 @@ impl Default for Recording {
             events: EventOptions::default(),
             heap: HeapOptions::default(),
             asynchrony: false,
+            triggers: TriggerOptions::default(),
         }
     }
 }
@@ -182,7 +197,33 @@ impl AgentEnv {
         if r.asynchrony {
             self.set("CLRPROF_ASYNC", "1");
         }
+        self.triggers(&r.triggers);
         self.heap(&r.heap)
+    }
+
+    /// Collection triggers: set only when there are rules.
+    pub fn triggers(&mut self, t: &TriggerOptions) -> &mut Self {
+        if t.rules.is_empty() {
+            return self;
+        }
+        let rules: Vec<String> = t.rules.iter().map(|r| r.to_string()).collect();
+        self.set("CLRPROF_TRIGGER", rules.join(";"));
+        if let Some(a) = t.action {
+            self.set("CLRPROF_TRIGGER_ACTION", a.name());
+        }
+        if let Some(n) = t.window_ns {
+            self.set("CLRPROF_TRIGGER_WINDOW", format!("{}ms", n / 1_000_000));
+        }
+        if let Some(n) = t.rate_hz {
+            self.set("CLRPROF_TRIGGER_RATE", n.to_string());
+        }
+        if let Some(n) = t.cooldown_ns {
+            self.set("CLRPROF_TRIGGER_COOLDOWN", format!("{}ms", n / 1_000_000));
+        }
+        if let Some(n) = t.max {
+            self.set("CLRPROF_TRIGGER_MAX", n.to_string());
+        }
+        self
     }
 
     /// Heap snapshots: set only when asked for.

@@ -191,6 +191,10 @@ struct CollectArgs {
     /// Largest trace kept per run (bytes, or with K/M/G); a longer stream is cut off at the limit
     #[arg(long, value_name = "N", default_value = "1G", value_parser = crate::collect::parse_size)]
     max_run_bytes: u64,
+    /// Collection triggers sent to every agent that streams here and has none of its own
+    /// (docs/triggers.md); the agents evaluate them
+    #[command(flatten)]
+    trigger: TriggerArgs,
     /// Also push every run's profiles (CPU, wall, allocations, lock contention, exceptions) to the
     /// Grafana Pyroscope at this URL (http:// or https://) every --interval
     #[arg(long, value_name = "URL")]
@@ -469,6 +473,69 @@ struct RecordingArgs {
     /// see docs/async.md
     #[arg(long = "async")]
     asynchrony: bool,
+    #[command(flatten)]
+    trigger: TriggerArgs,
+}
+
+/// Collection triggers, for `record`, `attach` and `collect`.
+#[derive(Args, Debug)]
+struct TriggerArgs {
+    /// Collection trigger (repeatable; docs/triggers.md): `exception:TYPE` (a throw of that
+    /// type), `gc-pause>50ms`, `cpu>80%:5s` (the process's CPU above 80% of one core over 5 s),
+    /// `request-p95>200ms` (with --async: the 95th percentile of the requests that ended in the
+    /// last 10 s). A fire keeps a high-rate sampling window or takes a heap snapshot
+    #[arg(long = "trigger", value_name = "RULE", value_parser = trigger_arg)]
+    triggers: Vec<clrprof_trace::trigger::Rule>,
+    /// With --trigger: what a fire does: `window` (sample CPU at --trigger-rate for
+    /// --trigger-window) or `heap` (take a heap snapshot) [default: window]
+    #[arg(long, value_name = "ACTION", requires = "triggers", value_parser = trigger_action_arg)]
+    trigger_action: Option<clrprof_trace::trigger::Action>,
+    /// With --trigger: how long a high-rate window lasts (`500ms`, `10s`, `1m`) [default: 10s]
+    #[arg(long, value_name = "TIME", requires = "triggers", value_parser = trigger_window_arg)]
+    trigger_window: Option<u64>,
+    /// With --trigger: CPU samples per second per thread inside a window (the kernel delivers at
+    /// most one per tick, 250/s at CONFIG_HZ=250) [default: 1000]
+    #[arg(long, value_name = "HZ", requires = "triggers", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    trigger_rate: Option<u32>,
+    /// With --trigger: the shortest time between two fires of one rule [default: 60s]
+    #[arg(long, value_name = "TIME", requires = "triggers", value_parser = trigger_cooldown_arg)]
+    trigger_cooldown: Option<u64>,
+    /// With --trigger: the most fires of one rule in the run [default: 5]
+    #[arg(long, value_name = "N", requires = "triggers", value_parser = clap::value_parser!(u32).range(1..))]
+    trigger_max: Option<u32>,
+}
+
+impl TriggerArgs {
+    fn options(&self) -> crate::agent_env::TriggerOptions {
+        crate::agent_env::TriggerOptions {
+            rules: self.triggers.clone(),
+            action: self.trigger_action,
+            window_ns: self.trigger_window,
+            rate_hz: self.trigger_rate,
+            cooldown_ns: self.trigger_cooldown,
+            max: self.trigger_max,
+        }
+    }
+}
+
+fn trigger_arg(s: &str) -> Result<clrprof_trace::trigger::Rule, String> {
+    clrprof_trace::trigger::Rule::parse(s)
+}
+
+fn trigger_action_arg(s: &str) -> Result<clrprof_trace::trigger::Action, String> {
+    clrprof_trace::trigger::Action::parse(s)
+}
+
+fn trigger_window_arg(s: &str) -> Result<u64, String> {
+    match clrprof_trace::trigger::parse_duration(s) {
+        Some(n) if n >= 100_000_000 => Ok(n),
+        _ => Err(format!("expected a duration of at least 100ms (500ms, 10s, 1m), got {s:?}")),
+    }
+}
+
+fn trigger_cooldown_arg(s: &str) -> Result<u64, String> {
+    clrprof_trace::trigger::parse_duration(s)
+        .ok_or_else(|| format!("expected a duration (0s, 500ms, 10s, 1m), got {s:?}"))
 }
 
 impl RecordingArgs {
@@ -492,7 +559,30 @@ impl RecordingArgs {
             },
             heap: Default::default(),
             asynchrony: self.asynchrony,
+            triggers: self.trigger.options(),
         }
+    }
+
+    /// Refuses triggers the other options leave without data.
+    fn check_triggers(&self) -> Result<()> {
+        use clrprof_trace::trigger::{Action, Rule};
+        let t = &self.trigger;
+        if let Some(r) = t.triggers.iter().find(|r| r.needs_requests()) {
+            if !self.asynchrony {
+                anyhow::bail!("--trigger {r} needs --async (the request events come with it)");
+            }
+        }
+        if !t.triggers.is_empty() && self.no_sample && t.trigger_action.unwrap_or(Action::Window) == Action::Window {
+            anyhow::bail!(
+                "--trigger with --no-sample: a high-rate window needs the sampler (or use --trigger-action heap)"
+            );
+        }
+        if self.no_exceptions {
+            if let Some(r) = t.triggers.iter().find(|r| matches!(r, Rule::Exception(_))) {
+                anyhow::bail!("--trigger {r} with --no-exceptions: exceptions are not observed");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -663,6 +753,7 @@ pub fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
         Command::Record(a) => {
+            a.recording.check_triggers()?;
             let mut recording = a.recording.options();
             recording.heap.at_ns = a.heap_snapshot_at.map(|t| t.0).unwrap_or_default();
             let opts = RecordOptions {
@@ -700,7 +791,10 @@ pub fn run() -> Result<ExitCode> {
                 output: a.output,
                 agent: a.agent.agent,
                 log: a.agent.log,
-                recording: a.recording.options(),
+                recording: {
+                    a.recording.check_triggers()?;
+                    a.recording.options()
+                },
                 timeout: a.timeout,
                 tls: a.server.tls(),
                 server: a.server.server,
@@ -875,6 +969,15 @@ pub fn run() -> Result<ExitCode> {
                 store: a.store,
                 token,
                 max_run_bytes: a.max_run_bytes,
+                agent_settings: {
+                    let t = a.trigger.options();
+                    if t.rules.iter().any(|r| r.needs_requests()) {
+                        eprintln!(
+                            "clrprof: note: request-p95 rules apply only to agents recorded with --async (the others skip them and say so in their trace)"
+                        );
+                    }
+                    crate::agent_env::AgentEnv::default().triggers(&t).lines()
+                },
                 pyroscope,
                 otlp,
                 tls: a.tls_cert.zip(a.tls_key).map(|(c, k)| (c, k, a.tls_client_ca)),

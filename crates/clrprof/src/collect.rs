@@ -14,6 +14,9 @@ pub struct CollectCommand {
     pub store: Option<String>,
     pub token: Option<String>,
     pub max_run_bytes: u64,
+    /// `CLRPROF_*=value` lines sent to every agent that takes settings (the triggers of
+    /// `collect --trigger`); empty: none.
+    pub agent_settings: String,
     /// Push every run to Pyroscope.
     pub pyroscope: Option<PushOptions>,
     /// Push every run as OTLP profiles.
@@ -96,6 +99,7 @@ pub fn collect(c: &CollectCommand) -> Result<()> {
         .listen(c.listen.clone())
         .token(c.token.clone())
         .max_run_bytes(c.max_run_bytes)
+        .agent_settings(Some(c.agent_settings.clone()).filter(|s| !s.is_empty()))
         .store(store);
     for p in &sinks {
         builder = builder.observer(p.clone());

@@ -86,7 +86,7 @@ pub(crate) fn start(s: &Context, runtime_major: u16, extra: &[super::providers::
     if s.config.sampling && s.config.type_loads {
         keywords |= KEYWORD_TYPE_DIAGNOSTIC;
     }
-    if s.config.exceptions && !s.config.every_exception() {
+    if (s.config.exceptions && !s.config.every_exception()) || s.triggers.wants_exceptions() {
         keywords |= KEYWORD_EXCEPTION;
     }
     if s.config.alloc == AllocMode::Sampled {
@@ -417,8 +417,13 @@ pub(crate) fn delivered(
         // {UTF-16z ExceptionType, UTF-16z ExceptionMessage, ptr ExceptionEIP, u32 ExceptionHRESULT,
         // u16 ExceptionFlags, u16 ClrInstanceID}; flag 0x4 is a rethrow (.NET 8 raises the event
         // for rethrows, .NET 9 and later do not).
+        let rethrow = exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0);
+        s.triggers.exception_thrown(s.now(), data, rethrow);
+        if !s.config.exceptions || s.config.every_exception() {
+            return Ok(()); // on for a trigger only
+        }
         ev.limiter.runtime_thrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if exception_flags(data).is_some_and(|f| f & EXCEPTION_FLAG_RETHROWN != 0) {
+        if rethrow {
             ev.limiter.runtime_rethrown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         return Ok(());

@@ -66,16 +66,24 @@ pub(crate) fn finished(s: &Context, ev: &GcState) -> CallbackResult {
 
 pub(crate) fn suspend_started(s: &Context, ev: &GcState, reason: u32) -> CallbackResult {
     let keep = s.config.events || reason == SUSPEND_FOR_GC || reason == SUSPEND_FOR_GC_PREP;
+    // One time for the record and the trigger: a gc-pause trigger's value is the pause the
+    // reports show.
+    let ts = s.now();
+    if is_gc_suspension(reason) {
+        s.triggers.gc_suspended(ts);
+    }
     ev.suspension_recorded.store(keep, Ordering::Relaxed);
     if keep {
-        s.emit(RuntimeSuspended { ts: s.now(), os_tid: os_tid(), reason });
+        s.emit(RuntimeSuspended { ts, os_tid: os_tid(), reason });
     }
     Ok(())
 }
 
 pub(crate) fn resume_finished(s: &Context, ev: &GcState) -> CallbackResult {
+    let ts = s.now();
+    s.triggers.resumed(ts);
     if ev.suspension_recorded.swap(false, Ordering::Relaxed) {
-        s.emit(RuntimeResumed { ts: s.now(), os_tid: os_tid() });
+        s.emit(RuntimeResumed { ts, os_tid: os_tid() });
     }
     Ok(())
 }

@@ -72,6 +72,8 @@ const EVENT_STATIC_VAR: u32 = 38;
 pub(crate) mod trigger {
     pub(crate) const ATTACH: u8 = 0;
     pub(crate) const TIME: u8 = 1;
+    /// A collection trigger (`CLRPROF_TRIGGER_ACTION=heap`).
+    pub(crate) const TRIGGER: u8 = 2;
 }
 
 /// Largest block of snapshot records written at once.

@@ -56,6 +56,9 @@ pub(crate) fn mask(config: &Config, info_version: u32) -> (u32, u32) {
     if config.exceptions {
         low |= monitor::EXCEPTIONS;
     }
+    if config.triggers.rules.iter().any(|r| matches!(r, clrprof_trace::trigger::Rule::GcPause(_))) {
+        low |= monitor::SUSPENDS;
+    }
     if config.exceptions || config.locks || config.alloc != AllocMode::Off {
         low |= monitor::ENABLE_STACK_SNAPSHOT;
     }

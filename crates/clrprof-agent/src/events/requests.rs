@@ -186,6 +186,11 @@ fn runtime_record(
 pub(crate) fn delivered(s: &Context, e: &Delivered, logging: bool) -> CallbackResult {
     let ts = s.now();
     let r = if logging { log_line(e, ts, os_tid()) } else { hosting(e, ts, os_tid()) };
+    match &r {
+        Some(clrprof_trace::Record::RequestStarted(_)) => s.triggers.request_started(ts, e.activity),
+        Some(clrprof_trace::Record::RequestStopped(_)) => s.triggers.request_stopped(ts, e.activity),
+        _ => {}
+    }
     if let Some(r) = r {
         s.emit(r);
     }

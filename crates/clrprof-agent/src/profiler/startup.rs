@@ -49,7 +49,13 @@ fn command_line() -> String {
 
 /// With `CLRPROF_SERVER`: a writer streaming to the collector, or `None` (said once in the log)
 /// when it cannot be reached or refuses the run, and the trace file is written instead.
-fn open_remote(config: &Config, path: &str, start_unix_ns: u64, rt: &clrprof_sys::info::RuntimeInfo) -> Option<Writer> {
+/// The collector's settings (`CLRPROF_*=value` lines) come with it, when it sent any.
+fn open_remote(
+    config: &Config,
+    path: &str,
+    start_unix_ns: u64,
+    rt: &clrprof_sys::info::RuntimeInfo,
+) -> Option<(Writer, Option<String>)> {
     let server = config.server.as_deref()?;
     let hello = clrprof_trace::wire::Hello {
         kind: clrprof_trace::wire::kind::RUN,
@@ -60,11 +66,15 @@ fn open_remote(config: &Config, path: &str, start_unix_ns: u64, rt: &clrprof_sys
         command: command_line(),
         runtime: if rt.major > 0 { format!("{}.{}.{}", rt.major, rt.minor, rt.build) } else { String::new() },
         exit_code: 0,
+        flags: clrprof_trace::wire::flags::TAKES_SETTINGS,
     };
     let fallback_path = path.to_string();
     let remote =
         crate::writer::Remote::connect(server, &config.tls, &hello, Box::new(move || open_output(&fallback_path)))
-            .and_then(|r| Writer::new(Sink::Remote(r), Duration::from_millis(config.flush_ms)));
+            .and_then(|mut r| {
+                let settings = r.settings.take();
+                Writer::new(Sink::Remote(r), Duration::from_millis(config.flush_ms)).map(|w| (w, settings))
+            });
     match remote {
         Ok(w) => Some(w),
         Err(e) => {
@@ -114,7 +124,7 @@ impl Profiler {
         let start = Instant::now();
         let start_unix = unix_now_ns();
         // Start-up: the process environment. Attach: the client data, the same variables.
-        let (config, problems) = match &attach {
+        let (mut config, mut problems) = match &attach {
             Some(data) => Config::from_lookup(|k| data.get(k)),
             None => Config::from_lookup(|k| std::env::var(k).ok()),
         };
@@ -174,7 +184,19 @@ impl Profiler {
         let path = config.output_path_for(std::process::id(), &identity.name(), start_unix / 1_000_000_000);
         super::attach::set_control_path(attach.as_ref().and_then(|d| d.get("CLRPROF_CONTROL")));
         let writer = match open_remote(&config, &path, start_unix, &rt) {
-            Some(w) => Arc::new(w),
+            Some((w, settings)) => {
+                if let Some(text) = settings {
+                    let more = config.take_collector_settings(&text);
+                    for p in &more {
+                        log_warn!("{p}");
+                    }
+                    if !config.triggers.rules.is_empty() {
+                        log_info!("triggers from the collector: {}", text.replace('\n', "; "));
+                    }
+                    problems.extend(more);
+                }
+                Arc::new(w)
+            }
             None => {
                 let (file, path) = open_output(&path).map_err(|e| {
                     log_error!("cannot create trace file {path}: {e}; profiler not loaded");
@@ -314,6 +336,23 @@ impl Profiler {
                 }
             }
             crate::events::heap::schedule(&st.cx, &st.events.heap);
+            let sampler = st.sampler.clone();
+            let base_rate = sampler.as_ref().map_or(st.config.sample_rate, |s| s.rate_hz());
+            crate::triggers::start(
+                &st.cx,
+                crate::triggers::Actions {
+                    set_rate: Box::new(move |hz| {
+                        if let Some(s) = &sampler {
+                            s.set_cpu_rate(hz)
+                        }
+                    }),
+                    base_rate,
+                    snapshot: Box::new(move || {
+                        crate::events::heap::take(&st.cx, &st.events.heap, crate::events::heap::trigger::TRIGGER)
+                            .snapshot
+                    }),
+                },
+            );
         }
         log_info!("initialized in {} µs", start.elapsed().as_micros());
         Ok(())

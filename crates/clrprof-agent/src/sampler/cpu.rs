@@ -120,6 +120,29 @@ pub(crate) fn unregister(slot: &Slot) {
     slot.state.store(DEAD, Ordering::Release);
 }
 
+/// Re-arms a live thread's CPU-time timer at `period_ns` (a collection trigger's window, and
+/// back): the next signal comes after one new period of the thread's CPU time.
+pub(crate) fn rearm(slot: &Slot, period_ns: u64) {
+    let period_ns = period_ns.max(1000);
+    slot.period_ns.store(period_ns, Ordering::Relaxed);
+    let t = slot.timer.load(Ordering::Acquire);
+    if t < 0 {
+        return;
+    }
+    let spec = KernelItimerspec { interval: ts_of(period_ns), value: ts_of(period_ns) };
+    // Safety: sets a timer this module created; a timer deleted meanwhile makes the call fail
+    // with EINVAL, which is ignored.
+    unsafe {
+        libc::syscall(
+            libc::SYS_timer_settime,
+            t as libc::c_long,
+            0 as libc::c_long,
+            &spec as *const KernelItimerspec,
+            std::ptr::null_mut::<KernelItimerspec>(),
+        );
+    }
+}
+
 #[repr(C)]
 struct KernelItimerspec {
     interval: libc::timespec,

@@ -97,6 +97,9 @@ pub(crate) struct Sampler {
     writer: Arc<Writer>,
     start: Instant,
     rate_hz: u32,
+    /// The CPU timers' period now: `1 s / rate_hz`, or a collection trigger's while its window
+    /// lasts ([`Sampler::set_cpu_rate`]).
+    cpu_period_ns: AtomicU64,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Held from SuspendRuntime to ResumeRuntime; `ThreadDestroyed` waits on it so a thread is
@@ -175,6 +178,7 @@ impl Sampler {
             writer,
             start,
             rate_hz: rate_hz.clamp(1, 10_000),
+            cpu_period_ns: AtomicU64::new(1_000_000_000 / rate_hz.clamp(1, 10_000) as u64),
             stop: AtomicBool::new(false),
             urgent_asked: AtomicU64::new(0),
             urgent_done: AtomicU64::new(0),
@@ -262,10 +266,6 @@ impl Sampler {
 
     fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
-    }
-
-    fn period_ns(&self) -> u64 {
-        1_000_000_000 / self.rate_hz as u64
     }
 
     fn wall_hz(&self) -> u32 {
@@ -359,13 +359,32 @@ impl Sampler {
         }
     }
 
+    /// The run's CPU sampling rate (`CLRPROF_SAMPLE_RATE`).
+    pub(crate) fn rate_hz(&self) -> u32 {
+        self.rate_hz
+    }
+
+    /// Re-arms every live thread's CPU timer at `hz` samples per second of its CPU time (a
+    /// collection trigger's window; [`Sampler::rate_hz`] to go back). Samples keep their weight
+    /// from the thread's CPU clock, so CPU time stays exact; only their density changes. A thread
+    /// registering at the same moment may keep the other rate.
+    pub(crate) fn set_cpu_rate(&self, hz: u32) {
+        let period = 1_000_000_000 / hz.clamp(1, 10_000) as u64;
+        self.cpu_period_ns.store(period, Ordering::Release);
+        for s in slot::slots() {
+            if s.state.load(Ordering::Acquire) == slot::ACTIVE {
+                cpu::rearm(s, period);
+            }
+        }
+    }
+
     /// `ThreadAssignedToOSThread`, on the thread itself.
     pub(crate) fn thread_assigned(&self, id: ThreadID, os_tid: u32) {
         if self.stop.load(Ordering::Acquire) {
             return;
         }
         let registered = self.now().max(1);
-        let (slot, err) = cpu::register_current(os_tid, id, Some(self.period_ns()));
+        let (slot, err) = cpu::register_current(os_tid, id, Some(self.cpu_period_ns.load(Ordering::Acquire)));
         if let Some(s) = slot {
             s.died_ns.store(0, Ordering::Relaxed);
             // Release: the sampler reads `start_cpu_ns` after seeing this.

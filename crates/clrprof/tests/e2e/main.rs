@@ -41,4 +41,5 @@ mod sampling;
 mod stress;
 mod tables;
 mod tls;
+mod triggers;
 mod view;
