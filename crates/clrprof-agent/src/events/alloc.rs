@@ -223,8 +223,8 @@ impl PendingSamples {
 
 /// Keeps a busy process's allocation samples to a steady rate (issue 28: a server at 18,000
 /// requests a second wrote 64 KB of them a second): the first [`ALLOC_ALLOWANCE`] samples are
-/// kept, then `rate` a second. A flush with more samples than its share keeps one in `k`, from a
-/// random offset, so each sample is kept with probability 1/k and the kept ones weigh `k`
+/// kept, then `rate` a second. A flush with more samples than its share keeps one in `k` on average,
+/// each sample on its own random draw, so each sample is kept with probability 1/k and the kept ones weigh `k`
 /// (`AllocationSample::weight`): every total stays unbiased. A sample that names its type (a
 /// type's first) is always kept, for itself alone. Runs on the writer thread only.
 #[derive(Default)]
@@ -238,11 +238,18 @@ pub(crate) struct Thinner {
     rng: u64,
     /// Samples dropped since the last record.
     thinned: u64,
+    /// Samples held back while less than a sample's share is left (a flush right after an
+    /// overdraft, or flushes more often than the rate earns one): thinned with the next flush, so
+    /// no kept sample weighs for more than a flush's worth.
+    carry: Vec<clrprof_trace::AllocationSample>,
 }
+
+/// Samples held back at most before they are thinned whatever is left.
+const MAX_CARRY: usize = 1 << 18;
 
 impl Thinner {
     fn new(rate: u32, seed: u64) -> Thinner {
-        Thinner { rate, budget: ALLOC_ALLOWANCE as f64, last_ns: None, rng: seed | 1, thinned: 0 }
+        Thinner { rate, budget: ALLOC_ALLOWANCE as f64, last_ns: None, rng: seed | 1, thinned: 0, carry: Vec::new() }
     }
 
     /// Thins `samples` (in place, keeping their order) at `now_ns`.
@@ -255,6 +262,15 @@ impl Thinner {
             self.budget = (self.budget + earned).min(self.budget.max(self.rate as f64));
         }
         self.last_ns = Some(now_ns);
+        if !self.carry.is_empty() {
+            let mut all = std::mem::take(&mut self.carry);
+            all.append(samples);
+            *samples = all;
+        }
+        if self.budget < 1.0 && samples.len() < MAX_CARRY && samples.iter().all(|a| a.type_name.is_empty()) {
+            self.carry = std::mem::take(samples);
+            return;
+        }
         let named = samples.iter().filter(|a| !a.type_name.is_empty()).count();
         let m = samples.len() - named;
         self.budget -= named as f64;
@@ -262,25 +278,25 @@ impl Thinner {
             self.budget -= m as f64;
             return;
         }
-        // One in k: about `budget` of the m kept. After an overdraft (at most a sample), a
-        // quarter of a sample's chance: the flush is still represented, unbiased.
-        let k = (m as f64 / self.budget.max(0.25)).ceil().clamp(2.0, u32::MAX as f64) as u64;
-        let (next, v) = splitmix(self.rng);
-        self.rng = next;
-        let offset = v % k;
-        let mut j = 0u64;
+        // One in k: about `budget` of the m kept (at least one when the carry is full).
+        let k = (m as f64 / self.budget.max(1.0)).ceil().clamp(2.0, u32::MAX as f64) as u64;
+        // Each on its own draw (not every k-th: an app's allocations repeat in patterns that a
+        // fixed stride would keep in step with).
         let before = samples.len();
+        let mut rng = self.rng;
         samples.retain_mut(|a| {
             if !a.type_name.is_empty() {
                 return true;
             }
-            let keep = j % k == offset;
-            j += 1;
+            let (next, v) = splitmix(rng);
+            rng = next;
+            let keep = v % k == 0;
             if keep {
                 a.weight = (a.weight.max(1) as u64).saturating_mul(k).min(u32::MAX as u64) as u32;
             }
             keep
         });
+        self.rng = rng;
         let kept = samples.len() - named;
         self.budget -= kept as f64;
         self.thinned += (before - samples.len()) as u64;
@@ -349,8 +365,9 @@ mod tests {
         let r = p.take(1_001_000_000).unwrap();
         let kept = r.unpack().unwrap();
         assert_eq!(kept.len() as u64 + r.thinned, 10_001);
-        // 99 left of the 100 after the named one: one in ceil(10,000 / 99) = 102.
-        assert!((98 + 1..=99 + 1).contains(&kept.len()), "one in 102 of 10,000, and the named one: {}", kept.len());
+        // 99 left of the 100 after the named one: each kept with chance 1 / ceil(10,000 / 99) =
+        // 1/102, about 98 (± 9.9; within 5 standard deviations), and the named one.
+        assert!((48 + 1..=148 + 1).contains(&kept.len()), "one in 102 of 10,000, and the named one: {}", kept.len());
         let named = kept.iter().find(|a| a.type_name == "T").unwrap();
         assert_eq!(named.weight, 0, "itself alone");
         assert!(kept.iter().filter(|a| a.type_name.is_empty()).all(|a| a.weight == 102));
@@ -393,18 +410,22 @@ mod tests {
     }
 
     #[test]
-    fn a_flush_thinned_to_nothing_still_counts_what_it_dropped() {
+    fn samples_wait_for_a_whole_share_of_the_rate() {
         let p = PendingSamples::default();
-        p.set_rate(1);
+        p.set_rate(10);
         if let Ok(mut t) = p.thinner.lock() {
-            t.budget = -1.0;
+            t.budget = -0.5;
             t.last_ns = Some(0);
         }
-        (0..3).for_each(|i| p.push(unnamed(i, 1)));
-        let r = p.take(1).unwrap();
+        // 50 ms earn half a sample: held back, nothing written.
+        (0..30).for_each(|i| p.push(unnamed(i, 1)));
+        assert!(p.take(50_000_000).is_none());
+        // 200 ms more earn two: the 60 samples of both flushes thinned, each kept with chance 1/30.
+        (30..60).for_each(|i| p.push(unnamed(i, 1)));
+        let r = p.take(250_000_000).unwrap();
         let kept = r.unpack().unwrap();
-        assert_eq!(kept.len() as u64 + r.thinned, 3);
-        assert!(kept.iter().all(|a| a.weight >= 2));
+        assert_eq!(kept.len() as u64 + r.thinned, 60);
+        assert!(kept.iter().all(|a| a.weight == 30), "{kept:?}");
     }
 
     #[test]
