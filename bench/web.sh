@@ -9,7 +9,7 @@
 #
 #   [PROFILE=debug] [NO_BUILD=1] [PIN=CPUS] [BASE=DIR] [WARMUP=10] [MIX="/lock /json"] bench/web.sh [SECONDS=10] [REPS=3] [CONFIGS="plain default instrument"]
 #
-# CONFIGS may also name no-sample, alloc-off, no-locks (the defaults less that recorder) and quiet
+# CONFIGS may also name no-sample, alloc-off, alloc-uncapped (every allocation sample kept), no-locks (the defaults less that recorder) and quiet
 # (every recorder off). BASE=DIR adds configurations base-default and base-instrument: the same with DIR/clrprof (and the
 # agent next to it), e.g. a build of an earlier commit, for before/after figures in one run.
 # PIN=0,1 pins the server to those CPUs (taskset); WRK_PIN=1 pins wrk (unpinned otherwise): with
@@ -52,6 +52,8 @@ run() {
         instrument) "${pre[@]}" "$CLRPROF" record --instrument -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         # The defaults less one recorder, or with every recorder off: where the cost goes.
         no-sample) "${pre[@]}" "$CLRPROF" record --no-sample -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
+        # The defaults with every allocation sample kept (no CLRPROF_ALLOC_RATE thinning).
+        alloc-uncapped) CLRPROF_ALLOC_RATE=0 "${pre[@]}" "$CLRPROF" record -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         alloc-off) "${pre[@]}" "$CLRPROF" record --alloc off -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         no-locks) "${pre[@]}" "$CLRPROF" record --no-locks -o "$trace" -- dotnet "$DLL" >"$out" 2>&1 & ;;
         quiet) "${pre[@]}" "$CLRPROF" record --no-classes --no-sample --no-exceptions --no-gc --alloc off --no-locks \

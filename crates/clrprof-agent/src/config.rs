@@ -43,6 +43,10 @@ pub(crate) struct Config {
     pub(crate) gc: bool,
     /// `CLRPROF_ALLOC`: `sampled`, `exact` or `off`. Default `sampled`.
     pub(crate) alloc: AllocMode,
+    /// `CLRPROF_ALLOC_RATE`: allocation samples per second the writer keeps once a process has
+    /// written its first [`ALLOC_ALLOWANCE`] (the rest thinned, the kept ones weighted), 1..=1000000,
+    /// or 0 to keep every sample. Default 100.
+    pub(crate) alloc_rate: u32,
     /// `CLRPROF_EVENTS`: keep every runtime event for the event log (`1`/`0`). Default off.
     pub(crate) events: bool,
     /// `CLRPROF_LOCKS`: record Monitor lock contention with the waiting stack (`1`/`0`). Default on.
@@ -193,6 +197,12 @@ pub(crate) struct EltConfig {
     pub(crate) calltree_max_mb: u64,
 }
 
+/// Default of `CLRPROF_ALLOC_RATE`.
+pub(crate) const DEFAULT_ALLOC_RATE: u32 = 100;
+
+/// Allocation samples a process writes before `CLRPROF_ALLOC_RATE` applies.
+pub(crate) const ALLOC_ALLOWANCE: u64 = 5_000;
+
 /// Default of `CLRPROF_CALLTREE_MAX_MB`.
 pub(crate) const DEFAULT_CALLTREE_MAX_MB: u64 = 1024;
 
@@ -232,6 +242,7 @@ impl Default for Config {
             exceptions_exact: false,
             gc: true,
             alloc: AllocMode::Sampled,
+            alloc_rate: DEFAULT_ALLOC_RATE,
             events: false,
             locks: true,
             asynchrony: false,
@@ -424,6 +435,19 @@ impl Config {
                 "exact" => c.alloc = AllocMode::Exact,
                 "off" | "0" | "none" => c.alloc = AllocMode::Off,
                 _ => bad("CLRPROF_ALLOC", &v, "expected sampled, exact or off; using sampled"),
+            }
+        }
+        if let Some(v) = get("CLRPROF_ALLOC_RATE") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n <= 1_000_000 => c.alloc_rate = n,
+                _ => bad(
+                    "CLRPROF_ALLOC_RATE",
+                    &v,
+                    &format!(
+                        "expected allocation samples per second in 1..=1000000, or 0 to keep every sample; \
+                         using {DEFAULT_ALLOC_RATE}"
+                    ),
+                ),
             }
         }
         if let Some(v) = get("CLRPROF_SERVICE") {
@@ -793,6 +817,22 @@ mod tests {
         let (c, p) = Config::from_lookup(env(&[("CLRPROF_METADATA", "disk")]));
         assert!(!c.metadata_importer);
         assert!(p[0].to_string().contains("image or importer"), "{p:?}");
+    }
+
+    #[test]
+    fn allocation_sample_rate() {
+        assert_eq!(Config::default().alloc_rate, DEFAULT_ALLOC_RATE);
+        for (v, want) in [("0", 0), (" 250 ", 250), ("1000000", 1_000_000)] {
+            let (c, p) = Config::from_lookup(env(&[("CLRPROF_ALLOC_RATE", v)]));
+            assert!(p.is_empty(), "{v}: {p:?}");
+            assert_eq!(c.alloc_rate, want);
+        }
+        for v in ["-1", "fast", "1000001", ""] {
+            let (c, p) = Config::from_lookup(env(&[("CLRPROF_ALLOC_RATE", v)]));
+            assert_eq!(c.alloc_rate, DEFAULT_ALLOC_RATE, "{v}");
+            assert!(p[0].to_string().contains("CLRPROF_ALLOC_RATE"), "{p:?}");
+            assert!(p[0].to_string().contains("1..=1000000, or 0"), "{p:?}");
+        }
     }
 
     #[test]

@@ -1127,8 +1127,40 @@ fn packed_allocation_samples_read_back_as_the_single_records() {
         sorted(&mut q);
         assert_eq!(normalized(&p), normalized(&q), "{range:?}");
     }
-    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1], walk_weights: vec![] };
+    let damaged = AllocationSamples { ts: 0, count: 1, packed: vec![1], walk_weights: vec![], ..Default::default() };
     let b = events_builder(&[ProcessStart::default().into(), damaged.into()]);
     let p = finished(&b, 1000 * MS, TimeRange::ALL);
     assert_eq!((p.events.alloc_samples, p.events.damaged_records), (0, 1));
+}
+
+#[test]
+fn thinned_allocation_samples_count_their_weight() {
+    // 10 samples of 64 bytes kept one in 50 by the agent (490 dropped), and the same 500 kept
+    // whole: the same estimates, the same sites, 10 samples against 500.
+    let s = |ts: u64, weight: u32| AllocationSample {
+        ts,
+        os_tid: 1,
+        class: 7,
+        type_name: if ts == 1 { "System.String".into() } else { String::new() },
+        size: 64,
+        stack: vec![10, 11],
+        walk_weight: 1,
+        weight,
+        ..Default::default()
+    };
+    let functions = ["System.String.Ctor", "Acme.Person..ctor"];
+    let thinned: Vec<AllocationSample> = (1..=10).map(|i| s(i, 50)).collect();
+    let mut packed = AllocationSamples::pack(&thinned).unwrap();
+    packed.thinned = 490;
+    let p = alloc_profile(&functions, vec![packed.into()]);
+    let whole = alloc_profile(&functions, (1..=500).map(|i| s(i, 0).into()).collect());
+    let (a, b) = (&p.events.allocations[0], &whole.events.allocations[0]);
+    assert_eq!((a.samples, b.samples), (10, 500));
+    assert_eq!((a.count, a.bytes), (b.count, b.bytes));
+    let (c, bytes) = upscale(64);
+    assert!((a.count as f64 - 500.0 * c).abs() <= 1.0, "{a:?}");
+    assert!((a.bytes as f64 - 500.0 * bytes).abs() <= 1.0, "{a:?}");
+    let site = site(&p, "Acme.Person..ctor");
+    assert_eq!(site.bytes, a.bytes);
+    assert_eq!((p.events.alloc_thinned, whole.events.alloc_thinned), (490, 0));
 }

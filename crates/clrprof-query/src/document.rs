@@ -62,6 +62,10 @@ pub struct ReportDocument {
     /// How the allocation figures were obtained: "exact", "allocation-sampled", "allocation-tick"
     /// or "none".
     pub allocation_estimator: clrprof_model::events::AllocEstimator,
+    /// Allocation samples the agent thinned to its rate (`CLRPROF_ALLOC_RATE`; the kept ones
+    /// weigh for them); absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation_samples_thinned: Option<u64>,
     pub jit: JitDoc,
     pub contentions: Vec<ContentionDoc>,
     pub counters: CountersDoc,
@@ -749,6 +753,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
             })
             .collect(),
         allocation_estimator: p.events.alloc_estimator,
+        allocation_samples_thinned: Some(p.events.alloc_thinned).filter(|&n| n > 0),
         jit: jit(p),
         contentions: p
             .events

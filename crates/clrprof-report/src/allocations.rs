@@ -34,6 +34,15 @@ pub fn estimator_note(estimator: AllocEstimator, samples: u64) -> String {
     }
 }
 
+/// One line on the samples the agent thinned (`CLRPROF_ALLOC_RATE`).
+pub fn thinned_note(thinned: u64) -> String {
+    format!(
+        "{thinned} more samples were thinned by the agent to keep the trace's growth steady (CLRPROF_ALLOC_RATE: \
+         the first 5,000 samples kept, then 100 a second by default): a sample kept one in N counts N times, \
+         so the estimates stay unbiased"
+    )
+}
+
 /// `top`: at most this many rows in each table (`--top`).
 pub fn render(p: &Profile, top: Option<usize>) -> String {
     let shown = |n: usize| match top {
@@ -47,6 +56,9 @@ pub fn render(p: &Profile, top: Option<usize>) -> String {
         return out;
     }
     out += &format!("\n{}\n", estimator_note(ev.alloc_estimator, ev.alloc_samples));
+    if ev.alloc_thinned > 0 {
+        out += &format!("{}\n", thinned_note(ev.alloc_thinned));
+    }
     let mut t =
         TextTable::new(&[("COUNT", Right), ("BYTES", Right), ("SAMPLES", Right), ("KIND", Left), ("TYPE", Left)]);
     for a in ev.allocations.iter().take(top.unwrap_or(usize::MAX)) {

@@ -457,6 +457,10 @@ records! {
         /// not walked, or unknown (written by an older agent, whose readers scale the sites of a
         /// type to the type's total).
         walk_weight: u32,
+        /// How many samples this one stands for after the agent's writer thinned a burst of them
+        /// (`CLRPROF_ALLOC_RATE`): each kept with probability 1/N counts N times. 0 (older agents)
+        /// or 1: itself alone.
+        weight: u32,
     }
     /// A `catch` was entered (`ExceptionCatcherEnter`) for the innermost exception in flight on the
     /// thread, with the handling steps it went through. Written instead of the `ExceptionPhase`
@@ -545,8 +549,10 @@ records! {
     /// size, amount, source, the type name's byte length and its UTF-8 bytes, the number of `ips`
     /// and each, the number of `stack` frames and each. About a third of the size. `walk_weights`
     /// holds each sample's `walk_weight` as a varint, in the same order (empty when written by an
-    /// older agent: the weights are then unknown, 0).
-    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8>, walk_weights: Vec<u8> }
+    /// older agent: the weights are then unknown, 0). `weights` holds each sample's `weight` the
+    /// same way (empty when every sample stands for itself alone), and `thinned` how many samples
+    /// the writer dropped since the previous record (which the kept ones' weights stand for).
+    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8>, walk_weights: Vec<u8>, weights: Vec<u8>, thinned: u64 }
     /// A collection ended, by the runtime's own account (EventPipe `GCEnd_V1`, on the thread that
     /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
     /// collection's start and end by index, nested ones included.
@@ -697,7 +703,15 @@ impl AllocationSamples {
                 put_varint(&mut walk_weights, a.walk_weight as u64);
             }
         }
-        Some(AllocationSamples { ts, count: u32::try_from(samples.len()).ok()?, packed, walk_weights })
+        let mut weights = Vec::new();
+        if samples.iter().any(|a| a.weight > 1) {
+            weights.reserve(samples.len());
+            for a in samples {
+                put_varint(&mut weights, a.weight as u64);
+            }
+        }
+        let count = u32::try_from(samples.len()).ok()?;
+        Some(AllocationSamples { ts, count, packed, walk_weights, weights, thinned: 0 })
     }
 
     /// The samples, or why they cannot be read.
@@ -705,6 +719,7 @@ impl AllocationSamples {
         let bad =
             || DecodeError::Corrupt(format!("AllocationSamples at {} does not hold {} samples", self.ts, self.count));
         let (w, mut wat) = (&self.walk_weights[..], 0usize);
+        let (tw, mut twat) = (&self.weights[..], 0usize);
         let (b, mut at) = (&self.packed[..], 0usize);
         let mut out = Vec::with_capacity((self.count as usize).min(b.len() / 9));
         for _ in 0..self.count {
@@ -732,6 +747,11 @@ impl AllocationSamples {
             } else {
                 u32::try_from(get_varint(w, &mut wat).ok_or_else(bad)?).map_err(|_| bad())?
             };
+            let weight = if tw.is_empty() {
+                0
+            } else {
+                u32::try_from(get_varint(tw, &mut twat).ok_or_else(bad)?).map_err(|_| bad())?
+            };
             out.push(AllocationSample {
                 ts: self.ts.checked_add(v[0]).ok_or_else(bad)?,
                 os_tid: u32::try_from(v[1]).map_err(|_| bad())?,
@@ -743,9 +763,10 @@ impl AllocationSamples {
                 ips,
                 stack,
                 walk_weight,
+                weight,
             });
         }
-        if at != b.len() || wat != w.len() {
+        if at != b.len() || wat != w.len() || twat != tw.len() {
             return Err(bad());
         }
         Ok(out)

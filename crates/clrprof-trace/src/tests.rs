@@ -207,6 +207,7 @@ fn runtime_event_records_round_trip() {
             ips: vec![],
             stack: vec![5],
             walk_weight: 32,
+            weight: 3,
         }
         .into(),
         ContentionStarted { ts: 9, os_tid: 2, stack: vec![6, 5] }.into(),
@@ -225,7 +226,7 @@ fn runtime_event_records_round_trip() {
         ExceptionStack { id: 1, stack: vec![6, 5] }.into(),
         ExceptionType { id: 1, class: 8, type_name: "System.Exception".into() }.into(),
         ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![], rethrown: vec![] }.into(),
-        AllocationSamples { ts: 0, count: 0, packed: vec![], walk_weights: vec![] }.into(),
+        AllocationSamples { ts: 0, count: 0, packed: vec![], walk_weights: vec![], weights: vec![], thinned: 0 }.into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
@@ -516,6 +517,7 @@ fn packed_allocation_samples_hold_the_same_samples() {
         ips: vec![],
         walk_weight: if stack.is_empty() { 0 } else { 32 },
         stack,
+        weight: 0,
     };
     let samples = vec![
         sample(2_000_000_123, "System.String", vec![0x7f00_0000_1000, 0x7f00_0000_2000]),
@@ -570,4 +572,30 @@ fn packed_allocation_samples_hold_the_same_samples() {
     assert!(huge.unpack().is_err(), "a list longer than the bytes left");
     let bad_utf8 = AllocationSamples { count: 1, packed: vec![0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0], ..Default::default() };
     assert!(bad_utf8.unpack().is_err());
+}
+
+#[test]
+fn thinned_allocation_samples_keep_their_weights() {
+    let s = |ts: u64, weight: u32| AllocationSample { ts, class: 7, size: 24, weight, ..Default::default() };
+    // All of weight 1 (or 0): no weights written, read back as 0 (itself alone).
+    let plain = AllocationSamples::pack(&[s(1, 1), s(2, 0)]).unwrap();
+    assert!(plain.weights.is_empty());
+    assert_eq!(plain.unpack().unwrap().iter().map(|a| a.weight).collect::<Vec<_>>(), [0, 0]);
+    let samples = vec![s(1, 1), s(2, 40), s(3, u32::MAX)];
+    let p = AllocationSamples { thinned: 12, ..AllocationSamples::pack(&samples).unwrap() };
+    assert_eq!(p.unpack().unwrap(), samples);
+    let mut file = header().to_vec();
+    file.extend(encode_records([&Record::from(p.clone())]));
+    match read_all(&file[..]).unwrap().0.as_slice() {
+        [Record::AllocationSamples(back)] => {
+            assert_eq!(back.thinned, 12);
+            assert_eq!(back.unpack().unwrap(), samples);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut d = p.clone();
+    d.weights.pop();
+    assert!(d.unpack().is_err(), "a weight missing");
+    d.weights.extend([1, 1]);
+    assert!(d.unpack().is_err(), "a weight too many");
 }

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use clrprof_sys::{CallbackResult, ClassID, ObjectID};
 use clrprof_trace::AllocationCounts;
 
+use crate::config::ALLOC_ALLOWANCE;
 use crate::context::Context;
 use crate::names::Names;
 use crate::os::os_tid;
@@ -161,18 +162,29 @@ fn site_sampled(size: u64) -> bool {
         .unwrap_or(false)
 }
 
-/// Allocation samples waiting for the writer thread, which packs them into one
-/// `AllocationSamples` record per flush (about a third of a record per sample).
+/// Allocation samples waiting for the writer thread, which thins them to the process's
+/// allowance ([`Thinner`]) and packs them into one `AllocationSamples` record per flush (about a
+/// third of a record per sample).
 #[derive(Default)]
 pub(crate) struct PendingSamples {
     samples: Mutex<Vec<clrprof_trace::AllocationSample>>,
     dropped: std::sync::atomic::AtomicU64,
+    /// Used by the writer thread only (the lock is never contended).
+    thinner: Mutex<Thinner>,
 }
 
 /// Samples held at most between two flushes; beyond, they are dropped and counted.
 const MAX_PENDING: usize = 1 << 20;
 
 impl PendingSamples {
+    /// Sets the rate the writer thins samples to (`CLRPROF_ALLOC_RATE`; 0 keeps every one).
+    pub(crate) fn set_rate(&self, rate: u32) {
+        if let Ok(mut t) = self.thinner.lock() {
+            let t0 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            *t = Thinner::new(rate, t0 as u64 ^ (std::process::id() as u64) << 40);
+        }
+    }
+
     pub(crate) fn push(&self, a: clrprof_trace::AllocationSample) {
         if let Ok(mut v) = self.samples.lock() {
             if v.len() < MAX_PENDING {
@@ -185,20 +197,109 @@ impl PendingSamples {
         }
     }
 
-    /// The samples since the last call, packed (in their order).
-    pub(crate) fn take(&self) -> Option<clrprof_trace::AllocationSamples> {
-        let taken = std::mem::take(&mut *self.samples.lock().ok()?);
-        if taken.is_empty() {
+    /// The samples since the last call, thinned at `now_ns` and packed (in their order).
+    pub(crate) fn take(&self, now_ns: u64) -> Option<clrprof_trace::AllocationSamples> {
+        let mut taken = std::mem::take(&mut *self.samples.lock().ok()?);
+        let mut thinner = self.thinner.lock().ok()?;
+        thinner.thin(&mut taken, now_ns);
+        if taken.is_empty() && thinner.thinned == 0 {
             return None;
         }
-        clrprof_trace::AllocationSamples::pack(&taken)
+        let mut r = clrprof_trace::AllocationSamples::pack(&taken)?;
+        r.thinned = std::mem::take(&mut thinner.thinned);
+        if taken.is_empty() {
+            r.ts = now_ns;
+        }
+        Some(r)
     }
 
-    /// Writer tick.
-    pub(crate) fn publish(&self, w: &Writer) {
-        if let Some(r) = self.take() {
+    /// Writer tick, at trace time `now`.
+    pub(crate) fn publish(&self, w: &Writer, now: u64) {
+        if let Some(r) = self.take(now) {
             w.emit(&r.into());
         }
+    }
+}
+
+/// Keeps a busy process's allocation samples to a steady rate (issue 28: a server at 18,000
+/// requests a second wrote 64 KB of them a second): the first [`ALLOC_ALLOWANCE`] samples are
+/// kept, then `rate` a second. A flush with more samples than its share keeps one in `k` on average,
+/// each sample on its own random draw, so each sample is kept with probability 1/k and the kept ones weigh `k`
+/// (`AllocationSample::weight`): every total stays unbiased. A sample that names its type (a
+/// type's first) is always kept, for itself alone. Runs on the writer thread only.
+#[derive(Default)]
+pub(crate) struct Thinner {
+    /// Samples a second kept after the allowance; 0 keeps every sample.
+    rate: u32,
+    /// Samples that may still be kept: the allowance, then `rate` a second earned (at most a
+    /// second's worth saved up beyond what is left of the allowance).
+    budget: f64,
+    last_ns: Option<u64>,
+    rng: u64,
+    /// Samples dropped since the last record.
+    thinned: u64,
+    /// Samples held back while less than a sample's share is left (a flush right after an
+    /// overdraft, or flushes more often than the rate earns one): thinned with the next flush, so
+    /// no kept sample weighs for more than a flush's worth.
+    carry: Vec<clrprof_trace::AllocationSample>,
+}
+
+/// Samples held back at most before they are thinned whatever is left.
+const MAX_CARRY: usize = 1 << 18;
+
+impl Thinner {
+    fn new(rate: u32, seed: u64) -> Thinner {
+        Thinner { rate, budget: ALLOC_ALLOWANCE as f64, last_ns: None, rng: seed | 1, thinned: 0, carry: Vec::new() }
+    }
+
+    /// Thins `samples` (in place, keeping their order) at `now_ns`.
+    fn thin(&mut self, samples: &mut Vec<clrprof_trace::AllocationSample>, now_ns: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        if let Some(last) = self.last_ns {
+            let earned = self.rate as f64 * now_ns.saturating_sub(last) as f64 / 1e9;
+            self.budget = (self.budget + earned).min(self.budget.max(self.rate as f64));
+        }
+        self.last_ns = Some(now_ns);
+        if !self.carry.is_empty() {
+            let mut all = std::mem::take(&mut self.carry);
+            all.append(samples);
+            *samples = all;
+        }
+        if self.budget < 1.0 && samples.len() < MAX_CARRY && samples.iter().all(|a| a.type_name.is_empty()) {
+            self.carry = std::mem::take(samples);
+            return;
+        }
+        let named = samples.iter().filter(|a| !a.type_name.is_empty()).count();
+        let m = samples.len() - named;
+        self.budget -= named as f64;
+        if m as f64 <= self.budget {
+            self.budget -= m as f64;
+            return;
+        }
+        // One in k: about `budget` of the m kept (at least one when the carry is full).
+        let k = (m as f64 / self.budget.max(1.0)).ceil().clamp(2.0, u32::MAX as f64) as u64;
+        // Each on its own draw (not every k-th: an app's allocations repeat in patterns that a
+        // fixed stride would keep in step with).
+        let before = samples.len();
+        let mut rng = self.rng;
+        samples.retain_mut(|a| {
+            if !a.type_name.is_empty() {
+                return true;
+            }
+            let (next, v) = splitmix(rng);
+            rng = next;
+            let keep = v % k == 0;
+            if keep {
+                a.weight = (a.weight.max(1) as u64).saturating_mul(k).min(u32::MAX as u64) as u32;
+            }
+            keep
+        });
+        self.rng = rng;
+        let kept = samples.len() - named;
+        self.budget -= kept as f64;
+        self.thinned += (before - samples.len()) as u64;
     }
 }
 
@@ -223,7 +324,7 @@ mod tests {
     #[test]
     fn pending_samples_are_packed_once_in_their_order() {
         let p = PendingSamples::default();
-        assert!(p.take().is_none());
+        assert!(p.take(0).is_none());
         let s = |ts: u64, name: &str| AllocationSample {
             ts,
             os_tid: 3,
@@ -236,9 +337,103 @@ mod tests {
         for a in &all {
             p.push(a.clone());
         }
-        let packed = p.take().unwrap();
+        let packed = p.take(0).unwrap();
         assert_eq!(packed.ts, 10);
         assert_eq!(packed.unpack().unwrap(), all);
-        assert!(p.take().is_none());
+        assert_eq!(packed.thinned, 0);
+        assert!(p.take(0).is_none());
+    }
+
+    fn unnamed(ts: u64, class: u64) -> AllocationSample {
+        AllocationSample { ts, class, size: 24, ..Default::default() }
+    }
+
+    #[test]
+    fn the_allowance_is_kept_whole_then_the_rate() {
+        let p = PendingSamples::default();
+        p.set_rate(100);
+        // 4,000 then 1,000 samples within the allowance: all kept, none weighted.
+        for n in [4_000u64, 1_000] {
+            (0..n).for_each(|i| p.push(unnamed(i, 1)));
+            let r = p.take(1_000_000).unwrap();
+            assert_eq!((r.count as u64, r.thinned), (n, 0));
+            assert!(r.weights.is_empty());
+        }
+        // A second later: 100 earned; 10,000 samples (and one naming its type, always kept).
+        (0..10_000).for_each(|i| p.push(unnamed(i, 1 + i % 3)));
+        p.push(AllocationSample { type_name: "T".into(), ..unnamed(5, 9) });
+        let r = p.take(1_001_000_000).unwrap();
+        let kept = r.unpack().unwrap();
+        assert_eq!(kept.len() as u64 + r.thinned, 10_001);
+        // 99 left of the 100 after the named one: each kept with chance 1 / ceil(10,000 / 99) =
+        // 1/102, about 98 (± 9.9; within 5 standard deviations), and the named one.
+        assert!((48 + 1..=148 + 1).contains(&kept.len()), "one in 102 of 10,000, and the named one: {}", kept.len());
+        let named = kept.iter().find(|a| a.type_name == "T").unwrap();
+        assert_eq!(named.weight, 0, "itself alone");
+        assert!(kept.iter().filter(|a| a.type_name.is_empty()).all(|a| a.weight == 102));
+        // Nothing pending, nothing thinned since: no record.
+        assert!(p.take(1_002_000_000).is_none());
+    }
+
+    #[test]
+    fn thinning_keeps_the_totals_of_each_type_unbiased() {
+        // 20 flushes a second for 100 s of 2,000 samples each, three types 1:2:5; rate 100.
+        let mut t = Thinner::new(100, 42);
+        t.budget = 0.0;
+        t.last_ns = Some(0);
+        let mut totals = [0u64; 3];
+        let mut kept = 0u64;
+        let mut rng = 7u64;
+        for f in 1..=2_000u64 {
+            let mut batch: Vec<AllocationSample> = (0..2_000u64)
+                .map(|i| {
+                    let (next, v) = splitmix(rng);
+                    rng = next;
+                    unnamed(i, [0, 1, 1, 2, 2, 2, 2, 2][(v % 8) as usize])
+                })
+                .collect();
+            t.thin(&mut batch, f * 50_000_000);
+            kept += batch.len() as u64;
+            for a in &batch {
+                totals[a.class as usize] += a.weight as u64;
+            }
+        }
+        // 100 s at 100 a second.
+        assert!((9_900..=10_100).contains(&kept), "{kept} kept");
+        assert_eq!(t.thinned + kept, 4_000_000);
+        for (class, share) in [(0, 1u64), (1, 2), (2, 5)] {
+            let want = 4_000_000 * share / 8;
+            let got = totals[class];
+            // Within 10%: over 3 standard deviations of the rarest type's 1,250 kept samples.
+            assert!(got.abs_diff(want) * 10 <= want, "type {class}: {got} against {want}");
+        }
+    }
+
+    #[test]
+    fn samples_wait_for_a_whole_share_of_the_rate() {
+        let p = PendingSamples::default();
+        p.set_rate(10);
+        if let Ok(mut t) = p.thinner.lock() {
+            t.budget = -0.5;
+            t.last_ns = Some(0);
+        }
+        // 50 ms earn half a sample: held back, nothing written.
+        (0..30).for_each(|i| p.push(unnamed(i, 1)));
+        assert!(p.take(50_000_000).is_none());
+        // 200 ms more earn two: the 60 samples of both flushes thinned, each kept with chance 1/30.
+        (30..60).for_each(|i| p.push(unnamed(i, 1)));
+        let r = p.take(250_000_000).unwrap();
+        let kept = r.unpack().unwrap();
+        assert_eq!(kept.len() as u64 + r.thinned, 60);
+        assert!(kept.iter().all(|a| a.weight == 30), "{kept:?}");
+    }
+
+    #[test]
+    fn rate_zero_keeps_every_sample() {
+        let p = PendingSamples::default();
+        p.set_rate(0);
+        (0..20_000).for_each(|i| p.push(unnamed(i, 1)));
+        let r = p.take(0).unwrap();
+        assert_eq!((r.count, r.thinned), (20_000, 0));
     }
 }

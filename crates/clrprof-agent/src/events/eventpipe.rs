@@ -178,6 +178,7 @@ pub(crate) fn parse(
                     ips: ips(),
                     stack: Vec::new(),
                     walk_weight: 0,
+                    weight: 0,
                 }
                 .into(),
             )
@@ -204,6 +205,7 @@ pub(crate) fn parse(
                     ips: ips(),
                     stack: Vec::new(),
                     walk_weight: 0,
+                    weight: 0,
                 }
                 .into(),
             )

@@ -311,8 +311,10 @@ impl Profiler {
                     st.events.exception_counts.publish(w, st.now());
                 }));
             }
-            // Allocation samples (EventPipe), packed once per flush.
-            st.writer.add_tick(Box::new(move |w| st.events.alloc_samples.publish(w)));
+            // Allocation samples (EventPipe), thinned to the process's allowance and packed once
+            // per flush. The event log keeps every one.
+            st.events.alloc_samples.set_rate(if st.config.events { 0 } else { st.config.alloc_rate });
+            st.writer.add_tick(Box::new(move |w| st.events.alloc_samples.publish(w, st.now())));
             if st.config.locks && !st.config.events {
                 st.writer.add_tick(Box::new(move |w| st.events.contention.publish(w, st.now())));
             }

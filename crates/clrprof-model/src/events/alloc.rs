@@ -242,6 +242,8 @@ pub(super) struct AllocFacts {
     names: HashMap<u64, u32>,
     counted: Vec<Counted>,
     sampled: Vec<Sampled>,
+    /// (ts, samples) the agent's writer dropped before the record at ts (`AllocationSamples::thinned`).
+    thinned: Vec<(u64, u64)>,
 }
 
 /// What `AllocFacts::finish` computes for a range.
@@ -255,6 +257,8 @@ pub(super) struct AllocResult {
     /// Walked samples without a walk weight (an older agent): their sites are scaled to their
     /// type's total.
     pub unweighted_walks: bool,
+    /// Samples the agent's writer dropped in the range (the kept ones weigh for them).
+    pub thinned: u64,
     /// (ts, os_tid (0 for exact counts), bytes) by time.
     pub times: Vec<(u64, u32, u64)>,
 }
@@ -268,10 +272,18 @@ impl AllocFacts {
         self.counted.push(Counted { ts: a.ts, type_name, count: a.count, bytes: a.bytes });
     }
 
+    /// Notes `n` samples the agent's writer dropped before its record at `ts`.
+    pub fn thinned(&mut self, ts: u64, n: u64) {
+        if n > 0 {
+            self.thinned.push((ts, n));
+        }
+    }
+
     /// Drops the counts and samples before `ts` (type names and stacks stay interned).
     pub fn forget_before(&mut self, ts: u64) {
         self.counted.retain(|c| c.ts >= ts);
         self.sampled.retain(|s| s.ts >= ts);
+        self.thinned.retain(|t| t.0 >= ts);
     }
 
     pub fn retained(&self) -> usize {
@@ -295,6 +307,9 @@ impl AllocFacts {
             2 => upscale_with_mean(a.size, a.amount as f64),
             _ => tick_estimate(a.size, a.amount),
         };
+        // A sample kept one in N by the agent's thinning stands for N (weight 0: an older agent).
+        let weight = a.weight.max(1) as f64;
+        let (count, bytes) = (count * weight, bytes * weight);
         let stack = self.stacks.id(a.stack.as_slice());
         let walk_weight = if a.stack.is_empty() { 0 } else { a.walk_weight };
         self.sampled.push(Sampled {
@@ -479,6 +494,7 @@ impl AllocFacts {
             estimator,
             samples,
             unweighted_walks,
+            thinned: self.thinned.iter().filter(|t| range.contains(t.0)).map(|t| t.1).sum(),
             times,
         }
     }

@@ -35,6 +35,10 @@ pub use exceptions::{ExceptionGroup, ExceptionSampling};
 pub use gc::{gc_reason, time_in_gc, Gc};
 pub use log::LogEvent;
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Runtime-event results attached to the profile (`Profile::events`), for its time range.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct RuntimeEvents {
@@ -57,6 +61,10 @@ pub struct RuntimeEvents {
     /// Allocation stacks walked by an older agent, which did not say how many samples each stands
     /// for: their sites are scaled to their type's total.
     pub alloc_unweighted_walks: bool,
+    /// Allocation samples in the range the agent's writer dropped to keep to its rate
+    /// (`CLRPROF_ALLOC_RATE`); the kept ones weigh for them (`AllocationSample::weight`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub alloc_thinned: u64,
     /// Contentions that started in the range.
     pub contentions: Vec<ContentionSite>,
     /// Present when the trace was recorded with `--events`: the lines in the range.
@@ -283,6 +291,7 @@ impl EventsBuilder {
             }
             R::AllocationSamples(packed) => match packed.unpack() {
                 Ok(samples) => {
+                    self.allocs.thinned(packed.ts, packed.thinned);
                     for a in &samples {
                         let type_name = self.allocs.sample(a);
                         if log.enabled {
@@ -337,6 +346,7 @@ impl EventsBuilder {
             alloc_samples: al.samples,
             alloc_estimator: al.estimator,
             alloc_unweighted_walks: al.unweighted_walks,
+            alloc_thinned: al.thinned,
             contentions: ct.sites,
             log,
             log_enabled: self.log.enabled,

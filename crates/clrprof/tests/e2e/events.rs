@@ -387,6 +387,85 @@ fn a_bad_alloc_value_is_reported_and_the_app_runs() {
     assert!(msgs.contains("using sampled"), "{msgs}");
 }
 
+/// An allocation storm past the agent's allowance: `Events mix 2000` allocates 2,000 × (6,250
+/// HeavyNode of 144 bytes + 4,167 LightNode of 24 bytes), some 20,000 samples of .NET 10's
+/// 100 KiB sampling, 4× the 5,000 kept whole, in a few seconds. With `CLRPROF_ALLOC_RATE=1000`
+/// the writer keeps about 1,000 a second beyond them (enough for a spread of a few percent; the
+/// storm makes several thousand a second even on a loaded machine), each weighing for those it
+/// dropped: the trace says how many it dropped, keeps no more than the
+/// allowance and the rate over the run allow, and the estimates stay near the app's exact counts.
+#[test]
+fn an_allocation_storm_is_thinned_to_the_rate_with_unbiased_totals() {
+    let _machine = machine::shared();
+    const ROUNDS: u64 = 2000;
+    let dir = scratch("alloc-thinned");
+    let trace = dir.join("t.clrprof");
+    let start = std::time::Instant::now();
+    let out = std::process::Command::new("dotnet")
+        .arg(app_dll("Events"))
+        .args(["mix", &ROUNDS.to_string()])
+        .env("CORECLR_ENABLE_PROFILING", "1")
+        .env("CORECLR_PROFILER", clrprof_trace::AGENT_CLSID)
+        .env("CORECLR_PROFILER_PATH", agent_path())
+        .env("CLRPROF_OUTPUT", &trace)
+        .env("CLRPROF_ALLOC_RATE", "1000")
+        .output()
+        .unwrap();
+    let wall = start.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v = report_json(&trace);
+    let heavy = alloc(&v, "EventsApp.HeavyNode");
+    let light = alloc(&v, "EventsApp.LightNode");
+    let thinned = v["allocation_samples_thinned"].as_u64().unwrap_or_else(|| panic!("nothing thinned: {heavy}"));
+    let kept: u64 = v["allocations"].as_array().unwrap().iter().map(|a| a["samples"].as_u64().unwrap()).sum();
+    // Kept: the allowance, the rate over the process's life (shorter than the test's wall
+    // time), and one a type for its name.
+    let types = v["allocations"].as_array().unwrap().len() as u64;
+    let cap = 5_000 + (1_000.0 * (wall + 1.0)) as u64 + types;
+    assert!(kept <= cap, "{kept} samples kept in {wall:.1} s, cap {cap} ({thinned} thinned)");
+    // 2 GB at one sample per 100 KiB: about 19,500 samples; Poisson, well within 10%.
+    let seen = kept + thinned;
+    assert!((17_500..=21_500).contains(&seen), "{kept} kept + {thinned} thinned");
+    // The app's exact figures: 1,800,000,000 bytes of HeavyNode, 200,016,000 of LightNode.
+    let (hb, lb) = (ROUNDS * 6_250 * 144, ROUNDS * 4_167 * 24);
+    let within = |got: &Value, want: u64, tol: f64| {
+        let got = got.as_u64().unwrap() as f64;
+        assert!((got - want as f64).abs() <= tol * want as f64, "{got} against {want} (±{}%)", tol * 100.0);
+    };
+    // HeavyNode holds 90% of the samples: with some 5,000 + 1,000 a second kept, its estimate's
+    // standard deviation is about 2%; LightNode (10%) has a tenth of them, about 6%.
+    within(&heavy["bytes"], hb, 0.15);
+    within(&heavy["count"], ROUNDS * 6_250, 0.15);
+    within(&light["bytes"], lb, 0.5);
+    within(&light["count"], ROUNDS * 4_167, 0.5);
+    let both = serde_json::json!(heavy["bytes"].as_u64().unwrap() + light["bytes"].as_u64().unwrap());
+    within(&both, hb + lb, 0.15);
+    let t = text(&report(&trace, &["--view", "allocations"]).stdout);
+    assert!(t.contains(&format!("{thinned} more samples were thinned by the agent")), "{t}");
+}
+
+#[test]
+fn a_bad_alloc_rate_is_reported_and_the_default_used() {
+    let _machine = machine::shared();
+    let dir = scratch("bad-alloc-rate");
+    let trace = dir.join("t.clrprof");
+    let out = std::process::Command::new("dotnet")
+        .arg(app_dll("Events"))
+        .args(["alloc", "10"])
+        .env("CORECLR_ENABLE_PROFILING", "1")
+        .env("CORECLR_PROFILER", clrprof_trace::AGENT_CLSID)
+        .env("CORECLR_PROFILER_PATH", agent_path())
+        .env("CLRPROF_OUTPUT", &trace)
+        .env("CLRPROF_ALLOC_RATE", "fast")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout), "widgets 10\n");
+    let msgs = report_json(&trace)["messages"].to_string();
+    assert!(msgs.contains("CLRPROF_ALLOC_RATE"), "{msgs}");
+    assert!(msgs.contains("1..=1000000, or 0 to keep every sample; using 100"), "{msgs}");
+}
+
 #[test]
 fn monitor_contention_is_reported_with_the_waiting_stack() {
     let _machine = machine::shared();
