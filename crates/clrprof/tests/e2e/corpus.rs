@@ -193,7 +193,7 @@ fn common_names_of_perf_and_clrprof_match() {
 /// SIGPROF lands on the instruction the kernel returns to: a page fault taken by `memmove` is
 /// `memmove`'s time for it, where `perf report` would give it to the kernel's fault handler). The
 /// profiler's own threads (`clrprof-*`) are left out, as clrprof leaves out its own time.
-fn perf_rows(data: &Path, pid: u32) -> Vec<(String, String, f64)> {
+fn perf_rows(data: &Path, pid: u32) -> (Vec<(String, String, f64)>, u64) {
     let out = Command::new("perf")
         .args(["script", "-F", "comm,tid,ip,sym,dso"])
         .arg(format!("--pid={pid}"))
@@ -236,7 +236,7 @@ fn perf_rows(data: &Path, pid: u32) -> Vec<(String, String, f64)> {
         total += 1;
     }
     assert!(total > 0, "no samples of process {pid} in perf script's output:\n{}", text(&out.stderr));
-    counts.into_iter().map(|((d, s), n)| (d, s, 100.0 * n as f64 / total as f64)).collect()
+    (counts.into_iter().map(|((d, s), n)| (d, s, 100.0 * n as f64 / total as f64)).collect(), total)
 }
 
 /// The PID of the `dotnet` process of a recording (the process whose JIT code perf names from its
@@ -292,7 +292,7 @@ fn markdown_self_cpu_agrees_with_perf() {
         text(&out.stderr)
     );
     let pid = perf_dotnet_pid(&data);
-    let rows = perf_rows(&data, pid);
+    let (rows, perf_samples) = perf_rows(&data, pid);
     // perf reads the map when it reports: removed only now.
     for f in [format!("/tmp/perf-{pid}.map"), format!("/tmp/perfinfo-{pid}.map")] {
         let _ = std::fs::remove_file(f);
@@ -327,17 +327,37 @@ fn markdown_self_cpu_agrees_with_perf() {
             *ours.entry(common_name(name)).or_default() += 100.0 * self_ms / total;
         }
     }
+    // Each side's share of a function is a sampled estimate: the two may differ by their sampling
+    // errors. clrprof's CPU timers fire at the kernel's tick (250 Hz here, whatever the rate asked),
+    // perf's hrtimer at 999 Hz; a 16% share of 700 samples alone has a standard error of 1.4 points.
+    // A row fails when it differs by more than 3 points and by more than 3.5 standard errors of the
+    // difference.
+    let our_samples = num(&report_json(&trace)["sampling"], "total_samples");
+    let perf_n = perf_samples as f64 * (perf_total / 100.0);
+    assert!(our_samples >= 300.0 && perf_n >= 300.0, "too few samples to judge: {our_samples} and {perf_n}");
+    let allowed = |a: f64, b: f64| {
+        let p = (a + b) / 200.0;
+        let se = (p * (1.0 - p) * (1.0 / our_samples + 1.0 / perf_n)).sqrt() * 100.0;
+        3.0f64.max(3.5 * se)
+    };
     let mut top: Vec<(&String, &f64)> = perf.iter().collect();
     top.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
     let mut table = String::new();
-    let mut worst: f64 = 0.0;
+    let mut worst: Option<(f64, f64)> = None;
     for (name, p) in top.iter().take(10) {
         let o = ours.get(*name).copied().unwrap_or(0.0);
-        table += &format!("{p:6.2} {o:6.2}  {name}\n");
-        worst = worst.max((o - **p).abs());
+        let limit = allowed(**p, o);
+        table += &format!("{p:6.2} {o:6.2}  (±{limit:.2})  {name}\n");
+        if (o - **p).abs() > limit {
+            worst = Some(((o - **p).abs(), limit));
+        }
     }
-    eprintln!("self CPU %, perf vs clrprof (the profiler's own time left out):\n{table}");
-    assert!(worst <= 3.0, "a top-10 function's share differs by {worst:.2} points:\n{table}");
+    eprintln!(
+        "self CPU %, perf ({perf_n:.0} samples) vs clrprof ({our_samples:.0}), the profiler's own time left out:\n{table}"
+    );
+    if let Some((d, limit)) = worst {
+        panic!("a top-10 function's share differs by {d:.2} points (more than {limit:.2}):\n{table}");
+    }
     // The compilations' time: the JIT's library runs only inside compilations, so the `[JIT] M`
     // labels hold at least perf's time there; they name native code only (the JIT and the
     // runtime's work for it), so at most perf's time in native code.
