@@ -211,6 +211,12 @@ impl Cost {
     pub fn is_zero(&self) -> bool {
         *self == Cost::default()
     }
+
+    /// True when the enter/leave hooks measured anything here (calls or times): false for a cost
+    /// made of samples or allocations alone, such as a sampled stack's in an instrumented trace.
+    pub fn has_exact(&self) -> bool {
+        self.calls > 0 || self.time_ns > 0 || self.suspended_ns > 0 || self.profiler_ns > 0
+    }
 }
 
 /// Costs of one thread, by stack. `thread` is the OS thread id.
@@ -293,6 +299,18 @@ mod tests {
         assert_eq!(t.node(s1).depth, 1);
         let n = t.intern_frame(FrameKey::Native { module: "libc.so.6".into(), symbol: "write".into() });
         assert_eq!(t.frames[n.0 as usize].name, "libc.so.6!write");
+    }
+
+    #[test]
+    fn exact_costs_are_the_hooks_own() {
+        assert!(!Cost::default().has_exact());
+        let sampled =
+            Cost { cpu_samples: 3, cpu_ns: 12_000_000, wall_samples: 1, alloc_bytes: 24, ..Default::default() };
+        assert!(!sampled.has_exact());
+        assert!(Cost { calls: 1, ..Default::default() }.has_exact(), "a call of no measurable time");
+        assert!(Cost { time_ns: 1, ..sampled }.has_exact());
+        assert!(Cost { suspended_ns: 1, ..Default::default() }.has_exact());
+        assert!(Cost { profiler_ns: 1, ..Default::default() }.has_exact());
     }
 
     #[test]

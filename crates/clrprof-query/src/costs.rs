@@ -26,8 +26,21 @@ pub struct CostQuery {
     pub top: Option<usize>,
     /// Call tree: levels to keep.
     pub depth: Option<usize>,
-    /// Call tree: leave out nodes (and their subtrees) below this share of the group's total.
-    pub min_percent: f64,
+    /// Call tree: hide nodes (and their subtrees) below this share of the group's total; `None`:
+    /// the weight's default ([`CostQuery::min_percent_for`]).
+    pub min_percent: Option<f64>,
+}
+
+/// The call tree's default cut under an exact weight: a row that would read 0.0% is hidden (the
+/// tree of a real program has thousands of them, most of its rows).
+pub const EXACT_TREE_MIN_PERCENT: f64 = 0.05;
+
+impl CostQuery {
+    /// The call tree's cut for weight `m`: the one asked, else [`EXACT_TREE_MIN_PERCENT`] for an
+    /// exact (instrumented) weight and none for a sampled one.
+    pub fn min_percent_for(&self, m: Metric) -> f64 {
+        self.min_percent.unwrap_or(if m.is_instrumented() { EXACT_TREE_MIN_PERCENT } else { 0.0 })
+    }
 }
 
 /// One function's costs in a group. `self_cost` is spent in it; `inclusive` with it anywhere on
@@ -55,6 +68,19 @@ pub struct Group<T> {
     /// Rows before `top` cut them.
     pub count: usize,
     pub rows: Vec<T>,
+    /// Call tree: the rows `min_percent` hid (zero for the other views).
+    pub hidden: Hidden,
+}
+
+/// The call tree's rows below the cut: how many (within the depth shown) and the metric they hold,
+/// which the inclusive figures of the rows above them still count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Hidden {
+    /// The cut: percent of the group's total.
+    pub min_percent: f64,
+    pub rows: usize,
+    /// The metric summed over the topmost hidden rows (each hidden subtree once).
+    pub value: u64,
 }
 
 /// Result of a cost view: the resolved weight and one group per thread (or one merged group).
@@ -140,6 +166,7 @@ pub fn hotspots(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Func
             total,
             count,
             rows: rows.iter().map(|r| stats(p, &names, r)).collect(),
+            hidden: Hidden::default(),
         });
     }
     CostView { metric: m, groups }
@@ -158,7 +185,8 @@ pub fn summary(p: &Profile, q: &CostQuery) -> CostView<FunctionStats> {
     let count = rows.len();
     rows.truncate(q.top.unwrap_or(count));
     let rows = rows.iter().map(|r| stats(p, &names, r)).collect();
-    CostView { metric: m, groups: vec![Group { thread: None, label: String::new(), total, count, rows }] }
+    let group = Group { thread: None, label: String::new(), total, count, rows, hidden: Hidden::default() };
+    CostView { metric: m, groups: vec![group] }
 }
 
 /// One node of the top-down call tree, in display order (depth first, children by inclusive
@@ -174,9 +202,14 @@ pub struct CallNode {
     pub inclusive: Cost,
 }
 
-/// The call tree per group, nodes in display order, cut by `depth` and `min_percent`.
+/// The call tree per group, nodes in display order, cut by `depth` and `min_percent`. Under an
+/// exact weight the tree is the hooks' alone: nodes of sampled stacks with no exact cost (`[stack
+/// cut…]`, `[thread not walkable]`, a sampled path the hooks never saw) are left out, with their
+/// subtrees; their weight under the metric is zero.
 pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<CallNode> {
     let m = select::metric(p, q.metric);
+    let exact = m.is_instrumented();
+    let min_percent = q.min_percent_for(m);
     let names = select::display_names(p);
     let frames = &p.costs.stacks.frames;
     let mut groups = Vec::new();
@@ -193,31 +226,45 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
         let roots = tree.children(0);
         let total: u64 = roots.iter().map(|&r| m.of(&tree.nodes[r as usize].total)).saturating_sum();
         let mut rows = Vec::new();
-        let mut stack: Vec<(u32, usize, Option<usize>)> = roots.iter().rev().map(|&n| (n, 0, None)).collect();
-        while let Some((n, depth, parent)) = stack.pop() {
+        let mut hidden = Hidden { min_percent, ..Default::default() };
+        // (node, depth, parent row, under a hidden row); hidden subtrees are walked to count them
+        // as far as `depth` would show them.
+        let mut stack: Vec<(u32, usize, Option<usize>, bool)> =
+            roots.iter().rev().map(|&n| (n, 0, None, false)).collect();
+        while let Some((n, depth, parent, under_hidden)) = stack.pop() {
             let node = &tree.nodes[n as usize];
-            let v = m.of(&node.total);
-            if total > 0 && (v as f64) * 100.0 / (total as f64) < q.min_percent {
+            if exact && !node.total.has_exact() {
                 continue;
             }
-            let me = rows.len();
-            rows.push(CallNode {
-                stack: stacks[n as usize],
-                frame: FrameId(node.func),
-                name: names[node.func as usize].clone(),
-                depth,
-                parent,
-                self_cost: node.self_w,
-                inclusive: node.total,
-            });
+            let v = m.of(&node.total);
+            // The same share the report prints, so a row below 0.05% is one that would read 0.0%.
+            let below = under_hidden || (total > 0 && (v as f64) * 100.0 / (total as f64) < min_percent);
+            let me = if below {
+                hidden.rows += 1;
+                if !under_hidden {
+                    hidden.value = hidden.value.saturating_add(v);
+                }
+                None
+            } else {
+                rows.push(CallNode {
+                    stack: stacks[n as usize],
+                    frame: FrameId(node.func),
+                    name: names[node.func as usize].clone(),
+                    depth,
+                    parent,
+                    self_cost: node.self_w,
+                    inclusive: node.total,
+                });
+                Some(rows.len() - 1)
+            };
             if q.depth.is_none_or(|d| depth + 1 < d) {
                 for &k in tree.children(n).iter().rev() {
-                    stack.push((k, depth + 1, Some(me)));
+                    stack.push((k, depth + 1, me, below));
                 }
             }
         }
         let count = rows.len();
-        groups.push(Group { thread: g, label: group_label(p, g, spec), total, count, rows });
+        groups.push(Group { thread: g, label: group_label(p, g, spec), total, count, rows, hidden });
     }
     CostView { metric: m, groups }
 }
@@ -483,5 +530,80 @@ mod tests {
             }]
         );
         assert_eq!(v.entry_total, 59);
+    }
+
+    /// An instrumented thread (Main 1000 ns → Big 9000 ns → Tiny 2 ns → Tinier 1 ns) with a
+    /// sampled stack the hooks never saw: `[stack cut…]` → Big, CPU samples only.
+    fn exact_with_samples() -> Profile {
+        let mut p = Profile::default();
+        let t = &mut p.costs;
+        let f: Vec<FrameId> = ["Main", "Big", "Tiny", "Tinier", "[stack cut…]"]
+            .iter()
+            .map(|n| t.stacks.intern_frame(FrameKey::Label(n.to_string())))
+            .collect();
+        let timed = |calls, time_ns| Cost { calls, time_ns, ..Default::default() };
+        let sampled = Cost { cpu_samples: 5, cpu_ns: 20_000_000, ..Default::default() };
+        for (frames, cost) in [
+            (vec![f[0]], timed(1, 1000)),
+            (vec![f[0], f[1]], timed(3, 9000)),
+            (vec![f[0], f[1], f[2]], timed(2, 2)),
+            (vec![f[0], f[1], f[2], f[3]], timed(1, 1)),
+            (vec![f[0], f[1], f[2], f[3]], sampled),
+            (vec![f[4], f[1]], sampled),
+        ] {
+            let s = t.stacks.intern_stack(&frames).unwrap();
+            t.add(1, s, &cost);
+        }
+        p
+    }
+
+    fn shape(v: &CostView<CallNode>) -> Vec<(&str, usize)> {
+        v.groups[0].rows.iter().map(|n| (n.name.as_str(), n.depth)).collect()
+    }
+
+    #[test]
+    fn the_exact_tree_leaves_out_sampled_rows_and_hides_rows_that_read_zero() {
+        let p = exact_with_samples();
+        let time = CostQuery { metric: Some(Metric::Time), ..Default::default() };
+        let v = call_tree(&p, &time, None);
+        let g = &v.groups[0];
+        assert_eq!(g.total, 10_003);
+        // Tiny is 0.02%, Tinier 0.01%: both would read 0.0%; the sampled `[stack cut…]` is gone.
+        assert_eq!(shape(&v), [("Main", 0), ("Big", 1)]);
+        assert_eq!(g.hidden, Hidden { min_percent: EXACT_TREE_MIN_PERCENT, rows: 2, value: 3 });
+        assert_eq!(g.rows[1].inclusive.time_ns, 9003, "the hidden rows' time stays in their caller's");
+
+        // --min-percent 0: every exact row, and still no sampled one.
+        let all = call_tree(&p, &CostQuery { min_percent: Some(0.0), ..time.clone() }, None);
+        assert_eq!(shape(&all), [("Main", 0), ("Big", 1), ("Tiny", 2), ("Tinier", 3)]);
+        assert_eq!(all.groups[0].hidden, Hidden::default());
+        assert_eq!(all.groups[0].rows[3].self_cost.calls, 1);
+        let zero = all.groups[0].rows.iter().filter(|n| n.inclusive.time_ns * 10_000 / g.total < 5).count();
+        assert_eq!(zero, g.hidden.rows, "hidden = the rows under the cut in the full tree");
+
+        // Hidden rows are counted as deep as --depth shows rows.
+        let shallow = call_tree(&p, &CostQuery { depth: Some(3), ..time.clone() }, None);
+        assert_eq!(shallow.groups[0].hidden.rows, 1);
+
+        // Counts only (--weight calls) is exact too: the same rows, cut by calls (Tinier: 1 of 7).
+        let calls = call_tree(&p, &CostQuery { metric: Some(Metric::Calls), ..Default::default() }, None);
+        assert_eq!(shape(&calls), [("Main", 0), ("Big", 1), ("Tiny", 2), ("Tinier", 3)]);
+    }
+
+    #[test]
+    fn sampled_trees_are_unchanged() {
+        let p = exact_with_samples();
+        let v = call_tree(&p, &CostQuery { metric: Some(Metric::Cpu), ..Default::default() }, None);
+        // Main and Big carry no samples of their own but lead to some; nothing is hidden.
+        assert_eq!(shape(&v), [("Main", 0), ("Big", 1), ("Tiny", 2), ("Tinier", 3), ("[stack cut…]", 0), ("Big", 1)]);
+        assert_eq!(v.groups[0].hidden.rows, 0);
+        assert_eq!(v.groups[0].hidden.min_percent, 0.0);
+        let cut = call_tree(
+            &p,
+            &CostQuery { metric: Some(Metric::Cpu), min_percent: Some(60.0), ..Default::default() },
+            None,
+        );
+        assert_eq!(shape(&cut), Vec::<(&str, usize)>::new());
+        assert_eq!((cut.groups[0].hidden.rows, cut.groups[0].hidden.value), (6, 40_000_000));
     }
 }

@@ -20,6 +20,7 @@ use crate::engine::{self, TotalsScratch};
 use crate::select::{self, Threads};
 use crate::timeline::{timeline, Timeline};
 use crate::weighted_stacks::stack_names;
+use crate::SaturatingSum;
 
 /// Version of the JSON report schema; additions keep it, incompatible changes bump it.
 /// 2: `calltree` is a flat list of nodes with parent ids (was nested), so deep stacks keep the
@@ -45,8 +46,13 @@ pub struct ReportDocument {
     pub messages: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instrumentation: Option<InstrumentationDoc>,
+    /// The exact call tree: only nodes the enter/leave hooks measured (a sampled stack's nodes
+    /// with no exact cost are left out), every one of them unless `--min-percent` was given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calltree: Option<Vec<CallTreeDoc>>,
+    /// The nodes an explicit `--min-percent` left out of `calltree` (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calltree_hidden: Option<CallTreeHiddenDoc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_hotspots: Option<Vec<ThreadHotspotsDoc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +258,15 @@ pub struct CallTreeDoc {
     pub exclusive_ns: u64,
     pub suspended_ns: u64,
     pub profiler_ns: u64,
+}
+
+/// The call tree's nodes below a cut: `rows` nodes, whose topmost hold `inclusive_ns` (still in
+/// their callers' `inclusive_ns`).
+#[derive(Serialize)]
+pub struct CallTreeHiddenDoc {
+    pub min_percent: f64,
+    pub rows: usize,
+    pub inclusive_ns: u64,
 }
 
 #[derive(Serialize)]
@@ -512,13 +527,16 @@ pub fn iso8601(unix_ns: u64) -> String {
 }
 
 /// What the document holds beyond its fixed sections.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct DocumentOptions {
     /// Per-thread detail: every thread's own hot spots (`thread_hotspots`) and timeline row. Off,
     /// `thread_hotspots` is absent and the timeline's quiet threads are folded into one row
     /// ([`crate::timeline::Timeline::fold_quiet`]): the document's size then no longer grows with
     /// threads × functions or threads × buckets.
     pub per_thread: bool,
+    /// `calltree`: leave out nodes below this share of the total inclusive time (an explicit
+    /// `--min-percent`); `None` keeps every node: the document is for programs.
+    pub calltree_min_percent: Option<f64>,
 }
 
 /// The report document for a thread selection, with a timeline in buckets of `bucket_ns`
@@ -550,6 +568,13 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
     let cpu_by_module: HashMap<&str, &ModuleHits> = cpu_hits.modules.iter().map(|m| (m.module.as_str(), m)).collect();
     let wall_by_module: HashMap<&str, &ModuleHits> = wall_hits.modules.iter().map(|m| (m.module.as_str(), m)).collect();
     let (from, to) = p.span();
+    let (calltree, calltree_hidden) = match instrumented {
+        true => {
+            let (tree, hidden) = calltree(p, threads, opts.calltree_min_percent);
+            (Some(tree), hidden)
+        }
+        false => (None, None),
+    };
     ReportDocument {
         schema_version: SCHEMA_VERSION,
         process: ProcessDoc {
@@ -679,7 +704,8 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
             hooked_functions: i.hooked_functions,
             filtered_functions: i.filtered_functions,
         }),
-        calltree: instrumented.then(|| calltree(p, threads)),
+        calltree,
+        calltree_hidden,
         thread_hotspots: (instrumented && opts.per_thread).then(|| thread_hotspots(p, threads)),
         flow: (!p.flow.is_empty()).then(|| flow(p, threads)),
         sampling: sampling(p, threads, &cpu_hits, &cpu_by_module, &wall_by_module),
@@ -801,8 +827,9 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
     }
 }
 
-/// The merged call tree, flat: depth first, children by inclusive time, then stack.
-fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
+/// The merged call tree, flat: depth first, children by inclusive time, then stack; the hooks'
+/// nodes only, and of those only the ones at `min_percent` of the total or more when given.
+fn calltree(p: &Profile, threads: &Threads, min_percent: Option<f64>) -> (Vec<CallTreeDoc>, Option<CallTreeHiddenDoc>) {
     let names = select::display_names(p);
     let (mut tree, stacks) = frame_tree(p, threads);
     tree.sort_children(|nodes, a, b| {
@@ -812,11 +839,26 @@ fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
             .cmp(&nodes[a as usize].total.time_ns)
             .then(stacks[a as usize].cmp(&stacks[b as usize]))
     });
+    let total: u64 = tree.children(0).iter().map(|&r| tree.nodes[r as usize].total.time_ns).saturating_sum();
+    let mut hidden = min_percent.map(|min_percent| CallTreeHiddenDoc { min_percent, rows: 0, inclusive_ns: 0 });
     let mut out = Vec::with_capacity(tree.nodes.len());
     // (node, parent id, depth), popped in display order.
     let mut stack: Vec<(u32, Option<usize>, usize)> = tree.children(0).iter().rev().map(|&r| (r, None, 0)).collect();
     while let Some((n, parent, depth)) = stack.pop() {
         let me = &tree.nodes[n as usize];
+        if !me.total.has_exact() {
+            // A sampled stack's node: no calls, no time.
+            continue;
+        }
+        if let Some(h) = &mut hidden {
+            let v = me.total.time_ns;
+            if total > 0 && (v as f64) * 100.0 / (total as f64) < h.min_percent {
+                // Its subtree is below the cut too: counted, not listed.
+                h.rows += exact_nodes(&tree, n);
+                h.inclusive_ns = h.inclusive_ns.saturating_add(v);
+                continue;
+            }
+        }
         let id = out.len();
         out.push(CallTreeDoc {
             id,
@@ -831,7 +873,20 @@ fn calltree(p: &Profile, threads: &Threads) -> Vec<CallTreeDoc> {
         });
         stack.extend(tree.children(n).iter().rev().map(|&k| (k, Some(id), depth + 1)));
     }
-    out
+    (out, hidden)
+}
+
+/// The nodes with an exact cost in the subtree of `n`, `n` included.
+fn exact_nodes(tree: &engine::Tree<Cost>, n: u32) -> usize {
+    let mut count = 0;
+    let mut todo = vec![n];
+    while let Some(k) = todo.pop() {
+        if tree.nodes[k as usize].total.has_exact() {
+            count += 1;
+            todo.extend_from_slice(tree.children(k));
+        }
+    }
+    count
 }
 
 /// One thread's function rows — what `function_rows` gives for that thread alone — from the
@@ -1049,5 +1104,42 @@ mod tests {
             }
         }
         assert!(checked > 100, "{checked} rows compared");
+    }
+
+    /// The JSON call tree holds the hooks' nodes only, every one of them by default; an explicit
+    /// `--min-percent` cuts it and says what it cut.
+    #[test]
+    fn the_json_call_tree_is_exact_and_whole_unless_cut() {
+        use clrprof_model::{Cost, FrameId, FrameKey, Profile};
+        let mut p = Profile::default();
+        let t = &mut p.costs;
+        let f: Vec<FrameId> = ["Main", "Big", "Tiny", "[thread not walkable]"]
+            .iter()
+            .map(|n| t.stacks.intern_frame(FrameKey::Label(n.to_string())))
+            .collect();
+        let timed = |calls, time_ns| Cost { calls, time_ns, ..Default::default() };
+        let sampled = Cost { wall_samples: 2, wall_ns: 20_000_000, ..Default::default() };
+        for (frames, cost) in [
+            (vec![f[0]], timed(1, 1000)),
+            (vec![f[0], f[1]], timed(3, 9000)),
+            (vec![f[0], f[1], f[2]], timed(2, 2)),
+            (vec![f[0], f[1], f[2]], sampled),
+            (vec![f[3]], sampled),
+        ] {
+            let s = t.stacks.intern_stack(&frames).unwrap();
+            t.add(1, s, &cost);
+        }
+        let names = |d: &super::ReportDocument| -> Vec<String> {
+            d.calltree.as_ref().unwrap().iter().map(|n| n.name.clone()).collect()
+        };
+        let all = super::document(&p, &super::Threads::all(), None);
+        assert_eq!(names(&all), ["Main", "Big", "Tiny"]);
+        assert!(all.calltree_hidden.is_none());
+        let opts = super::DocumentOptions { calltree_min_percent: Some(0.05), ..Default::default() };
+        let cut = super::document_with(&p, &super::Threads::all(), None, opts);
+        assert_eq!(names(&cut), ["Main", "Big"]);
+        let h = cut.calltree_hidden.as_ref().unwrap();
+        assert_eq!((h.rows, h.inclusive_ns), (1, 2));
+        assert_eq!(cut.calltree.as_ref().unwrap()[1].inclusive_ns, 9002);
     }
 }

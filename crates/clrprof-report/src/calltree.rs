@@ -6,7 +6,7 @@ use clrprof_query::costs::call_tree;
 use clrprof_query::select;
 
 use super::text_table::{Align::*, TextTable};
-use super::{fmt_value, percent, title, ReportOptions, Result};
+use super::{fmt_value, percent, title, with_unit, ReportOptions, Result};
 
 pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let view = call_tree(p, &opts.cost_query(p)?, opts.thread.as_deref());
@@ -39,6 +39,18 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
             ]);
         }
         out += &t.render();
+        let h = &g.hidden;
+        if h.rows > 0 {
+            out += &format!(
+                "{} {} below {}% hidden: {}, {}% of the total, included in their callers' INCL; \
+                 --min-percent 0 shows them\n",
+                h.rows,
+                if h.rows == 1 { "row" } else { "rows" },
+                h.min_percent,
+                with_unit(m, h.value),
+                percent(h.value, g.total),
+            );
+        }
     }
     Ok(out)
 }

@@ -197,7 +197,9 @@ pub struct ReportOptions {
     pub by_thread: bool,
     pub top: Option<usize>,
     pub depth: Option<usize>,
-    pub min_percent: f64,
+    /// `--min-percent`: `None` is the view's default (the call tree under an exact weight hides
+    /// rows below [`clrprof_query::costs::EXACT_TREE_MIN_PERCENT`]; JSON keeps every row).
+    pub min_percent: Option<f64>,
     pub function: Option<String>,
     /// JSON: the timeline's bucket size (`None`: chosen from the span).
     pub bucket_ns: Option<u64>,
@@ -217,7 +219,7 @@ impl Default for ReportOptions {
             by_thread: false,
             top: None,
             depth: None,
-            min_percent: 0.0,
+            min_percent: None,
             function: None,
             bucket_ns: None,
             per_thread: false,
@@ -285,7 +287,10 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
             p,
             &threads,
             opts.bucket_ns,
-            clrprof_query::document::DocumentOptions { per_thread: opts.per_thread },
+            clrprof_query::document::DocumentOptions {
+                per_thread: opts.per_thread,
+                calltree_min_percent: opts.min_percent,
+            },
         );
         // Through a `Value`, whose maps keep their keys sorted: the same document byte for byte.
         let mut s = serde_json::to_string_pretty(&serde_json::to_value(&doc)?)?;

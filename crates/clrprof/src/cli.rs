@@ -660,9 +660,11 @@ struct ReportArgs {
     /// Call tree: levels to show
     #[arg(long, value_name = "N")]
     depth: Option<usize>,
-    /// Call tree: hide nodes below this share of the total
-    #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
-    min_percent: f64,
+    /// Call tree: hide nodes below this share of the total [default: 0.05 under an exact weight
+    /// (rows that would read 0.0%), else 0; JSON keeps every row unless given]; heap dominator
+    /// tree: the same [default: 0]
+    #[arg(long, value_name = "PERCENT")]
+    min_percent: Option<f64>,
     /// Callers, lines and source views: the function (full name, or a unique part of it)
     #[arg(long, value_name = "NAME")]
     function: Option<String>,
@@ -815,7 +817,7 @@ pub fn run() -> Result<ExitCode> {
                     type_name: a.type_name,
                     top: a.top,
                     depth: a.depth,
-                    min_percent: a.min_percent,
+                    min_percent: a.min_percent.unwrap_or(0.0),
                     format: a.format.0,
                 };
                 let text = crate::heap_views::report(&a.trace, &a.read.options()?, view, &opts)?;
