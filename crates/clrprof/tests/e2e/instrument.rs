@@ -305,3 +305,137 @@ fn thread_churn_is_counted_exactly_with_bounded_memory() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A row of a text call tree: its share as printed, its calls, its function, the whole line, and
+/// the row without the columns' padding (which follows the widest value shown).
+struct TreeRow<'a> {
+    percent: &'a str,
+    calls: u64,
+    name: &'a str,
+    line: &'a str,
+    key: String,
+}
+
+/// The rows of a one-group text call tree, and its footer (hidden rows, their time as printed).
+fn tree_rows(t: &str) -> (Vec<TreeRow<'_>>, Option<(usize, String)>) {
+    let mut lines = t.lines().skip_while(|l| !l.trim_start().starts_with("INCL %")).skip(1);
+    let mut rows = Vec::new();
+    let mut footer = None;
+    for line in lines.by_ref() {
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((count, rest)) = line.split_once(" below 0.05% hidden: ") {
+            let count = count.trim_end_matches(" rows").trim_end_matches(" row").parse().unwrap();
+            footer = Some((count, rest.split_once(" ms,").expect("a time in ms").0.to_string()));
+            assert!(line.ends_with("; --min-percent 0 shows them"), "{line}");
+            continue;
+        }
+        // INCL %, INCL ms, EXCL ms, CALLS, then the indented function (which may hold spaces).
+        let mut rest = line;
+        let mut fields = Vec::new();
+        for _ in 0..4 {
+            rest = rest.trim_start();
+            let end = rest.find(' ').unwrap();
+            fields.push(&rest[..end]);
+            rest = &rest[end..];
+        }
+        // `rest` is the two spaces between columns, the indentation and the function.
+        let key = format!("{}{rest}", fields.join(" "));
+        rows.push(TreeRow { percent: fields[0], calls: fields[3].parse().unwrap(), name: rest.trim(), line, key });
+    }
+    assert!(lines.next().is_none(), "one group: {t}");
+    (rows, footer)
+}
+
+/// `report --view calltree` of an instrumented trace reads like an exact tree: no rows of the
+/// trace's sampled stacks, the rows that would read 0.0% hidden with a footer counting them and
+/// their time (which their callers still include), and the exact counts as they were.
+#[test]
+fn the_exact_call_tree_hides_zero_rows_and_leaves_sampled_rows_out() {
+    let _machine = machine::shared();
+    let dir = scratch("instrument-calltree");
+    let trace = dir.join("calls.clrprof");
+    let out = record("Calls", &[], &trace, &["--instrument"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let calltree = |extra: &[&str]| {
+        let out = report(&trace, &[&["--view", "calltree"], extra].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+
+    // The trace has sampled stacks, with their markers ([runtime], [thread not walkable], …).
+    let wall = calltree(&["--weight", "wall", "--min-percent", "0"]);
+    let (wall_rows, _) = tree_rows(&wall);
+    assert!(wall_rows.iter().any(|r| r.name.starts_with('[')), "sampled markers in the wall tree: {wall}");
+
+    // The whole exact tree: every row entered at least once, no sampled marker.
+    let full = calltree(&["--min-percent", "0"]);
+    let (all, none) = tree_rows(&full);
+    assert!(none.is_none(), "--min-percent 0 hides nothing");
+    assert!(all.len() > 1000, "{} rows", all.len());
+    for r in &all {
+        assert!(r.calls > 0 && !r.name.starts_with('['), "a row the hooks never saw: {}", r.line);
+    }
+    let zero = all.iter().filter(|r| r.percent == "0.0").count();
+    assert!(zero > all.len() / 2, "{zero} of {} rows read 0.0%", all.len());
+
+    // By default: the rows that read 0.0% hidden and counted, every other row as it was.
+    let cut = calltree(&[]);
+    let (shown, footer) = tree_rows(&cut);
+    let (hidden, hidden_ms) = footer.expect("a footer");
+    assert_eq!(hidden, zero, "{cut}");
+    let kept: Vec<&str> = all.iter().filter(|r| r.percent != "0.0").map(|r| r.key.as_str()).collect();
+    assert_eq!(shown.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), kept);
+
+    // The same as deep as --depth shows.
+    let (deep_full, deep_cut) = (calltree(&["--depth", "6", "--min-percent", "0"]), calltree(&["--depth", "6"]));
+    let ((deep_all, _), (deep_shown, deep_footer)) = (tree_rows(&deep_full), tree_rows(&deep_cut));
+    let deep_zero = deep_all.iter().filter(|r| r.percent == "0.0").count();
+    assert_eq!(deep_footer.expect("a footer at depth 6").0, deep_zero);
+    assert_eq!(deep_shown.len() + deep_zero, deep_all.len());
+
+    // The JSON keeps every exact row; with --min-percent it cuts the same rows and says what
+    // they hold, time its callers still count.
+    let whole = report_json(&trace);
+    let nodes = whole["calltree"].as_array().unwrap();
+    assert_eq!(nodes.len(), all.len());
+    assert!(whole.get("calltree_hidden").is_none());
+    let v = report_json_with(&trace, &["--min-percent", "0.05"]);
+    let h = &v["calltree_hidden"];
+    assert_eq!(h["rows"].as_u64(), Some(hidden as u64));
+    let hidden_ns = h["inclusive_ns"].as_u64().unwrap();
+    assert_eq!(format!("{}.{:03}", hidden_ns / 1_000_000, (hidden_ns / 1_000) % 1_000), hidden_ms);
+    let shown_nodes = v["calltree"].as_array().unwrap();
+    assert_eq!(shown_nodes.len(), shown.len());
+    let ns = |n: &Value, k: &str| n[k].as_u64().unwrap();
+    let roots = |ns: &[Value]| {
+        ns.iter().filter(|n| n["parent"].is_null()).map(|n| n["inclusive_ns"].as_u64().unwrap()).sum::<u64>()
+    };
+    let mut unlisted = roots(nodes) - roots(shown_nodes);
+    let mut children = vec![0u64; shown_nodes.len()];
+    for n in shown_nodes {
+        if let Some(p) = n["parent"].as_u64() {
+            children[p as usize] += ns(n, "inclusive_ns");
+        }
+    }
+    for (n, c) in shown_nodes.iter().zip(children) {
+        unlisted += ns(n, "inclusive_ns") - ns(n, "exclusive_ns") - c;
+    }
+    assert_eq!(unlisted, hidden_ns, "the hidden rows' time is in their callers' inclusive time");
+
+    // Exact counts: the tree's rows of a function add up to its calls, hidden rows included.
+    for (f, n) in [
+        ("Calls.Recursion.Fib", 21_891),
+        ("Calls.Shared.Work", 10_000),
+        ("Calls.Counted.Tick", 1000),
+        ("Calls.Exceptions.Level3", 50),
+        ("Calls.AsyncWork.Step", 10),
+    ] {
+        assert_eq!(calls(&whole, f), n, "{f}");
+        assert_eq!(all.iter().filter(|r| r.name == f).map(|r| r.calls).sum::<u64>(), n, "{f}");
+    }
+    let fib = shown.iter().find(|r| r.name == "Calls.Recursion.Fib").expect("Fib's root shown");
+    assert_eq!(fib.calls, 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
