@@ -599,6 +599,37 @@ mod walks {
         assert_eq!(walk(&w, ret, 0, 40), [ret, RET_INTO_MAIN, RET_INTO_HOST]);
     }
 
+    /// A libc leaf under `__open` called from libSystem.Native before the sampler had read the
+    /// mappings again since the library was loaded (a .NET 10 run of `Sampling osr` recorded the
+    /// leaf, `__libc_open`, then UNKNOWN): the second step's return address, into the library
+    /// not known yet, was refused, and the walk went on from RBP, the path `__open` keeps there.
+    #[test]
+    fn a_native_caller_s_return_into_a_library_not_known_yet_is_followed_when_rbp_is_no_frame() {
+        let _s = serial();
+        add_native();
+        const NEW_LIB: u64 = 0x6b00_0000_0040;
+        // Main's frame at 60, the new library's RBP frame at 40; the leaf at its entry (SP at
+        // word 4: its return address into the native caller), the caller's frame from word 5 to
+        // its CFA at 20 (the return address into the new library at 19, its RBP saved at 18); RBP
+        // holds a pointer to a string in the library's caller's frame (word 30).
+        let mut w: Vec<u64> = (0..64).map(|i| 0x7777_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[19] = NEW_LIB;
+        w[18] = at(&w, 40);
+        w[4] = NATIVE_CODE + 0x51;
+        w[30] = 0x6c65_732f_636f_7270; // "proc/sel"
+        w[31] = 0x6174_732f_6b73_6174; // "task/sta"
+        let leaf = NATIVE_CODE;
+        assert_eq!(walk(&w, leaf, 4, 30), [leaf, NATIVE_CODE + 0x51, NEW_LIB, RET_INTO_MAIN, RET_INTO_HOST]);
+        // While RBP holds a frame record, the unknown address is not taken: the walk goes on
+        // from that record.
+        assert_eq!(walk(&w, leaf, 4, 40), [leaf, NATIVE_CODE + 0x51, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
     #[test]
     fn a_native_leaf_called_from_osr_code_the_mappings_do_not_show_yet_keeps_its_callers() {
         let _s = serial();

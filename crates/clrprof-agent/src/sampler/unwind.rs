@@ -144,10 +144,11 @@ pub(super) unsafe fn native_steps(
         // Hand-written assembly (the runtime's call stubs, which push arguments) may move SP
         // without saying so in its rules; it keeps an RBP frame. A rule that does not lead to
         // known executable memory is not followed when `strict`, nor when RBP holds a frame
-        // record, nor past the first step. (A library mapped less than a second ago is not known
-        // yet: the leaf's return address into it still follows the rules when RBP holds no frame
-        // record, as in code without frame pointers.)
-        if exec != 0 && !code_known(exec, ret - 1) && (strict || step > 0 || frame_record_sound(fp, sp, hi)) {
+        // record. (A library mapped less than a second ago is not known yet: a return address
+        // into it still follows the rules when RBP holds no frame record, as in code without
+        // frame pointers — at any step: libc's `__open` keeps the path in RBP, and a leaf it
+        // calls returns to it first.)
+        if exec != 0 && !code_known(exec, ret - 1) && (strict || frame_record_sound(fp, sp, hi)) {
             break;
         }
         if row.rbp_slot != 0 {
