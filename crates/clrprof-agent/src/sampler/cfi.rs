@@ -157,8 +157,9 @@ fn of_image_cached<'d, R: object::ReadRef<'d>>(data: R, cache: Option<&Path>) ->
     Some((FileRules { rows: rows.into_boxed_slice(), segments }, false))
 }
 
-/// The cache's subdirectory for rows in this layout (a new layout gets a new name).
-const CACHE_SUBDIR: &str = "unwind-1";
+/// The cache's subdirectory for rows in this layout and meaning (a new layout, or rows read
+/// otherwise, get a new name: "unwind-1" held no rows for RBP saved below SP).
+const CACHE_SUBDIR: &str = "unwind-2";
 /// A cache file: this magic, the row count and the rows' digest (u64 little-endian each), then
 /// the rows.
 const CACHE_MAGIC: &[u8; 8] = b"clrpuw01";
@@ -253,8 +254,17 @@ fn rows_of(eh_data: &[u8], bases: &BaseAddresses) -> Vec<u64> {
     out
 }
 
+/// The bytes below SP that the x86-64 System V ABI keeps for the running function (the red
+/// zone): the kernel delivers a signal below them, so they hold at the signal what the
+/// interrupted code left there.
+pub(crate) const RED_ZONE: u64 = 128;
+
 /// The compact rule of one CFI row: [`KIND_RSP`] only when the return address is at CFA − 8
-/// and RBP is either unchanged or saved at a small multiple of 8 below the CFA.
+/// and RBP is either unchanged or saved at a small multiple of 8 below the CFA — in the frame, or
+/// in the red zone below SP: GCC's epilogs leave the rule of a popped register as it was, so at
+/// the `ret` after `pop rbp` (CFA = RSP + 8) RBP reads as saved at CFA − 16, the word the `pop`
+/// just read (glibc's `__futex_abstimed_wait_common` ends so); code that saves RBP in the red
+/// zone without moving SP has the same rule.
 fn rule_of<R: gimli::Reader, S: gimli::UnwindContextStorage<R>>(row: &gimli::UnwindTableRow<R, S>) -> Row {
     let none = Row { address: 0, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 };
     let (register, offset) = match row.cfa() {
@@ -276,7 +286,9 @@ fn rule_of<R: gimli::Reader, S: gimli::UnwindContextStorage<R>>(row: &gimli::Unw
     }
     let rbp_slot = match row.register(gimli::X86_64::RBP) {
         RegisterRule::Undefined | RegisterRule::SameValue => 0,
-        RegisterRule::Offset(o) if o < 0 && o % 8 == 0 && -o / 8 <= 255 && -o <= offset => (-o / 8) as u8,
+        RegisterRule::Offset(o) if o < 0 && o % 8 == 0 && -o / 8 <= 255 && -o <= offset + RED_ZONE as i64 => {
+            (-o / 8) as u8
+        }
         _ => return none,
     };
     Row { address: 0, kind, cfa_offset: offset as u16, rbp_slot }
@@ -322,6 +334,67 @@ mod tests {
         });
         assert!(entries.count() > 500);
         assert!(!rules.segments.is_empty());
+    }
+
+    /// An `.eh_frame` of one CIE (CFA = RSP + 8, return address at CFA − 8) and one FDE for
+    /// 0x1000..0x1020 with the call-frame instructions `insns`, both padded with `DW_CFA_nop`.
+    fn eh_frame(insns: &[u8]) -> Vec<u8> {
+        fn entry(out: &mut Vec<u8>, body: &[u8]) {
+            let mut body = body.to_vec();
+            while !(body.len() + 4).is_multiple_of(8) {
+                body.push(0);
+            }
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        let mut out = Vec::new();
+        // CIE: id 0, version 1, "zR", code alignment 1, data alignment −8, return address
+        // register 16, FDE addresses as absolute u32; DW_CFA_def_cfa rsp 8, DW_CFA_offset r16 1.
+        entry(&mut out, &[0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03, 0x0c, 7, 8, 0x90, 1]);
+        // FDE: the distance back to the CIE, start, length, no augmentation data.
+        let mut fde = ((out.len() + 4) as u32).to_le_bytes().to_vec();
+        fde.extend_from_slice(&0x1000u32.to_le_bytes());
+        fde.extend_from_slice(&0x20u32.to_le_bytes());
+        fde.push(0);
+        fde.extend_from_slice(insns);
+        entry(&mut out, &fde);
+        out
+    }
+
+    /// glibc's `__futex_abstimed_wait_common` (`push rbp; push rbx; sub rsp, 0x28; ...; add rsp,
+    /// 0x28; pop rbx; pop rbp; ret`): at its `ret` the CFA is RSP + 8 and RBP's rule still reads
+    /// "saved at CFA − 16", below SP (GCC does not restore the rules of popped registers). That
+    /// row had no rule, so a sample at the `ret` was cut at the leaf (1 sample of 192 in a .NET
+    /// 10 run of `Sampling osr`): it is RSP-based, with RBP read from the red zone.
+    #[test]
+    fn an_epilog_s_ret_after_pop_rbp_has_an_rsp_based_rule() {
+        let insns = [
+            0x41, 0x0e, 16, 0x86, 2, // 0x1001, after `push rbp`: CFA = RSP + 16, RBP at CFA − 16
+            0x41, 0x0e, 24, 0x83, 3, // 0x1002, after `push rbx`
+            0x44, 0x0e, 64, // 0x1006, after `sub rsp, 0x28`
+            0x4e, 0x0a, 0x0e, 24, // 0x1014, after `add rsp, 0x28` (the body's state remembered)
+            0x41, 0x0e, 16, // 0x1015, after `pop rbx`
+            0x41, 0x0e, 8, // 0x1016, after `pop rbp`: at the `ret`
+            0x41, 0x0b, // 0x1017: the body's state again (code after the `ret`)
+        ];
+        let rows = rows_of(&eh_frame(&insns), &BaseAddresses::default());
+        let rsp = |cfa_offset, rbp_slot| Some(Row { address: 0, kind: KIND_RSP, cfa_offset, rbp_slot });
+        let at = |a| lookup(&rows, a).map(|r| Row { address: 0, ..r });
+        assert_eq!(at(0x1000), rsp(8, 0));
+        assert_eq!(at(0x1001), rsp(16, 2));
+        assert_eq!(at(0x1010), rsp(64, 2));
+        assert_eq!(at(0x1015), rsp(16, 2));
+        assert_eq!(at(0x1016), rsp(8, 2), "the `ret`: {rows:x?}");
+        assert_eq!(at(0x1017), rsp(64, 2));
+        assert_eq!(at(0x1020).map(|r| r.kind), Some(KIND_NONE));
+
+        // A slot below the red zone is no rule (nothing keeps it).
+        let far = [0x41, 0x0e, 8, 0x86, 18]; // RBP at CFA − 144 = RSP − 136
+        let rows = rows_of(&eh_frame(&far), &BaseAddresses::default());
+        assert_eq!(lookup(&rows, 0x1001).map(|r| r.kind), Some(KIND_NONE));
+        let edge = [0x41, 0x0e, 8, 0x86, 17]; // RBP at RSP − 128, the red zone's last word
+        let rows = rows_of(&eh_frame(&edge), &BaseAddresses::default());
+        assert_eq!(lookup(&rows, 0x1001).map(|r| Row { address: 0, ..r }), rsp(8, 17));
     }
 
     /// The rows of the code at `addr` in this process's own executable file (the test binary

@@ -468,7 +468,9 @@ mod walks {
 
     /// Native code without frame pointers (fake addresses: the "file" maps its virtual address
     /// 0x1000 at NATIVE_CODE): entry at 0x1000 (return address at SP), then an RSP-based frame of
-    /// 0x78 bytes with the caller's RBP saved at CFA − 16 (as glibc's `__open`), no rule from 0x1100.
+    /// 0x78 bytes with the caller's RBP saved at CFA − 16 (as glibc's `__open`), no rule from 0x1100;
+    /// an RBP frame from 0x1400, and at 0x1800 an epilog's `ret` after `pop rbp` (CFA = RSP + 8,
+    /// RBP's rule still "saved at CFA − 16": in the red zone below SP).
     const NATIVE_CODE: u64 = 0x5c00_0000_0000;
     const RET_INTO_RUN2: u64 = 0x5000_0000_0500;
 
@@ -481,6 +483,8 @@ mod walks {
                 Row { address: 0x1001, kind: KIND_RSP, cfa_offset: 0x78, rbp_slot: 2 }.pack(),
                 Row { address: 0x1100, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
                 Row { address: 0x1400, kind: KIND_RBP, cfa_offset: 16, rbp_slot: 2 }.pack(),
+                Row { address: 0x1800, kind: KIND_RSP, cfa_offset: 8, rbp_slot: 2 }.pack(),
+                Row { address: 0x1801, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
             ]
         });
         // The fake code is executable memory; the stacks' filler words are not.
@@ -550,6 +554,80 @@ mod walks {
         // A frame that would end above the stack's top: nothing is read past it.
         let len = w.len();
         assert_eq!(walk(&w, leaf, len - 2, len - 1), [leaf]);
+    }
+
+    /// A sample at the `ret` of glibc's `__futex_abstimed_wait_common` (after `pop rbx; pop
+    /// rbp`) was cut at the leaf: its rule places RBP below SP, and the walk took it for no rule
+    /// and went on from RBP, the caller's scratch value. The caller's RBP is read from the red
+    /// zone, which the kernel keeps when it delivers the signal.
+    #[test]
+    fn a_native_leaf_at_its_ret_after_pop_rbp_keeps_its_callers() {
+        let _s = serial();
+        add_native();
+        // Main's frame at 60, Run's at 40; the leaf's SP at word 4 holds its return address
+        // into native code without frame pointers (frame from word 5 to its CFA at 20: return
+        // address into Run at 19, Run's RBP saved at 18); the word below SP is the RBP the
+        // leaf's `pop rbp` just read, the caller's scratch value (a string), still in RBP.
+        let mut w: Vec<u64> = (0..64).map(|i| 0x6666_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        let string = 0x7461_7473_2f33_3933; // "393/stat"
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[19] = RET_INTO_RUN2;
+        w[18] = at(&w, 40);
+        w[4] = NATIVE_CODE + 0x51;
+        w[3] = string;
+        let ret = NATIVE_CODE + 0x800;
+        let (slot, mut uc) = fake_thread(&w, ret, 4, 0);
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = string as i64;
+        // Safety: the registers point into `w`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut got = Vec::new();
+        slot.drain(|ips, _, _, _, _| got = ips.to_vec());
+        assert_eq!(got, [ret, NATIVE_CODE + 0x51, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // Code that saved RBP in the red zone and uses RBP as a scratch register: RBP is the
+        // word the rule names, not RBP's value. Called by Run, whose frame is at 40.
+        w[4] = RET_INTO_RUN2;
+        w[3] = at(&w, 40);
+        assert_eq!(walk(&w, ret, 4, 30), [ret, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // A red zone below the stack's bounds is not read: the ordinary walk from RBP.
+        w[0] = RET_INTO_RUN2;
+        assert_eq!(walk(&w, ret, 0, 40), [ret, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    /// A libc leaf under `__open` called from libSystem.Native before the sampler had read the
+    /// mappings again since the library was loaded (a .NET 10 run of `Sampling osr` recorded the
+    /// leaf, `__libc_open`, then UNKNOWN): the second step's return address, into the library
+    /// not known yet, was refused, and the walk went on from RBP, the path `__open` keeps there.
+    #[test]
+    fn a_native_caller_s_return_into_a_library_not_known_yet_is_followed_when_rbp_is_no_frame() {
+        let _s = serial();
+        add_native();
+        const NEW_LIB: u64 = 0x6b00_0000_0040;
+        // Main's frame at 60, the new library's RBP frame at 40; the leaf at its entry (SP at
+        // word 4: its return address into the native caller), the caller's frame from word 5 to
+        // its CFA at 20 (the return address into the new library at 19, its RBP saved at 18); RBP
+        // holds a pointer to a string in the library's caller's frame (word 30).
+        let mut w: Vec<u64> = (0..64).map(|i| 0x7777_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        w[60] = 0;
+        w[61] = RET_INTO_HOST;
+        w[40] = at(&w, 60);
+        w[41] = RET_INTO_MAIN;
+        w[19] = NEW_LIB;
+        w[18] = at(&w, 40);
+        w[4] = NATIVE_CODE + 0x51;
+        w[30] = 0x6c65_732f_636f_7270; // "proc/sel"
+        w[31] = 0x6174_732f_6b73_6174; // "task/sta"
+        let leaf = NATIVE_CODE;
+        assert_eq!(walk(&w, leaf, 4, 30), [leaf, NATIVE_CODE + 0x51, NEW_LIB, RET_INTO_MAIN, RET_INTO_HOST]);
+        // While RBP holds a frame record, the unknown address is not taken: the walk goes on
+        // from that record.
+        assert_eq!(walk(&w, leaf, 4, 40), [leaf, NATIVE_CODE + 0x51, RET_INTO_MAIN, RET_INTO_HOST]);
     }
 
     #[test]

@@ -92,16 +92,21 @@ pub(super) const MAX_NATIVE_STEPS: usize = 32;
 /// the code at `pc` has its RBP frame set up (its caller is then found through RBP, and the word at
 /// SP is a local of it, no return address). A return
 /// address outside the known executable mappings is not taken when `strict`, nor when RBP holds what looks like a frame record. Every slot read lies between the
-/// frame's SP and the stack's top (`hi`); each CFA is above the SP it came from.
+/// frame's SP and the stack's top (`hi`) — or, for the caller's RBP in the first frame, from
+/// `rbp_floor` up: at the interrupted IP that is the red zone below SP, where an epilog's `ret`
+/// after `pop rbp` has its rule place RBP (see [`super::cfi::RED_ZONE`]); each CFA is above the
+/// SP it came from.
 ///
 /// # Safety
-/// `[sp, hi)` must be mapped stack of the current thread.
+/// `[min(sp, rbp_floor), hi)` must be mapped stack of the current thread.
 #[inline(never)]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn native_steps(
     ips: &mut [u64],
     mut n: usize,
     pc: u64,
     sp: u64,
+    rbp_floor: u64,
     fp: u64,
     hi: u64,
     strict: bool,
@@ -139,15 +144,17 @@ pub(super) unsafe fn native_steps(
         // Hand-written assembly (the runtime's call stubs, which push arguments) may move SP
         // without saying so in its rules; it keeps an RBP frame. A rule that does not lead to
         // known executable memory is not followed when `strict`, nor when RBP holds a frame
-        // record, nor past the first step. (A library mapped less than a second ago is not known
-        // yet: the leaf's return address into it still follows the rules when RBP holds no frame
-        // record, as in code without frame pointers.)
-        if exec != 0 && !code_known(exec, ret - 1) && (strict || step > 0 || frame_record_sound(fp, sp, hi)) {
+        // record. (A library mapped less than a second ago is not known yet: a return address
+        // into it still follows the rules when RBP holds no frame record, as in code without
+        // frame pointers — at any step: libc's `__open` keeps the path in RBP, and a leaf it
+        // calls returns to it first.)
+        if exec != 0 && !code_known(exec, ret - 1) && (strict || frame_record_sound(fp, sp, hi)) {
             break;
         }
         if row.rbp_slot != 0 {
-            let slot = cfa - 8 * row.rbp_slot as u64;
-            if slot < sp || slot > hi - 8 {
+            let slot = cfa.wrapping_sub(8 * row.rbp_slot as u64);
+            let floor = if step == 0 { rbp_floor.min(sp) } else { sp };
+            if slot < floor || slot > hi - 8 || slot > cfa {
                 break;
             }
             fp = *(slot as *const u64);
@@ -382,7 +389,10 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     // scratch register, or a prolog): its frames are stepped through by the unwind rules, and the
     // walk goes on from the RBP they recover. The word at SP is then no guess to make later.
     if on_stack {
-        match native_steps(ips, n, ip, sp, fp, hi, false) {
+        // The interrupted code's red zone, on this stack: the kernel put the signal's frame
+        // below it.
+        let red_zone = sp.saturating_sub(super::cfi::RED_ZONE).max(lo);
+        match native_steps(ips, n, ip, sp, red_zone, fp, hi, false) {
             Ok((added, caller_fp, caller_sp, ret)) => {
                 n = added;
                 fp = caller_fp;
@@ -478,7 +488,9 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
             // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
             // value of it, no frame record. Its SP at the call was just above the return slot;
             // its rules lead on, into known code only.
-            if let Ok((added, caller_fp, caller_sp, last)) = native_steps(ips, n, owner, fp + 16, next, hi, true) {
+            if let Ok((added, caller_fp, caller_sp, last)) =
+                native_steps(ips, n, owner, fp + 16, fp + 16, next, hi, true)
+            {
                 n = added;
                 floor = caller_sp;
                 owner = last - 1;
