@@ -271,6 +271,7 @@ impl ProfileBuilder {
             | R::AllocationCounts(_)
             | R::AllocationSample(_)
             | R::AllocationSamples(_)
+            | R::AllocationStack(_)
             | R::ContentionStarted(_)
             | R::ContentionEnded(_)
             | R::ContentionStack(_)

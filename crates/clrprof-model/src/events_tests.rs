@@ -1134,6 +1134,51 @@ fn packed_allocation_samples_read_back_as_the_single_records() {
 }
 
 #[test]
+fn interned_allocation_stacks_read_back_as_the_single_records() {
+    let single = everything();
+    let samples: Vec<AllocationSample> = single
+        .iter()
+        .filter_map(|r| match r {
+            Record::AllocationSample(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(samples.iter().filter(|a| !a.stack.is_empty()).count() >= 2);
+    // Each flush's new stacks first, then its samples referring to them (the agent's writer);
+    // the second flush repeats the first one's stacks.
+    let mut interner = AllocationStackInterner::default();
+    let mut packed: Vec<Record> =
+        single.iter().filter(|r| !matches!(r, Record::AllocationSample(_))).cloned().collect();
+    let mut refs = 0;
+    for batch in [&samples[..1], &samples[..]] {
+        let (defs, r) = interner.pack(batch.to_vec()).unwrap();
+        refs += r.stacks.len();
+        packed.extend(defs.into_iter().map(Record::from));
+        packed.push(r.into());
+    }
+    assert!(refs > 0);
+    let mut twice: Vec<Record> = single.clone();
+    twice.extend(samples[..1].iter().cloned().map(Record::from));
+    let (a, b) = (events_builder(&twice), events_builder(&packed));
+    for range in [TimeRange::ALL, TimeRange::new(600 * MS, 1000 * MS)] {
+        let (mut p, mut q) = (finished(&a, 1000 * MS, range), finished(&b, 1000 * MS, range));
+        assert!(p.events.alloc_samples > 0);
+        let sorted = |p: &mut Profile| p.events.log.sort_by(|x, y| format!("{x:?}").cmp(&format!("{y:?}")));
+        sorted(&mut p);
+        sorted(&mut q);
+        assert_eq!(normalized(&p), normalized(&q), "{range:?}");
+        assert_eq!(q.events.damaged_records, 0);
+    }
+    // A reference to a stack never defined (a definition lost): the record is damage, counted
+    // and skipped, like a packing that does not hold its samples.
+    let mut interner = AllocationStackInterner::default();
+    let (_, r) = interner.pack(samples.clone()).unwrap();
+    let b = events_builder(&[ProcessStart::default().into(), r.into()]);
+    let p = finished(&b, 1000 * MS, TimeRange::ALL);
+    assert_eq!((p.events.alloc_samples, p.events.damaged_records), (0, 1));
+}
+
+#[test]
 fn thinned_allocation_samples_count_their_weight() {
     // 10 samples of 64 bytes kept one in 50 by the agent (490 dropped), and the same 500 kept
     // whole: the same estimates, the same sites, 10 samples against 500.

@@ -12,6 +12,7 @@
 //! No `unsafe`; one dependency (crc32fast, for block checksums).
 #![forbid(unsafe_code)]
 
+mod alloc_stacks;
 mod codec;
 mod crc32;
 pub mod heap;
@@ -24,6 +25,7 @@ pub mod wire;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 
+pub use alloc_stacks::{AllocationStackInterner, AllocationStacks, MAX_ALLOCATION_STACKS};
 pub use codec::{Field, Reader};
 pub use crc32::crc32;
 pub use records::*;

@@ -552,7 +552,19 @@ records! {
     /// older agent: the weights are then unknown, 0). `weights` holds each sample's `weight` the
     /// same way (empty when every sample stands for itself alone), and `thinned` how many samples
     /// the writer dropped since the previous record (which the kept ones' weights stand for).
-    90 AllocationSamples { ts: u64, count: u32, packed: Vec<u8>, walk_weights: Vec<u8>, weights: Vec<u8>, thinned: u64 }
+    /// `stacks` holds each sample's stack reference as a varint, in the same order: 0 when its
+    /// `ips` and `stack` are inline in `packed`, else an `AllocationStack` id (its lists in
+    /// `packed` are then empty); empty when every sample's stack is inline (and in traces of
+    /// older agents).
+    90 AllocationSamples {
+        ts: u64,
+        count: u32,
+        packed: Vec<u8>,
+        walk_weights: Vec<u8>,
+        weights: Vec<u8>,
+        thinned: u64,
+        stacks: Vec<u8>,
+    }
     /// A collection ended, by the runtime's own account (EventPipe `GCEnd_V1`, on the thread that
     /// ran it: a background GC ends on the background GC thread). With `GcInfo` it pairs each
     /// collection's start and end by index, nested ones included.
@@ -576,6 +588,11 @@ records! {
     /// rate) or the heap snapshot was written (`snapshot`, its number; 0 when none was taken).
     /// A trace that ends inside a window has no `TriggerEnded` for it.
     93 TriggerEnded { ts: u64, seq: u32, snapshot: u32 }
+    /// A stack of allocation samples (`ips` and `stack` as in `AllocationSample`), numbered from 1
+    /// for `AllocationSamples::stacks`; written before the first record that refers to it. The
+    /// agent keeps a bounded number of ids and starts again from 1 when it forgets them: a
+    /// definition replaces any earlier one of the same id.
+    94 AllocationStack { id: u32, ips: Vec<u64>, stack: Vec<u64> }
 
     // 100–109: heap snapshots (`clrprof heap`, `record --heap-snapshot-at`): the object graph the
     // runtime reports in one induced full blocking collection (its GC heap-dump events), packed
@@ -678,18 +695,30 @@ records! {
 }
 
 impl AllocationSamples {
-    /// Packs `samples` (in order) against the earliest of their timestamps; `None` when there
-    /// are more than `u32::MAX`.
+    /// Packs `samples` (in order, every stack inline) against the earliest of their timestamps;
+    /// `None` when there are more than `u32::MAX`.
     pub fn pack(samples: &[AllocationSample]) -> Option<AllocationSamples> {
+        Self::pack_refs(samples, &[])
+    }
+
+    /// Packs `samples` with their stack references `refs` (one per sample, or none: all 0): a
+    /// sample whose reference is not 0 is written without its `ips` and `stack`.
+    pub(crate) fn pack_refs(samples: &[AllocationSample], refs: &[u32]) -> Option<AllocationSamples> {
+        let count = u32::try_from(samples.len()).ok()?;
         let ts = samples.iter().map(|a| a.ts).min().unwrap_or(0);
         let mut packed = Vec::with_capacity(samples.len() * 24);
-        for a in samples {
+        for (i, a) in samples.iter().enumerate() {
             for v in [a.ts - ts, a.os_tid as u64, a.class, a.size, a.amount, a.source as u64, a.type_name.len() as u64]
             {
                 put_varint(&mut packed, v);
             }
             packed.extend_from_slice(a.type_name.as_bytes());
+            let inline = refs.get(i).is_none_or(|&r| r == 0);
             for list in [&a.ips, &a.stack] {
+                if !inline {
+                    put_varint(&mut packed, 0);
+                    continue;
+                }
                 put_varint(&mut packed, list.len() as u64);
                 for &v in list.iter() {
                     put_varint(&mut packed, v);
@@ -710,16 +739,31 @@ impl AllocationSamples {
                 put_varint(&mut weights, a.weight as u64);
             }
         }
-        let count = u32::try_from(samples.len()).ok()?;
-        Some(AllocationSamples { ts, count, packed, walk_weights, weights, thinned: 0 })
+        let mut stacks = Vec::new();
+        if refs.iter().any(|&r| r != 0) {
+            stacks.reserve(samples.len());
+            for i in 0..samples.len() {
+                put_varint(&mut stacks, refs.get(i).copied().unwrap_or(0) as u64);
+            }
+        }
+        Some(AllocationSamples { ts, count, packed, walk_weights, weights, thinned: 0, stacks })
     }
 
-    /// The samples, or why they cannot be read.
+    /// The samples, or why they cannot be read; for a record whose samples refer to no
+    /// `AllocationStack` (see [`AllocationSamples::unpack_with`]).
     pub fn unpack(&self) -> Result<Vec<AllocationSample>, DecodeError> {
+        self.unpack_with(&crate::AllocationStacks::default())
+    }
+
+    /// The samples, each with its full stack (those referred to are looked up in `stacks`, the
+    /// `AllocationStack` records read before this one), or why they cannot be read: a packing
+    /// that does not hold `count` samples, or a reference to a stack `stacks` does not hold.
+    pub fn unpack_with(&self, stacks: &crate::AllocationStacks) -> Result<Vec<AllocationSample>, DecodeError> {
         let bad =
             || DecodeError::Corrupt(format!("AllocationSamples at {} does not hold {} samples", self.ts, self.count));
         let (w, mut wat) = (&self.walk_weights[..], 0usize);
         let (tw, mut twat) = (&self.weights[..], 0usize);
+        let (sr, mut srat) = (&self.stacks[..], 0usize);
         let (b, mut at) = (&self.packed[..], 0usize);
         let mut out = Vec::with_capacity((self.count as usize).min(b.len() / 9));
         for _ in 0..self.count {
@@ -741,7 +785,7 @@ impl AllocationSamples {
                     list.push(get_varint(b, &mut at).ok_or_else(bad)?);
                 }
             }
-            let [ips, stack] = lists;
+            let [mut ips, mut stack] = lists;
             let walk_weight = if w.is_empty() {
                 0
             } else {
@@ -752,6 +796,19 @@ impl AllocationSamples {
             } else {
                 u32::try_from(get_varint(tw, &mut twat).ok_or_else(bad)?).map_err(|_| bad())?
             };
+            let stack_ref = if sr.is_empty() { 0 } else { get_varint(sr, &mut srat).ok_or_else(bad)? };
+            if stack_ref != 0 {
+                if !ips.is_empty() || !stack.is_empty() {
+                    return Err(bad());
+                }
+                let (i, s) = u32::try_from(stack_ref).ok().and_then(|id| stacks.get(id)).ok_or_else(|| {
+                    DecodeError::Corrupt(format!(
+                        "AllocationSamples at {} refers to allocation stack {stack_ref}, which was not defined",
+                        self.ts
+                    ))
+                })?;
+                (ips, stack) = (i.to_vec(), s.to_vec());
+            }
             out.push(AllocationSample {
                 ts: self.ts.checked_add(v[0]).ok_or_else(bad)?,
                 os_tid: u32::try_from(v[1]).map_err(|_| bad())?,
@@ -766,7 +823,7 @@ impl AllocationSamples {
                 weight,
             });
         }
-        if at != b.len() || wat != w.len() || twat != tw.len() {
+        if at != b.len() || wat != w.len() || twat != tw.len() || srat != sr.len() {
             return Err(bad());
         }
         Ok(out)

@@ -226,7 +226,17 @@ fn runtime_event_records_round_trip() {
         ExceptionStack { id: 1, stack: vec![6, 5] }.into(),
         ExceptionType { id: 1, class: 8, type_name: "System.Exception".into() }.into(),
         ExceptionCounts { ts: 0, interval_ns: 100_000_000, count: 0, packed: vec![], rethrown: vec![] }.into(),
-        AllocationSamples { ts: 0, count: 0, packed: vec![], walk_weights: vec![], weights: vec![], thinned: 0 }.into(),
+        AllocationSamples {
+            ts: 0,
+            count: 0,
+            packed: vec![],
+            walk_weights: vec![],
+            weights: vec![],
+            thinned: 0,
+            stacks: vec![],
+        }
+        .into(),
+        AllocationStack { id: 1, ips: vec![7], stack: vec![6, 5] }.into(),
     ];
     let bytes = file_of(std::slice::from_ref(&recs));
     let mut d = Decoder::new(&bytes[..]).unwrap();
@@ -598,4 +608,123 @@ fn thinned_allocation_samples_keep_their_weights() {
     assert!(d.unpack().is_err(), "a weight missing");
     d.weights.extend([1, 1]);
     assert!(d.unpack().is_err(), "a weight too many");
+}
+
+/// Reads `records` back from a trace file, resolving allocation stacks as a reader does.
+fn read_allocation_samples(records: &[Record]) -> Result<Vec<AllocationSample>, DecodeError> {
+    let mut file = header().to_vec();
+    file.extend(encode_records(records.iter()));
+    let mut stacks = AllocationStacks::default();
+    let mut out = Vec::new();
+    for r in read_all(&file[..]).unwrap().0 {
+        match r {
+            Record::AllocationStack(s) => stacks.define(&s),
+            Record::AllocationSamples(p) => out.extend(p.unpack_with(&stacks)?),
+            other => panic!("{other:?}"),
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn interned_allocation_stacks_are_written_once_and_read_back_whole() {
+    let s = |ts: u64, ips: Vec<u64>, stack: Vec<u64>| AllocationSample {
+        ts,
+        os_tid: 9,
+        class: 0x7f00_0000_0040,
+        size: 32,
+        source: 2,
+        amount: 16384,
+        walk_weight: 1,
+        ips,
+        stack,
+        ..Default::default()
+    };
+    let deep: Vec<u64> = (0..40).map(|i| 0x7f12_3456_0000 + i * 0x40).collect();
+    let first = vec![
+        s(10, vec![], deep.clone()),
+        s(11, vec![], vec![]),
+        s(12, vec![], deep.clone()),
+        s(13, vec![1, 2], vec![]),
+        s(14, vec![1, 2], vec![3]),
+    ];
+    let second = vec![s(20, vec![1, 2], vec![]), s(21, vec![], deep.clone()), s(22, vec![], vec![5])];
+    let mut interner = AllocationStackInterner::default();
+    let (defs1, r1) = interner.pack(first.clone()).unwrap();
+    // Each distinct stack once, numbered from 1 in the order of first use; no stack, no id.
+    assert_eq!(defs1.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(defs1[0].stack, deep);
+    assert_eq!((defs1[1].ips.clone(), defs1[1].stack.clone()), (vec![1, 2], vec![]));
+    let (defs2, r2) = interner.pack(second.clone()).unwrap();
+    // Across records, only the new one.
+    assert_eq!(defs2, [AllocationStack { id: 4, ips: vec![], stack: vec![5] }]);
+    let mut stacks = AllocationStacks::default();
+    for d in defs1.iter().chain(&defs2) {
+        stacks.define(d);
+    }
+    let mut all = first.clone();
+    all.extend(second.clone());
+    let mut records: Vec<Record> = defs1.iter().cloned().map(Record::from).collect();
+    records.push(r1.clone().into());
+    records.extend(defs2.iter().cloned().map(Record::from));
+    records.push(r2.clone().into());
+    assert_eq!(read_allocation_samples(&records).unwrap(), all);
+    // Smaller than inline: the deep stack is written once instead of three times.
+    let interned = encode_records(records.iter()).len();
+    let inline = encode_records([
+        &Record::from(AllocationSamples::pack(&first).unwrap()),
+        &AllocationSamples::pack(&second).unwrap().into(),
+    ])
+    .len();
+    assert!(interned + 100 < inline, "{interned} vs {inline}");
+    // Without the definitions the record cannot be read whole: damage, never a panic.
+    let err = r1.unpack().unwrap_err().to_string();
+    assert!(err.contains("allocation stack 1"), "{err}");
+    assert!(r2.unpack_with(&AllocationStacks::default()).is_err());
+    // A reference beyond the definitions, or one of a sample whose lists are inline too.
+    let mut d = r2.clone();
+    d.stacks[1] = 99;
+    assert!(d.unpack_with(&stacks).is_err());
+    let mut d = r2.clone();
+    d.stacks.pop();
+    assert!(d.unpack_with(&stacks).is_err(), "a reference missing");
+    d.stacks.extend([0, 0]);
+    assert!(d.unpack_with(&stacks).is_err(), "a reference too many");
+    let inline_too = AllocationSamples::pack_refs(&second[..1], &[1]).map(|mut p| {
+        p.packed = AllocationSamples::pack(&second[..1]).unwrap().packed;
+        p
+    });
+    assert!(inline_too.unwrap().unpack_with(&stacks).is_err());
+    // An older record (no `stacks` field: every stack inline) reads as before, with or without
+    // definitions around it.
+    let old = AllocationSamples::pack(&first).unwrap();
+    assert!(old.stacks.is_empty());
+    assert_eq!(old.unpack().unwrap(), first);
+    assert_eq!(old.unpack_with(&stacks).unwrap(), first);
+    let mut body = Vec::new();
+    Record::from(old.clone()).encode(&mut body);
+    // The body ends before `stacks` (an empty vector is still written, as its u32 length: cut it).
+    let cut = &body[6..body.len() - 4];
+    match Record::decode(AllocationSamples::TAG, cut).unwrap() {
+        Record::AllocationSamples(back) => assert_eq!(back.unpack().unwrap(), first),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn allocation_stack_ids_start_again_when_the_interner_is_full() {
+    let s = |f: u64| AllocationSample { ts: f, stack: vec![f], walk_weight: 1, ..Default::default() };
+    let mut interner = AllocationStackInterner::new(3);
+    let (d1, r1) = interner.pack(vec![s(1), s(2)]).unwrap();
+    assert_eq!(d1.len(), 2);
+    // Two more would pass the cap: forgotten before the record, so that no id of a record means
+    // two stacks; the new definitions replace the old ones for the reader.
+    let (d2, r2) = interner.pack(vec![s(3), s(1)]).unwrap();
+    assert_eq!(d2.iter().map(|d| (d.id, d.stack[0])).collect::<Vec<_>>(), [(1, 3), (2, 1)]);
+    let mut records: Vec<Record> = d1.into_iter().map(Record::from).collect();
+    records.push(r1.into());
+    records.extend(d2.into_iter().map(Record::from));
+    records.push(r2.into());
+    let back = read_allocation_samples(&records).unwrap();
+    assert_eq!(back.iter().map(|a| a.stack.clone()).collect::<Vec<_>>(), [vec![1], vec![2], vec![3], vec![1]]);
 }

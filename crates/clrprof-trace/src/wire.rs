@@ -264,10 +264,10 @@ pub fn decode_answer(a: &[u8; 9]) -> (u8, u64) {
 
 /// Records the agent keeps while streaming so that, should the collector go, the local file it
 /// falls back to is readable on its own: the process, loads, names, threads, instrumentation
-/// set-up, call-tree nodes, sampler settings, mappings, stacks (sampled, contention and exception
-/// ones), exception types and code ranges — everything later records refer to. Costs and events (samples, deltas, exceptions, GCs) are not kept.
+/// set-up, call-tree nodes, sampler settings, mappings, stacks (sampled, contention, exception
+/// and allocation ones), exception types and code ranges — everything later records refer to. Costs and events (samples, deltas, exceptions, GCs) are not kept.
 pub fn is_definition(tag: u16) -> bool {
-    matches!(tag, 1 | 4 | 10..=31 | 34 | 50 | 51 | 52 | 56 | 85 | 87 | 88)
+    matches!(tag, 1 | 4 | 10..=31 | 34 | 50 | 51 | 52 | 56 | 85 | 87 | 88 | 94)
 }
 
 /// Calls `f(tag, record_bytes)` for every record of a block payload (tag, length and body), without

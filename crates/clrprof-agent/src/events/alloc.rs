@@ -164,13 +164,16 @@ fn site_sampled(size: u64) -> bool {
 
 /// Allocation samples waiting for the writer thread, which thins them to the process's
 /// allowance ([`Thinner`]) and packs them into one `AllocationSamples` record per flush (about a
-/// third of a record per sample).
+/// third of a record per sample), each distinct stack written once as an `AllocationStack`
+/// (issue 28: a busy server's kept samples repeat a few hundred stacks).
 #[derive(Default)]
 pub(crate) struct PendingSamples {
     samples: Mutex<Vec<clrprof_trace::AllocationSample>>,
     dropped: std::sync::atomic::AtomicU64,
     /// Used by the writer thread only (the lock is never contended).
     thinner: Mutex<Thinner>,
+    /// The stacks written so far (writer thread only, like `thinner`).
+    stacks: Mutex<clrprof_trace::AllocationStackInterner>,
 }
 
 /// Samples held at most between two flushes; beyond, they are dropped and counted.
@@ -197,25 +200,33 @@ impl PendingSamples {
         }
     }
 
-    /// The samples since the last call, thinned at `now_ns` and packed (in their order).
-    pub(crate) fn take(&self, now_ns: u64) -> Option<clrprof_trace::AllocationSamples> {
+    /// The samples since the last call, thinned at `now_ns` and packed (in their order), with
+    /// the definitions of the stacks they are the first to use (written first).
+    pub(crate) fn take(
+        &self,
+        now_ns: u64,
+    ) -> Option<(Vec<clrprof_trace::AllocationStack>, clrprof_trace::AllocationSamples)> {
         let mut taken = std::mem::take(&mut *self.samples.lock().ok()?);
         let mut thinner = self.thinner.lock().ok()?;
         thinner.thin(&mut taken, now_ns);
         if taken.is_empty() && thinner.thinned == 0 {
             return None;
         }
-        let mut r = clrprof_trace::AllocationSamples::pack(&taken)?;
+        let empty = taken.is_empty();
+        let (defs, mut r) = self.stacks.lock().ok()?.pack(taken)?;
         r.thinned = std::mem::take(&mut thinner.thinned);
-        if taken.is_empty() {
+        if empty {
             r.ts = now_ns;
         }
-        Some(r)
+        Some((defs, r))
     }
 
     /// Writer tick, at trace time `now`.
     pub(crate) fn publish(&self, w: &Writer, now: u64) {
-        if let Some(r) = self.take(now) {
+        if let Some((defs, r)) = self.take(now) {
+            for d in defs {
+                w.emit(&d.into());
+            }
             w.emit(&r.into());
         }
     }
@@ -337,11 +348,31 @@ mod tests {
         for a in &all {
             p.push(a.clone());
         }
-        let packed = p.take(0).unwrap();
+        let (defs, packed) = p.take(0).unwrap();
+        assert!(defs.is_empty(), "no stack, no definition");
         assert_eq!(packed.ts, 10);
         assert_eq!(packed.unpack().unwrap(), all);
         assert_eq!(packed.thinned, 0);
         assert!(p.take(0).is_none());
+        // Stacks: each defined once, before the first record that uses it, and read back whole.
+        let walked = |ts: u64, stack: Vec<u64>| AllocationSample { stack, walk_weight: 1, ..s(ts, "") };
+        let mut stacks = clrprof_trace::AllocationStacks::default();
+        let mut back = Vec::new();
+        let mut defined = Vec::new();
+        for batch in
+            [vec![walked(1, vec![5, 6]), walked(2, vec![5, 6]), walked(3, vec![7])], vec![walked(4, vec![5, 6])]]
+        {
+            batch.iter().for_each(|a| p.push(a.clone()));
+            let (defs, packed) = p.take(0).unwrap();
+            defs.iter().for_each(|d| stacks.define(d));
+            defined.extend(defs.into_iter().map(|d| d.id));
+            back.extend(packed.unpack_with(&stacks).unwrap());
+        }
+        assert_eq!(defined, [1, 2]);
+        assert_eq!(
+            back.iter().map(|a| a.stack.clone()).collect::<Vec<_>>(),
+            [vec![5, 6], vec![5, 6], vec![7], vec![5, 6]]
+        );
     }
 
     fn unnamed(ts: u64, class: u64) -> AllocationSample {
@@ -355,14 +386,14 @@ mod tests {
         // 4,000 then 1,000 samples within the allowance: all kept, none weighted.
         for n in [4_000u64, 1_000] {
             (0..n).for_each(|i| p.push(unnamed(i, 1)));
-            let r = p.take(1_000_000).unwrap();
+            let (_, r) = p.take(1_000_000).unwrap();
             assert_eq!((r.count as u64, r.thinned), (n, 0));
             assert!(r.weights.is_empty());
         }
         // A second later: 100 earned; 10,000 samples (and one naming its type, always kept).
         (0..10_000).for_each(|i| p.push(unnamed(i, 1 + i % 3)));
         p.push(AllocationSample { type_name: "T".into(), ..unnamed(5, 9) });
-        let r = p.take(1_001_000_000).unwrap();
+        let (_, r) = p.take(1_001_000_000).unwrap();
         let kept = r.unpack().unwrap();
         assert_eq!(kept.len() as u64 + r.thinned, 10_001);
         // 99 left of the 100 after the named one: each kept with chance 1 / ceil(10,000 / 99) =
@@ -422,7 +453,7 @@ mod tests {
         assert!(p.take(50_000_000).is_none());
         // 200 ms more earn two: the 60 samples of both flushes thinned, each kept with chance 1/30.
         (30..60).for_each(|i| p.push(unnamed(i, 1)));
-        let r = p.take(250_000_000).unwrap();
+        let (_, r) = p.take(250_000_000).unwrap();
         let kept = r.unpack().unwrap();
         assert_eq!(kept.len() as u64 + r.thinned, 60);
         assert!(kept.iter().all(|a| a.weight == 30), "{kept:?}");
@@ -433,7 +464,7 @@ mod tests {
         let p = PendingSamples::default();
         p.set_rate(0);
         (0..20_000).for_each(|i| p.push(unnamed(i, 1)));
-        let r = p.take(0).unwrap();
+        let (_, r) = p.take(0).unwrap();
         assert_eq!((r.count, r.thinned), (20_000, 0));
     }
 }

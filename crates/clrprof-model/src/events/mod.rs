@@ -163,6 +163,8 @@ pub struct EventsBuilder {
     il_sizes: HashMap<u64, u32>,
     /// `AllocationSamples` records that could not be unpacked.
     damaged_alloc: u64,
+    /// The stacks `AllocationSamples` refer to (`AllocationStack`).
+    alloc_stacks: clrprof_trace::AllocationStacks,
 }
 
 impl EventsBuilder {
@@ -289,7 +291,8 @@ impl EventsBuilder {
                     log.push(a.ts, a.os_tid, format!("allocation sampled {} ({} bytes)", type_name, a.size), 0);
                 }
             }
-            R::AllocationSamples(packed) => match packed.unpack() {
+            R::AllocationStack(st) => self.alloc_stacks.define(st),
+            R::AllocationSamples(packed) => match packed.unpack_with(&self.alloc_stacks) {
                 Ok(samples) => {
                     self.allocs.thinned(packed.ts, packed.thinned);
                     for a in &samples {

@@ -50,7 +50,12 @@ fn allocation_weights_without_allocation_stacks_say_why() {
     let kept: Vec<clrprof_trace::Record> = records
         .into_iter()
         .filter(|r| {
-            !matches!(r, clrprof_trace::Record::AllocationSamples(_) | clrprof_trace::Record::AllocationSample(_))
+            !matches!(
+                r,
+                clrprof_trace::Record::AllocationSamples(_)
+                    | clrprof_trace::Record::AllocationSample(_)
+                    | clrprof_trace::Record::AllocationStack(_)
+            )
         })
         .collect();
     let mut file = clrprof_trace::header().to_vec();

@@ -301,12 +301,14 @@ fn gc_and_allocations(runtime: &str, major: &str) {
     // The agent writes them packed, one `AllocationSamples` per flush.
     let mut packed = 0;
     let mut all = Vec::new();
+    let mut stacks = clrprof_trace::AllocationStacks::default();
     for r in &records {
         match r {
             clrprof_trace::Record::AllocationSample(a) => all.push(a.clone()),
+            clrprof_trace::Record::AllocationStack(s) => stacks.define(s),
             clrprof_trace::Record::AllocationSamples(p) => {
                 packed += 1;
-                all.extend(p.unpack().unwrap());
+                all.extend(p.unpack_with(&stacks).unwrap());
             }
             _ => {}
         }
