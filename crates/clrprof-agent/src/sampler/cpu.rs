@@ -62,6 +62,11 @@ pub(crate) fn install_handler() -> std::io::Result<()> {
             return Err(std::io::Error::last_os_error());
         }
     }
+    // The signal trampolines of the handlers now installed (this one's, the runtime's): a sample
+    // in a signal handler is walked on into the code the signal interrupted.
+    if super::sigframe::learn_from_handlers() == 0 {
+        crate::log_info!("sampler: no signal trampoline found; samples in signal handlers stop at the handler");
+    }
     Ok(())
 }
 

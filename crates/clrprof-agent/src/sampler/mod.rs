@@ -37,6 +37,7 @@ mod ilmap;
 pub(crate) mod native;
 pub(crate) mod prolog;
 mod publish;
+pub(crate) mod sigframe;
 pub(crate) mod slot;
 #[cfg(test)]
 mod tests;

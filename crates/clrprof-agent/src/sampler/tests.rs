@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::codes::*;
 use super::cpu::*;
+use super::sigframe;
 use super::slot::*;
 use super::unwind::*;
 use crate::activity::*;
@@ -628,6 +629,139 @@ mod walks {
         // While RBP holds a frame record, the unknown address is not taken: the walk goes on
         // from that record.
         assert_eq!(walk(&w, leaf, 4, 40), [leaf, NATIVE_CODE + 0x51, RET_INTO_MAIN, RET_INTO_HOST]);
+    }
+
+    /// A page of fake code (on the heap, never executed) holding `code` at 0x100, known as
+    /// executable memory; returns the code's address.
+    fn code_page(code: &[u8]) -> u64 {
+        let page: &'static mut [u8] = Box::leak(vec![0xccu8; 0x2000].into_boxed_slice());
+        let base = (page.as_ptr() as u64 + 0xfff) & !0xfff;
+        let at = base + 0x100;
+        let off = (at - page.as_ptr() as u64) as usize;
+        page[off..off + code.len()].copy_from_slice(code);
+        assert!(add_exec_range(base, base + 0x1000));
+        at
+    }
+
+    /// glibc's `__restore_rt` (the signal trampoline's bytes), learned as the real one is.
+    fn trampoline() -> u64 {
+        static T: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        *T.get_or_init(|| {
+            let t = code_page(&sigframe::RESTORE_RT);
+            assert!(sigframe::learn(t));
+            t
+        })
+    }
+
+    /// A stack where a signal interrupted native code without frame pointers (glibc's
+    /// `__open`-like frame at NATIVE_CODE + 0x50: SP at word 70, return address into Run at 84,
+    /// Run's RBP saved at 83, RBP a string) and the handler's frames lie below: the kernel's
+    /// signal frame from word 10 (its `ucontext_t`, the interrupted RIP, RSP and RBP in its
+    /// `gregs`), the trampoline's address at word 9 (the handler's return address). Run's frame
+    /// at 100, Main's at 120. (The stack holds addresses of its own words: a copy is no such
+    /// stack.)
+    fn signal_stack(t: u64) -> Vec<u64> {
+        let mut w: Vec<u64> = (0..128).map(|i| 0x7777_0000 + i).collect();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        let string = 0x7461_7473_2f33_3933; // "393/stat"
+        w[120] = 0;
+        w[121] = RET_INTO_HOST;
+        w[100] = at(&w, 120);
+        w[101] = RET_INTO_MAIN;
+        w[84] = RET_INTO_RUN2;
+        w[83] = at(&w, 100);
+        w[9] = t;
+        let uc = 10;
+        w[uc + sigframe::UC_RIP as usize / 8] = NATIVE_CODE + 0x50;
+        w[uc + sigframe::UC_RSP as usize / 8] = at(&w, 70);
+        w[uc + sigframe::UC_RBP as usize / 8] = string;
+        w
+    }
+
+    /// A CPU sample of a .NET 10 app's main thread was cut at [libcoreclr.so+0x616470,
+    /// libc.so.6+0x3c050]: the runtime's activation-signal handler at its entry (`push rbp`),
+    /// whose return address is glibc's `__restore_rt`; the trampoline's unwind rules (DWARF
+    /// expressions into the signal frame) have no compact rule, and the walk stopped. It goes on
+    /// from the registers the kernel saved: the interrupted code as a leaf (one byte past its RIP),
+    /// then its callers.
+    #[test]
+    fn a_sample_in_a_signal_handler_keeps_the_interrupted_code_and_its_callers() {
+        let _s = serial();
+        add_native();
+        let t = trampoline();
+        let w = signal_stack(t);
+        let string = 0x7461_7473_2f33_3933;
+        let interrupted = [NATIVE_CODE + 0x51, RET_INTO_RUN2, RET_INTO_MAIN, RET_INTO_HOST];
+        let with = |leaf: u64| [&[leaf][..], &interrupted[..]].concat();
+
+        // The handler at its entry (rule: CFA = SP + 8), RBP still the interrupted code's.
+        let (slot, mut uc) = fake_thread(&w, NATIVE_CODE, 9, 0);
+        uc.uc_mcontext.gregs[libc::REG_RBP as usize] = string as i64;
+        // Safety: the registers point into `w`, which are the slot's stack bounds.
+        unsafe { record(&slot, &uc) };
+        let mut got = Vec::new();
+        slot.drain(|ips, _, _, _, _| got = ips.to_vec());
+        assert_eq!(got, with(NATIVE_CODE));
+
+        // A handler with an RBP frame (word 8: the interrupted RBP, then the trampoline).
+        let mut b = signal_stack(t);
+        b[8] = string;
+        assert_eq!(walk(&b, NATIVE_CODE + 0x400, 2, 8), with(NATIVE_CODE + 0x400));
+
+        // The sample in the trampoline itself (at its `syscall`): SP is at the signal frame.
+        assert_eq!(walk(&w, t + 7, 10, 0), with(t + 7));
+        assert_eq!(walk(&w, t, 10, 0), with(t));
+
+        // An interrupted SP below the signal frame's end, or past the stack's top, is no such
+        // frame: the trampoline stays the last frame (a cut stack, not a whole one).
+        let mut c = signal_stack(t);
+        c[10 + sigframe::UC_RSP as usize / 8] = c.as_ptr() as u64 + 8 * 40;
+        assert_eq!(walk(&c, NATIVE_CODE, 9, 0), [NATIVE_CODE, t]);
+        c[10 + sigframe::UC_RSP as usize / 8] = c.as_ptr() as u64 + 8 * 128;
+        assert_eq!(walk(&c, NATIVE_CODE, 9, 0), [NATIVE_CODE, t]);
+        // A frame that would end past the stack's top is not read.
+        let top = w.len() - 2;
+        let mut d = signal_stack(t);
+        d[top] = t;
+        assert_eq!(walk(&d, NATIVE_CODE, top, 0), [NATIVE_CODE, t]);
+    }
+
+    /// A return address whose code is not the trampoline's (one byte differs) is not learned, and
+    /// the walk does not read a signal frame above it.
+    #[test]
+    fn a_fake_trampoline_is_not_followed() {
+        let _s = serial();
+        add_native();
+        let _ = trampoline();
+        let mut bytes = sigframe::RESTORE_RT;
+        bytes[3] = 0x3c; // `mov $60, %rax`: exit
+        let fake = code_page(&bytes);
+        assert!(!sigframe::learn(fake));
+        assert!(!sigframe::is_trampoline(fake));
+        assert!(!sigframe::learn(0x10), "unmapped");
+        let w = signal_stack(fake);
+        assert_eq!(walk(&w, NATIVE_CODE, 9, 0), [NATIVE_CODE, fake]);
+    }
+
+    /// The trampoline of the handlers installed in this process (glibc's `__restore_rt`) is
+    /// learned from `sigaction`, and the registers are where glibc's own unwind rules for it
+    /// read them (`DW_OP_breg7 (rsp): 120/160/168`).
+    #[test]
+    fn the_c_library_s_trampoline_is_learned_from_the_installed_handlers() {
+        assert_eq!((sigframe::UC_RBP, sigframe::UC_RSP, sigframe::UC_RIP), (120, 160, 168));
+        extern "C" fn nothing(_: libc::c_int) {}
+        // Safety: a handler that does nothing, for a signal nobody sends in the tests.
+        let restorer = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = nothing as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut()), 0);
+            let mut now: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(libc::SIGURG, std::ptr::null(), &mut now), 0);
+            now.sa_restorer.expect("glibc sets sa_restorer") as usize as u64
+        };
+        assert!(sigframe::learn_from_handlers() >= 1);
+        assert!(sigframe::is_trampoline(restorer), "{restorer:#x}");
     }
 
     #[test]

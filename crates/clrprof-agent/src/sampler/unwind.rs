@@ -30,10 +30,15 @@
 //! from the method's unwind info, which the profiling API does not expose. Code the runtime can
 //! free (DynamicMethods, collectible modules) is published when it is compiled and removed at its
 //! unload callback, before the runtime frees it ([`super::codes::remove_frameless_code`]).
+//!
+//! A sample in a signal handler (the runtime's activation handler, on the thread's stack) reaches
+//! the signal trampoline: the walk goes on from the registers the kernel saved in the signal frame
+//! ([`super::sigframe`]), the interrupted code walked as a leaf of its own.
 
 use std::sync::atomic::Ordering;
 
 use super::codes::{code_known, FramelessFrame, NativeRules, EXEC, FRAMELESS, NATIVE, OSR};
+use super::sigframe;
 use super::slot::{
     ring_place, Slot, ACTIVE, FLOW_FROM_EVENTS, FLOW_OFFSET, MAX_FRAMES, RECORD_HEADER, RING_WORDS, SKIP,
 };
@@ -163,6 +168,10 @@ pub(super) unsafe fn native_steps(
         n += 1;
         last = Some(ret);
         sp = cfa;
+        if super::sigframe::is_trampoline(ret) {
+            // A signal handler's return: the caller reads the interrupted state at `sp`.
+            break;
+        }
         // Return addresses are looked up at the call, one byte earlier.
         pc = ret - 1;
     }
@@ -343,6 +352,10 @@ pub(super) unsafe fn frameless_leaf(
     Some(frameless_callers(ips, n + 1, tables, slot, ret, fp, hi))
 }
 
+/// Most signal frames walked through in one sample (a handler interrupted by another signal's
+/// handler has two).
+pub(super) const MAX_SIGNAL_FRAMES: usize = 4;
+
 pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     if slot.state.load(Ordering::Acquire) != ACTIVE || uc.is_null() || slot.ring.is_null() {
         return;
@@ -379,141 +392,201 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
     let mut n = 1;
     let osr = OSR.visible();
     let frameless = FRAMELESS.visible();
-    // The code that owns the frame at `fp`: the interrupted code, or — when the leaf has no frame
-    // of its own (frameless, prolog, native code without frame pointers) — the code it returns to.
-    let mut owner = ip;
-    let mut owner_alt = sp_top.wrapping_sub(1);
-    // Frames lie above this.
-    let mut floor = sp;
-    // A leaf in native code with an RSP-based frame (code without frame pointers, where RBP is a
-    // scratch register, or a prolog): its frames are stepped through by the unwind rules, and the
-    // walk goes on from the RBP they recover. The word at SP is then no guess to make later.
-    if on_stack {
-        // The interrupted code's red zone, on this stack: the kernel put the signal's frame
-        // below it.
-        let red_zone = sp.saturating_sub(super::cfi::RED_ZONE).max(lo);
-        match native_steps(ips, n, ip, sp, red_zone, fp, hi, false) {
-            Ok((added, caller_fp, caller_sp, ret)) => {
-                n = added;
-                fp = caller_fp;
-                floor = caller_sp;
-                sp_top = 0;
-                owner = ret - 1;
-                owner_alt = u64::MAX;
-                if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
-                    let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, ret, fp, hi);
+    let (mut ip, mut sp) = (ip, sp);
+    // Signal frames walked through (a sample in a signal handler: see `super::sigframe`); the
+    // code each one interrupted is walked as a leaf of its own, higher on the stack.
+    let mut signals = 0;
+    while on_stack && signals <= MAX_SIGNAL_FRAMES {
+        let leaf = signals == 0;
+        // The code that owns the frame at `fp`: the interrupted code, or — when the leaf has no
+        // frame of its own (frameless, prolog, native code without frame pointers) — the code it
+        // returns to.
+        let mut owner = ip;
+        let mut owner_alt = if leaf { sp_top.wrapping_sub(1) } else { u64::MAX };
+        // Frames lie above this.
+        let mut floor = sp;
+        // The `ucontext_t` of a signal frame reached, and whether the trampoline was recorded as
+        // the last return address: the walk goes on from the registers the frame saved, without
+        // the trampoline (no caller: it names no code and reads as `<unknown>`).
+        let mut sigframe = None;
+        if sigframe::is_trampoline(ip) || sigframe::is_trampoline(ip.wrapping_sub(7)) {
+            // The leaf is the trampoline itself (at its `mov` or its `syscall`): SP is at the frame.
+            sigframe = Some((sp, false));
+        } else {
+            // A leaf in native code with an RSP-based frame (code without frame pointers, where
+            // RBP is a scratch register, or a prolog): its frames are stepped through by the
+            // unwind rules, and the walk goes on from the RBP they recover. The word at SP is then
+            // no guess to make later.
+            //
+            // The interrupted code's red zone, on this stack: the kernel put the signal's frame
+            // below it (above the sampled SP for code a signal handler interrupted).
+            let red_zone = sp.saturating_sub(super::cfi::RED_ZONE).max(lo);
+            match native_steps(ips, n, ip, sp, red_zone, fp, hi, false) {
+                Ok((added, caller_fp, caller_sp, ret)) => {
                     n = added;
-                    owner = last - 1;
-                }
-            }
-            Err(true) => {
-                // A native leaf whose rules say its RBP frame is set up: the frame-pointer walk
-                // finds its caller, and the word at SP is a local of it (the JIT keeps the address
-                // of the code it is writing there), no return address.
-                sp_top = 0;
-                owner_alt = u64::MAX;
-            }
-            Err(false) => {
-                // Frameless managed code past its prolog: RBP is still its caller's (or an older
-                // frame's) frame pointer, and its return address lies at its fixed frame size
-                // above SP (or above the registers its epilog still pops).
-                let leaf = if frameless != 0 && FRAMELESS.may_hold(ip) && sp.is_multiple_of(8) {
-                    frameless_leaf(ips, n, frameless, ip, sp, fp, hi)
-                } else {
-                    None
-                };
-                if let Some((added, last)) = leaf {
-                    n = added;
-                    sp_top = 0;
-                    owner = last - 1;
+                    fp = caller_fp;
+                    floor = caller_sp;
+                    if leaf {
+                        sp_top = 0;
+                    }
+                    owner = ret - 1;
                     owner_alt = u64::MAX;
-                } else if fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
-                    // Managed code inside its prolog, past `push rbp` but before RBP is set up:
-                    // RBP is still the caller's frame pointer, so the walk would go from the leaf
-                    // straight to the caller's caller. The return address lies just above the
-                    // pushed copy of RBP; it takes the place of the word at SP as the caller.
-                    // Not at the `push rbp` itself (nothing pushed yet: the word at SP is the
-                    // return address; a copy of RBP further up is the caller's). The byte is read
-                    // only once a copy was found: `ip` is the instruction being run.
-                    if let Some(ret) = prolog_return_address(sp, fp, hi).filter(|_| *(ip as *const u8) != 0x55) {
-                        sp_top = ret;
-                        owner_alt = ret - 1;
-                    } else if sp_top >= 4096
-                        && frameless != 0
-                        && FRAMELESS.may_hold(sp_top - 1)
-                        && FRAMELESS.find(frameless, sp_top - 1).is_some()
-                        && n + 1 < ips.len()
-                        && matches!(*(ip as *const u8), 0x55 | 0xC3)
-                    {
-                        // At its `push rbp` or at a `ret` the word at SP is the leaf's return
-                        // address for certain. When it returns into frameless code, that code's
-                        // own caller lies its frame size higher, below the frame at RBP: both
-                        // are recorded here (the sampler thread would insert the first, and the
-                        // walk from RBP skip the second).
-                        ips[n] = sp_top;
-                        let (added, last) = frameless_callers(ips, n + 1, frameless, sp, sp_top, fp, hi);
-                        if added > n + 1 {
-                            n = added;
-                            owner = last - 1;
-                            owner_alt = u64::MAX;
+                    if sigframe::is_trampoline(ret) {
+                        // A signal handler's frames: the signal frame is at its caller's SP.
+                        sigframe = Some((caller_sp, true));
+                    } else if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
+                        let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, ret, fp, hi);
+                        n = added;
+                        owner = last - 1;
+                    }
+                }
+                Err(true) => {
+                    // A native leaf whose rules say its RBP frame is set up: the frame-pointer
+                    // walk finds its caller, and the word at SP is a local of it (the JIT keeps the
+                    // address of the code it is writing there), no return address.
+                    if leaf {
+                        sp_top = 0;
+                    }
+                    owner_alt = u64::MAX;
+                }
+                Err(false) => {
+                    // Frameless managed code past its prolog: RBP is still its caller's (or an
+                    // older frame's) frame pointer, and its return address lies at its fixed frame
+                    // size above SP (or above the registers its epilog still pops).
+                    let found = if frameless != 0 && FRAMELESS.may_hold(ip) && sp.is_multiple_of(8) {
+                        frameless_leaf(ips, n, frameless, ip, sp, fp, hi)
+                    } else {
+                        None
+                    };
+                    if let Some((added, last)) = found {
+                        n = added;
+                        if leaf {
                             sp_top = 0;
+                        }
+                        owner = last - 1;
+                        owner_alt = u64::MAX;
+                    } else if leaf && fp > sp && sp.is_multiple_of(8) && NATIVE.find(NATIVE.visible(), ip).is_none() {
+                        // Managed code inside its prolog, past `push rbp` but before RBP is set
+                        // up: RBP is still the caller's frame pointer, so the walk would go from
+                        // the leaf straight to the caller's caller. The return address lies just
+                        // above the pushed copy of RBP; it takes the place of the word at SP as
+                        // the caller. Not at the `push rbp` itself (nothing pushed yet: the word
+                        // at SP is the return address; a copy of RBP further up is the caller's).
+                        // The byte is read only once a copy was found: `ip` is the instruction
+                        // being run. (Only for the sample's own leaf: the word at SP is a guess
+                        // the record holds for it alone.)
+                        if let Some(ret) = prolog_return_address(sp, fp, hi).filter(|_| *(ip as *const u8) != 0x55) {
+                            sp_top = ret;
+                            owner_alt = ret - 1;
+                        } else if sp_top >= 4096
+                            && frameless != 0
+                            && FRAMELESS.may_hold(sp_top - 1)
+                            && FRAMELESS.find(frameless, sp_top - 1).is_some()
+                            && n + 1 < ips.len()
+                            && matches!(*(ip as *const u8), 0x55 | 0xC3)
+                        {
+                            // At its `push rbp` or at a `ret` the word at SP is the leaf's return
+                            // address for certain. When it returns into frameless code, that
+                            // code's own caller lies its frame size higher, below the frame at
+                            // RBP: both are recorded here (the sampler thread would insert the
+                            // first, and the walk from RBP skip the second).
+                            ips[n] = sp_top;
+                            let (added, last) = frameless_callers(ips, n + 1, frameless, sp, sp_top, fp, hi);
+                            if added > n + 1 {
+                                n = added;
+                                owner = last - 1;
+                                owner_alt = u64::MAX;
+                                sp_top = 0;
+                            }
                         }
                     }
                 }
             }
         }
-    }
-    // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie on
-    // this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last one.
-    while on_stack && n < ips.len() && fp >= floor && fp <= hi - 16 && fp.is_multiple_of(8) {
-        if osr != 0 && (OSR.find(osr, owner).is_some() || (owner_alt != u64::MAX && OSR.find(osr, owner_alt).is_some()))
-        {
-            // An OSR frame: its caller's return address is in the tier-0 frame under it.
-            if let Some(t0) = tier0_frame(fp, hi) {
-                fp = t0;
-            }
-        }
-        let ret = *((fp + 8) as *const u64);
-        let next = *(fp as *const u64);
-        if ret < 4096 {
-            break;
-        }
-        ips[n] = ret;
-        n += 1;
-        // Return addresses are looked up at the call, one byte earlier.
-        owner = ret - 1;
-        owner_alt = u64::MAX;
-        if n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
-            // Native code without frame pointers in the middle of the stack (the agent's own
-            // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
-            // value of it, no frame record. Its SP at the call was just above the return slot;
-            // its rules lead on, into known code only.
-            if let Ok((added, caller_fp, caller_sp, last)) =
-                native_steps(ips, n, owner, fp + 16, fp + 16, next, hi, true)
+        // Frame-pointer walk: [fp] = caller's fp, [fp+8] = return address. Every frame must lie
+        // on this thread's stack, above the interrupted SP, 8-aligned, and strictly above the last
+        // one.
+        while sigframe.is_none() && n < ips.len() && fp >= floor && fp <= hi - 16 && fp.is_multiple_of(8) {
+            if osr != 0
+                && (OSR.find(osr, owner).is_some() || (owner_alt != u64::MAX && OSR.find(osr, owner_alt).is_some()))
             {
-                n = added;
-                floor = caller_sp;
-                owner = last - 1;
-                if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
-                    let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, last, caller_fp, hi);
-                    n = added;
-                    owner = last - 1;
+                // An OSR frame: its caller's return address is in the tier-0 frame under it.
+                if let Some(t0) = tier0_frame(fp, hi) {
+                    fp = t0;
                 }
-                fp = caller_fp;
-                continue;
             }
+            let ret = *((fp + 8) as *const u64);
+            let next = *(fp as *const u64);
+            if ret < 4096 {
+                break;
+            }
+            if sigframe::is_trampoline(ret) {
+                // A signal handler with an RBP frame: its SP on return, just above the return
+                // slot, is at the signal frame.
+                sigframe = Some((fp + 16, false));
+                break;
+            }
+            ips[n] = ret;
+            n += 1;
+            // Return addresses are looked up at the call, one byte earlier.
+            owner = ret - 1;
+            owner_alt = u64::MAX;
+            if n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
+                // Native code without frame pointers in the middle of the stack (the agent's own
+                // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
+                // value of it, no frame record. Its SP at the call was just above the return slot;
+                // its rules lead on, into known code only.
+                if let Ok((added, caller_fp, caller_sp, last)) =
+                    native_steps(ips, n, owner, fp + 16, fp + 16, next, hi, true)
+                {
+                    n = added;
+                    floor = caller_sp;
+                    owner = last - 1;
+                    if sigframe::is_trampoline(last) {
+                        sigframe = Some((caller_sp, true));
+                        break;
+                    }
+                    if frameless != 0 && FRAMELESS.may_hold(owner) && n < ips.len() {
+                        let (added, last) = frameless_callers(ips, n, frameless, caller_sp - 8, last, caller_fp, hi);
+                        n = added;
+                        owner = last - 1;
+                    }
+                    fp = caller_fp;
+                    continue;
+                }
+            }
+            if frameless != 0 && FRAMELESS.may_hold(owner) {
+                // Frameless callers between this frame and the next: their return addresses lie
+                // above this frame, at their fixed frame sizes.
+                let (added, last) = frameless_callers(ips, n, frameless, fp + 8, ret, next, hi);
+                n = added;
+                owner = last - 1;
+            }
+            if next <= fp {
+                break;
+            }
+            fp = next;
         }
-        if frameless != 0 && FRAMELESS.may_hold(owner) {
-            // Frameless callers between this frame and the next: their return addresses lie
-            // above this frame, at their fixed frame sizes.
-            let (added, last) = frameless_callers(ips, n, frameless, fp + 8, ret, next, hi);
-            n = added;
-            owner = last - 1;
-        }
-        if next <= fp {
+        // The code the signal interrupted: its RIP is recorded one byte past it, as the return
+        // addresses are (they are looked up one byte earlier), so that it names the instruction
+        // itself; then it is walked as a leaf, its frame above the signal frame.
+        // A frame that cannot be followed leaves the trampoline as the last frame (it stays a cut
+        // stack, not a whole one with the handler as its root).
+        let Some((uc, recorded)) = sigframe else { break };
+        if signals >= MAX_SIGNAL_FRAMES {
             break;
         }
-        fp = next;
+        let Some((rip, rsp, rbp)) = sigframe::interrupted(uc, sp, hi) else { break };
+        if recorded {
+            n -= 1;
+        }
+        if n >= ips.len() {
+            break;
+        }
+        ips[n] = rip + 1;
+        n += 1;
+        (ip, sp, fp) = (rip, rsp, rbp);
+        signals += 1;
     }
     // A walk the ring's room cut short is not recorded: the stack would read as a whole one.
     if n == room && room < MAX_FRAMES {
