@@ -509,7 +509,14 @@ fn a_leaf_stopped_in_its_prolog_keeps_its_caller() {
     let (trace, stdout) = record_ok(&dir, "prolog", &["prolog", "1500"], &["--rate", "1000"]);
     assert!(stdout.contains("prolog sum="), "{stdout}");
     for weight in ["cpu", "wall"] {
-        only_caller(&trace, "Sampling.Prolog.Leaf", "Sampling.Prolog.Caller", weight, 150.0);
+        // Leaf's time lies under Caller. One sample of about 270 (4 ms of 1,071) went to Run
+        // once, in a full suite run on a loaded 2-CPU machine (2026-11-29; the cause is not
+        // found, and 5 runs alone then had none): other callers may hold one sample's worth,
+        // at most 0.5% of Leaf's time. Without the prolog's handling it is about a fifth.
+        let (inclusive, found) = callers(&trace, "Sampling.Prolog.Leaf", weight);
+        assert!(inclusive >= 150.0, "{weight}: Leaf has {inclusive} ms inclusive: {found:?}");
+        let under_caller: f64 = found.iter().filter(|(n, _)| n == "Sampling.Prolog.Caller").map(|(_, ms)| ms).sum();
+        assert!(under_caller >= inclusive * 0.995, "{weight}: callers of Sampling.Prolog.Leaf: {found:?}");
         only_caller(&trace, "Sampling.Prolog.Caller", "Sampling.Prolog.Run", weight, 600.0);
     }
     let _ = std::fs::remove_dir_all(dir);
