@@ -43,6 +43,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use clrprof_trace::heap::{DependentPacker, EdgePacker, HeapNode, HeapRoot, NodePacker, RootPacker};
+use clrprof_trace::trigger::parse_duration;
 use clrprof_trace::{
     HeapDependentEdges, HeapEdges, HeapNodes, HeapRoots, HeapSnapshotEnd, HeapSnapshotStart, HeapStaticRoots,
     HeapTypes, Record,
@@ -99,22 +100,6 @@ impl Default for HeapConfig {
     }
 }
 
-/// A duration such as `500ms`, `2.5s`, `1m` or `3` (seconds), in nanoseconds.
-pub(crate) fn parse_time(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = v.strip_suffix('s') {
-        (n, 1e9)
-    } else if let Some(n) = v.strip_suffix('m') {
-        (n, 60e9)
-    } else {
-        (v, 1e9)
-    };
-    let x: f64 = num.trim().parse().ok()?;
-    (x.is_finite() && x >= 0.0 && x * scale < 1e18).then_some((x * scale) as u64)
-}
-
 impl HeapConfig {
     /// Reads the `CLRPROF_HEAP_*` variables; a bad value is reported and left at its default.
     pub(crate) fn from_lookup(get: &dyn Fn(&str) -> Option<String>, problems: &mut Vec<ConfigProblem>) -> HeapConfig {
@@ -131,7 +116,7 @@ impl HeapConfig {
         }
         if let Some(v) = get("CLRPROF_HEAP_SNAPSHOT_AT") {
             let times: Option<Vec<u64>> =
-                v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(parse_time).collect();
+                v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(parse_duration).collect();
             match times {
                 Some(mut t) => {
                     t.sort_unstable();
@@ -704,12 +689,12 @@ mod tests {
 
     #[test]
     fn times_parse_with_units() {
-        assert_eq!(parse_time("500ms"), Some(500_000_000));
-        assert_eq!(parse_time("2.5s"), Some(2_500_000_000));
-        assert_eq!(parse_time(" 3 "), Some(3_000_000_000));
-        assert_eq!(parse_time("1m"), Some(60_000_000_000));
+        assert_eq!(parse_duration("500ms"), Some(500_000_000));
+        assert_eq!(parse_duration("2.5s"), Some(2_500_000_000));
+        assert_eq!(parse_duration(" 3 "), Some(3_000_000_000));
+        assert_eq!(parse_duration("1m"), Some(60_000_000_000));
         for bad in ["", "x", "-1s", "1h", "nan", "1e30"] {
-            assert_eq!(parse_time(bad), None, "{bad}");
+            assert_eq!(parse_duration(bad), None, "{bad}");
         }
         let env = |k: &str| match k {
             "CLRPROF_HEAP_SNAPSHOT_AT" => Some("2s, 500ms,2s".to_string()),
