@@ -116,32 +116,17 @@ fn the_viewer_lists_each_callers_lines() {
     let a = args();
     let out = record("Lines", &[&a[0], &a[1], &a[2]], &trace, &["--instrument"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let e2e = repo_root().join("crates/clrprof-view/e2e");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
-        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
-        e2e.display()
-    );
-    let mut c = std::process::Command::new("node");
-    c.arg("callsites.mjs")
-        .current_dir(&e2e)
-        .env("CLRPROF", clrprof_exe())
-        .env("TRACE", &trace)
-        .env("LINE_N", marker("SITE_N").to_string())
-        .env("LINE_M", marker("SITE_M").to_string())
-        .env("N", N.to_string())
-        .env("M", M.to_string())
-        .env("CHROMIUM", &chromium)
-        .stdin(std::process::Stdio::null());
-    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
-        c.env("SCREENSHOTS", shots);
-    }
-    let out = c.output().expect("run node");
-    assert!(
-        out.status.success() && text(&out.stdout).contains("callsites: all checks passed"),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let (line_n, line_m) = (marker("SITE_N").to_string(), marker("SITE_M").to_string());
+    let (n, m) = (N.to_string(), M.to_string());
+    run_browser_script(
+        "callsites.mjs",
+        "callsites: all checks passed",
+        &[
+            ("TRACE", trace.as_os_str()),
+            ("LINE_N", line_n.as_ref()),
+            ("LINE_M", line_m.as_ref()),
+            ("N", n.as_ref()),
+            ("M", m.as_ref()),
+        ],
     );
 }

@@ -315,30 +315,10 @@ fn speedscope_chrome_and_firefox_exports_carry_the_lines() {
 fn the_viewer_shows_the_source_panel() {
     let r = run();
     let _machine = machine::shared();
-    let e2e = repo_root().join("crates/clrprof-view/e2e");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
-        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
-        e2e.display()
-    );
-    let mut c = Command::new("node");
-    c.arg("source.mjs")
-        .current_dir(&e2e)
-        .env("CLRPROF", clrprof_exe())
-        .env("TRACE", &r.trace)
-        .env("LINE_A", r.lines["A"].to_string())
-        .env("LINE_B", r.lines["B"].to_string())
-        .env("CHROMIUM", &chromium)
-        .stdin(Stdio::null());
-    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
-        c.env("SCREENSHOTS", shots);
-    }
-    let out = c.output().expect("run node");
-    assert!(
-        out.status.success() && text(&out.stdout).contains("source: all checks passed"),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let (line_a, line_b) = (r.lines["A"].to_string(), r.lines["B"].to_string());
+    run_browser_script(
+        "source.mjs",
+        "source: all checks passed",
+        &[("TRACE", r.trace.as_os_str()), ("LINE_A", line_a.as_ref()), ("LINE_B", line_b.as_ref())],
     );
 }

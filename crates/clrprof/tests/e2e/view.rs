@@ -530,13 +530,6 @@ fn the_diff_view_compares_with_the_baseline() {
 #[test]
 fn browser_end_to_end() {
     let _machine = machine::shared();
-    let e2e = repo_root().join("crates/clrprof-view/e2e");
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
-        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
-        e2e.display()
-    );
     let dir = scratch("view-browser");
     let (hostile, _) = hostile_trace(&dir);
     // A run store for the runs list: run 1 complete (sampled.clrprof), run 2 still streaming.
@@ -555,24 +548,11 @@ fn browser_end_to_end() {
             }
         }
     }
-    let mut c = Command::new("node");
-    c.arg("e2e.mjs")
-        .current_dir(&e2e)
-        .env("CLRPROF", clrprof_exe())
-        .env("TRACES", repo_root().join("testdata/traces/v1"))
-        .env("HOSTILE", &hostile)
-        .env("STORE", &store)
-        .env("CHROMIUM", &chromium)
-        .stdin(Stdio::null());
-    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
-        c.env("SCREENSHOTS", shots);
-    }
-    let out = c.output().expect("run node");
-    assert!(
-        out.status.success() && text(&out.stdout).contains("e2e: all checks passed"),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
+    let traces = repo_root().join("testdata/traces/v1");
+    run_browser_script(
+        "e2e.mjs",
+        "e2e: all checks passed",
+        &[("TRACES", traces.as_os_str()), ("HOSTILE", hostile.as_os_str()), ("STORE", store.as_os_str())],
     );
 }
 

@@ -573,3 +573,33 @@ pub fn hotspot_rows(trace: &Path, weight: &str) -> Vec<(String, f64, f64)> {
         .map(|c| (c[function].to_string(), c[excl].parse().unwrap(), c[incl].parse().unwrap()))
         .collect()
 }
+
+/// Runs one of the viewer's browser scripts (crates/clrprof-view/e2e/SCRIPT, Node with
+/// playwright-core and Chromium) with `CLRPROF`, `CHROMIUM`, `SCREENSHOTS` (from
+/// CLRPROF_SCREENSHOTS) and `envs` set; it passes when it exits 0 and prints `done`.
+pub fn run_browser_script(script: &str, done: &str, envs: &[(&str, &std::ffi::OsStr)]) {
+    let e2e = repo_root().join("crates/clrprof-view/e2e");
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).is_file() && e2e.join("node_modules/playwright-core").is_dir(),
+        "the browser test needs {chromium} and playwright-core in {}: run scripts/bootstrap",
+        e2e.display()
+    );
+    let mut c = Command::new("node");
+    c.arg(script)
+        .current_dir(&e2e)
+        .env("CLRPROF", clrprof_exe())
+        .env("CHROMIUM", &chromium)
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null());
+    if let Ok(shots) = std::env::var("CLRPROF_SCREENSHOTS") {
+        c.env("SCREENSHOTS", shots);
+    }
+    let out = c.output().expect("run node");
+    assert!(
+        out.status.success() && text(&out.stdout).contains(done),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
