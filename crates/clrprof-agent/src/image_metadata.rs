@@ -355,6 +355,16 @@ impl<'a> Metadata<'a> {
         Some((self.method_owner(rid)?, name, flags, sig))
     }
 
+    /// The number of MethodDef rows.
+    pub(crate) fn method_count(&self) -> u32 {
+        self.tables[table::METHOD_DEF].rows
+    }
+
+    /// The RVA of a MethodDef's body (0 for a method without one: abstract, runtime, P/Invoke).
+    pub(crate) fn method_rva(&self, token: u32) -> Option<u32> {
+        self.cell(table::METHOD_DEF, Self::rid(token, table::METHOD_DEF)?, 0)
+    }
+
     /// The TypeDef whose method list holds MethodDef `rid`: the last type whose list starts at or
     /// before it (method lists are contiguous and in order).
     fn method_owner(&self, rid: u32) -> Option<u32> {
@@ -525,11 +535,11 @@ pub(crate) fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The directory of the newest shared framework `dotnet` (on PATH) lists.
-    fn runtime_dir() -> Option<String> {
+    pub(crate) fn runtime_dir() -> Option<String> {
         let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().ok()?;
         let text = String::from_utf8_lossy(&dotnet.stdout);
         let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App "))?;
@@ -539,11 +549,11 @@ mod tests {
     }
 
     /// System.Private.CoreLib.dll of the runtime the tests run on.
-    fn corelib() -> Option<Vec<u8>> {
+    pub(crate) fn corelib() -> Option<Vec<u8>> {
         std::fs::read(format!("{}/System.Private.CoreLib.dll", runtime_dir()?)).ok()
     }
 
-    fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
+    pub(crate) fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
         metadata_of_image(|at, len| bytes.get(at..at.checked_add(len)?), true)
     }
 

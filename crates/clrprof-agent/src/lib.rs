@@ -11,8 +11,8 @@
 //! From the bottom up (a module uses only modules above it in this list, or its own children):
 //!
 //! - `log`, `os` (the calling thread's tid, thread clocks, `/proc` reading), `activity` (the
-//!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`,
-//!   `names`, `writer` (the trace sink and its thread).
+//!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`, `il`
+//!   (method bodies read and rewritten), `names`, `writer` (the trace sink and its thread).
 //! - `triggers` (collection triggers: what the runtime's threads observe, and the trigger thread
 //!   that decides and acts through the closures it is given).
 //! - `context`: what every recorder works in — runtime info, configuration, writer, names, the
@@ -59,6 +59,7 @@ pub(crate) mod config;
 pub(crate) mod context;
 pub(crate) mod elt;
 pub(crate) mod events;
+pub(crate) mod il;
 pub(crate) mod image_metadata;
 pub(crate) mod log;
 pub(crate) mod names;
