@@ -356,13 +356,47 @@ impl<'a> Metadata<'a> {
     }
 
     /// The number of MethodDef rows.
+    #[cfg(test)]
     pub(crate) fn method_count(&self) -> u32 {
         self.tables[table::METHOD_DEF].rows
     }
 
     /// The RVA of a MethodDef's body (0 for a method without one: abstract, runtime, P/Invoke).
+    #[cfg(test)]
     pub(crate) fn method_rva(&self, token: u32) -> Option<u32> {
         self.cell(table::METHOD_DEF, Self::rid(token, table::METHOD_DEF)?, 0)
+    }
+
+    /// The AssemblyRefs of the module: (token, name).
+    pub(crate) fn assembly_refs(&self) -> Vec<(u32, String)> {
+        (1..=self.tables[table::ASSEMBLY_REF].rows)
+            .filter_map(|r| {
+                let name = self.string(self.cell(table::ASSEMBLY_REF, r, 6)?)?;
+                Some(((table::ASSEMBLY_REF as u32) << 24 | r, name))
+            })
+            .collect()
+    }
+
+    /// The TypeDef of a top-level type by its `Namespace.Name`.
+    pub(crate) fn find_type_def(&self, name: &str) -> Option<u32> {
+        (1..=self.tables[table::TYPE_DEF].rows)
+            .map(|r| (table::TYPE_DEF as u32) << 24 | r)
+            .find(|&t| self.enclosing_type(t) == Some(None) && self.type_def_name(t).as_deref() == Some(name))
+    }
+
+    /// The MethodDef of `owner`'s method `name` with signature blob `sig`.
+    pub(crate) fn find_method(&self, owner: u32, name: &str, sig: &[u8]) -> Option<u32> {
+        let rid = Self::rid(owner, table::TYPE_DEF)?;
+        let first = self.cell(table::TYPE_DEF, rid, 5)?;
+        let end = if rid < self.tables[table::TYPE_DEF].rows {
+            self.cell(table::TYPE_DEF, rid + 1, 5)?
+        } else {
+            self.tables[table::METHOD_DEF].rows + 1
+        };
+        (first..end).map(|r| (table::METHOD_DEF as u32) << 24 | r).find(|&m| {
+            self.cell(table::METHOD_DEF, m & 0xff_ffff, 3).and_then(|i| self.string(i)).as_deref() == Some(name)
+                && self.cell(table::METHOD_DEF, m & 0xff_ffff, 4).and_then(|i| self.blob(i)) == Some(sig)
+        })
     }
 
     /// The TypeDef whose method list holds MethodDef `rid`: the last type whose list starts at or
@@ -588,6 +622,28 @@ pub(crate) mod tests {
             assert!(md.type_def_name(*td).is_some());
             assert_eq!(field >> 24, 0x04);
         }
+    }
+
+    #[test]
+    fn interlocked_increment_of_long_found_by_name_and_signature() {
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = Metadata::parse(file_metadata(&bytes).expect("a CLI image")).expect("its tables");
+        let t = md.find_type_def("System.Threading.Interlocked").expect("Interlocked");
+        // DEFAULT, 1 parameter, returns I8, takes BYREF I8.
+        let m = md.find_method(t, "Increment", &[0x00, 0x01, 0x0a, 0x10, 0x0a]).expect("Increment(ref long)");
+        assert_eq!(md.method(m).map(|x| (x.0, x.1)), Some((t, "Increment".to_string())));
+        assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x08, 0x10, 0x08]).is_some(), "Increment(ref int)");
+        assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x0a, 0x10, 0x0b]).is_none());
+        assert!(md.assembly_refs().is_empty(), "CoreLib refers to no assembly");
+        // An app-facing assembly refers to System.Runtime or CoreLib.
+        let dir = runtime_dir().unwrap();
+        let linq = std::fs::read(format!("{dir}/System.Linq.dll")).unwrap();
+        let md = Metadata::parse(file_metadata(&linq).unwrap()).unwrap();
+        let refs = md.assembly_refs();
+        assert!(
+            refs.iter().any(|(t, n)| t >> 24 == 0x23 && (n == "System.Runtime" || n == "System.Private.CoreLib")),
+            "{refs:?}"
+        );
     }
 
     #[test]
