@@ -180,6 +180,7 @@ pub(crate) fn parse(b: &[u8]) -> Result<Body<'_>, IlError> {
 }
 
 /// Writes a body back: tiny when it was tiny (and still fits), else a fat header.
+#[cfg(test)]
 pub(crate) fn emit(body: &Body<'_>) -> Result<Vec<u8>, IlError> {
     emit_parts(body, &[], body.code)
 }

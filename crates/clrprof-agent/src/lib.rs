@@ -17,7 +17,8 @@
 //!   that decides and acts through the closures it is given).
 //! - `context`: what every recorder works in — runtime info, configuration, writer, names, the
 //!   run's clock, `emit`. Recorders take a `&Context`, never the profiler's state.
-//! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks),
+//! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks), `count`
+//!   (call counts by IL probes),
 //!   `events` (exceptions, GC, allocations, EventPipe; it asks the sampler for a last flush when
 //!   the runtime fails fast).
 //! - `profiler`: the profiler object — `Initialize`/`Shutdown`, the callbacks, attach sessions —
@@ -57,6 +58,7 @@
 pub(crate) mod activity;
 pub(crate) mod config;
 pub(crate) mod context;
+pub(crate) mod count;
 pub(crate) mod elt;
 pub(crate) mod events;
 pub(crate) mod il;
