@@ -179,3 +179,25 @@ fn patterns_choose_the_scope_and_intrinsics_are_listed_uncounted() {
     let out = record("Calls", &["fib"], &dir.join("x.clrprof"), &["--include", "Calls.*"]);
     assert!(!out.status.success());
 }
+
+/// The C# compiler as a library (apps/CompileLib, Roslyn from NuGet: ~9,500 methods in the app
+/// scope, most of them ReadyToRun code refused and compiled with their probe): the walker's method
+/// counts itself, and the probes agree.
+#[test]
+fn the_csharp_compiler_s_own_count_agrees() {
+    let _machine = machine::shared();
+    let dir = scratch("count-compiler");
+    let trace = dir.join("c.clrprof");
+    let out = record("CompileLib", &["2"], &trace, &["--count"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let visits: u64 = stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("visits="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("visits= not printed: {stdout}"));
+    assert_eq!(visits, 1440);
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "Walker.VisitMethodDeclaration"), visits);
+    assert!(v["instrumentation"]["hooked_functions"].as_u64().unwrap() > 5_000);
+}
