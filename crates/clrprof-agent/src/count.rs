@@ -361,6 +361,16 @@ impl Counts {
         emit.define_member_ref(type_ref, "Increment", &INCREMENT_SIG).ok()
     }
 
+    /// A module unloads (collectible): its id may come back for another module, whose methods
+    /// must be decided afresh. The slots its methods had keep the counts they got.
+    pub(crate) fn forget_module(&self, module: ModuleID) {
+        if let Ok(mut st) = self.state.lock() {
+            st.methods.retain(|k, _| k.0 != module);
+            st.inline_logged.retain(|k| k.0 != module);
+            st.modules.remove(&module);
+        }
+    }
+
     /// Writes the calls counted since the last round (writer thread).
     pub(crate) fn publish(&self, w: &Writer, now_ns: u64) {
         let used = self.state.lock().map(|s| s.next_slot).unwrap_or(0) as usize;

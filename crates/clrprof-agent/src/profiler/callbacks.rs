@@ -164,6 +164,9 @@ impl ProfilerCallback for Profiler {
             sm.code_unloading(id as u64);
         }
         s.names.forget_module(id);
+        if let Some(c) = &s.counts {
+            c.forget_module(id);
+        }
         s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }
