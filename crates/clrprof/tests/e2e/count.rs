@@ -131,15 +131,36 @@ fn inlined_copies_of_a_tiny_method_are_counted() {
     let dir = scratch("count-inline");
     let (counted, hooked, log) = (dir.join("count.clrprof"), dir.join("hooks.clrprof"), dir.join("agent.log"));
     let n = "3000000";
-    let out = record("Calls", &["inline", n], &counted, &["--count", "--log", log.to_str().unwrap()]);
+    // The runtime prints the JIT's code of `Inlined.Run` (JitDisasm works in release runtimes).
+    let out = std::process::Command::new(clrprof_exe())
+        .args(["record", "--count", "--log", log.to_str().unwrap(), "-o", counted.to_str().unwrap(), "--agent"])
+        .arg(agent_path())
+        .arg("--")
+        .arg("dotnet")
+        .arg(app_dll("Calls"))
+        .args(["inline", n])
+        .env("DOTNET_JitDisasm", "Run")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("inline: 4500000"));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("inline: 4500000"));
+    // Its optimized code (tier 1 or OSR) has `Add` inlined with its probe: the counter's
+    // `lock inc` (Interlocked.Increment, a JIT intrinsic) in the loop and no call left to `Add`.
+    let optimized = stdout
+        .split("; Assembly listing for method ")
+        .filter(|l| l.starts_with("Calls.Inlined:Run") && l.contains("; optimized code"))
+        .last()
+        .unwrap_or_else(|| panic!("no optimized listing of Inlined.Run: {stdout}"));
+    assert!(optimized.contains("lock"), "{optimized}");
+    assert!(!optimized.contains("Calls.Inlined:Add"), "Add inlined: {optimized}");
     let out = record("Calls", &["inline", n], &hooked, &["--instrument", "--counts-only", "--include", "Calls.*"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (c, h) = (report_json(&counted), report_json(&hooked));
     assert_counts_equal(&c, &h);
     assert_eq!(calls(&c, "Calls.Inlined.Add"), 3_000_000);
-    // The JIT was offered the probed body to inline into the hot loop (tier 1 or OSR code).
+    // The agent let the JIT inline the probed body.
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("count: the JIT may inline counted method Calls.Inlined.Add"), "{log}");
 }
