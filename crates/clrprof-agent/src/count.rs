@@ -41,7 +41,8 @@ pub(crate) const INCREMENT_SIG: [u8; 5] = [0x00, 0x01, 0x0a, 0x10, 0x0a];
 const PROBE_STACK: u16 = 1;
 
 /// Types whose methods the runtime substitutes or expands (research: il-rewriting.md §3): a probe
-/// in their IL would vanish, or (Interlocked) call itself.
+/// in their IL would vanish, or (Interlocked) call itself. CoreLib's methods marked `[Intrinsic]`
+/// are left uncounted too.
 const INTRINSIC_TYPES: [&str; 6] = [
     "System.Threading.Interlocked",
     "System.Runtime.CompilerServices.Unsafe",
@@ -99,6 +100,8 @@ struct ModuleFacts {
     app: bool,
     /// The `Interlocked.Increment` token for probes in this module (`None`: could not be made).
     increment: Option<Option<u32>>,
+    /// CoreLib: the constructors of `[Intrinsic]` (`IntrinsicAttribute`), read once.
+    intrinsic_ctors: Option<std::sync::Arc<[u32]>>,
 }
 
 pub(crate) struct Counts {
@@ -177,13 +180,13 @@ impl Counts {
             st.corelib_dir = Some(dir.clone());
         }
         let app = !is_framework(&path, &dir, &assembly, st.corelib_dir.as_deref());
-        let f = ModuleFacts { assembly, app, increment: None };
+        let f = ModuleFacts { assembly, app, increment: None, intrinsic_ctors: None };
         st.modules.insert(module, f.clone());
         f
     }
 
     /// Whether a method is in scope, and if not why (`None`: in scope).
-    fn scope(&self, s: &Context, st: &mut CountState, id: FunctionID, module: ModuleID) -> Option<u8> {
+    fn scope(&self, s: &Context, st: &mut CountState, id: FunctionID, module: ModuleID, token: u32) -> Option<u8> {
         let facts = self.module_facts(st, &s.info, module);
         if !self.all && !facts.app && self.filter.takes_all() {
             return Some(why::OUT_OF_SCOPE);
@@ -197,8 +200,34 @@ impl Counts {
         if !self.filter.takes_all() && !self.filter.matches(&names.name, &names.class_name, &facts.assembly) {
             return Some(why::OUT_OF_SCOPE);
         }
+        if !corelib {
+            return None;
+        }
         // Generic classes' names carry their arguments: `Unsafe` has none, the others are not generic.
-        (corelib && INTRINSIC_TYPES.contains(&names.class_name.as_str())).then_some(why::INTRINSIC)
+        if INTRINSIC_TYPES.contains(&names.class_name.as_str()) {
+            return Some(why::INTRINSIC);
+        }
+        // `[Intrinsic]` methods: the JIT may expand a call to one without reading its IL, so a probe
+        // there would count some calls and not others.
+        let ctors = match facts.intrinsic_ctors {
+            Some(c) => c,
+            None => {
+                let md = s.names.module_metadata(module);
+                let c: std::sync::Arc<[u32]> = md
+                    .as_ref()
+                    .and_then(|m| m.image())
+                    .map(|i| i.constructors("System.Runtime.CompilerServices.IntrinsicAttribute"))
+                    .unwrap_or_default()
+                    .into();
+                if let Some(f) = st.modules.get_mut(&module) {
+                    f.intrinsic_ctors = Some(c.clone());
+                }
+                c
+            }
+        };
+        let md = s.names.module_metadata(module);
+        let marked = md.as_ref().and_then(|m| m.image()).is_some_and(|i| i.method_has_attribute(token, &ctors));
+        marked.then_some(why::INTRINSIC)
     }
 
     /// `JITCachedFunctionSearchStarted`: false (compile it) for an in-scope method not decided yet
@@ -210,7 +239,7 @@ impl Counts {
         match st.methods.get(&(module, token)) {
             Some(Decision::Counted(..)) => false,
             Some(Decision::Uncounted(_)) => true,
-            None => match self.scope(s, &mut st, id, module) {
+            None => match self.scope(s, &mut st, id, module, token) {
                 None => false,
                 Some(why::OUT_OF_SCOPE) => true,
                 Some(reason) => {
@@ -244,7 +273,7 @@ impl Counts {
                 true
             }
             Some(Decision::Uncounted(_)) => true,
-            None => self.scope(s, &mut st, callee, module).is_some(),
+            None => self.scope(s, &mut st, callee, module, token).is_some(),
         }
     }
 
@@ -260,7 +289,7 @@ impl Counts {
         if st.methods.contains_key(&(module, token)) {
             return;
         }
-        let decision = match self.scope(s, &mut st, id, module) {
+        let decision = match self.scope(s, &mut st, id, module, token) {
             Some(reason) => Decision::Uncounted(reason),
             None => self.rewrite(s, &mut st, module, token),
         };

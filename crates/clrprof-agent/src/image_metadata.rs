@@ -26,6 +26,7 @@ mod table {
     pub(crate) const PARAM: usize = 0x08;
     pub(crate) const INTERFACE_IMPL: usize = 0x09;
     pub(crate) const MEMBER_REF: usize = 0x0a;
+    pub(crate) const CUSTOM_ATTRIBUTE: usize = 0x0c;
     pub(crate) const DECL_SECURITY: usize = 0x0e;
     pub(crate) const STAND_ALONE_SIG: usize = 0x11;
     pub(crate) const EVENT_PTR: usize = 0x13;
@@ -399,6 +400,37 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// The constructors of a top-level type of this module (its `.ctor` MethodDefs).
+    pub(crate) fn constructors(&self, type_name: &str) -> Vec<u32> {
+        let Some(rid) = self.find_type_def(type_name).and_then(|t| Self::rid(t, table::TYPE_DEF)) else {
+            return Vec::new();
+        };
+        let (Some(first), end) = (
+            self.cell(table::TYPE_DEF, rid, 5),
+            if rid < self.tables[table::TYPE_DEF].rows {
+                self.cell(table::TYPE_DEF, rid + 1, 5)
+            } else {
+                Some(self.tables[table::METHOD_DEF].rows + 1)
+            },
+        ) else {
+            return Vec::new();
+        };
+        (first..end.unwrap_or(first))
+            .filter(|&r| self.cell(table::METHOD_DEF, r, 3).and_then(|i| self.string(i)).as_deref() == Some(".ctor"))
+            .map(|r| (table::METHOD_DEF as u32) << 24 | r)
+            .collect()
+    }
+
+    /// Whether MethodDef `method` carries a custom attribute built by one of `ctors` (MethodDefs of
+    /// this module).
+    pub(crate) fn method_has_attribute(&self, method: u32, ctors: &[u32]) -> bool {
+        let Some(rid) = Self::rid(method, table::METHOD_DEF) else { return false };
+        // HasCustomAttribute: MethodDef is tag 0 of 5 bits; CustomAttributeType: MethodDef is tag 2 of 3.
+        let Some(rows) = self.find_rows(table::CUSTOM_ATTRIBUTE, 0, rid << 5) else { return false };
+        let wanted: Vec<u32> = ctors.iter().map(|c| (c & 0x00ff_ffff) << 3 | 2).collect();
+        rows.into_iter().any(|r| self.cell(table::CUSTOM_ATTRIBUTE, r, 1).is_some_and(|t| wanted.contains(&t)))
+    }
+
     /// The TypeDef whose method list holds MethodDef `rid`: the last type whose list starts at or
     /// before it (method lists are contiguous and in order).
     fn method_owner(&self, rid: u32) -> Option<u32> {
@@ -635,6 +667,14 @@ pub(crate) mod tests {
         assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x08, 0x10, 0x08]).is_some(), "Increment(ref int)");
         assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x0a, 0x10, 0x0b]).is_none());
         assert!(md.assembly_refs().is_empty(), "CoreLib refers to no assembly");
+        // [Intrinsic] methods: String.get_Length has it, String.Concat(string, string) does not.
+        let intrinsic = md.constructors("System.Runtime.CompilerServices.IntrinsicAttribute");
+        assert_eq!(intrinsic.len(), 1);
+        let string = md.find_type_def("System.String").unwrap();
+        let get_length = md.find_method(string, "get_Length", &[0x20, 0x00, 0x08]).expect("String.get_Length");
+        assert!(md.method_has_attribute(get_length, &intrinsic));
+        let concat = md.find_method(string, "Concat", &[0x00, 0x02, 0x0e, 0x0e, 0x0e]).expect("Concat(string, string)");
+        assert!(!md.method_has_attribute(concat, &intrinsic));
         // An app-facing assembly refers to System.Runtime or CoreLib.
         let dir = runtime_dir().unwrap();
         let linq = std::fs::read(format!("{dir}/System.Linq.dll")).unwrap();
