@@ -27,6 +27,13 @@ public static class Program
             int threads = int.Parse(args[1]), batch = int.Parse(args[2]), calls = int.Parse(args[3]);
             Console.WriteLine($"churn: {Churn.Run(threads, batch, calls)} peak_rss_kb={Churn.PeakRssKb()}");
         }
+        if (mode == "inline")
+        {
+            // A tiny method in a hot loop: tier-1 code (or OSR) inlines it. IL probes must count
+            // the inlined copies too (record --count); enter/leave hooks see every call with
+            // inlining off. Not part of "all", whose counts other tests pin.
+            Console.WriteLine($"inline: {Inlined.Run(int.Parse(args[1]))}");
+        }
         if (mode == "many")
         {
             // Call-heavy benchmark: prints the loop's own time so start-up is left out.
@@ -60,6 +67,19 @@ public static class Counted
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static int Tiny(int i) => i ^ (i >> 3);
+}
+
+public static class Inlined
+{
+    public static long Run(int n)
+    {
+        long sum = 0;
+        for (int i = 0; i < n; i++) sum += Add(i);
+        return sum;
+    }
+
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    public static int Add(int i) => i & 3;
 }
 
 public static class Collector

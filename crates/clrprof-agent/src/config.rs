@@ -23,6 +23,11 @@ pub(crate) struct Config {
     /// 0 = call counts only), `CLRPROF_FLOW` (default 0), `CLRPROF_INLINING` (default 0: inlining
     /// disabled so every call is seen), `CLRPROF_INCLUDE` / `CLRPROF_EXCLUDE` (`;`-separated).
     pub(crate) instrument: EltConfig,
+    /// `CLRPROF_COUNT` (default 0): exact call counts by IL probes (`record --count`), scoped by
+    /// `CLRPROF_INCLUDE`/`CLRPROF_EXCLUDE` (kept in `instrument`) and `CLRPROF_COUNT_SCOPE`
+    /// (`app`, the default: modules outside the shared framework; `all`: every module).
+    pub(crate) count: bool,
+    pub(crate) count_all: bool,
     /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
     pub(crate) sampling: bool,
     /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
@@ -235,6 +240,8 @@ impl Default for Config {
             buffer_bytes: 32 << 20,
             classes: true,
             instrument: EltConfig { timing: true, calltree_max_mb: DEFAULT_CALLTREE_MAX_MB, ..Default::default() },
+            count: false,
+            count_all: false,
             sampling: true,
             sample_rate: 100,
             type_loads: false,
@@ -382,6 +389,18 @@ impl Config {
         flag("CLRPROF_TIMING", &mut c.instrument.timing, &mut more);
         flag("CLRPROF_FLOW", &mut c.instrument.flow, &mut more);
         flag("CLRPROF_INLINING", &mut c.instrument.keep_inlining, &mut more);
+        flag("CLRPROF_COUNT", &mut c.count, &mut more);
+        if let Some(v) = get("CLRPROF_COUNT_SCOPE") {
+            match v.trim() {
+                "all" => c.count_all = true,
+                "app" => c.count_all = false,
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_COUNT_SCOPE",
+                    value: v.clone(),
+                    reason: "expected app or all; using app".into(),
+                }),
+            }
+        }
         let list = |v: Option<String>| -> Vec<String> {
             v.map(|s| s.split(';').map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect())
                 .unwrap_or_default()
@@ -534,7 +553,10 @@ impl Config {
     /// Whether a mode that promises exact numbers is on (call counts, every exception, every
     /// allocation): the writer then makes threads wait for room rather than drop records.
     pub(crate) fn exact_mode(&self) -> bool {
-        self.instrument.enabled || (self.exceptions && self.every_exception()) || self.alloc == AllocMode::Exact
+        self.instrument.enabled
+            || self.count
+            || (self.exceptions && self.every_exception())
+            || self.alloc == AllocMode::Exact
     }
 
     /// `key=value` lines for the trace's `ProcessStart.config`.
@@ -585,6 +607,9 @@ impl Config {
             m.insert("trigger_max", t.max.to_string());
         }
         m.insert("instrument", self.instrument.enabled.to_string());
+        if self.count {
+            m.insert("count", format!("{} scope", if self.count_all { "all" } else { "app" }));
+        }
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
             m.insert("flow", self.instrument.flow.to_string());

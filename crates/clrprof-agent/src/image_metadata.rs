@@ -26,6 +26,7 @@ mod table {
     pub(crate) const PARAM: usize = 0x08;
     pub(crate) const INTERFACE_IMPL: usize = 0x09;
     pub(crate) const MEMBER_REF: usize = 0x0a;
+    pub(crate) const CUSTOM_ATTRIBUTE: usize = 0x0c;
     pub(crate) const DECL_SECURITY: usize = 0x0e;
     pub(crate) const STAND_ALONE_SIG: usize = 0x11;
     pub(crate) const EVENT_PTR: usize = 0x13;
@@ -355,6 +356,81 @@ impl<'a> Metadata<'a> {
         Some((self.method_owner(rid)?, name, flags, sig))
     }
 
+    /// The number of MethodDef rows.
+    #[cfg(test)]
+    pub(crate) fn method_count(&self) -> u32 {
+        self.tables[table::METHOD_DEF].rows
+    }
+
+    /// The RVA of a MethodDef's body (0 for a method without one: abstract, runtime, P/Invoke).
+    #[cfg(test)]
+    pub(crate) fn method_rva(&self, token: u32) -> Option<u32> {
+        self.cell(table::METHOD_DEF, Self::rid(token, table::METHOD_DEF)?, 0)
+    }
+
+    /// The AssemblyRefs of the module: (token, name).
+    pub(crate) fn assembly_refs(&self) -> Vec<(u32, String)> {
+        (1..=self.tables[table::ASSEMBLY_REF].rows)
+            .filter_map(|r| {
+                let name = self.string(self.cell(table::ASSEMBLY_REF, r, 6)?)?;
+                Some(((table::ASSEMBLY_REF as u32) << 24 | r, name))
+            })
+            .collect()
+    }
+
+    /// The TypeDef of a top-level type by its `Namespace.Name`.
+    pub(crate) fn find_type_def(&self, name: &str) -> Option<u32> {
+        (1..=self.tables[table::TYPE_DEF].rows)
+            .map(|r| (table::TYPE_DEF as u32) << 24 | r)
+            .find(|&t| self.enclosing_type(t) == Some(None) && self.type_def_name(t).as_deref() == Some(name))
+    }
+
+    /// The MethodDef of `owner`'s method `name` with signature blob `sig`.
+    pub(crate) fn find_method(&self, owner: u32, name: &str, sig: &[u8]) -> Option<u32> {
+        let rid = Self::rid(owner, table::TYPE_DEF)?;
+        let first = self.cell(table::TYPE_DEF, rid, 5)?;
+        let end = if rid < self.tables[table::TYPE_DEF].rows {
+            self.cell(table::TYPE_DEF, rid + 1, 5)?
+        } else {
+            self.tables[table::METHOD_DEF].rows + 1
+        };
+        (first..end).map(|r| (table::METHOD_DEF as u32) << 24 | r).find(|&m| {
+            self.cell(table::METHOD_DEF, m & 0xff_ffff, 3).and_then(|i| self.string(i)).as_deref() == Some(name)
+                && self.cell(table::METHOD_DEF, m & 0xff_ffff, 4).and_then(|i| self.blob(i)) == Some(sig)
+        })
+    }
+
+    /// The constructors of a top-level type of this module (its `.ctor` MethodDefs).
+    pub(crate) fn constructors(&self, type_name: &str) -> Vec<u32> {
+        let Some(rid) = self.find_type_def(type_name).and_then(|t| Self::rid(t, table::TYPE_DEF)) else {
+            return Vec::new();
+        };
+        let (Some(first), end) = (
+            self.cell(table::TYPE_DEF, rid, 5),
+            if rid < self.tables[table::TYPE_DEF].rows {
+                self.cell(table::TYPE_DEF, rid + 1, 5)
+            } else {
+                Some(self.tables[table::METHOD_DEF].rows + 1)
+            },
+        ) else {
+            return Vec::new();
+        };
+        (first..end.unwrap_or(first))
+            .filter(|&r| self.cell(table::METHOD_DEF, r, 3).and_then(|i| self.string(i)).as_deref() == Some(".ctor"))
+            .map(|r| (table::METHOD_DEF as u32) << 24 | r)
+            .collect()
+    }
+
+    /// Whether MethodDef `method` carries a custom attribute built by one of `ctors` (MethodDefs of
+    /// this module).
+    pub(crate) fn method_has_attribute(&self, method: u32, ctors: &[u32]) -> bool {
+        let Some(rid) = Self::rid(method, table::METHOD_DEF) else { return false };
+        // HasCustomAttribute: MethodDef is tag 0 of 5 bits; CustomAttributeType: MethodDef is tag 2 of 3.
+        let Some(rows) = self.find_rows(table::CUSTOM_ATTRIBUTE, 0, rid << 5) else { return false };
+        let wanted: Vec<u32> = ctors.iter().map(|c| (c & 0x00ff_ffff) << 3 | 2).collect();
+        rows.into_iter().any(|r| self.cell(table::CUSTOM_ATTRIBUTE, r, 1).is_some_and(|t| wanted.contains(&t)))
+    }
+
     /// The TypeDef whose method list holds MethodDef `rid`: the last type whose list starts at or
     /// before it (method lists are contiguous and in order).
     fn method_owner(&self, rid: u32) -> Option<u32> {
@@ -525,11 +601,11 @@ pub(crate) fn metadata_of_image<'a>(read: impl Fn(usize, usize) -> Option<&'a [u
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The directory of the newest shared framework `dotnet` (on PATH) lists.
-    fn runtime_dir() -> Option<String> {
+    pub(crate) fn runtime_dir() -> Option<String> {
         let dotnet = std::process::Command::new("dotnet").arg("--list-runtimes").output().ok()?;
         let text = String::from_utf8_lossy(&dotnet.stdout);
         let line = text.lines().rfind(|l| l.starts_with("Microsoft.NETCore.App "))?;
@@ -539,11 +615,11 @@ mod tests {
     }
 
     /// System.Private.CoreLib.dll of the runtime the tests run on.
-    fn corelib() -> Option<Vec<u8>> {
+    pub(crate) fn corelib() -> Option<Vec<u8>> {
         std::fs::read(format!("{}/System.Private.CoreLib.dll", runtime_dir()?)).ok()
     }
 
-    fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
+    pub(crate) fn file_metadata(bytes: &[u8]) -> Option<&[u8]> {
         metadata_of_image(|at, len| bytes.get(at..at.checked_add(len)?), true)
     }
 
@@ -578,6 +654,36 @@ mod tests {
             assert!(md.type_def_name(*td).is_some());
             assert_eq!(field >> 24, 0x04);
         }
+    }
+
+    #[test]
+    fn interlocked_increment_of_long_found_by_name_and_signature() {
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = Metadata::parse(file_metadata(&bytes).expect("a CLI image")).expect("its tables");
+        let t = md.find_type_def("System.Threading.Interlocked").expect("Interlocked");
+        // DEFAULT, 1 parameter, returns I8, takes BYREF I8.
+        let m = md.find_method(t, "Increment", &[0x00, 0x01, 0x0a, 0x10, 0x0a]).expect("Increment(ref long)");
+        assert_eq!(md.method(m).map(|x| (x.0, x.1)), Some((t, "Increment".to_string())));
+        assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x08, 0x10, 0x08]).is_some(), "Increment(ref int)");
+        assert!(md.find_method(t, "Increment", &[0x00, 0x01, 0x0a, 0x10, 0x0b]).is_none());
+        assert!(md.assembly_refs().is_empty(), "CoreLib refers to no assembly");
+        // [Intrinsic] methods: String.get_Length has it, String.Concat(string, string) does not.
+        let intrinsic = md.constructors("System.Runtime.CompilerServices.IntrinsicAttribute");
+        assert_eq!(intrinsic.len(), 1);
+        let string = md.find_type_def("System.String").unwrap();
+        let get_length = md.find_method(string, "get_Length", &[0x20, 0x00, 0x08]).expect("String.get_Length");
+        assert!(md.method_has_attribute(get_length, &intrinsic));
+        let concat = md.find_method(string, "Concat", &[0x00, 0x02, 0x0e, 0x0e, 0x0e]).expect("Concat(string, string)");
+        assert!(!md.method_has_attribute(concat, &intrinsic));
+        // An app-facing assembly refers to System.Runtime or CoreLib.
+        let dir = runtime_dir().unwrap();
+        let linq = std::fs::read(format!("{dir}/System.Linq.dll")).unwrap();
+        let md = Metadata::parse(file_metadata(&linq).unwrap()).unwrap();
+        let refs = md.assembly_refs();
+        assert!(
+            refs.iter().any(|(t, n)| t >> 24 == 0x23 && (n == "System.Runtime" || n == "System.Private.CoreLib")),
+            "{refs:?}"
+        );
     }
 
     #[test]

@@ -11,13 +11,14 @@
 //! From the bottom up (a module uses only modules above it in this list, or its own children):
 //!
 //! - `log`, `os` (the calling thread's tid, thread clocks, `/proc` reading), `activity` (the
-//!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`,
-//!   `names`, `writer` (the trace sink and its thread).
+//!   per-thread stack of runtime activity words), `config`, `signature`, `image_metadata`, `il`
+//!   (method bodies read and rewritten), `names`, `writer` (the trace sink and its thread).
 //! - `triggers` (collection triggers: what the runtime's threads observe, and the trigger thread
 //!   that decides and acts through the closures it is given).
 //! - `context`: what every recorder works in — runtime info, configuration, writer, names, the
 //!   run's clock, `emit`. Recorders take a `&Context`, never the profiler's state.
-//! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks),
+//! - The recorders: `sampler` (CPU and wall-clock samples), `elt` (enter/leave hooks), `count`
+//!   (call counts by IL probes),
 //!   `events` (exceptions, GC, allocations, EventPipe; it asks the sampler for a last flush when
 //!   the runtime fails fast).
 //! - `profiler`: the profiler object — `Initialize`/`Shutdown`, the callbacks, attach sessions —
@@ -57,8 +58,10 @@
 pub(crate) mod activity;
 pub(crate) mod config;
 pub(crate) mod context;
+pub(crate) mod count;
 pub(crate) mod elt;
 pub(crate) mod events;
+pub(crate) mod il;
 pub(crate) mod image_metadata;
 pub(crate) mod log;
 pub(crate) mod names;

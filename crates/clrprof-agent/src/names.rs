@@ -70,6 +70,11 @@ impl ModuleMetadata {
         self.image.as_ref()?.static_fields(wanted)
     }
 
+    /// The module's tables read from its image, when it has one.
+    pub(crate) fn image(&self) -> Option<&Metadata<'static>> {
+        self.image.as_ref()
+    }
+
     fn importer(&self) -> Option<&MetaDataImport> {
         self.importer.get_or_init(|| self.info.get_module_metadata(self.module).ok().flatten()).as_ref()
     }
@@ -309,6 +314,23 @@ impl Names {
             "System.__Canon" => "__Canon".into(),
             other => alias(other).to_string(),
         }
+    }
+
+    /// The name of a method definition, generic parameters as declared:
+    /// `Ns.Type<T>.Method<U>` (what every instantiation of it shares).
+    pub(crate) fn method_def_name(&self, module: ModuleID, token: u32) -> Option<String> {
+        let md = self.module_metadata(module)?;
+        let props = md.method_props(token)?;
+        let class_params = self.typedef_params(module, &md, props.class);
+        let method_params = md.generic_param_names(token);
+        let class = if (props.class & 0x00ff_ffff) > 1 {
+            apply_type_args(&self.type_token_name(module, &md, props.class), &class_params)
+        } else {
+            String::new()
+        };
+        let m =
+            if method_params.is_empty() { props.name } else { format!("{}<{}>", props.name, method_params.join(", ")) };
+        Some(if class.is_empty() { m } else { format!("{class}.{m}") })
     }
 
     /// Names of a function: `Ns.Type<args>.Method<margs>`, its class, and its signature.

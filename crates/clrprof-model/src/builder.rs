@@ -35,6 +35,8 @@ pub struct ProfileBuilder {
     physical_stacks: bool,
     hide_idle: bool,
     cct: crate::instrumented::CctIngest,
+    /// `record --count`'s slots and deltas.
+    counts: crate::counts::CountIngest,
     events: crate::events::EventsBuilder,
     /// Requests, waits and the thread pool (`record --async`).
     requests: crate::requests::RequestFacts,
@@ -297,6 +299,12 @@ impl ProfileBuilder {
                 }
             }
             R::FlowEvents(f) => crate::instrumented::flow(&mut self.p.flow, f),
+            R::CountInfo(c) => self.p.instrumentation = Some(crate::counts::CountIngest::info(c)),
+            R::CountMethod(m) => self.counts.method(self.p.instrumentation.as_mut(), m),
+            R::CountDeltas(d) => {
+                self.last_ts = self.last_ts.max(d.ts);
+                self.counts.deltas(d);
+            }
             R::FunctionHooked(h) => {
                 if let Some(i) = self.p.instrumentation.as_mut() {
                     if h.hooked {
@@ -492,6 +500,7 @@ impl ProfileBuilder {
         p.classes = self.classes.values().cloned().collect();
         p.classes.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
         p.functions = self.functions.values().cloned().collect();
+        p.functions.extend(self.counts.definitions(&self.functions));
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         p.index();
         p.costs.stacks = self.stacks.clone();
@@ -501,6 +510,10 @@ impl ProfileBuilder {
             crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
         });
         self.cct.add_to(&mut p.costs, range, site_stacks.as_deref());
+        let lost = self.counts.add_to(&mut p.costs, range) + self.counts.problems;
+        if lost > 0 {
+            p.messages.push(format!("{lost} call-count slots or records could not be placed (records were lost)"));
+        }
         let with_tasks = !self.tasks.is_empty();
         self.samples.resolve_with(&mut p, symbols, range, sample_events, timed || with_tasks);
         p.set_events(&self.events, range);

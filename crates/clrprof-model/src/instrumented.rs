@@ -31,6 +31,13 @@ pub struct Instrumentation {
     /// or never offered to the mapper: methods without metadata such as DynamicMethods).
     #[serde(skip)]
     pub hooked: std::collections::HashSet<u64>,
+    /// `record --count`: the counts come from IL probes (per method definition, inlined calls
+    /// counted), not from enter/leave hooks; no times.
+    pub il_probes: bool,
+    /// `record --count`'s scope without patterns (`all`, `app`), empty otherwise.
+    pub count_scope: String,
+    /// `record --count`: methods in scope the probes could not count (never shown as 0 calls).
+    pub uncounted: Vec<crate::counts::Uncounted>,
 }
 
 impl Instrumentation {
@@ -49,6 +56,9 @@ impl Instrumentation {
             hooked_functions: 0,
             filtered_functions: 0,
             hooked: Default::default(),
+            il_probes: false,
+            count_scope: String::new(),
+            uncounted: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod asynchrony;
 mod builder;
 mod callsites;
 pub mod codemap;
+pub mod counts;
 pub mod events;
 #[cfg(test)]
 mod events_tests;

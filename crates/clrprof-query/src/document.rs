@@ -242,6 +242,24 @@ pub struct InstrumentationDoc {
     pub hook_cost_ns: f64,
     pub hooked_functions: u64,
     pub filtered_functions: u64,
+    /// `record --count`: the counts come from IL probes (absent for enter/leave hooks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub il_probes: Option<IlProbesDoc>,
+}
+
+/// How `record --count` counted: per method definition, inlining on, and what it could not count.
+#[derive(Serialize)]
+pub struct IlProbesDoc {
+    /// `app` or `all` (without patterns).
+    pub scope: String,
+    /// Methods in scope without a count (never reported as 0 calls), by name, with the reason.
+    pub uncounted: Vec<UncountedDoc>,
+}
+
+#[derive(Serialize)]
+pub struct UncountedDoc {
+    pub name: String,
+    pub reason: &'static str,
 }
 
 /// A node of the call tree; nodes are listed depth first, children by inclusive time, and `id` is
@@ -703,6 +721,23 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
             hook_cost_ns: i.hook_cost_ns,
             hooked_functions: i.hooked_functions,
             filtered_functions: i.filtered_functions,
+            il_probes: i.il_probes.then(|| {
+                let names: std::collections::HashMap<u64, &str> =
+                    p.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
+                let mut uncounted: Vec<UncountedDoc> = i
+                    .uncounted
+                    .iter()
+                    .map(|u| UncountedDoc {
+                        name: names
+                            .get(&u.function)
+                            .map_or_else(|| format!("function 0x{:x}", u.function), |n| n.to_string()),
+                        reason: clrprof_model::counts::uncounted_reason(u.reason),
+                    })
+                    .collect();
+                uncounted.sort_by(|a, b| (&a.name, a.reason).cmp(&(&b.name, b.reason)));
+                uncounted.dedup_by(|a, b| a.name == b.name && a.reason == b.reason);
+                IlProbesDoc { scope: i.count_scope.clone(), uncounted }
+            }),
         }),
         calltree,
         calltree_hidden,

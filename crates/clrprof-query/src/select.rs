@@ -87,6 +87,16 @@ pub fn weight_note(p: &Profile, m: Metric) -> String {
     match m {
         Metric::Time | Metric::Calls => {
             let mut s = match &p.instrumentation {
+                Some(i) if i.il_probes => {
+                    return format!(
+                        "weight: {} — exact call counts per method definition, from IL probes (record --count): \
+                         inlining enabled (inlined calls counted), ReadyToRun code used outside the scope, no times; \
+                         {} methods counted, {} uncounted",
+                        m.name(),
+                        i.hooked_functions,
+                        i.uncounted.len()
+                    )
+                }
                 Some(_) => format!("weight: {} — exact, from enter/leave hooks", m.name()),
                 // An imported instrumentation report: its profiler's counts and times, as the
                 // profile's note tells how they were read.

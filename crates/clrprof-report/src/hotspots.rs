@@ -17,7 +17,10 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     out += "\n";
     for g in &view.groups {
         out += &format!("\n{}: {} functions, total {}\n", g.label, g.count, fmt_value(m, g.total));
+        let probes = p.instrumentation.as_ref().is_some_and(|i| i.il_probes);
         let t = match m {
+            // IL probes count calls and measure no time: no time columns (they would read 0).
+            Metric::Time | Metric::Calls if probes => counted(&g.rows, g.total),
             Metric::Time | Metric::Calls => instrumented(&g.rows, m, g.total),
             _ => sampled(&g.rows, m, g.total),
         };
@@ -52,6 +55,15 @@ fn instrumented(rows: &[FunctionStats], m: Metric, tot: u64) -> TextTable {
             ms(i.profiler_ns),
             r.name.clone(),
         ]);
+    }
+    t
+}
+
+/// `record --count`: calls and their share, per method definition.
+fn counted(rows: &[FunctionStats], tot: u64) -> TextTable {
+    let mut t = TextTable::new(&[("CALLS", Right), ("CALLS %", Right), ("FUNCTION", Left)]);
+    for r in rows {
+        t.row(vec![r.self_cost.calls.to_string(), percent(r.self_cost.calls, tot), r.name.clone()]);
     }
     t
 }

@@ -16,6 +16,11 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     let key =
         |r: &clrprof_query::costs::FunctionStats| if instrumented { r.self_cost.calls } else { m.of(&r.self_cost) };
     let mut out = title(p, "function summary");
+    let probes = p.instrumentation.as_ref().filter(|i| i.il_probes);
+    if probes.is_some() && instrumented {
+        out += &select::weight_note(p, m);
+        out += "\n";
+    }
     out += &format!(
         "\n{} functions, {} {}\n",
         g.count,
@@ -32,5 +37,34 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
         ]);
     }
     out += &t.render();
+    if let Some(i) = probes {
+        out += &uncounted(p, i);
+    }
     Ok(out)
+}
+
+/// `record --count`: the methods in scope the probes could not count, by name, with the reason —
+/// listed apart, never as 0 calls.
+pub(crate) fn uncounted(p: &Profile, i: &clrprof_model::Instrumentation) -> String {
+    if i.uncounted.is_empty() {
+        return String::new();
+    }
+    let names: std::collections::HashMap<u64, &str> = p.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
+    let mut rows: Vec<(String, &str)> = i
+        .uncounted
+        .iter()
+        .map(|u| {
+            let name = names.get(&u.function).map_or_else(|| format!("function 0x{:x}", u.function), |n| n.to_string());
+            (name, clrprof_model::counts::uncounted_reason(u.reason))
+        })
+        .collect();
+    rows.sort();
+    rows.dedup();
+    let mut out = format!("\n{} methods uncounted (no call count, not zero):\n", rows.len());
+    let mut t = TextTable::new(&[("FUNCTION", Left), ("WHY", Left)]);
+    for (n, why) in rows {
+        t.row(vec![n, why.to_string()]);
+    }
+    out += &t.render();
+    out
 }

@@ -66,6 +66,10 @@ pub const INFO_VTABLE_LEN: [usize; 15] = [36, 57, 71, 81, 83, 84, 87, 90, 93, 99
 
 pub const IID_IMETADATAIMPORT: GUID = GUID::new(0x7DAC8207, 0xD3AE, 0x4C75, 0x9B67, 0x92801A497D44);
 pub const IID_IMETADATAIMPORT2: GUID = GUID::new(0xFCE5EFA0, 0x8BBA, 0x4F8E, 0xA036, 0x8F2022B08466);
+pub const IID_IMETADATAEMIT: GUID = GUID::new(0xBA3FEE4C, 0xECB9, 0x4E41, 0x83B7, 0x183FA41CD859);
+pub const IID_IMETADATAASSEMBLYEMIT: GUID = GUID::new(0x211EF15B, 0x5317, 0x4438, 0xB196, 0xDEC87B887693);
+/// `CorOpenFlags::ofWrite` (with `ofRead` = 0): a module's metadata opened for emitting.
+pub const OF_WRITE: u32 = 0x1;
 
 /// `COR_PRF_MONITOR` (low word of the event mask).
 pub mod monitor {

@@ -672,6 +672,67 @@ impl ProfilerInfo {
         read_string(|cch, pcch, buf| unsafe { f(self.ptr, provider, cch, pcch, buf) }, "EventPipeGetProviderInfo")
     }
 
+    /// A method's body as the runtime has it (header, code and sections; `GetILFunctionBody`):
+    /// `None` for methods without IL. The bytes stay valid while the module is loaded.
+    pub fn get_il_function_body(&self, module: ModuleID, token: mdMethodDef) -> HrResult<Option<&'static [u8]>> {
+        let f = slot!(self, 22, "GetILFunctionBody", fn(ModuleID, mdMethodDef, *mut *const u8, *mut u32));
+        let mut header: *const u8 = std::ptr::null();
+        let mut size = 0u32;
+        // Safety: valid call with writable out-params.
+        check("GetILFunctionBody", unsafe { f(self.ptr, module, token, &mut header, &mut size) })?;
+        if header.is_null() || size == 0 {
+            return Ok(None);
+        }
+        // Safety: the runtime returns `size` readable bytes at `header`, mapped for the module's
+        // lifetime (its image, or a body a profiler set, which is never freed).
+        Ok(Some(unsafe { std::slice::from_raw_parts(header, size as usize) }))
+    }
+
+    /// Replaces a method's body before its first compilation (`SetILFunctionBody`) with `body`,
+    /// copied into memory from the module's `IMethodMalloc` (`GetILFunctionBodyAllocator`), which
+    /// the runtime owns from then on.
+    pub fn set_il_function_body(&self, module: ModuleID, token: mdMethodDef, body: &[u8]) -> HrResult<()> {
+        let get_alloc = slot!(self, 23, "GetILFunctionBodyAllocator", fn(ModuleID, *mut *mut c_void));
+        let set = slot!(self, 24, "SetILFunctionBody", fn(ModuleID, mdMethodDef, *const u8));
+        let mut malloc: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with a writable out-param.
+        check("GetILFunctionBodyAllocator", unsafe { get_alloc(self.ptr, module, &mut malloc) })?;
+        if malloc.is_null() {
+            return Err(HrError { method: "GetILFunctionBodyAllocator", hr: E_FAIL });
+        }
+        // Safety: `malloc` is an AddRef'd IMethodMalloc: IUnknown, then `PVOID Alloc(ULONG cb)` at
+        // slot 3 (corprof.idl); Release at slot 2.
+        let mem = unsafe {
+            let vt = *(malloc as *const *const usize);
+            let alloc: unsafe extern "system" fn(*mut c_void, u32) -> *mut u8 = transmute(*vt.add(3));
+            let release: unsafe extern "system" fn(*mut c_void) -> u32 = transmute(*vt.add(2));
+            let mem = alloc(malloc, body.len() as u32);
+            release(malloc);
+            mem
+        };
+        if mem.is_null() {
+            return Err(HrError { method: "IMethodMalloc::Alloc", hr: E_OUTOFMEMORY });
+        }
+        // Safety: `mem` holds `body.len()` writable bytes the allocator just gave.
+        unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), mem, body.len()) };
+        // Safety: valid call; the body lives in runtime-owned memory from now on.
+        check("SetILFunctionBody", unsafe { set(self.ptr, module, token, mem) })
+    }
+
+    /// The module's metadata opened for writing (`GetModuleMetaData(ofWrite, IID_IMetaDataEmit)`),
+    /// `None` for modules without metadata.
+    pub fn get_module_metadata_emit(&self, id: ModuleID) -> HrResult<Option<crate::metadata::MetaDataEmit>> {
+        let f = slot!(self, 21, "GetModuleMetaData", fn(ModuleID, u32, *const GUID, *mut *mut c_void));
+        let mut out: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with a writable out-param.
+        check("GetModuleMetaData", unsafe { f(self.ptr, id, OF_WRITE, &IID_IMETADATAEMIT, &mut out) })?;
+        if out.is_null() {
+            return Ok(None);
+        }
+        // Safety: `out` is an AddRef'd IMetaDataEmit pointer whose ownership we take.
+        Ok(Some(unsafe { crate::metadata::MetaDataEmit::from_raw(out) }))
+    }
+
     /// Size in bytes of a method's IL code (`ICorProfilerInfo::GetILFunctionBody`, header parsed:
     /// tiny headers hold the size in their first byte, fat headers at offset 4). `None` for methods
     /// without IL (abstract, runtime-implemented, dynamic).

@@ -1,4 +1,5 @@
-//! Safe wrapper over the subset of `IMetaDataImport`/`IMetaDataImport2` used to name things.
+//! Safe wrappers over the subsets of `IMetaDataImport`/`IMetaDataImport2` used to name things and of
+//! `IMetaDataEmit`/`IMetaDataAssemblyEmit` that count probes need.
 
 use std::ffi::c_void;
 use std::mem::transmute;
@@ -170,5 +171,132 @@ impl MetaDataImport {
             unsafe { close(self.ptr, henum) };
         }
         names
+    }
+}
+
+/// An owned `IMetaDataEmit` (released on drop): the few definitions a count probe needs.
+pub struct MetaDataEmit {
+    ptr: *mut c_void,
+}
+
+// Safety: the runtime's metadata emitters (RegMeta) take their own write lock per call.
+unsafe impl Send for MetaDataEmit {}
+// Safety: as above.
+unsafe impl Sync for MetaDataEmit {}
+
+impl Drop for MetaDataEmit {
+    fn drop(&mut self) {
+        // Safety: we own one reference; slot 2 is Release.
+        unsafe { release(self.ptr) };
+    }
+}
+
+/// Releases one reference of a COM object.
+///
+/// # Safety
+/// `ptr` is a live COM object the caller owns a reference of.
+unsafe fn release(ptr: *mut c_void) {
+    // Safety: per the contract; slot 2 of every COM interface is Release.
+    unsafe {
+        let f: unsafe extern "system" fn(*mut c_void) -> u32 = transmute(*(*(ptr as *const *const usize)).add(2));
+        f(ptr);
+    }
+}
+
+/// `ASSEMBLYMETADATA` (cor.h), all empty but the version.
+#[repr(C)]
+struct AssemblyMetadata {
+    version: [u16; 4],
+    locale: *const u16,
+    locale_len: u32,
+    processor: *const u32,
+    processor_len: u32,
+    os: *const c_void,
+    os_len: u32,
+}
+
+impl MetaDataEmit {
+    /// # Safety
+    /// `ptr` must be an AddRef'd `IMetaDataEmit`.
+    pub unsafe fn from_raw(ptr: *mut c_void) -> MetaDataEmit {
+        MetaDataEmit { ptr }
+    }
+
+    fn slot(&self, idx: usize) -> usize {
+        // Safety: `ptr` is a live COM object; callers pass indexes inside IMetaDataEmit.
+        unsafe { *(*(self.ptr as *const *const usize)).add(idx) }
+    }
+
+    /// `DefineTypeRefByName(scope, "Namespace.Name")` (slot 12).
+    pub fn define_type_ref_by_name(&self, scope: mdToken, name: &str) -> HrResult<mdToken> {
+        let f = mdslot!(self, 12, fn(mdToken, *const u16, *mut mdToken));
+        let name = crate::raw::to_utf16z(name);
+        let mut out = 0u32;
+        // Safety: valid call; the name is NUL-terminated and outlives it.
+        check("DefineTypeRefByName", unsafe { f(self.ptr, scope, name.as_ptr(), &mut out) })?;
+        Ok(out)
+    }
+
+    /// `DefineMemberRef(parent, name, signature)` (slot 14).
+    pub fn define_member_ref(&self, parent: mdToken, name: &str, sig: &[u8]) -> HrResult<mdToken> {
+        let f = mdslot!(self, 14, fn(mdToken, *const u16, *const u8, u32, *mut mdToken));
+        let name = crate::raw::to_utf16z(name);
+        let mut out = 0u32;
+        // Safety: valid call; name and signature outlive it.
+        check("DefineMemberRef", unsafe {
+            f(self.ptr, parent, name.as_ptr(), sig.as_ptr(), sig.len() as u32, &mut out)
+        })?;
+        Ok(out)
+    }
+
+    /// A new AssemblyRef (`IMetaDataAssemblyEmit::DefineAssemblyRef`, slot 4, through a QI of this
+    /// emitter) to `name` at `version`, with the public key token `token`.
+    pub fn define_assembly_ref(&self, name: &str, version: [u16; 4], token: &[u8]) -> HrResult<mdToken> {
+        let qi: unsafe extern "system" fn(*mut c_void, *const GUID, *mut *mut c_void) -> HRESULT =
+            // Safety: slot 0 of every COM interface is QueryInterface.
+            unsafe { transmute(self.slot(0)) };
+        let mut asm: *mut c_void = std::ptr::null_mut();
+        // Safety: valid call with a writable out-param.
+        check("QueryInterface(IMetaDataAssemblyEmit)", unsafe {
+            qi(self.ptr, &crate::consts::IID_IMETADATAASSEMBLYEMIT, &mut asm)
+        })?;
+        if asm.is_null() {
+            return Err(crate::raw::HrError {
+                method: "QueryInterface(IMetaDataAssemblyEmit)",
+                hr: crate::consts::E_NOINTERFACE,
+            });
+        }
+        type Define = unsafe extern "system" fn(
+            *mut c_void,
+            *const u8,
+            u32,
+            *const u16,
+            *const AssemblyMetadata,
+            *const u8,
+            u32,
+            u32,
+            *mut mdToken,
+        ) -> HRESULT;
+        let name = crate::raw::to_utf16z(name);
+        let md = AssemblyMetadata {
+            version,
+            locale: std::ptr::null(),
+            locale_len: 0,
+            processor: std::ptr::null(),
+            processor_len: 0,
+            os: std::ptr::null(),
+            os_len: 0,
+        };
+        let mut out = 0u32;
+        // Safety: `asm` is an AddRef'd IMetaDataAssemblyEmit whose slot 4 is DefineAssemblyRef
+        // (cor.h); every pointer outlives the call; then our reference is released.
+        let hr = unsafe {
+            let f: Define = transmute(*(*(asm as *const *const usize)).add(4));
+            let hr = f(asm, token.as_ptr(), token.len() as u32, name.as_ptr(), &md, std::ptr::null(), 0, 0, &mut out);
+            release(asm);
+            hr
+        };
+        check("DefineAssemblyRef", hr)?;
+        Ok(out)
     }
 }

@@ -112,6 +112,25 @@ pub mod code_kind {
     pub const EXISTING: u8 = 3;
 }
 
+/// Why a method is not counted (`CountMethod.reason`).
+pub mod count_uncounted {
+    /// Counted: the probe is in its IL.
+    pub const COUNTED: u8 = 0;
+    /// The runtime substitutes its own IL or expands the method as an intrinsic (`Interlocked`,
+    /// `Unsafe`, `MemoryMarshal`, `Volatile`, `RuntimeHelpers`, `Activator`): a probe would vanish.
+    pub const INTRINSIC: u8 = 1;
+    /// Its body could not be read in full (an unknown header or section): left as it was.
+    pub const UNPARSEABLE: u8 = 2;
+    /// Every counter slot was taken.
+    pub const CAPACITY: u8 = 3;
+    /// The probe's metadata (a reference to `Interlocked.Increment`) could not be made in its module.
+    pub const NO_PROBE_TOKEN: u8 = 4;
+    /// The runtime refused the new body (`SetILFunctionBody` failed) or gave none.
+    pub const REFUSED: u8 = 5;
+    /// Outside the scope (`--include`/`--exclude`, the default scope).
+    pub const OUT_OF_SCOPE: u8 = 6;
+}
+
 /// Steps of exception handling (`ExceptionPhase.phase`), in the runtime's callback order.
 pub mod exception_phase {
     pub const SEARCH_ENTER: u8 = 1;
@@ -279,6 +298,28 @@ records! {
     /// `packed` — the node id (the first as is, then the gap after the previous node minus one:
     /// nodes ascend), calls, time_ns, suspended_ns, profiler_ns. About a quarter of the size.
     35 CallTreeCosts { os_tid: u32, ts: u64, tree: u32, count: u32, packed: Vec<u8> }
+
+    /// `record --count`: exact per-method call counts from a probe written into each in-scope
+    /// method's IL at its first compilation, inlining and ReadyToRun (out of scope) left on.
+    /// Written once, at `Initialize`.
+    36 CountInfo {
+        /// Counter slots the agent has (methods past it are uncounted, [`count_uncounted::CAPACITY`]).
+        capacity: u32,
+        /// `;`-separated `--include` / `--exclude` patterns.
+        include: String,
+        exclude: String,
+        /// What is in scope without patterns: `all` or `app` (modules outside the shared framework).
+        scope: String,
+    }
+    /// A method definition the count probes decided about, named by the FunctionID of its first
+    /// compilation (generic instantiations share their definition's IL and slot: counts are per
+    /// `(module, token)`). `slot` is the counter's index, `u32::MAX` with `reason` (see
+    /// [`count_uncounted`]) when the method is not counted. `name`: the definition's name with its
+    /// generic parameters as declared (`Ns.Type<T>.Method<U>`) when it differs from the
+    /// function's (a generic instantiation), else empty.
+    37 CountMethod { function: u64, module: u64, token: u32, slot: u32, reason: u8, name: String }
+    /// Calls counted since the previous `CountDeltas`, per slot (slots with no new calls left out).
+    38 CountDeltas { ts: u64, slots: Vec<u32>, counts: Vec<u64> }
 
     // 50–69: sampling (docs/trace-format.md, "Sampling").
     /// Sampling settings, written once when the sampler starts.

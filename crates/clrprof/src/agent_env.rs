@@ -99,6 +99,10 @@ pub struct InstrumentOptions {
     pub keep_inlining: bool,
     /// `CLRPROF_CALLTREE_MAX_MB` (None: the agent's default).
     pub calltree_max_mb: Option<u64>,
+    /// `record --count`: call counts by IL probes instead of hooks (`enabled` stays false).
+    pub count: bool,
+    /// `--count-scope all`.
+    pub count_all: bool,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
 }
@@ -254,6 +258,12 @@ impl AgentEnv {
             if let Some(mb) = i.calltree_max_mb {
                 self.set("CLRPROF_CALLTREE_MAX_MB", mb.to_string());
             }
+        }
+        if i.count {
+            self.set("CLRPROF_COUNT", "1")
+                .set("CLRPROF_COUNT_SCOPE", if i.count_all { "all" } else { "app" })
+                .set("CLRPROF_INCLUDE", i.include.join(";"))
+                .set("CLRPROF_EXCLUDE", i.exclude.join(";"));
         }
         self
     }

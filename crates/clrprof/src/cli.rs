@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Run a command under the profiler and save its trace.
     #[command(
-        after_help = "Examples:\n  clrprof record -- dotnet app.dll\n  clrprof record -o app.clrprof --log agent.log -- dotnet app.dll --port 8080"
+        after_help = "Examples:\n  clrprof record -- dotnet app.dll\n  clrprof record -o app.clrprof --log agent.log -- dotnet app.dll --port 8080\n  clrprof record --count -- dotnet app.dll      (exact call counts, inlining on)"
     )]
     Record(RecordArgs),
     /// Profile a running .NET process (8 or newer) without restarting it, for a while.
@@ -351,6 +351,17 @@ struct RecordArgs {
     /// With --instrument: count calls only, no timing (cheapest)
     #[arg(long, requires = "instrument")]
     counts_only: bool,
+    /// Exact call counts per method from IL probes written into each method's IL at its first
+    /// compilation: inlining stays on (inlined calls are counted) and ReadyToRun code is kept outside
+    /// the scope. No times, no callers. Scope: --include/--exclude, else the app's own assemblies
+    /// (--count-scope all: every module). Counts are per method definition (generic
+    /// instantiations summed). docs/count.md
+    #[arg(long, conflicts_with = "instrument")]
+    count: bool,
+    /// With --count and no --include: `app` (assemblies outside the shared framework, default) or
+    /// `all` (every module, the framework's ReadyToRun code of counted methods recompiled)
+    #[arg(long, value_name = "SCOPE", requires = "count", value_parser = ["app", "all"])]
+    count_scope: Option<String>,
     /// With --instrument: also keep every enter/leave event in order (for short runs or filtered functions)
     #[arg(long, requires = "instrument")]
     flow: bool,
@@ -362,11 +373,11 @@ struct RecordArgs {
     /// `[call tree capped]` node
     #[arg(long, value_name = "MIB", requires = "instrument")]
     calltree_max_mb: Option<u64>,
-    /// With --instrument: hook only functions matching PATTERN (namespace, type, method or assembly; `*` wildcards; repeatable)
-    #[arg(long, value_name = "PATTERN", requires = "instrument")]
+    /// With --instrument or --count: hook (count) only functions matching PATTERN (namespace, type, method or assembly; `*` wildcards; repeatable)
+    #[arg(long, value_name = "PATTERN")]
     include: Vec<String>,
-    /// With --instrument: never hook functions matching PATTERN (repeatable)
-    #[arg(long, value_name = "PATTERN", requires = "instrument")]
+    /// With --instrument or --count: never hook (count) functions matching PATTERN (repeatable)
+    #[arg(long, value_name = "PATTERN")]
     exclude: Vec<String>,
     #[command(flatten)]
     server: ServerArgs,
@@ -756,6 +767,12 @@ pub fn run() -> Result<ExitCode> {
     match cli.command {
         Command::Record(a) => {
             a.recording.check_triggers()?;
+            let patterns = !a.include.is_empty() || !a.exclude.is_empty();
+            if patterns && !a.instrument && !a.count {
+                anyhow::bail!(
+                    "--include and --exclude choose what --instrument hooks or --count counts: give one of them"
+                );
+            }
             let mut recording = a.recording.options();
             recording.heap.at_ns = a.heap_snapshot_at.map(|t| t.0).unwrap_or_default();
             let opts = RecordOptions {
@@ -769,6 +786,8 @@ pub fn run() -> Result<ExitCode> {
                     flow: a.flow,
                     keep_inlining: a.keep_inlining,
                     calltree_max_mb: a.calltree_max_mb,
+                    count: a.count,
+                    count_all: a.count_scope.as_deref() == Some("all"),
                     include: a.include,
                     exclude: a.exclude,
                 },

@@ -164,6 +164,9 @@ impl ProfilerCallback for Profiler {
             sm.code_unloading(id as u64);
         }
         s.names.forget_module(id);
+        if let Some(c) = &s.counts {
+            c.forget_module(id);
+        }
         s.emit(ModuleUnloaded { ts: s.now(), id: id as u64 });
         Ok(())
     }
@@ -199,6 +202,20 @@ impl ProfilerCallback for Profiler {
         activity_begin(ra::pack(ra::JIT, id as u64));
         let Some(s) = self.state() else { return Ok(()) };
         s.mark_start(id);
+        if let Some(c) = &s.counts {
+            c.compiling(&s.cx, id);
+        }
+        Ok(())
+    }
+
+    /// `record --count`: a callee whose probe is not in its IL yet is not inlined.
+    fn jit_inlining(&self, _caller: FunctionID, callee: FunctionID, should_inline: OutBool) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if let Some(c) = &s.counts {
+            if !c.may_inline(&s.cx, callee) {
+                should_inline.set(false);
+            }
+        }
         Ok(())
     }
 
@@ -247,7 +264,9 @@ impl ProfilerCallback for Profiler {
 
     fn jit_cached_function_search_started(&self, id: FunctionID, use_cached: OutBool) -> CallbackResult {
         activity_begin(ra::pack(ra::READY_TO_RUN, id as u64));
-        use_cached.set(true);
+        // `record --count`: in-scope methods are compiled from their probed IL instead.
+        let counted = self.state().and_then(|s| s.counts.as_ref().map(|c| !c.use_precompiled(&s.cx, id)));
+        use_cached.set(counted != Some(true));
         Ok(())
     }
 

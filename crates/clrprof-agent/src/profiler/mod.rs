@@ -41,6 +41,8 @@ pub(crate) struct State {
     pub(crate) sampler: Option<Arc<crate::sampler::Sampler>>,
     /// Enter/leave instrumentation, when enabled.
     pub(crate) instrumentation: Option<crate::elt::Instrumentation>,
+    /// Call counts by IL probes (`CLRPROF_COUNT`), when enabled.
+    pub(crate) counts: Option<crate::count::Counts>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
     pub(crate) events: Arc<crate::events::Events>,
     /// Where the trace is written.

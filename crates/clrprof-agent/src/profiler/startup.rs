@@ -168,6 +168,11 @@ impl Profiler {
             info.version()
         );
 
+        if config.count && (attach.is_some() || config.instrument.enabled) {
+            return Err(CallbackError(
+                "IL-probe call counts need the profiler at start-up and without enter/leave hooks".into(),
+            ));
+        }
         if attach.is_some() && config.instrument.enabled {
             return Err(CallbackError("enter/leave instrumentation cannot be enabled after attach".into()));
         }
@@ -243,6 +248,15 @@ impl Profiler {
         } else {
             None
         };
+        let counts = if config.count {
+            let (c, rec) =
+                crate::count::Counts::new(&config.instrument.include, &config.instrument.exclude, config.count_all)
+                    .ok_or_else(|| CallbackError("no memory for the call counters".into()))?;
+            first.push(rec.into());
+            Some(c)
+        } else {
+            None
+        };
         writer.write_now(&first);
         writer.set_exact(config.exact_mode());
         writer.set_buffer_cap(config.buffer_bytes);
@@ -279,6 +293,7 @@ impl Profiler {
             functions,
             sampler,
             instrumentation,
+            counts,
             events,
             trace_path: path,
             eventpipe_session: AtomicU64::new(0),
@@ -304,6 +319,14 @@ impl Profiler {
                     }
                 }));
                 log_info!("enter/leave hooks installed");
+            }
+            if st.counts.is_some() {
+                st.writer.add_tick(Box::new(move |w| {
+                    if let Some(c) = &st.counts {
+                        c.publish(w, st.now());
+                    }
+                }));
+                log_info!("call counts by IL probes ({} scope)", if st.config.count_all { "all" } else { "app" });
             }
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| {

@@ -17,6 +17,7 @@ mod compat;
 mod containers;
 mod corpus;
 mod corpus_web;
+mod count;
 mod deep_stacks;
 mod diff;
 mod events;

@@ -54,6 +54,47 @@ fn instrumented_calls(runtime: &str, major: &str) {
     check_calls_app(&v);
 }
 
+/// As `count.rs`: IL probes count every call exactly with inlining on, in the app's own assembly
+/// only (a self-contained app: its framework beside it is left out by name), and count the copies
+/// of a tiny method the JIT inlines into a hot loop.
+fn counted_calls(runtime: &str, major: &str) {
+    let _machine = machine::shared();
+    let (trace, stdout, _) = record_ok(runtime, "count", "Calls", &[], &["--count"]);
+    assert!(stdout.contains("args: 1340 4.5,3.75 15,1.5 7,8,9,3.5 42,1.5"), "{stdout}");
+    let v = report_json(&trace);
+    check_runtime(&v, major);
+    for (name, n) in [
+        ("Calls.Recursion.Fib", 21891),
+        ("Calls.Counted.Tick", 1000),
+        ("Calls.Shared.Work", 10_000),
+        ("Calls.Exceptions.Level1", 50),
+        ("Calls.Exceptions.Level2", 50),
+        ("Calls.Exceptions.Level3", 50),
+        ("Calls.ProbeException.get_Depth", 50),
+        ("Calls.Square.Area", 100),
+        ("Calls.Shape.Describe", 200),
+        ("Calls.Generic.Identity<T>", 200),
+        ("Calls.AsyncWork.Step", 10),
+        ("Calls.AsyncWork+<Step>d__1.MoveNext", 20),
+    ] {
+        assert_eq!(calls(&v, name), n, "{runtime}: {name}");
+    }
+    let counted: Vec<&Value> =
+        v["functions"].as_array().unwrap().iter().filter(|f| f["calls"].as_u64().unwrap_or(0) > 0).collect();
+    assert!(counted.iter().all(|f| f["module"].as_str().unwrap_or("").ends_with("Calls.dll")), "{runtime}: app scope");
+    let (trace, stdout, log) = {
+        let dir = scratch(&format!("rt-{runtime}-count-inline"));
+        let (trace, log) = (dir.join("inline.clrprof"), dir.join("agent.log"));
+        let out =
+            record_on(runtime, "Calls", &["inline", "3000000"], &trace, &["--count", "--log", log.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        (trace, text(&out.stdout), std::fs::read_to_string(log).unwrap())
+    };
+    assert!(stdout.contains("inline: 4500000"));
+    assert_eq!(calls(&report_json(&trace), "Calls.Inlined.Add"), 3_000_000, "{runtime}");
+    assert!(log.contains("count: the JIT may inline counted method Calls.Inlined.Add"), "{runtime}: {log}");
+}
+
 /// The call tree of `weight` (of one thread, or of all) as printed by `report --view calltree`:
 /// (depth, inclusive ms, exclusive ms, name) per node, in print order.
 fn calltree(trace: &Path, weight: &str, thread: Option<&str>) -> (String, Vec<(usize, f64, f64, String)>) {
@@ -354,6 +395,10 @@ macro_rules! runtime_matrix {
             #[test]
             fn instrumented_calls() {
                 super::instrumented_calls($tfm, $major);
+            }
+            #[test]
+            fn counted_calls() {
+                super::counted_calls($tfm, $major);
             }
             #[test]
             fn sampled_osr_callers() {

@@ -1,0 +1,452 @@
+//! `record --count`: exact per-method call counts by IL probes, inlining and ReadyToRun left on.
+//!
+//! At the first compilation of an in-scope method definition (`JITCompilationStarted`) its body
+//! gets a probe before its code ([`crate::il::prepend`]):
+//!
+//! ```text
+//! ldc.i8 <address of the method's counter>   21 <8 bytes>
+//! conv.i                                      D3
+//! call   Interlocked.Increment(ref long)      28 <token>
+//! pop                                         26
+//! ```
+//!
+//! The body is set once (`SetILFunctionBody`) and never again: later tiers and OSR compile from the
+//! same IL, and an inlined copy of the method carries the probe too, so inlined calls count. The
+//! ReadyToRun code of in-scope methods is refused (`JITCachedFunctionSearchStarted`) so that they
+//! are compiled — and probed; every other method keeps its precompiled code.
+//!
+//! Counters are one `u64` per method definition, each on its own 64-byte line, in an anonymous
+//! mapping that never moves. The writer thread reads them racily (aligned 8-byte loads are atomic
+//! on x86-64) and writes what changed since its last round (`CountDeltas`), a last time at shutdown.
+//! Generic instantiations share their definition's IL, hence its counter: counts are per
+//! `(module, MethodDef)`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use clrprof_sys::{FunctionID, ModuleID, ProfilerInfo};
+use clrprof_trace::{count_uncounted as why, CountDeltas, CountInfo, CountMethod};
+
+use crate::context::Context;
+use crate::elt::filter::Filter;
+use crate::writer::Writer;
+
+/// Counter slots (64 MiB of address space; only touched pages cost memory).
+pub(crate) const CAPACITY: u32 = 1 << 20;
+/// Bytes between two counters: one cache line each, no false sharing.
+const STRIDE: usize = 64;
+/// `Interlocked.Increment(ref long)`: DEFAULT, 1 parameter, returns I8, takes BYREF I8.
+pub(crate) const INCREMENT_SIG: [u8; 5] = [0x00, 0x01, 0x0a, 0x10, 0x0a];
+/// The probe's evaluation stack depth.
+const PROBE_STACK: u16 = 1;
+
+/// Types whose methods the runtime substitutes or expands (research: il-rewriting.md §3): a probe
+/// in their IL would vanish, or (Interlocked) call itself. CoreLib's methods marked `[Intrinsic]`
+/// are left uncounted too.
+const INTRINSIC_TYPES: [&str; 6] = [
+    "System.Threading.Interlocked",
+    "System.Runtime.CompilerServices.Unsafe",
+    "System.Runtime.InteropServices.MemoryMarshal",
+    "System.Threading.Volatile",
+    "System.Runtime.CompilerServices.RuntimeHelpers",
+    "System.Activator",
+];
+
+/// The probe for the counter at `addr`, calling `Increment` through `token` (16 bytes).
+pub(crate) fn probe(addr: u64, token: u32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[0] = 0x21;
+    p[1..9].copy_from_slice(&addr.to_le_bytes());
+    p[9] = 0xd3;
+    p[10] = 0x28;
+    p[11..15].copy_from_slice(&token.to_le_bytes());
+    p[15] = 0x26;
+    p
+}
+
+/// Whether a module belongs to the framework (out of the default `app` scope): it lives in a
+/// shared framework (`…/shared/Microsoft.*/`), or it sits beside System.Private.CoreLib (a
+/// self-contained app's directory) and is named as the framework's assemblies are. Dynamic
+/// modules (no path) are not the framework.
+fn is_framework(path: &str, dir: &str, assembly: &str, corelib_dir: Option<&str>) -> bool {
+    if path.contains("/shared/Microsoft.") || assembly == "System.Private.CoreLib" {
+        return true;
+    }
+    let framework_name = assembly.starts_with("System.")
+        || assembly.starts_with("Microsoft.")
+        || matches!(assembly, "netstandard" | "mscorlib" | "WindowsBase" | "System");
+    framework_name && !dir.is_empty() && corelib_dir == Some(dir)
+}
+
+/// What was decided for a method definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// Counted in this slot; its body was set at this point of the rewrite sequence.
+    Counted(u32, u64),
+    Uncounted(u8),
+}
+
+thread_local! {
+    /// The rewrite sequence number when the compilation running on this thread started (0: none
+    /// seen): an inlinee rewritten after it may have been read by the JIT before its probe was in.
+    static JIT_START: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A module as the scope sees it.
+#[derive(Clone, Debug)]
+struct ModuleFacts {
+    assembly: String,
+    /// Outside the shared framework (`…/shared/Microsoft.*`).
+    app: bool,
+    /// The `Interlocked.Increment` token for probes in this module (`None`: could not be made).
+    increment: Option<Option<u32>>,
+    /// CoreLib: the constructors of `[Intrinsic]` (`IntrinsicAttribute`), read once.
+    intrinsic_ctors: Option<std::sync::Arc<[u32]>>,
+}
+
+pub(crate) struct Counts {
+    counters: *mut u64,
+    filter: Filter,
+    all: bool,
+    state: Mutex<CountState>,
+    /// Counter values at the last publication, by slot.
+    published: Mutex<Vec<u64>>,
+}
+
+#[derive(Default)]
+struct CountState {
+    methods: HashMap<(ModuleID, u32), Decision>,
+    modules: HashMap<ModuleID, ModuleFacts>,
+    next_slot: u32,
+    /// Bodies set so far (the rewrite sequence; `JIT_START`).
+    seq: u64,
+    /// The directory of System.Private.CoreLib (the framework's, or a self-contained app's).
+    corelib_dir: Option<String>,
+    /// Counted methods the JIT asked to inline (logged once each).
+    inline_logged: std::collections::HashSet<(ModuleID, u32)>,
+}
+
+// Safety: `counters` is a fixed mapping for the process's life, written by probes (atomically,
+// `lock xadd`) and read by the writer with aligned loads; everything else is behind mutexes.
+unsafe impl Send for Counts {}
+// Safety: as above.
+unsafe impl Sync for Counts {}
+
+impl Counts {
+    /// The counters' mapping and the `CountInfo` record, or `None` when the mapping failed.
+    pub(crate) fn new(include: &[String], exclude: &[String], all: bool) -> Option<(Counts, CountInfo)> {
+        // Safety: an anonymous private mapping, no file; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CAPACITY as usize * STRIDE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || p.is_null() {
+            return None;
+        }
+        let info = CountInfo {
+            capacity: CAPACITY,
+            include: include.join(";"),
+            exclude: exclude.join(";"),
+            scope: if all { "all" } else { "app" }.into(),
+        };
+        let counts = Counts {
+            counters: p.cast(),
+            filter: Filter::new(include, exclude),
+            all,
+            state: Mutex::new(CountState::default()),
+            published: Mutex::new(Vec::new()),
+        };
+        Some((counts, info))
+    }
+
+    fn counter_addr(&self, slot: u32) -> u64 {
+        self.counters as u64 + slot as u64 * STRIDE as u64
+    }
+
+    fn module_facts(&self, st: &mut CountState, info: &ProfilerInfo, module: ModuleID) -> ModuleFacts {
+        if let Some(f) = st.modules.get(&module) {
+            return f.clone();
+        }
+        let (path, _, asm) = info.get_module_info(module).unwrap_or_default();
+        let assembly = info.get_assembly_info(asm).map(|a| a.0).unwrap_or_default();
+        let dir = std::path::Path::new(&path).parent().map(|d| d.to_string_lossy().into_owned()).unwrap_or_default();
+        if assembly == "System.Private.CoreLib" {
+            st.corelib_dir = Some(dir.clone());
+        }
+        let app = !is_framework(&path, &dir, &assembly, st.corelib_dir.as_deref());
+        let f = ModuleFacts { assembly, app, increment: None, intrinsic_ctors: None };
+        st.modules.insert(module, f.clone());
+        f
+    }
+
+    /// Whether a method is in scope, and if not why (`None`: in scope).
+    fn scope(&self, s: &Context, st: &mut CountState, id: FunctionID, module: ModuleID, token: u32) -> Option<u8> {
+        let facts = self.module_facts(st, &s.info, module);
+        if !self.all && !facts.app && self.filter.takes_all() {
+            return Some(why::OUT_OF_SCOPE);
+        }
+        let corelib = facts.assembly == "System.Private.CoreLib";
+        if self.filter.takes_all() && !corelib {
+            return None;
+        }
+        let names = s.function_names(id);
+        // With patterns the patterns alone decide the scope (framework included when they match).
+        if !self.filter.takes_all() && !self.filter.matches(&names.name, &names.class_name, &facts.assembly) {
+            return Some(why::OUT_OF_SCOPE);
+        }
+        if !corelib {
+            return None;
+        }
+        // Generic classes' names carry their arguments: `Unsafe` has none, the others are not generic.
+        if INTRINSIC_TYPES.contains(&names.class_name.as_str()) {
+            return Some(why::INTRINSIC);
+        }
+        // `[Intrinsic]` methods: the JIT may expand a call to one without reading its IL, so a probe
+        // there would count some calls and not others.
+        let ctors = match facts.intrinsic_ctors {
+            Some(c) => c,
+            None => {
+                let md = s.names.module_metadata(module);
+                let c: std::sync::Arc<[u32]> = md
+                    .as_ref()
+                    .and_then(|m| m.image())
+                    .map(|i| i.constructors("System.Runtime.CompilerServices.IntrinsicAttribute"))
+                    .unwrap_or_default()
+                    .into();
+                if let Some(f) = st.modules.get_mut(&module) {
+                    f.intrinsic_ctors = Some(c.clone());
+                }
+                c
+            }
+        };
+        let md = s.names.module_metadata(module);
+        let marked = md.as_ref().and_then(|m| m.image()).is_some_and(|i| i.method_has_attribute(token, &ctors));
+        marked.then_some(why::INTRINSIC)
+    }
+
+    /// `JITCachedFunctionSearchStarted`: false (compile it) for an in-scope method not decided yet
+    /// or counted; true (use its ReadyToRun code) for everything else. An in-scope method that
+    /// cannot be counted (an intrinsic) is decided and reported here, as it may never be compiled.
+    pub(crate) fn use_precompiled(&self, s: &Context, id: FunctionID) -> bool {
+        let Ok((_, module, token)) = s.info.get_function_info(id) else { return true };
+        let Ok(mut st) = self.state.lock() else { return true };
+        match st.methods.get(&(module, token)) {
+            Some(Decision::Counted(..)) => false,
+            Some(Decision::Uncounted(_)) => true,
+            None => match self.scope(s, &mut st, id, module, token) {
+                None => false,
+                Some(why::OUT_OF_SCOPE) => true,
+                Some(reason) => {
+                    st.methods.insert((module, token), Decision::Uncounted(reason));
+                    drop(st);
+                    self.report(s, id, module, token, Decision::Uncounted(reason));
+                    true
+                }
+            },
+        }
+    }
+
+    /// `JITInlining`: a counted callee is inlined only when its probe was in its IL before the
+    /// compilation on this thread started (the JIT reads an inlinee's IL before it asks, so a body
+    /// set in between may have been read without its probe); an in-scope callee not counted yet is
+    /// not inlined; everything else is left to the JIT.
+    pub(crate) fn may_inline(&self, s: &Context, callee: FunctionID) -> bool {
+        let Ok((_, module, token)) = s.info.get_function_info(callee) else { return true };
+        let Ok(mut st) = self.state.lock() else { return true };
+        match st.methods.get(&(module, token)) {
+            Some(&Decision::Counted(_, seq)) => {
+                let started = JIT_START.with(|c| c.get());
+                if started == 0 || seq > started {
+                    return false;
+                }
+                // Said once per method: the JIT offered to inline a probed body (tests look for it).
+                if st.inline_logged.insert((module, token)) {
+                    drop(st);
+                    crate::log_info!("count: the JIT may inline counted method {}", s.function_names(callee).name);
+                }
+                true
+            }
+            Some(Decision::Uncounted(_)) => true,
+            None => self.scope(s, &mut st, callee, module, token).is_some(),
+        }
+    }
+
+    /// `JITCompilationStarted`: the first compilation of an in-scope method definition gets its probe.
+    pub(crate) fn compiling(&self, s: &Context, id: FunctionID) {
+        self.decide(s, id);
+        JIT_START.with(|c| c.set(self.state.lock().map(|st| st.seq).unwrap_or(0)));
+    }
+
+    fn decide(&self, s: &Context, id: FunctionID) {
+        let Ok((_, module, token)) = s.info.get_function_info(id) else { return };
+        let Ok(mut st) = self.state.lock() else { return };
+        if st.methods.contains_key(&(module, token)) {
+            return;
+        }
+        let decision = match self.scope(s, &mut st, id, module, token) {
+            Some(reason) => Decision::Uncounted(reason),
+            None => self.rewrite(s, &mut st, module, token),
+        };
+        st.methods.insert((module, token), decision);
+        drop(st);
+        self.report(s, id, module, token, decision);
+    }
+
+    fn report(&self, s: &Context, id: FunctionID, module: ModuleID, token: u32, decision: Decision) {
+        let (slot, reason) = match decision {
+            Decision::Counted(slot, _) => (slot, why::COUNTED),
+            Decision::Uncounted(r) => (u32::MAX, r),
+        };
+        // Out-of-scope methods are many (the whole framework): said only when patterns chose them.
+        if reason != why::OUT_OF_SCOPE || !self.filter.takes_all() {
+            // A generic definition is named as declared (its instantiations share the counter).
+            let compiled = s.function_names(id);
+            let name = match s.names.method_def_name(module, token) {
+                Some(n) if n != compiled.name => n,
+                _ => String::new(),
+            };
+            s.emit(CountMethod { function: id as u64, module: module as u64, token, slot, reason, name });
+        }
+    }
+
+    fn rewrite(&self, s: &Context, st: &mut CountState, module: ModuleID, token: u32) -> Decision {
+        let Some(increment) = self.increment_token(s, st, module) else {
+            return Decision::Uncounted(why::NO_PROBE_TOKEN);
+        };
+        let body = match s.info.get_il_function_body(module, token) {
+            Ok(Some(b)) => b,
+            _ => return Decision::Uncounted(why::REFUSED),
+        };
+        if st.next_slot >= CAPACITY {
+            return Decision::Uncounted(why::CAPACITY);
+        }
+        let slot = st.next_slot;
+        let new = match crate::il::prepend(body, &probe(self.counter_addr(slot), increment), PROBE_STACK) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::log_info!("count: method 0x{token:08x} of module 0x{module:x} left alone: {e}");
+                return Decision::Uncounted(why::UNPARSEABLE);
+            }
+        };
+        match s.info.set_il_function_body(module, token, &new) {
+            Ok(()) => {
+                st.next_slot += 1;
+                st.seq += 1;
+                Decision::Counted(slot, st.seq)
+            }
+            Err(e) => {
+                crate::log_warn!("count: method 0x{token:08x} of module 0x{module:x}: {e}");
+                Decision::Uncounted(why::REFUSED)
+            }
+        }
+    }
+
+    /// The token probes of `module` call: CoreLib's own `Interlocked.Increment(ref long)`
+    /// MethodDef, else a MemberRef on a TypeRef to `System.Threading.Interlocked` in
+    /// System.Private.CoreLib (the module's AssemblyRef to it, or a new one). Made once per module.
+    fn increment_token(&self, s: &Context, st: &mut CountState, module: ModuleID) -> Option<u32> {
+        let facts = self.module_facts(st, &s.info, module);
+        if let Some(t) = facts.increment {
+            return t;
+        }
+        let t = self.make_increment_token(s, module, &facts.assembly);
+        match &t {
+            Some(tok) => crate::log_info!("count: module {} calls Increment through 0x{tok:08x}", facts.assembly),
+            None => crate::log_warn!("count: no Interlocked.Increment reference in module {}", facts.assembly),
+        }
+        if let Some(f) = st.modules.get_mut(&module) {
+            f.increment = Some(t);
+        }
+        t
+    }
+
+    fn make_increment_token(&self, s: &Context, module: ModuleID, assembly: &str) -> Option<u32> {
+        let md = s.names.module_metadata(module)?;
+        let image = md.image()?;
+        if assembly == "System.Private.CoreLib" {
+            let t = image.find_type_def("System.Threading.Interlocked")?;
+            return image.find_method(t, "Increment", &INCREMENT_SIG);
+        }
+        let emit = s.info.get_module_metadata_emit(module).ok()??;
+        // System.Runtime does not forward Interlocked (System.Threading does): the reference
+        // names CoreLib itself, which every assembly's binder resolves to the loaded one.
+        let scope = match image.assembly_refs().into_iter().find(|(_, n)| n == "System.Private.CoreLib") {
+            Some((t, _)) => t,
+            None => emit
+                .define_assembly_ref(
+                    "System.Private.CoreLib",
+                    [0; 4],
+                    &[0x7c, 0xec, 0x85, 0xd7, 0xbe, 0xa7, 0x79, 0x8e],
+                )
+                .ok()?,
+        };
+        let type_ref = emit.define_type_ref_by_name(scope, "System.Threading.Interlocked").ok()?;
+        emit.define_member_ref(type_ref, "Increment", &INCREMENT_SIG).ok()
+    }
+
+    /// A module unloads (collectible): its id may come back for another module, whose methods
+    /// must be decided afresh. The slots its methods had keep the counts they got.
+    pub(crate) fn forget_module(&self, module: ModuleID) {
+        if let Ok(mut st) = self.state.lock() {
+            st.methods.retain(|k, _| k.0 != module);
+            st.inline_logged.retain(|k| k.0 != module);
+            st.modules.remove(&module);
+        }
+    }
+
+    /// Writes the calls counted since the last round (writer thread).
+    pub(crate) fn publish(&self, w: &Writer, now_ns: u64) {
+        let used = self.state.lock().map(|s| s.next_slot).unwrap_or(0) as usize;
+        let Ok(mut last) = self.published.lock() else { return };
+        last.resize(used, 0);
+        let (mut slots, mut counts) = (Vec::new(), Vec::new());
+        for (i, prev) in last.iter_mut().enumerate() {
+            // Safety: slot `i` < `used` ≤ CAPACITY lies in the mapping; an aligned 8-byte load is
+            // atomic on x86-64 and the probes only ever add to it.
+            let now = unsafe { std::ptr::read_volatile(self.counters.add(i * STRIDE / 8)) };
+            if now > *prev {
+                slots.push(i as u32);
+                counts.push(now - *prev);
+                *prev = now;
+            }
+        }
+        if !slots.is_empty() {
+            w.emit(&CountDeltas { ts: now_ns, slots, counts }.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_framework_is_the_shared_one_or_beside_corelib_by_name() {
+        let shared = "/usr/share/dotnet/shared/Microsoft.NETCore.App/10.0.1";
+        assert!(is_framework(&format!("{shared}/System.Linq.dll"), shared, "System.Linq", Some(shared)));
+        assert!(is_framework(
+            "/x/shared/Microsoft.AspNetCore.App/10.0.1/Microsoft.AspNetCore.dll",
+            "",
+            "Microsoft.AspNetCore",
+            None
+        ));
+        assert!(!is_framework("/app/Calls.dll", "/app", "Calls", Some(shared)));
+        // Self-contained: the app beside CoreLib stays the app; the framework's names do not.
+        assert!(!is_framework("/app/Calls.dll", "/app", "Calls", Some("/app")));
+        assert!(is_framework("/app/System.Linq.dll", "/app", "System.Linq", Some("/app")));
+        assert!(!is_framework("/app/lib/System.Extra.dll", "/app/lib", "System.Extra", Some("/app")));
+        assert!(!is_framework("", "", "Dynamic", Some("/app")));
+    }
+
+    #[test]
+    fn the_probe_is_ldc_i8_conv_i_call_pop() {
+        let p = probe(0x1122_3344_5566_7788, 0x0a00_0012);
+        assert_eq!(p, [0x21, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xd3, 0x28, 0x12, 0x00, 0x00, 0x0a, 0x26]);
+    }
+}
