@@ -85,6 +85,10 @@ pub struct CctIngest {
     /// Node costs in `batches`.
     entries: usize,
     pub problems: u64,
+    /// Set by [`fold_within`](Self::fold_within): the window whose deltas are summed as they
+    /// arrive, into `folded`, instead of kept in `batches`.
+    fold: Option<TimeRange>,
+    folded: CostTree,
 }
 
 /// No entry in the call-site table.
@@ -113,6 +117,16 @@ struct DeltaBatch {
 }
 
 impl CctIngest {
+    /// Sums the deltas published inside `range` into `(thread, stack)` costs as they arrive
+    /// (others are dropped), and keeps no call-site table: for a reader that asks for one profile,
+    /// of that range and without call-site lines, once every record is in
+    /// ([`add_to`](Self::add_to) then adds the sums whatever its range). A trace's deltas, one per
+    /// changed node per thread per second, are then held as one cost per stack of each thread.
+    /// Call before the first record.
+    pub fn fold_within(&mut self, range: TimeRange) {
+        self.fold = Some(range);
+    }
+
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
         let key = (r.os_tid, r.tree);
         let restart = r.tree == 0 && r.first == 0;
@@ -130,8 +144,9 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        // Call sites only when every node has one (a damaged record keeps its nodes per function).
-        let sited = !r.sites.is_empty() && r.sites.len() == r.parents.len();
+        // Call sites only when every node has one (a damaged record keeps its nodes per function),
+        // and not when folding (a profile without call-site lines).
+        let sited = self.fold.is_none() && !r.sites.is_empty() && r.sites.len() == r.parents.len();
         for (k, (parent, func)) in r.parents.iter().zip(&r.functions).enumerate() {
             let (parent_stack, parent_site) = if *parent == u32::MAX {
                 (None, NO_SITE)
@@ -173,6 +188,27 @@ impl CctIngest {
         let n = r.nodes.len();
         if r.calls.len() != n || r.time_ns.len() != n || r.suspended_ns.len() != n || r.profiler_ns.len() != n {
             self.problems += 1;
+            return;
+        }
+        if let Some(range) = self.fold {
+            let map = &self.maps[m as usize];
+            let inside = range.contains(r.ts);
+            for k in 0..n {
+                let Some(&(stack, _)) = map.get(r.nodes[k] as usize) else {
+                    self.problems += 1;
+                    continue;
+                };
+                if inside {
+                    let c = Cost {
+                        calls: r.calls[k],
+                        time_ns: r.time_ns[k],
+                        suspended_ns: r.suspended_ns[k],
+                        profiler_ns: r.profiler_ns[k],
+                        ..Default::default()
+                    };
+                    self.folded.add(r.os_tid, stack, &c);
+                }
+            }
             return;
         }
         let start = self.packed.len();
@@ -254,6 +290,14 @@ impl CctIngest {
     /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
     /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
+        if self.fold.is_some() {
+            for t in &self.folded.threads {
+                for (s, c) in &t.costs {
+                    tree.add(t.os_tid, *s, c);
+                }
+            }
+            return;
+        }
         for b in self.batches.iter().filter(|b| range.contains(b.ts)) {
             let map = &self.maps[b.map as usize];
             let bytes = &self.packed[b.start..b.end];
@@ -285,6 +329,19 @@ impl CctIngest {
                 }
             }
         }
+    }
+}
+
+impl CctIngest {
+    /// [`add_to`](Self::add_to) consuming the ingest: folded costs move into an empty `tree`
+    /// rather than be copied.
+    pub fn into_costs(mut self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
+        if self.fold.is_some() && tree.threads.is_empty() {
+            self.maps = Vec::new();
+            tree.threads = std::mem::take(&mut self.folded.threads);
+            return;
+        }
+        self.add_to(tree, range, site_stacks)
     }
 }
 
