@@ -945,6 +945,7 @@ mod tests {
                 folded.add(r);
             }
             let want = kept.profile(range, &mut NoSymbols);
+            assert_eq!(costs(&folded.profile(range, &mut NoSymbols)), costs(&want), "{range:?}, copied");
             let got = folded.into_profile(range, &mut NoSymbols);
             assert_eq!(costs(&got), costs(&want), "{range:?}");
             assert_eq!(got.messages, want.messages, "{range:?}");

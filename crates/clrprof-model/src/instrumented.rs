@@ -9,7 +9,8 @@ use clrprof_trace::{CallTreeDelta, CallTreeNodes, InstrumentationInfo};
 pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
 use crate::flow::{get_varint, put_varint};
 
-use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable};
+use crate::fasthash::FxHashMap;
+use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable, ThreadCosts};
 use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
@@ -85,10 +86,44 @@ pub struct CctIngest {
     /// Node costs in `batches`.
     entries: usize,
     pub problems: u64,
-    /// Set by [`fold_within`](Self::fold_within): the window whose deltas are summed as they
-    /// arrive, into `folded`, instead of kept in `batches`.
-    fold: Option<TimeRange>,
-    folded: CostTree,
+    /// Set by [`fold_within`](Self::fold_within): deltas summed as they arrive instead of kept
+    /// in `batches`.
+    fold: Option<Folded>,
+}
+
+/// Deltas summed per `(thread, stack)` as they arrive. Each node finds its thread's entry for its
+/// stack once (a node is a function at one call site: a thread's nodes are several to a stack),
+/// then each delta adds to the entry directly.
+#[derive(Clone, Default)]
+struct Folded {
+    range: TimeRange,
+    /// Per entry of `maps`: its thread in `threads`, and per node its entry in that thread's
+    /// `costs` (`NO_ENTRY` until a delta names it).
+    trees: Vec<(u32, Vec<u32>)>,
+    threads: Vec<FoldedThread>,
+    thread_of: FxHashMap<u32, u32>,
+}
+
+const NO_ENTRY: u32 = u32::MAX;
+
+#[derive(Clone, Default)]
+struct FoldedThread {
+    os_tid: u32,
+    entry_of: FxHashMap<StackId, u32>,
+    /// In the order deltas first named them: calls, time, suspended and profiler time, summed.
+    costs: Vec<(StackId, [u64; 4])>,
+}
+
+impl Folded {
+    /// The thread's costs as the cost tree holds them.
+    fn thread_costs(t: FoldedThread) -> ThreadCosts {
+        let mut costs = FxHashMap::default();
+        costs.reserve(t.costs.len());
+        for (stack, [calls, time_ns, suspended_ns, profiler_ns]) in t.costs {
+            costs.insert(stack, Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() });
+        }
+        ThreadCosts { os_tid: t.os_tid, costs }
+    }
 }
 
 /// No entry in the call-site table.
@@ -124,7 +159,7 @@ impl CctIngest {
     /// changed node per thread per second, are then held as one cost per stack of each thread.
     /// Call before the first record.
     pub fn fold_within(&mut self, range: TimeRange) {
-        self.fold = Some(range);
+        self.fold = Some(Folded { range, ..Default::default() });
     }
 
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
@@ -134,6 +169,14 @@ impl CctIngest {
             Some(&m) if !restart || self.maps[m as usize].is_empty() => m as usize,
             _ => {
                 self.maps.push(Vec::new());
+                if let Some(f) = &mut self.fold {
+                    let next = f.threads.len() as u32;
+                    let t = *f.thread_of.entry(r.os_tid).or_insert(next);
+                    if t == next {
+                        f.threads.push(FoldedThread { os_tid: r.os_tid, ..Default::default() });
+                    }
+                    f.trees.push((t, Vec::new()));
+                }
                 self.current.insert(key, (self.maps.len() - 1) as u32);
                 self.maps.len() - 1
             }
@@ -190,23 +233,35 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        if let Some(range) = self.fold {
+        if let Some(f) = &mut self.fold {
             let map = &self.maps[m as usize];
-            let inside = range.contains(r.ts);
+            let (t, entries) = &mut f.trees[m as usize];
+            let FoldedThread { entry_of, costs, .. } = &mut f.threads[*t as usize];
+            let inside = f.range.contains(r.ts);
+            if entries.len() < known {
+                entries.resize(known, NO_ENTRY);
+            }
             for k in 0..n {
-                let Some(&(stack, _)) = map.get(r.nodes[k] as usize) else {
+                let node = r.nodes[k] as usize;
+                if node >= known {
                     self.problems += 1;
                     continue;
-                };
-                if inside {
-                    let c = Cost {
-                        calls: r.calls[k],
-                        time_ns: r.time_ns[k],
-                        suspended_ns: r.suspended_ns[k],
-                        profiler_ns: r.profiler_ns[k],
-                        ..Default::default()
-                    };
-                    self.folded.add(r.os_tid, stack, &c);
+                }
+                if !inside {
+                    continue;
+                }
+                let mut e = entries[node];
+                if e == NO_ENTRY {
+                    let stack = map[node].0;
+                    e = *entry_of.entry(stack).or_insert_with(|| {
+                        costs.push((stack, [0; 4]));
+                        (costs.len() - 1) as u32
+                    });
+                    entries[node] = e;
+                }
+                let sum = &mut costs[e as usize].1;
+                for (s, v) in sum.iter_mut().zip([r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]) {
+                    *s = s.saturating_add(v);
                 }
             }
             return;
@@ -290,10 +345,14 @@ impl CctIngest {
     /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
     /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
-        if self.fold.is_some() {
-            for t in &self.folded.threads {
-                for (s, c) in &t.costs {
-                    tree.add(t.os_tid, *s, c);
+        if let Some(f) = &self.fold {
+            for t in &f.threads {
+                for &(stack, [calls, time_ns, suspended_ns, profiler_ns]) in &t.costs {
+                    tree.add(
+                        t.os_tid,
+                        stack,
+                        &Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() },
+                    );
                 }
             }
             return;
@@ -336,10 +395,15 @@ impl CctIngest {
     /// [`add_to`](Self::add_to) consuming the ingest: folded costs move into an empty `tree`
     /// rather than be copied.
     pub fn into_costs(mut self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
-        if self.fold.is_some() && tree.threads.is_empty() {
-            self.maps = Vec::new();
-            tree.threads = std::mem::take(&mut self.folded.threads);
-            return;
+        if tree.threads.is_empty() {
+            if let Some(mut f) = self.fold.take() {
+                // Node ids are no longer needed: the sums are per stack.
+                (self.maps, f.trees, f.thread_of) = Default::default();
+                f.threads.sort_by_key(|t| t.os_tid);
+                let threads = std::mem::take(&mut f.threads);
+                tree.threads = threads.into_iter().filter(|t| !t.costs.is_empty()).map(Folded::thread_costs).collect();
+                return;
+            }
         }
         self.add_to(tree, range, site_stacks)
     }
