@@ -105,7 +105,10 @@ pub struct ReadOptions {
 /// in `Profile::messages` too) for the caller to warn of. `path` is the input as given.
 pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, Option<Truncation>), InputError> {
     let label = input.label;
-    let (mut loader, diagnostics) = Loader::read(input.source, &read.import).map_err(|e| describe(&label, e))?;
+    let mut loader = Loader::open_with(input.source, &read.import).map_err(|e| describe(&label, e))?;
+    // One profile of `read.range` is asked for: call-tree costs are summed as they are read.
+    loader.fold_call_trees(read.range, read.lines || read.call_site_lines);
+    let diagnostics = loader.read_to_end().map_err(|e| describe(&label, e))?;
     loader.set_physical_stacks(read.physical_stacks);
     loader.set_hide_idle(!read.show_idle);
     if loader.format() != Format::Trace && !read.range.is_all() {

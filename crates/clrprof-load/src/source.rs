@@ -95,6 +95,13 @@ impl Loader {
         Ok(Loader { reader, builder: ProfileBuilder::new(), imported })
     }
 
+    /// For a reader that wants one profile, of `range` ([`Loader::into_profile`]): call-tree
+    /// costs are summed as they are read, not kept per delta (`ProfileBuilder::fold_call_trees`).
+    /// Call before reading.
+    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool) {
+        self.builder.fold_call_trees(range, call_sites);
+    }
+
     /// What the source holds.
     pub fn format(&self) -> Format {
         self.imported.as_ref().map_or(Format::Trace, |(f, _)| *f)

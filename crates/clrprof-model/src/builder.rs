@@ -66,6 +66,18 @@ impl ProfileBuilder {
         self.hide_idle = hide;
     }
 
+    /// For a reader that asks for one profile, of `range`, once every record is added
+    /// ([`into_profile`](Self::into_profile)): call-tree deltas are summed per node as they arrive
+    /// instead of kept, and the call-site table is kept only with `call_sites` (a profile with
+    /// call-site lines). Other ranges then see the same call-tree costs. Call before adding records.
+    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool) {
+        // Call-site lines restack each node by its call site when the profile is built: the
+        // deltas are then kept per node.
+        if !call_sites {
+            self.cct.fold_within(range);
+        }
+    }
+
     /// Records added so far.
     pub fn records(&self) -> u64 {
         self.records
@@ -423,14 +435,14 @@ impl ProfileBuilder {
     /// naming native frames through `symbols`. The builder is left as it was: add more records and
     /// ask again.
     pub fn profile(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
-        self.build(range, symbols, None, true)
+        self.build(range, symbols, None, true, None)
     }
 
     /// [`profile`](Self::profile) without the per-sample records (`samples` left empty; costs,
     /// sampling totals and everything else the same): for a caller that keeps the builder and
     /// reads them with [`each_sample`](Self::each_sample) rather than hold them twice.
     pub fn profile_untimed(&self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
-        self.build(range, symbols, None, false)
+        self.build(range, symbols, None, false, None)
     }
 
     /// Calls `f` with each sample record added so far inside `range`, in trace order: the records
@@ -452,7 +464,8 @@ impl ProfileBuilder {
     /// records (for one-shot readers of large traces).
     pub fn into_profile(mut self, range: TimeRange, symbols: &mut dyn NativeSymbols) -> Profile {
         let events = self.samples.take_events();
-        self.build(range, symbols, Some(events), true)
+        let owned = Owned { stacks: std::mem::take(&mut self.stacks), cct: std::mem::take(&mut self.cct) };
+        self.build(range, symbols, Some(events), true, Some(owned))
     }
 
     fn build(
@@ -461,17 +474,19 @@ impl ProfileBuilder {
         symbols: &mut dyn NativeSymbols,
         sample_events: Option<Vec<crate::samples::SampleEvent>>,
         timed: bool,
+        owned: Option<Owned>,
     ) -> Profile {
+        let cct = owned.as_ref().map_or(&self.cct, |o| &o.cct);
         let mut p = Profile::default();
         p.process = self.p.process.clone();
         p.messages = self.p.messages.clone();
         p.instrumentation = self.p.instrumentation.clone();
         p.triggers = self.p.triggers.iter().filter(|t| range.contains(t.ts_ns)).cloned().collect();
         p.range = range;
-        if self.cct.problems > 0 {
+        if cct.problems > 0 {
             p.messages.push(format!(
                 "{} call-tree records could not be placed (records were lost); call counts may be low",
-                self.cct.problems
+                cct.problems
             ));
         }
         if !self.unknown.is_empty() {
@@ -503,13 +518,22 @@ impl ProfileBuilder {
         p.functions.extend(self.counts.definitions(&self.functions));
         p.functions.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)).then(a.id.cmp(&b.id)));
         p.index();
-        p.costs.stacks = self.stacks.clone();
+        // The builder's stacks and call trees moved out when it is consumed, else copied.
+        let (stacks, owned_cct) = match owned {
+            Some(o) => (o.stacks, Some(o.cct)),
+            None => (self.stacks.clone(), None),
+        };
+        p.costs.stacks = stacks;
+        let cct = owned_cct.as_ref().unwrap_or(&self.cct);
         // Instrumented calls at their call sites' lines, in a profile built with lines.
-        let site_stacks = (symbols.call_site_lines() && !self.cct.sites().is_empty()).then(|| {
+        let site_stacks = (symbols.call_site_lines() && !cct.sites().is_empty()).then(|| {
             let lines = crate::lines::LineContext::new(&self.samples.il_maps, &p.functions, &p.modules);
-            crate::callsites::site_stacks(self.cct.sites(), &mut p.costs.stacks, &lines, symbols)
+            crate::callsites::site_stacks(cct.sites(), &mut p.costs.stacks, &lines, symbols)
         });
-        self.cct.add_to(&mut p.costs, range, site_stacks.as_deref());
+        match owned_cct {
+            Some(c) => c.into_costs(&mut p.costs, range, site_stacks.as_deref()),
+            None => self.cct.add_to(&mut p.costs, range, site_stacks.as_deref()),
+        }
         let lost = self.counts.add_to(&mut p.costs, range) + self.counts.problems;
         if lost > 0 {
             p.messages.push(format!("{lost} call-count slots or records could not be placed (records were lost)"));
@@ -528,6 +552,12 @@ impl ProfileBuilder {
         }
         p
     }
+}
+
+/// What [`ProfileBuilder::into_profile`] moves out of the builder rather than copy.
+struct Owned {
+    stacks: StackTable,
+    cct: crate::instrumented::CctIngest,
 }
 
 fn sorted<T: Clone, K: Ord>(m: &HashMap<u64, T>, key: impl Fn(&T) -> K) -> Vec<T> {
@@ -860,5 +890,87 @@ mod tests {
         assert_eq!(b.events.times.pauses, vec![(T, 1_100)]);
         assert_eq!(b.events.contentions.iter().map(|c| (c.count, c.wait_ns)).collect::<Vec<_>>(), vec![(1, 100)]);
         assert_eq!(b.sampling.cpu_samples, 1);
+    }
+
+    /// Call-tree deltas summed as they are read (`fold_call_trees`, what `report` does) give the
+    /// profile that keeping them gives, for the same window: several trees on one thread and a
+    /// reused tid, a capped node, call sites, deltas before and after the window, a delta of no calls,
+    /// deltas naming nodes never published or whose nodes came after a gap, a node whose parent
+    /// is missing, clamped costs and a damaged packing all counted as when the deltas are kept.
+    #[test]
+    fn folded_call_trees_give_the_kept_deltas_profile() {
+        let nodes = |os_tid, tree, first, parents: &[u32], functions: &[u64]| -> Record {
+            let sites = functions.iter().map(|f| f * 16 + first as u64).collect();
+            CallTreeNodes { os_tid, first, parents: parents.to_vec(), functions: functions.to_vec(), tree, sites }
+                .into()
+        };
+        let delta = |os_tid, tree, ts, nodes: &[u32], calls: &[u64]| {
+            let n = nodes.len();
+            let time_ns = calls.iter().map(|c| c.saturating_mul(100)).collect();
+            CallTreeDelta {
+                os_tid,
+                ts,
+                nodes: nodes.to_vec(),
+                calls: calls.to_vec(),
+                time_ns,
+                suspended_ns: vec![1; n],
+                profiler_ns: vec![2; n],
+                tree,
+            }
+        };
+        let records: Vec<Record> = vec![
+            ProcessStart { pid: 1, ..Default::default() }.into(),
+            nodes(7, 1, 0, &[u32::MAX, 0, 0, 1], &[10, 11, 11, CALL_TREE_CAPPED]),
+            CallTreeCosts::pack(&delta(7, 1, 100, &[0, 1, 2, 3], &[1, 2, 3, 4])).unwrap().into(),
+            delta(7, 1, 1_000, &[1, 2, 9], &[5, 6, 7]).into(),
+            // A second tree on the same thread, then the thread's tid reused by a new one.
+            nodes(7, 2, 0, &[u32::MAX, 0], &[20, 11]),
+            CallTreeCosts::pack(&delta(7, 2, 2_000, &[0, 1], &[0, 0])).unwrap().into(),
+            delta(7, 1, 2_500, &[3], &[8]).into(),
+            nodes(8, 3, 0, &[u32::MAX, 0], &[10, 11]),
+            delta(8, 3, 3_000, &[0, 1], &[u64::MAX, 9]).into(),
+            // A gap (records lost), a node whose parent was never published, a tree never seen.
+            nodes(8, 3, 5, &[0], &[12]),
+            nodes(8, 4, 0, &[u32::MAX, 7], &[10, 12]),
+            delta(8, 9, 3_500, &[0], &[1]).into(),
+            delta(8, 4, 3_600, &[0, 1], &[1, 1]).into(),
+            CallTreeCosts { os_tid: 7, ts: 3_700, tree: 1, count: 2, packed: vec![0, 1, 2] }.into(),
+            delta(7, 1, 5_000, &[0], &[11]).into(),
+        ];
+        let costs = |p: &Profile| {
+            let mut v: Vec<String> = p
+                .costs
+                .threads
+                .iter()
+                .flat_map(|t| {
+                    t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        for range in [TimeRange::ALL, TimeRange::new(500, 4_000), TimeRange::new(6_000, 7_000)] {
+            let mut kept = ProfileBuilder::new();
+            let mut folded = ProfileBuilder::new();
+            folded.fold_call_trees(range, false);
+            for r in &records {
+                kept.add(r);
+                folded.add(r);
+            }
+            let want = kept.profile(range, &mut NoSymbols);
+            assert_eq!(costs(&folded.profile(range, &mut NoSymbols)), costs(&want), "{range:?}, copied");
+            let got = folded.into_profile(range, &mut NoSymbols);
+            assert_eq!(costs(&got), costs(&want), "{range:?}");
+            assert_eq!(got.messages, want.messages, "{range:?}");
+            assert_eq!(got.costs.stacks.nodes.len(), want.costs.stacks.nodes.len());
+            if range.is_all() {
+                assert_eq!(costs(&got).len(), 7, "{:?}", costs(&got));
+                assert!(
+                    want.messages.iter().any(|m| m.starts_with("6 call-tree records could not be placed")),
+                    "{:?}",
+                    want.messages
+                );
+            }
+        }
     }
 }

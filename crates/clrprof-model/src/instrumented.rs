@@ -9,7 +9,8 @@ use clrprof_trace::{CallTreeDelta, CallTreeNodes, InstrumentationInfo};
 pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
 use crate::flow::{get_varint, put_varint};
 
-use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable};
+use crate::fasthash::FxHashMap;
+use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable, ThreadCosts};
 use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
@@ -95,6 +96,44 @@ pub struct CctIngest {
     /// Node costs in `batches`.
     entries: usize,
     pub problems: u64,
+    /// Set by [`fold_within`](Self::fold_within): deltas summed as they arrive instead of kept
+    /// in `batches`.
+    fold: Option<Folded>,
+}
+
+/// Deltas summed per `(thread, stack)` as they arrive. Each node finds its thread's entry for its
+/// stack once (a node is a function at one call site: a thread's nodes are several to a stack),
+/// then each delta adds to the entry directly.
+#[derive(Clone, Default)]
+struct Folded {
+    range: TimeRange,
+    /// Per entry of `maps`: its thread in `threads`, and per node its entry in that thread's
+    /// `costs` (`NO_ENTRY` until a delta names it).
+    trees: Vec<(u32, Vec<u32>)>,
+    threads: Vec<FoldedThread>,
+    thread_of: FxHashMap<u32, u32>,
+}
+
+const NO_ENTRY: u32 = u32::MAX;
+
+#[derive(Clone, Default)]
+struct FoldedThread {
+    os_tid: u32,
+    entry_of: FxHashMap<StackId, u32>,
+    /// In the order deltas first named them: calls, time, suspended and profiler time, summed.
+    costs: Vec<(StackId, [u64; 4])>,
+}
+
+impl Folded {
+    /// The thread's costs as the cost tree holds them.
+    fn thread_costs(t: FoldedThread) -> ThreadCosts {
+        let mut costs = FxHashMap::default();
+        costs.reserve(t.costs.len());
+        for (stack, [calls, time_ns, suspended_ns, profiler_ns]) in t.costs {
+            costs.insert(stack, Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() });
+        }
+        ThreadCosts { os_tid: t.os_tid, costs }
+    }
 }
 
 /// No entry in the call-site table.
@@ -123,6 +162,16 @@ struct DeltaBatch {
 }
 
 impl CctIngest {
+    /// Sums the deltas published inside `range` into `(thread, stack)` costs as they arrive
+    /// (others are dropped), and keeps no call-site table: for a reader that asks for one profile,
+    /// of that range and without call-site lines, once every record is in
+    /// ([`add_to`](Self::add_to) then adds the sums whatever its range). A trace's deltas, one per
+    /// changed node per thread per second, are then held as one cost per stack of each thread.
+    /// Call before the first record.
+    pub fn fold_within(&mut self, range: TimeRange) {
+        self.fold = Some(Folded { range, ..Default::default() });
+    }
+
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
         let key = (r.os_tid, r.tree);
         let restart = r.tree == 0 && r.first == 0;
@@ -130,6 +179,14 @@ impl CctIngest {
             Some(&m) if !restart || self.maps[m as usize].is_empty() => m as usize,
             _ => {
                 self.maps.push(Vec::new());
+                if let Some(f) = &mut self.fold {
+                    let next = f.threads.len() as u32;
+                    let t = *f.thread_of.entry(r.os_tid).or_insert(next);
+                    if t == next {
+                        f.threads.push(FoldedThread { os_tid: r.os_tid, ..Default::default() });
+                    }
+                    f.trees.push((t, Vec::new()));
+                }
                 self.current.insert(key, (self.maps.len() - 1) as u32);
                 self.maps.len() - 1
             }
@@ -140,8 +197,9 @@ impl CctIngest {
             self.problems += 1;
             return;
         }
-        // Call sites only when every node has one (a damaged record keeps its nodes per function).
-        let sited = !r.sites.is_empty() && r.sites.len() == r.parents.len();
+        // Call sites only when every node has one (a damaged record keeps its nodes per function),
+        // and not when folding (a profile without call-site lines).
+        let sited = self.fold.is_none() && !r.sites.is_empty() && r.sites.len() == r.parents.len();
         for (k, (parent, func)) in r.parents.iter().zip(&r.functions).enumerate() {
             let (parent_stack, parent_site) = if *parent == u32::MAX {
                 (None, NO_SITE)
@@ -183,6 +241,39 @@ impl CctIngest {
         let n = r.nodes.len();
         if r.calls.len() != n || r.time_ns.len() != n || r.suspended_ns.len() != n || r.profiler_ns.len() != n {
             self.problems += 1;
+            return;
+        }
+        if let Some(f) = &mut self.fold {
+            let map = &self.maps[m as usize];
+            let (t, entries) = &mut f.trees[m as usize];
+            let FoldedThread { entry_of, costs, .. } = &mut f.threads[*t as usize];
+            let inside = f.range.contains(r.ts);
+            if entries.len() < known {
+                entries.resize(known, NO_ENTRY);
+            }
+            for k in 0..n {
+                let node = r.nodes[k] as usize;
+                if node >= known {
+                    self.problems += 1;
+                    continue;
+                }
+                if !inside {
+                    continue;
+                }
+                let mut e = entries[node];
+                if e == NO_ENTRY {
+                    let stack = map[node].0;
+                    e = *entry_of.entry(stack).or_insert_with(|| {
+                        costs.push((stack, [0; 4]));
+                        (costs.len() - 1) as u32
+                    });
+                    entries[node] = e;
+                }
+                let sum = &mut costs[e as usize].1;
+                for (s, v) in sum.iter_mut().zip([r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]) {
+                    *s = s.saturating_add(v);
+                }
+            }
             return;
         }
         let start = self.packed.len();
@@ -264,6 +355,18 @@ impl CctIngest {
     /// Adds the deltas published inside `range` to `tree`; `site_stacks` (per entry of the
     /// call-site table, [`crate::callsites`]) replaces the stacks of nodes recorded with call sites.
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
+        if let Some(f) = &self.fold {
+            for t in &f.threads {
+                for &(stack, [calls, time_ns, suspended_ns, profiler_ns]) in &t.costs {
+                    tree.add(
+                        t.os_tid,
+                        stack,
+                        &Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() },
+                    );
+                }
+            }
+            return;
+        }
         for b in self.batches.iter().filter(|b| range.contains(b.ts)) {
             let map = &self.maps[b.map as usize];
             let bytes = &self.packed[b.start..b.end];
@@ -295,6 +398,24 @@ impl CctIngest {
                 }
             }
         }
+    }
+}
+
+impl CctIngest {
+    /// [`add_to`](Self::add_to) consuming the ingest: folded costs move into an empty `tree`
+    /// rather than be copied.
+    pub fn into_costs(mut self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
+        if tree.threads.is_empty() {
+            if let Some(mut f) = self.fold.take() {
+                // Node ids are no longer needed: the sums are per stack.
+                (self.maps, f.trees, f.thread_of) = Default::default();
+                f.threads.sort_by_key(|t| t.os_tid);
+                let threads = std::mem::take(&mut f.threads);
+                tree.threads = threads.into_iter().filter(|t| !t.costs.is_empty()).map(Folded::thread_costs).collect();
+                return;
+            }
+        }
+        self.add_to(tree, range, site_stacks)
     }
 }
 
