@@ -48,6 +48,8 @@ pub struct AttachOptions {
     pub token: Option<String>,
     /// TLS files for a `tls://` collector.
     pub tls: crate::agent_env::TlsFiles,
+    /// `--count`: the patterns of the methods counted by ReJIT (empty: none).
+    pub count: Vec<String>,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -362,6 +364,13 @@ fn session(
         .tls(&opts.tls);
     if staging.is_some() {
         env.no_cache();
+    }
+    if !opts.count.is_empty() {
+        env.instrument(&crate::agent_env::InstrumentOptions {
+            count: true,
+            include: opts.count.clone(),
+            ..Default::default()
+        });
     }
     let data = env.lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
