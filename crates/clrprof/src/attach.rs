@@ -250,6 +250,12 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         if major < 8 {
             return fail(format!("process {} runs .NET {major}, too old: clrprof attaches to .NET 8 or newer", t.pid));
         }
+        if major == 9 && !opts.count.is_empty() {
+            return fail(format!(
+                "process {} runs .NET 9: --count is refused there, ReJIT after attach can crash .NET 9 (runtime issues #100024, #112636; fixed by runtime PR #117765 in .NET 10 only). Use .NET 8 or 10, or `clrprof record --count` at start-up",
+                t.pid
+            ));
+        }
     }
     let ns = Namespaces::of(t.pid, &t.status).map_err(AttachError)?;
     // In another mount namespace (a container), everything the agent must see is placed in the
@@ -384,7 +390,13 @@ fn session(
     let reply = ipc::send(&socket, &message, opts.timeout);
     match reply {
         Ok(Ok(_)) => {}
-        Ok(Err(code)) => return fail(explain_hresult(code, t, &agent_inside, staging.is_some())),
+        Ok(Err(code)) => {
+            let mut why = explain_hresult(code, t, &agent_inside, staging.is_some());
+            if !opts.count.is_empty() {
+                why += " (--count: the agent refuses .NET 9, and needs patterns)";
+            }
+            return fail(why);
+        }
         Err(SendError::Connect(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return fail(format!(
                 "permission denied on the diagnostics socket of process {} ({}): it belongs to another user; attach as that user or as root",

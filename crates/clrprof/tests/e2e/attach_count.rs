@@ -120,6 +120,7 @@ fn attach_count_is_refused_on_net9() {
     let (ok, stderr) =
         count_session(pid, &dir.join("count.clrprof"), &dir.join("agent.log"), "AttachCount.Counted.Tick", || {});
     assert!(!ok, "attach --count was not refused on .NET 9: {stderr}");
+    assert!(stderr.contains("refuses .NET 9"), "{stderr}");
     let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
     assert!(log.contains("refused on .NET 9"), "{stderr}\n{log}");
     // The app is untouched.
