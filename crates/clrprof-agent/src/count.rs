@@ -43,7 +43,7 @@ const PROBE_STACK: u16 = 1;
 /// Types whose methods the runtime substitutes or expands (research: il-rewriting.md §3): a probe
 /// in their IL would vanish, or (Interlocked) call itself. CoreLib's methods marked `[Intrinsic]`
 /// are left uncounted too.
-const INTRINSIC_TYPES: [&str; 6] = [
+pub(crate) const INTRINSIC_TYPES: [&str; 6] = [
     "System.Threading.Interlocked",
     "System.Runtime.CompilerServices.Unsafe",
     "System.Runtime.InteropServices.MemoryMarshal",
@@ -398,6 +398,20 @@ impl Counts {
             st.inline_logged.retain(|k| k.0 != module);
             st.modules.remove(&module);
         }
+    }
+
+    /// `attach --count` ([`crate::rejit`]): a counter for `(module, token)` and the probe that
+    /// increments it, the method recorded as counted; `Err(reason)` when none can be had.
+    pub(crate) fn attach_probe(&self, s: &Context, module: ModuleID, token: u32) -> Result<(u32, [u8; 16]), u8> {
+        let Ok(mut st) = self.state.lock() else { return Err(why::REFUSED) };
+        let increment = self.increment_token(s, &mut st, module).ok_or(why::NO_PROBE_TOKEN)?;
+        if st.next_slot >= CAPACITY {
+            return Err(why::CAPACITY);
+        }
+        let slot = st.next_slot;
+        st.next_slot += 1;
+        st.methods.insert((module, token), Decision::Counted(slot, 0));
+        Ok((slot, probe(self.counter_addr(slot), increment)))
     }
 
     /// Writes the calls counted since the last round (writer thread).

@@ -357,7 +357,6 @@ impl<'a> Metadata<'a> {
     }
 
     /// The number of MethodDef rows.
-    #[cfg(test)]
     pub(crate) fn method_count(&self) -> u32 {
         self.tables[table::METHOD_DEF].rows
     }

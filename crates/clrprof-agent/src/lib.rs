@@ -67,6 +67,7 @@ pub(crate) mod log;
 pub(crate) mod names;
 pub(crate) mod os;
 pub(crate) mod profiler;
+pub(crate) mod rejit;
 pub(crate) mod sampler;
 pub(crate) mod signature;
 pub(crate) mod triggers;

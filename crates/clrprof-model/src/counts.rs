@@ -60,9 +60,10 @@ impl CountIngest {
 
     pub fn method(&mut self, i: Option<&mut Instrumentation>, r: &CountMethod) {
         if r.reason == clrprof_trace::count_uncounted::COUNTED && r.slot != u32::MAX {
-            self.slots.insert(r.slot, (r.function, r.name.clone()));
+            // A slot said again (attach --count: once named, again with its function) counts once.
+            let again = self.slots.insert(r.slot, (r.function, r.name.clone())).is_some();
             if let Some(i) = i {
-                i.hooked_functions += 1;
+                i.hooked_functions += u64::from(!again);
                 i.hooked.insert(if r.name.is_empty() { r.function } else { DEFINITION_ID | r.slot as u64 });
             }
         } else if let Some(i) = i {

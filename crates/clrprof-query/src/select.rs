@@ -87,6 +87,17 @@ pub fn weight_note(p: &Profile, m: Metric) -> String {
     match m {
         Metric::Time | Metric::Calls => {
             let mut s = match &p.instrumentation {
+                Some(i) if i.il_probes && i.count_scope == "attach" => {
+                    return format!(
+                        "weight: {} — exact call counts per method definition, from IL probes set by ReJIT after \
+                         attach (attach --count): calls from the ReJIT request to the revert (see the agent's \
+                         messages for the times), the counted methods not inlined meanwhile, no times; \
+                         {} methods counted, {} uncounted",
+                        m.name(),
+                        i.hooked_functions,
+                        i.uncounted.len()
+                    )
+                }
                 Some(i) if i.il_probes => {
                     return format!(
                         "weight: {} — exact call counts per method definition, from IL probes (record --count): \

@@ -87,6 +87,7 @@ pub mod monitor {
     pub const ENTERLEAVE: u32 = 0x1000;
     pub const SUSPENDS: u32 = 0x10000;
     pub const CACHE_SEARCHES: u32 = 0x20000;
+    pub const ENABLE_REJIT: u32 = 0x40000;
     pub const DISABLE_INLINING: u32 = 0x200000;
     pub const DISABLE_OPTIMIZATIONS: u32 = 0x400000;
     pub const ENABLE_OBJECT_ALLOCATED: u32 = 0x800000;

@@ -756,6 +756,72 @@ impl ProfilerInfo {
     }
 }
 
+/// `COR_PRF_REJIT_FLAGS` (`RequestReJITWithInliners`).
+pub mod rejit_flags {
+    /// Rejitted methods are not inlined (mandatory).
+    pub const BLOCK_INLINING: u32 = 0x1;
+    /// `GetReJITParameters` for the inliners too (without it they are recompiled from their IL).
+    pub const INLINING_CALLBACKS: u32 = 0x2;
+}
+
+/// ReJIT (`attach --count`): new IL for methods that may already run, and metadata made after attach.
+impl ProfilerInfo {
+    /// Asks for new code of these method definitions (`ICorProfilerInfo4::RequestReJIT`); the IL
+    /// comes from `GetReJITParameters`. Inliners are not recompiled.
+    pub fn request_rejit(&self, modules: &[ModuleID], methods: &[mdMethodDef]) -> HrResult<()> {
+        let f = slot!(self, 73, "RequestReJIT", fn(u32, *const ModuleID, *const mdMethodDef));
+        let n = modules.len().min(methods.len()) as u32;
+        // Safety: valid call; both arrays hold `n` elements and outlive the call.
+        check("RequestReJIT", unsafe { f(self.ptr, n, modules.as_ptr(), methods.as_ptr()) })
+    }
+
+    /// As [`request_rejit`](Self::request_rejit), and every method that inlined one of them is
+    /// recompiled too (`ICorProfilerInfo10::RequestReJITWithInliners`; `flags` from [`rejit_flags`]).
+    pub fn request_rejit_with_inliners(
+        &self,
+        flags: u32,
+        modules: &[ModuleID],
+        methods: &[mdMethodDef],
+    ) -> HrResult<()> {
+        let f = slot!(self, 96, "RequestReJITWithInliners", fn(u32, u32, *const ModuleID, *const mdMethodDef));
+        let n = modules.len().min(methods.len()) as u32;
+        // Safety: valid call; both arrays hold `n` elements and outlive the call.
+        check("RequestReJITWithInliners", unsafe { f(self.ptr, flags, n, modules.as_ptr(), methods.as_ptr()) })
+    }
+
+    /// Makes metadata defined after attach usable (`ICorProfilerInfo7::ApplyMetaData`).
+    pub fn apply_metadata(&self, module: ModuleID) -> HrResult<()> {
+        let f = slot!(self, 84, "ApplyMetaData", fn(ModuleID));
+        // Safety: valid call.
+        check("ApplyMetaData", unsafe { f(self.ptr, module) })
+    }
+}
+
+/// The `ICorProfilerFunctionControl` that `GetReJITParameters` passes, valid during that call.
+#[derive(Clone, Copy, Debug)]
+pub struct FunctionControl(*const c_void);
+
+impl FunctionControl {
+    /// # Safety
+    /// `ptr` is the `pFunctionControl` of the running `GetReJITParameters` call, used only during it.
+    pub unsafe fn from_raw(ptr: *const c_void) -> Option<FunctionControl> {
+        (!ptr.is_null()).then_some(FunctionControl(ptr))
+    }
+
+    /// The method's new body (header, code, sections); the runtime copies it
+    /// (`ICorProfilerFunctionControl::SetILFunctionBody`, slot 4 after IUnknown and SetCodegenFlags).
+    pub fn set_il_function_body(&self, body: &[u8]) -> HrResult<()> {
+        // Safety: a live ICorProfilerFunctionControl (from_raw's contract); slot 4 is
+        // `SetILFunctionBody(ULONG cbNewILMethodHeader, LPCBYTE pbNewILMethodHeader)` (corprof.idl).
+        let hr = unsafe {
+            let vt = *(self.0 as *const *const usize);
+            let f: unsafe extern "system" fn(*const c_void, u32, *const u8) -> HRESULT = transmute(*vt.add(4));
+            f(self.0, body.len() as u32, body.as_ptr())
+        };
+        check("ICorProfilerFunctionControl::SetILFunctionBody", hr)
+    }
+}
+
 /// Reads every element of a profiling-API enumerator (`Next` at slot 7) and releases it.
 ///
 /// # Safety

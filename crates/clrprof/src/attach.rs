@@ -48,6 +48,8 @@ pub struct AttachOptions {
     pub token: Option<String>,
     /// TLS files for a `tls://` collector.
     pub tls: crate::agent_env::TlsFiles,
+    /// `--count`: the patterns of the methods counted by ReJIT (empty: none).
+    pub count: Vec<String>,
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -248,6 +250,12 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         if major < 8 {
             return fail(format!("process {} runs .NET {major}, too old: clrprof attaches to .NET 8 or newer", t.pid));
         }
+        if major == 9 && !opts.count.is_empty() {
+            return fail(format!(
+                "process {} runs .NET 9: --count is refused there, ReJIT after attach can crash .NET 9 (runtime issues #100024, #112636; fixed by runtime PR #117765 in .NET 10 only). Use .NET 8 or 10, or `clrprof record --count` at start-up",
+                t.pid
+            ));
+        }
     }
     let ns = Namespaces::of(t.pid, &t.status).map_err(AttachError)?;
     // In another mount namespace (a container), everything the agent must see is placed in the
@@ -363,6 +371,13 @@ fn session(
     if staging.is_some() {
         env.no_cache();
     }
+    if !opts.count.is_empty() {
+        env.instrument(&crate::agent_env::InstrumentOptions {
+            count: true,
+            include: opts.count.clone(),
+            ..Default::default()
+        });
+    }
     let data = env.lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
     let agent_text = agent_inside.to_string_lossy();
@@ -375,7 +390,13 @@ fn session(
     let reply = ipc::send(&socket, &message, opts.timeout);
     match reply {
         Ok(Ok(_)) => {}
-        Ok(Err(code)) => return fail(explain_hresult(code, t, &agent_inside, staging.is_some())),
+        Ok(Err(code)) => {
+            let mut why = explain_hresult(code, t, &agent_inside, staging.is_some());
+            if !opts.count.is_empty() {
+                why += " (--count: the agent refuses .NET 9, and needs patterns)";
+            }
+            return fail(why);
+        }
         Err(SendError::Connect(e)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return fail(format!(
                 "permission denied on the diagnostics socket of process {} ({}): it belongs to another user; attach as that user or as root",

@@ -435,6 +435,12 @@ struct AttachArgs {
     /// Refused: enter/leave hooks can only be set at start-up (use `clrprof record --instrument`)
     #[arg(long, hide = true)]
     instrument: bool,
+    /// Count every call of the methods matching PATTERN exactly, from the moment the session
+    /// starts to its end (namespace, type, method or assembly; `*` wildcards; repeatable): their
+    /// code is recompiled with an IL probe (ReJIT), they are not inlined while counted, and their
+    /// original IL is put back at the end. .NET 8 and 10+ (refused on .NET 9). docs/count.md
+    #[arg(long, value_name = "PATTERN")]
+    count: Vec<String>,
     #[command(flatten)]
     server: ServerArgs,
 }
@@ -820,6 +826,7 @@ pub fn run() -> Result<ExitCode> {
                 tls: a.server.tls(),
                 server: a.server.server,
                 token: a.server.token,
+                count: a.count,
             };
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)

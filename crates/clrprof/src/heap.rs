@@ -45,6 +45,7 @@ pub fn heap(
         server: None,
         token: None,
         tls: Default::default(),
+        count: Vec::new(),
     };
     attach(&opts)?;
     let snaps = clrprof_load::heap::heap_snapshots(clrprof_trace::TraceSource::File(output.clone()))

@@ -169,6 +169,12 @@ impl Profiler {
                 );
             }
         }
+        if let Some(s) = self.state() {
+            // `attach --count`: counting starts before the session says it started.
+            if let Some(c) = &s.attach_counts {
+                c.start(&s.cx);
+            }
+        }
         if let Some(mut st) = stream.as_ref().and_then(|s| s.try_clone().ok()) {
             let trace = self.state().map(|s| s.trace_path.clone()).unwrap_or_default();
             let _ = writeln!(st, "started {trace}");
@@ -209,6 +215,9 @@ impl Profiler {
     /// Stops the recorders and completes the trace (`AgentStop`); the process keeps running.
     fn end_session(&self) -> String {
         let Some(s) = self.state() else { return String::new() };
+        if let Some(c) = &s.attach_counts {
+            c.revert(&s.cx);
+        }
         if let Some(sm) = &s.sampler {
             sm.stop();
         }

@@ -208,6 +208,55 @@ impl ProfilerCallback for Profiler {
         Ok(())
     }
 
+    /// `attach --count`: the IL of a rejitted method (crate::rejit).
+    fn get_rejit_parameters(
+        &self,
+        module: ModuleID,
+        method: clrprof_sys::mdMethodDef,
+        control: RawPtr,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if let Some(c) = &s.attach_counts {
+            // Safety: `control` is this call's ICorProfilerFunctionControl, used only during it.
+            if let Some(fc) = unsafe { clrprof_sys::info::FunctionControl::from_raw(control) } {
+                c.parameters(module, method, fc);
+            }
+        }
+        Ok(())
+    }
+
+    fn rejit_compilation_finished(
+        &self,
+        id: FunctionID,
+        _rejit: clrprof_sys::ReJITID,
+        hr: HRESULT,
+        _safe: BOOL,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if let Some(c) = &s.attach_counts {
+            // The new code, named and placed as any compiled code (samples in it resolve).
+            if hr >= 0 {
+                s.function_compiled(id, 0, clrprof_trace::code_kind::JIT);
+            }
+            c.compiled(&s.cx, id, hr);
+        }
+        Ok(())
+    }
+
+    fn rejit_error(
+        &self,
+        module: ModuleID,
+        method: clrprof_sys::mdMethodDef,
+        _id: FunctionID,
+        hr: HRESULT,
+    ) -> CallbackResult {
+        let Some(s) = self.state() else { return Ok(()) };
+        if let Some(c) = &s.attach_counts {
+            c.error(&s.cx, module, method, hr);
+        }
+        Ok(())
+    }
+
     /// `record --count`: a callee whose probe is not in its IL yet is not inlined.
     fn jit_inlining(&self, _caller: FunctionID, callee: FunctionID, should_inline: OutBool) -> CallbackResult {
         let Some(s) = self.state() else { return Ok(()) };

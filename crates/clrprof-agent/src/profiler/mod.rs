@@ -43,6 +43,8 @@ pub(crate) struct State {
     pub(crate) instrumentation: Option<crate::elt::Instrumentation>,
     /// Call counts by IL probes (`CLRPROF_COUNT`), when enabled.
     pub(crate) counts: Option<crate::count::Counts>,
+    /// `attach --count`: call counts by ReJIT with IL probes, when enabled.
+    pub(crate) attach_counts: Option<crate::rejit::AttachCounts>,
     /// Runtime events (exceptions, GC, allocations): see `crate::events`.
     pub(crate) events: Arc<crate::events::Events>,
     /// Where the trace is written.

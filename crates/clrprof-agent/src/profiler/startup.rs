@@ -168,10 +168,18 @@ impl Profiler {
             info.version()
         );
 
-        if config.count && (attach.is_some() || config.instrument.enabled) {
-            return Err(CallbackError(
-                "IL-probe call counts need the profiler at start-up and without enter/leave hooks".into(),
-            ));
+        if config.count && config.instrument.enabled {
+            return Err(CallbackError("IL-probe call counts cannot be combined with enter/leave hooks".into()));
+        }
+        let attach_count = attach.is_some() && config.count;
+        if attach_count {
+            if config.instrument.include.iter().all(|p| p.trim().is_empty()) {
+                return Err(CallbackError("attach --count needs patterns: the methods to count".into()));
+            }
+            if let Err(e) = crate::rejit::runtime_allows_rejit(&rt) {
+                log_error!("{e}");
+                return Err(CallbackError(e));
+            }
         }
         if attach.is_some() && config.instrument.enabled {
             return Err(CallbackError("enter/leave instrumentation cannot be enabled after attach".into()));
@@ -181,6 +189,11 @@ impl Profiler {
             // Only what the runtime allows after attach (per-object allocations are refused by the CLI).
             low &= super::attach::ALLOWED_LOW;
             high &= super::attach::ALLOWED_HIGH;
+            if attach_count {
+                // JIT_COMPILATION as well: without it RequestReJITWithInliners sometimes does not
+                // rejit (runtime #87418, dotnet-monitor's workaround).
+                low |= clrprof_sys::monitor::ENABLE_REJIT | clrprof_sys::monitor::JIT_COMPILATION;
+            }
         }
         info.set_event_mask2(low, high)?;
         let (glow, ghigh) = info.get_event_mask2().unwrap_or((low, high));
@@ -248,7 +261,15 @@ impl Profiler {
         } else {
             None
         };
-        let counts = if config.count {
+        let attach_counts = if attach_count {
+            let (c, rec) = crate::rejit::AttachCounts::new(&config.instrument.include, &config.instrument.exclude)
+                .ok_or_else(|| CallbackError("no memory for the call counters".into()))?;
+            first.push(rec.into());
+            Some(c)
+        } else {
+            None
+        };
+        let counts = if config.count && !attach_count {
             let (c, rec) =
                 crate::count::Counts::new(&config.instrument.include, &config.instrument.exclude, config.count_all)
                     .ok_or_else(|| CallbackError("no memory for the call counters".into()))?;
@@ -294,6 +315,7 @@ impl Profiler {
             sampler,
             instrumentation,
             counts,
+            attach_counts,
             events,
             trace_path: path,
             eventpipe_session: AtomicU64::new(0),
@@ -327,6 +349,13 @@ impl Profiler {
                     }
                 }));
                 log_info!("call counts by IL probes ({} scope)", if st.config.count_all { "all" } else { "app" });
+            }
+            if st.attach_counts.is_some() {
+                st.writer.add_tick(Box::new(move |w| {
+                    if let Some(c) = &st.attach_counts {
+                        c.publish(w, st.now());
+                    }
+                }));
             }
             if st.config.exceptions && !st.config.every_exception() {
                 st.writer.add_tick(Box::new(move |w| {

@@ -9,6 +9,7 @@ mod common;
 mod allocations;
 mod async_stacks;
 mod attach;
+mod attach_count;
 mod bad_input;
 mod call_sites;
 mod ci_gate;

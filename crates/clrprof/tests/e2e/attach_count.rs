@@ -1,0 +1,128 @@
+//! End to end: `clrprof attach --count PATTERN` (docs/count.md, "After attach"). apps/AttachCount
+//! runs without any profiler settings, warms a loop up until the JIT has inlined the tiny
+//! `Counted.Tick` into it, then makes exactly N calls per line it reads. The session counts the
+//! calls made while attached, exactly (the inlining caller is recompiled: RequestReJITWithInliners),
+//! and after the revert the app goes on with the same output.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+
+use crate::common::*;
+
+struct App {
+    child: KillOnDrop,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+}
+
+impl App {
+    fn start(mut c: Command) -> App {
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        for k in ["CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER", "CORECLR_PROFILER_PATH"] {
+            c.env_remove(k);
+        }
+        let mut child = c.spawn().expect("start apps/AttachCount");
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("ready "), "unexpected first line {line:?}");
+        App { child: KillOnDrop(child), stdin, out }
+    }
+
+    /// Makes exactly `n` calls of `Counted.Tick`; returns the app's answer.
+    fn calls(&mut self, n: u64) -> String {
+        writeln!(self.stdin, "{n}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+}
+
+/// `clrprof attach PID --count PATTERN` until SIGINT; `during` runs once the CLI said it attached.
+/// Returns (success, the CLI's stderr).
+fn count_session(pid: u32, trace: &Path, log: &Path, pattern: &str, during: impl FnOnce()) -> (bool, String) {
+    let mut c = Command::new(clrprof_exe());
+    c.arg("attach")
+        .arg(pid.to_string())
+        .arg("--agent")
+        .arg(agent_path())
+        .args(["--no-sample", "--count", pattern, "-o"])
+        .arg(trace)
+        .arg("--log")
+        .arg(log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("run clrprof attach");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    if first.contains(&format!("attached to process {pid}")) {
+        during();
+        let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    }
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    (status.success(), format!("{first}{rest}"))
+}
+
+/// Runs the scenario on an app started by `app`; returns the agent's log.
+fn counts_exactly_while_attached(app: Command, name: &str) -> String {
+    let dir = scratch(name);
+    let (trace, log) = (dir.join("count.clrprof"), dir.join("agent.log"));
+    let mut app = App::start(app);
+    assert_eq!(app.calls(1000), "done 1000 1000");
+    let pid = app.pid();
+    let (ok, stderr) = count_session(pid, &trace, &log, "AttachCount.Counted.Tick", || {
+        assert_eq!(app.calls(12_345), "done 12345 12345");
+        assert_eq!(app.calls(3_000_000), "done 3000000 3000000");
+    });
+    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(ok, "attach --count failed: {stderr}\nagent log:\n{agent_log}");
+    // After the revert the app goes on, its output unchanged.
+    assert_eq!(app.calls(777), "done 777 777");
+    assert_eq!(app.calls(3_000_000), "done 3000000 3000000");
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "AttachCount.Counted.Tick"), 3_012_345, "agent log:\n{agent_log}");
+    agent_log
+}
+
+#[test]
+fn attach_count_is_exact_on_net10() {
+    let _machine = machine::shared();
+    let mut c = Command::new("dotnet");
+    c.arg(app_dll("AttachCount"));
+    let log = counts_exactly_while_attached(c, "attach-count-net10");
+    assert!(log.contains("through RequestReJITWithInliners"), "{log}");
+}
+
+#[test]
+fn attach_count_is_exact_on_net8() {
+    let _machine = machine::shared();
+    let log = counts_exactly_while_attached(Command::new(app_for("net8.0", "AttachCount")), "attach-count-net8");
+    assert!(log.contains("ReJIT of 1 methods requested through"), "{log}");
+}
+
+#[test]
+fn attach_count_is_refused_on_net9() {
+    let _machine = machine::shared();
+    let dir = scratch("attach-count-net9");
+    let mut app = App::start(Command::new(app_for("net9.0", "AttachCount")));
+    let pid = app.pid();
+    let (ok, stderr) =
+        count_session(pid, &dir.join("count.clrprof"), &dir.join("agent.log"), "AttachCount.Counted.Tick", || {});
+    assert!(!ok, "attach --count was not refused on .NET 9: {stderr}");
+    assert!(stderr.contains("refuses .NET 9"), "{stderr}");
+    let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
+    assert!(log.contains("refused on .NET 9"), "{stderr}\n{log}");
+    // The app is untouched.
+    assert_eq!(app.calls(500), "done 500 500");
+}
