@@ -737,17 +737,7 @@ impl ProfilerInfo {
     /// tiny headers hold the size in their first byte, fat headers at offset 4). `None` for methods
     /// without IL (abstract, runtime-implemented, dynamic).
     pub fn il_code_size(&self, module: ModuleID, token: mdMethodDef) -> HrResult<Option<u32>> {
-        let f = slot!(self, 22, "GetILFunctionBody", fn(ModuleID, mdMethodDef, *mut *const u8, *mut u32));
-        let mut header: *const u8 = std::ptr::null();
-        let mut size = 0u32;
-        // Safety: valid call with writable out-params.
-        check("GetILFunctionBody", unsafe { f(self.ptr, module, token, &mut header, &mut size) })?;
-        if header.is_null() || size == 0 {
-            return Ok(None);
-        }
-        // Safety: the runtime returns `size` readable bytes at `header` (the method's IL with its header),
-        // mapped for the module's lifetime.
-        let body = unsafe { std::slice::from_raw_parts(header, size as usize) };
+        let Some(body) = self.get_il_function_body(module, token)? else { return Ok(None) };
         Ok(match body[0] & 0x3 {
             0x2 => Some((body[0] >> 2) as u32),
             0x3 if body.len() >= 8 => Some(u32::from_le_bytes([body[4], body[5], body[6], body[7]])),
