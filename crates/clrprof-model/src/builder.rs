@@ -586,6 +586,21 @@ mod tests {
     use super::*;
     use clrprof_trace::*;
 
+    /// Every thread's costs by stack, as sorted text: two profiles compare equal when they hold the
+    /// same costs on the same frames, whatever their stack ids.
+    fn thread_costs(p: &Profile) -> Vec<String> {
+        let mut v: Vec<String> = p
+            .costs
+            .threads
+            .iter()
+            .flat_map(|t| {
+                t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
     fn merges_records_into_sorted_tables() {
         let recs: Vec<Record> = vec![
@@ -789,20 +804,8 @@ mod tests {
             b.finish()
         };
         let (plain, packed) = (profile(false), profile(true));
-        let costs = |p: &Profile| {
-            let mut v: Vec<String> = p
-                .costs
-                .threads
-                .iter()
-                .flat_map(|t| {
-                    t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
-                })
-                .collect();
-            v.sort();
-            v
-        };
-        assert_eq!(costs(&plain), costs(&packed));
-        assert_eq!(costs(&plain).len(), 3);
+        assert_eq!(thread_costs(&plain), thread_costs(&packed));
+        assert_eq!(thread_costs(&plain).len(), 3);
         assert_eq!(plain.process.duration_ns, packed.process.duration_ns);
         let total: u64 = packed.costs.threads.iter().flat_map(|t| t.costs.values()).map(|c| c.calls).sum();
         assert_eq!(total, 49);
@@ -937,18 +940,6 @@ mod tests {
             CallTreeCosts { os_tid: 7, ts: 3_700, tree: 1, count: 2, packed: vec![0, 1, 2] }.into(),
             delta(7, 1, 5_000, &[0], &[11]).into(),
         ];
-        let costs = |p: &Profile| {
-            let mut v: Vec<String> = p
-                .costs
-                .threads
-                .iter()
-                .flat_map(|t| {
-                    t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
-                })
-                .collect();
-            v.sort();
-            v
-        };
         for range in [TimeRange::ALL, TimeRange::new(500, 4_000), TimeRange::new(6_000, 7_000)] {
             let mut kept = ProfileBuilder::new();
             let mut folded = ProfileBuilder::new();
@@ -958,13 +949,13 @@ mod tests {
                 folded.add(r);
             }
             let want = kept.profile(range, &mut NoSymbols);
-            assert_eq!(costs(&folded.profile(range, &mut NoSymbols)), costs(&want), "{range:?}, copied");
+            assert_eq!(thread_costs(&folded.profile(range, &mut NoSymbols)), thread_costs(&want), "{range:?}, copied");
             let got = folded.into_profile(range, &mut NoSymbols);
-            assert_eq!(costs(&got), costs(&want), "{range:?}");
+            assert_eq!(thread_costs(&got), thread_costs(&want), "{range:?}");
             assert_eq!(got.messages, want.messages, "{range:?}");
             assert_eq!(got.costs.stacks.nodes.len(), want.costs.stacks.nodes.len());
             if range.is_all() {
-                assert_eq!(costs(&got).len(), 7, "{:?}", costs(&got));
+                assert_eq!(thread_costs(&got).len(), 7, "{:?}", thread_costs(&got));
                 assert!(
                     want.messages.iter().any(|m| m.starts_with("6 call-tree records could not be placed")),
                     "{:?}",
