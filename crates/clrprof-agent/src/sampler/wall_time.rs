@@ -156,6 +156,16 @@ impl Sampler {
                     self.add_wall(st, key, s, elapsed, 1);
                     continue;
                 }
+                if t.unwalked_ticks > 0 {
+                    // Seen blocked before and still waiting for its walk (suspensions are
+                    // rate-limited), and it has not run since: it waits where it waited, so its
+                    // state, run-queue wait and wait site read then still hold and are not read
+                    // again. Those reads were most of a tick while many threads waited for their
+                    // first walk (a thousand threads at start take twelve seconds to walk).
+                    t.cpu_batches_when_blocked = t.cpu_batches;
+                    to_walk.push((key, slot.thread_id.load(Ordering::Relaxed), elapsed));
+                    continue;
+                }
             }
             // Running (or waiting for a CPU), or blocked again? The thread's scheduler state
             // tells (a file read, so only for threads that ran for 2 % of the interval or more,
