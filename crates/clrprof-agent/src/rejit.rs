@@ -5,8 +5,9 @@
 //!
 //! 1. **Select** on the control thread, before the session says it started: every MethodDef of
 //!    every loaded module whose name (`Ns.Type.Method`), type or assembly a pattern matches (the
-//!    `--include` grammar), at most [`MAX_METHODS`]; methods without IL and the intrinsic types
-//!    of [`crate::count`] are left out.
+//!    `--include` grammar), at most [`MAX_METHODS`]; methods without IL are left out, and the
+//!    intrinsics of [`crate::count::Intrinsics`] (the same predicate as `record --count`) are
+//!    listed uncounted.
 //! 2. **Probe**: the same 16 bytes as `record --count` ([`crate::count::probe`]) before the
 //!    original body, a counter slot each in the same mapping; the reference to
 //!    `Interlocked.Increment` made after attach is published with `ApplyMetaData`.
@@ -32,7 +33,7 @@ use clrprof_sys::{FunctionID, ModuleID};
 use clrprof_trace::{count_uncounted as why, CountMethod, Message};
 
 use crate::context::Context;
-use crate::count::Counts;
+use crate::count::{Counts, Intrinsics};
 use crate::elt::filter::Filter;
 use crate::writer::Writer;
 use crate::{log_info, log_warn};
@@ -118,11 +119,16 @@ impl AttachCounts {
             log_warn!("count: {e}");
         }
         let selected = self.select(s);
+        let matched = selected.len();
         let (mut modules, mut tokens) = (Vec::new(), Vec::new());
         let mut touched = std::collections::BTreeSet::new();
         {
             let Ok(mut targets) = self.targets.lock() else { return };
-            for (module, token, name) in selected {
+            for (module, token, name, reason) in selected {
+                if reason != why::COUNTED {
+                    s.emit(CountMethod { function: 0, module: module as u64, token, slot: u32::MAX, reason, name });
+                    continue;
+                }
                 let Ok(Some(body)) = s.info.get_il_function_body(module, token) else { continue };
                 let (slot, reason, target) = match self.counts.attach_probe(s, module, token) {
                     Err(reason) => (u32::MAX, reason, None),
@@ -160,7 +166,10 @@ impl AttachCounts {
             }
         }
         if modules.is_empty() {
-            let text = "attach --count: no method matched the patterns; nothing is counted".to_string();
+            let text = match matched {
+                0 => "attach --count: no method matched the patterns; nothing is counted".to_string(),
+                n => format!("attach --count: none of the {n} methods that matched the patterns can be counted (listed uncounted, with the reason); nothing is counted"),
+            };
             log_warn!("{text}");
             s.emit(Message { ts: s.now(), level: 1, text });
             return;
@@ -182,8 +191,9 @@ impl AttachCounts {
         }
     }
 
-    /// Every method definition the patterns select, with its name (`Ns.Type.Method`).
-    fn select(&self, s: &Context) -> Vec<(ModuleID, u32, String)> {
+    /// Every method definition the patterns select, with its name (`Ns.Type.Method`) and
+    /// [`why::COUNTED`], or [`why::INTRINSIC`] for one that must stay uncounted ([`Intrinsics`]).
+    fn select(&self, s: &Context) -> Vec<(ModuleID, u32, String, u8)> {
         let mut out = Vec::new();
         let modules = s.info.enum_modules().unwrap_or_default();
         for m in modules {
@@ -191,6 +201,7 @@ impl AttachCounts {
             let assembly = s.info.get_assembly_info(asm).map(|a| a.0).unwrap_or_default();
             let Some(md) = s.names.module_metadata(m) else { continue };
             let Some(image) = md.image() else { continue };
+            let intrinsics = Intrinsics::of(&assembly, Some(image));
             for rid in 1..=image.method_count() {
                 let token = 0x0600_0000 | rid;
                 let Some((_, method, ..)) = image.method(token) else { continue };
@@ -199,14 +210,12 @@ impl AttachCounts {
                 if !self.filter.matches(&full, class, &assembly) {
                     continue;
                 }
-                if assembly == "System.Private.CoreLib" && crate::count::INTRINSIC_TYPES.contains(&class) {
-                    continue;
-                }
                 if out.len() >= MAX_METHODS {
                     log_warn!("count: more than {MAX_METHODS} methods match; the rest are not counted");
                     return out;
                 }
-                out.push((m, token, full));
+                let reason = if intrinsics.contains(class, token, Some(image)) { why::INTRINSIC } else { why::COUNTED };
+                out.push((m, token, full, reason));
             }
         }
         out

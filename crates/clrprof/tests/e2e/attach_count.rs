@@ -45,15 +45,16 @@ impl App {
     }
 }
 
-/// `clrprof attach PID --count PATTERN` until SIGINT; `during` runs once the CLI said it attached.
+/// `clrprof attach PID ARGS` until SIGINT; `during` runs once the CLI said it attached.
 /// Returns (success, the CLI's stderr).
-fn count_session(pid: u32, trace: &Path, log: &Path, pattern: &str, during: impl FnOnce()) -> (bool, String) {
+fn count_session(pid: u32, trace: &Path, log: &Path, args: &[&str], during: impl FnOnce()) -> (bool, String) {
     let mut c = Command::new(clrprof_exe());
     c.arg("attach")
         .arg(pid.to_string())
         .arg("--agent")
         .arg(agent_path())
-        .args(["--no-sample", "--count", pattern, "-o"])
+        .args(args)
+        .arg("-o")
         .arg(trace)
         .arg("--log")
         .arg(log)
@@ -74,14 +75,19 @@ fn count_session(pid: u32, trace: &Path, log: &Path, pattern: &str, during: impl
     (status.success(), format!("{first}{rest}"))
 }
 
-/// Runs the scenario on an app started by `app`; returns the agent's log.
-fn counts_exactly_while_attached(app: Command, name: &str) -> String {
+/// Runs the scenario on an app started by `app`, `more` patterns beside `AttachCount.Counted.Tick`;
+/// returns the trace's JSON report and the agent's log.
+fn counts_exactly_while_attached(app: Command, name: &str, more: &[&str]) -> (serde_json::Value, String) {
     let dir = scratch(name);
     let (trace, log) = (dir.join("count.clrprof"), dir.join("agent.log"));
     let mut app = App::start(app);
     assert_eq!(app.calls(1000), "done 1000 1000");
     let pid = app.pid();
-    let (ok, stderr) = count_session(pid, &trace, &log, "AttachCount.Counted.Tick", || {
+    let mut args = vec!["--no-sample", "--count", "AttachCount.Counted.Tick"];
+    for p in more {
+        args.extend(["--count", p]);
+    }
+    let (ok, stderr) = count_session(pid, &trace, &log, &args, || {
         assert_eq!(app.calls(12_345), "done 12345 12345");
         assert_eq!(app.calls(3_000_000), "done 3000000 3000000");
     });
@@ -92,7 +98,7 @@ fn counts_exactly_while_attached(app: Command, name: &str) -> String {
     assert_eq!(app.calls(3_000_000), "done 3000000 3000000");
     let v = report_json(&trace);
     assert_eq!(calls(&v, "AttachCount.Counted.Tick"), 3_012_345, "agent log:\n{agent_log}");
-    agent_log
+    (v, agent_log)
 }
 
 #[test]
@@ -100,14 +106,23 @@ fn attach_count_is_exact_on_net10() {
     let _machine = machine::shared();
     let mut c = Command::new("dotnet");
     c.arg(app_dll("AttachCount"));
-    let log = counts_exactly_while_attached(c, "attach-count-net10");
-    assert!(log.contains("through RequestReJITWithInliners"), "{log}");
+    // String.get_Length is marked [Intrinsic] in CoreLib: selected by its pattern, never rejitted,
+    // listed uncounted with the reason (the predicate `record --count` uses).
+    let (v, log) = counts_exactly_while_attached(c, "attach-count-net10", &["System.String.get_Length"]);
+    assert!(log.contains("ReJIT of 1 methods requested through RequestReJITWithInliners"), "{log}");
+    let uncounted = v["instrumentation"]["il_probes"]["uncounted"].as_array().unwrap();
+    assert!(
+        uncounted.iter().any(|u| u["name"].as_str() == Some("System.String.get_Length")
+            && u["reason"].as_str().unwrap().contains("intrinsic")),
+        "{uncounted:?}"
+    );
 }
 
 #[test]
 fn attach_count_is_exact_on_net8() {
     let _machine = machine::shared();
-    let log = counts_exactly_while_attached(Command::new(app_for("net8.0", "AttachCount")), "attach-count-net8");
+    let (_, log) =
+        counts_exactly_while_attached(Command::new(app_for("net8.0", "AttachCount")), "attach-count-net8", &[]);
     assert!(log.contains("ReJIT of 1 methods requested through"), "{log}");
 }
 
@@ -117,8 +132,8 @@ fn attach_count_is_refused_on_net9() {
     let dir = scratch("attach-count-net9");
     let mut app = App::start(Command::new(app_for("net9.0", "AttachCount")));
     let pid = app.pid();
-    let (ok, stderr) =
-        count_session(pid, &dir.join("count.clrprof"), &dir.join("agent.log"), "AttachCount.Counted.Tick", || {});
+    let args = ["--no-sample", "--count", "AttachCount.Counted.Tick"];
+    let (ok, stderr) = count_session(pid, &dir.join("count.clrprof"), &dir.join("agent.log"), &args, || {});
     assert!(!ok, "attach --count was not refused on .NET 9: {stderr}");
     assert!(stderr.contains("refuses .NET 9"), "{stderr}");
     let log = std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default();
