@@ -20,6 +20,11 @@
 //!    this time (re-ReJIT with the original IL, which the runtime's docs prefer to `RequestRevert`:
 //!    that would reactivate old native code that may hold stale inlined copies).
 //!
+//! `attach --count-top N` chooses the methods instead ([`AttachCounts::start_top`]): the sampler
+//! thread tallies CPU samples by their innermost managed frame's function
+//! ([`crate::sampler::Tally`]); at the end of the window the control thread ranks them per method
+//! definition and takes the N hottest that can be counted, then steps 2–4 as above.
+//!
 //! The trace says when: a message with the time the request returned (from then on every new
 //! call runs the new IL version), and one per method when its new code is compiled
 //! (`ReJITCompilationFinished`).
@@ -74,6 +79,16 @@ pub(crate) fn runtime_allows_rejit(rt: &RuntimeInfo) -> Result<(), String> {
     }
 }
 
+/// The words of an uncounted reason, for the log and the trace's messages.
+fn why_text(reason: u8) -> &'static str {
+    match reason {
+        why::INTRINSIC => "intrinsic",
+        why::UNPARSEABLE => "body not understood",
+        why::NO_PROBE_TOKEN => "no metadata image",
+        _ => "no IL body",
+    }
+}
+
 /// A selected method definition.
 struct Target {
     name: String,
@@ -84,9 +99,22 @@ struct Target {
     compiled: [bool; 2],
 }
 
+/// `--count-top N`: at most this many methods.
+pub(crate) const MAX_TOP: u32 = 1000;
+
+/// `--count-top`: how many methods, chosen after how long a sampling window.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Top {
+    pub(crate) n: u32,
+    pub(crate) after: std::time::Duration,
+}
+
 pub(crate) struct AttachCounts {
     counts: Counts,
     filter: Filter,
+    /// `--count-top`: the methods are chosen from the sampler's tally after a window, not by
+    /// patterns at the start.
+    top: Option<Top>,
     targets: Mutex<HashMap<(ModuleID, u32), Target>>,
     reverting: AtomicBool,
     /// The request that worked (`RequestReJITWithInliners` or `RequestReJIT`), for the revert.
@@ -94,12 +122,17 @@ pub(crate) struct AttachCounts {
 }
 
 impl AttachCounts {
-    pub(crate) fn new(include: &[String], exclude: &[String]) -> Option<(AttachCounts, clrprof_trace::CountInfo)> {
+    pub(crate) fn new(
+        include: &[String],
+        exclude: &[String],
+        top: Option<Top>,
+    ) -> Option<(AttachCounts, clrprof_trace::CountInfo)> {
         let (counts, mut info) = Counts::new(include, exclude, true)?;
         info.scope = "attach".into();
         let me = AttachCounts {
             counts,
             filter: Filter::new(include, exclude),
+            top,
             targets: Mutex::new(HashMap::new()),
             reverting: AtomicBool::new(false),
             api: Mutex::new(None),
@@ -112,13 +145,115 @@ impl AttachCounts {
         self.counts.publish(w, now_ns);
     }
 
-    /// Selects, probes and rejits (the control thread, before the session says it started).
+    /// `--count-top`, when given.
+    pub(crate) fn top(&self) -> Option<Top> {
+        self.top
+    }
+
+    /// Patterns: selects, probes and rejits (the control thread, before the session says it
+    /// started). `--count-top`: nothing yet ([`AttachCounts::start_top`] after the window).
     pub(crate) fn start(&self, s: &Context) {
         let t0 = std::time::Instant::now();
         if let Err(e) = s.info.initialize_current_thread() {
             log_warn!("count: {e}");
         }
+        if let Some(top) = self.top {
+            let text = format!(
+                "attach --count-top {}: the methods are chosen from the CPU samples of the first {} ms of the session",
+                top.n,
+                top.after.as_millis()
+            );
+            log_info!("{text}");
+            s.emit(Message { ts: s.now(), level: 0, text });
+            return;
+        }
         let selected = self.select(s);
+        self.rejit(s, selected, t0, "matched the patterns");
+    }
+
+    /// `--count-top N`, at the end of the sampling window (the control thread): the N method
+    /// definitions with the most self samples in `tally` (the innermost managed frame's; a generic
+    /// definition's instantiations summed) that can be counted, probed and rejitted as
+    /// [`AttachCounts::start`] does with patterns. Hot methods that cannot be counted (no metadata,
+    /// intrinsics, no IL body or one not understood) are passed over and listed uncounted.
+    pub(crate) fn start_top(&self, s: &Context, tally: Option<crate::sampler::Tally>) {
+        let t0 = std::time::Instant::now();
+        let Some(top) = self.top else { return };
+        let Some(tally) = tally else {
+            let text = "attach --count-top: no sampler, no samples to choose from; nothing is counted".to_string();
+            log_warn!("{text}");
+            s.emit(Message { ts: s.now(), level: 2, text });
+            return;
+        };
+        // By method definition: (module, token) → samples, one of its FunctionIDs.
+        let mut defs: HashMap<(ModuleID, u32), (u64, FunctionID)> = HashMap::new();
+        for (&f, &n) in &tally.samples {
+            let Ok((_, module, token)) = s.info.get_function_info(f as FunctionID) else { continue };
+            // No MethodDef (IL stubs, dynamic methods): nothing to rejit.
+            if token >> 24 != 0x06 || module == 0 {
+                continue;
+            }
+            let e = defs.entry((module, token)).or_insert((0, f as FunctionID));
+            e.0 += n;
+        }
+        let mut ranked: Vec<((ModuleID, u32), (u64, FunctionID))> = defs.into_iter().collect();
+        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+        let (mut selected, mut chosen, mut passed) = (Vec::new(), Vec::new(), Vec::new());
+        // The hottest first; a hundred more than asked for at most when some cannot be counted.
+        for ((module, token), (n, f)) in ranked.into_iter().take(top.n as usize + 100) {
+            if chosen.len() >= top.n as usize {
+                break;
+            }
+            let name = s.names.method_def_name(module, token).unwrap_or_else(|| s.function_names(f).name.clone());
+            let reason = self.countable(s, module, token, &name);
+            if reason == why::COUNTED {
+                chosen.push(format!("{name} ({n})"));
+            } else {
+                passed.push(format!("{name} ({n}, {})", why_text(reason)));
+            }
+            selected.push((module, token, name, reason));
+        }
+        let text = format!(
+            "attach --count-top {}: after {} ms, the methods with the most CPU samples (self, innermost managed frame; {} samples in managed code): {}{}",
+            top.n,
+            top.after.as_millis(),
+            tally.managed,
+            if chosen.is_empty() { "none".to_string() } else { chosen.join(", ") },
+            if passed.is_empty() { String::new() } else { format!("; passed over, not countable: {}", passed.join(", ")) }
+        );
+        log_info!("{text}");
+        s.emit(Message { ts: s.now(), level: 0, text });
+        self.rejit(s, selected, t0, "had the most samples");
+    }
+
+    /// Whether a method definition can be counted ([`why::COUNTED`]), and if not why: it has
+    /// metadata, is not one of CoreLib's intrinsics, and has an IL body [`crate::il`] understands.
+    fn countable(&self, s: &Context, module: ModuleID, token: u32, name: &str) -> u8 {
+        let Some(md) = s.names.module_metadata(module) else { return why::NO_PROBE_TOKEN };
+        // Dynamic and collectible modules have no image: no probe reference can be made there.
+        let Some(image) = md.image() else { return why::NO_PROBE_TOKEN };
+        let assembly = s
+            .info
+            .get_module_info(module)
+            .ok()
+            .and_then(|(_, _, asm)| s.info.get_assembly_info(asm).ok())
+            .map(|a| a.0)
+            .unwrap_or_default();
+        let method = image.method(token).map(|m| m.1).unwrap_or_default();
+        let class = name.rfind(&format!(".{method}")).map(|p| &name[..p]).unwrap_or("");
+        if Intrinsics::of(&assembly, Some(image)).contains(class, token, Some(image)) {
+            return why::INTRINSIC;
+        }
+        match s.info.get_il_function_body(module, token) {
+            Ok(Some(body)) if crate::il::prepend(body, &crate::count::probe(0, 0), 1).is_ok() => why::COUNTED,
+            Ok(Some(_)) => why::UNPARSEABLE,
+            _ => why::REFUSED,
+        }
+    }
+
+    /// Probes and rejits the `selected` methods (`why::COUNTED`; the others are listed
+    /// uncounted), `what` saying how they were chosen.
+    fn rejit(&self, s: &Context, selected: Vec<(ModuleID, u32, String, u8)>, t0: std::time::Instant, what: &str) {
         let matched = selected.len();
         let (mut modules, mut tokens) = (Vec::new(), Vec::new());
         let mut touched = std::collections::BTreeSet::new();
@@ -167,8 +302,9 @@ impl AttachCounts {
         }
         if modules.is_empty() {
             let text = match matched {
+                0 if self.top.is_some() => "attach --count: no method had samples; nothing is counted".to_string(),
                 0 => "attach --count: no method matched the patterns; nothing is counted".to_string(),
-                n => format!("attach --count: none of the {n} methods that matched the patterns can be counted (listed uncounted, with the reason); nothing is counted"),
+                n => format!("attach --count: none of the {n} methods that {what} can be counted (listed uncounted, with the reason); nothing is counted"),
             };
             log_warn!("{text}");
             s.emit(Message { ts: s.now(), level: 1, text });

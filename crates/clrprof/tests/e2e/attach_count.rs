@@ -33,7 +33,12 @@ impl App {
 
     /// Makes exactly `n` calls of `Counted.Tick`; returns the app's answer.
     fn calls(&mut self, n: u64) -> String {
-        writeln!(self.stdin, "{n}").unwrap();
+        self.say(&n.to_string())
+    }
+
+    /// Sends one line (`burn MS`, `hot N`); returns the app's answer.
+    fn say(&mut self, line: &str) -> String {
+        writeln!(self.stdin, "{line}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.out.read_line(&mut line).unwrap();
@@ -140,4 +145,93 @@ fn attach_count_is_refused_on_net9() {
     assert!(log.contains("refused on .NET 9"), "{stderr}\n{log}");
     // The app is untouched.
     assert_eq!(app.calls(500), "done 500 500");
+}
+
+/// `attach --count-top 1`: the agent samples for `--count-after`, takes the method with the most
+/// self samples — `Hot.Step`, which a 1.5 s burn made hot — and counts its calls from the moment
+/// its ReJIT request returned (the agent's log says so) exactly: 12,345 + 3,000,000 calls made
+/// after that line, none between the burn and it (the app waits on stdin).
+fn count_top_counts_the_hot_method_exactly(app: Command, name: &str) -> String {
+    let dir = scratch(name);
+    let (trace, log) = (dir.join("top.clrprof"), dir.join("agent.log"));
+    let mut app = App::start(app);
+    // Step and its loop tier up before the attach.
+    assert!(app.say("burn 300").starts_with("burnt "));
+    let pid = app.pid();
+    let requested = "ReJIT of 1 methods requested through";
+    let args = ["--count-top", "1", "--count-after", "4s"];
+    let (ok, stderr) = count_session(pid, &trace, &log, &args, || {
+        let burnt = app.say("burn 1500");
+        assert!(burnt.starts_with("burnt "), "{burnt}");
+        let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !agent_log.contains(requested),
+            "the 4 s window ended before the 1.5 s burn did (machine too slow for this test):\n{agent_log}"
+        );
+        let t = std::time::Instant::now();
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains(requested) {
+            assert!(t.elapsed().as_secs() < 60, "no ReJIT request in the agent's log after 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(app.say("hot 12345"), "hot 12345 12345");
+        assert_eq!(app.say("hot 3000000"), "hot 3000000 3000000");
+    });
+    let agent_log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(ok, "attach --count-top failed: {stderr}\nagent log:\n{agent_log}");
+    assert!(stderr.contains("the 1 methods with the most CPU samples are counted from 4 s"), "{stderr}");
+    // The choice, with its samples, in the log and the trace's messages.
+    let chosen = agent_log
+        .lines()
+        .find(|l| l.contains("attach --count-top 1: after 4000 ms"))
+        .unwrap_or_else(|| panic!("no choice in the agent's log:\n{agent_log}"));
+    assert!(chosen.contains("in managed code): AttachCount.Hot.Step ("), "{chosen}");
+    // After the revert the app goes on, its output unchanged.
+    assert_eq!(app.say("hot 777"), "hot 777 777");
+    let v = report_json(&trace);
+    assert_eq!(calls(&v, "AttachCount.Hot.Step"), 3_012_345, "agent log:\n{agent_log}");
+    let counted: Vec<&str> = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(counted, ["AttachCount.Hot.Step"]);
+    let out = report(&trace, &["--view", "summary"]);
+    let summary = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(summary.contains("note: agent info: attach --count-top 1: after 4000 ms"), "{summary}");
+    agent_log
+}
+
+#[test]
+fn attach_count_top_is_exact_on_net10() {
+    let _machine = machine::shared();
+    let mut c = Command::new("dotnet");
+    c.arg(app_dll("AttachCount"));
+    let log = count_top_counts_the_hot_method_exactly(c, "attach-count-top-net10");
+    assert!(log.contains("through RequestReJITWithInliners"), "{log}");
+}
+
+#[test]
+fn attach_count_top_is_exact_on_net8() {
+    let _machine = machine::shared();
+    count_top_counts_the_hot_method_exactly(Command::new(app_for("net8.0", "AttachCount")), "attach-count-top-net8");
+}
+
+/// Bad values are refused by the CLI before anything is sent to a process.
+#[test]
+fn attach_count_top_refuses_bad_values() {
+    let run = |args: &[&str]| {
+        let out = Command::new(clrprof_exe()).arg("attach").arg("1").args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        text(&out.stderr)
+    };
+    assert!(run(&["--count-top", "0"]).contains("expected a number of methods from 1 to 1000, got 0"));
+    assert!(run(&["--count-top", "ten"]).contains("expected a number of methods from 1 to 1000, got \"ten\""));
+    assert!(run(&["--count-top", "1001"]).contains("from 1 to 1000"));
+    assert!(run(&["--count-top", "2", "--count", "A.B"]).contains("cannot be used with"));
+    assert!(run(&["--count-top", "2", "--no-sample"]).contains("cannot be used with"));
+    assert!(run(&["--count-after", "2s"]).contains("--count-top"));
+    assert!(run(&["--count-top", "2", "--count-after", "0.01"]).contains("expected a time from 100ms"));
+    assert!(run(&["--count-top", "2", "--count-after", "5s", "-d", "3"]).contains("must be shorter than --duration"));
 }
