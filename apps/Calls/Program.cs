@@ -36,10 +36,22 @@ public static class Program
         }
         if (mode == "many")
         {
-            // Call-heavy benchmark: prints the loop's own time so start-up is left out.
-            var sw = Stopwatch.StartNew();
-            long r = Counted.Many(int.Parse(args[1]));
-            Console.WriteLine($"many: {r} loop_ms={sw.Elapsed.TotalMilliseconds:F3}");
+            // Call-heavy benchmark: prints the loop's own time so start-up is left out. With a
+            // thread count (args[2], default 1) that many threads run the loop at once, each making
+            // args[1] calls of the same method (one shared counter under --count: contention), and
+            // the time is from their common start to the last one's end.
+            int n = int.Parse(args[1]), threads = args.Length > 2 ? int.Parse(args[2]) : 1;
+            if (threads <= 1)
+            {
+                var sw = Stopwatch.StartNew();
+                long r = Counted.Many(n);
+                Console.WriteLine($"many: {r} loop_ms={sw.Elapsed.TotalMilliseconds:F3}");
+            }
+            else
+            {
+                var (r, ms) = Counted.ManyThreads(n, threads);
+                Console.WriteLine($"many: {r} threads={threads} loop_ms={ms:F3}");
+            }
         }
         return 0;
     }
@@ -67,6 +79,30 @@ public static class Counted
 
     [MethodImpl(MethodImplOptions.NoInlining)]
     public static int Tiny(int i) => i ^ (i >> 3);
+
+    // `threads` threads released together, each running Many(n): the sum of their results and the
+    // milliseconds from the release to the last one's end.
+    public static (long, double) ManyThreads(int n, int threads)
+    {
+        var results = new long[threads];
+        using var start = new Barrier(threads + 1);
+        var workers = new Thread[threads];
+        for (int t = 0; t < threads; t++)
+        {
+            int me = t;
+            workers[t] = new Thread(() =>
+            {
+                start.SignalAndWait();
+                results[me] = Many(n);
+            });
+            workers[t].Start();
+        }
+        start.SignalAndWait();
+        var sw = Stopwatch.StartNew();
+        foreach (var w in workers) w.Join();
+        double ms = sw.Elapsed.TotalMilliseconds;
+        return (results.Sum(), ms);
+    }
 }
 
 public static class Inlined

@@ -28,6 +28,11 @@ pub(crate) struct Config {
     /// (`app`, the default: modules outside the shared framework; `all`: every module).
     pub(crate) count: bool,
     pub(crate) count_all: bool,
+    /// `CLRPROF_COUNT_TOP` (attach only; default 0: none): with `CLRPROF_COUNT`, count the N
+    /// methods with the most CPU samples (self) after `CLRPROF_COUNT_AFTER_MS` of sampling
+    /// (default 3000) instead of methods named by patterns.
+    pub(crate) count_top: u32,
+    pub(crate) count_after_ms: u64,
     /// `CLRPROF_SAMPLING`: run the sampler (`1`/`0`). Default on.
     pub(crate) sampling: bool,
     /// `CLRPROF_SAMPLE_RATE`: samples per second per thread, 1..=10000. Default 100. CPU-time
@@ -242,6 +247,8 @@ impl Default for Config {
             instrument: EltConfig { timing: true, calltree_max_mb: DEFAULT_CALLTREE_MAX_MB, ..Default::default() },
             count: false,
             count_all: false,
+            count_top: 0,
+            count_after_ms: 3000,
             sampling: true,
             sample_rate: 100,
             type_loads: false,
@@ -398,6 +405,26 @@ impl Config {
                     variable: "CLRPROF_COUNT_SCOPE",
                     value: v.clone(),
                     reason: "expected app or all; using app".into(),
+                }),
+            }
+        }
+        if let Some(v) = get("CLRPROF_COUNT_TOP") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n <= crate::rejit::MAX_TOP => c.count_top = n,
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_COUNT_TOP",
+                    value: v.clone(),
+                    reason: format!("expected a number of methods, 0 to {}; using 0", crate::rejit::MAX_TOP),
+                }),
+            }
+        }
+        if let Some(v) = get("CLRPROF_COUNT_AFTER_MS") {
+            match v.trim().parse::<u64>() {
+                Ok(n) if (1..=86_400_000).contains(&n) => c.count_after_ms = n,
+                _ => more.push(ConfigProblem {
+                    variable: "CLRPROF_COUNT_AFTER_MS",
+                    value: v.clone(),
+                    reason: "expected milliseconds in 1..=86400000; using 3000".into(),
                 }),
             }
         }
@@ -609,6 +636,9 @@ impl Config {
         m.insert("instrument", self.instrument.enabled.to_string());
         if self.count {
             m.insert("count", format!("{} scope", if self.count_all { "all" } else { "app" }));
+            if self.count_top > 0 {
+                m.insert("count_top", format!("{} after {} ms", self.count_top, self.count_after_ms));
+            }
         }
         if self.instrument.enabled {
             m.insert("timing", self.instrument.timing.to_string());
@@ -806,6 +836,17 @@ mod tests {
         let (c, p) = Config::from_lookup(env(&[("CLRPROF_SAMPLE_RATE", "1000"), ("CLRPROF_SAMPLING", "0")]));
         assert!(p.is_empty());
         assert_eq!((c.sample_rate, c.sampling), (1000, false));
+    }
+
+    #[test]
+    fn count_top_settings() {
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_COUNT_TOP", "5"), ("CLRPROF_COUNT_AFTER_MS", "2500")]));
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!((c.count_top, c.count_after_ms), (5, 2500));
+        let (c, p) = Config::from_lookup(env(&[("CLRPROF_COUNT_TOP", "1001"), ("CLRPROF_COUNT_AFTER_MS", "0")]));
+        assert_eq!((c.count_top, c.count_after_ms), (0, 3000));
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p.iter().any(|x| x.variable == "CLRPROF_COUNT_TOP" && x.to_string().contains("0 to 1000")));
     }
 
     #[test]

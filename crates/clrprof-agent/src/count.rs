@@ -29,6 +29,7 @@ use clrprof_trace::{count_uncounted as why, CountDeltas, CountInfo, CountMethod}
 
 use crate::context::Context;
 use crate::elt::filter::Filter;
+use crate::image_metadata::Metadata;
 use crate::writer::Writer;
 
 /// Counter slots (64 MiB of address space; only touched pages cost memory).
@@ -42,8 +43,8 @@ const PROBE_STACK: u16 = 1;
 
 /// Types whose methods the runtime substitutes or expands (research: il-rewriting.md §3): a probe
 /// in their IL would vanish, or (Interlocked) call itself. CoreLib's methods marked `[Intrinsic]`
-/// are left uncounted too.
-pub(crate) const INTRINSIC_TYPES: [&str; 6] = [
+/// are left uncounted too ([`Intrinsics`]).
+const INTRINSIC_TYPES: [&str; 6] = [
     "System.Threading.Interlocked",
     "System.Runtime.CompilerServices.Unsafe",
     "System.Runtime.InteropServices.MemoryMarshal",
@@ -51,6 +52,39 @@ pub(crate) const INTRINSIC_TYPES: [&str; 6] = [
     "System.Runtime.CompilerServices.RuntimeHelpers",
     "System.Activator",
 ];
+
+/// The methods of a module that are never counted because the runtime may run a call to them
+/// without reading their IL: in System.Private.CoreLib, the [`INTRINSIC_TYPES`] and the methods
+/// marked `[Intrinsic]` (`IntrinsicAttribute`), whose calls the JIT may expand, so that a probe
+/// there would count some calls and not others. One predicate for `record --count` (at each
+/// method's first compilation) and `attach --count` (the methods it selects for ReJIT). Read once
+/// per module (other modules: nothing to read).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Intrinsics {
+    corelib: bool,
+    /// The constructors of `IntrinsicAttribute` in CoreLib's metadata.
+    ctors: std::sync::Arc<[u32]>,
+}
+
+impl Intrinsics {
+    /// The facts of the module of `assembly`, whose tables are `image` (`None`: not readable;
+    /// then only the types are known).
+    pub(crate) fn of(assembly: &str, image: Option<&Metadata>) -> Intrinsics {
+        let corelib = assembly == "System.Private.CoreLib";
+        let ctors = match image {
+            Some(i) if corelib => i.constructors("System.Runtime.CompilerServices.IntrinsicAttribute").into(),
+            _ => std::sync::Arc::from([]),
+        };
+        Intrinsics { corelib, ctors }
+    }
+
+    /// Whether MethodDef `token` of type `class` (`Ns.Type`; a generic type's name may carry its
+    /// parameters: none of the intrinsic types is generic) must stay uncounted.
+    pub(crate) fn contains(&self, class: &str, token: u32, image: Option<&Metadata>) -> bool {
+        self.corelib
+            && (INTRINSIC_TYPES.contains(&class) || image.is_some_and(|i| i.method_has_attribute(token, &self.ctors)))
+    }
+}
 
 /// The probe for the counter at `addr`, calling `Increment` through `token` (16 bytes).
 pub(crate) fn probe(addr: u64, token: u32) -> [u8; 16] {
@@ -100,8 +134,8 @@ struct ModuleFacts {
     app: bool,
     /// The `Interlocked.Increment` token for probes in this module (`None`: could not be made).
     increment: Option<Option<u32>>,
-    /// CoreLib: the constructors of `[Intrinsic]` (`IntrinsicAttribute`), read once.
-    intrinsic_ctors: Option<std::sync::Arc<[u32]>>,
+    /// The module's intrinsics ([`Intrinsics`]), read once.
+    intrinsics: Option<Intrinsics>,
 }
 
 pub(crate) struct Counts {
@@ -180,7 +214,7 @@ impl Counts {
             st.corelib_dir = Some(dir.clone());
         }
         let app = !is_framework(&path, &dir, &assembly, st.corelib_dir.as_deref());
-        let f = ModuleFacts { assembly, app, increment: None, intrinsic_ctors: None };
+        let f = ModuleFacts { assembly, app, increment: None, intrinsics: None };
         st.modules.insert(module, f.clone());
         f
     }
@@ -203,31 +237,19 @@ impl Counts {
         if !corelib {
             return None;
         }
-        // Generic classes' names carry their arguments: `Unsafe` has none, the others are not generic.
-        if INTRINSIC_TYPES.contains(&names.class_name.as_str()) {
-            return Some(why::INTRINSIC);
-        }
-        // `[Intrinsic]` methods: the JIT may expand a call to one without reading its IL, so a probe
-        // there would count some calls and not others.
-        let ctors = match facts.intrinsic_ctors {
-            Some(c) => c,
+        let md = s.names.module_metadata(module);
+        let image = md.as_ref().and_then(|m| m.image());
+        let intrinsics = match facts.intrinsics {
+            Some(i) => i,
             None => {
-                let md = s.names.module_metadata(module);
-                let c: std::sync::Arc<[u32]> = md
-                    .as_ref()
-                    .and_then(|m| m.image())
-                    .map(|i| i.constructors("System.Runtime.CompilerServices.IntrinsicAttribute"))
-                    .unwrap_or_default()
-                    .into();
+                let i = Intrinsics::of(&facts.assembly, image);
                 if let Some(f) = st.modules.get_mut(&module) {
-                    f.intrinsic_ctors = Some(c.clone());
+                    f.intrinsics = Some(i.clone());
                 }
-                c
+                i
             }
         };
-        let md = s.names.module_metadata(module);
-        let marked = md.as_ref().and_then(|m| m.image()).is_some_and(|i| i.method_has_attribute(token, &ctors));
-        marked.then_some(why::INTRINSIC)
+        intrinsics.contains(&names.class_name, token, image).then_some(why::INTRINSIC)
     }
 
     /// `JITCachedFunctionSearchStarted`: false (compile it) for an in-scope method not decided yet
@@ -456,6 +478,40 @@ mod tests {
         assert!(is_framework("/app/System.Linq.dll", "/app", "System.Linq", Some("/app")));
         assert!(!is_framework("/app/lib/System.Extra.dll", "/app/lib", "System.Extra", Some("/app")));
         assert!(!is_framework("", "", "Dynamic", Some("/app")));
+    }
+
+    /// The one predicate of `record --count` and `attach --count`, on the installed CoreLib.
+    #[test]
+    fn corelib_s_intrinsics_are_the_listed_types_and_the_methods_marked_intrinsic() {
+        use crate::image_metadata::tests::{corelib, file_metadata};
+        let bytes = corelib().expect("System.Private.CoreLib.dll of the installed runtime");
+        let md = Metadata::parse(file_metadata(&bytes).expect("a CLI image")).expect("its tables");
+        let corelib = Intrinsics::of("System.Private.CoreLib", Some(&md));
+        let method = |ty: &str, name: &str, sig: &[u8]| {
+            let t = md.find_type_def(ty).unwrap_or_else(|| panic!("{ty}"));
+            md.find_method(t, name, sig).unwrap_or_else(|| panic!("{ty}.{name}"))
+        };
+        // [Intrinsic]: String.get_Length; not: String.Concat(string, string).
+        let get_length = method("System.String", "get_Length", &[0x20, 0x00, 0x08]);
+        let concat = method("System.String", "Concat", &[0x00, 0x02, 0x0e, 0x0e, 0x0e]);
+        assert!(corelib.contains("System.String", get_length, Some(&md)));
+        assert!(!corelib.contains("System.String", concat, Some(&md)));
+        // A listed type: every method, marked or not, and without the image too.
+        let increment = method("System.Threading.Interlocked", "Increment", &INCREMENT_SIG);
+        assert!(corelib.contains("System.Threading.Interlocked", increment, Some(&md)));
+        assert!(Intrinsics::of("System.Private.CoreLib", None).contains(
+            "System.Threading.Interlocked",
+            increment,
+            None
+        ));
+        assert!(!Intrinsics::of("System.Private.CoreLib", None).contains("System.String", get_length, None));
+        // Outside CoreLib nothing is intrinsic, whatever the names or tokens.
+        let app = Intrinsics::of("AttachCount", Some(&md));
+        assert!(!app.contains("System.String", get_length, Some(&md)));
+        assert!(!app.contains("System.Threading.Interlocked", increment, Some(&md)));
+        // Many more are marked (vector, span and math helpers among them).
+        let marked = (1..=md.method_count()).filter(|r| corelib.contains("", 0x0600_0000 | r, Some(&md))).count();
+        assert!(marked > 100, "{marked} methods marked [Intrinsic]");
     }
 
     #[test]

@@ -17,6 +17,21 @@ pub(crate) fn unsafe_gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
+/// Whether `fd` has something to read (data, or its end) within `timeout`: `Some(true)`;
+/// `Some(false)` when the time ran out or a signal came first; `None` on an error.
+pub(crate) fn readable_within(fd: &impl std::os::fd::AsRawFd, timeout: std::time::Duration) -> Option<bool> {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // Safety: one valid pollfd for the duration of the call; the descriptor is borrowed, open.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    match r {
+        0 => Some(false),
+        r if r > 0 => Some(true),
+        _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => Some(false),
+        _ => None,
+    }
+}
+
 /// CPU time of a thread of this process, read from its CPU-time clock (no signal involved).
 pub(crate) fn thread_cpu_ns(tid: u32) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };

@@ -5,8 +5,9 @@
 //!
 //! 1. **Select** on the control thread, before the session says it started: every MethodDef of
 //!    every loaded module whose name (`Ns.Type.Method`), type or assembly a pattern matches (the
-//!    `--include` grammar), at most [`MAX_METHODS`]; methods without IL and the intrinsic types
-//!    of [`crate::count`] are left out.
+//!    `--include` grammar), at most [`MAX_METHODS`]; methods without IL are left out, and the
+//!    intrinsics of [`crate::count::Intrinsics`] (the same predicate as `record --count`) are
+//!    listed uncounted.
 //! 2. **Probe**: the same 16 bytes as `record --count` ([`crate::count::probe`]) before the
 //!    original body, a counter slot each in the same mapping; the reference to
 //!    `Interlocked.Increment` made after attach is published with `ApplyMetaData`.
@@ -18,6 +19,11 @@
 //! 4. **Revert** at the end of the session: the same request again, the original bodies given
 //!    this time (re-ReJIT with the original IL, which the runtime's docs prefer to `RequestRevert`:
 //!    that would reactivate old native code that may hold stale inlined copies).
+//!
+//! `attach --count-top N` chooses the methods instead ([`AttachCounts::start_top`]): the sampler
+//! thread tallies CPU samples by their innermost managed frame's function
+//! ([`crate::sampler::Tally`]); at the end of the window the control thread ranks them per method
+//! definition and takes the N hottest that can be counted, then steps 2–4 as above.
 //!
 //! The trace says when: a message with the time the request returned (from then on every new
 //! call runs the new IL version), and one per method when its new code is compiled
@@ -32,7 +38,7 @@ use clrprof_sys::{FunctionID, ModuleID};
 use clrprof_trace::{count_uncounted as why, CountMethod, Message};
 
 use crate::context::Context;
-use crate::count::Counts;
+use crate::count::{Counts, Intrinsics};
 use crate::elt::filter::Filter;
 use crate::writer::Writer;
 use crate::{log_info, log_warn};
@@ -73,6 +79,16 @@ pub(crate) fn runtime_allows_rejit(rt: &RuntimeInfo) -> Result<(), String> {
     }
 }
 
+/// The words of an uncounted reason, for the log and the trace's messages.
+fn why_text(reason: u8) -> &'static str {
+    match reason {
+        why::INTRINSIC => "intrinsic",
+        why::UNPARSEABLE => "body not understood",
+        why::NO_PROBE_TOKEN => "no metadata image",
+        _ => "no IL body",
+    }
+}
+
 /// A selected method definition.
 struct Target {
     name: String,
@@ -83,9 +99,22 @@ struct Target {
     compiled: [bool; 2],
 }
 
+/// `--count-top N`: at most this many methods.
+pub(crate) const MAX_TOP: u32 = 1000;
+
+/// `--count-top`: how many methods, chosen after how long a sampling window.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Top {
+    pub(crate) n: u32,
+    pub(crate) after: std::time::Duration,
+}
+
 pub(crate) struct AttachCounts {
     counts: Counts,
     filter: Filter,
+    /// `--count-top`: the methods are chosen from the sampler's tally after a window, not by
+    /// patterns at the start.
+    top: Option<Top>,
     targets: Mutex<HashMap<(ModuleID, u32), Target>>,
     reverting: AtomicBool,
     /// The request that worked (`RequestReJITWithInliners` or `RequestReJIT`), for the revert.
@@ -93,12 +122,17 @@ pub(crate) struct AttachCounts {
 }
 
 impl AttachCounts {
-    pub(crate) fn new(include: &[String], exclude: &[String]) -> Option<(AttachCounts, clrprof_trace::CountInfo)> {
+    pub(crate) fn new(
+        include: &[String],
+        exclude: &[String],
+        top: Option<Top>,
+    ) -> Option<(AttachCounts, clrprof_trace::CountInfo)> {
         let (counts, mut info) = Counts::new(include, exclude, true)?;
         info.scope = "attach".into();
         let me = AttachCounts {
             counts,
             filter: Filter::new(include, exclude),
+            top,
             targets: Mutex::new(HashMap::new()),
             reverting: AtomicBool::new(false),
             api: Mutex::new(None),
@@ -111,18 +145,125 @@ impl AttachCounts {
         self.counts.publish(w, now_ns);
     }
 
-    /// Selects, probes and rejits (the control thread, before the session says it started).
+    /// `--count-top`, when given.
+    pub(crate) fn top(&self) -> Option<Top> {
+        self.top
+    }
+
+    /// Patterns: selects, probes and rejits (the control thread, before the session says it
+    /// started). `--count-top`: nothing yet ([`AttachCounts::start_top`] after the window).
     pub(crate) fn start(&self, s: &Context) {
         let t0 = std::time::Instant::now();
         if let Err(e) = s.info.initialize_current_thread() {
             log_warn!("count: {e}");
         }
+        if let Some(top) = self.top {
+            let text = format!(
+                "attach --count-top {}: the methods are chosen from the CPU samples of the first {} ms of the session",
+                top.n,
+                top.after.as_millis()
+            );
+            log_info!("{text}");
+            s.emit(Message { ts: s.now(), level: 0, text });
+            return;
+        }
         let selected = self.select(s);
+        self.rejit(s, selected, t0, "matched the patterns");
+    }
+
+    /// `--count-top N`, at the end of the sampling window (the control thread): the N method
+    /// definitions with the most self samples in `tally` (the innermost managed frame's; a generic
+    /// definition's instantiations summed) that can be counted, probed and rejitted as
+    /// [`AttachCounts::start`] does with patterns. Hot methods that cannot be counted (no metadata,
+    /// intrinsics, no IL body or one not understood) are passed over and listed uncounted.
+    pub(crate) fn start_top(&self, s: &Context, tally: Option<crate::sampler::Tally>) {
+        let t0 = std::time::Instant::now();
+        let Some(top) = self.top else { return };
+        let Some(tally) = tally else {
+            let text = "attach --count-top: no sampler, no samples to choose from; nothing is counted".to_string();
+            log_warn!("{text}");
+            s.emit(Message { ts: s.now(), level: 2, text });
+            return;
+        };
+        // By method definition: (module, token) → samples, one of its FunctionIDs.
+        let mut defs: HashMap<(ModuleID, u32), (u64, FunctionID)> = HashMap::new();
+        for (&f, &n) in &tally.samples {
+            let Ok((_, module, token)) = s.info.get_function_info(f as FunctionID) else { continue };
+            // No MethodDef (IL stubs, dynamic methods): nothing to rejit.
+            if token >> 24 != 0x06 || module == 0 {
+                continue;
+            }
+            let e = defs.entry((module, token)).or_insert((0, f as FunctionID));
+            e.0 += n;
+        }
+        let mut ranked: Vec<((ModuleID, u32), (u64, FunctionID))> = defs.into_iter().collect();
+        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+        let (mut selected, mut chosen, mut passed) = (Vec::new(), Vec::new(), Vec::new());
+        // The hottest first; a hundred more than asked for at most when some cannot be counted.
+        for ((module, token), (n, f)) in ranked.into_iter().take(top.n as usize + 100) {
+            if chosen.len() >= top.n as usize {
+                break;
+            }
+            let name = s.names.method_def_name(module, token).unwrap_or_else(|| s.function_names(f).name.clone());
+            let reason = self.countable(s, module, token, &name);
+            if reason == why::COUNTED {
+                chosen.push(format!("{name} ({n})"));
+            } else {
+                passed.push(format!("{name} ({n}, {})", why_text(reason)));
+            }
+            selected.push((module, token, name, reason));
+        }
+        let text = format!(
+            "attach --count-top {}: after {} ms, the methods with the most CPU samples (self, innermost managed frame; {} samples in managed code): {}{}",
+            top.n,
+            top.after.as_millis(),
+            tally.managed,
+            if chosen.is_empty() { "none".to_string() } else { chosen.join(", ") },
+            if passed.is_empty() { String::new() } else { format!("; passed over, not countable: {}", passed.join(", ")) }
+        );
+        log_info!("{text}");
+        s.emit(Message { ts: s.now(), level: 0, text });
+        self.rejit(s, selected, t0, "had the most samples");
+    }
+
+    /// Whether a method definition can be counted ([`why::COUNTED`]), and if not why: it has
+    /// metadata, is not one of CoreLib's intrinsics, and has an IL body [`crate::il`] understands.
+    fn countable(&self, s: &Context, module: ModuleID, token: u32, name: &str) -> u8 {
+        let Some(md) = s.names.module_metadata(module) else { return why::NO_PROBE_TOKEN };
+        // Dynamic and collectible modules have no image: no probe reference can be made there.
+        let Some(image) = md.image() else { return why::NO_PROBE_TOKEN };
+        let assembly = s
+            .info
+            .get_module_info(module)
+            .ok()
+            .and_then(|(_, _, asm)| s.info.get_assembly_info(asm).ok())
+            .map(|a| a.0)
+            .unwrap_or_default();
+        let method = image.method(token).map(|m| m.1).unwrap_or_default();
+        let class = name.rfind(&format!(".{method}")).map(|p| &name[..p]).unwrap_or("");
+        if Intrinsics::of(&assembly, Some(image)).contains(class, token, Some(image)) {
+            return why::INTRINSIC;
+        }
+        match s.info.get_il_function_body(module, token) {
+            Ok(Some(body)) if crate::il::prepend(body, &crate::count::probe(0, 0), 1).is_ok() => why::COUNTED,
+            Ok(Some(_)) => why::UNPARSEABLE,
+            _ => why::REFUSED,
+        }
+    }
+
+    /// Probes and rejits the `selected` methods (`why::COUNTED`; the others are listed
+    /// uncounted), `what` saying how they were chosen.
+    fn rejit(&self, s: &Context, selected: Vec<(ModuleID, u32, String, u8)>, t0: std::time::Instant, what: &str) {
+        let matched = selected.len();
         let (mut modules, mut tokens) = (Vec::new(), Vec::new());
         let mut touched = std::collections::BTreeSet::new();
         {
             let Ok(mut targets) = self.targets.lock() else { return };
-            for (module, token, name) in selected {
+            for (module, token, name, reason) in selected {
+                if reason != why::COUNTED {
+                    s.emit(CountMethod { function: 0, module: module as u64, token, slot: u32::MAX, reason, name });
+                    continue;
+                }
                 let Ok(Some(body)) = s.info.get_il_function_body(module, token) else { continue };
                 let (slot, reason, target) = match self.counts.attach_probe(s, module, token) {
                     Err(reason) => (u32::MAX, reason, None),
@@ -160,7 +301,11 @@ impl AttachCounts {
             }
         }
         if modules.is_empty() {
-            let text = "attach --count: no method matched the patterns; nothing is counted".to_string();
+            let text = match matched {
+                0 if self.top.is_some() => "attach --count: no method had samples; nothing is counted".to_string(),
+                0 => "attach --count: no method matched the patterns; nothing is counted".to_string(),
+                n => format!("attach --count: none of the {n} methods that {what} can be counted (listed uncounted, with the reason); nothing is counted"),
+            };
             log_warn!("{text}");
             s.emit(Message { ts: s.now(), level: 1, text });
             return;
@@ -182,8 +327,9 @@ impl AttachCounts {
         }
     }
 
-    /// Every method definition the patterns select, with its name (`Ns.Type.Method`).
-    fn select(&self, s: &Context) -> Vec<(ModuleID, u32, String)> {
+    /// Every method definition the patterns select, with its name (`Ns.Type.Method`) and
+    /// [`why::COUNTED`], or [`why::INTRINSIC`] for one that must stay uncounted ([`Intrinsics`]).
+    fn select(&self, s: &Context) -> Vec<(ModuleID, u32, String, u8)> {
         let mut out = Vec::new();
         let modules = s.info.enum_modules().unwrap_or_default();
         for m in modules {
@@ -191,6 +337,7 @@ impl AttachCounts {
             let assembly = s.info.get_assembly_info(asm).map(|a| a.0).unwrap_or_default();
             let Some(md) = s.names.module_metadata(m) else { continue };
             let Some(image) = md.image() else { continue };
+            let intrinsics = Intrinsics::of(&assembly, Some(image));
             for rid in 1..=image.method_count() {
                 let token = 0x0600_0000 | rid;
                 let Some((_, method, ..)) = image.method(token) else { continue };
@@ -199,14 +346,12 @@ impl AttachCounts {
                 if !self.filter.matches(&full, class, &assembly) {
                     continue;
                 }
-                if assembly == "System.Private.CoreLib" && crate::count::INTRINSIC_TYPES.contains(&class) {
-                    continue;
-                }
                 if out.len() >= MAX_METHODS {
                     log_warn!("count: more than {MAX_METHODS} methods match; the rest are not counted");
                     return out;
                 }
-                out.push((m, token, full));
+                let reason = if intrinsics.contains(class, token, Some(image)) { why::INTRINSIC } else { why::COUNTED };
+                out.push((m, token, full, reason));
             }
         }
         out

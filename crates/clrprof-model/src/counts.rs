@@ -17,6 +17,19 @@ use crate::time::TimeRange;
 pub struct Uncounted {
     pub function: u64,
     pub reason: u8,
+    /// The name the agent gave (`attach --count` names what it selected before any function of it
+    /// exists: `function` 0); empty: the function's own.
+    pub name: String,
+}
+
+impl Uncounted {
+    /// Its name: the agent's, else the function's in `names`, else `function 0x…`.
+    pub fn name_in(&self, names: &HashMap<u64, &str>) -> String {
+        if !self.name.is_empty() {
+            return self.name.clone();
+        }
+        names.get(&self.function).map_or_else(|| format!("function 0x{:x}", self.function), |n| n.to_string())
+    }
 }
 
 /// Readable reason of an uncounted method.
@@ -70,7 +83,7 @@ impl CountIngest {
             if r.reason == clrprof_trace::count_uncounted::OUT_OF_SCOPE {
                 i.filtered_functions += 1;
             } else {
-                i.uncounted.push(Uncounted { function: r.function, reason: r.reason });
+                i.uncounted.push(Uncounted { function: r.function, reason: r.reason, name: r.name.clone() });
             }
         }
     }
@@ -164,7 +177,22 @@ mod tests {
         let merged = t.merged(None);
         let total: u64 = merged.iter().map(|c| c.calls).sum();
         assert_eq!(total, 9);
-        assert_eq!(i.uncounted, vec![Uncounted { function: 11, reason: 1 }]);
+        assert_eq!(i.uncounted, vec![Uncounted { function: 11, reason: 1, name: String::new() }]);
+        // attach --count names what it left out before any function of it exists.
+        c.method(
+            Some(&mut i),
+            &CountMethod {
+                function: 0,
+                module: 1,
+                token: 0x0600_0009,
+                slot: u32::MAX,
+                reason: 1,
+                name: "S.Len".into(),
+            },
+        );
+        let names = HashMap::from([(11u64, "A.B.C")]);
+        let named: Vec<String> = i.uncounted.iter().map(|u| u.name_in(&names)).collect();
+        assert_eq!(named, ["A.B.C", "S.Len"]);
         // A generic definition: named as declared, under its own id, whatever instantiation came first.
         c.method(
             Some(&mut i),

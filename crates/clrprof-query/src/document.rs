@@ -728,9 +728,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
                     .uncounted
                     .iter()
                     .map(|u| UncountedDoc {
-                        name: names
-                            .get(&u.function)
-                            .map_or_else(|| format!("function 0x{:x}", u.function), |n| n.to_string()),
+                        name: u.name_in(&names),
                         reason: clrprof_model::counts::uncounted_reason(u.reason),
                     })
                     .collect();

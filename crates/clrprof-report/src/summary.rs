@@ -50,14 +50,8 @@ pub(crate) fn uncounted(p: &Profile, i: &clrprof_model::Instrumentation) -> Stri
         return String::new();
     }
     let names: std::collections::HashMap<u64, &str> = p.functions.iter().map(|f| (f.id, f.name.as_str())).collect();
-    let mut rows: Vec<(String, &str)> = i
-        .uncounted
-        .iter()
-        .map(|u| {
-            let name = names.get(&u.function).map_or_else(|| format!("function 0x{:x}", u.function), |n| n.to_string());
-            (name, clrprof_model::counts::uncounted_reason(u.reason))
-        })
-        .collect();
+    let mut rows: Vec<(String, &str)> =
+        i.uncounted.iter().map(|u| (u.name_in(&names), clrprof_model::counts::uncounted_reason(u.reason))).collect();
     rows.sort();
     rows.dedup();
     let mut out = format!("\n{} methods uncounted (no call count, not zero):\n", rows.len());

@@ -245,6 +245,11 @@ impl AgentEnv {
         self
     }
 
+    /// `attach --count-top N`: the N methods with the most CPU samples after `after`.
+    pub fn count_top(&mut self, n: u32, after: std::time::Duration) -> &mut Self {
+        self.set("CLRPROF_COUNT_TOP", n.to_string()).set("CLRPROF_COUNT_AFTER_MS", after.as_millis().max(1).to_string())
+    }
+
     /// Enter/leave instrumentation (`record` only: the runtime allows the hooks at start-up only).
     pub fn instrument(&mut self, i: &InstrumentOptions) -> &mut Self {
         let b = |v: bool| if v { "1" } else { "0" };

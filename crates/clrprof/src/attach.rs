@@ -50,6 +50,16 @@ pub struct AttachOptions {
     pub tls: crate::agent_env::TlsFiles,
     /// `--count`: the patterns of the methods counted by ReJIT (empty: none).
     pub count: Vec<String>,
+    /// `--count-top N`: count the N methods with the most CPU samples after `count_after`.
+    pub count_top: Option<u32>,
+    pub count_after: Duration,
+}
+
+impl AttachOptions {
+    /// Whether the session counts calls by ReJIT (`--count` or `--count-top`).
+    fn counting(&self) -> bool {
+        !self.count.is_empty() || self.count_top.is_some()
+    }
 }
 
 /// A process attach could not reach, with the reason in words.
@@ -250,9 +260,9 @@ pub fn attach(opts: &AttachOptions) -> Result<()> {
         if major < 8 {
             return fail(format!("process {} runs .NET {major}, too old: clrprof attaches to .NET 8 or newer", t.pid));
         }
-        if major == 9 && !opts.count.is_empty() {
+        if major == 9 && opts.counting() {
             return fail(format!(
-                "process {} runs .NET 9: --count is refused there, ReJIT after attach can crash .NET 9 (runtime issues #100024, #112636; fixed by runtime PR #117765 in .NET 10 only). Use .NET 8 or 10, or `clrprof record --count` at start-up",
+                "process {} runs .NET 9: --count and --count-top are refused there, ReJIT after attach can crash .NET 9 (runtime issues #100024, #112636; fixed by runtime PR #117765 in .NET 10 only). Use .NET 8 or 10, or `clrprof record --count` at start-up",
                 t.pid
             ));
         }
@@ -371,12 +381,15 @@ fn session(
     if staging.is_some() {
         env.no_cache();
     }
-    if !opts.count.is_empty() {
+    if opts.counting() {
         env.instrument(&crate::agent_env::InstrumentOptions {
             count: true,
             include: opts.count.clone(),
             ..Default::default()
         });
+    }
+    if let Some(n) = opts.count_top {
+        env.count_top(n, opts.count_after);
     }
     let data = env.lines();
     let clsid = ipc::guid_bytes(AGENT_CLSID).context("the agent's CLSID")?;
@@ -394,6 +407,8 @@ fn session(
             let mut why = explain_hresult(code, t, &agent_inside, staging.is_some());
             if !opts.count.is_empty() {
                 why += " (--count: the agent refuses .NET 9, and needs patterns)";
+            } else if opts.count_top.is_some() {
+                why += " (--count-top: the agent refuses .NET 9, and needs the sampler)";
             }
             return fail(why);
         }
@@ -486,6 +501,12 @@ fn session(
                 None => "; Ctrl-C to stop".into(),
             }
         );
+        if let Some(n) = opts.count_top {
+            eprintln!(
+                "clrprof: the {n} methods with the most CPU samples are counted from {} s into the session on (the trace's messages name them)",
+                opts.count_after.as_secs_f64()
+            );
+        }
     }
 
     // Wait for the duration, Ctrl-C, or the process ending (the agent closes the connection).

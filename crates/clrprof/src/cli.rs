@@ -35,7 +35,7 @@ enum Command {
     Record(RecordArgs),
     /// Profile a running .NET process (8 or newer) without restarting it, for a while.
     #[command(
-        after_help = "Examples:\n  clrprof attach 4242 --duration 10\n  clrprof attach 4242 -o web.clrprof      (Ctrl-C to stop)\n  clrprof attach 4242 -d 30 --rate 500 --no-exceptions\n\nThe process keeps running; the agent detaches when the session ends, and the\nprocess can be attached again. Enter/leave instrumentation (--instrument) needs\n`clrprof record`: the runtime only allows it at start-up."
+        after_help = "Examples:\n  clrprof attach 4242 --duration 10\n  clrprof attach 4242 -o web.clrprof      (Ctrl-C to stop)\n  clrprof attach 4242 -d 30 --rate 500 --no-exceptions\n  clrprof attach 4242 -d 30 --count-top 5      (exact call counts of the 5 hottest methods)\n\nThe process keeps running; the agent detaches when the session ends, and the\nprocess can be attached again (with --count or --count-top the runtime keeps the\nagent loaded, idle, and a later attach is refused). Enter/leave instrumentation (--instrument) needs\n`clrprof record`: the runtime only allows it at start-up."
     )]
     Attach(AttachArgs),
     /// Print a report from a trace.
@@ -441,8 +441,43 @@ struct AttachArgs {
     /// original IL is put back at the end. .NET 8 and 10+ (refused on .NET 9). docs/count.md
     #[arg(long, value_name = "PATTERN")]
     count: Vec<String>,
+    /// Count every call of the N methods with the most CPU samples (self time) in the first
+    /// --count-after of the session, exactly, from then to its end: chosen by the agent from its
+    /// own samples, among the methods that can be counted (1-1000; not with --count PATTERN or
+    /// --no-sample). The same ReJIT, runtimes and revert as --count. docs/count.md
+    #[arg(long, value_name = "N", value_parser = count_top_arg, conflicts_with_all = ["count", "no_sample"])]
+    count_top: Option<u32>,
+    /// With --count-top: how long the session samples before choosing (`500ms`, `5s`, `1m`)
+    /// [default: 3s]
+    #[arg(long, value_name = "TIME", requires = "count_top", value_parser = count_after_arg)]
+    count_after: Option<Duration>,
     #[command(flatten)]
     server: ServerArgs,
+}
+
+/// `--count-top N`: a number of methods, 1 to 1000.
+fn count_top_arg(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("expected a number of methods from 1 to 1000, got {n}")),
+        Err(_) => Err(format!("expected a number of methods from 1 to 1000, got {s:?}")),
+    }
+}
+
+/// `--count-after TIME`: `500ms`, `5s`, `1m` or plain seconds, at least 100 ms.
+fn count_after_arg(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t.strip_suffix('s').unwrap_or(t), 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v * scale >= 0.1 && v * scale <= 86_400.0 => Ok(Duration::from_secs_f64(v * scale)),
+        _ => Err(format!("expected a time from 100ms to 24h (`500ms`, `5s`, `1m`), got {s:?}")),
+    }
 }
 
 /// What the agent records, the same for `record` and `attach`.
@@ -827,7 +862,18 @@ pub fn run() -> Result<ExitCode> {
                 server: a.server.server,
                 token: a.server.token,
                 count: a.count,
+                count_top: a.count_top,
+                count_after: a.count_after.unwrap_or(Duration::from_secs(3)),
             };
+            if let (Some(d), Some(_)) = (opts.duration, opts.count_top) {
+                if d <= opts.count_after {
+                    anyhow::bail!(
+                        "--count-top chooses after --count-after ({:.1} s), which must be shorter than --duration ({:.1} s)",
+                        opts.count_after.as_secs_f64(),
+                        d.as_secs_f64()
+                    );
+                }
+            }
             crate::attach::attach(&opts)?;
             Ok(ExitCode::SUCCESS)
         }

@@ -46,6 +46,8 @@ pub fn heap(
         token: None,
         tls: Default::default(),
         count: Vec::new(),
+        count_top: None,
+        count_after: Duration::ZERO,
     };
     attach(&opts)?;
     let snaps = clrprof_load::heap::heap_snapshots(clrprof_trace::TraceSource::File(output.clone()))

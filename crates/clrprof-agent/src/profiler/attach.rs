@@ -178,6 +178,7 @@ impl Profiler {
         if let Some(mut st) = stream.as_ref().and_then(|s| s.try_clone().ok()) {
             let trace = self.state().map(|s| s.trace_path.clone()).unwrap_or_default();
             let _ = writeln!(st, "started {trace}");
+            self.count_top_after_window(&st);
             let _ = st.set_read_timeout(None);
             let mut lines = BufReader::new(st).lines();
             loop {
@@ -210,6 +211,29 @@ impl Profiler {
                 }
             }
         }
+    }
+
+    /// `attach --count-top`: waits out the sampling window on the control connection, then has
+    /// the top methods counted — unless the CLI ends the session first (its `stop`, or the
+    /// connection closing, is left unread for the session loop).
+    fn count_top_after_window(&self, control: &UnixStream) {
+        let Some(s) = self.state() else { return };
+        let Some(c) = &s.attach_counts else { return };
+        let Some(top) = c.top() else { return };
+        let deadline = std::time::Instant::now() + top.after;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if crate::os::readable_within(control, left) != Some(false) {
+                let text = "attach --count-top: the session ended before its sampling window did; nothing was counted";
+                log_warn!("{text}");
+                s.emit(clrprof_trace::Message { ts: s.now(), level: 1, text: text.into() });
+                return;
+            }
+        }
+        c.start_top(&s.cx, s.sampler.as_ref().map(|sm| sm.take_tally()));
     }
 
     /// Stops the recorders and completes the trace (`AgentStop`); the process keeps running.

@@ -173,8 +173,17 @@ impl Profiler {
         }
         let attach_count = attach.is_some() && config.count;
         if attach_count {
-            if config.instrument.include.iter().all(|p| p.trim().is_empty()) {
+            let patterns = config.instrument.include.iter().any(|p| !p.trim().is_empty());
+            if config.count_top == 0 && !patterns {
                 return Err(CallbackError("attach --count needs patterns: the methods to count".into()));
+            }
+            if config.count_top > 0 && patterns {
+                return Err(CallbackError("attach --count-top and --count PATTERN are exclusive".into()));
+            }
+            if config.count_top > 0 && !config.sampling {
+                return Err(CallbackError(
+                    "attach --count-top needs the sampler: it chooses from its CPU samples".into(),
+                ));
             }
             if let Err(e) = crate::rejit::runtime_allows_rejit(&rt) {
                 log_error!("{e}");
@@ -262,7 +271,11 @@ impl Profiler {
             None
         };
         let attach_counts = if attach_count {
-            let (c, rec) = crate::rejit::AttachCounts::new(&config.instrument.include, &config.instrument.exclude)
+            let top = (config.count_top > 0).then(|| crate::rejit::Top {
+                n: config.count_top,
+                after: Duration::from_millis(config.count_after_ms),
+            });
+            let (c, rec) = crate::rejit::AttachCounts::new(&config.instrument.include, &config.instrument.exclude, top)
                 .ok_or_else(|| CallbackError("no memory for the call counters".into()))?;
             first.push(rec.into());
             Some(c)
@@ -298,7 +311,12 @@ impl Profiler {
                 config.cache_dir.as_ref().map(std::path::PathBuf::from),
             );
             match s.start() {
-                Ok(()) => Some(s),
+                Ok(()) => {
+                    if attach_count && config.count_top > 0 {
+                        s.keep_tally();
+                    }
+                    Some(s)
+                }
                 Err(e) => {
                     log_error!("sampler not started: {e}");
                     None

@@ -131,6 +131,40 @@ pub(crate) struct Sampler {
     /// Urgent rounds asked for ([`Sampler::flush_urgently`]) and the last one the sampler did.
     urgent_asked: AtomicU64,
     urgent_done: AtomicU64,
+    /// `attach --count-top`: CPU samples by the FunctionID of their innermost managed frame, kept
+    /// by the sampler thread while on ([`Sampler::keep_tally`], [`Sampler::take_tally`]).
+    tally_on: AtomicBool,
+    tally: Mutex<Tally>,
+}
+
+/// Most functions the tally holds: samples of functions past it are counted as left out.
+const MAX_TALLIED: usize = 1 << 16;
+
+/// CPU samples by the FunctionID of their innermost managed frame (self samples, not the
+/// runtime's work: a sample taken while the thread compiled, loaded or collected is left out).
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub(crate) samples: HashMap<u64, u64>,
+    /// Samples with a managed frame, tallied or not.
+    pub(crate) managed: u64,
+    /// Samples of functions past [`MAX_TALLIED`].
+    pub(crate) left_out: u64,
+}
+
+impl Tally {
+    fn add(&mut self, functions: &[u64]) {
+        for &f in functions {
+            self.managed += 1;
+            let full = self.samples.len() >= MAX_TALLIED;
+            match self.samples.get_mut(&f) {
+                Some(n) => *n += 1,
+                None if full => self.left_out += 1,
+                None => {
+                    self.samples.insert(f, 1);
+                }
+            }
+        }
+    }
 }
 
 /// Code ranges that can unload (start → end), and their starts by what frees them.
@@ -194,7 +228,22 @@ impl Sampler {
             unloadable_published: AtomicU64::new(0),
             unloadable_forgotten: AtomicU64::new(0),
             frameless_full: AtomicBool::new(false),
+            tally_on: AtomicBool::new(false),
+            tally: Mutex::new(Tally::default()),
         })
+    }
+
+    /// `attach --count-top`: from now on the sampler thread tallies CPU samples by their innermost
+    /// managed frame's function.
+    pub(crate) fn keep_tally(&self) {
+        self.tally_on.store(true, Ordering::Release);
+    }
+
+    /// The tally so far, after a last drain of the samples taken (1 s at most); tallying stops.
+    pub(crate) fn take_tally(&self) -> Tally {
+        self.flush_urgently(Duration::from_secs(1));
+        self.tally_on.store(false, Ordering::Release);
+        self.tally.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default()
     }
 
     /// Attach: names sampled addresses in managed images that no code callback reported
@@ -585,6 +634,8 @@ impl Sampler {
                 ths.cpu_accounted = ths.cpu_accounted.max(cpu_now);
                 // (stack, the EventSource activity's index, samples).
                 let mut counts: Vec<(u32, u32, u32)> = Vec::new();
+                let tally = self.tally_on.load(Ordering::Acquire);
+                let mut innermost: Vec<u64> = Vec::new();
                 for (ips, sp_top, activity, seq, flow) in &mut batch {
                     if let Some(&leaf) = ips.first() {
                         if !st.unknown_leaf
@@ -599,6 +650,9 @@ impl Sampler {
                     let mut fns = self.managed_functions(st, ips);
                     self.add_frameless_caller(st, ips, &mut fns, *sp_top);
                     let activity = self.activity_in_progress(st, key, slot, ips, *activity, *seq);
+                    if tally && activity == 0 {
+                        innermost.extend(fns.iter().find(|&&f| f != 0));
+                    }
                     let id = self.intern_activity(st, ips, &fns, activity);
                     if activity != 0 {
                         if let Some(ths) = st.threads.get_mut(&key) {
@@ -610,6 +664,11 @@ impl Sampler {
                     match counts.iter_mut().find(|(s, f, _)| *s == id && *f == flow) {
                         Some(c) => c.2 += 1,
                         None => counts.push((id, flow, 1)),
+                    }
+                }
+                if !innermost.is_empty() {
+                    if let Ok(mut t) = self.tally.lock() {
+                        t.add(&innermost);
                     }
                 }
                 let n = batch.len() as u64;

@@ -1223,3 +1223,21 @@ mod bench {
         );
     }
 }
+
+/// `attach --count-top`'s tally: samples per function, bounded; samples of functions past the
+/// bound are counted as left out, never added.
+#[test]
+fn the_tally_counts_innermost_functions_up_to_its_bound() {
+    let mut t = super::Tally::default();
+    t.add(&[7, 7, 9]);
+    assert_eq!((t.samples.get(&7), t.samples.get(&9), t.managed, t.left_out), (Some(&2), Some(&1), 3, 0));
+    for f in 0..super::MAX_TALLIED as u64 + 10 {
+        t.add(&[1000 + f]);
+    }
+    assert_eq!(t.samples.len(), super::MAX_TALLIED);
+    // The functions already there keep counting; the 12 past the bound do not enter.
+    t.add(&[7]);
+    assert_eq!(t.samples.get(&7), Some(&3));
+    assert_eq!(t.left_out, 12);
+    assert_eq!(t.managed, 3 + super::MAX_TALLIED as u64 + 10 + 1);
+}
