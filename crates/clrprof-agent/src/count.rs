@@ -12,8 +12,9 @@
 //!
 //! The body is set once (`SetILFunctionBody`) and never again: later tiers and OSR compile from the
 //! same IL, and an inlined copy of the method carries the probe too, so inlined calls count. The
-//! ReadyToRun code of in-scope methods is refused (`JITCachedFunctionSearchStarted`) so that they
-//! are compiled — and probed; every other method keeps its precompiled code.
+//! ReadyToRun code of in-scope methods is refused (`JITCachedFunctionSearchStarted`), the uncounted
+//! ones' too (it may have inlined counted ones): they are compiled — and the counted ones probed;
+//! every other method keeps its precompiled code.
 //!
 //! Counters are one `u64` per method definition, each on its own 64-byte line, in an anonymous
 //! mapping that never moves. The writer thread reads them racily (aligned 8-byte loads are atomic
@@ -252,15 +253,19 @@ impl Counts {
         intrinsics.contains(&names.class_name, token, image).then_some(why::INTRINSIC)
     }
 
-    /// `JITCachedFunctionSearchStarted`: false (compile it) for an in-scope method not decided yet
-    /// or counted; true (use its ReadyToRun code) for everything else. An in-scope method that
-    /// cannot be counted (an intrinsic) is decided and reported here, as it may never be compiled.
+    /// `JITCachedFunctionSearchStarted`: true (use its ReadyToRun code) for an out-of-scope method,
+    /// false (compile it) for every in-scope one, counted or not. An in-scope method that cannot be
+    /// counted (an intrinsic) is decided and reported here, as it may never be compiled; its
+    /// precompiled code is refused all the same, for it may have inlined counted methods of its
+    /// version bubble without their probe (`RuntimeType.get_TypeHandle`'s ReadyToRun code carries
+    /// `RuntimeTypeHandle..ctor`): compiled by the JIT, it inlines only probed bodies
+    /// ([`Counts::may_inline`]).
     pub(crate) fn use_precompiled(&self, s: &Context, id: FunctionID) -> bool {
         let Ok((_, module, token)) = s.info.get_function_info(id) else { return true };
         let Ok(mut st) = self.state.lock() else { return true };
         match st.methods.get(&(module, token)) {
             Some(Decision::Counted(..)) => false,
-            Some(Decision::Uncounted(_)) => true,
+            Some(&Decision::Uncounted(reason)) => reason == why::OUT_OF_SCOPE,
             None => match self.scope(s, &mut st, id, module, token) {
                 None => false,
                 Some(why::OUT_OF_SCOPE) => true,
@@ -268,7 +273,7 @@ impl Counts {
                     st.methods.insert((module, token), Decision::Uncounted(reason));
                     drop(st);
                     self.report(s, id, module, token, Decision::Uncounted(reason));
-                    true
+                    false
                 }
             },
         }
