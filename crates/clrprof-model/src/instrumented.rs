@@ -10,7 +10,7 @@ pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
 use crate::flow::{get_varint, put_varint};
 
 use crate::fasthash::FxHashMap;
-use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable, ThreadCosts};
+use crate::stacks::{Cost, CostTree, FrameKey, StackCosts, StackId, StackTable, ThreadCosts};
 use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
@@ -125,14 +125,13 @@ struct FoldedThread {
 }
 
 impl Folded {
-    /// The thread's costs as the cost tree holds them.
+    /// The thread's costs as the cost tree holds them: sorted by stack, in columns.
     fn thread_costs(t: FoldedThread) -> ThreadCosts {
-        let mut costs = FxHashMap::default();
-        costs.reserve(t.costs.len());
-        for (stack, [calls, time_ns, suspended_ns, profiler_ns]) in t.costs {
-            costs.insert(stack, Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() });
-        }
-        ThreadCosts { os_tid: t.os_tid, costs }
+        let FoldedThread { os_tid, entry_of, mut costs } = t;
+        drop(entry_of);
+        costs.sort_unstable_by_key(|&(s, _)| s);
+        let (stacks, exact) = costs.into_iter().unzip();
+        ThreadCosts { os_tid, costs: StackCosts::from_sorted(stacks, exact) }
     }
 }
 
@@ -447,9 +446,9 @@ mod tests {
         c.add_to(&mut tree, TimeRange::ALL, None);
         let mut out: Vec<(Vec<u64>, u64)> = Vec::new();
         for t in &tree.threads {
-            for (s, cost) in &t.costs {
+            for (s, cost) in t.costs.iter() {
                 let path = stacks
-                    .frames_of(*s)
+                    .frames_of(s)
                     .iter()
                     .map(|f| match stacks.frames[f.0 as usize].key {
                         FrameKey::Function(id) => id,

@@ -201,6 +201,6 @@ pub fn frame_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> StackPat
 /// [`frame_paths`] of one thread's own costs (a per-thread table costs that thread's stacks, not
 /// the whole stack table).
 pub fn thread_frame_paths<'a>(tree: &'a CostTree, t: &clrprof_model::stacks::ThreadCosts) -> StackPaths<'a, Cost> {
-    let weights = t.costs.iter().filter(|(_, c)| !c.is_zero()).map(|(s, c)| (*s, *c));
+    let weights = t.costs.iter().filter(|(_, c)| !c.is_zero());
     StackPaths { stacks: &tree.stacks, weights: weights.collect() }
 }
