@@ -86,7 +86,7 @@ pub const CALL_TREE_CAPPED: &str = "[call tree capped]";
 pub struct CctIngest {
     /// Node id → its stack (per function) and its entry in `sites` (`NO_SITE`: none), per tree
     /// (a tree restarted by an older agent gets a new entry).
-    maps: Vec<Vec<(StackId, u32)>>,
+    maps: Vec<NodeMap>,
     /// Every node of trees recorded with call sites, parents before children.
     sites: Vec<SiteNode>,
     /// The current entry of `maps` of each `(os_tid, tree)`.
@@ -135,6 +135,40 @@ impl Folded {
     }
 }
 
+/// One tree's nodes: each node's stack, and its entry in the call-site table when any node of the
+/// tree has one (4 bytes a node for trees without call sites, which a folding reader never keeps).
+#[derive(Clone, Default)]
+struct NodeMap {
+    stacks: Vec<StackId>,
+    /// Empty while every node is `NO_SITE`, else one per node.
+    sites: Vec<u32>,
+}
+
+impl NodeMap {
+    fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    fn get(&self, node: usize) -> Option<(StackId, u32)> {
+        let stack = *self.stacks.get(node)?;
+        Some((stack, self.sites.get(node).copied().unwrap_or(NO_SITE)))
+    }
+
+    fn push(&mut self, stack: StackId, site: u32) {
+        if site != NO_SITE && self.sites.is_empty() {
+            self.sites = vec![NO_SITE; self.stacks.len()];
+        }
+        self.stacks.push(stack);
+        if !self.sites.is_empty() {
+            self.sites.push(site);
+        }
+    }
+}
+
 /// No entry in the call-site table.
 pub const NO_SITE: u32 = u32::MAX;
 
@@ -177,7 +211,7 @@ impl CctIngest {
         let m = match self.current.get(&key) {
             Some(&m) if !restart || self.maps[m as usize].is_empty() => m as usize,
             _ => {
-                self.maps.push(Vec::new());
+                self.maps.push(NodeMap::default());
                 if let Some(f) = &mut self.fold {
                     let next = f.threads.len() as u32;
                     let t = *f.thread_of.entry(r.os_tid).or_insert(next);
@@ -204,7 +238,7 @@ impl CctIngest {
                 (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
-                    Some(&(s, n)) => (Some(s), n),
+                    Some((s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
                         return;
@@ -222,7 +256,7 @@ impl CctIngest {
             } else {
                 NO_SITE
             };
-            map.push((stacks.intern_call(parent_stack, frame), site));
+            map.push(stacks.intern_call(parent_stack, frame), site);
         }
     }
 
@@ -261,7 +295,7 @@ impl CctIngest {
                 }
                 let mut e = entries[node];
                 if e == NO_ENTRY {
-                    let stack = map[node].0;
+                    let stack = map.stacks[node];
                     e = *entry_of.entry(stack).or_insert_with(|| {
                         costs.push((stack, [0; 4]));
                         (costs.len() - 1) as u32
@@ -388,7 +422,7 @@ impl CctIngest {
                     profiler_ns: get(&mut at),
                     ..Default::default()
                 };
-                if let Some(&(stack, site)) = map.get(node as usize) {
+                if let Some((stack, site)) = map.get(node as usize) {
                     let stack = match site_stacks {
                         Some(s) if site != NO_SITE => s.get(site as usize).copied().unwrap_or(stack),
                         _ => stack,
