@@ -66,7 +66,63 @@ pub struct StackTable {
     /// Frames of one source line of a function (profiles built with lines).
     line_index: FxHashMap<(FrameKey, crate::lines::SourceLine), FrameId>,
     pub nodes: Vec<StackNode>,
-    node_index: FxHashMap<(Option<StackId>, FrameId), StackId>,
+    node_index: NodeIndex,
+}
+
+/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each key read from its
+/// node, 4 bytes a slot where a map holding the keys took 17. A trace of 20 M call-tree nodes
+/// interns as many stacks.
+#[derive(Clone, Debug, Default)]
+struct NodeIndex {
+    /// A power of two of slots (none before the first stack), `EMPTY` or a stack; at most 3/4 full.
+    slots: Vec<u32>,
+}
+
+impl NodeIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    fn start(&self, parent: Option<StackId>, frame: FrameId) -> usize {
+        let key = (parent.map_or(0, |p| p.0 as u64 + 1) << 32) | frame.0 as u64;
+        // Fibonacci hashing: the high bits of the product, as many as the table has.
+        let bits = self.slots.len().trailing_zeros();
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes.
+    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, usize> {
+        if self.slots.is_empty() {
+            return Err(0);
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.start(parent, frame);
+        loop {
+            let s = self.slots[i];
+            if s == Self::EMPTY {
+                return Err(i);
+            }
+            let n = &nodes[s as usize];
+            if n.frame == frame && n.parent == parent {
+                return Ok(StackId(s));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Indexes the last of `nodes`, not indexed yet, at `slot` (from [`find`](Self::find)).
+    fn insert(&mut self, nodes: &[StackNode], slot: usize) {
+        let n = nodes.len();
+        if n * 4 > self.slots.len() * 3 {
+            // Regrown to twice the size, every stack placed again.
+            self.slots = vec![Self::EMPTY; (self.slots.len() * 2).max(1024)];
+            for (id, node) in nodes.iter().enumerate() {
+                if let Err(i) = self.find(nodes, node.parent, node.frame) {
+                    self.slots[i] = id as u32;
+                }
+            }
+            return;
+        }
+        self.slots[slot] = (n - 1) as u32;
+    }
 }
 
 impl StackTable {
@@ -119,19 +175,20 @@ impl StackTable {
 
     /// The stack `parent` → `frame` (a call from the top of `parent` into `frame`).
     pub fn intern_call(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
-        if let Some(&s) = self.node_index.get(&(parent, frame)) {
-            return s;
-        }
+        let slot = match self.node_index.find(&self.nodes, parent, frame) {
+            Ok(s) => return s,
+            Err(slot) => slot,
+        };
         let depth = parent.map(|p| self.nodes[p.0 as usize].depth + 1).unwrap_or(0);
         let id = StackId(self.nodes.len() as u32);
         self.nodes.push(StackNode { parent, frame, depth });
-        self.node_index.insert((parent, frame), id);
+        self.node_index.insert(&self.nodes, slot);
         id
     }
 
     /// The stack `parent` → `frame` when it exists.
     pub fn call(&self, parent: Option<StackId>, frame: FrameId) -> Option<StackId> {
-        self.node_index.get(&(parent, frame)).copied()
+        self.node_index.find(&self.nodes, parent, frame).ok()
     }
 
     /// Interns a whole stack given root first.
@@ -498,6 +555,26 @@ mod tests {
         assert_eq!(t.node(s1).depth, 1);
         let n = t.intern_frame(FrameKey::Native { module: "libc.so.6".into(), symbol: "write".into() });
         assert_eq!(t.frames[n.0 as usize].name, "libc.so.6!write");
+    }
+
+    /// Enough stacks to regrow the index several times: each is found again, and none twice.
+    #[test]
+    fn many_stacks_are_each_interned_once() {
+        let mut t = StackTable::default();
+        let frames: Vec<FrameId> = (0..50).map(|i| t.intern_frame(FrameKey::Function(i))).collect();
+        let mut made = Vec::new();
+        for i in 0..20_000usize {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            made.push(t.intern_call(parent, frames[i % 50]));
+        }
+        assert_eq!(t.nodes.len(), made.iter().collect::<std::collections::HashSet<_>>().len());
+        for (i, &s) in made.iter().enumerate() {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            assert_eq!(t.call(parent, frames[i % 50]), Some(s));
+            assert_eq!(t.intern_call(parent, frames[i % 50]), s);
+            assert_eq!((t.node(s).parent, t.node(s).frame), (parent, frames[i % 50]));
+        }
+        assert_eq!(t.call(Some(made[5]), FrameId(999)), None);
     }
 
     #[test]
