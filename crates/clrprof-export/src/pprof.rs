@@ -165,10 +165,10 @@ pub(crate) fn rows(p: &Profile, threads: &Threads, only: Option<&[&str]>) -> Row
     let mut rows: Vec<Row> = Vec::new();
     for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
         let name = select::thread_name(p, t.os_tid);
-        let mut stacks: Vec<(&StackId, &Cost)> = t.costs.iter().collect();
-        stacks.sort_by_key(|(s, _)| **s);
-        for (&stack, c) in stacks {
-            let values: Vec<i64> = present.iter().map(|&i| (COST_TYPES[i].of)(c) as i64).collect();
+        let mut stacks: Vec<(StackId, Cost)> = t.costs.iter().collect();
+        stacks.sort_by_key(|&(s, _)| s);
+        for (stack, c) in stacks {
+            let values: Vec<i64> = present.iter().map(|&i| (COST_TYPES[i].of)(&c) as i64).collect();
             if values.iter().all(|&v| v == 0) {
                 continue;
             }

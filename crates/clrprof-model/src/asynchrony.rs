@@ -245,13 +245,15 @@ pub(crate) fn cost_of(s: &TimedSample) -> Cost {
 
 pub(crate) fn take_cost(p: &mut Profile, tid: u32, stack: StackId, c: &Cost) {
     let Some(t) = p.costs.threads.iter_mut().find(|t| t.os_tid == tid) else { return };
-    if let Some(x) = t.costs.get_mut(&stack) {
+    if let Some(mut x) = t.costs.get(stack) {
         x.cpu_samples = x.cpu_samples.saturating_sub(c.cpu_samples);
         x.cpu_ns = x.cpu_ns.saturating_sub(c.cpu_ns);
         x.wall_samples = x.wall_samples.saturating_sub(c.wall_samples);
         x.wall_ns = x.wall_ns.saturating_sub(c.wall_ns);
         if x.is_zero() {
-            t.costs.remove(&stack);
+            t.costs.remove(stack);
+        } else {
+            t.costs.insert(stack, x);
         }
     }
 }

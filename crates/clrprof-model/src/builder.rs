@@ -594,7 +594,7 @@ mod tests {
             .threads
             .iter()
             .flat_map(|t| {
-                t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(*s)))
+                t.costs.iter().map(move |(s, c)| format!("{} {:?} {c:?}", t.os_tid, p.costs.stacks.frames_of(s)))
             })
             .collect();
         v.sort();
@@ -726,7 +726,7 @@ mod tests {
         b.add(&CallTreeCosts::pack(&d).unwrap().into());
         let p = b.finish();
         let inst: Vec<crate::Cost> =
-            p.costs.threads.iter().flat_map(|t| t.costs.values()).filter(|c| c.calls > 0).copied().collect();
+            p.costs.threads.iter().flat_map(|t| t.costs.values()).filter(|c| c.calls > 0).collect();
         assert_eq!(inst.len(), 1);
         assert_eq!((inst[0].calls, inst[0].time_ns, inst[0].suspended_ns, inst[0].profiler_ns), (6 * S, 6 * S, 10, 14));
         let cpu = |tid: u32| {

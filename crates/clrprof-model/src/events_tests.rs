@@ -564,12 +564,12 @@ fn events_builder(records: &[Record]) -> EventsBuilder {
 fn alloc_costs(p: &Profile) -> Vec<(u32, Vec<String>, u64, u64)> {
     let mut v = Vec::new();
     for t in &p.costs.threads {
-        for (s, c) in &t.costs {
+        for (s, c) in t.costs.iter() {
             if c.alloc_count > 0 || c.alloc_bytes > 0 {
                 let names = p
                     .costs
                     .stacks
-                    .frames_of(*s)
+                    .frames_of(s)
                     .iter()
                     .map(|f| format!("{:?}", p.costs.stacks.frames[f.0 as usize].key))
                     .collect();

@@ -10,7 +10,7 @@ pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
 use crate::flow::{get_varint, put_varint};
 
 use crate::fasthash::FxHashMap;
-use crate::stacks::{Cost, CostTree, FrameKey, StackId, StackTable, ThreadCosts};
+use crate::stacks::{Cost, CostTree, FrameKey, StackCosts, StackId, StackTable, ThreadCosts};
 use crate::time::TimeRange;
 
 /// How the instrumentation that produced a profile was set up.
@@ -86,7 +86,7 @@ pub const CALL_TREE_CAPPED: &str = "[call tree capped]";
 pub struct CctIngest {
     /// Node id → its stack (per function) and its entry in `sites` (`NO_SITE`: none), per tree
     /// (a tree restarted by an older agent gets a new entry).
-    maps: Vec<Vec<(StackId, u32)>>,
+    maps: Vec<NodeMap>,
     /// Every node of trees recorded with call sites, parents before children.
     sites: Vec<SiteNode>,
     /// The current entry of `maps` of each `(os_tid, tree)`.
@@ -116,23 +116,106 @@ struct Folded {
 
 const NO_ENTRY: u32 = u32::MAX;
 
+/// A thread's sums, in columns, in the order deltas first named their stacks.
 #[derive(Clone, Default)]
 struct FoldedThread {
     os_tid: u32,
-    entry_of: FxHashMap<StackId, u32>,
-    /// In the order deltas first named them: calls, time, suspended and profiler time, summed.
-    costs: Vec<(StackId, [u64; 4])>,
+    stacks: Vec<StackId>,
+    /// Calls, time, suspended and profiler time, summed.
+    sums: Vec<[u64; 4]>,
+    /// The entry of each stack: an open-addressing table of entries (`NO_ENTRY`: empty), the key
+    /// read from `stacks`, at most 3/4 full; 4 bytes a slot where a map took 9.
+    slots: Vec<u32>,
+}
+
+impl FoldedThread {
+    fn slot(&self, stack: StackId) -> usize {
+        let bits = self.slots.len().trailing_zeros();
+        ((stack.0 as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// The entry of `stack`, made if needed.
+    fn entry(&mut self, stack: StackId) -> u32 {
+        if (self.stacks.len() + 1) * 4 > self.slots.len() * 3 {
+            self.slots = vec![NO_ENTRY; (self.slots.len() * 2).max(64)];
+            for e in 0..self.stacks.len() {
+                let i = self.free_slot(self.stacks[e]);
+                self.slots[i] = e as u32;
+            }
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot(stack);
+        loop {
+            let e = self.slots[i];
+            if e == NO_ENTRY {
+                let e = self.stacks.len() as u32;
+                self.slots[i] = e;
+                self.stacks.push(stack);
+                self.sums.push([0; 4]);
+                return e;
+            }
+            if self.stacks[e as usize] == stack {
+                return e;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn free_slot(&self, stack: StackId) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot(stack);
+        while self.slots[i] != NO_ENTRY {
+            i = (i + 1) & mask;
+        }
+        i
+    }
 }
 
 impl Folded {
-    /// The thread's costs as the cost tree holds them.
+    /// The thread's costs as the cost tree holds them: sorted by stack, in columns.
     fn thread_costs(t: FoldedThread) -> ThreadCosts {
-        let mut costs = FxHashMap::default();
-        costs.reserve(t.costs.len());
-        for (stack, [calls, time_ns, suspended_ns, profiler_ns]) in t.costs {
-            costs.insert(stack, Cost { calls, time_ns, suspended_ns, profiler_ns, ..Default::default() });
+        let FoldedThread { os_tid, stacks, sums, slots } = t;
+        drop(slots);
+        let mut order: Vec<u32> = (0..stacks.len() as u32).collect();
+        order.sort_unstable_by_key(|&e| stacks[e as usize]);
+        let sorted_stacks = order.iter().map(|&e| stacks[e as usize]).collect();
+        drop(stacks);
+        let sorted_sums = order.iter().map(|&e| sums[e as usize]).collect();
+        ThreadCosts { os_tid, costs: StackCosts::from_sorted(sorted_stacks, sorted_sums) }
+    }
+}
+
+/// One tree's nodes: each node's stack, and its entry in the call-site table when any node of the
+/// tree has one (4 bytes a node for trees without call sites, which a folding reader never keeps).
+#[derive(Clone, Default)]
+struct NodeMap {
+    stacks: Vec<StackId>,
+    /// Empty while every node is `NO_SITE`, else one per node.
+    sites: Vec<u32>,
+}
+
+impl NodeMap {
+    fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    fn get(&self, node: usize) -> Option<(StackId, u32)> {
+        let stack = *self.stacks.get(node)?;
+        Some((stack, self.sites.get(node).copied().unwrap_or(NO_SITE)))
+    }
+
+    fn push(&mut self, stack: StackId, site: u32) {
+        if site != NO_SITE && self.sites.is_empty() {
+            self.sites = vec![NO_SITE; self.stacks.len()];
         }
-        ThreadCosts { os_tid: t.os_tid, costs }
+        self.stacks.push(stack);
+        if !self.sites.is_empty() {
+            self.sites.push(site);
+        }
     }
 }
 
@@ -178,7 +261,7 @@ impl CctIngest {
         let m = match self.current.get(&key) {
             Some(&m) if !restart || self.maps[m as usize].is_empty() => m as usize,
             _ => {
-                self.maps.push(Vec::new());
+                self.maps.push(NodeMap::default());
                 if let Some(f) = &mut self.fold {
                     let next = f.threads.len() as u32;
                     let t = *f.thread_of.entry(r.os_tid).or_insert(next);
@@ -205,7 +288,7 @@ impl CctIngest {
                 (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
-                    Some(&(s, n)) => (Some(s), n),
+                    Some((s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
                         return;
@@ -223,7 +306,7 @@ impl CctIngest {
             } else {
                 NO_SITE
             };
-            map.push((stacks.intern_call(parent_stack, frame), site));
+            map.push(stacks.intern_call(parent_stack, frame), site);
         }
     }
 
@@ -246,7 +329,7 @@ impl CctIngest {
         if let Some(f) = &mut self.fold {
             let map = &self.maps[m as usize];
             let (t, entries) = &mut f.trees[m as usize];
-            let FoldedThread { entry_of, costs, .. } = &mut f.threads[*t as usize];
+            let thread = &mut f.threads[*t as usize];
             let inside = f.range.contains(r.ts);
             if entries.len() < known {
                 entries.resize(known, NO_ENTRY);
@@ -262,14 +345,11 @@ impl CctIngest {
                 }
                 let mut e = entries[node];
                 if e == NO_ENTRY {
-                    let stack = map[node].0;
-                    e = *entry_of.entry(stack).or_insert_with(|| {
-                        costs.push((stack, [0; 4]));
-                        (costs.len() - 1) as u32
-                    });
+                    let stack = map.stacks[node];
+                    e = thread.entry(stack);
                     entries[node] = e;
                 }
-                let sum = &mut costs[e as usize].1;
+                let sum = &mut thread.sums[e as usize];
                 for (s, v) in sum.iter_mut().zip([r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]) {
                     *s = s.saturating_add(v);
                 }
@@ -357,7 +437,7 @@ impl CctIngest {
     pub fn add_to(&self, tree: &mut CostTree, range: TimeRange, site_stacks: Option<&[StackId]>) {
         if let Some(f) = &self.fold {
             for t in &f.threads {
-                for &(stack, [calls, time_ns, suspended_ns, profiler_ns]) in &t.costs {
+                for (&stack, &[calls, time_ns, suspended_ns, profiler_ns]) in t.stacks.iter().zip(&t.sums) {
                     tree.add(
                         t.os_tid,
                         stack,
@@ -389,7 +469,7 @@ impl CctIngest {
                     profiler_ns: get(&mut at),
                     ..Default::default()
                 };
-                if let Some(&(stack, site)) = map.get(node as usize) {
+                if let Some((stack, site)) = map.get(node as usize) {
                     let stack = match site_stacks {
                         Some(s) if site != NO_SITE => s.get(site as usize).copied().unwrap_or(stack),
                         _ => stack,
@@ -411,7 +491,7 @@ impl CctIngest {
                 (self.maps, f.trees, f.thread_of) = Default::default();
                 f.threads.sort_by_key(|t| t.os_tid);
                 let threads = std::mem::take(&mut f.threads);
-                tree.threads = threads.into_iter().filter(|t| !t.costs.is_empty()).map(Folded::thread_costs).collect();
+                tree.threads = threads.into_iter().filter(|t| !t.stacks.is_empty()).map(Folded::thread_costs).collect();
                 return;
             }
         }
@@ -447,9 +527,9 @@ mod tests {
         c.add_to(&mut tree, TimeRange::ALL, None);
         let mut out: Vec<(Vec<u64>, u64)> = Vec::new();
         for t in &tree.threads {
-            for (s, cost) in &t.costs {
+            for (s, cost) in t.costs.iter() {
                 let path = stacks
-                    .frames_of(*s)
+                    .frames_of(s)
                     .iter()
                     .map(|f| match stacks.frames[f.0 as usize].key {
                         FrameKey::Function(id) => id,
@@ -464,6 +544,49 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    /// Thousands of nodes on two threads, several to a stack (the same function called from two
+    /// sites): the folded sums, moved into the cost tree, are the kept deltas' sums.
+    #[test]
+    fn folded_sums_of_many_nodes_are_the_kept_deltas() {
+        let mut kept = (StackTable::default(), CctIngest::default());
+        let mut folded = (StackTable::default(), CctIngest::default());
+        folded.1.fold_within(TimeRange::ALL);
+        for (stacks, c) in [&mut kept, &mut folded] {
+            for tid in [7, 8] {
+                let parents: Vec<u32> = (0..3000u32)
+                    .map(|i| if i == 0 { u32::MAX } else { (i.wrapping_mul(2_654_435_761) >> 7) % i })
+                    .collect();
+                let functions: Vec<u64> = (0..3000u64).map(|i| i % 13 + tid as u64).collect();
+                c.nodes(stacks, &nodes(tid, 1, 0, &parents, &functions));
+                for round in 0..3u32 {
+                    let ids: Vec<u32> = (0..3000).filter(|i| (i + round) % 3 != 0).collect();
+                    let calls: Vec<u64> = ids.iter().map(|&i| (i % 5 + round) as u64).collect();
+                    c.delta(&delta(tid, 1, &ids, &calls));
+                }
+            }
+            assert_eq!(c.problems, 0);
+        }
+        assert_eq!(calls_by_path(&kept.1, &kept.0), calls_by_path(&folded.1, &folded.0));
+        let mut tree = CostTree { stacks: folded.0.clone(), threads: Vec::new() };
+        folded.1.clone().into_costs(&mut tree, TimeRange::ALL, None);
+        let mut moved = CostTree { stacks: folded.0.clone(), threads: Vec::new() };
+        folded.1.add_to(&mut moved, TimeRange::ALL, None);
+        let sorted = |t: &CostTree| -> Vec<(u32, Vec<(StackId, Cost)>)> {
+            t.threads
+                .iter()
+                .map(|t| {
+                    let mut v: Vec<_> = t.costs.iter().collect();
+                    v.sort_by_key(|&(s, _)| s);
+                    (t.os_tid, v)
+                })
+                .collect()
+        };
+        assert_eq!(sorted(&tree), sorted(&moved));
+        assert!(tree.threads.iter().all(|t| t.costs.iter().map(|(s, _)| s).is_sorted()));
+        let n = tree.threads[0].costs.len();
+        assert!(n > 100 && n < 3000, "{n} entries");
     }
 
     /// Two threads one after the other with the same kernel tid: each tree numbers its nodes from

@@ -439,7 +439,7 @@ mod tests {
                     .threads
                     .iter()
                     .map(|t| {
-                        let mut c: Vec<_> = t.costs.iter().map(|(s, c)| (*s, *c)).collect();
+                        let mut c: Vec<_> = t.costs.iter().collect();
                         c.sort_by_key(|(s, _)| *s);
                         (t.os_tid, c)
                     })

@@ -66,7 +66,63 @@ pub struct StackTable {
     /// Frames of one source line of a function (profiles built with lines).
     line_index: FxHashMap<(FrameKey, crate::lines::SourceLine), FrameId>,
     pub nodes: Vec<StackNode>,
-    node_index: FxHashMap<(Option<StackId>, FrameId), StackId>,
+    node_index: NodeIndex,
+}
+
+/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each key read from its
+/// node, 4 bytes a slot where a map holding the keys took 17. A trace of 20 M call-tree nodes
+/// interns as many stacks.
+#[derive(Clone, Debug, Default)]
+struct NodeIndex {
+    /// A power of two of slots (none before the first stack), `EMPTY` or a stack; at most 3/4 full.
+    slots: Vec<u32>,
+}
+
+impl NodeIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    fn start(&self, parent: Option<StackId>, frame: FrameId) -> usize {
+        let key = (parent.map_or(0, |p| p.0 as u64 + 1) << 32) | frame.0 as u64;
+        // Fibonacci hashing: the high bits of the product, as many as the table has.
+        let bits = self.slots.len().trailing_zeros();
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+    }
+
+    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes.
+    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, usize> {
+        if self.slots.is_empty() {
+            return Err(0);
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.start(parent, frame);
+        loop {
+            let s = self.slots[i];
+            if s == Self::EMPTY {
+                return Err(i);
+            }
+            let n = &nodes[s as usize];
+            if n.frame == frame && n.parent == parent {
+                return Ok(StackId(s));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Indexes the last of `nodes`, not indexed yet, at `slot` (from [`find`](Self::find)).
+    fn insert(&mut self, nodes: &[StackNode], slot: usize) {
+        let n = nodes.len();
+        if n * 4 > self.slots.len() * 3 {
+            // Regrown to twice the size, every stack placed again.
+            self.slots = vec![Self::EMPTY; (self.slots.len() * 2).max(1024)];
+            for (id, node) in nodes.iter().enumerate() {
+                if let Err(i) = self.find(nodes, node.parent, node.frame) {
+                    self.slots[i] = id as u32;
+                }
+            }
+            return;
+        }
+        self.slots[slot] = (n - 1) as u32;
+    }
 }
 
 impl StackTable {
@@ -119,19 +175,20 @@ impl StackTable {
 
     /// The stack `parent` → `frame` (a call from the top of `parent` into `frame`).
     pub fn intern_call(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
-        if let Some(&s) = self.node_index.get(&(parent, frame)) {
-            return s;
-        }
+        let slot = match self.node_index.find(&self.nodes, parent, frame) {
+            Ok(s) => return s,
+            Err(slot) => slot,
+        };
         let depth = parent.map(|p| self.nodes[p.0 as usize].depth + 1).unwrap_or(0);
         let id = StackId(self.nodes.len() as u32);
         self.nodes.push(StackNode { parent, frame, depth });
-        self.node_index.insert((parent, frame), id);
+        self.node_index.insert(&self.nodes, slot);
         id
     }
 
     /// The stack `parent` → `frame` when it exists.
     pub fn call(&self, parent: Option<StackId>, frame: FrameId) -> Option<StackId> {
-        self.node_index.get(&(parent, frame)).copied()
+        self.node_index.find(&self.nodes, parent, frame).ok()
     }
 
     /// Interns a whole stack given root first.
@@ -223,7 +280,206 @@ impl Cost {
 #[derive(Clone, Debug, Default)]
 pub struct ThreadCosts {
     pub os_tid: u32,
-    pub costs: FxHashMap<StackId, Cost>,
+    pub costs: StackCosts,
+}
+
+/// One thread's cost per stack, in columns: the four instrumented counters of every entry, and the
+/// six sampled and allocation counters only for the entries that have any. An instrumented trace
+/// of millions of call-tree nodes holds 36 bytes an entry this way, where a map of [`Cost`] took 88
+/// a slot at 44–87 % load.
+///
+/// Entries are a sorted part (a table built whole, [`from_sorted`](Self::from_sorted): found by
+/// binary search, no index) followed by entries added one by one (found through a hash index).
+/// Iteration visits the sorted part in stack order, then the others in the order they were added
+/// (removals may reorder those).
+#[derive(Clone, Debug, Default)]
+pub struct StackCosts {
+    stacks: Vec<StackId>,
+    /// Calls, time, suspended and profiler time per entry.
+    exact: Vec<[u64; 4]>,
+    /// Per entry its slot in `other` (`NO_OTHER`: none); empty while no entry has one.
+    other_of: Vec<u32>,
+    /// CPU samples and time, wall samples and time, allocation count and bytes.
+    other: Vec<[u64; 6]>,
+    /// Entries `..sorted` are sorted by stack.
+    sorted: usize,
+    /// Entry of each stack past `sorted`.
+    index: FxHashMap<StackId, u32>,
+}
+
+const NO_OTHER: u32 = u32::MAX;
+
+impl StackCosts {
+    /// A table of instrumented costs (calls, time, suspended and profiler time) sorted by stack,
+    /// each stack once.
+    pub fn from_sorted(stacks: Vec<StackId>, exact: Vec<[u64; 4]>) -> StackCosts {
+        debug_assert!(stacks.len() == exact.len() && stacks.windows(2).all(|w| w[0] < w[1]));
+        let sorted = stacks.len();
+        StackCosts { stacks, exact, sorted, ..Default::default() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    fn find(&self, s: StackId) -> Option<usize> {
+        if let Ok(i) = self.stacks[..self.sorted].binary_search(&s) {
+            return Some(i);
+        }
+        self.index.get(&s).map(|&i| i as usize)
+    }
+
+    fn cost_at(&self, i: usize) -> Cost {
+        let [calls, time_ns, suspended_ns, profiler_ns] = self.exact[i];
+        let o = match self.other_of.get(i) {
+            Some(&k) if k != NO_OTHER => self.other[k as usize],
+            _ => [0; 6],
+        };
+        let [cpu_samples, cpu_ns, wall_samples, wall_ns, alloc_count, alloc_bytes] = o;
+        Cost {
+            calls,
+            time_ns,
+            suspended_ns,
+            profiler_ns,
+            cpu_samples,
+            cpu_ns,
+            wall_samples,
+            wall_ns,
+            alloc_count,
+            alloc_bytes,
+        }
+    }
+
+    fn set_at(&mut self, i: usize, c: &Cost) {
+        self.exact[i] = [c.calls, c.time_ns, c.suspended_ns, c.profiler_ns];
+        let o = [c.cpu_samples, c.cpu_ns, c.wall_samples, c.wall_ns, c.alloc_count, c.alloc_bytes];
+        let k = self.other_of.get(i).copied().unwrap_or(NO_OTHER);
+        if k != NO_OTHER {
+            self.other[k as usize] = o;
+        } else if o != [0; 6] {
+            if self.other_of.is_empty() {
+                self.other_of = vec![NO_OTHER; self.stacks.len()];
+            }
+            self.other_of[i] = self.other.len() as u32;
+            self.other.push(o);
+        }
+    }
+
+    /// The cost of stack `s`, if it has an entry.
+    pub fn get(&self, s: StackId) -> Option<Cost> {
+        self.find(s).map(|i| self.cost_at(i))
+    }
+
+    /// Adds `c` to the cost of `s` (an entry made if needed).
+    pub fn add(&mut self, s: StackId, c: &Cost) {
+        let i = match self.find(s) {
+            Some(i) => i,
+            None => self.push(s),
+        };
+        let mut sum = self.cost_at(i);
+        sum.add(c);
+        self.set_at(i, &sum);
+    }
+
+    /// Sets the cost of `s` (an entry made if needed).
+    pub fn insert(&mut self, s: StackId, c: Cost) {
+        let i = match self.find(s) {
+            Some(i) => i,
+            None => self.push(s),
+        };
+        self.set_at(i, &c);
+    }
+
+    fn push(&mut self, s: StackId) -> usize {
+        let i = self.stacks.len();
+        self.stacks.push(s);
+        self.exact.push([0; 4]);
+        if !self.other_of.is_empty() {
+            self.other_of.push(NO_OTHER);
+        }
+        self.index.insert(s, i as u32);
+        i
+    }
+
+    /// Removes the entry of `s`.
+    pub fn remove(&mut self, s: StackId) {
+        let Some(i) = self.find(s) else { return };
+        if i < self.sorted {
+            // Keeps the sorted part sorted; the entries after it move down one.
+            self.stacks.remove(i);
+            self.exact.remove(i);
+            if !self.other_of.is_empty() {
+                self.other_of.remove(i);
+            }
+            self.sorted -= 1;
+            self.reindex();
+            return;
+        }
+        self.index.remove(&s);
+        let last = self.stacks.len() - 1;
+        self.stacks.swap_remove(i);
+        self.exact.swap_remove(i);
+        if !self.other_of.is_empty() {
+            self.other_of.swap_remove(i);
+        }
+        if i != last {
+            self.index.insert(self.stacks[i], i as u32);
+        }
+    }
+
+    /// Keeps the entries for which `keep` is true; `keep` may change the cost it is given.
+    pub fn retain(&mut self, mut keep: impl FnMut(StackId, &mut Cost) -> bool) {
+        let mut to = 0;
+        let mut sorted = 0;
+        let mut other_of = Vec::new();
+        let mut other = Vec::new();
+        for from in 0..self.stacks.len() {
+            let mut c = self.cost_at(from);
+            if !keep(self.stacks[from], &mut c) {
+                continue;
+            }
+            if from < self.sorted {
+                sorted += 1;
+            }
+            self.stacks[to] = self.stacks[from];
+            self.exact[to] = [c.calls, c.time_ns, c.suspended_ns, c.profiler_ns];
+            let o = [c.cpu_samples, c.cpu_ns, c.wall_samples, c.wall_ns, c.alloc_count, c.alloc_bytes];
+            if o != [0; 6] {
+                other_of.resize(to, NO_OTHER);
+                other_of.push(other.len() as u32);
+                other.push(o);
+            }
+            to += 1;
+        }
+        self.stacks.truncate(to);
+        self.exact.truncate(to);
+        if !other_of.is_empty() {
+            other_of.resize(to, NO_OTHER);
+        }
+        (self.other_of, self.other, self.sorted) = (other_of, other, sorted);
+        self.reindex();
+    }
+
+    fn reindex(&mut self) {
+        self.index.clear();
+        for (i, &s) in self.stacks.iter().enumerate().skip(self.sorted) {
+            self.index.insert(s, i as u32);
+        }
+    }
+
+    /// Every entry's stack and cost.
+    pub fn iter(&self) -> impl Iterator<Item = (StackId, Cost)> + '_ {
+        (0..self.stacks.len()).map(|i| (self.stacks[i], self.cost_at(i)))
+    }
+
+    /// Every entry's cost.
+    pub fn values(&self) -> impl Iterator<Item = Cost> + '_ {
+        (0..self.stacks.len()).map(|i| self.cost_at(i))
+    }
 }
 
 /// The canonical aggregate: stacks and per-thread costs.
@@ -244,11 +500,11 @@ impl CostTree {
         let i = match self.threads.binary_search_by_key(&os_tid, |t| t.os_tid) {
             Ok(i) => i,
             Err(i) => {
-                self.threads.insert(i, ThreadCosts { os_tid, costs: FxHashMap::default() });
+                self.threads.insert(i, ThreadCosts { os_tid, costs: StackCosts::default() });
                 i
             }
         };
-        self.threads[i].costs.entry(stack).or_default().add(cost);
+        self.threads[i].costs.add(stack, cost);
     }
 
     /// Self costs merged over the selected threads (`None` = all), indexed by stack.
@@ -260,8 +516,8 @@ impl CostTree {
                     continue;
                 }
             }
-            for (s, c) in &t.costs {
-                v[s.0 as usize].add(c);
+            for (s, c) in t.costs.iter() {
+                v[s.0 as usize].add(&c);
             }
         }
         v
@@ -301,6 +557,26 @@ mod tests {
         assert_eq!(t.frames[n.0 as usize].name, "libc.so.6!write");
     }
 
+    /// Enough stacks to regrow the index several times: each is found again, and none twice.
+    #[test]
+    fn many_stacks_are_each_interned_once() {
+        let mut t = StackTable::default();
+        let frames: Vec<FrameId> = (0..50).map(|i| t.intern_frame(FrameKey::Function(i))).collect();
+        let mut made = Vec::new();
+        for i in 0..20_000usize {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            made.push(t.intern_call(parent, frames[i % 50]));
+        }
+        assert_eq!(t.nodes.len(), made.iter().collect::<std::collections::HashSet<_>>().len());
+        for (i, &s) in made.iter().enumerate() {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            assert_eq!(t.call(parent, frames[i % 50]), Some(s));
+            assert_eq!(t.intern_call(parent, frames[i % 50]), s);
+            assert_eq!((t.node(s).parent, t.node(s).frame), (parent, frames[i % 50]));
+        }
+        assert_eq!(t.call(Some(made[5]), FrameId(999)), None);
+    }
+
     #[test]
     fn exact_costs_are_the_hooks_own() {
         assert!(!Cost::default().has_exact());
@@ -311,6 +587,61 @@ mod tests {
         assert!(Cost { time_ns: 1, ..sampled }.has_exact());
         assert!(Cost { suspended_ns: 1, ..Default::default() }.has_exact());
         assert!(Cost { profiler_ns: 1, ..Default::default() }.has_exact());
+    }
+
+    /// The columns give back every cost as added, whichever part holds the entry, through
+    /// removals and a retain that changes costs.
+    #[test]
+    fn stack_costs_keep_every_column() {
+        let st = |i| StackId(i);
+        let mut c =
+            StackCosts::from_sorted(vec![st(2), st(5), st(9)], vec![[1, 10, 0, 0], [2, 20, 3, 4], [3, 30, 0, 0]]);
+        assert_eq!(
+            c.get(st(5)),
+            Some(Cost { calls: 2, time_ns: 20, suspended_ns: 3, profiler_ns: 4, ..Default::default() })
+        );
+        assert_eq!(c.get(st(4)), None);
+        let sampled = Cost {
+            cpu_samples: 1,
+            cpu_ns: 7,
+            wall_samples: 2,
+            wall_ns: 9,
+            alloc_count: 3,
+            alloc_bytes: 24,
+            ..Default::default()
+        };
+        c.add(st(9), &sampled);
+        c.add(st(1), &sampled);
+        c.add(st(1), &Cost { calls: 1, ..Default::default() });
+        c.add(st(7), &Cost { time_ns: 5, ..Default::default() });
+        assert_eq!(c.len(), 5);
+        assert_eq!(c.get(st(9)), Some(Cost { calls: 3, time_ns: 30, ..sampled }));
+        assert_eq!(c.get(st(1)), Some(Cost { calls: 1, ..sampled }));
+        let order: Vec<StackId> = c.iter().map(|(s, _)| s).collect();
+        assert_eq!(order, vec![st(2), st(5), st(9), st(1), st(7)], "the sorted part, then as added");
+        c.remove(st(5));
+        c.remove(st(1));
+        c.remove(st(3));
+        assert_eq!(c.iter().map(|(s, _)| s).collect::<Vec<_>>(), vec![st(2), st(9), st(7)]);
+        assert_eq!(c.get(st(7)), Some(Cost { time_ns: 5, ..Default::default() }));
+        c.insert(st(8), sampled);
+        c.retain(|s, x| {
+            x.alloc_count = 0;
+            s != st(2)
+        });
+        let all: Vec<(StackId, Cost)> = c.iter().collect();
+        assert_eq!(
+            all,
+            vec![
+                (st(9), Cost { calls: 3, time_ns: 30, alloc_count: 0, ..sampled }),
+                (st(7), Cost { time_ns: 5, ..Default::default() }),
+                (st(8), Cost { alloc_count: 0, ..sampled }),
+            ]
+        );
+        assert_eq!(c.get(st(9)).map(|x| x.calls), Some(3), "still found by binary search");
+        c.add(st(2), &Cost { calls: 1, ..Default::default() });
+        assert_eq!(c.get(st(2)).map(|x| x.calls), Some(1));
+        assert_eq!(c.values().map(|x| x.calls).sum::<u64>(), 4);
     }
 
     #[test]

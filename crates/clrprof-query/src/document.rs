@@ -1015,7 +1015,7 @@ fn sampling(
             .filter_map(|t| {
                 let mut c = Cost::default();
                 for v in t.costs.values() {
-                    c.add(v);
+                    c.add(&v);
                 }
                 (c.cpu_samples != 0 || c.wall_samples != 0).then(|| SamplingThreadDoc {
                     os_tid: t.os_tid,

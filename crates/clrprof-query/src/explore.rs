@@ -116,8 +116,8 @@ impl StackView {
                 continue;
             }
             let root = (spec.threads == ThreadMode::PerThread).then_some(t.os_tid);
-            for (s, c) in &t.costs {
-                let (count, value) = select::measure(spec.metric, c);
+            for (s, c) in t.costs.iter() {
+                let (count, value) = select::measure(spec.metric, &c);
                 if value > 0 || count > 0 {
                     raw.push((root, s.0 as usize, value, count));
                 }

@@ -19,7 +19,7 @@ pub fn totals_for(p: &Profile, threads: &Threads) -> Cost {
     let mut total = Cost::default();
     for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
         for c in t.costs.values() {
-            total.add(c);
+            total.add(&c);
         }
     }
     total

@@ -253,7 +253,7 @@ impl Loaded {
             .map(|t| {
                 let mut c = clrprof_model::Cost::default();
                 for x in t.costs.values() {
-                    c.add(x);
+                    c.add(&x);
                 }
                 let name = select::thread_name(p, t.os_tid);
                 json!({"os_tid": t.os_tid, "name": name, "label": select::thread_label(p, t.os_tid),

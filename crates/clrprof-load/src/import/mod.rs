@@ -259,7 +259,7 @@ impl Builder {
         }
         let mut total = Cost::default();
         for c in self.p.costs.threads.iter().flat_map(|t| t.costs.values()) {
-            total.add(c);
+            total.add(&c);
         }
         let s = &mut self.p.sampling;
         s.cpu_samples = total.cpu_samples;

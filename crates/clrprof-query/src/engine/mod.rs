@@ -192,15 +192,37 @@ pub fn push_stack(st: &StackTable, stack: StackId, func_of: impl Fn(FrameId) -> 
 
 /// The report's paths: every stack with a cost in the selected threads, its frames as function
 /// ids (`FrameId.0`), its costs merged over those threads; in stack order.
+///
+/// The same sums as [`CostTree::merged`] without its cost for every stack of the table: a first
+/// pass marks the stacks the threads have, then each gets its slot, in stack order.
 pub fn frame_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> StackPaths<'a, Cost> {
-    let merged = tree.merged(filter);
-    let weights = merged.into_iter().enumerate().filter(|(_, c)| !c.is_zero()).map(|(i, c)| (StackId(i as u32), c));
-    StackPaths { stacks: &tree.stacks, weights: weights.collect() }
+    const NONE: u32 = u32::MAX;
+    let selected = || tree.threads.iter().filter(move |t| filter.is_none_or(|f| f(t.os_tid)));
+    let mut slot = vec![NONE; tree.stacks.nodes.len()];
+    for t in selected() {
+        for (s, _) in t.costs.iter() {
+            slot[s.0 as usize] = 0;
+        }
+    }
+    let mut weights = Vec::with_capacity(slot.iter().filter(|&&k| k != NONE).count());
+    for (i, k) in slot.iter_mut().enumerate() {
+        if *k != NONE {
+            *k = weights.len() as u32;
+            weights.push((StackId(i as u32), Cost::default()));
+        }
+    }
+    for t in selected() {
+        for (s, c) in t.costs.iter() {
+            weights[slot[s.0 as usize] as usize].1.add(&c);
+        }
+    }
+    weights.retain(|(_, c)| !c.is_zero());
+    StackPaths { stacks: &tree.stacks, weights }
 }
 
 /// [`frame_paths`] of one thread's own costs (a per-thread table costs that thread's stacks, not
 /// the whole stack table).
 pub fn thread_frame_paths<'a>(tree: &'a CostTree, t: &clrprof_model::stacks::ThreadCosts) -> StackPaths<'a, Cost> {
-    let weights = t.costs.iter().filter(|(_, c)| !c.is_zero()).map(|(s, c)| (*s, *c));
+    let weights = t.costs.iter().filter(|(_, c)| !c.is_zero());
     StackPaths { stacks: &tree.stacks, weights: weights.collect() }
 }
