@@ -584,7 +584,9 @@ impl Sampler {
         st.stacks.insert((ips.to_vec(), functions.to_vec(), activity), id);
         self.emit(SampleStack { id, ips: ips.to_vec(), functions: functions.to_vec(), activity });
         self.map_stack_code(st, ips);
-        if activity != 0 {
+        // A stack cut at the walk's limit has no managed variant: with the runtime's frames taken
+        // off it would be shorter than the limit, and readers would show it as a whole stack.
+        if activity != 0 && ips.len() < slot::MAX_FRAMES {
             let (ips, functions) = managed_part(ips, functions);
             let managed = self.intern(st, &ips, &functions);
             st.activity_stacks.insert(id, managed);
