@@ -189,14 +189,7 @@ fn count_top_counts_the_hot_method_exactly(app: Command, name: &str) -> String {
     assert_eq!(app.say("hot 777"), "hot 777 777");
     let v = report_json(&trace);
     assert_eq!(calls(&v, "AttachCount.Hot.Step"), 3_012_345, "agent log:\n{agent_log}");
-    let counted: Vec<&str> = v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(counted, ["AttachCount.Hot.Step"]);
+    assert_eq!(names_with_calls(&v), ["AttachCount.Hot.Step"]);
     let out = report(&trace, &["--view", "summary"]);
     let summary = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(summary.contains("note: agent info: attach --count-top 1: after 4000 ms"), "{summary}");

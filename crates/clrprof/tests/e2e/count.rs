@@ -252,14 +252,7 @@ fn patterns_choose_the_scope_and_intrinsics_are_listed_uncounted() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
     assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
-    let with_calls: Vec<&str> = v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(with_calls, ["Calls.Recursion.Fib"]);
+    assert_eq!(names_with_calls(&v), ["Calls.Recursion.Fib"]);
     // Interlocked's methods are in scope by the pattern but never counted: listed, not zero.
     let uncounted = v["instrumentation"]["il_probes"]["uncounted"].as_array().unwrap();
     assert!(

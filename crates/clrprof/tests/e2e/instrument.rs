@@ -124,13 +124,7 @@ fn filters_decide_what_gets_hooks() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v = report_json(&trace);
     assert_eq!(calls(&v, "Calls.Recursion.Fib"), 21891);
-    let with_calls: Vec<String> = v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
-        .map(|f| f["name"].as_str().unwrap().to_string())
-        .collect();
+    let with_calls = names_with_calls(&v);
     assert!(
         with_calls.iter().all(|n| n.starts_with("Calls.Recursion") || n.starts_with("Calls.Program")),
         "{with_calls:?}"

@@ -337,6 +337,17 @@ pub fn calls(v: &serde_json::Value, name: &str) -> u64 {
     find(v, "functions", name)["calls"].as_u64().unwrap_or_else(|| panic!("{name} has no call count"))
 }
 
+/// The names of the functions of a JSON report with at least one call counted, in report order.
+pub fn names_with_calls(v: &serde_json::Value) -> Vec<&str> {
+    v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["calls"].as_u64().unwrap_or(0) > 0)
+        .map(|f| f["name"].as_str().unwrap())
+        .collect()
+}
+
 /// The exact counts of `apps/Calls` run whole under `--instrument` (one run of every scenario),
 /// checked in its JSON report with `--per-thread` (the per-thread tables): the same on every runtime.
 pub fn check_calls_app(v: &serde_json::Value) {
