@@ -232,13 +232,7 @@ impl AttachCounts {
         let Some(md) = s.names.module_metadata(module) else { return why::NO_PROBE_TOKEN };
         // Dynamic and collectible modules have no image: no probe reference can be made there.
         let Some(image) = md.image() else { return why::NO_PROBE_TOKEN };
-        let assembly = s
-            .info
-            .get_module_info(module)
-            .ok()
-            .and_then(|(_, _, asm)| s.info.get_assembly_info(asm).ok())
-            .map(|a| a.0)
-            .unwrap_or_default();
+        let assembly = s.info.module_assembly_name(module).unwrap_or_default();
         let method = image.method(token).map(|m| m.1).unwrap_or_default();
         let class = name.rfind(&format!(".{method}")).map(|p| &name[..p]).unwrap_or("");
         if Intrinsics::of(&assembly, Some(image)).contains(class, token, Some(image)) {

@@ -225,6 +225,12 @@ impl ProfilerInfo {
         Ok((c, m, t))
     }
 
+    /// The name of the assembly module `id` belongs to (`GetModuleInfo`, then `GetAssemblyInfo`).
+    pub fn module_assembly_name(&self, id: ModuleID) -> HrResult<String> {
+        let (_, _, asm) = self.get_module_info(id)?;
+        Ok(self.get_assembly_info(asm)?.0)
+    }
+
     /// (path, base load address, assembly).
     pub fn get_module_info(&self, id: ModuleID) -> HrResult<(String, usize, AssemblyID)> {
         let f = slot!(self, 20, "GetModuleInfo", fn(ModuleID, *mut usize, u32, *mut u32, *mut u16, *mut AssemblyID));

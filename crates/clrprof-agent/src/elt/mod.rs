@@ -194,13 +194,7 @@ impl Instrumentation {
         if let Some(a) = self.assemblies.lock().ok().and_then(|m| m.get(&module).cloned()) {
             return a;
         }
-        let name = s
-            .info
-            .get_module_info(module)
-            .ok()
-            .and_then(|(_, _, asm)| s.info.get_assembly_info(asm).ok())
-            .map(|(n, _, _)| n)
-            .unwrap_or_default();
+        let name = s.info.module_assembly_name(module).unwrap_or_default();
         if let Ok(mut m) = self.assemblies.lock() {
             m.insert(module, name.clone());
         }
