@@ -158,8 +158,9 @@ fn of_image_cached<'d, R: object::ReadRef<'d>>(data: R, cache: Option<&Path>) ->
 }
 
 /// The cache's subdirectory for rows in this layout and meaning (a new layout, or rows read
-/// otherwise, get a new name: "unwind-1" held no rows for RBP saved below SP).
-const CACHE_SUBDIR: &str = "unwind-2";
+/// otherwise, get a new name: "unwind-1" held no rows for RBP saved below SP, "unwind-2" none
+/// for `.plt` entries).
+const CACHE_SUBDIR: &str = "unwind-3";
 /// A cache file: this magic, the row count and the rows' digest (u64 little-endian each), then
 /// the rows.
 const CACHE_MAGIC: &[u8; 8] = b"clrpuw01";
@@ -229,6 +230,17 @@ fn rows_of(eh_data: &[u8], bases: &BaseAddresses) -> Vec<u64> {
             if start >= end || end > u32::MAX as u64 {
                 continue;
             }
+            if let Some(k) = plt_split(row).filter(|_| start.is_multiple_of(16)) {
+                // A `.plt` section: one rule per half of each 16-byte entry.
+                let rsp = |cfa_offset| Row { address: 0, kind: KIND_RSP, cfa_offset, rbp_slot: 0 };
+                for entry in (start..end).step_by(16) {
+                    found.push((entry, (entry + k).min(end), rsp(8)));
+                    if entry + k < end {
+                        found.push((entry + k, (entry + 16).min(end), rsp(16)));
+                    }
+                }
+                continue;
+            }
             found.push((start, end, rule_of(row)));
         }
     }
@@ -294,6 +306,28 @@ fn rule_of<R: gimli::Reader, S: gimli::UnwindContextStorage<R>>(row: &gimli::Unw
     Row { address: 0, kind, cfa_offset: offset as u16, rbp_slot }
 }
 
+/// The offset within each 16-byte `.plt` entry from which its CFA is RSP + 16 instead of RSP + 8,
+/// when the row's CFA is the expression GNU ld writes for lazy-binding PLT entries:
+/// `RSP + 8 + (((RIP & 15) >= k) << 3)` — an entry is `jmp *GOT[n]` (6 bytes), `push n`
+/// (5 bytes, done from offset 11 on) and `jmp PLT0`. A leaf stopped at a PLT entry (a call to
+/// `memcpy` through libc's PLT) has its return address at SP; without these rules it was a leaf
+/// without callers.
+fn plt_split<R: gimli::Reader, S: gimli::UnwindContextStorage<R>>(row: &gimli::UnwindTableRow<R, S>) -> Option<u64> {
+    let CfaRule::Expression(e) = row.cfa() else { return None };
+    if !matches!(row.register(gimli::X86_64::RA), RegisterRule::Offset(-8)) {
+        return None;
+    }
+    let bytes = e.0.to_slice().ok()?;
+    // DW_OP_breg7 (RSP) 8; DW_OP_breg16 (RIP) 0; DW_OP_lit15; DW_OP_and; DW_OP_lit<k>; DW_OP_ge;
+    // DW_OP_lit3; DW_OP_shl; DW_OP_plus.
+    match bytes.as_ref() {
+        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (0x38..=0x3b).contains(lit) => {
+            Some((*lit - 0x30) as u64)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,6 +368,29 @@ mod tests {
         });
         assert!(entries.count() > 500);
         assert!(!rules.segments.is_empty());
+    }
+
+    /// A leaf at a `.plt` entry of libc (its calls to `memcpy` and the like go through one) has its
+    /// return address at SP until the entry's `push`, and 8 bytes higher after it: the CFA
+    /// expression GNU ld writes for the section is read as those two rules per entry. (Once a
+    /// sample of `Sampling syscalls` stopped there was a lone libc frame.)
+    #[test]
+    fn plt_entries_have_rsp_based_rules() {
+        let path = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let data = std::fs::read(path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let plt = file.section_by_name(".plt").expect("libc has a .plt section");
+        let (start, size) = (plt.address(), plt.size());
+        assert!(size >= 48, "{size}");
+        let rules = of_file(path).unwrap();
+        let row = |a: u64| lookup(&rules.rows, a).map(|r| (r.kind, r.cfa_offset, r.rbp_slot));
+        // Entries after PLT0 (whose own rules say RSP + 16, then + 24 after its push).
+        for entry in (start + 16..start + size).step_by(16) {
+            assert_eq!(row(entry), Some((KIND_RSP, 8, 0)), "{entry:#x}");
+            assert_eq!(row(entry + 6), Some((KIND_RSP, 8, 0)), "{entry:#x} + 6, at the push");
+            assert_eq!(row(entry + 11), Some((KIND_RSP, 16, 0)), "{entry:#x} + 11, after the push");
+            assert_eq!(row(entry + 15), Some((KIND_RSP, 16, 0)), "{entry:#x} + 15");
+        }
     }
 
     /// An `.eh_frame` of one CIE (CFA = RSP + 8, return address at CFA − 8) and one FDE for

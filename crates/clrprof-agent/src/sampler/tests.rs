@@ -486,6 +486,10 @@ mod walks {
                 Row { address: 0x1400, kind: KIND_RBP, cfa_offset: 16, rbp_slot: 2 }.pack(),
                 Row { address: 0x1800, kind: KIND_RSP, cfa_offset: 8, rbp_slot: 2 }.pack(),
                 Row { address: 0x1801, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
+                // An assembly stub that leaves RBP alone (`push rax; push rdx; sub rsp, 0x28`,
+                // then a call: the runtime's `JIT_RareDisableHelper`).
+                Row { address: 0x1900, kind: KIND_RSP, cfa_offset: 0x40, rbp_slot: 0 }.pack(),
+                Row { address: 0x1a00, kind: KIND_NONE, cfa_offset: 0, rbp_slot: 0 }.pack(),
             ]
         });
         // The fake code is executable memory; the stacks' filler words are not.
@@ -555,6 +559,43 @@ mod walks {
         // A frame that would end above the stack's top: nothing is read past it.
         let len = w.len();
         assert_eq!(walk(&w, leaf, len - 2, len - 1), [leaf]);
+    }
+
+    /// Optimized code that called an assembly stub of the runtime without an RBP frame of its own
+    /// (`JIT_RareDisableHelper`, after an inlined P/Invoke returned while a GC was pending),
+    /// sampled in the stub's callee (an RBP frame): the frame record above the callee's holds RBP
+    /// as the stub found it, the frame pointer of the stub's caller. The stub is stepped through
+    /// by its rules, so its caller is kept; when that caller is OSR code, the walk reaching it
+    /// through RBP read the OSR frame's fake return slot (the tier-0 patchpoint call) as the
+    /// caller and lost the tier-0 frame's caller (`Main` under `ReadProc`, `Run` missing: once in
+    /// a .NET 10 run of `Sampling syscalls`).
+    #[test]
+    fn a_stub_without_frame_pointer_in_the_middle_of_the_stack_keeps_its_caller() {
+        let _s = serial();
+        add_native();
+        assert!(add_osr_code(OSR_CODE, OSR_CODE + 0x100));
+        let mut w = osr_stack();
+        let at = |w: &Vec<u64>, i: usize| w.as_ptr() as u64 + 8 * i as u64;
+        // The stub's frame: its CFA at word 20, the return address into the OSR code at 19, its
+        // SP at its call at word 12; the callee's frame record at 10 holds the OSR frame's RBP.
+        let into_stub = NATIVE_CODE + 0x913;
+        w[19] = OSR_CODE + 0x40;
+        w[10] = at(&w, 28);
+        w[11] = into_stub;
+        let leaf = NATIVE_CODE + 0x450;
+        assert_eq!(walk(&w, leaf, 4, 10), [leaf, into_stub, OSR_CODE + 0x40, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // The same stub called by code with an ordinary RBP frame (the tier-0 frame at 40).
+        w[19] = TIER0_AFTER_PATCHPOINT;
+        w[10] = at(&w, 40);
+        assert_eq!(walk(&w, leaf, 4, 10), [leaf, into_stub, TIER0_AFTER_PATCHPOINT, RET_INTO_MAIN, RET_INTO_HOST]);
+
+        // Rules that would end above the frame record RBP holds are not followed: the frame
+        // record is the caller's, and the stub's frame lies below it.
+        w[10] = at(&w, 16);
+        w[16] = at(&w, 40);
+        w[17] = TIER0_AFTER_PATCHPOINT;
+        assert_eq!(walk(&w, leaf, 4, 10), [leaf, into_stub, TIER0_AFTER_PATCHPOINT, RET_INTO_MAIN, RET_INTO_HOST]);
     }
 
     /// A sample at the `ret` of glibc's `__futex_abstimed_wait_common` (after `pop rbx; pop

@@ -178,6 +178,17 @@ pub(super) unsafe fn native_steps(
     last.map(|ret| (n, fp, sp, ret)).ok_or(false)
 }
 
+/// True when the unwind rules of the native code at `pc` (a return address minus one) say its
+/// frame is RSP-based there: code without its own RBP frame, whose caller the frame-pointer walk
+/// would skip.
+#[inline(never)]
+pub(super) unsafe fn rsp_frame_at(pc: u64) -> bool {
+    let tables = NATIVE.visible();
+    let Some((_, info)) = NATIVE.find(tables, pc) else { return false };
+    let rules = &*(info as *const NativeRules);
+    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)).is_some_and(|r| r.kind == super::cfi::KIND_RSP)
+}
+
 /// Most stack words above SP searched for the copy of RBP a prolog pushed (`push rbp`, then
 /// callee-saved registers and a small `sub rsp`).
 pub(super) const MAX_PROLOG_WORDS: u64 = 16;
@@ -531,13 +542,22 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
             // Return addresses are looked up at the call, one byte earlier.
             owner = ret - 1;
             owner_alt = u64::MAX;
-            if n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi) {
-                // Native code without frame pointers in the middle of the stack (the agent's own
-                // callbacks, a C++ library): the RBP saved in the frame record above is a scratch
-                // value of it, no frame record. Its SP at the call was just above the return slot;
-                // its rules lead on, into known code only.
-                if let Ok((added, caller_fp, caller_sp, last)) =
+            // Native code without frame pointers in the middle of the stack (the agent's own
+            // callbacks, a C++ library, the runtime's assembly stubs): its SP at the call was just
+            // above the return slot, and its rules lead on, into known code only. The RBP saved in
+            // the frame record above is either a scratch value of it (no frame record), or — code
+            // that leaves RBP alone, such as the runtime's `JIT_RareDisableHelper`, which optimized
+            // code calls after an inlined P/Invoke when a GC is pending — its caller's frame
+            // pointer: the walk through RBP would skip its caller (and, when that caller is OSR
+            // code, take the OSR frame's fake return slot for the caller's caller). A sound frame
+            // record is left to the rules only when they end below it, where the caller's frame
+            // lies.
+            let scratch = n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi);
+            if scratch || (n < ips.len() && NATIVE.may_hold(owner) && rsp_frame_at(owner)) {
+                if let Some((added, caller_fp, caller_sp, last)) =
                     native_steps(ips, n, owner, fp + 16, fp + 16, next, hi, true)
+                        .ok()
+                        .filter(|&(_, _, caller_sp, _)| scratch || caller_sp <= next)
                 {
                     n = added;
                     floor = caller_sp;
