@@ -144,7 +144,9 @@ fn check_lines(trace: &Path, stdout: &str) {
     assert!((sa + sb) as f64 >= 0.97 * total as f64, "loops {sa}+{sb} of {total} ns in {f}: {c:?}");
     let share = sa as f64 / (sa + sb) as f64;
     eprintln!("lines: loop A {sa} ns, loop B {sb} ns, share {share:.3}; method self {total} ns");
-    assert!((0.70..=0.80).contains(&share), "line {a} has {share:.3} of the two loops' CPU, expected 0.75 ± 0.05");
+    // Sampled, so a band: 0.688 was seen once on a loaded machine (the rest 0.72–0.78); a line
+    // mix-up would read 0.5 or 1.0.
+    assert!((0.66..=0.84).contains(&share), "line {a} has {share:.3} of the two loops' CPU, expected 0.75 ± 0.09");
 
     // The inlined callee: no frame of its own; its code is the caller's call-site line.
     let inl = marker(&program, "INLINED");
