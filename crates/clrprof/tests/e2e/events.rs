@@ -531,8 +531,42 @@ fn monitor_contention_with_the_event_log_is_recorded_one_by_one() {
 fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
     let _machine = machine::shared();
     let dir = scratch("leak");
-    let trace = dir.join("leak.clrprof");
-    let out = record("Leak", &["50000"], &trace, &[]);
+    // Not vacuous: background GCs ran, with foreground GCs started and finished inside one. The
+    // runtime decides that by timing: a loaded machine once ran none (3 GCs inside 3 background
+    // GCs, each one's own ephemeral GC; a quiet one too, by the runtime's GC types), so the run is
+    // made again, up to three times, until one has them; every run's collections are checked.
+    let mut seen = Vec::new();
+    for attempt in 0..3 {
+        let (nested, background) = leak_run(&dir, attempt);
+        // Besides the ephemeral GC each background GC begins with, foreground ones.
+        if nested > background {
+            return;
+        }
+        seen.push(format!("{nested} GCs inside {background} background GCs"));
+    }
+    panic!("no foreground GC inside a background GC in three runs: {seen:?}");
+}
+
+/// One run of apps/Leak, every collection checked; returns the GCs nested in background GCs (0 when
+/// the runtime typed none of its GCs as foreground) and the number of background GCs.
+fn leak_run(dir: &std::path::Path, attempt: usize) -> (usize, usize) {
+    let trace = dir.join(format!("leak-{attempt}.clrprof"));
+    // The gen0 budget follows the L3 cache's size: on a host with 260 MB of it the run made 62
+    // gen0 GCs and none inside its 3 background GCs. A 4 MB budget (about 1,000 gen0 GCs, 6
+    // gen2) gives the ephemeral GCs that background ones must let run on any host.
+    let out = std::process::Command::new(clrprof_exe())
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--agent")
+        .arg(agent_path())
+        .arg("--")
+        .arg("dotnet")
+        .arg(app_dll("Leak"))
+        .arg("50000")
+        .env("DOTNET_GCgen0size", "0x400000")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run clrprof record");
     assert!(out.status.success(), "{}", text(&out.stderr));
     // "gc0 A gc1 B gc2 C leaked N": CollectionCount(g) counts the collections of generation g or older.
     let stdout = text(&out.stdout);
@@ -550,7 +584,6 @@ fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
     idx.sort_unstable();
     assert_eq!(idx, (1..=c0).collect::<Vec<u64>>());
     assert!(gcs.iter().all(|g| g["finished"] == true));
-    // Not vacuous: background GCs ran, with foreground GCs started and finished inside one.
     let span = |g: &Value| {
         let s = g["start_ns"].as_u64().unwrap();
         (s, s + g["duration_ns"].as_u64().unwrap())
@@ -568,8 +601,6 @@ fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
             })
         })
         .count();
-    // Besides the ephemeral GC each background GC begins with, foreground ones.
-    assert!(nested > background.len(), "{nested} GCs inside {} background GCs", background.len());
     // The runtime's own types say the same: background (1) and foreground (2) GCs.
     let (records, _) = clrprof_trace::read_all(std::fs::File::open(&trace).unwrap()).unwrap();
     let kinds: Vec<u32> = records
@@ -579,11 +610,13 @@ fn every_collection_of_a_leak_is_listed_background_and_nested_ones_included() {
             _ => None,
         })
         .collect();
-    assert!(kinds.contains(&1) && kinds.contains(&2), "{kinds:?}");
+    assert!(kinds.contains(&1), "{kinds:?}");
     // The view's totals.
     let t = text(&report(&trace, &["--view", "gc"]).stdout);
     assert!(t.contains(&format!("{c0} collections")), "{t}");
     assert!(t.contains(&format!("totals: gen0 {}, gen1 {}, gen2 {c2}", c0 - c1, c1 - c2)), "{t}");
+    // Foreground GCs inside background ones, by the runtime's types too (2).
+    (if kinds.contains(&2) { nested } else { 0 }, background.len())
 }
 
 /// Exceptions of a real library (Newtonsoft.Json parsing malformed documents), a third of them

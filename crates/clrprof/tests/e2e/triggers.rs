@@ -219,8 +219,9 @@ fn a_cpu_trigger_samples_its_window_at_the_higher_rate() {
 }
 
 /// request-p95 on apps/AsyncWeb under its driver's load (16 concurrent `/sync/100` requests
-/// among hundreds of fast ones): the slow tail fires `request-p95>50ms` once with a p95 of at
-/// least the 100 ms a `/sync` request blocks; `request-p95>30s` never fires.
+/// among hundreds of fast ones): the slow tail fires `request-p95>50ms` once, with the p95 that
+/// crossed it (a request's latency: the `/sync` ones block 100 ms, and fast ones queued behind
+/// them on a loaded machine took 97.9 ms in one run); `request-p95>30s` never fires.
 #[test]
 fn a_request_p95_trigger_fires_on_a_server_under_load() {
     let _m = machine::shared();
@@ -237,7 +238,7 @@ fn a_request_p95_trigger_fires_on_a_server_under_load() {
     assert_eq!(t.len(), 1, "{t:?}");
     let f = &t[0];
     assert_eq!(f["rule"], "request-p95>50ms");
-    assert!(u(f, "value") >= 100_000_000, "{f}");
+    assert!(u(f, "value") > 50_000_000, "{f}");
     assert!(f["detail"].as_str().unwrap().contains("requests ended in the last 10 s"), "{f}");
 }
 
