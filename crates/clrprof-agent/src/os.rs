@@ -101,22 +101,47 @@ pub(crate) fn parse_wait_site(text: &str) -> Option<WaitSite> {
     (site.sp != 0 && site.pc != 0).then_some(site)
 }
 
+/// Opens `/proc/self/task/<tid>/<name>` for reading, relative to a descriptor of
+/// `/proc/self/task` opened once (the full path when that cannot be opened).
+fn open_task_file(tid: u32, name: &str) -> Option<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    static TASK_DIR: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let dir = TASK_DIR.get_or_init(|| std::fs::File::open("/proc/self/task").ok());
+    let Some(dir) = dir else { return std::fs::File::open(format!("/proc/self/task/{tid}/{name}")).ok() };
+    let path = std::ffi::CString::new(format!("{tid}/{name}")).ok()?;
+    // Safety: `path` is a NUL-terminated string and `dir` an open directory for the process's life.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    // Safety: `fd` was just opened here and is owned by the returned file alone.
+    (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// Most stat files kept open.
 pub(crate) const MAX_STAT_FILES: usize = 256;
 
 impl StatFiles {
+    /// Reads the start of the thread's file `name` (`stat`, `schedstat`, `syscall`) into `buf`.
+    /// The files of the first [`MAX_STAT_FILES`] threads asked about stay open (until the thread
+    /// is forgotten); the others are opened for each read and closed. (Clearing the whole cache
+    /// when it was full made every read an open and a close once threads outnumbered it: the
+    /// sampler looks at threads round robin, so each file was evicted before it was read again.)
+    /// Opened relative to `/proc/self/task`, kept open, which saves resolving `/proc/self`.
+    fn read(cache: &mut HashMap<u32, std::fs::File>, tid: u32, name: &str, buf: &mut [u8]) -> Option<usize> {
+        use std::os::unix::fs::FileExt;
+        if let Some(f) = cache.get(&tid) {
+            return f.read_at(buf, 0).ok();
+        }
+        let f = open_task_file(tid, name)?;
+        let n = f.read_at(buf, 0).ok()?;
+        if cache.len() < MAX_STAT_FILES {
+            cache.insert(tid, f);
+        }
+        Some(n)
+    }
+
     /// Whether a thread is running or waiting for a CPU (state `R`).
     pub(crate) fn runnable(&mut self, tid: u32) -> Option<bool> {
-        use std::os::unix::fs::FileExt;
-        if !self.files.contains_key(&tid) {
-            if self.files.len() >= MAX_STAT_FILES {
-                self.files.clear();
-            }
-            let f = std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()?;
-            self.files.insert(tid, f);
-        }
         let mut buf = [0u8; 512];
-        let n = self.files.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        let n = Self::read(&mut self.files, tid, "stat", &mut buf)?;
         let text = &buf[..n];
         let close = text.iter().rposition(|&b| b == b')')?;
         Some(text.get(close + 2) == Some(&b'R'))
@@ -124,32 +149,16 @@ impl StatFiles {
 
     /// Time the thread has spent waiting on a run queue, ns (the second field of `schedstat`).
     pub(crate) fn runq_wait_ns(&mut self, tid: u32) -> Option<u64> {
-        use std::os::unix::fs::FileExt;
-        if !self.schedstat.contains_key(&tid) {
-            if self.schedstat.len() >= MAX_STAT_FILES {
-                self.schedstat.clear();
-            }
-            let f = std::fs::File::open(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-            self.schedstat.insert(tid, f);
-        }
         let mut buf = [0u8; 96];
-        let n = self.schedstat.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        let n = Self::read(&mut self.schedstat, tid, "schedstat", &mut buf)?;
         let text = std::str::from_utf8(&buf[..n]).ok()?;
         text.split_ascii_whitespace().nth(1)?.parse().ok()
     }
 
     /// Where the thread waits in a system call now ([`WaitSite`]); None while it runs.
     pub(crate) fn wait_site(&mut self, tid: u32) -> Option<WaitSite> {
-        use std::os::unix::fs::FileExt;
-        if !self.syscall.contains_key(&tid) {
-            if self.syscall.len() >= MAX_STAT_FILES {
-                self.syscall.clear();
-            }
-            let f = std::fs::File::open(format!("/proc/self/task/{tid}/syscall")).ok()?;
-            self.syscall.insert(tid, f);
-        }
         let mut buf = [0u8; 256];
-        let n = self.syscall.get(&tid)?.read_at(&mut buf, 0).ok()?;
+        let n = Self::read(&mut self.syscall, tid, "syscall", &mut buf)?;
         parse_wait_site(std::str::from_utf8(&buf[..n]).ok()?)
     }
 
@@ -303,5 +312,43 @@ mod tests {
             .find(|&t| files.wait_site(t).is_some_and(|s| s.nr == libc::SYS_clock_nanosleep as u64));
         assert!(tid.is_some(), "no thread found sleeping in clock_nanosleep");
         child.join().unwrap();
+    }
+
+    /// More threads than files kept open: every thread's files are still read (the ones past the
+    /// cache opened for each read), the cache keeps its first threads and never grows past its
+    /// bound, and a forgotten thread's place goes to another.
+    #[test]
+    fn stat_files_of_more_threads_than_kept_open() {
+        use super::{StatFiles, MAX_STAT_FILES};
+        let n = MAX_STAT_FILES + 40;
+        let stop = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let threads: Vec<_> = (0..n)
+            .map(|_| {
+                let (stop, tx) = (stop.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    // Safety: gettid has no preconditions.
+                    tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as u32).unwrap();
+                    stop.wait();
+                })
+            })
+            .collect();
+        let tids: Vec<u32> = (0..n).map(|_| rx.recv().unwrap()).collect();
+        let mut files = StatFiles::default();
+        for round in 0..2 {
+            for &tid in &tids {
+                assert!(files.runq_wait_ns(tid).is_some(), "round {round}: schedstat of {tid}");
+                assert!(files.runnable(tid).is_some(), "round {round}: stat of {tid}");
+            }
+            assert_eq!((files.files.len(), files.schedstat.len()), (MAX_STAT_FILES, MAX_STAT_FILES));
+            assert!(tids[..MAX_STAT_FILES].iter().all(|t| files.files.contains_key(t)), "the first threads stay");
+        }
+        files.forget(tids[0]);
+        files.runnable(tids[n - 1]).unwrap();
+        assert!(files.files.contains_key(&tids[n - 1]) && files.files.len() == MAX_STAT_FILES);
+        // Gone threads read as nothing.
+        assert_eq!(files.runnable(u32::MAX - 1), None);
+        stop.wait();
+        threads.into_iter().for_each(|t| t.join().unwrap());
     }
 }
