@@ -178,17 +178,6 @@ pub(super) unsafe fn native_steps(
     last.map(|ret| (n, fp, sp, ret)).ok_or(false)
 }
 
-/// True when the unwind rules of the native code at `pc` (a return address minus one) say its
-/// frame is RSP-based there: code without its own RBP frame, whose caller the frame-pointer walk
-/// would skip.
-#[inline(never)]
-pub(super) unsafe fn rsp_frame_at(pc: u64) -> bool {
-    let tables = NATIVE.visible();
-    let Some((_, info)) = NATIVE.find(tables, pc) else { return false };
-    let rules = &*(info as *const NativeRules);
-    super::cfi::lookup(rules.rows, pc.wrapping_sub(rules.bias)).is_some_and(|r| r.kind == super::cfi::KIND_RSP)
-}
-
 /// Most stack words above SP searched for the copy of RBP a prolog pushed (`push rbp`, then
 /// callee-saved registers and a small `sub rsp`).
 pub(super) const MAX_PROLOG_WORDS: u64 = 16;
@@ -551,9 +540,10 @@ pub(super) unsafe fn record(slot: &Slot, uc: *const libc::ucontext_t) {
             // pointer: the walk through RBP would skip its caller (and, when that caller is OSR
             // code, take the OSR frame's fake return slot for the caller's caller). A sound frame
             // record is left to the rules only when they end below it, where the caller's frame
-            // lies.
-            let scratch = n < ips.len() && NATIVE.may_hold(owner) && !frame_record_sound(next, fp + 16, hi);
-            if scratch || (n < ips.len() && NATIVE.may_hold(owner) && rsp_frame_at(owner)) {
+            // lies. (Rules that say the code has an RBP frame take no step: the walk goes on.)
+            let native = n < ips.len() && NATIVE.may_hold(owner);
+            let scratch = native && !frame_record_sound(next, fp + 16, hi);
+            if native {
                 if let Some((added, caller_fp, caller_sp, last)) =
                     native_steps(ips, n, owner, fp + 16, fp + 16, next, hi, true)
                         .ok()
