@@ -89,14 +89,39 @@ impl StreamDecoder {
                 self.buf.drain(..self.start);
                 self.start = 0;
             }
+            // Exactly: the block's room is reserved already, and the read may end past it.
+            self.buf.reserve_exact(bytes.len());
             self.buf.extend_from_slice(bytes);
             decode(&mut self.version, &mut self.offset, &self.buf[self.start..], &mut f, &mut block_done)
                 .map(|used| self.start += used)
         };
+        if r.is_ok() {
+            self.fit_buffer();
+        }
         if r.is_err() {
             self.failed = true;
         }
         r
+    }
+
+    /// Sizes the buffer for the block waiting in it: room for the whole block when its size is
+    /// known (appending reads as they come would double the buffer up to twice the block), and a
+    /// large block's room given back once nothing waits.
+    fn fit_buffer(&mut self) {
+        let have = self.pending();
+        if have == 0 {
+            if self.buf.capacity() > 1 << 20 {
+                self.buf = Vec::new();
+                self.start = 0;
+            }
+        } else if let Some(need) = self.version.and_then(|_| block_need(&self.buf[self.start..])) {
+            if need > self.buf.capacity() - self.start {
+                // The decoded bytes before it go first, else the room would be theirs and the block's.
+                self.buf.drain(..self.start);
+                self.start = 0;
+                self.buf.reserve_exact(need - have);
+            }
+        }
     }
 
     /// The end of the input: an error when it never was a trace, the truncation when the last
@@ -169,6 +194,14 @@ fn decode(
         *offset += 8 + len as u64;
         block_done(*offset);
     }
+}
+
+/// The bytes of the block `data` starts with (its 8-byte head and payload), when the head is there
+/// and the size is one a trace may claim.
+fn block_need(data: &[u8]) -> Option<usize> {
+    let head = data.get(..4)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    (len <= MAX_BLOCK).then_some(8 + len)
 }
 
 /// The version in a 16-byte header that starts with the magic.
@@ -361,6 +394,37 @@ mod tests {
             }
             assert_eq!(out, records, "pieces of {step}");
             assert_eq!(d.finish().unwrap(), None);
+        }
+    }
+
+    /// A block of megabytes read in pieces: the buffer holds the block and at most one piece more
+    /// (appending pieces as they came doubled it up to twice the block), and gives the room back
+    /// once the block is decoded.
+    #[test]
+    fn a_large_block_takes_its_size_in_the_buffer_not_twice_it() {
+        let big = Message { ts: 5, level: 1, text: "x".repeat(3 << 20) };
+        let records: Vec<Record> = vec![
+            ProcessStart { pid: 7, ..Default::default() }.into(),
+            big.into(),
+            Message { ts: 6, level: 1, text: "after".into() }.into(),
+        ];
+        let mut bytes = header().to_vec();
+        bytes.extend(encode_records(&records[..1]));
+        let block = encode_records(&records[1..2]);
+        let block_len = block.len();
+        bytes.extend(block);
+        bytes.extend(encode_records(&records[2..]));
+        for step in [4096, 64 << 10, 1 << 20, 3 << 20] {
+            let mut d = StreamDecoder::new();
+            let mut out = Vec::new();
+            let mut most = 0;
+            for piece in bytes.chunks(step) {
+                d.push(piece, &mut out).unwrap();
+                most = most.max(d.buf.capacity());
+            }
+            assert_eq!(out, records, "pieces of {step}");
+            assert!(most <= block_len + step, "pieces of {step}: a buffer of {most} for a block of {block_len}");
+            assert!(d.buf.capacity() <= 1 << 20, "pieces of {step}: {} kept after the block", d.buf.capacity());
         }
     }
 
