@@ -550,6 +550,7 @@ impl ProfileBuilder {
                 p.samples = Vec::new();
             }
         }
+        p.costs.shrink_to_fit();
         p
     }
 }
@@ -926,6 +927,10 @@ mod tests {
             nodes(7, 1, 0, &[u32::MAX, 0, 0, 1], &[10, 11, 11, CALL_TREE_CAPPED]),
             CallTreeCosts::pack(&delta(7, 1, 100, &[0, 1, 2, 3], &[1, 2, 3, 4])).unwrap().into(),
             delta(7, 1, 1_000, &[1, 2, 9], &[5, 6, 7]).into(),
+            // Nodes under nodes that deltas named already (a folding reader keeps those nodes'
+            // entries in place of their stacks).
+            nodes(7, 1, 4, &[1, 4], &[12, 13]),
+            delta(7, 1, 1_500, &[4, 5, 1], &[1, 2, 3]).into(),
             // A second tree on the same thread, then the thread's tid reused by a new one.
             nodes(7, 2, 0, &[u32::MAX, 0], &[20, 11]),
             CallTreeCosts::pack(&delta(7, 2, 2_000, &[0, 1], &[0, 0])).unwrap().into(),
@@ -955,7 +960,7 @@ mod tests {
             assert_eq!(got.messages, want.messages, "{range:?}");
             assert_eq!(got.costs.stacks.nodes.len(), want.costs.stacks.nodes.len());
             if range.is_all() {
-                assert_eq!(thread_costs(&got).len(), 7, "{:?}", thread_costs(&got));
+                assert_eq!(thread_costs(&got).len(), 9, "{:?}", thread_costs(&got));
                 assert!(
                     want.messages.iter().any(|m| m.starts_with("6 call-tree records could not be placed")),
                     "{:?}",

@@ -107,14 +107,19 @@ pub struct CctIngest {
 #[derive(Clone, Default)]
 struct Folded {
     range: TimeRange,
-    /// Per entry of `maps`: its thread in `threads`, and per node its entry in that thread's
-    /// `costs` (`NO_ENTRY` until a delta names it).
-    trees: Vec<(u32, Vec<u32>)>,
+    /// Per entry of `maps`: its thread in `threads`. A node's entry in that thread's sums takes
+    /// the place of its stack in the map once a delta names it (tagged [`ENTRY`]): 4 bytes a node
+    /// for both.
+    trees: Vec<u32>,
     threads: Vec<FoldedThread>,
     thread_of: FxHashMap<u32, u32>,
 }
 
 const NO_ENTRY: u32 = u32::MAX;
+
+/// In a folding reader's node map, a node's thread entry (this bit set) in place of its stack (the
+/// stack is then the entry's): stacks and entries stay below 2^31, 32 bytes each.
+const ENTRY: u32 = 1 << 31;
 
 /// A thread's sums, in columns, in the order deltas first named their stacks.
 #[derive(Clone, Default)]
@@ -150,8 +155,8 @@ impl FoldedThread {
             if e == NO_ENTRY {
                 let e = self.stacks.len() as u32;
                 self.slots[i] = e;
-                self.stacks.push(stack);
-                self.sums.push([0; 4]);
+                crate::grow::push(&mut self.stacks, stack);
+                crate::grow::push(&mut self.sums, [0; 4]);
                 return e;
             }
             if self.stacks[e as usize] == stack {
@@ -212,9 +217,9 @@ impl NodeMap {
         if site != NO_SITE && self.sites.is_empty() {
             self.sites = vec![NO_SITE; self.stacks.len()];
         }
-        self.stacks.push(stack);
+        crate::grow::push(&mut self.stacks, stack);
         if !self.sites.is_empty() {
-            self.sites.push(site);
+            crate::grow::push(&mut self.sites, site);
         }
     }
 }
@@ -268,7 +273,7 @@ impl CctIngest {
                     if t == next {
                         f.threads.push(FoldedThread { os_tid: r.os_tid, ..Default::default() });
                     }
-                    f.trees.push((t, Vec::new()));
+                    f.trees.push(t);
                 }
                 self.current.insert(key, (self.maps.len() - 1) as u32);
                 self.maps.len() - 1
@@ -288,6 +293,11 @@ impl CctIngest {
                 (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
+                    // (A folding reader's node whose stack became its thread's entry.)
+                    Some((s, n)) if s.0 & ENTRY != 0 => match &self.fold {
+                        Some(f) => (Some(f.threads[f.trees[m] as usize].stacks[(s.0 & !ENTRY) as usize]), n),
+                        None => (Some(s), n),
+                    },
                     Some((s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
@@ -306,7 +316,13 @@ impl CctIngest {
             } else {
                 NO_SITE
             };
-            map.push(stacks.intern_call(parent_stack, frame), site);
+            let stack = stacks.intern_call(parent_stack, frame);
+            if self.fold.is_some() && stack.0 & ENTRY != 0 {
+                // Past 2^31 stacks a folding reader's node map cannot tell a stack from an entry.
+                self.problems += 1;
+                return;
+            }
+            map.push(stack, site);
         }
     }
 
@@ -327,13 +343,9 @@ impl CctIngest {
             return;
         }
         if let Some(f) = &mut self.fold {
-            let map = &self.maps[m as usize];
-            let (t, entries) = &mut f.trees[m as usize];
-            let thread = &mut f.threads[*t as usize];
+            let map = &mut self.maps[m as usize];
+            let thread = &mut f.threads[f.trees[m as usize] as usize];
             let inside = f.range.contains(r.ts);
-            if entries.len() < known {
-                entries.resize(known, NO_ENTRY);
-            }
             for k in 0..n {
                 let node = r.nodes[k] as usize;
                 if node >= known {
@@ -343,12 +355,14 @@ impl CctIngest {
                 if !inside {
                     continue;
                 }
-                let mut e = entries[node];
-                if e == NO_ENTRY {
-                    let stack = map.stacks[node];
-                    e = thread.entry(stack);
-                    entries[node] = e;
-                }
+                let raw = map.stacks[node].0;
+                let e = if raw & ENTRY != 0 {
+                    raw & !ENTRY
+                } else {
+                    let e = thread.entry(StackId(raw));
+                    map.stacks[node] = StackId(e | ENTRY);
+                    e
+                };
                 let sum = &mut thread.sums[e as usize];
                 for (s, v) in sum.iter_mut().zip([r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]) {
                     *s = s.saturating_add(v);

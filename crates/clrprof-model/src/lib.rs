@@ -12,6 +12,7 @@ pub mod events;
 mod events_tests;
 pub mod fasthash;
 mod flow;
+mod grow;
 pub mod hits;
 pub mod instrumented;
 pub mod lines;

@@ -181,7 +181,7 @@ impl StackTable {
         };
         let depth = parent.map(|p| self.nodes[p.0 as usize].depth + 1).unwrap_or(0);
         let id = StackId(self.nodes.len() as u32);
-        self.nodes.push(StackNode { parent, frame, depth });
+        crate::grow::push(&mut self.nodes, StackNode { parent, frame, depth });
         self.node_index.insert(&self.nodes, slot);
         id
     }
@@ -362,7 +362,8 @@ impl StackCosts {
             self.other[k as usize] = o;
         } else if o != [0; 6] {
             if self.other_of.is_empty() {
-                self.other_of = vec![NO_OTHER; self.stacks.len()];
+                self.other_of = Vec::with_capacity(self.stacks.capacity());
+                self.other_of.resize(self.stacks.len(), NO_OTHER);
             }
             self.other_of[i] = self.other.len() as u32;
             self.other.push(o);
@@ -396,10 +397,12 @@ impl StackCosts {
 
     fn push(&mut self, s: StackId) -> usize {
         let i = self.stacks.len();
-        self.stacks.push(s);
-        self.exact.push([0; 4]);
+        // A table built whole and then given a few more entries (an instrumented trace's samples)
+        // grows by a quarter, not twice its size.
+        crate::grow::push(&mut self.stacks, s);
+        crate::grow::push(&mut self.exact, [0; 4]);
         if !self.other_of.is_empty() {
-            self.other_of.push(NO_OTHER);
+            crate::grow::push(&mut self.other_of, NO_OTHER);
         }
         self.index.insert(s, i as u32);
         i
@@ -449,6 +452,10 @@ impl StackCosts {
             self.exact[to] = [c.calls, c.time_ns, c.suspended_ns, c.profiler_ns];
             let o = [c.cpu_samples, c.cpu_ns, c.wall_samples, c.wall_ns, c.alloc_count, c.alloc_bytes];
             if o != [0; 6] {
+                if other_of.capacity() == 0 {
+                    // One slot per kept entry at most: no growth past it.
+                    other_of.reserve_exact(self.stacks.len());
+                }
                 other_of.resize(to, NO_OTHER);
                 other_of.push(other.len() as u32);
                 other.push(o);
@@ -469,6 +476,15 @@ impl StackCosts {
         for (i, &s) in self.stacks.iter().enumerate().skip(self.sorted) {
             self.index.insert(s, i as u32);
         }
+    }
+
+    /// Gives back the room its columns have beyond their entries.
+    pub fn shrink_to_fit(&mut self) {
+        self.stacks.shrink_to_fit();
+        self.exact.shrink_to_fit();
+        self.other_of.shrink_to_fit();
+        self.other.shrink_to_fit();
+        self.index.shrink_to_fit();
     }
 
     /// Every entry's stack and cost.
@@ -493,6 +509,16 @@ pub struct CostTree {
 impl CostTree {
     pub fn is_empty(&self) -> bool {
         self.threads.iter().all(|t| t.costs.values().all(|c| c.is_zero()))
+    }
+
+    /// Gives back the room the stack table and the cost tables have beyond their entries (once a
+    /// profile is built).
+    pub fn shrink_to_fit(&mut self) {
+        self.stacks.nodes.shrink_to_fit();
+        self.stacks.frames.shrink_to_fit();
+        for t in &mut self.threads {
+            t.costs.shrink_to_fit();
+        }
     }
 
     /// Adds cost to `(os_tid, stack)`.
