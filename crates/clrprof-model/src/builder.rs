@@ -303,6 +303,12 @@ impl ProfileBuilder {
                 self.last_ts = self.last_ts.max(d.ts);
                 self.cct.delta(d);
             }
+            R::CallTreeCosts(c) if self.cct.is_folding() => {
+                self.last_ts = self.last_ts.max(c.ts);
+                if self.cct.fold_packed(c, crate::sanity::Sanity::delta_max(c.ts)) {
+                    self.sanity.delta_clamped();
+                }
+            }
             R::CallTreeCosts(c) => {
                 self.last_ts = self.last_ts.max(c.ts);
                 match c.unpack() {
@@ -943,6 +949,8 @@ mod tests {
             delta(8, 9, 3_500, &[0], &[1]).into(),
             delta(8, 4, 3_600, &[0, 1], &[1, 1]).into(),
             CallTreeCosts { os_tid: 7, ts: 3_700, tree: 1, count: 2, packed: vec![0, 1, 2] }.into(),
+            // Packed costs beyond the run so far (clamped), and a node not published yet.
+            CallTreeCosts::pack(&delta(7, 1, 4_000, &[2, 3, 40], &[u64::MAX, 1, 1])).unwrap().into(),
             delta(7, 1, 5_000, &[0], &[11]).into(),
         ];
         for range in [TimeRange::ALL, TimeRange::new(500, 4_000), TimeRange::new(6_000, 7_000)] {
@@ -962,7 +970,12 @@ mod tests {
             if range.is_all() {
                 assert_eq!(thread_costs(&got).len(), 9, "{:?}", thread_costs(&got));
                 assert!(
-                    want.messages.iter().any(|m| m.starts_with("6 call-tree records could not be placed")),
+                    want.messages.iter().any(|m| m.starts_with("7 call-tree records could not be placed")),
+                    "{:?}",
+                    want.messages
+                );
+                assert!(
+                    want.messages.iter().any(|m| m.starts_with("damaged trace: 2 impossible values: call-tree costs")),
                     "{:?}",
                     want.messages
                 );

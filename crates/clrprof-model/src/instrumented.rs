@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use clrprof_trace::{CallTreeDelta, CallTreeNodes, InstrumentationInfo};
+use clrprof_trace::{CallTreeCosts, CallTreeDelta, CallTreeNodes, InstrumentationInfo};
 
 pub use crate::flow::{flow, FlowEvent, FlowIter, FlowThread};
 use crate::flow::{get_varint, put_varint};
@@ -190,6 +190,22 @@ impl Folded {
     }
 }
 
+/// Adds one node's costs to its thread's sums (a folding reader), its entry made when a delta
+/// first names it.
+fn fold_node(map: &mut NodeMap, thread: &mut FoldedThread, node: usize, costs: [u64; 4]) {
+    let raw = map.stacks[node].0;
+    let e = if raw & ENTRY != 0 {
+        raw & !ENTRY
+    } else {
+        let e = thread.entry(StackId(raw));
+        map.stacks[node] = StackId(e | ENTRY);
+        e
+    };
+    for (s, v) in thread.sums[e as usize].iter_mut().zip(costs) {
+        *s = s.saturating_add(v);
+    }
+}
+
 /// One tree's nodes: each node's stack, and its entry in the call-site table when any node of the
 /// tree has one (4 bytes a node for trees without call sites, which a folding reader never keeps).
 #[derive(Clone, Default)]
@@ -350,22 +366,8 @@ impl CctIngest {
                 let node = r.nodes[k] as usize;
                 if node >= known {
                     self.problems += 1;
-                    continue;
-                }
-                if !inside {
-                    continue;
-                }
-                let raw = map.stacks[node].0;
-                let e = if raw & ENTRY != 0 {
-                    raw & !ENTRY
-                } else {
-                    let e = thread.entry(StackId(raw));
-                    map.stacks[node] = StackId(e | ENTRY);
-                    e
-                };
-                let sum = &mut thread.sums[e as usize];
-                for (s, v) in sum.iter_mut().zip([r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]) {
-                    *s = s.saturating_add(v);
+                } else if inside {
+                    fold_node(map, thread, node, [r.calls[k], r.time_ns[k], r.suspended_ns[k], r.profiler_ns[k]]);
                 }
             }
             return;
@@ -413,6 +415,37 @@ impl CctIngest {
             });
             self.entries += real;
         }
+    }
+
+    /// Whether deltas are summed as they arrive ([`fold_within`](Self::fold_within)).
+    pub fn is_folding(&self) -> bool {
+        self.fold.is_some()
+    }
+
+    /// [`delta`](Self::delta) of a packed delta, for a folding reader: summed as its packing is read,
+    /// with no delta decoded in between. Costs above `max` are clamped to it; returns whether any
+    /// was. A packing that does not hold its nodes adds nothing and counts as a problem.
+    pub fn fold_packed(&mut self, c: &CallTreeCosts, max: u64) -> bool {
+        let (Some(f), Some(&m)) = (&mut self.fold, self.current.get(&(c.os_tid, c.tree))) else {
+            self.problems += 1;
+            return false;
+        };
+        let map = &mut self.maps[m as usize];
+        let known = map.len();
+        let thread = &mut f.threads[f.trees[m as usize] as usize];
+        let inside = f.range.contains(c.ts);
+        let (mut problems, mut clamped) = (0, false);
+        let read = c.each(|node, costs| {
+            let node = node as usize;
+            clamped |= costs.iter().any(|&v| v > max);
+            if node >= known {
+                problems += 1;
+            } else if inside {
+                fold_node(map, thread, node, costs.map(|v| v.min(max)));
+            }
+        });
+        self.problems += if read.is_err() { 1 } else { problems };
+        clamped
     }
 
     /// Drops the deltas published before `ts` (the node maps stay: later deltas refer to them).

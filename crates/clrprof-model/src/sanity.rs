@@ -386,17 +386,27 @@ impl Sanity {
     /// A call-tree delta's costs checked: `None` if plausible, else the clamped copy. Each node's
     /// calls and times since the previous delta are at most the time since the agent started.
     pub fn delta(&mut self, d: &CallTreeDelta) -> Option<CallTreeDelta> {
-        let max = d.ts.saturating_add(SLACK_NS);
+        let max = Self::delta_max(d.ts);
         let over = |v: &Vec<u64>| v.iter().any(|&x| x > max);
         if !(over(&d.calls) || over(&d.time_ns) || over(&d.suspended_ns) || over(&d.profiler_ns)) {
             return None;
         }
-        self.note("call-tree costs beyond the run so far (clamped)");
+        self.delta_clamped();
         let mut c = d.clone();
         for v in [&mut c.calls, &mut c.time_ns, &mut c.suspended_ns, &mut c.profiler_ns] {
             v.iter_mut().for_each(|x| *x = (*x).min(max));
         }
         Some(c)
+    }
+
+    /// The most a call-tree delta published at `ts` may hold in one cost (see [`delta`](Self::delta)).
+    pub fn delta_max(ts: u64) -> u64 {
+        ts.saturating_add(SLACK_NS)
+    }
+
+    /// A packed call-tree delta had costs clamped to [`delta_max`](Self::delta_max) as it was summed.
+    pub fn delta_clamped(&mut self) {
+        self.note("call-tree costs beyond the run so far (clamped)");
     }
 
     /// One message per kind of damage found, for the profile's messages.

@@ -396,6 +396,89 @@ fn packed_call_tree_costs_hold_the_same_delta() {
     assert!(over.unpack().is_err());
 }
 
+/// `each` (a folding reader's way in) hands over exactly the nodes `unpack` decodes, and on any
+/// packing `unpack` refuses it refuses too, having handed over none.
+#[test]
+fn packed_call_tree_costs_visited_as_unpacked() {
+    let d = CallTreeDelta {
+        os_tid: 7,
+        ts: 123,
+        nodes: vec![0, 1, 5, 300, 70_000, u32::MAX - 1],
+        calls: vec![1, 0, 127, 128, u64::MAX, 3],
+        time_ns: vec![0, 1 << 40, 5, 16_383, 16_384, 9],
+        suspended_ns: vec![0; 6],
+        profiler_ns: vec![2, 3, 4, 5, 6, u64::MAX],
+        tree: 4,
+    };
+    let visited = |c: &CallTreeCosts| {
+        let mut seen = Vec::new();
+        let r = c.each(|node, v| seen.push((node, v)));
+        (r.is_ok(), seen)
+    };
+    let unpacked = |c: &CallTreeCosts| match c.unpack() {
+        Ok(d) => (
+            true,
+            (0..d.nodes.len())
+                .map(|k| (d.nodes[k], [d.calls[k], d.time_ns[k], d.suspended_ns[k], d.profiler_ns[k]]))
+                .collect(),
+        ),
+        Err(_) => (false, Vec::new()),
+    };
+    let packed = CallTreeCosts::pack(&d).unwrap();
+    assert_eq!(visited(&packed), unpacked(&packed));
+    assert!(visited(&packed).0);
+    let mut variants = Vec::new();
+    for cut in 0..packed.packed.len() {
+        let mut c = packed.clone();
+        c.packed.truncate(cut);
+        variants.push(c);
+    }
+    for at in 0..packed.packed.len() {
+        for byte in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+            let mut c = packed.clone();
+            c.packed[at] = byte;
+            variants.push(c);
+        }
+    }
+    for count in [0, 5, 7, u32::MAX] {
+        variants.push(CallTreeCosts { count, ..packed.clone() });
+    }
+    // A node id past 32 bits; a varint of eleven bytes.
+    let mut wide = Vec::new();
+    for v in [1u64 << 33, 0, 0, 0, 0] {
+        crate::records::put_varint(&mut wide, v);
+    }
+    variants.push(CallTreeCosts { count: 1, packed: wide, ..Default::default() });
+    variants.push(CallTreeCosts {
+        count: 1,
+        packed: [vec![0xff; 10], vec![0, 0, 0, 0, 0]].concat(),
+        ..Default::default()
+    });
+    // And random packings, mostly short varints.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..5_000 {
+        let len = rand(48) as usize;
+        let packed = (0..len).map(|_| if rand(4) == 0 { 0x80 | rand(128) as u8 } else { rand(128) as u8 }).collect();
+        variants.push(CallTreeCosts { count: rand(10) as u32, packed, ..Default::default() });
+    }
+    let mut refused = 0;
+    for c in &variants {
+        let (ok, seen) = visited(c);
+        assert_eq!((ok, seen.clone()), unpacked(c), "{:?}", c.packed);
+        if !ok {
+            assert!(seen.is_empty());
+            refused += 1;
+        }
+    }
+    assert!(refused > variants.len() / 2, "{refused} of {} refused", variants.len());
+}
+
 /// The sample records' direct decoding gives what the field-by-field one gives, for the body this
 /// version writes, an older (shorter) one and a newer (longer) one.
 #[test]

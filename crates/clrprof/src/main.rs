@@ -37,7 +37,11 @@ fn main() -> ExitCode {
 /// tables once the profile is built: mapped blocks grow in place and go back to the system when
 /// freed, where the heap copied them and kept what was freed (the resident set of a 794 MB
 /// instrumented trace's `report --view summary`: 732 MB, 616 MB mapped).
+/// glibc's own `MALLOC_MMAP_THRESHOLD_`, when set, is left to decide.
 fn map_large_blocks() {
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt changes one malloc setting; called first thing, before any other thread runs.
     unsafe {
