@@ -128,6 +128,11 @@ pub(crate) fn frame_tree(p: &Profile, threads: &Threads) -> (Tree<Cost>, Vec<Sta
     threads.with_filter(|f| engine::stack_tree(&p.costs, f))
 }
 
+/// [`frame_tree`] down to `depth` frames (`None`: all).
+fn frame_tree_to(p: &Profile, threads: &Threads, depth: Option<usize>) -> (Tree<Cost>, Vec<StackId>) {
+    threads.with_filter(|f| engine::stack_tree_to(&p.costs, f, depth))
+}
+
 fn stats(p: &Profile, names: &[String], r: &FunctionRow) -> FunctionStats {
     let f = &p.costs.stacks.frames[r.frame.0 as usize];
     FunctionStats {
@@ -214,7 +219,8 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
     let frames = &p.costs.stacks.frames;
     let mut groups = Vec::new();
     for g in thread_groups(p, q.by_thread, &q.threads) {
-        let (mut tree, stacks) = frame_tree(p, &group_threads(g, &q.threads));
+        // No deeper than the rows shown.
+        let (mut tree, stacks) = frame_tree_to(p, &group_threads(g, &q.threads), q.depth);
         // Children by inclusive value, then name, then stack.
         tree.sort_children(|nodes, a, b| {
             let (x, y) = (&nodes[a as usize], &nodes[b as usize]);

@@ -284,6 +284,17 @@ pub fn prefix_tree<W: Weight>(paths: &Paths<W>, inverted: bool) -> Tree<W> {
 /// report's frame paths ([`super::frame_paths`]) in time linear in the table. Also the stack of
 /// each node (none for the root).
 pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec<StackId>) {
+    stack_tree_to(tree, filter, None)
+}
+
+/// [`stack_tree`] down to `max_depth` frames (`None`: all; at least 1): a node at that depth holds
+/// the inclusive costs of the stacks below it, which have no nodes (a call tree shown to a depth
+/// needs no more, and a node takes 184 bytes).
+pub fn stack_tree_to(
+    tree: &CostTree,
+    filter: ThreadFilter<'_>,
+    max_depth: Option<usize>,
+) -> (Tree<Cost>, Vec<StackId>) {
     let table = &tree.stacks.nodes;
     let empty = |func| TreeNode {
         parent: 0,
@@ -294,21 +305,55 @@ pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec
         first: 0,
         len: 0,
     };
+    // Stacks of table depth below `limit` have a node; with no limit stack `i` is node `i + 1`.
+    let limit = max_depth.map(|d| d.clamp(1, u32::MAX as usize) as u32);
+    let shallow = |depth: u32| limit.is_none_or(|l| depth < l);
+    // With a limit: per stack its node, or its ancestor's at the limit; per node its stack.
+    let (mut node_of, mut stack_of) = (Vec::new(), Vec::new());
     // Built in place, the nodes being the only per-stack table (a merged and an inclusive cost per
-    // stack besides them took 160 bytes a stack more): first a node per stack of the table (stack
-    // `i` is node `i + 1`, the root 0) with the self costs merged over the threads, then the
-    // inclusive ones (children after parents in the table).
-    let mut nodes = Vec::with_capacity(table.len() + 1);
+    // stack besides them took 160 bytes a stack more): first the nodes with the self costs merged
+    // over the threads, then the inclusive ones (children after parents in the table).
+    let mut nodes = Vec::with_capacity(match limit {
+        None => table.len() + 1,
+        Some(_) => table.iter().filter(|n| shallow(n.depth)).count() + 1,
+    });
     nodes.push(empty(u32::MAX));
-    nodes.extend(table.iter().map(|n| TreeNode { parent: n.parent.map_or(0, |p| p.0 + 1), ..empty(n.frame.0) }));
+    match limit {
+        None => {
+            nodes.extend(table.iter().map(|n| TreeNode { parent: n.parent.map_or(0, |p| p.0 + 1), ..empty(n.frame.0) }))
+        }
+        Some(_) => {
+            node_of.reserve_exact(table.len());
+            stack_of.reserve_exact(nodes.capacity() - 1);
+            for (i, n) in table.iter().enumerate() {
+                let parent = n.parent.map_or(0, |p| node_of[p.0 as usize]);
+                if shallow(n.depth) {
+                    node_of.push(nodes.len() as u32);
+                    nodes.push(TreeNode { parent, ..empty(n.frame.0) });
+                    stack_of.push(i as u32);
+                } else {
+                    node_of.push(parent);
+                }
+            }
+        }
+    }
     for t in &tree.threads {
         if filter.is_some_and(|f| !f(t.os_tid)) {
             continue;
         }
         for (s, c) in t.costs.iter() {
-            nodes[s.0 as usize + 1].self_w.add(&c);
+            let i = s.0 as usize;
+            if limit.is_none() {
+                nodes[i + 1].self_w.add(&c);
+            } else if shallow(table[i].depth) {
+                nodes[node_of[i] as usize].self_w.add(&c);
+            } else {
+                // Below the limit: in its ancestor's inclusive cost only.
+                nodes[node_of[i] as usize].total.add(&c);
+            }
         }
     }
+    drop(node_of);
     for i in (1..nodes.len()).rev() {
         let self_w = nodes[i].self_w;
         nodes[i].total.add(&self_w);
@@ -330,7 +375,7 @@ pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec
         let depth = nodes[parent as usize].depth + 1;
         index[i] = to as u32;
         nodes[to] = TreeNode { parent, depth, ..nodes[i].clone() };
-        stacks.push(StackId(i as u32 - 1));
+        stacks.push(StackId(if limit.is_none() { i as u32 - 1 } else { stack_of[i - 1] }));
         to += 1;
     }
     drop(index);
@@ -530,6 +575,17 @@ mod tests {
             super::super::frame_paths(&ct, filter).each_path(&mut |p, w| paths.add(p, w));
             assert_eq!(described(&tree), described(&prefix_tree(&paths, false)));
             assert_eq!(tree.nodes[0].total, paths.total());
+            // Cut at a depth: the same nodes down to it, with the same costs.
+            for d in [1, 2, 3] {
+                let (cut, cut_stacks) = stack_tree_to(&ct, filter, Some(d));
+                let want: Vec<_> = described(&tree).into_iter().filter(|n| n.0.len() <= d).collect();
+                assert_eq!(described(&cut), want, "depth {d}");
+                assert_eq!(cut.nodes[0].total, tree.nodes[0].total);
+                for (node, &stack) in cut.nodes.iter().zip(&cut_stacks).skip(1) {
+                    assert_eq!(ct.stacks.frames_of(stack).len() as u32, node.depth);
+                    assert!(node.depth as usize <= d);
+                }
+            }
             for (node, &stack) in tree.nodes.iter().zip(&stacks).skip(1) {
                 let frames = ct.stacks.frames_of(stack);
                 assert_eq!(frames.last().map(|f| f.0), Some(node.func));
