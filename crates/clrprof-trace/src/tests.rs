@@ -335,9 +335,9 @@ fn decoder_counts_skipped_unknown_tags() {
     assert_eq!(d.skipped().iter().map(|(t, n)| (*t, *n)).collect::<Vec<_>>(), vec![(999, 2), (1000, 1)]);
 }
 
-#[test]
-fn packed_call_tree_costs_hold_the_same_delta() {
-    let d = CallTreeDelta {
+/// A delta whose node gaps and costs take varints of every length, the largest values included.
+fn wide_delta() -> CallTreeDelta {
+    CallTreeDelta {
         os_tid: 7,
         ts: 123,
         nodes: vec![0, 1, 5, 300, 70_000, u32::MAX - 1],
@@ -346,7 +346,12 @@ fn packed_call_tree_costs_hold_the_same_delta() {
         suspended_ns: vec![0; 6],
         profiler_ns: vec![2, 3, 4, 5, 6, u64::MAX],
         tree: 4,
-    };
+    }
+}
+
+#[test]
+fn packed_call_tree_costs_hold_the_same_delta() {
+    let d = wide_delta();
     let c = CallTreeCosts::pack(&d).unwrap();
     assert_eq!(c.unpack().unwrap(), d);
     // Through the format, and smaller than the plain record for small figures.
@@ -400,16 +405,7 @@ fn packed_call_tree_costs_hold_the_same_delta() {
 /// packing `unpack` refuses it refuses too, having handed over none.
 #[test]
 fn packed_call_tree_costs_visited_as_unpacked() {
-    let d = CallTreeDelta {
-        os_tid: 7,
-        ts: 123,
-        nodes: vec![0, 1, 5, 300, 70_000, u32::MAX - 1],
-        calls: vec![1, 0, 127, 128, u64::MAX, 3],
-        time_ns: vec![0, 1 << 40, 5, 16_383, 16_384, 9],
-        suspended_ns: vec![0; 6],
-        profiler_ns: vec![2, 3, 4, 5, 6, u64::MAX],
-        tree: 4,
-    };
+    let d = wide_delta();
     let visited = |c: &CallTreeCosts| {
         let mut seen = Vec::new();
         let r = c.each(|node, v| seen.push((node, v)));
