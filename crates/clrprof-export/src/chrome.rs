@@ -160,6 +160,10 @@ impl Exporter for Chrome {
         "trace.json"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::None
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         write_document(inp.profile, inp.stacks.metric, &inp.threads, out)
     }

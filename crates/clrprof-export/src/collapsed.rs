@@ -18,6 +18,10 @@ impl Exporter for Collapsed {
         "folded"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::Merged
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         for s in &inp.stacks.merged {
             if s.samples == 0 {

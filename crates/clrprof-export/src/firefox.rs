@@ -309,6 +309,10 @@ impl Exporter for Firefox {
         "firefox.json"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::None
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         serde_json::to_writer(&mut *out, &document(inp.profile, inp.stacks.metric, &inp.threads))?;
         writeln!(out)?;

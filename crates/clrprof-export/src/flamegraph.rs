@@ -181,6 +181,10 @@ impl Exporter for FlameSvg {
         "svg"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::Merged
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         out.write_all(r#"<?xml version="1.0" standalone="no"?>"#.as_bytes())?;
         out.write_all(b"\n")?;
@@ -225,6 +229,10 @@ document.getElementById('search').addEventListener('input', e => {
 impl Exporter for FlameHtml {
     fn extension(&self) -> &'static str {
         "html"
+    }
+
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::Merged
     }
 
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {

@@ -144,6 +144,11 @@ impl ExportInput<'_> {
 pub trait Exporter {
     /// File extension of the format (without dot).
     fn extension(&self) -> &'static str;
+    /// Which of `ExportInput::stacks` the format reads (formats that walk the profile themselves
+    /// need none: a frame vector per stack is the most memory an export takes).
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::All
+    }
     fn write(&self, input: &ExportInput<'_>, out: &mut dyn Write) -> Result<()>;
 }
 

@@ -357,6 +357,10 @@ impl Exporter for Pprof {
         "pb.gz"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::None
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         let raw = encode(inp.profile, &inp.threads, inp.stacks.metric);
         let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());

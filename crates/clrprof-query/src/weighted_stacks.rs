@@ -37,6 +37,9 @@ pub struct Stacks {
     pub weight_name: &'static str,
     /// Unit of `StackSample::value` (`nanoseconds`, `bytes`, `none`).
     pub value_unit: &'static str,
+    /// Stacks with a value or samples for the weight over the selection (`merged.len()` when the
+    /// merged stacks are built).
+    pub count: usize,
     pub merged: Vec<StackSample>,
     pub threads: Vec<ThreadStacks>,
 }
@@ -63,30 +66,114 @@ pub fn weight_name_and_unit(metric: Metric) -> (&'static str, &'static str) {
 
 /// The stacks of a weight (`None`: the profile's natural one) for a thread selection.
 pub fn stacks(p: &Profile, metric: Option<Metric>, threads: &Threads) -> Stacks {
+    stacks_of(p, metric, threads, Needed::All)
+}
+
+/// Which of the stacks a reader uses (a frame vector per stack, merged and again per thread, is
+/// the most memory an export takes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needed {
+    /// None: the reader walks the profile itself ([`Stacks::count`] is still set).
+    None,
+    /// The merged stacks only.
+    Merged,
+    /// Merged and per thread.
+    All,
+}
+
+/// [`stacks`] with only what `needed` says built; the rest left empty.
+pub fn stacks_of(p: &Profile, metric: Option<Metric>, threads: &Threads, needed: Needed) -> Stacks {
     let metric = select::metric(p, metric);
-    let merged = threads.with_filter(|f| samples_of(p, metric, &engine::frame_paths(&p.costs, f)));
-    let per_thread = p
-        .costs
-        .threads
-        .iter()
-        .filter(|t| threads.contains(t.os_tid))
-        .map(|t| {
-            let mut paths = engine::thread_frame_paths(&p.costs, t);
-            paths.weights.sort_by_key(|&(s, _)| s);
-            ThreadStacks {
-                os_tid: t.os_tid,
-                name: select::thread_name(p, t.os_tid),
-                stacks: samples_of(p, metric, &paths),
-            }
-        })
-        .filter(|t| !t.stacks.is_empty())
-        .collect();
     let (weight_name, value_unit) = weight_name_and_unit(metric);
-    Stacks { metric, weight_name, value_unit, merged, threads: per_thread }
+    if needed == Needed::None {
+        let count = weighed_stacks(p, metric, threads);
+        return Stacks { metric, weight_name, value_unit, count, merged: Vec::new(), threads: Vec::new() };
+    }
+    let merged = threads.with_filter(|f| samples_of(p, metric, &engine::frame_paths(&p.costs, f)));
+    let per_thread = match needed {
+        Needed::All => p
+            .costs
+            .threads
+            .iter()
+            .filter(|t| threads.contains(t.os_tid))
+            .map(|t| {
+                let mut paths = engine::thread_frame_paths(&p.costs, t);
+                paths.weights.sort_by_key(|&(s, _)| s);
+                ThreadStacks {
+                    os_tid: t.os_tid,
+                    name: select::thread_name(p, t.os_tid),
+                    stacks: samples_of(p, metric, &paths),
+                }
+            })
+            .filter(|t| !t.stacks.is_empty())
+            .collect(),
+        _ => Vec::new(),
+    };
+    Stacks { metric, weight_name, value_unit, count: merged.len(), merged, threads: per_thread }
+}
+
+/// How many stacks have a value or samples for `metric` over the selected threads, as
+/// [`samples_of`] keeps them (a stack's costs summed over the threads), one bit a stack.
+fn weighed_stacks(p: &Profile, metric: Metric, threads: &Threads) -> usize {
+    let n = p.costs.stacks.nodes.len();
+    let mut weighed = vec![0u64; n.div_ceil(64)];
+    for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
+        for (s, c) in t.costs.iter() {
+            let (samples, value) = measure(metric, &c);
+            if samples > 0 || value > 0 {
+                weighed[s.0 as usize / 64] |= 1 << (s.0 % 64);
+            }
+        }
+    }
+    weighed.iter().map(|w| w.count_ones() as usize).sum()
 }
 
 /// Frame names of a stack, innermost first.
 pub fn stack_names(p: &Profile, s: StackId) -> Vec<String> {
     let st = &p.costs.stacks;
     st.frames_of(s).iter().rev().map(|f| st.frames[f.0 as usize].name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clrprof_model::FrameKey;
+
+    /// What an export that walks the profile itself is told: as many stacks as the merged ones
+    /// built, for every weight and thread selection, none of them built.
+    #[test]
+    fn the_count_of_stacks_is_the_merged_stacks_built() {
+        let mut p = Profile::default();
+        let frames: Vec<_> = (0..4).map(|i| p.costs.stacks.intern_frame(FrameKey::Function(i))).collect();
+        let mut x: u64 = 7;
+        for _ in 0..300 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let path: Vec<_> = (0..1 + (x >> 62) as usize).map(|k| frames[((x >> (3 * k + 8)) % 4) as usize]).collect();
+            let s = p.costs.stacks.intern_stack(&path).unwrap();
+            // Some stacks have CPU samples only, some calls only, some nothing.
+            let c = Cost {
+                cpu_samples: (x >> 40) % 3,
+                cpu_ns: (x >> 40) % 3 * 10,
+                calls: (x >> 50) % 2,
+                ..Default::default()
+            };
+            p.costs.add(1 + (x >> 20) as u32 % 3, s, &c);
+        }
+        for metric in [Metric::Cpu, Metric::Calls, Metric::Wall] {
+            for threads in [Threads::all(), Threads::only(vec![2, 3])] {
+                let all = stacks(&p, Some(metric), &threads);
+                let none = stacks_of(&p, Some(metric), &threads, Needed::None);
+                let merged = stacks_of(&p, Some(metric), &threads, Needed::Merged);
+                assert_eq!(all.count, all.merged.len());
+                assert_eq!((none.count, none.merged.len(), none.threads.len()), (all.merged.len(), 0, 0), "{metric:?}");
+                assert_eq!((merged.count, &merged.merged), (all.count, &all.merged));
+                assert!(merged.threads.is_empty());
+                if metric == Metric::Wall {
+                    assert_eq!(none.count, 0);
+                } else {
+                    assert!(none.count > 0);
+                }
+            }
+        }
+    }
 }

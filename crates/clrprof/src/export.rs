@@ -38,12 +38,12 @@ pub fn export(c: &ExportCommand) -> Result<()> {
     let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
     let p = crate::load::load(&c.trace, &read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
-    let stacks = clrprof_query::weighted_stacks::stacks(&p, c.weight, &threads);
-    if stacks.merged.is_empty() {
+    let ex = exporter(c.format);
+    let stacks = clrprof_query::weighted_stacks::stacks_of(&p, c.weight, &threads, ex.stacks_needed());
+    if stacks.count == 0 {
         bail!("{} has no {} to export (was it recorded with --no-sample?)", c.trace.display(), stacks.weight_name);
     }
     let inp = ExportInput { profile: &p, stacks, threads };
-    let ex = exporter(c.format);
     match &c.output {
         Some(o) if o.as_os_str() == "-" => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -69,7 +69,7 @@ pub fn export(c: &ExportCommand) -> Result<()> {
                 "clrprof: {} ({}, {} stacks) written to {}",
                 ex.extension(),
                 inp.stacks.weight_name,
-                inp.stacks.merged.len(),
+                inp.stacks.count,
                 path.display()
             );
         }

@@ -43,6 +43,10 @@ impl Exporter for Otlp {
         "otlp.pb"
     }
 
+    fn stacks_needed(&self) -> clrprof_query::weighted_stacks::Needed {
+        clrprof_query::weighted_stacks::Needed::None
+    }
+
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
         out.write_all(&encode(inp.profile, &inp.threads).0)?;
         Ok(())
