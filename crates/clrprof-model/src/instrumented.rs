@@ -309,12 +309,13 @@ impl CctIngest {
                 (None, NO_SITE)
             } else {
                 match map.get(*parent as usize) {
-                    // (A folding reader's node whose stack became its thread's entry.)
-                    Some((s, n)) if s.0 & ENTRY != 0 => match &self.fold {
-                        Some(f) => (Some(f.threads[f.trees[m] as usize].stacks[(s.0 & !ENTRY) as usize]), n),
-                        None => (Some(s), n),
+                    Some((s, n)) => match &self.fold {
+                        // A folding reader's node whose stack became its thread's entry.
+                        Some(f) if s.0 & ENTRY != 0 => {
+                            (Some(f.threads[f.trees[m] as usize].stacks[(s.0 & !ENTRY) as usize]), n)
+                        }
+                        _ => (Some(s), n),
                     },
-                    Some((s, n)) => (Some(s), n),
                     None => {
                         self.problems += 1;
                         return;

@@ -122,14 +122,9 @@ pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
     engine::function_totals(&frame_paths(p, threads)).into_iter().map(FunctionRow::from).collect()
 }
 
-/// The top-down call tree of a thread selection, its children unsorted, and the stack of each
-/// node ([`engine::stack_tree`]).
-pub(crate) fn frame_tree(p: &Profile, threads: &Threads) -> (Tree<Cost>, Vec<StackId>) {
-    threads.with_filter(|f| engine::stack_tree(&p.costs, f))
-}
-
-/// [`frame_tree`] down to `depth` frames (`None`: all).
-fn frame_tree_to(p: &Profile, threads: &Threads, depth: Option<usize>) -> (Tree<Cost>, Vec<StackId>) {
+/// The top-down call tree of a thread selection down to `depth` frames (`None`: all), its children
+/// unsorted, and the stack of each node ([`engine::stack_tree_to`]).
+pub(crate) fn frame_tree(p: &Profile, threads: &Threads, depth: Option<usize>) -> (Tree<Cost>, Vec<StackId>) {
     threads.with_filter(|f| engine::stack_tree_to(&p.costs, f, depth))
 }
 
@@ -220,7 +215,7 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
     let mut groups = Vec::new();
     for g in thread_groups(p, q.by_thread, &q.threads) {
         // No deeper than the rows shown.
-        let (mut tree, stacks) = frame_tree_to(p, &group_threads(g, &q.threads), q.depth);
+        let (mut tree, stacks) = frame_tree(p, &group_threads(g, &q.threads), q.depth);
         // Children by inclusive value, then name, then stack.
         tree.sort_children(|nodes, a, b| {
             let (x, y) = (&nodes[a as usize], &nodes[b as usize]);

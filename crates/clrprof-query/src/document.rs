@@ -864,7 +864,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
 /// nodes only, and of those only the ones at `min_percent` of the total or more when given.
 fn calltree(p: &Profile, threads: &Threads, min_percent: Option<f64>) -> (Vec<CallTreeDoc>, Option<CallTreeHiddenDoc>) {
     let names = select::display_names(p);
-    let (mut tree, stacks) = frame_tree(p, threads);
+    let (mut tree, stacks) = frame_tree(p, threads, None);
     tree.sort_children(|nodes, a, b| {
         nodes[b as usize]
             .total

@@ -1053,9 +1053,7 @@ impl CallTreeCosts {
     /// within 10 bytes (at a byte below 0x80), five a node, the last at the packing's end, and
     /// each node id (the gaps summed) fits in 32 bits; only the gaps are decoded.
     fn check(&self) -> Result<(), DecodeError> {
-        let bad = || {
-            DecodeError::Corrupt(format!("CallTreeCosts of thread {} does not hold {} nodes", self.os_tid, self.count))
-        };
+        let bad = || self.damaged();
         let b = &self.packed[..];
         // Nodes left, the varint of the node (0: its id's gap, 1..=4: its costs), bytes of that
         // varint, the gap and the next node id.
@@ -1094,11 +1092,14 @@ impl CallTreeCosts {
         Ok(())
     }
 
+    /// The error of a packing that does not hold its nodes.
+    fn damaged(&self) -> DecodeError {
+        DecodeError::Corrupt(format!("CallTreeCosts of thread {} does not hold {} nodes", self.os_tid, self.count))
+    }
+
     /// Reads the packing, handing each node to `f` until it finds damage.
     fn walk(&self, mut f: impl FnMut(u32, [u64; 4])) -> Result<(), DecodeError> {
-        let bad = || {
-            DecodeError::Corrupt(format!("CallTreeCosts of thread {} does not hold {} nodes", self.os_tid, self.count))
-        };
+        let bad = || self.damaged();
         let (b, mut at, mut next) = (&self.packed[..], 0usize, 0u64);
         for _ in 0..self.count {
             let node = next.checked_add(get_varint(b, &mut at).ok_or_else(bad)?).ok_or_else(bad)?;

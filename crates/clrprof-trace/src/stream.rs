@@ -97,8 +97,7 @@ impl StreamDecoder {
         };
         if r.is_ok() {
             self.fit_buffer();
-        }
-        if r.is_err() {
+        } else {
             self.failed = true;
         }
         r
