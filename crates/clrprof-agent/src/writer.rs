@@ -313,17 +313,30 @@ impl Remote {
         let mut pos = 0;
         // Whole records, in blocks of at most BLOCK_TARGET bytes.
         while pos < kept.len() {
-            let mut end = pos;
-            clrprof_trace::wire::for_each_record(&kept[pos..], |_, rec| {
-                if end == pos || end - pos + rec.len() <= BLOCK_TARGET {
-                    end += rec.len();
-                }
-            });
-            let end = if end == pos { kept.len() } else { end };
+            let end = pos + block_len(&kept[pos..]);
             f.write_all(&encode_block(&kept[pos..end]))?;
             pos = end;
         }
         Ok(f)
+    }
+}
+
+/// The bytes of `records`' first block: whole records up to [`BLOCK_TARGET`] bytes, at least one
+/// (a larger record is a block alone); all of it when it does not start with a whole record.
+fn block_len(records: &[u8]) -> usize {
+    let mut end = 0;
+    let mut full = false;
+    clrprof_trace::wire::for_each_record(records, |_, rec| {
+        if !full && (end == 0 || end + rec.len() <= BLOCK_TARGET) {
+            end += rec.len();
+        } else {
+            full = true;
+        }
+    });
+    if end == 0 {
+        records.len()
+    } else {
+        end
     }
 }
 
@@ -525,7 +538,7 @@ impl Writer {
                 // The writer's own records (a large tick): written out now, in order.
                 let full = std::mem::take(&mut *d);
                 drop(d);
-                self.write_block(&full);
+                self.write_blocks(&full);
                 self.drain_for_waiters();
                 let Ok(again) = data.lock() else { return };
                 d = again;
@@ -675,13 +688,23 @@ impl Writer {
         for b in &bufs {
             take(&b.data, &mut payload);
             if payload.len() >= BLOCK_TARGET {
-                self.write_block(&payload);
+                self.write_blocks(&payload);
                 payload.clear();
             }
         }
         take(&self.orphan, &mut payload);
-        if !payload.is_empty() {
-            self.write_block(&payload);
+        self.write_blocks(&payload);
+    }
+
+    /// Writes whole records as blocks of at most [`BLOCK_TARGET`] bytes (a larger record alone):
+    /// a reader holds a block whole while it checks and decodes it, so one flush of a busy tick
+    /// (the call trees' records of every thread) must not make one block of tens of MB.
+    fn write_blocks(&self, payload: &[u8]) {
+        let mut pos = 0;
+        while pos < payload.len() {
+            let end = pos + block_len(&payload[pos..]);
+            self.write_block(&payload[pos..end]);
+            pos = end;
         }
     }
 
@@ -975,6 +998,68 @@ mod tests {
         assert!(matches!(&recs[1], Record::ThreadNamed(t) if t.name == "main"), "{recs:?}");
         assert!(!recs.iter().any(|r| matches!(r, Record::CpuSample(c) if c.ts == 2)));
         assert!(recs.iter().any(|r| matches!(r, Record::CpuSample(_))), "the rest of the run is in the file");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A node record of `n` nodes (20 bytes a node).
+    fn nodes(first: u32, n: u32) -> Record {
+        clrprof_trace::CallTreeNodes {
+            os_tid: 7,
+            first,
+            parents: (0..n).collect(),
+            functions: vec![1; n as usize],
+            tree: 1,
+            sites: vec![2; n as usize],
+        }
+        .into()
+    }
+
+    /// A tick of large records (a call tree's first publication): blocks of whole records, none
+    /// over BLOCK_TARGET unless one record alone, in order, and a small record after one that did
+    /// not fit goes in the next block, not past it.
+    #[test]
+    fn a_tick_of_large_records_is_written_in_blocks_of_whole_records() {
+        let path = temp("large-records");
+        let w =
+            Arc::new(Writer::new(Sink::File(std::fs::File::create(&path).unwrap()), Duration::from_millis(5)).unwrap());
+        // 1 MB, 3.5 MB, 5 KB, 5 MB (alone), 5 KB: records of 20-byte nodes plus their heads.
+        let sizes = [50_000u32, 175_000, 250, 250_000, 250];
+        let done = Arc::new(AtomicBool::new(false));
+        let d2 = Arc::clone(&done);
+        w.add_tick(Box::new(move |w| {
+            if !d2.swap(true, Ordering::AcqRel) {
+                let mut first = 0;
+                for n in sizes {
+                    w.emit(&nodes(first, n));
+                    first += n;
+                }
+            }
+        }));
+        w.start().unwrap();
+        while !done.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        w.stop(|_| vec![]);
+        let bytes = std::fs::read(&path).unwrap();
+        let mut pos = clrprof_trace::HEADER_LEN;
+        let mut blocks: Vec<Vec<u32>> = Vec::new();
+        while pos < bytes.len() {
+            let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+            let payload = &bytes[pos + 8..pos + 8 + len];
+            let mut firsts = Vec::new();
+            clrprof_trace::decode_payload_each(payload, |r| {
+                if let Record::CallTreeNodes(n) = r {
+                    firsts.push(n.parents.len() as u32);
+                }
+            })
+            .unwrap();
+            assert!(len <= BLOCK_TARGET || firsts.len() == 1, "a block of {len} bytes holds {firsts:?}");
+            if !firsts.is_empty() {
+                blocks.push(firsts);
+            }
+            pos += 8 + len;
+        }
+        assert_eq!(blocks, vec![vec![50_000], vec![175_000, 250], vec![250_000], vec![250]]);
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -261,11 +261,13 @@ impl Instrumentation {
             let finished = ts.is_finished();
             p.ns_per_tick = k;
             let count = ts.node_count.load(Ordering::Acquire);
-            if count > p.nodes_sent {
-                let mut parents = Vec::with_capacity((count - p.nodes_sent) as usize);
+            // New nodes, in records of at most NODES_PER_RECORD (a reader holds a record whole).
+            while count > p.nodes_sent {
+                let end = count.min(p.nodes_sent.saturating_add(NODES_PER_RECORD));
+                let mut parents = Vec::with_capacity((end - p.nodes_sent) as usize);
                 let mut functions = Vec::with_capacity(parents.capacity());
                 let mut sites = Vec::with_capacity(parents.capacity());
-                for i in p.nodes_sent..count {
+                for i in p.nodes_sent..end {
                     let Some(node) = ts.node(i) else { break };
                     parents.push(node.parent);
                     // Safety: `func` is a leaked FuncInfo (never null for published nodes).
@@ -273,11 +275,19 @@ impl Instrumentation {
                     sites.push(node.site as u64);
                 }
                 let first = p.nodes_sent;
+                let whole = parents.len() as u32 == end - first;
                 p.nodes_sent += parents.len() as u32;
                 if let (Some(cx), Ok(mut known)) = (self.cx.get(), self.sites.lock()) {
                     known.map(&cx.info, w, &sites);
                 }
-                w.emit(&CallTreeNodes { os_tid: ts.os_tid, first, parents, functions, tree: ts.tree, sites }.into());
+                if !parents.is_empty() {
+                    w.emit(
+                        &CallTreeNodes { os_tid: ts.os_tid, first, parents, functions, tree: ts.tree, sites }.into(),
+                    );
+                }
+                if !whole {
+                    break;
+                }
             }
             let sent = p.nodes_sent;
             if p.last.len() < sent as usize {
@@ -306,11 +316,12 @@ impl Instrumentation {
                     *last = cur;
                 }
             }
-            if !d.nodes.is_empty() {
+            // In records of at most NODES_PER_RECORD nodes, all at `now_ns`.
+            for part in delta_parts(d) {
                 // Nodes ascend, so the delta always packs.
-                match CallTreeCosts::pack(&d) {
+                match CallTreeCosts::pack(&part) {
                     Some(c) => w.emit(&c.into()),
-                    None => w.emit(&d.into()),
+                    None => w.emit(&part.into()),
                 }
             }
             self.publish_flow(w, ts, &mut flow, k);
@@ -387,6 +398,35 @@ impl Instrumentation {
             thread::SUSPENDED_TICKS.fetch_add(d, Ordering::Relaxed);
         }
     }
+}
+
+/// Nodes in one call-tree record (new nodes, or a delta): about 1.3 MB of new nodes, a few
+/// hundred KB of packed costs. A reader holds a record whole, and a block of records under the
+/// trace's 64 MiB a block; a thread's first publication can hold millions of nodes.
+const NODES_PER_RECORD: u32 = 1 << 16;
+
+/// `d` as deltas of at most [`NODES_PER_RECORD`] nodes each, in node order, all of its time.
+fn delta_parts(d: CallTreeDelta) -> Vec<CallTreeDelta> {
+    let n = NODES_PER_RECORD as usize;
+    if d.nodes.len() <= n {
+        return if d.nodes.is_empty() { Vec::new() } else { vec![d] };
+    }
+    (0..d.nodes.len())
+        .step_by(n)
+        .map(|i| {
+            let r = i..(i + n).min(d.nodes.len());
+            CallTreeDelta {
+                os_tid: d.os_tid,
+                ts: d.ts,
+                tree: d.tree,
+                nodes: d.nodes[r.clone()].to_vec(),
+                calls: d.calls[r.clone()].to_vec(),
+                time_ns: d.time_ns[r.clone()].to_vec(),
+                suspended_ns: d.suspended_ns[r.clone()].to_vec(),
+                profiler_ns: d.profiler_ns[r].to_vec(),
+            }
+        })
+        .collect()
 }
 
 /// Whether the trace has its note that the call trees reached their cap.
