@@ -97,6 +97,9 @@ pub struct ReadOptions {
     pub physical_stacks: bool,
     /// Keep idle threads' wall time (`[idle]`) in a trace with async data (left out otherwise).
     pub show_idle: bool,
+    /// Only views that merge threads will read the profile: instrumented call-tree costs are
+    /// summed over threads as they are read (one cost per stack, not per thread and stack).
+    pub merge_threads: bool,
 }
 
 /// Loads an input whole — a trace, or an imported file: folded stacks, a vsperfreport CSV summary
@@ -107,7 +110,7 @@ pub fn read(path: &Path, input: Input, read: &ReadOptions) -> Result<(Profile, O
     let label = input.label;
     let mut loader = Loader::open_with(input.source, &read.import).map_err(|e| describe(&label, e))?;
     // One profile of `read.range` is asked for: call-tree costs are summed as they are read.
-    loader.fold_call_trees(read.range, read.lines || read.call_site_lines);
+    loader.fold_call_trees(read.range, read.lines || read.call_site_lines, read.merge_threads);
     let diagnostics = loader.read_to_end().map_err(|e| describe(&label, e))?;
     loader.set_physical_stacks(read.physical_stacks);
     loader.set_hide_idle(!read.show_idle);

@@ -97,9 +97,10 @@ impl Loader {
 
     /// For a reader that wants one profile, of `range` ([`Loader::into_profile`]): call-tree
     /// costs are summed as they are read, not kept per delta (`ProfileBuilder::fold_call_trees`).
-    /// Call before reading.
-    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool) {
-        self.builder.fold_call_trees(range, call_sites);
+    /// With `merge_threads`, one table for every thread's call-tree costs (for views that merge
+    /// threads). Call before reading.
+    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool, merge_threads: bool) {
+        self.builder.fold_call_trees(range, call_sites, merge_threads);
     }
 
     /// What the source holds.

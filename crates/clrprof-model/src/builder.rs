@@ -70,11 +70,14 @@ impl ProfileBuilder {
     /// ([`into_profile`](Self::into_profile)): call-tree deltas are summed per node as they arrive
     /// instead of kept, and the call-site table is kept only with `call_sites` (a profile with
     /// call-site lines). Other ranges then see the same call-tree costs. Call before adding records.
-    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool) {
+    ///
+    /// With `merge_threads`, the sums of every thread are one table (kept under the first thread
+    /// with call trees): for a profile only read with threads merged.
+    pub fn fold_call_trees(&mut self, range: TimeRange, call_sites: bool, merge_threads: bool) {
         // Call-site lines restack each node by its call site when the profile is built: the
         // deltas are then kept per node.
         if !call_sites {
-            self.cct.fold_within(range);
+            self.cct.fold_within(range, merge_threads);
         }
     }
 
@@ -956,7 +959,7 @@ mod tests {
         for range in [TimeRange::ALL, TimeRange::new(500, 4_000), TimeRange::new(6_000, 7_000)] {
             let mut kept = ProfileBuilder::new();
             let mut folded = ProfileBuilder::new();
-            folded.fold_call_trees(range, false);
+            folded.fold_call_trees(range, false, false);
             for r in &records {
                 kept.add(r);
                 folded.add(r);

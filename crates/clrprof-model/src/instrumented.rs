@@ -107,6 +107,9 @@ pub struct CctIngest {
 #[derive(Clone, Default)]
 struct Folded {
     range: TimeRange,
+    /// Every thread's deltas summed into one table (the first thread's), for a profile whose
+    /// views merge threads anyway: one cost per stack instead of one per `(thread, stack)`.
+    merged: bool,
     /// Per entry of `maps`: its thread in `threads`. A node's entry in that thread's sums takes
     /// the place of its stack in the map once a delta names it (tagged [`ENTRY`]): 4 bytes a node
     /// for both.
@@ -272,8 +275,12 @@ impl CctIngest {
     /// ([`add_to`](Self::add_to) then adds the sums whatever its range). A trace's deltas, one per
     /// changed node per thread per second, are then held as one cost per stack of each thread.
     /// Call before the first record.
-    pub fn fold_within(&mut self, range: TimeRange) {
-        self.fold = Some(Folded { range, ..Default::default() });
+    ///
+    /// With `merge_threads`, every thread's sums go to one table, kept under the first thread that
+    /// has call trees: for views that show threads merged (their figures are the same, the per-thread
+    /// split is gone).
+    pub fn fold_within(&mut self, range: TimeRange, merge_threads: bool) {
+        self.fold = Some(Folded { range, merged: merge_threads, ..Default::default() });
     }
 
     pub fn nodes(&mut self, stacks: &mut StackTable, r: &CallTreeNodes) {
@@ -285,7 +292,7 @@ impl CctIngest {
                 self.maps.push(NodeMap::default());
                 if let Some(f) = &mut self.fold {
                     let next = f.threads.len() as u32;
-                    let t = *f.thread_of.entry(r.os_tid).or_insert(next);
+                    let t = if f.merged && next > 0 { 0 } else { *f.thread_of.entry(r.os_tid).or_insert(next) };
                     if t == next {
                         f.threads.push(FoldedThread { os_tid: r.os_tid, ..Default::default() });
                     }
@@ -600,7 +607,7 @@ mod tests {
     fn folded_sums_of_many_nodes_are_the_kept_deltas() {
         let mut kept = (StackTable::default(), CctIngest::default());
         let mut folded = (StackTable::default(), CctIngest::default());
-        folded.1.fold_within(TimeRange::ALL);
+        folded.1.fold_within(TimeRange::ALL, false);
         for (stacks, c) in [&mut kept, &mut folded] {
             for tid in [7, 8] {
                 let parents: Vec<u32> = (0..3000u32)
@@ -635,6 +642,56 @@ mod tests {
         assert!(tree.threads.iter().all(|t| t.costs.iter().map(|(s, _)| s).is_sorted()));
         let n = tree.threads[0].costs.len();
         assert!(n > 100 && n < 3000, "{n} entries");
+    }
+
+    /// Folded with threads merged (`report`'s views that show threads merged): one table, under the
+    /// first thread, with each stack's sums over every thread, in one entry a stack.
+    #[test]
+    fn merged_folding_sums_every_thread_into_one_entry_a_stack() {
+        let mut per_thread = (StackTable::default(), CctIngest::default());
+        let mut merged = (StackTable::default(), CctIngest::default());
+        per_thread.1.fold_within(TimeRange::ALL, false);
+        merged.1.fold_within(TimeRange::ALL, true);
+        for (stacks, c) in [&mut per_thread, &mut merged] {
+            // Three threads with the same tree shapes (their stacks shared), one of them two
+            // lifetimes of one tid; deltas interleaved between threads.
+            for (tid, tree) in [(9, 1), (7, 1), (8, 1), (9, 2)] {
+                let parents: Vec<u32> = (0..2000u32)
+                    .map(|i| if i == 0 { u32::MAX } else { (i.wrapping_mul(2_654_435_761) >> 7) % i })
+                    .collect();
+                let functions: Vec<u64> = (0..2000u64).map(|i| i % 11).collect();
+                c.nodes(stacks, &nodes(tid, tree, 0, &parents, &functions));
+            }
+            for round in 0..3u32 {
+                for (tid, tree) in [(8, 1), (9, 2), (7, 1), (9, 1)] {
+                    let ids: Vec<u32> = (0..2000).filter(|i| (i + round + tid) % 3 != 0).collect();
+                    let calls: Vec<u64> = ids.iter().map(|&i| (i % 5 + round + tree) as u64).collect();
+                    c.delta(&delta(tid, tree, &ids, &calls));
+                }
+            }
+            assert_eq!(c.problems, 0);
+        }
+        let costs = |(stacks, c): &(StackTable, CctIngest)| {
+            let mut tree = CostTree { stacks: stacks.clone(), threads: Vec::new() };
+            c.clone().into_costs(&mut tree, TimeRange::ALL, None);
+            tree
+        };
+        let (apart, one) = (costs(&per_thread), costs(&merged));
+        assert_eq!(apart.threads.iter().map(|t| t.os_tid).collect::<Vec<_>>(), vec![7, 8, 9]);
+        assert_eq!(one.threads.len(), 1);
+        assert_eq!(one.threads[0].os_tid, 9, "kept under the first thread with call trees");
+        assert_eq!(calls_by_path(&per_thread.1, &per_thread.0), calls_by_path(&merged.1, &merged.0));
+        // Every stack once, with the sum of its threads' costs.
+        let mut sums: std::collections::BTreeMap<StackId, Cost> = Default::default();
+        for t in &apart.threads {
+            for (s, c) in t.costs.iter() {
+                sums.entry(s).or_default().add(&c);
+            }
+        }
+        let one_costs: Vec<(StackId, Cost)> = one.threads[0].costs.iter().collect();
+        assert_eq!(one_costs, sums.into_iter().collect::<Vec<_>>());
+        let entries: usize = apart.threads.iter().map(|t| t.costs.len()).sum();
+        assert!(one_costs.len() * 3 < entries * 2, "{} merged entries for {entries}", one_costs.len());
     }
 
     /// Two threads one after the other with the same kernel tid: each tree numbers its nodes from

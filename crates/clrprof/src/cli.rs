@@ -331,6 +331,7 @@ impl ReadArgs {
             store: self.store,
             physical_stacks: self.physical_stacks,
             show_idle: self.show_idle,
+            merge_threads: false,
         })
     }
 }
@@ -912,6 +913,15 @@ pub fn run() -> Result<ExitCode> {
                 read: crate::load::ReadOptions {
                     call_site_lines: matches!(view, View::Callers)
                         && (a.format.0 != Format::Json || a.function.is_some()),
+                    // Views that show threads merged read the instrumented costs summed over threads
+                    // (a cost per stack, not per thread and stack: a third of the memory on a
+                    // 14-thread compiler run). So does the JSON document without --per-thread: its
+                    // per-thread figures are sampled ones, kept per thread.
+                    merge_threads: (matches!(view, View::Auto | View::Hotspots | View::Calltree | View::Summary)
+                        || a.format.0 == Format::Json)
+                        && a.thread.is_none()
+                        && !a.by_thread
+                        && !a.per_thread,
                     ..a.read.options()?
                 },
                 trace: a.trace,

@@ -32,6 +32,7 @@ fn profile_with_lines(trace: &Path, symbol_dirs: Vec<PathBuf>) -> Profile {
         store: None,
         physical_stacks: false,
         show_idle: false,
+        merge_threads: false,
     };
     read(trace, input, &o).unwrap().0
 }
