@@ -119,7 +119,9 @@ pub fn frame_paths<'a>(p: &'a Profile, threads: &Threads) -> engine::StackPaths<
 
 /// Rows of every frame with a cost, in frame order, for a thread selection.
 pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
-    engine::function_totals(&frame_paths(p, threads)).into_iter().map(FunctionRow::from).collect()
+    // Sums per function: a stack's costs need not be merged over threads first.
+    let paths = threads.with_filter(|f| engine::thread_stack_paths(&p.costs, f));
+    engine::function_totals(&paths).into_iter().map(FunctionRow::from).collect()
 }
 
 /// The top-down call tree of a thread selection down to `depth` frames (`None`: all), its children

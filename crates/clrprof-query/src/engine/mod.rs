@@ -220,6 +220,36 @@ pub fn frame_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> StackPat
     StackPaths { stacks: &tree.stacks, weights }
 }
 
+/// The stacks with a cost of the selected threads, thread by thread and not merged: for figures
+/// that add up the same however a stack's cost is split over threads ([`function_totals`]), with no
+/// merged cost per stack (88 bytes a stack) built first.
+pub struct ThreadStackPaths<'a> {
+    tree: &'a CostTree,
+    threads: Vec<usize>,
+}
+
+/// [`ThreadStackPaths`] of the threads `filter` selects.
+pub fn thread_stack_paths<'a>(tree: &'a CostTree, filter: ThreadFilter<'_>) -> ThreadStackPaths<'a> {
+    let threads = (0..tree.threads.len()).filter(|&i| filter.is_none_or(|f| f(tree.threads[i].os_tid))).collect();
+    ThreadStackPaths { tree, threads }
+}
+
+impl PathSource<Cost> for ThreadStackPaths<'_> {
+    fn each_path(&self, f: &mut dyn FnMut(&[FuncId], &Cost)) {
+        let mut buf = Vec::new();
+        for &i in &self.threads {
+            for (s, c) in self.tree.threads[i].costs.iter() {
+                if c.is_zero() {
+                    continue;
+                }
+                buf.clear();
+                push_stack(&self.tree.stacks, s, |f| f.0, &mut buf);
+                f(&buf, &c);
+            }
+        }
+    }
+}
+
 /// [`frame_paths`] of one thread's own costs (a per-thread table costs that thread's stacks, not
 /// the whole stack table).
 pub fn thread_frame_paths<'a>(tree: &'a CostTree, t: &clrprof_model::stacks::ThreadCosts) -> StackPaths<'a, Cost> {
