@@ -524,6 +524,11 @@ pub struct LogDoc {
 
 const FLOW_KINDS: [&str; 4] = ["enter", "leave", "tailcall", "unwind"];
 
+/// A flow event's `kind` in the document.
+pub fn flow_kind(kind: u8) -> &'static str {
+    FLOW_KINDS.get(kind as usize).copied().unwrap_or("other")
+}
+
 /// UTC ISO-8601 with milliseconds.
 pub fn iso8601(unix_ns: u64) -> String {
     // Civil-from-days (Howard Hinnant), UTC.
@@ -555,6 +560,9 @@ pub struct DocumentOptions {
     /// `calltree`: leave out nodes below this share of the total inclusive time (an explicit
     /// `--min-percent`); `None` keeps every node: the document is for programs.
     pub calltree_min_percent: Option<f64>,
+    /// `flow` is left empty (its key still there when the trace has flow events): for a writer
+    /// that lays the events out from the profile itself ([`flow_kind`]), one at a time.
+    pub flow_left_out: bool,
 }
 
 /// The report document for a thread selection, with a timeline in buckets of `bucket_ns`
@@ -740,7 +748,7 @@ pub fn document_with(p: &Profile, threads: &Threads, bucket_ns: Option<u64>, opt
         calltree,
         calltree_hidden,
         thread_hotspots: (instrumented && opts.per_thread).then(|| thread_hotspots(p, threads)),
-        flow: (!p.flow.is_empty()).then(|| flow(p, threads)),
+        flow: (!p.flow.is_empty()).then(|| if opts.flow_left_out { Vec::new() } else { flow(p, threads) }),
         sampling: sampling(p, threads, &cpu_hits, &cpu_by_module, &wall_by_module),
         timeline: {
             let mut t = timeline(p, threads, bucket_ns);
@@ -970,7 +978,7 @@ fn flow(p: &Profile, threads: &Threads) -> Vec<FlowDoc> {
             events: t
                 .events()
                 .map(|e| FlowEventDoc {
-                    kind: FLOW_KINDS.get(e.kind as usize).copied().unwrap_or("other"),
+                    kind: flow_kind(e.kind),
                     function: fnames.get(&e.function).copied().unwrap_or("").to_string(),
                     ts_ns: e.ts,
                 })

@@ -77,7 +77,7 @@ pub fn export(c: &ExportCommand) -> Result<()> {
     Ok(())
 }
 
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
             || c.downcast_ref::<clrprof_export::ExportError>().is_some_and(
