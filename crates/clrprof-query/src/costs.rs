@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::engine::{self, Tree};
+use crate::engine;
 use crate::SaturatingSum;
 use clrprof_model::hits::{frame_module, ModuleHits, RoutineHits};
 use clrprof_model::{Cost, FrameId, FrameKind, Metric, Profile, StackId};
@@ -124,12 +124,6 @@ pub fn function_rows(p: &Profile, threads: &Threads) -> Vec<FunctionRow> {
     engine::function_totals(&paths).into_iter().map(FunctionRow::from).collect()
 }
 
-/// The top-down call tree of a thread selection down to `depth` frames (`None`: all), its children
-/// unsorted, and the stack of each node ([`engine::stack_tree_to`]).
-pub(crate) fn frame_tree(p: &Profile, threads: &Threads, depth: Option<usize>) -> (Tree<Cost>, Vec<StackId>) {
-    threads.with_filter(|f| engine::stack_tree_to(&p.costs, f, depth))
-}
-
 fn stats(p: &Profile, names: &[String], r: &FunctionRow) -> FunctionStats {
     let f = &p.costs.stacks.frames[r.frame.0 as usize];
     FunctionStats {
@@ -216,18 +210,22 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
     let frames = &p.costs.stacks.frames;
     let mut groups = Vec::new();
     for g in thread_groups(p, q.by_thread, &q.threads) {
-        // No deeper than the rows shown.
-        let (mut tree, stacks) = frame_tree(p, &group_threads(g, &q.threads), q.depth);
+        let threads = group_threads(g, &q.threads);
+        // No deeper than the rows shown, and laid out by the metric alone: the rows' costs are
+        // summed once the rows are known (a node of the whole tree then takes 56 bytes, not 184).
+        let (mut tree, stacks) =
+            threads.with_filter(|f| engine::stack_tree_weighed(&p.costs, f, q.depth, |c| Shown::of(m, c)));
         // Children by inclusive value, then name, then stack.
         tree.sort_children(|nodes, a, b| {
             let (x, y) = (&nodes[a as usize], &nodes[b as usize]);
-            m.of(&y.total)
-                .cmp(&m.of(&x.total))
+            y.total
+                .value
+                .cmp(&x.total.value)
                 .then(frames[x.func as usize].name.cmp(&frames[y.func as usize].name))
                 .then(stacks[a as usize].cmp(&stacks[b as usize]))
         });
         let roots = tree.children(0);
-        let total: u64 = roots.iter().map(|&r| m.of(&tree.nodes[r as usize].total)).saturating_sum();
+        let total: u64 = roots.iter().map(|&r| tree.nodes[r as usize].total.value).saturating_sum();
         let mut rows = Vec::new();
         let mut hidden = Hidden { min_percent, ..Default::default() };
         // (node, depth, parent row, under a hidden row); hidden subtrees are walked to count them
@@ -236,10 +234,10 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
             roots.iter().rev().map(|&n| (n, 0, None, false)).collect();
         while let Some((n, depth, parent, under_hidden)) = stack.pop() {
             let node = &tree.nodes[n as usize];
-            if exact && !node.total.has_exact() {
+            if exact && !node.total.exact {
                 continue;
             }
-            let v = m.of(&node.total);
+            let v = node.total.value;
             // The same share the report prints, so a row below 0.05% is one that would read 0.0%.
             let below = under_hidden || (total > 0 && (v as f64) * 100.0 / (total as f64) < min_percent);
             let me = if below {
@@ -255,8 +253,8 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
                     name: names[node.func as usize].clone(),
                     depth,
                     parent,
-                    self_cost: node.self_w,
-                    inclusive: node.total,
+                    self_cost: Cost::default(),
+                    inclusive: Cost::default(),
                 });
                 Some(rows.len() - 1)
             };
@@ -266,10 +264,78 @@ pub fn call_tree(p: &Profile, q: &CostQuery, spec: Option<&str>) -> CostView<Cal
                 }
             }
         }
+        drop((tree, stacks));
+        row_costs(p, &threads, &mut rows);
         let count = rows.len();
         groups.push(Group { thread: g, label: group_label(p, g, spec), total, count, rows, hidden });
     }
     CostView { metric: m, groups }
+}
+
+/// What laying out the call tree needs of a node's cost: the metric's value, whether the hooks
+/// measured any of it, and whether any of it is not zero.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shown {
+    value: u64,
+    exact: bool,
+    any: bool,
+}
+
+impl Shown {
+    fn of(m: Metric, c: &Cost) -> Shown {
+        Shown { value: m.of(c), exact: c.has_exact(), any: !c.is_zero() }
+    }
+}
+
+impl engine::Weight for Shown {
+    fn add(&mut self, o: &Self) {
+        self.value = self.value.saturating_add(o.value);
+        self.exact |= o.exact;
+        self.any |= o.any;
+    }
+
+    fn is_zero(&self) -> bool {
+        !self.any
+    }
+}
+
+/// The self and inclusive costs of call-tree rows (each its stack; rows depth first, a row's
+/// parent before it), over `threads`: a stack's cost goes to the row of its nearest stack among
+/// the rows' (itself, or the ancestor it is shown under), then each row's to its parent's.
+fn row_costs(p: &Profile, threads: &Threads, rows: &mut [CallNode]) {
+    const NONE: u32 = u32::MAX;
+    let table = &p.costs.stacks.nodes;
+    let mut near = vec![NONE; table.len()];
+    for (r, row) in rows.iter().enumerate() {
+        near[row.stack.0 as usize] = r as u32;
+    }
+    // Parents come before their children in the stack table.
+    for i in 0..table.len() {
+        if near[i] == NONE {
+            if let Some(parent) = table[i].parent {
+                near[i] = near[parent.0 as usize];
+            }
+        }
+    }
+    let mut inclusive = vec![Cost::default(); rows.len()];
+    for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
+        for (s, c) in t.costs.iter() {
+            let r = near[s.0 as usize];
+            if r != NONE {
+                inclusive[r as usize].add(&c);
+                if rows[r as usize].stack == s {
+                    rows[r as usize].self_cost.add(&c);
+                }
+            }
+        }
+    }
+    for r in (0..rows.len()).rev() {
+        let below = inclusive[r];
+        rows[r].inclusive = below;
+        if let Some(parent) = rows[r].parent {
+            inclusive[parent].add(&below);
+        }
+    }
 }
 
 /// One caller or callee edge: `frame` `None` is "no managed caller" (an entry point).

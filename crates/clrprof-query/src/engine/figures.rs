@@ -295,16 +295,20 @@ pub fn stack_tree_to(
     filter: ThreadFilter<'_>,
     max_depth: Option<usize>,
 ) -> (Tree<Cost>, Vec<StackId>) {
+    stack_tree_weighed(tree, filter, max_depth, |c| *c)
+}
+
+/// [`stack_tree_to`] with each cost weighed by `weigh` (an additive part of it: a node then takes
+/// the weight's size rather than two full costs').
+pub fn stack_tree_weighed<W: Weight>(
+    tree: &CostTree,
+    filter: ThreadFilter<'_>,
+    max_depth: Option<usize>,
+    weigh: impl Fn(&Cost) -> W,
+) -> (Tree<W>, Vec<StackId>) {
     let table = &tree.stacks.nodes;
-    let empty = |func| TreeNode {
-        parent: 0,
-        func,
-        depth: 0,
-        self_w: Cost::default(),
-        total: Cost::default(),
-        first: 0,
-        len: 0,
-    };
+    let empty =
+        |func| TreeNode { parent: 0, func, depth: 0, self_w: W::default(), total: W::default(), first: 0, len: 0 };
     // Stacks of table depth below `limit` have a node; with no limit stack `i` is node `i + 1`.
     let limit = max_depth.map(|d| d.clamp(1, u32::MAX as usize) as u32);
     let shallow = |depth: u32| limit.is_none_or(|l| depth < l);
@@ -343,13 +347,14 @@ pub fn stack_tree_to(
         }
         for (s, c) in t.costs.iter() {
             let i = s.0 as usize;
+            let w = weigh(&c);
             if limit.is_none() {
-                nodes[i + 1].self_w.add(&c);
+                nodes[i + 1].self_w.add(&w);
             } else if shallow(table[i].depth) {
-                nodes[node_of[i] as usize].self_w.add(&c);
+                nodes[node_of[i] as usize].self_w.add(&w);
             } else {
                 // Below the limit: in its ancestor's inclusive cost only.
-                nodes[node_of[i] as usize].total.add(&c);
+                nodes[node_of[i] as usize].total.add(&w);
             }
         }
     }
@@ -380,7 +385,7 @@ pub fn stack_tree_to(
     }
     drop(index);
     nodes.truncate(to);
-    let mut root = Cost::default();
+    let mut root = W::default();
     for n in nodes.iter().filter(|n| n.depth == 1) {
         root.add(&n.total);
     }
