@@ -626,6 +626,78 @@ mod tests {
         p
     }
 
+    /// Rows' costs summed once the rows are known are each row's stack's own cost (self) and its
+    /// subtree's (inclusive), over the group's threads: random stacks on three threads, exact and
+    /// sampled costs, every metric, cut by depth and share, merged and per thread.
+    #[test]
+    fn call_tree_rows_hold_their_stacks_own_and_subtree_costs() {
+        let mut p = Profile::default();
+        let t = &mut p.costs;
+        let f: Vec<FrameId> = (0..6).map(|i| t.stacks.intern_frame(FrameKey::Label(format!("F{i}")))).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..600 {
+            let depth = 1 + (next() % 7) as usize;
+            let frames: Vec<FrameId> = (0..depth).map(|_| f[(next() % 6) as usize]).collect();
+            let s = t.stacks.intern_stack(&frames).unwrap();
+            let r = next();
+            let cost = match r % 3 {
+                0 => Cost { calls: r % 5, time_ns: r % 1000, suspended_ns: r % 3, ..Default::default() },
+                1 => Cost { cpu_samples: 1, cpu_ns: r % 10_000, wall_ns: r % 777, ..Default::default() },
+                _ => Cost { calls: 1, time_ns: r % 50, cpu_samples: 2, cpu_ns: r % 99, ..Default::default() },
+            };
+            t.add(1 + (next() % 3) as u32, s, &cost);
+        }
+        let under = |mut s: StackId, top: StackId| loop {
+            if s == top {
+                return true;
+            }
+            match p.costs.stacks.node(s).parent {
+                Some(parent) => s = parent,
+                None => return false,
+            }
+        };
+        let mut rows = 0;
+        for metric in [Metric::Time, Metric::Calls, Metric::Cpu, Metric::Wall] {
+            for depth in [None, Some(1), Some(3)] {
+                for min_percent in [0.0, 2.0] {
+                    for by_thread in [false, true] {
+                        let q = CostQuery {
+                            metric: Some(metric),
+                            depth,
+                            min_percent: Some(min_percent),
+                            by_thread,
+                            ..Default::default()
+                        };
+                        for g in call_tree(&p, &q, None).groups {
+                            for row in &g.rows {
+                                let (mut own, mut all) = (Cost::default(), Cost::default());
+                                for t in p.costs.threads.iter().filter(|t| g.thread.is_none_or(|k| k == t.os_tid)) {
+                                    for (s, c) in t.costs.iter() {
+                                        if s == row.stack {
+                                            own.add(&c);
+                                        }
+                                        if under(s, row.stack) {
+                                            all.add(&c);
+                                        }
+                                    }
+                                }
+                                assert_eq!((row.self_cost, row.inclusive), (own, all), "{metric:?} {depth:?} {min_percent}");
+                                rows += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(rows > 500, "{rows} rows checked");
+    }
+
     fn shape(v: &CostView<CallNode>) -> Vec<(&str, usize)> {
         v.groups[0].rows.iter().map(|n| (n.name.as_str(), n.depth)).collect()
     }
