@@ -35,10 +35,12 @@ fn default_output(trace: &Path, metric: Metric, ext: &str) -> PathBuf {
 }
 
 pub fn export(c: &ExportCommand) -> Result<()> {
-    let read = crate::load::ReadOptions { lines: c.lines, ..c.read.clone() };
+    let ex = exporter(c.format);
+    // Formats of stacks merged over threads read the instrumented costs merged (one per stack).
+    let merged = c.thread.is_none() && ex.stacks_needed() == clrprof_query::weighted_stacks::Needed::Merged;
+    let read = crate::load::ReadOptions { lines: c.lines, merge_threads: merged, ..c.read.clone() };
     let p = crate::load::load(&c.trace, &read)?;
     let threads = Threads::resolve(&p, c.thread.as_deref())?;
-    let ex = exporter(c.format);
     let stacks = clrprof_query::weighted_stacks::stacks_of(&p, c.weight, &threads, ex.stacks_needed());
     if stacks.count == 0 {
         bail!("{} has no {} to export (was it recorded with --no-sample?)", c.trace.display(), stacks.weight_name);
