@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 
 use clrprof_model::{Cost, FrameId, Metric, Profile, StackId};
 use clrprof_query::select::{self, Threads};
@@ -93,7 +94,8 @@ const COST_TYPES: [SampleType; 7] = [
 pub(crate) struct Row {
     pub stack: StackId,
     pub values: Vec<i64>,
-    pub labels: Vec<(String, Label)>,
+    /// Shared by the rows of one thread (or exception type): millions of rows, a few label sets.
+    pub labels: Arc<[(String, Label)]>,
 }
 
 pub(crate) enum Label {
@@ -141,76 +143,108 @@ pub(crate) struct Rows {
 /// The rows of `p` for a thread selection with only the sample types named in `only` (all the
 /// trace holds when `None`). Rows whose kept values are all zero are left out.
 pub(crate) fn rows(p: &Profile, threads: &Threads, only: Option<&[&str]>) -> Rows {
-    let totals = select::totals_for(p, threads);
-    // Which cost sample types the trace holds.
-    let present: Vec<usize> = (0..COST_TYPES.len()).filter(|&i| (COST_TYPES[i].of)(&totals) > 0).collect();
-    let with_events = threads.is_all();
-    let exceptions = with_events && p.events.exceptions.iter().any(|e| !e.stacks.is_empty() && e.thrown > 0);
-    let contention = with_events && p.events.contentions.iter().any(|c| !c.stacks.is_empty());
-    let mut types: Vec<(&'static str, &'static str)> =
-        present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
-    let exc_at = types.len();
-    if exceptions {
-        types.push((Metric::Exceptions.pprof_name(), "count"));
-    }
-    let cont_at = types.len();
-    if contention {
-        types.push(("contentions", "count"));
-        types.push(("delay", "nanoseconds"));
-    }
-    let width = types.len();
-    // The columns kept, in order.
-    let keep: Vec<usize> = (0..width).filter(|&i| only.is_none_or(|o| o.contains(&types[i].0))).collect();
+    let plan = Plan::new(p, threads, only);
+    let mut rows = Vec::new();
+    plan.each_row(p, threads, &mut |r| rows.push(r));
+    Rows { types: plan.kept_types(), rows }
+}
 
-    let mut rows: Vec<Row> = Vec::new();
-    for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
-        let name = select::thread_name(p, t.os_tid);
-        let mut stacks: Vec<(StackId, Cost)> = t.costs.iter().collect();
-        stacks.sort_by_key(|&(s, _)| s);
-        for (stack, c) in stacks {
-            let values: Vec<i64> = present.iter().map(|&i| (COST_TYPES[i].of)(&c) as i64).collect();
-            if values.iter().all(|&v| v == 0) {
-                continue;
+/// The sample types of a thread selection's rows: what the trace holds, and which are kept.
+pub(crate) struct Plan {
+    present: Vec<usize>,
+    types: Vec<(&'static str, &'static str)>,
+    exceptions: bool,
+    contention: bool,
+    exc_at: usize,
+    cont_at: usize,
+    /// The columns kept, in order.
+    keep: Vec<usize>,
+}
+
+impl Plan {
+    pub(crate) fn new(p: &Profile, threads: &Threads, only: Option<&[&str]>) -> Plan {
+        let totals = select::totals_for(p, threads);
+        // Which cost sample types the trace holds.
+        let present: Vec<usize> = (0..COST_TYPES.len()).filter(|&i| (COST_TYPES[i].of)(&totals) > 0).collect();
+        let with_events = threads.is_all();
+        let exceptions = with_events && p.events.exceptions.iter().any(|e| !e.stacks.is_empty() && e.thrown > 0);
+        let contention = with_events && p.events.contentions.iter().any(|c| !c.stacks.is_empty());
+        let mut types: Vec<(&'static str, &'static str)> =
+            present.iter().map(|&i| (COST_TYPES[i].name, COST_TYPES[i].unit)).collect();
+        let exc_at = types.len();
+        if exceptions {
+            types.push((Metric::Exceptions.pprof_name(), "count"));
+        }
+        let cont_at = types.len();
+        if contention {
+            types.push(("contentions", "count"));
+            types.push(("delay", "nanoseconds"));
+        }
+        let keep: Vec<usize> = (0..types.len()).filter(|&i| only.is_none_or(|o| o.contains(&types[i].0))).collect();
+        Plan { present, types, exceptions, contention, exc_at, cont_at, keep }
+    }
+
+    /// The kept sample types (name, unit), in order.
+    pub(crate) fn kept_types(&self) -> Vec<(&'static str, &'static str)> {
+        self.keep.iter().map(|&i| self.types[i]).collect()
+    }
+
+    /// Hands `f` every row with a kept value that is not zero, in order (each thread's stacks,
+    /// then exception sites', then contention stacks'), its values the kept ones.
+    pub(crate) fn each_row(&self, p: &Profile, threads: &Threads, f: &mut dyn FnMut(Row)) {
+        let Plan { present, types, exceptions, contention, exc_at, cont_at, keep } = self;
+        let (exceptions, contention, exc_at, cont_at) = (*exceptions, *contention, *exc_at, *cont_at);
+        let width = types.len();
+        let mut push = |mut r: Row| {
+            r.values = keep.iter().map(|&i| r.values[i]).collect();
+            if r.values.iter().any(|&v| v != 0) {
+                f(r);
             }
-            let mut values = values;
-            values.resize(width, 0);
+        };
+        for t in p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)) {
+            let name = select::thread_name(p, t.os_tid);
             let mut labels = vec![("thread id".to_string(), Label::Num(t.os_tid as u64))];
             if !name.is_empty() {
-                labels.push(("thread name".to_string(), Label::Str(name.clone())));
+                labels.push(("thread name".to_string(), Label::Str(name)));
             }
-            rows.push(Row { stack, values, labels });
-        }
-    }
-    if exceptions {
-        // The agent walks a sample of the throws: each group's thrown count is spread over its
-        // walked stacks in proportion, so the exceptions add up to the report's counts.
-        for g in p.events.exceptions.iter().filter(|g| !g.stacks.is_empty()) {
-            let w: Vec<u64> = g.stacks.iter().map(|(_, n)| *n).collect();
-            for ((stack, _), n) in g.stacks.iter().zip(apportion(g.thrown, &w)) {
-                let mut values = vec![0; width];
-                values[exc_at] = n as i64;
-                let labels = vec![("exception".to_string(), Label::Str(g.type_name.clone()))];
-                rows.push(Row { stack: *stack, values, labels });
+            let labels: Arc<[(String, Label)]> = labels.into();
+            let mut stacks: Vec<(StackId, Cost)> = t.costs.iter().collect();
+            stacks.sort_by_key(|&(s, _)| s);
+            for (stack, c) in stacks {
+                let values: Vec<i64> = present.iter().map(|&i| (COST_TYPES[i].of)(&c) as i64).collect();
+                if values.iter().all(|&v| v == 0) {
+                    continue;
+                }
+                let mut values = values;
+                values.resize(width, 0);
+                push(Row { stack, values, labels: Arc::clone(&labels) });
             }
         }
-    }
-    if contention {
-        for site in &p.events.contentions {
-            for ((stack, n), wait) in site.stacks.iter().zip(&site.stack_wait_ns) {
-                let mut values = vec![0; width];
-                values[cont_at] = *n as i64;
-                values[cont_at + 1] = *wait as i64;
-                rows.push(Row { stack: *stack, values, labels: Vec::new() });
+        if exceptions {
+            // The agent walks a sample of the throws: each group's thrown count is spread over its
+            // walked stacks in proportion, so the exceptions add up to the report's counts.
+            for g in p.events.exceptions.iter().filter(|g| !g.stacks.is_empty()) {
+                let w: Vec<u64> = g.stacks.iter().map(|(_, n)| *n).collect();
+                let labels: Arc<[(String, Label)]> =
+                    vec![("exception".to_string(), Label::Str(g.type_name.clone()))].into();
+                for ((stack, _), n) in g.stacks.iter().zip(apportion(g.thrown, &w)) {
+                    let mut values = vec![0; width];
+                    values[exc_at] = n as i64;
+                    push(Row { stack: *stack, values, labels: Arc::clone(&labels) });
+                }
+            }
+        }
+        if contention {
+            for site in &p.events.contentions {
+                for ((stack, n), wait) in site.stacks.iter().zip(&site.stack_wait_ns) {
+                    let mut values = vec![0; width];
+                    values[cont_at] = *n as i64;
+                    values[cont_at + 1] = *wait as i64;
+                    push(Row { stack: *stack, values, labels: Arc::from([]) });
+                }
             }
         }
     }
-
-    let types: Vec<(&str, &str)> = keep.iter().map(|&i| types[i]).collect();
-    for r in &mut rows {
-        r.values = keep.iter().map(|&i| r.values[i]).collect();
-    }
-    rows.retain(|r| r.values.iter().any(|&v| v != 0));
-    Rows { types, rows }
 }
 
 /// The encoded (not yet compressed) profile of `p` for a thread selection with only the sample
@@ -219,7 +253,22 @@ pub(crate) fn rows(p: &Profile, threads: &Threads, only: Option<&[&str]>) -> Row
 /// period type. Samples whose kept values are all zero are left out. Returns the bytes and the
 /// number of samples.
 pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, default: &str) -> (Vec<u8>, usize) {
-    let Rows { types, rows } = rows(p, threads, only);
+    let mut out = Vec::new();
+    let n = encode_types_to(p, threads, only, default, &mut out).expect("a vector takes every write");
+    (out, n)
+}
+
+/// [`encode_types`] written to `sink` as it is made (the samples of a large profile encode to
+/// hundreds of MB before compression): the same bytes.
+pub fn encode_types_to(
+    p: &Profile,
+    threads: &Threads,
+    only: Option<&[&str]>,
+    default: &str,
+    sink: &mut dyn Write,
+) -> std::io::Result<usize> {
+    let plan = Plan::new(p, threads, only);
+    let types = plan.kept_types();
 
     let mut strings = Strings::new();
     let mut out = Pb::default();
@@ -233,7 +282,14 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
     let st = &p.costs.stacks;
     let mut used: Vec<FrameId> = Vec::new();
     let mut seen = vec![false; st.frames.len()];
-    for r in &rows {
+    // Each row encoded as it is made (a row per thread and stack: millions of them).
+    let mut samples = 0;
+    let mut failed: Option<std::io::Error> = None;
+    plan.each_row(p, threads, &mut |r| {
+        if failed.is_some() {
+            return;
+        }
+        samples += 1;
         let frames = st.frames_of(r.stack);
         for f in frames.iter().rev() {
             if !std::mem::replace(&mut seen[f.0 as usize], true) {
@@ -243,7 +299,7 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
         let mut s = Pb::default();
         s.packed(1, frames.iter().rev().map(|f| f.0 as u64 + 1));
         s.packed(2, r.values.iter().map(|&v| v as u64));
-        for (k, v) in &r.labels {
+        for (k, v) in r.labels.iter() {
             let mut l = Pb::default();
             l.uint(1, strings.id(k));
             match v {
@@ -253,6 +309,14 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
             s.message(3, l);
         }
         out.message(2, s);
+        // A message's fields are its bytes in order: written out as they come.
+        if out.0.len() >= 1 << 20 {
+            failed = sink.write_all(&out.0).err();
+            out.0.clear();
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
     }
     used.sort();
     // Managed modules by file name (path and base address); native libraries by file name (the
@@ -349,7 +413,8 @@ pub fn encode_types(p: &Profile, threads: &Threads, only: Option<&[&str]>, defau
     out.message(11, pt);
     out.uint(12, period);
     out.uint(14, default_id);
-    (out.0, rows.len())
+    sink.write_all(&out.0)?;
+    Ok(samples)
 }
 
 impl Exporter for Pprof {
@@ -362,9 +427,8 @@ impl Exporter for Pprof {
     }
 
     fn write(&self, inp: &ExportInput<'_>, out: &mut dyn Write) -> Result<()> {
-        let raw = encode(inp.profile, &inp.threads, inp.stacks.metric);
         let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
-        gz.write_all(&raw)?;
+        encode_types_to(inp.profile, &inp.threads, None, sample_type_name(inp.stacks.metric), &mut gz)?;
         gz.finish()?;
         Ok(())
     }
@@ -373,6 +437,87 @@ impl Exporter for Pprof {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A profile whose samples encode to several MB (written out in pieces as they come): the
+    /// top-level fields still parse in order, one sample per row and its thread's labels, and a
+    /// failing sink's error comes back.
+    #[test]
+    fn a_large_profile_is_encoded_in_pieces_that_parse_whole() {
+        use clrprof_model::FrameKey;
+        let mut p = Profile::default();
+        let frames: Vec<FrameId> =
+            (0..50).map(|i| p.costs.stacks.intern_frame(FrameKey::Label(format!("Frame{i}")))).collect();
+        let (mut stacks, mut x) = (0, 0x2545_f491_4f6c_dd1du64);
+        for tid in [5u32, 6] {
+            for i in 0..40_000usize {
+                let path: Vec<FrameId> = (0..1 + i % 30)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        frames[(x % 50) as usize]
+                    })
+                    .collect();
+                let s = p.costs.stacks.intern_stack(&path).unwrap();
+                p.costs.add(tid, s, &Cost { calls: 1 + i as u64 % 3, time_ns: 10 + i as u64, ..Default::default() });
+                stacks += 1;
+            }
+        }
+        let (raw, samples) = encode_types(&p, &Threads::all(), None, "time");
+        assert!(raw.len() > 2 << 20, "{} bytes", raw.len());
+        // Top-level fields: (field, wire type 2 length-delimited or 0 varint).
+        let varint = |b: &[u8], at: &mut usize| {
+            let (mut v, mut shift) = (0u64, 0);
+            loop {
+                let x = b[*at];
+                *at += 1;
+                v |= ((x & 0x7f) as u64) << shift;
+                if x & 0x80 == 0 {
+                    return v;
+                }
+                shift += 7;
+            }
+        };
+        let (mut at, mut count, mut last) = (0, 0, 0);
+        while at < raw.len() {
+            let key = varint(&raw, &mut at);
+            let (field, wire) = (key >> 3, key & 7);
+            assert!(field >= last || field == 1 || field == 2, "field {field} after {last}");
+            last = last.max(field);
+            match wire {
+                0 => {
+                    varint(&raw, &mut at);
+                }
+                2 => {
+                    let len = varint(&raw, &mut at) as usize;
+                    if field == 2 {
+                        count += 1;
+                    }
+                    at += len;
+                }
+                w => panic!("wire type {w}"),
+            }
+        }
+        assert_eq!(at, raw.len());
+        assert!(samples <= stacks && samples > stacks / 2, "{samples} of {stacks}");
+        assert_eq!(count, samples);
+
+        struct Full(usize);
+        impl Write for Full {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                if self.0 > 0 {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                self.0 += 1;
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let e = encode_types_to(&p, &Threads::all(), None, "time", &mut Full(0)).unwrap_err();
+        assert_eq!(e.to_string(), "disk full");
+    }
 
     #[test]
     fn varints_and_apportioning() {

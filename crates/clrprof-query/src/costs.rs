@@ -687,7 +687,11 @@ mod tests {
                                         }
                                     }
                                 }
-                                assert_eq!((row.self_cost, row.inclusive), (own, all), "{metric:?} {depth:?} {min_percent}");
+                                assert_eq!(
+                                    (row.self_cost, row.inclusive),
+                                    (own, all),
+                                    "{metric:?} {depth:?} {min_percent}"
+                                );
                                 rows += 1;
                             }
                         }
