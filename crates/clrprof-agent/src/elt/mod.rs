@@ -297,7 +297,15 @@ impl Instrumentation {
                 self.publish_flow(w, ts, &mut flow, k);
                 continue;
             }
-            let mut d = CallTreeDelta { os_tid: ts.os_tid, ts: now_ns, tree: ts.tree, ..Default::default() };
+            // In records of at most NODES_PER_RECORD nodes, all at `now_ns`, each sent when full.
+            let emit = |part: CallTreeDelta| {
+                // Nodes ascend, so the delta always packs.
+                match CallTreeCosts::pack(&part) {
+                    Some(c) => w.emit(&c.into()),
+                    None => w.emit(&part.into()),
+                }
+            };
+            let mut d = DeltaParts::new(ts.os_tid, now_ns, ts.tree);
             for i in 0..sent {
                 let Some(node) = ts.node(i) else { break };
                 let cur = [
@@ -308,21 +316,20 @@ impl Instrumentation {
                 ];
                 let last = &mut p.last[i as usize];
                 if cur != *last {
-                    d.nodes.push(i);
-                    d.calls.push(cur[0].saturating_sub(last[0]));
-                    d.time_ns.push((cur[1].saturating_sub(last[1]) as f64 * k) as u64);
-                    d.suspended_ns.push((cur[2].saturating_sub(last[2]) as f64 * k) as u64);
-                    d.profiler_ns.push((cur[3].saturating_sub(last[3]) as f64 * k) as u64);
+                    let costs = [
+                        cur[0].saturating_sub(last[0]),
+                        (cur[1].saturating_sub(last[1]) as f64 * k) as u64,
+                        (cur[2].saturating_sub(last[2]) as f64 * k) as u64,
+                        (cur[3].saturating_sub(last[3]) as f64 * k) as u64,
+                    ];
                     *last = cur;
+                    if let Some(full) = d.push(i, costs) {
+                        emit(full);
+                    }
                 }
             }
-            // In records of at most NODES_PER_RECORD nodes, all at `now_ns`.
-            for part in delta_parts(d) {
-                // Nodes ascend, so the delta always packs.
-                match CallTreeCosts::pack(&part) {
-                    Some(c) => w.emit(&c.into()),
-                    None => w.emit(&part.into()),
-                }
+            if let Some(rest) = d.finish() {
+                emit(rest);
             }
             self.publish_flow(w, ts, &mut flow, k);
             let over = ts.overflowed.swap(0, Ordering::Relaxed);
@@ -405,28 +412,47 @@ impl Instrumentation {
 /// trace's 64 MiB a block; a thread's first publication can hold millions of nodes.
 const NODES_PER_RECORD: u32 = 1 << 16;
 
-/// `d` as deltas of at most [`NODES_PER_RECORD`] nodes each, in node order, all of its time.
-fn delta_parts(d: CallTreeDelta) -> Vec<CallTreeDelta> {
-    let n = NODES_PER_RECORD as usize;
-    if d.nodes.len() <= n {
-        return if d.nodes.is_empty() { Vec::new() } else { vec![d] };
+/// A thread's delta built node by node and handed out in parts of at most [`NODES_PER_RECORD`]
+/// nodes, all at one time (a delta of every node of a large tree held whole took tens of bytes a
+/// node in the writer thread).
+struct DeltaParts {
+    d: CallTreeDelta,
+}
+
+impl DeltaParts {
+    fn new(os_tid: u32, ts: u64, tree: u32) -> DeltaParts {
+        DeltaParts { d: CallTreeDelta { os_tid, ts, tree, ..Default::default() } }
     }
-    (0..d.nodes.len())
-        .step_by(n)
-        .map(|i| {
-            let r = i..(i + n).min(d.nodes.len());
-            CallTreeDelta {
-                os_tid: d.os_tid,
-                ts: d.ts,
-                tree: d.tree,
-                nodes: d.nodes[r.clone()].to_vec(),
-                calls: d.calls[r.clone()].to_vec(),
-                time_ns: d.time_ns[r.clone()].to_vec(),
-                suspended_ns: d.suspended_ns[r.clone()].to_vec(),
-                profiler_ns: d.profiler_ns[r].to_vec(),
-            }
-        })
-        .collect()
+
+    /// Adds a node's calls, time, suspended and profiler time; the part this node filled, if it did.
+    fn push(&mut self, node: u32, costs: [u64; 4]) -> Option<CallTreeDelta> {
+        let d = &mut self.d;
+        d.nodes.push(node);
+        d.calls.push(costs[0]);
+        d.time_ns.push(costs[1]);
+        d.suspended_ns.push(costs[2]);
+        d.profiler_ns.push(costs[3]);
+        (d.nodes.len() >= NODES_PER_RECORD as usize).then(|| self.take())
+    }
+
+    /// The last part, if it has a node.
+    fn finish(mut self) -> Option<CallTreeDelta> {
+        (!self.d.nodes.is_empty()).then(|| self.take())
+    }
+
+    fn take(&mut self) -> CallTreeDelta {
+        let d = &mut self.d;
+        CallTreeDelta {
+            os_tid: d.os_tid,
+            ts: d.ts,
+            tree: d.tree,
+            nodes: std::mem::take(&mut d.nodes),
+            calls: std::mem::take(&mut d.calls),
+            time_ns: std::mem::take(&mut d.time_ns),
+            suspended_ns: std::mem::take(&mut d.suspended_ns),
+            profiler_ns: std::mem::take(&mut d.profiler_ns),
+        }
+    }
 }
 
 /// Whether the trace has its note that the call trees reached their cap.

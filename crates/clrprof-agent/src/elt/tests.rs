@@ -777,23 +777,16 @@ mod x86_64 {
 }
 
 /// A delta of many nodes goes out as several records of at most `NODES_PER_RECORD` nodes, at the
-/// same time, that together are the delta; a small one as it is, an empty one not at all.
+/// same time, that together are the delta; a small one as one record, an empty one not at all.
 #[test]
 fn a_large_delta_is_cut_into_records_that_add_up_to_it() {
-    use super::{delta_parts, NODES_PER_RECORD};
+    use super::{DeltaParts, NODES_PER_RECORD};
     use clrprof_trace::CallTreeDelta;
-    let n = 2 * NODES_PER_RECORD as usize + 5;
-    let d = CallTreeDelta {
-        os_tid: 7,
-        ts: 99,
-        tree: 2,
-        nodes: (0..n as u32).map(|i| i * 3).collect(),
-        calls: (0..n as u64).collect(),
-        time_ns: (0..n as u64).map(|i| i * 10).collect(),
-        suspended_ns: (0..n as u64).map(|i| i % 7).collect(),
-        profiler_ns: (0..n as u64).map(|i| i % 5).collect(),
-    };
-    let parts = delta_parts(d.clone());
+    let n = 2 * NODES_PER_RECORD as u64 + 5;
+    let costs = |i: u64| [i, i * 10, i % 7, i % 5];
+    let mut d = DeltaParts::new(7, 99, 2);
+    let mut parts: Vec<CallTreeDelta> = (0..n).filter_map(|i| d.push(i as u32 * 3, costs(i))).collect();
+    parts.extend(d.finish());
     assert_eq!(parts.iter().map(|p| p.nodes.len()).collect::<Vec<_>>(), vec![1 << 16, 1 << 16, 5]);
     let mut joined = CallTreeDelta { os_tid: 7, ts: 99, tree: 2, ..Default::default() };
     for p in &parts {
@@ -805,15 +798,19 @@ fn a_large_delta_is_cut_into_records_that_add_up_to_it() {
         joined.suspended_ns.extend(&p.suspended_ns);
         joined.profiler_ns.extend(&p.profiler_ns);
     }
-    assert_eq!(joined, d);
-    let small = CallTreeDelta {
-        nodes: vec![1],
-        calls: vec![1],
-        time_ns: vec![1],
-        suspended_ns: vec![0],
-        profiler_ns: vec![0],
-        ..d
+    let want = CallTreeDelta {
+        os_tid: 7,
+        ts: 99,
+        tree: 2,
+        nodes: (0..n as u32).map(|i| i * 3).collect(),
+        calls: (0..n).map(|i| costs(i)[0]).collect(),
+        time_ns: (0..n).map(|i| costs(i)[1]).collect(),
+        suspended_ns: (0..n).map(|i| costs(i)[2]).collect(),
+        profiler_ns: (0..n).map(|i| costs(i)[3]).collect(),
     };
-    assert_eq!(delta_parts(small.clone()), vec![small]);
-    assert!(delta_parts(CallTreeDelta::default()).is_empty());
+    assert_eq!(joined, want);
+    let mut small = DeltaParts::new(7, 99, 2);
+    assert!(small.push(4, [1, 2, 3, 4]).is_none());
+    assert_eq!(small.finish().map(|p| p.nodes), Some(vec![4]));
+    assert!(DeltaParts::new(7, 99, 2).finish().is_none());
 }
