@@ -310,34 +310,35 @@ impl Remote {
         crate::log_warn!("the collector at {} is gone ({why}); writing the rest of the run to {path}", self.server);
         f.write_all(&clrprof_trace::header())?;
         let kept = std::mem::take(&mut self.kept);
-        let mut pos = 0;
-        // Whole records, in blocks of at most BLOCK_TARGET bytes.
-        while pos < kept.len() {
-            let end = pos + block_len(&kept[pos..]);
-            f.write_all(&encode_block(&kept[pos..end]))?;
-            pos = end;
+        for block in blocks(&kept) {
+            f.write_all(&encode_block(block))?;
         }
         Ok(f)
     }
 }
 
-/// The bytes of `records`' first block: whole records up to [`BLOCK_TARGET`] bytes, at least one
-/// (a larger record is a block alone); all of it when it does not start with a whole record.
-fn block_len(records: &[u8]) -> usize {
-    let mut end = 0;
-    let mut full = false;
-    clrprof_trace::wire::for_each_record(records, |_, rec| {
-        if !full && (end == 0 || end + rec.len() <= BLOCK_TARGET) {
-            end += rec.len();
-        } else {
-            full = true;
+/// `records` cut into blocks: whole records up to [`BLOCK_TARGET`] bytes a block, at least one
+/// (a larger record is a block alone); the rest as one block where it does not start with a whole
+/// record.
+fn blocks(records: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = records;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
         }
-    });
-    if end == 0 {
-        records.len()
-    } else {
-        end
-    }
+        let mut end = 0;
+        let mut full = false;
+        clrprof_trace::wire::for_each_record(rest, |_, rec| {
+            if !full && (end == 0 || end + rec.len() <= BLOCK_TARGET) {
+                end += rec.len();
+            } else {
+                full = true;
+            }
+        });
+        let (block, after) = rest.split_at(if end == 0 { rest.len() } else { end });
+        rest = after;
+        Some(block)
+    })
 }
 
 /// Work the writer thread runs before each flush.
@@ -700,11 +701,8 @@ impl Writer {
     /// a reader holds a block whole while it checks and decodes it, so one flush of a busy tick
     /// (the call trees' records of every thread) must not make one block of tens of MB.
     fn write_blocks(&self, payload: &[u8]) {
-        let mut pos = 0;
-        while pos < payload.len() {
-            let end = pos + block_len(&payload[pos..]);
-            self.write_block(&payload[pos..end]);
-            pos = end;
+        for block in blocks(payload) {
+            self.write_block(block);
         }
     }
 
