@@ -284,22 +284,13 @@ pub fn prefix_tree<W: Weight>(paths: &Paths<W>, inverted: bool) -> Tree<W> {
 /// report's frame paths ([`super::frame_paths`]) in time linear in the table. Also the stack of
 /// each node (none for the root).
 pub fn stack_tree(tree: &CostTree, filter: ThreadFilter<'_>) -> (Tree<Cost>, Vec<StackId>) {
-    stack_tree_to(tree, filter, None)
+    stack_tree_weighed(tree, filter, None, |c| *c)
 }
 
-/// [`stack_tree`] down to `max_depth` frames (`None`: all; at least 1): a node at that depth holds
-/// the inclusive costs of the stacks below it, which have no nodes (a call tree shown to a depth
-/// needs no more, and a node takes 184 bytes).
-pub fn stack_tree_to(
-    tree: &CostTree,
-    filter: ThreadFilter<'_>,
-    max_depth: Option<usize>,
-) -> (Tree<Cost>, Vec<StackId>) {
-    stack_tree_weighed(tree, filter, max_depth, |c| *c)
-}
-
-/// [`stack_tree_to`] with each cost weighed by `weigh` (an additive part of it: a node then takes
-/// the weight's size rather than two full costs').
+/// [`stack_tree`] down to `max_depth` frames (`None`: all; at least 1), each cost weighed by
+/// `weigh` (an additive part of it): a node at that depth holds the inclusive weights of the stacks
+/// below it, which have no nodes (a call tree shown to a depth needs no more), and a node takes the
+/// weight's size twice rather than two full costs' (184 bytes).
 pub fn stack_tree_weighed<W: Weight>(
     tree: &CostTree,
     filter: ThreadFilter<'_>,
@@ -582,7 +573,7 @@ mod tests {
             assert_eq!(tree.nodes[0].total, paths.total());
             // Cut at a depth: the same nodes down to it, with the same costs.
             for d in [1, 2, 3] {
-                let (cut, cut_stacks) = stack_tree_to(&ct, filter, Some(d));
+                let (cut, cut_stacks) = stack_tree_weighed(&ct, filter, Some(d), |c| *c);
                 let want: Vec<_> = described(&tree).into_iter().filter(|n| n.0.len() <= d).collect();
                 assert_eq!(described(&cut), want, "depth {d}");
                 assert_eq!(cut.nodes[0].total, tree.nodes[0].total);

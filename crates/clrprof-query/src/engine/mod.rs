@@ -25,8 +25,8 @@ use clrprof_model::fasthash::FxHashMap;
 use clrprof_model::{Cost, CostTree, FrameId, StackId, StackTable};
 
 pub use figures::{
-    butterfly, entry_points, function_totals, function_totals_with, prefix_tree, stack_tree, stack_tree_to,
-    stack_tree_weighed, Butterfly, Edge, Entry, FunctionTotal, TotalsScratch, Tree, TreeNode,
+    butterfly, entry_points, function_totals, function_totals_with, prefix_tree, stack_tree, stack_tree_weighed,
+    Butterfly, Edge, Entry, FunctionTotal, TotalsScratch, Tree, TreeNode,
 };
 pub use search::Matcher;
 pub use transform::{apply_transforms, FuncTable, Transform};
