@@ -5,21 +5,16 @@
 use std::io::Write;
 
 use clrprof_model::Profile;
-use clrprof_query::document::{flow_kind, ReportDocument};
+use clrprof_query::document::{flow_kind, CallTreeDoc, ReportDocument};
 use clrprof_query::select::Threads;
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::{ReportError, Result};
 
-/// Writes `doc` byte for byte as `to_string_pretty(&to_value(&doc))` and a newline would. With
-/// `flow_from`, the document's flow events were left out of it (`flow_left_out`) and are laid out
-/// here from the profile's, for those threads, as the document would have held them.
-pub(crate) fn write(
-    mut doc: ReportDocument,
-    flow_from: Option<(&Profile, &Threads)>,
-    out: &mut dyn Write,
-) -> Result<()> {
+/// Writes the document of `p` for `threads` byte for byte as `to_string_pretty(&to_value(&doc))`
+/// and a newline would, where `doc` was made with its flow events left out (`flow_left_out`): they
+/// are laid out here from the profile's, as the document would have held them.
+pub(crate) fn write(mut doc: ReportDocument, p: &Profile, threads: &Threads, out: &mut dyn Write) -> Result<()> {
     let calltree = doc.calltree.take();
     let flow = doc.flow.take();
     let mut v = serde_json::to_value(&doc)?;
@@ -48,10 +43,7 @@ pub(crate) fn write(
         out.write_all(&text.as_bytes()[from..at]).map_err(io)?;
         match key {
             "calltree" => array(calltree.as_deref().unwrap_or_default(), out)?,
-            _ => match flow_from {
-                Some((p, threads)) => flow_array(p, threads, out)?,
-                None => array(flow.as_deref().unwrap_or_default(), out)?,
-            },
+            _ => flow_array(p, threads, out)?,
         }
         from = at + "null".len();
     }
@@ -59,10 +51,10 @@ pub(crate) fn write(
     out.write_all(b"\n").map_err(io)
 }
 
-/// An array at the document's second level, as the pretty printer lays it out there: each element
+/// The call tree, at the document's second level, as the pretty printer lays it out there: each element
 /// on its own lines, indented by four spaces (a JSON string holds no raw line break, so indenting
 /// every line of an element laid out alone is the same text).
-fn array<T: Serialize>(items: &[T], out: &mut dyn Write) -> Result<()> {
+fn array(items: &[CallTreeDoc], out: &mut dyn Write) -> Result<()> {
     let io = ReportError::Io;
     if items.is_empty() {
         return out.write_all(b"[]").map_err(io);
@@ -154,12 +146,9 @@ mod tests {
                 assert!(whole.flow.as_ref().is_some_and(|f| !f.is_empty()));
                 let mut want = serde_json::to_string_pretty(&serde_json::to_value(&whole).unwrap()).unwrap();
                 want.push('\n');
-                let mut got = Vec::new();
-                write(whole, None, &mut got).unwrap();
-                assert_eq!(String::from_utf8(got).unwrap(), want);
                 let left_out = document_with(&p, &threads, None, DocumentOptions { flow_left_out: true, ..opts });
                 let mut got = Vec::new();
-                write(left_out, Some((&p, &threads)), &mut got).unwrap();
+                write(left_out, &p, &threads, &mut got).unwrap();
                 assert_eq!(String::from_utf8(got).unwrap(), want);
             }
         }

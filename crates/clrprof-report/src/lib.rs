@@ -272,8 +272,7 @@ pub type Result<T, E = ReportError> = std::result::Result<T, E>;
 pub fn render_to(p: &Profile, opts: &ReportOptions, out: &mut dyn std::io::Write) -> Result<()> {
     if opts.format == Format::Json && is_document(opts) {
         let threads = Threads::resolve(p, opts.thread.as_deref())?;
-        let doc = document_for(p, opts, &threads, true)?;
-        return json_doc::write(doc, Some((p, &threads)), out);
+        return json_doc::write(document_for(p, opts, &threads)?, p, &threads, out);
     }
     out.write_all(render(p, opts)?.as_bytes()).map_err(ReportError::Io)
 }
@@ -285,13 +284,12 @@ fn is_document(opts: &ReportOptions) -> bool {
     !own
 }
 
-/// The report document of `opts` (JSON without a view of its own).
-/// With `flow_left_out`, the flow events are for the writer to lay out from the profile.
+/// The report document of `opts` (JSON without a view of its own), its flow events left for
+/// [`json_doc::write`] to lay out from the profile.
 fn document_for(
     p: &Profile,
     opts: &ReportOptions,
     threads: &Threads,
-    flow_left_out: bool,
 ) -> Result<clrprof_query::document::ReportDocument> {
     Ok(clrprof_query::document::document_with(
         p,
@@ -300,7 +298,7 @@ fn document_for(
         clrprof_query::document::DocumentOptions {
             per_thread: opts.per_thread,
             calltree_min_percent: opts.min_percent,
-            flow_left_out,
+            flow_left_out: true,
         },
     ))
 }
@@ -327,7 +325,7 @@ pub fn render(p: &Profile, opts: &ReportOptions) -> Result<String> {
     if opts.format == Format::Json {
         let threads = Threads::resolve(p, opts.thread.as_deref())?;
         let mut out = Vec::new();
-        json_doc::write(document_for(p, opts, &threads, false)?, None, &mut out)?;
+        json_doc::write(document_for(p, opts, &threads)?, p, &threads, &mut out)?;
         return Ok(String::from_utf8(out).expect("serde_json writes UTF-8"));
     }
     if opts.format == Format::Csv && view != View::Hotspots {
