@@ -326,15 +326,7 @@ fn blocks(records: &[u8]) -> impl Iterator<Item = &[u8]> {
         if rest.is_empty() {
             return None;
         }
-        let mut end = 0;
-        let mut full = false;
-        clrprof_trace::wire::for_each_record(rest, |_, rec| {
-            if !full && (end == 0 || end + rec.len() <= BLOCK_TARGET) {
-                end += rec.len();
-            } else {
-                full = true;
-            }
-        });
+        let end = clrprof_trace::wire::records_within(rest, BLOCK_TARGET);
         let (block, after) = rest.split_at(if end == 0 { rest.len() } else { end });
         rest = after;
         Some(block)

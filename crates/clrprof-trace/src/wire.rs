@@ -274,15 +274,31 @@ pub fn is_definition(tag: u16) -> bool {
 /// decoding the bodies. Stops at the first record that does not fit.
 pub fn for_each_record(payload: &[u8], mut f: impl FnMut(u16, &[u8])) {
     let mut pos = 0usize;
-    while payload.len() - pos >= 6 {
-        let tag = u16::from_le_bytes([payload[pos], payload[pos + 1]]);
-        let len = u32::from_le_bytes([payload[pos + 2], payload[pos + 3], payload[pos + 4], payload[pos + 5]]) as usize;
-        if payload.len() - pos - 6 < len {
-            return;
-        }
-        f(tag, &payload[pos..pos + 6 + len]);
-        pos += 6 + len;
+    while let Some(n) = record_len(&payload[pos..]) {
+        f(u16::from_le_bytes([payload[pos], payload[pos + 1]]), &payload[pos..pos + n]);
+        pos += n;
     }
+}
+
+/// The bytes of the whole record `payload` starts with (tag, length and body), if it does.
+fn record_len(payload: &[u8]) -> Option<usize> {
+    let head = payload.get(..6)?;
+    let len = u32::from_le_bytes([head[2], head[3], head[4], head[5]]) as usize;
+    (payload.len() - 6 >= len).then_some(6 + len)
+}
+
+/// The bytes of the whole records at the start of `payload` that fit in `limit` bytes, or of the
+/// first record alone when it is larger; 0 when `payload` does not start with a whole record. Reads
+/// no further than the cut.
+pub fn records_within(payload: &[u8], limit: usize) -> usize {
+    let mut end = 0;
+    while let Some(n) = record_len(&payload[end..]) {
+        if end > 0 && end + n > limit {
+            break;
+        }
+        end += n;
+    }
+    end
 }
 
 /// This machine's host name (the UTS name, as `gethostname` gives it), as agents and collectors
