@@ -99,6 +99,8 @@ pub struct CctIngest {
     /// Set by [`fold_within`](Self::fold_within): deltas summed as they arrive instead of kept
     /// in `batches`.
     fold: Option<Folded>,
+    /// A packed delta's nodes as [`fold_packed`](Self::fold_packed) decodes them.
+    stage: Vec<(u32, [u64; 4])>,
 }
 
 /// Deltas summed per `(thread, stack)` as they arrive. Each node finds its thread's entry for its
@@ -132,8 +134,11 @@ struct FoldedThread {
     /// Calls, time, suspended and profiler time, summed.
     sums: Vec<[u64; 4]>,
     /// The entry of each stack: an open-addressing table of entries (`NO_ENTRY`: empty), the key
-    /// read from `stacks`, at most 3/4 full; 4 bytes a slot where a map took 9.
+    /// read from `stacks`, at most 3/4 full; 4 bytes a slot where a map took 9. For the merged
+    /// thread, which holds most stacks of the table, indexed by the stack itself instead (`dense`):
+    /// 4 bytes a stack, one read where a probe read a slot and then the entry's stack.
     slots: Vec<u32>,
+    dense: bool,
 }
 
 impl FoldedThread {
@@ -144,6 +149,22 @@ impl FoldedThread {
 
     /// The entry of `stack`, made if needed.
     fn entry(&mut self, stack: StackId) -> u32 {
+        if self.dense {
+            let i = stack.0 as usize;
+            if i >= self.slots.len() {
+                let len = (i + 1).max(self.slots.len() * 2).max(1024);
+                self.slots.resize(len, NO_ENTRY);
+            }
+            let e = self.slots[i];
+            if e != NO_ENTRY {
+                return e;
+            }
+            let e = self.stacks.len() as u32;
+            self.slots[i] = e;
+            crate::grow::push(&mut self.stacks, stack);
+            crate::grow::push(&mut self.sums, [0; 4]);
+            return e;
+        }
         if (self.stacks.len() + 1) * 4 > self.slots.len() * 3 {
             self.slots = vec![NO_ENTRY; (self.slots.len() * 2).max(64)];
             for e in 0..self.stacks.len() {
@@ -182,7 +203,7 @@ impl FoldedThread {
 impl Folded {
     /// The thread's costs as the cost tree holds them: sorted by stack, in columns.
     fn thread_costs(t: FoldedThread) -> ThreadCosts {
-        let FoldedThread { os_tid, stacks, sums, slots } = t;
+        let FoldedThread { os_tid, stacks, sums, slots, .. } = t;
         drop(slots);
         let mut order: Vec<u32> = (0..stacks.len() as u32).collect();
         order.sort_unstable_by_key(|&e| stacks[e as usize]);
@@ -294,7 +315,7 @@ impl CctIngest {
                     let next = f.threads.len() as u32;
                     let t = if f.merged && next > 0 { 0 } else { *f.thread_of.entry(r.os_tid).or_insert(next) };
                     if t == next {
-                        f.threads.push(FoldedThread { os_tid: r.os_tid, ..Default::default() });
+                        f.threads.push(FoldedThread { os_tid: r.os_tid, dense: f.merged, ..Default::default() });
                     }
                     f.trees.push(t);
                 }
@@ -311,6 +332,8 @@ impl CctIngest {
         // Call sites only when every node has one (a damaged record keeps its nodes per function),
         // and not when folding (a profile without call-site lines).
         let sited = self.fold.is_none() && !r.sites.is_empty() && r.sites.len() == r.parents.len();
+        // The stack after the last one found: see `intern_call_near`.
+        let mut next = StackId(u32::MAX);
         for (k, (parent, func)) in r.parents.iter().zip(&r.functions).enumerate() {
             let (parent_stack, parent_site) = if *parent == u32::MAX {
                 (None, NO_SITE)
@@ -340,7 +363,8 @@ impl CctIngest {
             } else {
                 NO_SITE
             };
-            let stack = stacks.intern_call(parent_stack, frame);
+            let stack = stacks.intern_call_near(parent_stack, frame, next);
+            next = StackId(stack.0.wrapping_add(1));
             if self.fold.is_some() && stack.0 & ENTRY != 0 {
                 // Past 2^31 stacks a folding reader's node map cannot tell a stack from an entry.
                 self.problems += 1;
@@ -443,7 +467,7 @@ impl CctIngest {
         let thread = &mut f.threads[f.trees[m as usize] as usize];
         let inside = f.range.contains(c.ts);
         let (mut problems, mut clamped) = (0, false);
-        let read = c.each(|node, costs| {
+        let read = c.each_staged(&mut self.stage, |node, costs| {
             let node = node as usize;
             clamped |= costs.iter().any(|&v| v > max);
             if node >= known {

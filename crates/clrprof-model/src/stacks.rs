@@ -63,65 +63,86 @@ pub struct StackNode {
 pub struct StackTable {
     pub frames: Vec<Frame>,
     frame_index: FxHashMap<FrameKey, FrameId>,
+    /// The whole-function frames again, by function id alone: an instrumented trace interns one
+    /// per call-tree node, millions, and hashing and comparing the enum key was 5% of reading it.
+    function_index: FxHashMap<u64, FrameId>,
     /// Frames of one source line of a function (profiles built with lines).
     line_index: FxHashMap<(FrameKey, crate::lines::SourceLine), FrameId>,
     pub nodes: Vec<StackNode>,
     node_index: NodeIndex,
 }
 
-/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each key read from its
-/// node, 4 bytes a slot where a map holding the keys took 17. A trace of 20 M call-tree nodes
-/// interns as many stacks.
+/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each with 32 bits of
+/// its key's hash, 8 bytes a slot where a map holding the keys took 17. A probe reads a node only
+/// when the hash bits match: with the ids alone every probe of a run read a node of its own, one
+/// cache miss each. A trace of 20 M call-tree nodes interns as many stacks.
 #[derive(Clone, Debug, Default)]
 struct NodeIndex {
-    /// A power of two of slots (none before the first stack), `EMPTY` or a stack; at most 3/4 full.
-    slots: Vec<u32>,
+    /// A power of two of slots (none before the first stack), `EMPTY` or `tag << 32 | stack`;
+    /// at most 3/4 full.
+    slots: Vec<u64>,
 }
 
 impl NodeIndex {
-    const EMPTY: u32 = u32::MAX;
+    const EMPTY: u64 = u64::MAX;
 
-    fn start(&self, parent: Option<StackId>, frame: FrameId) -> usize {
+    /// The first slot to probe and the tag of `(parent, frame)`.
+    fn start(&self, parent: Option<StackId>, frame: FrameId) -> (usize, u64) {
         let key = (parent.map_or(0, |p| p.0 as u64 + 1) << 32) | frame.0 as u64;
-        // Fibonacci hashing: the high bits of the product, as many as the table has.
+        // Fibonacci hashing: the high bits of the product, as many as the table has; the tag
+        // from a second product, so that it does not repeat the bits that chose the slot.
         let bits = self.slots.len().trailing_zeros();
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
+        let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize;
+        let tag = key.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) >> 32;
+        (slot, tag << 32)
     }
 
-    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes.
-    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, usize> {
+    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes with its tag.
+    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, (usize, u64)> {
         if self.slots.is_empty() {
-            return Err(0);
+            return Err((0, 0));
         }
         let mask = self.slots.len() - 1;
-        let mut i = self.start(parent, frame);
+        let (mut i, tag) = self.start(parent, frame);
         loop {
             let s = self.slots[i];
             if s == Self::EMPTY {
-                return Err(i);
+                return Err((i, tag));
             }
-            let n = &nodes[s as usize];
-            if n.frame == frame && n.parent == parent {
-                return Ok(StackId(s));
+            if s & !0xffff_ffff == tag {
+                let id = s as u32;
+                let n = &nodes[id as usize];
+                if n.frame == frame && n.parent == parent {
+                    return Ok(StackId(id));
+                }
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Indexes the last of `nodes`, not indexed yet, at `slot` (from [`find`](Self::find)).
-    fn insert(&mut self, nodes: &[StackNode], slot: usize) {
+    /// Indexes the last of `nodes`, not indexed yet, at `at` (from [`find`](Self::find)).
+    fn insert(&mut self, nodes: &[StackNode], at: (usize, u64)) {
         let n = nodes.len();
         if n * 4 > self.slots.len() * 3 {
             // Regrown to twice the size, every stack placed again.
-            self.slots = vec![Self::EMPTY; (self.slots.len() * 2).max(1024)];
-            for (id, node) in nodes.iter().enumerate() {
-                if let Err(i) = self.find(nodes, node.parent, node.frame) {
-                    self.slots[i] = id as u32;
-                }
-            }
+            self.rebuild(nodes, self.slots.len() * 2);
             return;
         }
-        self.slots[slot] = (n - 1) as u32;
+        self.slots[at.0] = at.1 | (n - 1) as u64;
+    }
+
+    /// Every stack of `nodes` placed in a table of at least `len` slots.
+    fn rebuild(&mut self, nodes: &[StackNode], len: usize) {
+        let mut len = len.max(1024);
+        while nodes.len() * 4 > len * 3 {
+            len *= 2;
+        }
+        self.slots = vec![Self::EMPTY; len];
+        for (id, node) in nodes.iter().enumerate() {
+            if let Err((i, tag)) = self.find(nodes, node.parent, node.frame) {
+                self.slots[i] = tag | id as u64;
+            }
+        }
     }
 }
 
@@ -144,6 +165,11 @@ impl StackTable {
     }
 
     fn intern_key(&mut self, key: FrameKey, line: Option<crate::lines::SourceLine>) -> FrameId {
+        if let (None, FrameKey::Function(id)) = (&line, &key) {
+            if let Some(&f) = self.function_index.get(id) {
+                return f;
+            }
+        }
         if line.is_none() {
             if let Some(&f) = self.frame_index.get(&key) {
                 return f;
@@ -168,6 +194,9 @@ impl StackTable {
         let whole = line.is_none();
         self.frames.push(Frame { key: key.clone(), kind, name, module, signature: String::new(), line });
         if whole {
+            if let FrameKey::Function(f) = key {
+                self.function_index.insert(f, id);
+            }
             self.frame_index.insert(key, id);
         }
         id
@@ -175,6 +204,9 @@ impl StackTable {
 
     /// The stack `parent` → `frame` (a call from the top of `parent` into `frame`).
     pub fn intern_call(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
+        if self.node_index.slots.is_empty() && !self.nodes.is_empty() {
+            self.node_index.rebuild(&self.nodes, 0);
+        }
         let slot = match self.node_index.find(&self.nodes, parent, frame) {
             Ok(s) => return s,
             Err(slot) => slot,
@@ -186,9 +218,35 @@ impl StackTable {
         id
     }
 
+    /// [`intern_call`](Self::intern_call) that first tries the stack `hint`. A thread's new call-tree
+    /// nodes come parents first, depth first, as did those of the thread that made the stacks, so
+    /// the stack after the one a reader last found is mostly the one it looks for next: one read
+    /// in a run of the table where a hash probe was a cache miss, most of reading an
+    /// instrumented trace.
+    pub fn intern_call_near(&mut self, parent: Option<StackId>, frame: FrameId, hint: StackId) -> StackId {
+        if let Some(n) = self.nodes.get(hint.0 as usize) {
+            if n.frame == frame && n.parent == parent {
+                return hint;
+            }
+        }
+        self.intern_call(parent, frame)
+    }
+
     /// The stack `parent` → `frame` when it exists.
     pub fn call(&self, parent: Option<StackId>, frame: FrameId) -> Option<StackId> {
+        if self.node_index.slots.is_empty() {
+            // Released (or no stack yet): the nodes read one by one.
+            let at = self.nodes.iter().position(|n| n.parent == parent && n.frame == frame)?;
+            return Some(StackId(at as u32));
+        }
         self.node_index.find(&self.nodes, parent, frame).ok()
+    }
+
+    /// Drops the index of stacks by `(parent, frame)` (8 bytes a slot, over 10 bytes a stack) for a
+    /// table that is read, not added to: a finished profile. The next [`intern_call`](Self::intern_call)
+    /// builds it again.
+    pub fn release_index(&mut self) {
+        self.node_index.slots = Vec::new();
     }
 
     /// Interns a whole stack given root first.
@@ -513,7 +571,10 @@ impl CostTree {
 
     /// Gives back the room the stack table and the cost tables have beyond their entries (once a
     /// profile is built).
+    /// Frees what reading needed and views do not: spare capacity, and the stack table's index
+    /// (built again by the next stack interned).
     pub fn shrink_to_fit(&mut self) {
+        self.stacks.release_index();
         self.stacks.nodes.shrink_to_fit();
         self.stacks.frames.shrink_to_fit();
         for t in &mut self.threads {
@@ -601,6 +662,40 @@ mod tests {
             assert_eq!((t.node(s).parent, t.node(s).frame), (parent, frames[i % 50]));
         }
         assert_eq!(t.call(Some(made[5]), FrameId(999)), None);
+
+        // Released, the table is read one node at a time, and built again by the next intern.
+        t.release_index();
+        assert_eq!(
+            t.call(Some(made[7]), frames[0]),
+            t.nodes.iter().position(|n| n.parent == Some(made[7]) && n.frame == frames[0]).map(|i| StackId(i as u32))
+        );
+        for (i, &s) in made.iter().enumerate().step_by(97) {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            assert_eq!(t.call(parent, frames[i % 50]), Some(s));
+        }
+        let len = t.nodes.len();
+        for (i, &s) in made.iter().enumerate() {
+            let parent = (i > 0).then(|| made[(i * 7919) % i]);
+            assert_eq!(t.intern_call(parent, frames[i % 50]), s);
+        }
+        assert_eq!(t.nodes.len(), len, "no stack made twice after the index was built again");
+        let new = t.intern_call(Some(made[3]), FrameId(999));
+        assert_eq!((new.0 as usize, t.call(Some(made[3]), FrameId(999))), (len, Some(new)));
+    }
+
+    /// A hint is taken only when it is the stack asked for: right, wrong, past the table's end.
+    #[test]
+    fn a_hinted_intern_is_the_plain_one() {
+        let mut t = StackTable::default();
+        let frames: Vec<FrameId> = (0..5).map(|i| t.intern_frame(FrameKey::Function(i))).collect();
+        let a = t.intern_call(None, frames[0]);
+        let b = t.intern_call(Some(a), frames[1]);
+        let c = t.intern_call(Some(b), frames[2]);
+        assert_eq!(t.intern_call_near(Some(a), frames[1], b), b, "the hint itself");
+        assert_eq!(t.intern_call_near(Some(a), frames[1], c), b, "a wrong hint: found by the index");
+        assert_eq!(t.intern_call_near(Some(b), frames[1], a), t.intern_call(Some(b), frames[1]));
+        assert_eq!(t.intern_call_near(Some(c), frames[3], StackId(u32::MAX)), StackId(4), "past the end: made");
+        assert_eq!(t.nodes.len(), 5);
     }
 
     #[test]

@@ -47,6 +47,17 @@ impl<'a> Reader<'a> {
 pub trait Field: Sized {
     fn put(&self, out: &mut Vec<u8>);
     fn get(r: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// `n` values one after the other, as [`get`](Self::get) reads them one at a time (integers
+    /// read them at once: a call-tree record holds tens of thousands).
+    fn get_many(r: &mut Reader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+        // Grow as elements really decode: a damaged count never reserves more than the body holds.
+        let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<Self>().max(1)).min(1 << 16));
+        for _ in 0..n {
+            v.push(Self::get(r)?);
+        }
+        Ok(v)
+    }
 }
 
 macro_rules! int_field {
@@ -60,6 +71,23 @@ macro_rules! int_field {
                 let mut a = [0u8; std::mem::size_of::<$t>()];
                 a.copy_from_slice(b);
                 Ok(<$t>::from_le_bytes(a))
+            }
+            fn get_many(r: &mut Reader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
+                const SIZE: usize = std::mem::size_of::<$t>();
+                match n.checked_mul(SIZE) {
+                    Some(len) if len <= r.remaining() => {
+                        let b = r.take(len)?;
+                        Ok(b.chunks_exact(SIZE).map(|c| <$t>::from_le_bytes(c.try_into().expect("SIZE bytes"))).collect())
+                    }
+                    // Cut short: read one at a time, to the same error.
+                    _ => {
+                        let mut v = Vec::new();
+                        for _ in 0..n {
+                            v.push(Self::get(r)?);
+                        }
+                        Ok(v)
+                    }
+                }
             }
         }
     )*};
@@ -100,12 +128,7 @@ impl<T: Field> Field for Vec<T> {
         if n > r.remaining() {
             return Err(DecodeError::Corrupt(format!("vector of {n} elements in {} bytes", r.remaining())));
         }
-        // Grow as elements really decode: a damaged count never reserves more than the body holds.
-        let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<T>().max(1)).min(1 << 16));
-        for _ in 0..n {
-            v.push(T::get(r)?);
-        }
-        Ok(v)
+        T::get_many(r, n)
     }
 }
 

@@ -401,8 +401,8 @@ fn packed_call_tree_costs_hold_the_same_delta() {
     assert!(over.unpack().is_err());
 }
 
-/// `each` (a folding reader's way in) hands over exactly the nodes `unpack` decodes, and on any
-/// packing `unpack` refuses it refuses too, having handed over none.
+/// `each` and `each_staged` (a folding reader's way in) hand over exactly the nodes `unpack`
+/// decodes, and on any packing `unpack` refuses they refuse too, having handed over none.
 #[test]
 fn packed_call_tree_costs_visited_as_unpacked() {
     let d = wide_delta();
@@ -464,9 +464,13 @@ fn packed_call_tree_costs_visited_as_unpacked() {
         variants.push(CallTreeCosts { count: rand(10) as u32, packed, ..Default::default() });
     }
     let mut refused = 0;
+    let mut stage = vec![(9, [9; 4])];
     for c in &variants {
         let (ok, seen) = visited(c);
         assert_eq!((ok, seen.clone()), unpacked(c), "{:?}", c.packed);
+        let mut staged = Vec::new();
+        let r = c.each_staged(&mut stage, |node, v| staged.push((node, v)));
+        assert_eq!((r.is_ok(), staged), (ok, seen.clone()), "staged: {:?}", c.packed);
         if !ok {
             assert!(seen.is_empty());
             refused += 1;
