@@ -847,3 +847,43 @@ fn allocation_stack_ids_start_again_when_the_interner_is_full() {
     let back = read_allocation_samples(&records).unwrap();
     assert_eq!(back.iter().map(|a| a.stack.clone()).collect::<Vec<_>>(), [vec![1], vec![2], vec![3], vec![1]]);
 }
+
+/// Varints read back as written, one after another, at every distance from the end; an
+/// eleven-byte varint, and one cut by the end, read as nothing.
+#[test]
+fn varints_read_back_whatever_bytes_follow_them() {
+    use crate::records::{get_varint, put_varint};
+    let mut values = vec![0, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, u64::MAX - 1, u64::MAX];
+    values.extend((0..64).map(|k| 1u64 << k));
+    values.extend((0..64).map(|k| (1u64 << k) - 1));
+    let mut b = Vec::new();
+    for &v in &values {
+        put_varint(&mut b, v);
+    }
+    for start in 0..values.len() {
+        // The same values read from a buffer that ends right after each one.
+        let mut at = 0;
+        for &v in &values[..start] {
+            let _ = get_varint(&b, &mut at).unwrap();
+            assert!(at <= b.len(), "{v}");
+        }
+        let mut end = at;
+        let _ = get_varint(&b, &mut end);
+        let mut near = at;
+        assert_eq!(get_varint(&b[..end], &mut near), Some(values[start]), "the last value of a buffer");
+        assert_eq!(near, end);
+        let mut inner = at;
+        assert_eq!(get_varint(&b, &mut inner), Some(values[start]));
+        for cut in at..end {
+            let mut c = at;
+            assert_eq!(get_varint(&b[..cut], &mut c), None, "cut at {cut}");
+        }
+    }
+    let long = [[0xffu8; 10].as_slice(), &[0x01; 12]].concat();
+    for len in 10..long.len() {
+        assert_eq!(get_varint(&long[..len], &mut 0), None, "eleven bytes");
+    }
+    let ten = [[0xffu8; 9].as_slice(), &[0x01], &[0; 10]].concat();
+    assert_eq!(get_varint(&ten, &mut 0), Some(u64::MAX));
+    assert_eq!(get_varint(&ten[..10], &mut 0), Some(u64::MAX));
+}

@@ -30,8 +30,9 @@ pub struct TotalsScratch<W> {
     /// Whether a function had a path through it (it is then in `touched`).
     seen: Vec<bool>,
     touched: Vec<FuncId>,
-    /// The open path: each level's function and the weight of the paths below it so far.
-    open: Vec<(FuncId, W)>,
+    /// The open path: each level's function, and the weight of the paths below it so far.
+    open: Vec<FuncId>,
+    below: Vec<W>,
 }
 
 /// Per function with a weight, in function order: self and total.
@@ -52,24 +53,23 @@ pub fn function_totals_with<W: Weight>(
     paths: &(impl PathSource<W> + ?Sized),
     scratch: &mut TotalsScratch<W>,
 ) -> Vec<FunctionTotal<W>> {
-    let TotalsScratch { self_w, total, on_path, seen, touched, open } = scratch;
+    let TotalsScratch { self_w, total, on_path, seen, touched, open, below } = scratch;
     // Closes the levels of `open` from `keep` up, each adding to its caller's weight.
-    fn close<W: Weight>(open: &mut Vec<(FuncId, W)>, keep: usize, on_path: &mut [u32], total: &mut [W]) {
+    fn close<W: Weight>(open: &mut Vec<FuncId>, below: &mut Vec<W>, keep: usize, on_path: &mut [u32], total: &mut [W]) {
         while open.len() > keep {
-            let (f, w) = open.pop().expect("open has more than keep levels");
-            let f = f as usize;
+            let (f, w) = (open.pop().expect("more than keep levels") as usize, below.pop().expect("one a level"));
             on_path[f] -= 1;
             if on_path[f] == 0 {
                 total[f].add(&w);
             }
-            if let Some((_, up)) = open.last_mut() {
+            if let Some(up) = below.last_mut() {
                 up.add(&w);
             }
         }
     }
     paths.each_path(&mut |path, w| {
-        let shared = open.iter().zip(path).take_while(|((o, _), p)| o == *p).count();
-        close(open, shared, on_path, total);
+        let shared = open.iter().zip(path).take_while(|(o, p)| o == p).count();
+        close(open, below, shared, on_path, total);
         for &f in &path[shared..] {
             let i = f as usize;
             if i >= seen.len() {
@@ -83,14 +83,15 @@ pub fn function_totals_with<W: Weight>(
                 touched.push(f);
             }
             on_path[i] += 1;
-            open.push((f, W::default()));
+            open.push(f);
+            below.push(W::default());
         }
-        if let Some((leaf, acc)) = open.last_mut() {
+        if let (Some(&leaf), Some(acc)) = (open.last(), below.last_mut()) {
             acc.add(w);
-            self_w[*leaf as usize].add(w);
+            self_w[leaf as usize].add(w);
         }
     });
-    close(open, 0, on_path, total);
+    close(open, below, 0, on_path, total);
     touched.sort_unstable();
     let mut out = Vec::with_capacity(touched.len());
     for f in touched.drain(..) {
