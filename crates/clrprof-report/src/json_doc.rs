@@ -60,10 +60,24 @@ fn array(items: &[CallTreeDoc], out: &mut dyn Write) -> Result<()> {
         return out.write_all(b"[]").map_err(io);
     }
     out.write_all(b"[").map_err(io)?;
-    for (i, item) in items.iter().enumerate() {
-        out.write_all(if i == 0 { b"\n    " } else { b",\n    " }).map_err(io)?;
-        let one = serde_json::to_string_pretty(&serde_json::to_value(item)?)?;
-        out.write_all(one.replace('\n', "\n    ").as_bytes()).map_err(io)?;
+    for (i, n) in items.iter().enumerate() {
+        // The keys in the order a `Value` sorts them; a million nodes laid out each through a
+        // `Value` and a string of its own took most of the document's time.
+        out.write_all(if i == 0 { b"\n    {\n" } else { b",\n    {\n" }).map_err(io)?;
+        write!(
+            out,
+            "      \"calls\": {},\n      \"depth\": {},\n      \"exclusive_ns\": {},\n      \"id\": {},\n      \"inclusive_ns\": {},\n      \"name\": ",
+            n.calls, n.depth, n.exclusive_ns, n.id, n.inclusive_ns
+        )
+        .map_err(io)?;
+        serde_json::to_writer(&mut *out, &*n.name)?;
+        match n.parent {
+            Some(parent) => write!(out, ",\n      \"parent\": {parent}"),
+            None => write!(out, ",\n      \"parent\": null"),
+        }
+        .map_err(io)?;
+        write!(out, ",\n      \"profiler_ns\": {},\n      \"suspended_ns\": {}\n    }}", n.profiler_ns, n.suspended_ns)
+            .map_err(io)?;
     }
     out.write_all(b"\n  ]").map_err(io)
 }
