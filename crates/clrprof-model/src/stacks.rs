@@ -72,63 +72,54 @@ pub struct StackTable {
     node_index: NodeIndex,
 }
 
-/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each with 32 bits of
-/// its key's hash, 8 bytes a slot where a map holding the keys took 17. A probe reads a node only
-/// when the hash bits match: with the ids alone every probe of a run read a node of its own, one
-/// cache miss each. A trace of 20 M call-tree nodes interns as many stacks.
+/// The stacks by `(parent, frame)`: an open-addressing table of stack ids, each key read from its
+/// node, 4 bytes a slot where a map holding the keys took 17. A trace of 20 M call-tree nodes
+/// interns as many stacks.
 #[derive(Clone, Debug, Default)]
 struct NodeIndex {
-    /// A power of two of slots (none before the first stack), `EMPTY` or `tag << 32 | stack`;
-    /// at most 3/4 full.
-    slots: Vec<u64>,
+    /// A power of two of slots (none before the first stack), `EMPTY` or a stack; at most 3/4 full.
+    slots: Vec<u32>,
 }
 
 impl NodeIndex {
-    const EMPTY: u64 = u64::MAX;
+    const EMPTY: u32 = u32::MAX;
 
-    /// The first slot to probe and the tag of `(parent, frame)`.
-    fn start(&self, parent: Option<StackId>, frame: FrameId) -> (usize, u64) {
+    fn start(&self, parent: Option<StackId>, frame: FrameId) -> usize {
         let key = (parent.map_or(0, |p| p.0 as u64 + 1) << 32) | frame.0 as u64;
-        // Fibonacci hashing: the high bits of the product, as many as the table has; the tag
-        // from a second product, so that it does not repeat the bits that chose the slot.
+        // Fibonacci hashing: the high bits of the product, as many as the table has.
         let bits = self.slots.len().trailing_zeros();
-        let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize;
-        let tag = key.wrapping_mul(0xc2b2_ae3d_27d4_eb4f) >> 32;
-        (slot, tag << 32)
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - bits)) as usize
     }
 
-    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes with its tag.
-    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, (usize, u64)> {
+    /// The stack `(parent, frame)` of `nodes`, or the empty slot where it goes.
+    fn find(&self, nodes: &[StackNode], parent: Option<StackId>, frame: FrameId) -> Result<StackId, usize> {
         if self.slots.is_empty() {
-            return Err((0, 0));
+            return Err(0);
         }
         let mask = self.slots.len() - 1;
-        let (mut i, tag) = self.start(parent, frame);
+        let mut i = self.start(parent, frame);
         loop {
             let s = self.slots[i];
             if s == Self::EMPTY {
-                return Err((i, tag));
+                return Err(i);
             }
-            if s & !0xffff_ffff == tag {
-                let id = s as u32;
-                let n = &nodes[id as usize];
-                if n.frame == frame && n.parent == parent {
-                    return Ok(StackId(id));
-                }
+            let n = &nodes[s as usize];
+            if n.frame == frame && n.parent == parent {
+                return Ok(StackId(s));
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Indexes the last of `nodes`, not indexed yet, at `at` (from [`find`](Self::find)).
-    fn insert(&mut self, nodes: &[StackNode], at: (usize, u64)) {
+    /// Indexes the last of `nodes`, not indexed yet, at `slot` (from [`find`](Self::find)).
+    fn insert(&mut self, nodes: &[StackNode], slot: usize) {
         let n = nodes.len();
         if n * 4 > self.slots.len() * 3 {
             // Regrown to twice the size, every stack placed again.
             self.rebuild(nodes, self.slots.len() * 2);
             return;
         }
-        self.slots[at.0] = at.1 | (n - 1) as u64;
+        self.slots[slot] = (n - 1) as u32;
     }
 
     /// Every stack of `nodes` placed in a table of at least `len` slots.
@@ -139,8 +130,8 @@ impl NodeIndex {
         }
         self.slots = vec![Self::EMPTY; len];
         for (id, node) in nodes.iter().enumerate() {
-            if let Err((i, tag)) = self.find(nodes, node.parent, node.frame) {
-                self.slots[i] = tag | id as u64;
+            if let Err(i) = self.find(nodes, node.parent, node.frame) {
+                self.slots[i] = id as u32;
             }
         }
     }
