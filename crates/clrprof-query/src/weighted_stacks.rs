@@ -77,6 +77,9 @@ pub enum Needed {
     None,
     /// The merged stacks only.
     Merged,
+    /// The merged stacks; the reader builds each thread's as it writes it ([`thread_stacks`]),
+    /// holding one thread's frame vectors at a time instead of every thread's.
+    MergedThenEachThread,
     /// Merged and per thread.
     All,
 }
@@ -96,20 +99,21 @@ pub fn stacks_of(p: &Profile, metric: Option<Metric>, threads: &Threads, needed:
             .threads
             .iter()
             .filter(|t| threads.contains(t.os_tid))
-            .map(|t| {
-                let mut paths = engine::thread_frame_paths(&p.costs, t);
-                paths.weights.sort_by_key(|&(s, _)| s);
-                ThreadStacks {
-                    os_tid: t.os_tid,
-                    name: select::thread_name(p, t.os_tid),
-                    stacks: samples_of(p, metric, &paths),
-                }
-            })
-            .filter(|t| !t.stacks.is_empty())
+            .filter_map(|t| thread_stacks(p, metric, t))
             .collect(),
         _ => Vec::new(),
     };
     Stacks { metric, weight_name, value_unit, count: merged.len(), merged, threads: per_thread }
+}
+
+/// One thread's stacks for a weight (as resolved in [`Stacks::metric`]), as [`Stacks::threads`]
+/// holds them; `None` for a thread without any cost for it. For a reader that takes
+/// [`Needed::MergedThenEachThread`] and builds one thread's at a time.
+pub fn thread_stacks(p: &Profile, metric: Metric, t: &clrprof_model::stacks::ThreadCosts) -> Option<ThreadStacks> {
+    let mut paths = engine::thread_frame_paths(&p.costs, t);
+    paths.weights.sort_by_key(|&(s, _)| s);
+    let stacks = samples_of(p, metric, &paths);
+    (!stacks.is_empty()).then(|| ThreadStacks { os_tid: t.os_tid, name: select::thread_name(p, t.os_tid), stacks })
 }
 
 /// How many stacks have a value or samples for `metric` over the selected threads, as
@@ -168,6 +172,17 @@ mod tests {
                 assert_eq!((none.count, none.merged.len(), none.threads.len()), (all.merged.len(), 0, 0), "{metric:?}");
                 assert_eq!((merged.count, &merged.merged), (all.count, &all.merged));
                 assert!(merged.threads.is_empty());
+                // Each thread's built alone is what `Needed::All` holds for it.
+                let apart = stacks_of(&p, Some(metric), &threads, Needed::MergedThenEachThread);
+                assert_eq!((apart.count, &apart.merged, apart.threads.len()), (all.count, &all.merged, 0));
+                let each: Vec<ThreadStacks> = p
+                    .costs
+                    .threads
+                    .iter()
+                    .filter(|t| threads.contains(t.os_tid))
+                    .filter_map(|t| thread_stacks(&p, apart.metric, t))
+                    .collect();
+                assert_eq!(each, all.threads, "{metric:?}");
                 if metric == Metric::Wall {
                     assert_eq!(none.count, 0);
                 } else {
