@@ -51,13 +51,18 @@ pub trait Field: Sized {
     /// `n` values one after the other, as [`get`](Self::get) reads them one at a time (integers
     /// read them at once: a call-tree record holds tens of thousands).
     fn get_many(r: &mut Reader<'_>, n: usize) -> Result<Vec<Self>, DecodeError> {
-        // Grow as elements really decode: a damaged count never reserves more than the body holds.
-        let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<Self>().max(1)).min(1 << 16));
-        for _ in 0..n {
-            v.push(Self::get(r)?);
-        }
-        Ok(v)
+        get_one_by_one(r, n)
     }
+}
+
+/// `n` values of `T`, each read by [`Field::get`].
+fn get_one_by_one<T: Field>(r: &mut Reader<'_>, n: usize) -> Result<Vec<T>, DecodeError> {
+    // Grow as elements really decode: a damaged count never reserves more than the body holds.
+    let mut v = Vec::with_capacity(n.min(r.remaining() / std::mem::size_of::<T>().max(1)).min(1 << 16));
+    for _ in 0..n {
+        v.push(T::get(r)?);
+    }
+    Ok(v)
 }
 
 macro_rules! int_field {
@@ -80,13 +85,7 @@ macro_rules! int_field {
                         Ok(b.chunks_exact(SIZE).map(|c| <$t>::from_le_bytes(c.try_into().expect("SIZE bytes"))).collect())
                     }
                     // Cut short: read one at a time, to the same error.
-                    _ => {
-                        let mut v = Vec::new();
-                        for _ in 0..n {
-                            v.push(Self::get(r)?);
-                        }
-                        Ok(v)
-                    }
+                    _ => get_one_by_one(r, n),
                 }
             }
         }

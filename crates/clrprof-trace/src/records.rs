@@ -982,9 +982,9 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 #[inline(always)]
 pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
-    // Most of a delta's varints are one byte (calls, suspended time), read in line; the rest ten
-    // bytes at a time where ten remain, without a bounds check a byte. A third of reading an
-    // uncapped instrumented trace was this function, called out of line for every byte.
+    // Most of a delta's varints are one byte (calls, suspended time), read in line; the rest out
+    // of line. A third of reading an uncapped instrumented trace was this function, called out of
+    // line for every varint.
     let i = *at;
     if let Some(&x) = b.get(i) {
         if x < 0x80 {
@@ -995,33 +995,16 @@ pub(crate) fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     get_long_varint(b, at)
 }
 
-/// [`get_varint`] of more than one byte.
+/// [`get_varint`] of more than one byte, at most ten; `at` stays where it was when no whole one is
+/// there.
 #[inline(never)]
 fn get_long_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     let i = *at;
-    if let Some(s) = b.get(i..i.saturating_add(10)) {
-        let s: &[u8; 10] = s.try_into().expect("ten bytes");
-        let mut v = 0u64;
-        for (k, &x) in s.iter().enumerate() {
-            v |= ((x & 0x7f) as u64) << (7 * k);
-            if x < 0x80 {
-                *at = i + k + 1;
-                return Some(v);
-            }
-        }
-        return None;
-    }
-    get_varint_near_end(b, at)
-}
-
-/// [`get_varint`] within ten bytes of the end.
-fn get_varint_near_end(b: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*at)?;
-        *at += 1;
-        v |= ((byte & 0x7f) as u64).checked_shl(shift)?;
-        if byte & 0x80 == 0 {
+    for (k, &x) in b.get(i..)?.iter().take(10).enumerate() {
+        v |= ((x & 0x7f) as u64) << (7 * k);
+        if x < 0x80 {
+            *at = i + k + 1;
             return Some(v);
         }
     }
