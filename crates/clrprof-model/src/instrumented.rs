@@ -155,15 +155,10 @@ impl FoldedThread {
                 let len = (i + 1).max(self.slots.len() * 2).max(1024);
                 self.slots.resize(len, NO_ENTRY);
             }
-            let e = self.slots[i];
-            if e != NO_ENTRY {
-                return e;
+            if self.slots[i] == NO_ENTRY {
+                self.slots[i] = self.new_entry(stack);
             }
-            let e = self.stacks.len() as u32;
-            self.slots[i] = e;
-            crate::grow::push(&mut self.stacks, stack);
-            crate::grow::push(&mut self.sums, [0; 4]);
-            return e;
+            return self.slots[i];
         }
         if (self.stacks.len() + 1) * 4 > self.slots.len() * 3 {
             self.slots = vec![NO_ENTRY; (self.slots.len() * 2).max(64)];
@@ -177,17 +172,21 @@ impl FoldedThread {
         loop {
             let e = self.slots[i];
             if e == NO_ENTRY {
-                let e = self.stacks.len() as u32;
-                self.slots[i] = e;
-                crate::grow::push(&mut self.stacks, stack);
-                crate::grow::push(&mut self.sums, [0; 4]);
-                return e;
+                self.slots[i] = self.new_entry(stack);
+                return self.slots[i];
             }
             if self.stacks[e as usize] == stack {
                 return e;
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// A new entry for `stack`, its sums zero (not indexed yet).
+    fn new_entry(&mut self, stack: StackId) -> u32 {
+        crate::grow::push(&mut self.stacks, stack);
+        crate::grow::push(&mut self.sums, [0; 4]);
+        (self.stacks.len() - 1) as u32
     }
 
     fn free_slot(&self, stack: StackId) -> usize {

@@ -233,7 +233,7 @@ impl StackTable {
         self.node_index.find(&self.nodes, parent, frame).ok()
     }
 
-    /// Drops the index of stacks by `(parent, frame)` (8 bytes a slot, over 10 bytes a stack) for a
+    /// Drops the index of stacks by `(parent, frame)` (4 bytes a slot, over 5 bytes a stack) for a
     /// table that is read, not added to: a finished profile. The next [`intern_call`](Self::intern_call)
     /// builds it again.
     pub fn release_index(&mut self) {
@@ -560,10 +560,9 @@ impl CostTree {
         self.threads.iter().all(|t| t.costs.values().all(|c| c.is_zero()))
     }
 
-    /// Gives back the room the stack table and the cost tables have beyond their entries (once a
-    /// profile is built).
-    /// Frees what reading needed and views do not: spare capacity, and the stack table's index
-    /// (built again by the next stack interned).
+    /// Gives back what reading needed and views do not, once a profile is built: the room the stack
+    /// table and the cost tables have beyond their entries, and the stack table's index (built
+    /// again by the next stack interned).
     pub fn shrink_to_fit(&mut self) {
         self.stacks.release_index();
         self.stacks.nodes.shrink_to_fit();

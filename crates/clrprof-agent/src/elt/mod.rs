@@ -441,17 +441,8 @@ impl DeltaParts {
     }
 
     fn take(&mut self) -> CallTreeDelta {
-        let d = &mut self.d;
-        CallTreeDelta {
-            os_tid: d.os_tid,
-            ts: d.ts,
-            tree: d.tree,
-            nodes: std::mem::take(&mut d.nodes),
-            calls: std::mem::take(&mut d.calls),
-            time_ns: std::mem::take(&mut d.time_ns),
-            suspended_ns: std::mem::take(&mut d.suspended_ns),
-            profiler_ns: std::mem::take(&mut d.profiler_ns),
-        }
+        let (os_tid, ts, tree) = (self.d.os_tid, self.d.ts, self.d.tree);
+        std::mem::replace(&mut self.d, CallTreeDelta { os_tid, ts, tree, ..Default::default() })
     }
 }
 
