@@ -72,8 +72,7 @@ impl Exporter for Speedscope {
         profile(out, true, format!("all threads — {}", inp.stacks.weight_name), &inp.stacks.merged)?;
         // One thread's stacks built at a time (held together with the merged ones they were
         // 6.5× the size of an instrumented trace).
-        let threads = inp.profile.costs.threads.iter().filter(|t| inp.threads.contains(t.os_tid));
-        for t in threads.filter_map(|t| thread_stacks(inp.profile, inp.stacks.metric, t)) {
+        for t in thread_stacks(inp.profile, inp.stacks.metric, &inp.threads) {
             let (tid, name, samples) = (t.os_tid, &t.name, &t.stacks);
             let label = if name.is_empty() { format!("thread {tid}") } else { format!("thread {tid} ({name})") };
             profile(out, false, format!("{label} — {}", inp.stacks.weight_name), samples)?;

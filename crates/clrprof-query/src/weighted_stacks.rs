@@ -94,26 +94,27 @@ pub fn stacks_of(p: &Profile, metric: Option<Metric>, threads: &Threads, needed:
     }
     let merged = threads.with_filter(|f| samples_of(p, metric, &engine::frame_paths(&p.costs, f)));
     let per_thread = match needed {
-        Needed::All => p
-            .costs
-            .threads
-            .iter()
-            .filter(|t| threads.contains(t.os_tid))
-            .filter_map(|t| thread_stacks(p, metric, t))
-            .collect(),
+        Needed::All => thread_stacks(p, metric, threads).collect(),
         _ => Vec::new(),
     };
     Stacks { metric, weight_name, value_unit, count: merged.len(), merged, threads: per_thread }
 }
 
-/// One thread's stacks for a weight (as resolved in [`Stacks::metric`]), as [`Stacks::threads`]
-/// holds them; `None` for a thread without any cost for it. For a reader that takes
-/// [`Needed::MergedThenEachThread`] and builds one thread's at a time.
-pub fn thread_stacks(p: &Profile, metric: Metric, t: &clrprof_model::stacks::ThreadCosts) -> Option<ThreadStacks> {
-    let mut paths = engine::thread_frame_paths(&p.costs, t);
-    paths.weights.sort_by_key(|&(s, _)| s);
-    let stacks = samples_of(p, metric, &paths);
-    (!stacks.is_empty()).then(|| ThreadStacks { os_tid: t.os_tid, name: select::thread_name(p, t.os_tid), stacks })
+/// The selected threads' stacks for a weight (as resolved in [`Stacks::metric`]), as
+/// [`Stacks::threads`] holds them (threads without any cost for it left out), each built when the
+/// iterator reaches it: a reader that takes [`Needed::MergedThenEachThread`] holds one thread's at
+/// a time.
+pub fn thread_stacks<'a>(
+    p: &'a Profile,
+    metric: Metric,
+    threads: &'a Threads,
+) -> impl Iterator<Item = ThreadStacks> + 'a {
+    p.costs.threads.iter().filter(|t| threads.contains(t.os_tid)).filter_map(move |t| {
+        let mut paths = engine::thread_frame_paths(&p.costs, t);
+        paths.weights.sort_by_key(|&(s, _)| s);
+        let stacks = samples_of(p, metric, &paths);
+        (!stacks.is_empty()).then(|| ThreadStacks { os_tid: t.os_tid, name: select::thread_name(p, t.os_tid), stacks })
+    })
 }
 
 /// How many stacks have a value or samples for `metric` over the selected threads, as
@@ -175,13 +176,7 @@ mod tests {
                 // Each thread's built alone is what `Needed::All` holds for it.
                 let apart = stacks_of(&p, Some(metric), &threads, Needed::MergedThenEachThread);
                 assert_eq!((apart.count, &apart.merged, apart.threads.len()), (all.count, &all.merged, 0));
-                let each: Vec<ThreadStacks> = p
-                    .costs
-                    .threads
-                    .iter()
-                    .filter(|t| threads.contains(t.os_tid))
-                    .filter_map(|t| thread_stacks(&p, apart.metric, t))
-                    .collect();
+                let each: Vec<ThreadStacks> = thread_stacks(&p, apart.metric, &threads).collect();
                 assert_eq!(each, all.threads, "{metric:?}");
                 if metric == Metric::Wall {
                     assert_eq!(none.count, 0);
